@@ -1,0 +1,123 @@
+"""The `lifecycle` command line: parse, call lifecycle.commands.<verb>, print, exit.
+
+Verb modules are imported inside each verb so that `lifecycle --help` loads neither
+pydantic nor docker nor boto3: start-up time is paid only by the verb that needs it.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lifecycle import __version__
+from lifecycle.errors import LifecycleError
+
+EXIT_USAGE = 2
+
+
+class _Group(click.Group):
+    """Renders LifecycleError as its lines on stderr, exit 2; the traceback only with --debug."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LifecycleError as exc:
+            if ctx.params.get("debug"):
+                traceback.print_exc()
+            for line in exc.lines():
+                click.echo(line, err=True)
+            ctx.exit(exc.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="lifecycle")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.option(
+    "--manifests",
+    "manifests_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="LIFECYCLE_MANIFESTS",
+    help="Directory of manifests/<version>/manifest.yaml (default: ./manifests, searched upward).",
+)
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, manifests_dir: Path | None) -> None:
+    """Build, boot, archive and port patched vLLM engines, keeping their JIT caches' evidence."""
+    ctx.obj = {"debug": debug, "manifests_dir": manifests_dir or _find_manifests_dir(Path.cwd())}
+
+
+def _find_manifests_dir(start: Path) -> Path:
+    for directory in (start, *start.parents):
+        if (directory / "manifests").is_dir():
+            return directory / "manifests"
+    return start / "manifests"
+
+
+def _emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@click.pass_context
+def validate(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
+    """Validate manifests (default: every manifests/*/manifest.yaml)."""
+    from lifecycle.commands.validate import validate as run
+
+    files = list(paths) or sorted(ctx.obj["manifests_dir"].glob("*/manifest.yaml"))
+    if not files:
+        raise LifecycleError(f"no manifests found under {ctx.obj['manifests_dir']}")
+    results = run(files)
+    if as_json:
+        _emit_json(
+            [
+                {
+                    "file": str(r.file),
+                    "valid": not r.problems,
+                    "digest": r.digest,
+                    "problems": [p.render() for p in r.problems],
+                }
+                for r in results
+            ]
+        )
+    for result in results:
+        for problem in result.problems:
+            click.echo(problem.render(), err=True)
+        if not result.problems and not as_json:
+            click.echo(f"ok {result.file} sha256:{result.digest}")
+    if any(r.problems for r in results):
+        ctx.exit(EXIT_USAGE)
+
+
+@cli.command()
+@click.argument("version")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def show(ctx: click.Context, version: str, as_json: bool) -> None:
+    """Print the resolved manifest of VERSION (or a manifest path) and its digest."""
+    from lifecycle.commands.show import render_text
+    from lifecycle.commands.show import show as run
+
+    report = run(ctx.obj["manifests_dir"], version)
+    if as_json:
+        _emit_json(report)
+    else:
+        click.echo(render_text(report), nl=False)
+
+
+@cli.command()
+def schema() -> None:
+    """Print the manifest JSON Schema (for editors' YAML language servers)."""
+    from lifecycle.commands.schema import manifest_json_schema
+
+    _emit_json(manifest_json_schema())
+
+
+def main() -> None:
+    """Console-script entry point."""
+    # Click maps its own usage errors to exit 2 already; LifecycleError is handled in _Group.
+    cli.main(prog_name="lifecycle", auto_envvar_prefix=None)

@@ -1,0 +1,1 @@
+"""One module per verb: a plain typed function the CLI calls with parsed arguments."""

@@ -1,0 +1,32 @@
+"""`lifecycle schema`: the manifest JSON Schema, for editors' YAML language servers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lifecycle.manifest import Manifest
+
+
+def manifest_json_schema() -> dict[str, Any]:
+    """JSON Schema of one manifest file.
+
+    A derived manifest may inherit any key through `extends`, so no key is required in a
+    single file; the loader still requires them of the resolved manifest.
+    """
+    schema = Manifest.model_json_schema()
+    _drop_required(schema)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "lifecycle-manifest-v1.json",
+        **schema,
+    }
+
+
+def _drop_required(node: Any) -> None:
+    if isinstance(node, dict):
+        node.pop("required", None)
+        for value in node.values():
+            _drop_required(value)
+    elif isinstance(node, list):
+        for item in node:
+            _drop_required(item)

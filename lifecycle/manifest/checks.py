@@ -1,0 +1,90 @@
+"""Checks that need more than one field's type: tuned ranges, patch paths, stray secrets."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from lifecycle.manifest.model import Manifest
+from lifecycle.manifest.source import KeyPath
+
+Finding = tuple[KeyPath, str]
+
+
+def _fraction(value: object) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        return f"must be a number in (0, 1], got {value!r}"
+    return None
+
+
+def _positive_int(value: object) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return f"must be an integer > 0, got {value!r}"
+    return None
+
+
+def _non_negative(value: object) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return f"must be a number >= 0, got {value!r}"
+    return None
+
+
+# vLLM engine arguments whose meaning fixes a range; others are recorded as given.
+KNOWN_TUNED: dict[str, Callable[[object], str | None]] = {
+    "gpu_memory_utilization": _fraction,
+    "max_num_seqs": _positive_int,
+    "max_model_len": _positive_int,
+    "max_num_batched_tokens": _positive_int,
+    "tensor_parallel_size": _positive_int,
+    "pipeline_parallel_size": _positive_int,
+    "data_parallel_size": _positive_int,
+    "block_size": _positive_int,
+    "swap_space": _non_negative,
+    "cpu_offload_gb": _non_negative,
+    "kv_cache_memory_bytes": _positive_int,
+}
+
+_ARG_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+# A literal value under one of these names is a secret written into the manifest.
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL", re.I)
+
+
+def check_tuned(manifest: Manifest) -> Iterator[Finding]:
+    """Range-check the tuned values whose meaning we know."""
+    for name, tuned in manifest.tuned.items():
+        if not _ARG_NAME.match(name):
+            yield ("tuned", name), "must be a vLLM engine argument in snake_case"
+            continue
+        check = KNOWN_TUNED.get(name)
+        problem = check(tuned.value) if check else None
+        if problem:
+            yield ("tuned", name, "value"), problem
+
+
+def check_profiles(manifest: Manifest) -> Iterator[Finding]:
+    """Refuse secret values written into a profile's env; they belong in `secrets` by name."""
+    for profile_name, profile in manifest.profiles.items():
+        for key in profile.env:
+            if _SECRET_NAME.search(key):
+                yield (
+                    ("profiles", profile_name, "env", key),
+                    f"looks like a secret; list {key!r} under secrets: so it is passed "
+                    "by name from the host environment and never stored",
+                )
+
+
+def check_patch_file(manifest_dir: Path, file: str) -> str | None:
+    """Why a patch path is refused, or None: it must be a file inside the manifest's dir."""
+    relative = Path(file)
+    if relative.is_absolute():
+        return "must be relative to the manifest's directory, not absolute"
+    if ".." in relative.parts:
+        return "must stay inside the manifest's directory ('..' is refused)"
+    target = manifest_dir / relative
+    # resolve() follows symlinks, so a link pointing outside is caught here too.
+    if not target.resolve().is_relative_to(manifest_dir.resolve()):
+        return "resolves outside the manifest's directory (symlink?)"
+    if not target.is_file():
+        return f"no such patch file: {target}"
+    return None

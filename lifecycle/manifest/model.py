@@ -1,0 +1,163 @@
+"""The manifest schema: strict pydantic models, unknown keys are errors."""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Annotated, Literal
+
+from packaging.version import InvalidVersion, Version
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = 1
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
+
+
+def _version_text(value: object) -> object:
+    # YAML reads `0.30` as the float 0.3: refuse it rather than pin the wrong release.
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise ValueError(
+            f"YAML read this as the number {value!r}; quote the version, e.g. '0.30.0'"
+        )
+    return value
+
+
+def _pep440(value: str) -> str:
+    try:
+        return str(Version(value))
+    except InvalidVersion:
+        raise ValueError(f"{value!r} is not a PEP 440 version") from None
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.match(value):
+        raise ValueError(f"{value!r} is not an environment variable name")
+    return value
+
+
+def _absolute_posix(value: str) -> str:
+    path = PurePosixPath(value)
+    if not path.is_absolute() or ".." in path.parts:
+        raise ValueError(f"{value!r} must be an absolute path inside the container, without '..'")
+    return str(path)
+
+
+def _slug(value: str) -> str:
+    if not _SLUG.match(value):
+        raise ValueError(f"{value!r} must be lower-case letters, digits, '.', '_' or '-'")
+    return value
+
+
+def _commit(value: str) -> str:
+    if not _COMMIT.match(value):
+        raise ValueError(f"{value!r} is not a commit id (7 to 64 lower-case hex digits)")
+    return value
+
+
+PinnedVersion = Annotated[str, BeforeValidator(_version_text), AfterValidator(_pep440)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+ContainerPath = Annotated[str, AfterValidator(_absolute_posix)]
+Slug = Annotated[str, AfterValidator(_slug)]
+CommitId = Annotated[str, AfterValidator(_commit)]
+Text = Annotated[str, Field(min_length=1)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class EnginePins(_Strict):
+    """What the engine image is made of."""
+
+    vllm: PinnedVersion
+    flashinfer: PinnedVersion
+    base_image: Text
+    package_dir: ContainerPath = Field(
+        description="Where the engine's python package lives in the image; patches apply here."
+    )
+
+
+class Upstream(_Strict):
+    """Where the engine's source comes from, for `port`."""
+
+    repository: Text = Field(description="A git URL or a local path (relative to the manifest).")
+    tag: Text = Field(default="v{version}", description="Tag of a release; {version} is replaced.")
+
+    def tag_for(self, version: str) -> str:
+        """The upstream tag of `version`."""
+        return self.tag.replace("{version}", version)
+
+
+class Patch(_Strict):
+    """One patch of the ordered series, with why it is carried."""
+
+    file: Text = Field(description="Path relative to the manifest's directory.")
+    reason: Text
+    upstream_pr: Text | None = None
+    upstream_commit: CommitId | None = None
+    drop_when: Text | None = None
+
+
+class TunedValue(_Strict):
+    """An engine argument whose value was measured, and how."""
+
+    value: bool | int | float | str
+    status: Literal["validated", "carried"]
+    measured_on: Text = Field(description="The build the value was measured on.")
+    method: Text
+    margin: Text | None = None
+    carried_from: Text | None = None
+    note: Text | None = None
+
+    @model_validator(mode="after")
+    def _carried_says_from_where(self) -> TunedValue:
+        if self.status == "carried" and self.carried_from is None:
+            raise ValueError("status 'carried' needs carried_from (the release it was measured on)")
+        if self.status == "validated" and self.carried_from is not None:
+            raise ValueError("carried_from is only for status 'carried'")
+        return self
+
+
+class JitCache(_Strict):
+    """A directory the engine JIT-compiles into at boot; mounted from a tracked host dir."""
+
+    path: ContainerPath
+    env: EnvName = Field(description="The env var that points the engine at `path`.")
+    enabled: bool = True
+
+
+class BootProfile(_Strict):
+    """How to start the engine: command, environment, secrets by name, devices."""
+
+    command: list[str] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=list)
+    env: dict[EnvName, str] = Field(default_factory=dict)
+    secrets: list[EnvName] = Field(
+        default_factory=list,
+        description="Names of host env vars passed through; values are never stored.",
+    )
+    gpus: Literal["all"] | Annotated[int, Field(ge=0)] | None = None
+    shm_size: Annotated[str, Field(pattern=r"^[0-9]+[bkmg]?$")] | None = None
+    ipc: Literal["host", "private", "shareable"] | None = None
+    ports: dict[str, Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=dict)
+
+
+class Manifest(_Strict):
+    """One pinned engine release, resolved (after `extends` and cache defaults)."""
+
+    schema_version: Literal[1]
+    name: Slug
+    extends: Text | None = None
+    engine: EnginePins
+    upstream: Upstream
+    patches: list[Patch] = Field(default_factory=list)
+    tuned: dict[str, TunedValue] = Field(default_factory=dict)
+    caches: dict[Slug, JitCache] = Field(default_factory=dict)
+    profiles: dict[Slug, BootProfile] = Field(default_factory=dict)
+
+    def active_caches(self) -> dict[str, JitCache]:
+        """The caches a boot mounts."""
+        return {name: cache for name, cache in self.caches.items() if cache.enabled}

@@ -1,0 +1,114 @@
+"""Turn pydantic's errors into located, actionable `Problem`s ("did you mean …?")."""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from lifecycle.errors import Problem
+from lifecycle.manifest.model import Manifest
+from lifecycle.manifest.source import KeyPath, Located, render_key_path
+
+
+def problems_from_validation(exc: ValidationError, located: Located) -> list[Problem]:
+    """One problem per offending key path, in document order."""
+    errors = [(_data_path(located.data, tuple(e["loc"])), e) for e in exc.errors(include_url=False)]
+    unknown = {path for path, e in errors if e["type"] == "extra_forbidden"}
+    # A typo is one mistake: `flashinfr` unknown explains `flashinfer` missing, so say it once.
+    typo_targets = {(*path[:-1], hint) for path in unknown if (hint := _typo_hint(path))}
+    messages: dict[KeyPath, list[str]] = {}
+    for path, error in errors:
+        if error["type"] == "missing" and path in typo_targets:
+            continue
+        message = _unknown_key_message(path) if path in unknown else _message(error)
+        bucket = messages.setdefault(path, [])
+        if message not in bucket:
+            bucket.append(message)
+    problems = []
+    for path, texts in messages.items():
+        mark = located.mark(path, prefer_key=path in unknown)
+        assert mark is not None, "the document root always has a mark"
+        text = texts[0] if len(texts) == 1 else "expected one of: " + "; ".join(texts)
+        problems.append(Problem(mark.file, mark.line, mark.col, render_key_path(path), text))
+    return sorted(problems, key=lambda p: (str(p.file), p.line, p.col))
+
+
+def _data_path(data: Any, loc: tuple[int | str, ...]) -> KeyPath:
+    """Cut pydantic's loc where it leaves the data (union member names, validator tags)."""
+    path: list[str | int] = []
+    for part in loc:
+        if isinstance(data, dict):
+            path.append(part)
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            path.append(part)
+            data = data[part]
+        else:
+            break
+    return tuple(path)
+
+
+def _message(error: Any) -> str:
+    kind: str = error["type"]
+    text: str = error["msg"]
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "value_error":
+        return text.removeprefix("Value error, ")
+    value = error.get("input")
+    if isinstance(value, str | int | float | bool) or value is None:
+        return f"{text} (got {value!r})"
+    return f"{text} (got a {type(value).__name__})"
+
+
+def _typo_hint(path: KeyPath) -> str | None:
+    hints = difflib.get_close_matches(str(path[-1]), _fields_at(path[:-1]), n=1, cutoff=0.6)
+    return hints[0] if hints else None
+
+
+def _unknown_key_message(path: KeyPath) -> str:
+    message = f"unknown key {str(path[-1])!r}"
+    hint = _typo_hint(path)
+    if hint:
+        return f"{message}; did you mean {hint!r}?"
+    allowed = _fields_at(path[:-1])
+    return f"{message}; expected one of: {', '.join(allowed)}" if allowed else message
+
+
+def _fields_at(path: KeyPath) -> list[str]:
+    """The keys the schema allows at `path` (walking models, dicts and lists)."""
+    current: Any = Manifest
+    for part in path:
+        current = _step(current, part)
+        if current is None:
+            return []
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+def _step(annotation: Any, part: str | int) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        field = annotation.model_fields.get(str(part))
+        return _unwrap(field.annotation) if field else None
+    origin = typing.get_origin(annotation)
+    if origin is dict:
+        return _unwrap(typing.get_args(annotation)[1])
+    if origin is list:
+        return _unwrap(typing.get_args(annotation)[0])
+    return None
+
+
+def _unwrap(annotation: Any) -> Any:
+    """`X | None` → X; Annotated[X, …] → X."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(members) == 1:
+            return _unwrap(members[0])
+    return annotation
