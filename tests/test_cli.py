@@ -1,0 +1,94 @@
+"""The CLI: entry points, JSON output, schema, and start-up that loads no SDKs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from lifecycle import __version__
+from lifecycle.cli import cli
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def test_version_and_module_entry_point(repo_root: Path) -> None:
+    for command in (["lifecycle"], [sys.executable, "-m", "lifecycle"]):
+        result = _run(*command, "--version", cwd=repo_root)
+        assert result.returncode == 0, result.stderr
+        assert __version__ in result.stdout
+
+
+def test_validate_production_manifests(repo_root: Path) -> None:
+    result = _run(
+        "lifecycle",
+        "validate",
+        "manifests/0.30/manifest.yaml",
+        "manifests/0.31/manifest.yaml",
+        cwd=repo_root,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("ok manifests/") == 2
+
+
+def test_show_json_of_031(repo_root: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["--manifests", str(repo_root / "manifests"), "show", "0.31", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["pins"]["vllm"] == "0.31.0"
+    assert report["pins"]["flashinfer"].startswith("0.7.0")
+    tuned = report["tuned"]["gpu_memory_utilization"]
+    assert tuned["value"] == 0.94 and tuned["status"] == "validated"
+    assert len(report["digest"]) == 64 and int(report["digest"], 16) >= 0
+    assert [p["file"] for p in report["patches"]] == [
+        "patches/lifecycle-provenance-plugin.patch",
+        "patches/kv-offload-readback-log.patch",
+    ]
+
+
+def test_show_text_flags_carried_values(tmp_path: Path, repo_root: Path) -> None:
+    child = tmp_path / "m.yaml"
+    child.write_text(
+        f"extends: {repo_root}/manifests/0.30/manifest.yaml\n"
+        "tuned:\n  gpu_memory_utilization: {status: carried, carried_from: '0.30'}\n"
+    )
+    result = CliRunner().invoke(cli, ["show", str(child)])
+    assert result.exit_code == 0, result.output
+    assert "gpu_memory_utilization=0.94 (carried from 0.30)  <- NOT re-validated" in result.output
+
+
+def test_show_unknown_version_is_a_clear_error(repo_root: Path) -> None:
+    result = _run("lifecycle", "show", "0.99", cwd=repo_root)
+    assert result.returncode == 2
+    assert "no manifest for '0.99'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_schema_is_json_schema_with_closed_objects(repo_root: Path) -> None:
+    result = CliRunner().invoke(cli, ["schema"])
+    schema = json.loads(result.output)
+    assert schema["$schema"].endswith("2020-12/schema")
+    assert schema["additionalProperties"] is False
+    assert "required" not in json.dumps(schema)  # keys may come through `extends`
+    assert set(schema["properties"]) >= {"engine", "patches", "tuned", "caches", "profiles"}
+
+
+def test_start_up_imports_neither_docker_nor_boto3(repo_root: Path) -> None:
+    for code in (
+        "import lifecycle.cli",
+        "import sys; sys.argv=['lifecycle','--help']; import lifecycle.cli as c; c.main()",
+    ):
+        result = _run(sys.executable, "-X", "importtime", "-c", code, cwd=repo_root)
+        imported = {
+            line.split("|")[-1].strip().split(".")[0]
+            for line in result.stderr.splitlines()
+            if line.startswith("import time:")
+        }
+        assert "click" in imported  # the probe works
+        assert not imported & {"docker", "boto3", "botocore", "pydantic"}, imported
