@@ -7,14 +7,20 @@ pydantic nor docker nor boto3: start-up time is paid only by the verb that needs
 from __future__ import annotations
 
 import json
+import os
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from lifecycle import __version__
 from lifecycle.errors import LifecycleError
+
+if TYPE_CHECKING:
+    from lifecycle.ledger import Ledger
 
 EXIT_USAGE = 2
 
@@ -107,6 +113,65 @@ def show(ctx: click.Context, version: str, as_json: bool) -> None:
         _emit_json(report)
     else:
         click.echo(render_text(report), nl=False)
+
+
+@cli.command()
+@click.argument("version")
+@click.option("--dry-run", is_flag=True, help="Print the plan (Dockerfile, context, tag, labels).")
+@click.option("--force", is_flag=True, help="Build even if an image of this digest exists.")
+@click.option("--push", metavar="REGISTRY", help="Tag and push the image to REGISTRY.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def build(
+    ctx: click.Context, version: str, dry_run: bool, force: bool, push: str | None, as_json: bool
+) -> None:
+    """Build the engine image of VERSION through the Docker Engine API."""
+    from lifecycle.commands.build import build as run
+    from lifecycle.commands.build import describe_plan, make_plan
+
+    plan = make_plan(ctx.obj["manifests_dir"], version)
+    if dry_run:
+        described = describe_plan(plan)
+        if as_json:
+            _emit_json(described)
+            return
+        click.echo(f"# dry run: nothing is built\n# tag {plan.tag}")
+        for key, value in plan.labels.items():
+            click.echo(f"# label {key}={value}")
+        for name, size in described["context"].items():
+            click.echo(f"# context {name} ({size} bytes)")
+        click.echo(plan.dockerfile, nl=False)
+        return
+    from lifecycle.dockerd import connect
+
+    with _ledger() as ledger:
+        report = run(
+            plan,
+            connect(os.environ),
+            ledger,
+            force=force,
+            push=push,
+            on_line=lambda line: click.echo(f"  | {line}", err=True),
+        )
+    if as_json:
+        _emit_json(report)
+    elif report["outcome"] == "up-to-date":
+        click.echo(f"{report['tag']} is up to date ({report['image_id'][:19]})")
+    else:
+        click.echo(f"built {report['tag']} ({report['image_id'][:19]}) in {report['duration_s']} s")
+    if report.get("pushed"):
+        click.echo(f"pushed {report['pushed']}")
+
+
+@contextmanager
+def _ledger() -> Iterator[Ledger]:
+    from lifecycle.ledger import Ledger, default_home
+
+    ledger = Ledger.open(default_home(dict(os.environ)))
+    try:
+        yield ledger
+    finally:
+        ledger.close()
 
 
 @cli.command()

@@ -78,6 +78,10 @@ class EnginePins(_Strict):
     package_dir: ContainerPath = Field(
         description="Where the engine's python package lives in the image; patches apply here."
     )
+    vllm_dist: Text = Field(default="vllm", description="Distribution name the vllm pin checks.")
+    flashinfer_dist: Text = Field(
+        default="flashinfer-python", description="Distribution name the flashinfer pin checks."
+    )
 
 
 class Upstream(_Strict):

@@ -1,0 +1,1 @@
+"""Build a labelled engine image from a manifest through the Docker Engine API."""

@@ -1,0 +1,164 @@
+"""Send a BuildPlan to dockerd, stream its progress, and record the build with its full log."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from lifecycle.build.plan import DIGEST_LABEL, BuildPlan
+from lifecycle.errors import LifecycleError
+from lifecycle.ledger import BuildRecord, Ledger
+
+FAIL_MARKERS = ("lifecycle: PATCH FAILED:", "lifecycle: PIN MISMATCH:", "lifecycle: PIN INSTALL")
+
+
+class BuildFailed(LifecycleError):
+    """dockerd could not build the image; the message says why in the manifest's terms."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What `lifecycle build` reports."""
+
+    outcome: str  # "built" or "up-to-date"
+    tag: str
+    image_id: str
+    digest: str
+    duration_s: float
+    record_id: int
+    log_path: str | None
+
+
+def find_built(client: Any, digest: str) -> Any | None:
+    """The image already built from this manifest digest, found through its label."""
+    images = client.images.list(filters={"label": f"{DIGEST_LABEL}={digest}"})
+    return images[0] if images else None
+
+
+def build_image(
+    client: Any,
+    plan: BuildPlan,
+    ledger: Ledger,
+    *,
+    force: bool = False,
+    on_line: Callable[[str], None] = lambda line: None,
+) -> BuildResult:
+    """Build unless an image with this digest exists (or `force`); record every attempt."""
+    started = datetime.now(UTC)
+    clock = time.monotonic()
+    existing = None if force else find_built(client, plan.digest)
+    if existing is not None:
+        record = _record(plan, started, time.monotonic() - clock, "up-to-date", existing.id)
+        return _result(ledger.record_build(record), record, None)
+    log_lines: list[str] = []
+    image_id, error = None, None
+    for chunk in client.api.build(
+        fileobj=_context_tar(plan),
+        custom_context=True,
+        tag=plan.tag,
+        labels=plan.labels,
+        rm=True,
+        forcerm=True,
+        pull=False,
+        decode=True,
+    ):
+        text = chunk.get("stream") or chunk.get("status") or ""
+        for line in text.splitlines():
+            log_lines.append(line)
+            on_line(line)
+        if "aux" in chunk and "ID" in chunk["aux"]:
+            image_id = chunk["aux"]["ID"]
+        if "error" in chunk:
+            error = str(chunk["error"]).strip()
+            log_lines.append(f"ERROR: {error}")
+    log = "\n".join(log_lines) + "\n"
+    log_name = f"{started:%Y%m%dT%H%M%S}-{plan.digest[:12]}.log"
+    log_path = ledger.keep_evidence("builds", log_name, log.encode())
+    duration = time.monotonic() - clock
+    if error or image_id is None:
+        reason = _explain_failure(log_lines, error or "dockerd returned no image id")
+        failed = _record(plan, started, duration, "failed", None, reason, str(log_path))
+        ledger.record_build(failed)
+        raise BuildFailed(f"build of {plan.manifest_file} failed: {reason}\nfull log: {log_path}")
+    record = _record(plan, started, duration, "built", image_id, None, str(log_path))
+    return _result(ledger.record_build(record), record, str(log_path))
+
+
+def push_image(client: Any, tag: str, registry: str) -> str:
+    """Tag the image as REGISTRY/name:tag and push it; returns the pushed reference."""
+    repository, _, version = tag.rpartition(":")
+    target = f"{registry.rstrip('/')}/{repository}"
+    client.images.get(tag).tag(target, version)
+    for chunk in client.api.push(target, version, stream=True, decode=True):
+        if "error" in chunk:
+            raise BuildFailed(f"push of {target}:{version} failed: {chunk['error']}")
+    return f"{target}:{version}"
+
+
+def _explain_failure(lines: list[str], docker_error: str) -> str:
+    """The lines our in-image helpers printed about the failure, else dockerd's own error."""
+    start = next((i for i, line in enumerate(lines) if line.startswith(FAIL_MARKERS)), None)
+    if start is None:
+        return docker_error
+    picked = [lines[start].removeprefix("lifecycle: ")]
+    picked += [
+        "  " + line.removeprefix("lifecycle:").strip()
+        for line in lines[start + 1 :]
+        if line.startswith("lifecycle:   ")
+    ]
+    return "\n".join(picked)
+
+
+def _context_tar(plan: BuildPlan) -> io.BytesIO:
+    """The build context as a tar with fixed mtimes and modes, so layer caching is stable."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, content in sorted(plan.context.items()):
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            info.mode = 0o755 if name.endswith(".sh") else 0o644
+            tar.addfile(info, io.BytesIO(content))
+    buffer.seek(0)
+    return buffer
+
+
+def _record(
+    plan: BuildPlan,
+    started: datetime,
+    duration: float,
+    outcome: str,
+    image_id: str | None,
+    error: str | None = None,
+    log_path: str | None = None,
+) -> BuildRecord:
+    return BuildRecord(
+        started_at=started.isoformat(timespec="seconds"),
+        duration_s=round(duration, 3),
+        manifest_name=plan.labels["lifecycle.manifest.name"],
+        manifest_file=plan.manifest_file,
+        manifest_digest=plan.digest,
+        tag=plan.tag,
+        image_id=image_id,
+        outcome=outcome,
+        error=error,
+        log_path=log_path,
+    )
+
+
+def _result(record_id: int, record: BuildRecord, log_path: str | None) -> BuildResult:
+    return BuildResult(
+        outcome=record.outcome,
+        tag=record.tag,
+        image_id=record.image_id or "",
+        digest=record.manifest_digest,
+        duration_s=record.duration_s,
+        record_id=record_id,
+        log_path=log_path,
+    )

@@ -1,0 +1,146 @@
+"""The local ledger: SQLite (WAL) under LIFECYCLE_HOME, schema migrated by version.
+
+Evidence files (build logs) are written beside it first, renamed into place, and only then
+referenced by a row, so a killed process leaves at worst an orphan file, never a row that
+points at nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+# Each entry moves the schema from version N to N+1; never edit one that has shipped.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE builds (
+        id INTEGER PRIMARY KEY,
+        started_at TEXT NOT NULL,
+        duration_s REAL NOT NULL,
+        manifest_name TEXT NOT NULL,
+        manifest_file TEXT NOT NULL,
+        manifest_digest TEXT NOT NULL,
+        tag TEXT NOT NULL,
+        image_id TEXT,
+        outcome TEXT NOT NULL CHECK (outcome IN ('built', 'up-to-date', 'failed')),
+        error TEXT,
+        log_path TEXT
+    );
+    CREATE INDEX builds_digest ON builds (manifest_digest);
+    """,
+)
+
+
+@dataclass(frozen=True)
+class BuildRecord:
+    """One build attempt and where its full log is kept."""
+
+    started_at: str
+    duration_s: float
+    manifest_name: str
+    manifest_file: str
+    manifest_digest: str
+    tag: str
+    image_id: str | None
+    outcome: str
+    error: str | None
+    log_path: str | None
+    id: int | None = None
+
+
+class Ledger:
+    """Open with `Ledger.open(home)`; every write is one transaction."""
+
+    def __init__(self, home: Path, conn: sqlite3.Connection) -> None:
+        self.home = home
+        self._conn = conn
+
+    @classmethod
+    def open(cls, home: Path) -> Ledger:
+        """Create or migrate the ledger at `home/ledger.sqlite3`."""
+        home.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(home / "ledger.sqlite3", timeout=30, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        ledger = cls(home, conn)
+        ledger._migrate()
+        return ledger
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE takes the write lock up front: one writer across processes."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        with self.transaction() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > len(MIGRATIONS):
+                raise RuntimeError(f"ledger schema {version} is newer than this lifecycle")
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                for statement in filter(str.strip, script.split(";")):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {number}")
+
+    def keep_evidence(self, kind: str, name: str, content: bytes) -> Path:
+        """Write an evidence file atomically under evidence/<kind>/ and return its path."""
+        directory = self.home / "evidence" / kind
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
+        with os.fdopen(fd, "wb") as out:
+            out.write(content)
+            out.flush()
+            os.fsync(out.fileno())
+        final = directory / name
+        Path(temp).replace(final)
+        return final
+
+    def record_build(self, record: BuildRecord) -> int:
+        """Insert a build record; returns its id."""
+        with self.transaction() as conn:
+            cursor = conn.execute(
+                "INSERT INTO builds (started_at, duration_s, manifest_name, manifest_file,"
+                " manifest_digest, tag, image_id, outcome, error, log_path)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.started_at,
+                    record.duration_s,
+                    record.manifest_name,
+                    record.manifest_file,
+                    record.manifest_digest,
+                    record.tag,
+                    record.image_id,
+                    record.outcome,
+                    record.error,
+                    record.log_path,
+                ),
+            )
+            return int(cursor.lastrowid or 0)
+
+    def builds(self) -> list[BuildRecord]:
+        """Every build, oldest first."""
+        rows = self._conn.execute("SELECT * FROM builds ORDER BY id").fetchall()
+        return [BuildRecord(**dict(row)) for row in rows]
+
+
+def default_home(environ: dict[str, str]) -> Path:
+    """LIFECYCLE_HOME, else $XDG_STATE_HOME/lifecycle, else ~/.local/state/lifecycle."""
+    if environ.get("LIFECYCLE_HOME"):
+        return Path(environ["LIFECYCLE_HOME"])
+    state = environ.get("XDG_STATE_HOME") or str(Path(environ.get("HOME", "~")) / ".local/state")
+    return Path(state).expanduser() / "lifecycle"

@@ -1,0 +1,88 @@
+"""The build plan of the production manifests (they cannot be built here: no base images)."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from lifecycle.build.engine import _context_tar
+from lifecycle.build.plan import SourceInfo, image_tag, plan_build
+from lifecycle.cli import cli
+from lifecycle.manifest import load_manifest
+from lifecycle.manifest.digest import manifest_digest, patch_digests
+
+WHEN = datetime(2026, 10, 10, 6, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("version", "flashinfer"), [("0.30", "0.6.18.post1"), ("0.31", "0.7.0.post1")]
+)
+def test_production_dockerfile(repo_root: Path, version: str, flashinfer: str) -> None:
+    loaded = load_manifest(repo_root / f"manifests/{version}/manifest.yaml")
+    plan = plan_build(loaded, created=WHEN, source=SourceInfo("git@example:ops.git", "abc123"))
+    lines = plan.dockerfile.splitlines()
+    assert f"FROM vllm/vllm-openai:v{version}.0" in lines
+    # pins installed, series applied to the engine's package dir, then pins checked, in order
+    steps = [line for line in lines if line.startswith(("COPY", "RUN"))]
+    assert steps == [
+        "COPY lifecycle/ /opt/lifecycle/build/",
+        "RUN python3 /opt/lifecycle/build/pins.py install",
+        "RUN sh /opt/lifecycle/build/apply-series.sh /usr/local/lib/python3.12/dist-packages/vllm",
+        "RUN python3 /opt/lifecycle/build/pins.py check",
+    ]
+    assert json.loads(plan.context["lifecycle/pins.json"]) == {
+        "vllm": f"{version}.0",
+        "flashinfer-python": flashinfer,
+    }
+    series = plan.context["lifecycle/series.tsv"].decode().splitlines()
+    assert [row.split("\t")[1] for row in series] == [p.file for p in loaded.manifest.patches]
+    for row, patch_file in zip(series, loaded.patch_files, strict=True):
+        assert plan.context[f"lifecycle/{row.split(chr(9))[0]}"] == patch_file.read_bytes()
+
+
+def test_labels_carry_digest_pins_and_each_patch(repo_root: Path) -> None:
+    loaded = load_manifest(repo_root / "manifests/0.31/manifest.yaml")
+    plan = plan_build(loaded, created=WHEN, source=SourceInfo("git@example:ops.git", "abc123"))
+    digest = manifest_digest(loaded)
+    assert plan.labels["lifecycle.manifest.digest"] == digest
+    assert (
+        plan.tag
+        == image_tag("vllm-prod", "0.31.0", digest)
+        == f"lifecycle/vllm-prod:0.31.0-{digest[:12]}"
+    )
+    for index, (file, sha) in enumerate(patch_digests(loaded), start=1):
+        assert plan.labels[f"lifecycle.patch.{index:02d}.file"] == file
+        assert plan.labels[f"lifecycle.patch.{index:02d}.sha256"] == sha
+    assert plan.labels["org.opencontainers.image.created"] == "2026-10-10T06:00:00+00:00"
+    assert plan.labels["org.opencontainers.image.revision"] == "abc123"
+    assert plan.labels["org.opencontainers.image.source"] == "git@example:ops.git"
+    assert json.loads(plan.labels["lifecycle.tuned"]) == {
+        "gpu_memory_utilization": {"value": 0.94, "status": "validated"}
+    }
+
+
+def test_context_tar_is_reproducible(repo_root: Path) -> None:
+    loaded = load_manifest(repo_root / "manifests/0.30/manifest.yaml")
+    plan = plan_build(loaded, created=WHEN, source=SourceInfo())
+    first, second = _context_tar(plan).getvalue(), _context_tar(plan).getvalue()
+    assert first == second
+    with tarfile.open(fileobj=_context_tar(plan)) as tar:
+        assert sorted(tar.getnames()) == sorted(plan.context)
+
+
+def test_dry_run_cli_prints_plan_and_needs_no_docker(
+    repo_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
+    result = CliRunner().invoke(
+        cli, ["--manifests", str(repo_root / "manifests"), "build", "0.31", "--dry-run", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert plan["dockerfile"].count("FROM vllm/vllm-openai:v0.31.0") == 1
+    assert "Dockerfile" in plan["context"]

@@ -1,0 +1,70 @@
+"""The ledger: versioned migrations, one transaction per change, evidence written atomically."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from lifecycle.ledger import MIGRATIONS, BuildRecord, Ledger, default_home
+
+BUILT = BuildRecord(
+    started_at="2026-10-10T06:00:00+00:00",
+    duration_s=1.5,
+    manifest_name="demo",
+    manifest_file="manifests/demo/0.2/manifest.yaml",
+    manifest_digest="ab" * 32,
+    tag="lifecycle/demo:0.2.0-abababababab",
+    image_id="sha256:" + "cd" * 32,
+    outcome="built",
+    error=None,
+    log_path=None,
+)
+
+
+def test_open_migrates_to_the_latest_schema(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    ledger.close()
+    conn = sqlite3.connect(tmp_path / "ledger.sqlite3")
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    Ledger.open(tmp_path).close()  # re-opening is a no-op
+
+
+def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    Ledger.open(tmp_path).close()
+    conn = sqlite3.connect(tmp_path / "ledger.sqlite3")
+    conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+    conn.close()
+    with pytest.raises(RuntimeError, match="newer"):
+        Ledger.open(tmp_path)
+
+
+def test_builds_round_trip(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    first = ledger.record_build(BUILT)
+    second = ledger.record_build(replace(BUILT, outcome="up-to-date", duration_s=0.01))
+    assert [b.id for b in ledger.builds()] == [first, second]
+    assert ledger.builds()[1].outcome == "up-to-date"
+
+
+def test_a_failed_transaction_leaves_nothing(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    with pytest.raises(sqlite3.IntegrityError):
+        ledger.record_build(replace(BUILT, outcome="half-done"))  # refused by the CHECK constraint
+    assert ledger.builds() == []
+
+
+def test_evidence_is_renamed_into_place(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    path = ledger.keep_evidence("builds", "one.log", b"step 1/4\n")
+    assert path.read_bytes() == b"step 1/4\n"
+    assert [p.name for p in path.parent.iterdir()] == ["one.log"]  # no temp file left
+
+
+def test_default_home() -> None:
+    assert default_home({"LIFECYCLE_HOME": "/x"}) == Path("/x")
+    assert default_home({"XDG_STATE_HOME": "/s", "HOME": "/h"}) == Path("/s/lifecycle")
+    assert default_home({"HOME": "/h"}) == Path("/h/.local/state/lifecycle")
