@@ -1,0 +1,85 @@
+"""The demo engine's upstream: a real git repo with releases v0.1.0 and v0.2.0.
+
+Author, committer and dates are fixed, so commit ids are the same on every machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+SOURCES = Path(__file__).resolve().parent / "upstream"
+RELEASES = ("0.1.0", "0.2.0")
+_DATES = {"0.1.0": "2026-09-01T12:00:00+00:00", "0.2.0": "2026-10-01T12:00:00+00:00"}
+_IDENTITY = {"name": "Demo Upstream", "email": "upstream@demollm.invalid"}
+
+
+def git(args: list[str], git_dir: Path, *, env: dict[str, str] | None = None) -> str:
+    """Run git on `git_dir` without user or system config; its stdout, or an error with stderr."""
+    full_env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+    command = ["git", f"--git-dir={git_dir}", *args]
+    try:
+        done = subprocess.run(
+            command, check=True, capture_output=True, text=True, env={**full_env, **(env or {})}
+        )
+    except subprocess.CalledProcessError as exc:
+        raise RuntimeError(f"{' '.join(command)} failed ({exc.returncode}): {exc.stderr}") from exc
+    return done.stdout
+
+
+def _release_files(tree: Path) -> list[str]:
+    """The files of one release tree, without tool caches (`__pycache__`, `.mypy_cache`, ...)."""
+    files = (path.relative_to(tree) for path in tree.rglob("*") if path.is_file())
+    return sorted(
+        str(path)
+        for path in files
+        if not any(part.startswith((".", "__pycache__")) for part in path.parts)
+    )
+
+
+def _commit_release(git_dir: Path, version: str) -> None:
+    tree = SOURCES / version
+    date = _DATES[version]
+    env = {
+        "GIT_AUTHOR_NAME": _IDENTITY["name"],
+        "GIT_AUTHOR_EMAIL": _IDENTITY["email"],
+        "GIT_AUTHOR_DATE": date,
+        "GIT_COMMITTER_NAME": _IDENTITY["name"],
+        "GIT_COMMITTER_EMAIL": _IDENTITY["email"],
+        "GIT_COMMITTER_DATE": date,
+    }
+    # The release tree itself is the work tree: nothing is copied, nothing written into it.
+    work = ["--work-tree", str(tree)]
+    git([*work, "read-tree", "--empty"], git_dir)
+    git([*work, "add", "--", *_release_files(tree)], git_dir)
+    git([*work, "commit", "--quiet", "--no-verify", "-m", f"Release {version}"], git_dir, env=env)
+    git(["tag", "-a", f"v{version}", "-m", f"demollm {version}"], git_dir, env=env)
+
+
+def has_releases(path: Path) -> bool:
+    """Whether `path` is a git repo holding every release tag."""
+    if not (path / "HEAD").is_file():
+        return False
+    tags = git(["tag", "--list", "v*"], path).split()
+    return all(f"v{version}" in tags for version in RELEASES)
+
+
+def ensure_upstream_repo(path: Path) -> Path:
+    """A bare repo at `path` with one tagged commit per release, built once (atomically)."""
+    if path.exists() and has_releases(path):
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        git(["init", "--quiet", "--bare", "--initial-branch=main"], temp)
+        for version in RELEASES:
+            _commit_release(temp, version)
+        if path.exists():  # an incomplete repo from an interrupted run
+            shutil.rmtree(path)
+        temp.rename(path)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    return path

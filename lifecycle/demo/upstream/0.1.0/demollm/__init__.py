@@ -1,0 +1,3 @@
+"""demollm: a tiny engine that boots like vLLM (JIT caches, log lines) without a GPU."""
+
+__version__ = "0.1.0"
