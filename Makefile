@@ -1,7 +1,7 @@
 # Developer and CI entry points; CI runs `bash .ci/run`, which is `make test`.
 LINT = ruff check lifecycle tests && ruff format --check lifecycle tests && mypy --strict lifecycle
 
-.PHONY: setup test lint
+.PHONY: setup test lint demo
 
 setup:
 	bash .ci/setup
@@ -11,3 +11,7 @@ lint:
 
 test: setup
 	bash .ci/with-services sh -c '$(LINT) && python3 -m pytest'
+
+# The main job on the bundled demo engine: offline images, then build (and again: up to date).
+demo: setup
+	bash .ci/with-services sh -c 'python3 -m lifecycle.demo && lifecycle build demo/0.2 && lifecycle build demo/0.2 && lifecycle show demo/0.2'

@@ -67,10 +67,12 @@ def build_image(
         rm=True,
         forcerm=True,
         pull=False,
+        # --force means "build it again", so every step runs and the log is complete evidence.
+        nocache=force,
         decode=True,
     ):
         text = chunk.get("stream") or chunk.get("status") or ""
-        for line in text.splitlines():
+        for line in filter(str.strip, text.splitlines()):
             log_lines.append(line)
             on_line(line)
         if "aux" in chunk and "ID" in chunk["aux"]:

@@ -1,0 +1,170 @@
+"""`lifecycle build` against the real dockerd, on the offline demo engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from lifecycle.cli import cli
+from lifecycle.demo.setup import ensure_demo
+from lifecycle.ledger import Ledger
+from lifecycle.manifest import load_manifest
+from lifecycle.manifest.digest import manifest_digest, patch_digests
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def demo_images(docker_client: Any) -> None:
+    """The demo's base and released engine images (cached per machine)."""
+    ensure_demo(docker_client)
+
+
+@pytest.fixture
+def manifests(
+    tmp_path: Path, repo_root: Path, docker_client: Any, demo_images: None
+) -> Iterator[Path]:
+    """A copy of the demo manifests whose 0.2 has a unique name, so it has never been built."""
+    target = tmp_path / "manifests" / "demo"
+    shutil.copytree(repo_root / "manifests/demo/0.1", target / "0.1")
+    shutil.copytree(repo_root / "manifests/demo/0.2", target / "0.2")
+    child = target / "0.2" / "manifest.yaml"
+    name = f"demo-test-{secrets.token_hex(4)}"
+    child.write_text(child.read_text() + f"name: {name}\n")
+    yield tmp_path / "manifests"
+    for image in docker_client.images.list(name=f"lifecycle/{name}"):
+        docker_client.images.remove(image.id, force=True)
+
+
+def _build(manifests: Path, *args: str) -> tuple[int, str, str, float]:
+    started = time.monotonic()
+    result = CliRunner().invoke(cli, ["--manifests", str(manifests), "build", "demo/0.2", *args])
+    return result.exit_code, result.stdout, result.stderr, time.monotonic() - started
+
+
+def test_build_labels_then_up_to_date(manifests: Path, docker_client: Any) -> None:
+    loaded = load_manifest(manifests / "demo/0.2/manifest.yaml")
+    digest = manifest_digest(loaded)
+    by_digest = {"label": f"lifecycle.manifest.digest={digest}"}
+
+    code, out, err, _ = _build(manifests, "--dry-run")
+    assert code == 0, err
+    assert f"FROM {loaded.manifest.engine.base_image}" in out
+    assert docker_client.images.list(filters=by_digest) == []  # a dry run builds nothing
+
+    code, out, err, first = _build(manifests, "--force")  # --force: no layer cache, full log
+    assert code == 0, err
+    assert "lifecycle: patch applied: patches/kernel-mix.patch" in err  # streamed progress
+    tag = re.search(r"built (\S+)", out)
+    assert tag, out
+    labels = docker_client.images.get(tag[1]).labels  # read back through the API
+    assert labels["lifecycle.manifest.digest"] == digest
+    for index, (file, sha256) in enumerate(patch_digests(loaded), start=1):
+        assert labels[f"lifecycle.patch.{index:02d}.file"] == file
+        assert labels[f"lifecycle.patch.{index:02d}.sha256"] == sha256
+    assert labels["lifecycle.pin.vllm"] == "0.2.0"
+
+    code, out, err, second = _build(manifests)
+    assert code == 0, err
+    assert f"{tag[1]} is up to date" in out
+    assert second < first / 3, (first, second)
+
+    builds = Ledger.open(Path.home() / "lifecycle").builds()
+    assert [b.outcome for b in builds] == ["built", "up-to-date"]
+    assert builds[0].log_path and "pin ok: demollm" in Path(builds[0].log_path).read_text()
+
+
+def test_built_image_runs_the_patched_engine(manifests: Path, docker_client: Any) -> None:
+    code, out, err, _ = _build(manifests)
+    assert code == 0, err
+    tag = out.split()[1]
+    logs = docker_client.containers.run(
+        tag, ["python3", "-m", "demollm.serve"], network_mode="none", remove=True, stderr=True
+    ).decode()
+    assert "demo patch: kernel-mix applied" in logs
+    assert "Application startup complete." in logs
+
+
+def test_a_patch_that_does_not_apply_names_patch_and_hunk(
+    manifests: Path, docker_client: Any
+) -> None:
+    patch = manifests / "demo/0.2/patches/kernel-mix.patch"
+    lines = patch.read_text().splitlines(keepends=True)
+    context = next(i for i, line in enumerate(lines) if line.startswith(" ") and line.strip())
+    lines[context] = " this context line is not in the upstream file\n"
+    patch.write_text("".join(lines))
+    digest = manifest_digest(load_manifest(manifests / "demo/0.2/manifest.yaml"))
+
+    result = subprocess.run(
+        ["lifecycle", "--manifests", str(manifests), "build", "demo/0.2"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert result.returncode == 1
+    message = result.stderr[result.stderr.index("build of") :]
+    assert "PATCH FAILED: patches/kernel-mix.patch" in message
+    assert re.search(r"Hunk #\d+ FAILED at \d+", message), message
+    assert re.search(r"checking file \S+\.py|patching file \S+\.py", message), message
+    assert "Traceback" not in result.stderr
+    label = {"label": f"lifecycle.manifest.digest={digest}"}
+    assert docker_client.images.list(filters=label) == []  # no image tagged
+    assert [b.outcome for b in Ledger.open(Path.home() / "lifecycle").builds()] == ["failed"]
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[str]:
+    """Debian's docker-registry on a free loopback port, storage in tmp."""
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("docker-registry is not installed (.ci/setup installs it)")
+        pytest.skip("docker-registry is not installed")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "registry.yml"
+    config.write_text(
+        "version: 0.1\n"
+        f"storage: {{filesystem: {{rootdirectory: {tmp_path / 'registry'}}}}}\n"
+        f"http: {{addr: '127.0.0.1:{port}'}}\n"
+    )
+    server = subprocess.Popen(
+        [binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_push_to_a_registry(manifests: Path, registry: str, docker_client: Any) -> None:
+    code, out, err, _ = _build(manifests, "--push", registry)
+    assert code == 0, err
+    pushed = re.search(r"pushed (\S+)", out)
+    assert pushed, out
+    repository, _, tag = pushed[1].removeprefix(f"{registry}/").rpartition(":")
+    with urllib.request.urlopen(f"http://{registry}/v2/{repository}/tags/list") as answer:
+        assert tag in json.load(answer)["tags"]
+    docker_client.images.remove(pushed[1])
