@@ -1,0 +1,381 @@
+"""Hooks: executables in the project's `hooks/` directory, run at boot and teardown events.
+
+A hook is invoked as `hooks/<name> <event>` from the project root, with the step's context as
+one JSON object on stdin, and ignores (exit 0) the events it does not care about. A failing
+`pre-*` hook aborts the step; a failing `post-*` or `on-exit` hook is reported in the runs the
+caller stores. `on-exit` runs however the step ends, Ctrl-C and SIGTERM included: the
+production service displaced by an acceptance run was brought back by the script's own exit
+trap, and that is the job `hook_session` keeps.
+
+A hook that can change the engine's timing declares it with a comment line containing
+`lifecycle: observing` (OBSERVING_MARKER) in its first 20 lines. A memory-snapshot hook once
+slowed the engine enough to change the batch it was attached to observe; a boot that ran with
+such a hook is *instrumented*, and its results are not the engine's alone.
+
+The context is written to every hook verbatim: callers pass secrets by name (the environment
+variable or file that holds one), never their values.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from types import FrameType
+from typing import Any
+
+from lifecycle.errors import LifecycleError
+
+EVENTS = ("pre-boot", "post-boot", "pre-teardown", "post-teardown", "on-exit")
+STEPS = ("boot", "teardown")
+OBSERVING_MARKER = "lifecycle: observing"
+MARKER_LINES = 20
+DEFAULT_TIMEOUT_S = 300.0
+KILL_GRACE_S = 5.0
+TAIL_LINES = 20
+TAIL_CHARS = 4000
+
+# A comment in sh, Python, Perl, Ruby (#), or JavaScript, Go, Rust (//), or Lua, SQL (--).
+_MARKER_LINE = re.compile(r"^\s*(#|//|--).*" + re.escape(OBSERVING_MARKER))
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One executable under hooks/, and whether it declares that it changes what it watches."""
+
+    name: str
+    path: Path
+    observing: bool
+
+
+@dataclass(frozen=True)
+class HookRun:
+    """One hook run at one event; `exit_code` is None when it timed out and was killed."""
+
+    name: str
+    event: str
+    exit_code: int | None
+    duration_s: float
+    stdout_tail: str
+    stderr_tail: str
+
+    @property
+    def ok(self) -> bool:
+        """Exited 0."""
+        return self.exit_code == 0
+
+    @property
+    def timed_out(self) -> bool:
+        """Killed for running past its timeout."""
+        return self.exit_code is None
+
+
+@dataclass(frozen=True)
+class HookExit:
+    """What the runner saw of one hook process; `rc` is None when it was killed for time."""
+
+    rc: int | None
+    out: str
+    err: str
+
+
+# (argv, stdin text, cwd, timeout in seconds) -> HookExit; tests may inject a fake one.
+HookRunner = Callable[[Sequence[str], str, Path, float], HookExit]
+
+
+class HookFailed(LifecycleError):
+    """A pre-* hook failed or timed out, so the step was not taken."""
+
+    exit_code = 1
+
+    def __init__(self, run: HookRun) -> None:
+        self.run = run
+        how = (
+            f"timed out after {run.duration_s:.0f} s and was killed"
+            if run.timed_out
+            else f"exited {run.exit_code}"
+        )
+        lines = [f"hook {run.name!r} {how} on {run.event}; the step was not taken"]
+        lines += [f"  {line}" for line in run.stderr_tail.splitlines()[-10:]]
+        super().__init__("\n".join(lines))
+
+    def lines(self) -> list[str]:
+        return str(self).splitlines()
+
+
+class HookSelectionError(LifecycleError):
+    """A hook name that is not an executable under hooks/; lists what is there."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during a hook session, raised so that every `finally` runs.
+
+    A KeyboardInterrupt, so `except Exception` in the step cannot swallow it.
+    """
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+
+def discover(hooks_dir: Path) -> dict[str, Hook]:
+    """Executable files in `hooks_dir` by name; dotfiles, README*, *.md and the rest are not."""
+    if not hooks_dir.is_dir():
+        return {}
+    return {
+        path.name: Hook(path.name, path.resolve(), _declares_observing(path))
+        for path in sorted(hooks_dir.iterdir())
+        if _looks_like_hook(path) and os.access(path, os.X_OK)
+    }
+
+
+def select(hooks_dir: Path, names: Sequence[str]) -> list[Hook]:
+    """The named hooks in the order given; an unknown or non-executable name is refused."""
+    available = discover(hooks_dir)
+    wanted = list(dict.fromkeys(names))
+    problems = [_why_not(hooks_dir, name, available) for name in wanted if name not in available]
+    if problems:
+        raise HookSelectionError("\n".join(problems))
+    return [available[name] for name in wanted]
+
+
+def instrumented(hooks: Sequence[Hook]) -> bool:
+    """Whether a step with these hooks attached ran with an observer that changes timing."""
+    return any(hook.observing for hook in hooks)
+
+
+def _looks_like_hook(path: Path) -> bool:
+    name = path.name
+    ignored = name.startswith(".") or name.startswith("README") or name.endswith(".md")
+    return not ignored and path.is_file()
+
+
+def _declares_observing(path: Path) -> bool:
+    with path.open("rb") as file:
+        head = file.read(64 * 1024).decode("utf-8", errors="replace")
+    return any(_MARKER_LINE.match(line) for line in head.splitlines()[:MARKER_LINES])
+
+
+def _why_not(hooks_dir: Path, name: str, available: Mapping[str, Hook]) -> str:
+    path = hooks_dir / name
+    if _looks_like_hook(path) and path.parent == hooks_dir:
+        return f"hook {name!r}: {path} is not executable (chmod +x {path})"
+    if not hooks_dir.is_dir():
+        return f"unknown hook {name!r}: there is no hooks directory at {hooks_dir}"
+    if not available:
+        return f"unknown hook {name!r}: {hooks_dir} holds no executable hooks"
+    close = difflib.get_close_matches(name, available, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown hook {name!r}{hint} (in {hooks_dir}: {', '.join(available)})"
+
+
+def run_hook_process(argv: Sequence[str], stdin: str, cwd: Path, timeout_s: float) -> HookExit:
+    """Run a hook in its own process group: a timeout kills everything it started.
+
+    Its own session also keeps the terminal's Ctrl-C away from it: the interrupt is ours to
+    handle, and an on-exit hook restoring production must not be cut short by it.
+    """
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return HookExit(126 if isinstance(exc, PermissionError) else 127, "", str(exc))
+    try:
+        try:
+            out, err = proc.communicate(stdin.encode(), timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            out, err = _stop(proc)
+            return HookExit(None, _text(out), _text(err))
+    except BaseException:  # interrupted: leave nothing of the hook running behind us
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait()
+        raise
+    return HookExit(proc.returncode, _text(out), _text(err))
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
+    """SIGTERM the group, SIGKILL it after a grace period; whatever output there was."""
+    _signal_group(proc, signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc, signal.SIGKILL)
+    try:
+        return proc.communicate(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:  # a daemonized grandchild still holds the pipes
+        proc.kill()
+        proc.wait()
+        return b"", b""
+
+
+def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    with suppress(ProcessLookupError):  # the whole group has already gone
+        os.killpg(proc.pid, signum)
+
+
+def _text(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", errors="replace")
+
+
+def _payload(context: Mapping[str, Any]) -> str:
+    """The context as JSON; paths become strings, anything else unknown is a caller's bug."""
+
+    def path_text(value: object) -> str:
+        if isinstance(value, PurePath):
+            return str(value)
+        raise TypeError(f"hook context value {value!r} is not JSON")
+
+    return json.dumps(context, default=path_text)
+
+
+def _tail(text: str) -> str:
+    return "\n".join(text.splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
+
+
+class HookSession:
+    """The hooks attached to one step; made by `hook_session`, which also runs on-exit."""
+
+    def __init__(
+        self,
+        hooks: Sequence[Hook],
+        step: str,
+        context: Mapping[str, Any],
+        runner: HookRunner,
+        cwd: Path,
+        timeout_s: float,
+    ) -> None:
+        if step not in STEPS:
+            raise ValueError(f"unknown step {step!r}; expected one of {', '.join(STEPS)}")
+        _payload(context)  # an unserialisable context is refused before any hook runs
+        self.hooks = tuple(hooks)
+        self.step = step
+        self.context = dict(context)
+        self.runs: list[HookRun] = []
+        self._runner = runner
+        self._cwd = cwd
+        self._timeout_s = timeout_s
+
+    def fire(self, event: str, extra_context: Mapping[str, Any] | None = None) -> list[HookRun]:
+        """Run `event` on every hook in order; a failing pre-* hook raises HookFailed.
+
+        `extra_context` joins the session's context for this and every later event, so
+        on-exit sees what the step learned (a container id, say).
+        """
+        if event not in EVENTS or event == "on-exit":
+            raise ValueError(f"cannot fire {event!r}: on-exit is run by hook_session")
+        self.context.update(extra_context or {})
+        runs = []
+        for hook in self.hooks:
+            run = self._run(hook, event, self.context)
+            runs.append(run)
+            if event.startswith("pre-") and not run.ok:
+                raise HookFailed(run)
+        return runs
+
+    def _finish(self, outcome: str, error: str | None) -> list[HookRun]:
+        """Run every hook's on-exit; failures are recorded, never raised."""
+        context = {**self.context, "outcome": outcome, "error": error}
+        return [self._run(hook, "on-exit", context) for hook in self.hooks]
+
+    def _run(self, hook: Hook, event: str, context: Mapping[str, Any]) -> HookRun:
+        payload = _payload({**context, "event": event, "step": self.step})
+        started = time.monotonic()
+        done = self._runner([str(hook.path), event], payload, self._cwd, self._timeout_s)
+        run = HookRun(
+            name=hook.name,
+            event=event,
+            exit_code=done.rc,
+            duration_s=round(time.monotonic() - started, 3),
+            stdout_tail=_tail(done.out),
+            stderr_tail=_tail(done.err),
+        )
+        self.runs.append(run)
+        return run
+
+
+@contextmanager
+def hook_session(
+    hooks: Sequence[Hook],
+    step: str,
+    context: Mapping[str, Any],
+    runner: HookRunner = run_hook_process,
+    *,
+    cwd: Path | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Iterator[HookSession]:
+    """Attach `hooks` to a step; however the block is left, run their on-exit, then re-raise.
+
+    The first SIGINT or SIGTERM raises Interrupted in the block (outcome "interrupted"); later
+    ones are held until on-exit is done. `cwd` defaults to the hooks directory's parent.
+    """
+    root = cwd or (hooks[0].path.parent.parent if hooks else Path.cwd())
+    session = HookSession(hooks, step, context, runner, root, timeout_s)
+    guard = _SignalGuard()
+    outcome, error = "ok", None
+    try:
+        yield session
+    except KeyboardInterrupt as exc:
+        outcome, error = "interrupted", str(exc) or "interrupted by SIGINT"
+        raise
+    except BaseException as exc:
+        outcome, error = "failed", str(exc) or type(exc).__name__
+        raise
+    finally:
+        guard.holding = True
+        try:
+            session._finish(outcome, error)
+        finally:
+            guard.restore()
+        if guard.held and outcome != "interrupted":
+            raise Interrupted(guard.held[0])
+
+
+class _SignalGuard:
+    """SIGINT/SIGTERM handlers for one session: the first signal raises, later ones wait.
+
+    A second Ctrl-C must not cut short the cleanup it started, nor the on-exit hook that
+    brings production back. Signals the process was told to ignore stay ignored, and off the
+    main thread, where Python cannot install handlers, the session runs without them.
+    """
+
+    def __init__(self) -> None:
+        self.holding = False
+        self.held: list[int] = []
+        self._previous: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in _SIGNALS:
+            current = signal.getsignal(signum)
+            if current is signal.SIG_IGN:  # e.g. a background job of a non-interactive shell
+                continue
+            self._previous[signum] = signal.SIG_DFL if current is None else current
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.holding:
+            self.held.append(signum)
+            return
+        self.holding = True
+        raise Interrupted(signum)
+
+    def restore(self) -> None:
+        """Put back the handlers that were there before the session."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
