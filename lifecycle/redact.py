@@ -1,0 +1,160 @@
+"""Redaction of credentials in text that leaves this host: boot logs and cache evidence.
+
+Two nets. The values the caller knows are secret (say the value of HF_TOKEN passed into the
+container) are replaced wherever they occur, also in their JSON-escaped spelling. Then anything
+shaped like a credential is replaced even if nobody named it: `key=value` pairs whose key names
+a token, secret, password, API key, access key, credential or auth; HuggingFace tokens; AWS
+access key ids; `Authorization:` headers and bearer tokens; passwords in URLs.
+
+Values shorter than MIN_SECRET_LEN characters are not replaced by value: a 2-character
+"secret" would shred ordinary words and numbers all over a log, and hides nothing anyway.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import AnyStr, TypeAlias
+
+MIN_SECRET_LEN = 4
+
+# name -> value gives `<redacted:NAME>`; a bare sequence of values gives `<redacted>`.
+Secrets: TypeAlias = Mapping[str, str] | Sequence[str]
+
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s/:@]+):([^\s/@]+)@")
+_AUTH_HEADER = re.compile(
+    r"""(?i)\b(authorization["']?[ \t]*[:=][ \t]*["']?)"""
+    r"""(?:(bearer|basic|token|digest|negotiate)[ \t]+)?([^\s"',;]+)"""
+)
+_BEARER = re.compile(r"(?i)\b(bearer)[ \t]+([A-Za-z0-9\-._~+/]{8,}=*)")
+_HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{30,}")
+_AWS_KEY_ID = re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])")
+_PAIR = re.compile(
+    r"""(?<![\w.\-])(?P<q>["']?)(?P<key>-{0,2}[A-Za-z_][\w.\-]*)(?P=q)"""
+    r"""(?P<sep>[ \t]*[:=][ \t]*)"""
+    r"""(?P<value>"[^"\n]*"|'[^'\n]*'|\[[^\]\n]*\]|[^\s,;&"'<>(){}\[\]]+)"""
+)
+_FLAG = re.compile(
+    r"""(?<![\w\-])(?P<key>--?[A-Za-z][\w\-]*)(?P<sep>[ \t]+|["'],[ \t]*["'])"""
+    r"""(?P<value>[^\s"'<>\-][^\s"'<>]*)"""
+)
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_KEY_WORDS = frozenset(
+    {"token", "secret", "password", "passwd", "credential", "credentials", "auth", "apikey"}
+)
+_KEY_PAIRS = frozenset({("api", "key"), ("access", "key")})
+# `token_file: /run/x`, `auth_type: none`: the key is about a credential, the value is not one.
+_HARMLESS_LAST = frozenset(
+    {"file", "path", "dir", "url", "uri", "endpoint", "type", "mode", "method", "name", "len"}
+)
+# Bare values that are never credentials; keeping them also keeps redacted JSON valid.
+_LITERALS = frozenset({"null", "none", "true", "false"})
+
+
+def redact(text: str, secret_values: Secrets) -> str:
+    """`text` with every given secret value and everything shaped like a credential replaced."""
+    pairs = _spellings(secret_values)
+    text = _replace_values(text, pairs)
+    text = _URL_PASSWORD.sub(r"\1:<redacted:password>@", text)
+    text = _AUTH_HEADER.sub(_auth_header, text)
+    text = _BEARER.sub(r"\1 <redacted:bearer>", text)
+    text = _HF_TOKEN.sub("<redacted:hf-token>", text)
+    text = _AWS_KEY_ID.sub("<redacted:aws-key-id>", text)
+    text = _redact_pairs(text)
+    text = _FLAG.sub(_flag, text)
+    return _drop_survivors(text, [value for value, _ in pairs])
+
+
+def redact_bytes(data: bytes, secret_values: Secrets) -> bytes:
+    """`redact` for file content; binary content only loses the exact secret byte strings."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        pairs = [(v.encode(), h.encode()) for v, h in _spellings(secret_values)]
+        replaced = _replace_values(data, pairs)
+        return _drop_survivors(replaced, [value for value, _ in pairs])
+    return redact(text, secret_values).encode("utf-8")
+
+
+def is_sensitive_key(key: str) -> bool:
+    """Whether a `key=value` key names a credential (`HF_TOKEN`, `apiKey`, `--api-key`)."""
+    words = [w for w in re.split(r"[_.\-]+", _CAMEL.sub("_", key).lower()) if w]
+    if not words or words[-1] in _HARMLESS_LAST:
+        return False
+    if any(word in _KEY_WORDS for word in words):
+        return True
+    return any(pair in _KEY_PAIRS for pair in itertools.pairwise(words))
+
+
+def _spellings(secret_values: Secrets) -> list[tuple[str, str]]:
+    """(spelling, placeholder) pairs, longest spelling first so a longer secret wins."""
+    if isinstance(secret_values, str):
+        raise TypeError("secret_values must be a mapping or a sequence of strings, not a str")
+    named: list[tuple[str | None, str]] = (
+        list(secret_values.items())
+        if isinstance(secret_values, Mapping)
+        else [(None, value) for value in secret_values]
+    )
+    found: dict[str, str] = {}
+    for name, value in named:
+        holder = f"<redacted:{name}>" if name else "<redacted>"
+        # A value read from a file often carries a newline; a JSON file holds it escaped.
+        for spelling in (value, value.strip(), json.dumps(value)[1:-1]):
+            if len(spelling) >= MIN_SECRET_LEN:
+                found.setdefault(spelling, holder)
+    return sorted(found.items(), key=lambda pair: -len(pair[0]))
+
+
+def _replace_values(text: AnyStr, pairs: Sequence[tuple[AnyStr, AnyStr]]) -> AnyStr:
+    # Longest first: a secret that contains another is replaced whole, under its own name.
+    for value, holder in pairs:
+        text = text.replace(value, holder)
+    return text
+
+
+def _drop_survivors(text: AnyStr, values: Sequence[AnyStr]) -> AnyStr:
+    """Delete what a placeholder plus its neighbours might have spelled again (pathological)."""
+    while values and any(value in text for value in values):
+        for value in values:
+            text = text.replace(value, type(text)())
+    return text
+
+
+def _auth_header(match: re.Match[str]) -> str:
+    if match[3].startswith("<redacted"):
+        return match[0]
+    scheme = f"{match[2]} " if match[2] else ""
+    return f"{match[1]}{scheme}<redacted:authorization>"
+
+
+def _redact_pairs(text: str) -> str:
+    return _PAIR.sub(_pair, text)
+
+
+def _pair(match: re.Match[str]) -> str:
+    key, value = match["key"], match["value"]
+    head = match[0][: match.start("value") - match.start()]
+    if not is_sensitive_key(key):
+        # The value may itself hold a pair: `url: http://h/?token=abc`.
+        return head + _redact_pairs(value)
+    return head + _placeholder(value, quoted_key=bool(match["q"]))
+
+
+def _flag(match: re.Match[str]) -> str:
+    if not is_sensitive_key(match["key"]):
+        return match[0]
+    return f"{match['key']}{match['sep']}<redacted>"
+
+
+def _placeholder(value: str, *, quoted_key: bool) -> str:
+    if value.startswith("["):  # `'api_key': ['k1', 'k2']`
+        return value if "<redacted" in value or not value[1:-1].strip() else "[<redacted>]"
+    quote = value[0] if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'" else ""
+    inner = value[1:-1] if quote else value
+    if inner.startswith("<redacted") or inner.lower() in _LITERALS:
+        return value
+    if not quote and quoted_key:
+        quote = '"'  # `"password": 1234` stays valid JSON as `"password": "<redacted>"`
+    return f"{quote}<redacted>{quote}"
