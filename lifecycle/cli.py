@@ -20,6 +20,7 @@ from lifecycle import __version__
 from lifecycle.errors import LifecycleError
 
 if TYPE_CHECKING:
+    from lifecycle.boot.run import BootRequest
     from lifecycle.ledger import Ledger
 
 EXIT_USAGE = 2
@@ -37,6 +38,10 @@ class _Group(click.Group):
             for line in exc.lines():
                 click.echo(line, err=True)
             ctx.exit(exc.exit_code)
+        except KeyboardInterrupt as exc:
+            # Interrupted (from a hook session) knows its signal: exit 130 or 143 like a shell.
+            click.echo(f"lifecycle: {exc or 'interrupted'}; what was done is recorded", err=True)
+            ctx.exit(getattr(exc, "exit_code", 130))
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -161,6 +166,95 @@ def build(
         click.echo(f"built {report['tag']} ({report['image_id'][:19]}) in {report['duration_s']} s")
     if report.get("pushed"):
         click.echo(f"pushed {report['pushed']}")
+
+
+@cli.command()
+@click.argument("version")
+@click.option("--profile", help="Boot profile (default: the only one, else 'serve').")
+@click.option("--cold", is_flag=True, help="Start from empty caches instead of reusing live ones.")
+@click.option("--hook", "hook_names", multiple=True, metavar="NAME", help="Attach hooks/NAME.")
+@click.option("--timeout", type=float, help="Stop the engine after this many seconds.")
+@click.option("--dry-run", is_flag=True, help="Print the exact container spec; run nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the boot record as JSON.")
+@click.pass_context
+def boot(
+    ctx: click.Context,
+    version: str,
+    profile: str | None,
+    cold: bool,
+    hook_names: tuple[str, ...],
+    timeout: float | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Boot the built engine of VERSION with its JIT caches mounted from tracked host dirs."""
+    from lifecycle.commands.boot import describe_dry_run, make_request, run_boot
+
+    # GPU arch is part of the cache key; set LIFECYCLE_GPU_ARCH (e.g. 90a) on GPU hosts.
+    arch = os.environ.get("LIFECYCLE_GPU_ARCH", "unknown")
+
+    def request(client: Any) -> BootRequest:
+        return make_request(
+            ctx.obj["manifests_dir"],
+            version,
+            client,
+            profile=profile,
+            cold=cold,
+            hook_names=hook_names,
+            arch=arch,
+            timeout_s=timeout,
+        )
+
+    if dry_run:
+        _emit_json(describe_dry_run(request(None), os.environ))
+        return
+    from lifecycle.dockerd import connect
+
+    client = connect(os.environ)
+    boot_request = request(client)
+    with _ledger() as ledger:
+        report = run_boot(
+            client,
+            ledger,
+            boot_request,
+            os.environ,
+            lambda line: click.echo(f"  | {line}", err=True),
+        )
+    if as_json:
+        _emit_json(report)
+    else:
+        caches = ", ".join(f"{u['cache_id']} {u['mode']}" for u in report["caches"])
+        flag = " [instrumented]" if report["instrumented"] else ""
+        click.echo(
+            f"boot {report['id']}: {report['outcome']} (exit {report['exit_code']}){flag}\n"
+            f"  caches: {caches}\n  evidence: {report['evidence_path']}"
+        )
+    if report["outcome"] != "ok":
+        ctx.exit(1)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def caches(as_json: bool) -> None:
+    """List tracked JIT caches: size, files, boots that used them, state, age."""
+    from datetime import UTC, datetime
+
+    from lifecycle.commands.listing import caches_table, list_caches
+
+    with _ledger() as ledger:
+        rows = list_caches(ledger, datetime.now(UTC))
+    _emit_json(rows) if as_json else click.echo(caches_table(rows), nl=False)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def boots(as_json: bool) -> None:
+    """List boots: when, which profile, outcome, caches cold/warm, hooks, instrumented."""
+    from lifecycle.commands.listing import boots_table, list_boots
+
+    with _ledger() as ledger:
+        rows = list_boots(ledger)
+    _emit_json(rows) if as_json else click.echo(boots_table(rows), nl=False)
 
 
 @contextmanager

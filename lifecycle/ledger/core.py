@@ -1,12 +1,13 @@
 """The local ledger: SQLite (WAL) under LIFECYCLE_HOME, schema migrated by version.
 
-Evidence files (build logs) are written beside it first, renamed into place, and only then
-referenced by a row, so a killed process leaves at worst an orphan file, never a row that
-points at nothing.
+Evidence files (build and boot logs) are written beside it first, renamed into place, and
+only then referenced by a row, so a killed process leaves at worst an orphan file, never a
+row that points at nothing.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import tempfile
@@ -15,25 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-# Each entry moves the schema from version N to N+1; never edit one that has shipped.
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE builds (
-        id INTEGER PRIMARY KEY,
-        started_at TEXT NOT NULL,
-        duration_s REAL NOT NULL,
-        manifest_name TEXT NOT NULL,
-        manifest_file TEXT NOT NULL,
-        manifest_digest TEXT NOT NULL,
-        tag TEXT NOT NULL,
-        image_id TEXT,
-        outcome TEXT NOT NULL CHECK (outcome IN ('built', 'up-to-date', 'failed')),
-        error TEXT,
-        log_path TEXT
-    );
-    CREATE INDEX builds_digest ON builds (manifest_digest);
-    """,
-)
+from lifecycle.ledger.schema import MIGRATIONS
 
 
 @dataclass(frozen=True)
@@ -78,14 +61,19 @@ class Ledger:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE takes the write lock up front: one writer across processes."""
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+        """One writer across processes: a file lock, then BEGIN IMMEDIATE, then all or nothing."""
+        with _writer_lock(self.home / "ledger.lock"):
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def query(self, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
+        """Rows of a read-only query."""
+        return self._conn.execute(sql, params).fetchall()
 
     def _migrate(self) -> None:
         with self.transaction() as conn:
@@ -136,6 +124,18 @@ class Ledger:
         """Every build, oldest first."""
         rows = self._conn.execute("SELECT * FROM builds ORDER BY id").fetchall()
         return [BuildRecord(**dict(row)) for row in rows]
+
+
+@contextmanager
+def _writer_lock(path: Path) -> Iterator[None]:
+    # SQLite's own lock is taken per transaction; the file lock also orders the evidence
+    # writes that go with it, and waits instead of failing with "database is locked".
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def default_home(environ: dict[str, str]) -> Path:

@@ -147,6 +147,9 @@ class BootProfile(_Strict):
     shm_size: Annotated[str, Field(pattern=r"^[0-9]+[bkmg]?$")] | None = None
     ipc: Literal["host", "private", "shareable"] | None = None
     ports: dict[str, Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=dict)
+    network: Text | None = Field(
+        default=None, description="Docker network mode (e.g. none, host); default: dockerd's."
+    )
 
 
 class Manifest(_Strict):

@@ -1,0 +1,1 @@
+"""Boot a built engine image with its JIT caches mounted from tracked host dirs."""

@@ -1,0 +1,39 @@
+"""Run a created container to its end, streaming its log; stop it on timeout or interrupt."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+def run_container(
+    container: Any,
+    timeout_s: float | None,
+    keep: Callable[[str], None],
+    show: Callable[[str], None],
+) -> int:
+    """Start, pass each log line to `keep` and `show` until the container exits; its exit code."""
+    container.start()
+    timer = threading.Timer(timeout_s, container.stop) if timeout_s else None
+    if timer:
+        timer.start()
+    try:
+        pending = b""
+        for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                text = line.decode(errors="replace")
+                keep(text)
+                show(text)
+        if pending:
+            keep(pending.decode(errors="replace"))
+        return int(container.wait()["StatusCode"])
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM via the hook session): the engine must not outlive us.
+        container.stop(timeout=10)
+        raise
+    finally:
+        if timer:
+            timer.cancel()

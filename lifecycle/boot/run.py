@@ -1,0 +1,264 @@
+"""One boot, start to finish: intent recorded, hooks, container, scans, evidence, outcome.
+
+The order is what makes a crash safe: the intent (boot row, new caches, which caches it
+holds) is one transaction before the container starts; the outcome, the caches' new tree
+digests and their release are one transaction after it stops. Caches are scanned only
+after the container has exited, never while the engine may be writing a `.so`.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lifecycle.boot.caches import CachePlan, plan_caches
+from lifecycle.boot.container import run_container
+from lifecycle.boot.spec import CacheMount, ContainerSpec, build_spec, pick_profile
+from lifecycle.errors import LifecycleError
+from lifecycle.evidence import collect_evidence
+from lifecycle.fingerprint import Fingerprint, scan
+from lifecycle.hooks import Hook, HookFailed, HookSession, hook_session, instrumented
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import (
+    BootRecord,
+    CacheRecord,
+    CacheUse,
+    HookRunRecord,
+    finish_boot,
+    start_boot,
+)
+from lifecycle.manifest import LoadedManifest
+from lifecycle.redact import redact
+
+
+@dataclass(frozen=True)
+class BootRequest:
+    """What the user asked for, resolved: manifest, built image, profile, hooks."""
+
+    loaded: LoadedManifest
+    digest: str
+    image_id: str
+    image_tag: str
+    profile: str | None
+    cold: bool
+    hooks: Sequence[Hook]
+    arch: str
+    timeout_s: float | None = None
+
+
+@dataclass
+class _Progress:
+    """What is known so far; whatever happens, `_finish` records it."""
+
+    log: list[str] = field(default_factory=list)
+    session: HookSession | None = None  # its runs, on-exit included, are recorded
+    container_id: str | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    interrupted: bool = False
+    aborted: bool = False  # a pre-boot hook said no
+
+    def outcome(self) -> str:
+        if self.interrupted:
+            return "interrupted"
+        if self.aborted:
+            return "aborted"
+        return "ok" if self.exit_code == 0 and not self.error else "failed"
+
+
+def dry_run_spec(request: BootRequest, host_env: Mapping[str, str]) -> ContainerSpec:
+    """The spec a boot would send, with placeholder host dirs; nothing is made or recorded."""
+    manifest = request.loaded.manifest
+    profile = pick_profile(manifest, request.profile)
+    mode = "cold" if request.cold else "warm if a live cache matches, else cold"
+    mounts = [
+        CacheMount(
+            "(chosen at boot)", name, f"$LIFECYCLE_HOME/caches/{name}-…", c.path, c.env, mode
+        )
+        for name, c in manifest.active_caches().items()
+    ]
+    labels = _labels(request, "(dry run)")
+    return build_spec(manifest, profile, request.image_tag, mounts, host_env, labels)
+
+
+def boot(
+    client: Any,
+    ledger: Ledger,
+    request: BootRequest,
+    host_env: Mapping[str, str],
+    *,
+    on_line: Callable[[str], None] = lambda line: None,
+) -> BootRecord:
+    """Run the engine once with its caches; returns the finished boot record."""
+    manifest = request.loaded.manifest
+    profile = pick_profile(manifest, request.profile)
+    now = datetime.now(UTC)
+    boot_id = f"b-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+    plan = plan_caches(
+        ledger,
+        manifest,
+        request.digest,
+        request.image_id,
+        arch=request.arch,
+        boot_id=boot_id,
+        cold=request.cold,
+        now=_stamp(now),
+    )
+    labels = _labels(request, boot_id)
+    spec = build_spec(manifest, profile, request.image_tag, plan.mounts, host_env, labels)
+    secrets_by_name = {name: host_env[name] for name in spec.secret_names}
+    record = BootRecord(
+        id=boot_id,
+        started_at=_stamp(now),
+        ended_at=None,
+        exit_code=None,
+        outcome="running",
+        error=None,
+        host=socket.gethostname(),
+        profile=profile,
+        manifest_name=manifest.name,
+        manifest_digest=request.digest,
+        image_id=request.image_id,
+        image_tag=request.image_tag,
+        container_id=None,
+        hooks=json.dumps([{"name": h.name, "observing": h.observing} for h in request.hooks]),
+        instrumented=instrumented(request.hooks),
+        secret_names=json.dumps(list(spec.secret_names)),
+        log_path=None,
+        evidence_path=None,
+    )
+    start_boot(ledger, record, plan.new_caches, plan.uses)
+    evidence_dir = ledger.home / "evidence" / "boots" / boot_id
+    context = {
+        "boot_id": boot_id,
+        "manifest": manifest.name,
+        "profile": profile,
+        "image": request.image_tag,
+        "evidence_dir": str(evidence_dir / "hooks"),
+        "caches": {m.name: {"id": m.cache_id, "mode": m.mode} for m in plan.mounts},
+    }
+    progress = _Progress()
+    try:
+        with hook_session(request.hooks, "boot", context) as session:
+            progress.session = session
+            session.fire("pre-boot", {})
+            container = client.containers.create(**spec.docker_kwargs())
+            progress.container_id = container.id
+            progress.exit_code = run_container(
+                container, request.timeout_s, progress.log.append, on_line
+            )
+            after = {"container_id": container.id, "exit_code": progress.exit_code}
+            session.fire("post-boot", after)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        progress.interrupted, progress.error = True, type(exc).__name__
+        raise
+    except BaseException as exc:
+        progress.error = str(exc) or type(exc).__name__
+        progress.aborted = isinstance(exc, HookFailed) and progress.container_id is None
+        raise
+    finally:
+        record = _finish(ledger, record, plan, progress, evidence_dir, secrets_by_name)
+    return record
+
+
+def _finish(
+    ledger: Ledger,
+    record: BootRecord,
+    plan: CachePlan,
+    progress: _Progress,
+    evidence_dir: Path,
+    secrets_by_name: dict[str, str],
+) -> BootRecord:
+    """Keep the log, scan every cache, collect evidence, record the outcome: one transaction.
+
+    Runs in a `finally`: what fails here is added to the boot's error, never raised over the
+    error that brought us here, so the boot row always reaches a final state.
+    """
+    log_text = redact("\n".join(progress.log) + "\n", secrets_by_name)
+    log_path = ledger.keep_evidence("boots", f"{record.id}.log", log_text.encode())
+    problems = [progress.error] if progress.error else []
+    uses, scanned = [], []
+    for mount, use in zip(plan.mounts, plan.uses, strict=True):
+        try:
+            use, cache = _scan_cache(ledger, record.id, plan.records[mount.name], use, mount)
+        except (LifecycleError, OSError) as exc:
+            problems.append(f"scan of cache {mount.cache_id} failed: {exc}")
+            continue
+        uses.append(use)
+        scanned.append(cache)
+    caches = {m.name: Path(m.host_path) for m in plan.mounts}
+    try:
+        collect_evidence(caches, log_text, evidence_dir / "bundle", secret_values=secrets_by_name)
+    except (OSError, ValueError) as exc:
+        problems.append(f"evidence bundle not written: {exc}")
+    final = replace(
+        record,
+        ended_at=_stamp(datetime.now(UTC)),
+        exit_code=progress.exit_code,
+        # A boot whose caches could not be scanned has no trustworthy record: not "ok".
+        outcome="failed" if problems and progress.outcome() == "ok" else progress.outcome(),
+        error=redact("; ".join(problems), secrets_by_name) if problems else None,
+        container_id=progress.container_id,
+        log_path=str(log_path),
+        evidence_path=str(evidence_dir),
+    )
+    runs = [
+        HookRunRecord(record.id, run.name, run.event, run.exit_code, run.duration_s)
+        for run in (progress.session.runs if progress.session else [])
+    ]
+    finish_boot(ledger, final, uses, scanned, runs)
+    return final
+
+
+def _scan_cache(
+    ledger: Ledger, boot_id: str, cache: CacheRecord, use: CacheUse, mount: CacheMount
+) -> tuple[CacheUse, CacheRecord]:
+    """Fingerprint one cache after the boot; compare with its last scan when warm."""
+    previous = _last_scan(cache) if mount.mode == "warm" else None
+    after = scan(Path(mount.host_path), previous)
+    scan_path = ledger.keep_evidence(
+        f"scans/{cache.id}", f"{boot_id}.json", after.to_json().encode()
+    )
+    diff = previous.diff(after) if previous is not None else None
+    use = replace(
+        use,
+        tree_digest_before=previous.tree_digest if previous else None,
+        tree_digest_after=after.tree_digest,
+        files_added=len(diff.added) if diff is not None else len(after.entries),
+        files_changed=len(diff.changed) if diff is not None else 0,
+        files_removed=len(diff.removed) if diff is not None else 0,
+    )
+    cache = replace(
+        cache,
+        tree_digest=after.tree_digest,
+        files=after.files,
+        bytes=after.bytes,
+        scan_path=str(scan_path),
+        scanned_at=_stamp(datetime.now(UTC)),
+        in_use_by=None,
+    )
+    return use, cache
+
+
+def _last_scan(cache: CacheRecord) -> Fingerprint | None:
+    if cache.scan_path and Path(cache.scan_path).is_file():
+        return Fingerprint.from_json(Path(cache.scan_path).read_text())
+    return None
+
+
+def _labels(request: BootRequest, boot_id: str) -> dict[str, str]:
+    return {
+        "lifecycle.boot.id": boot_id,
+        "lifecycle.manifest.digest": request.digest,
+        "lifecycle.manifest.name": request.loaded.manifest.name,
+    }
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds")

@@ -1,0 +1,8 @@
+"""The local ledger: every build, boot and cache, recorded in SQLite under LIFECYCLE_HOME."""
+
+from __future__ import annotations
+
+from lifecycle.ledger.core import BuildRecord, Ledger, default_home
+from lifecycle.ledger.schema import MIGRATIONS
+
+__all__ = ["MIGRATIONS", "BuildRecord", "Ledger", "default_home"]

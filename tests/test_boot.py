@@ -1,0 +1,220 @@
+"""`lifecycle boot` against the real dockerd, on the demo engine: cold, warm, hooks, secrets."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from lifecycle.cli import cli
+from lifecycle.demo.setup import ensure_demo
+from lifecycle.fingerprint import Fingerprint
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def demo_images(docker_client: Any) -> None:
+    """The demo's base and released engine images (cached per machine)."""
+    ensure_demo(docker_client)
+
+
+@pytest.fixture
+def project(tmp_path: Path, repo_root: Path, demo_images: None) -> Iterator[Path]:
+    """A project dir with the demo manifests (plus a profile passing HF_TOKEN) and tmp hooks."""
+    root = tmp_path / "project"
+    for version in ("0.1", "0.2"):
+        shutil.copytree(repo_root / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
+    child = root / "manifests/demo/0.2/manifest.yaml"
+    child.write_text(
+        child.read_text() + "profiles:\n  with-token:\n    command: [sh, -c, 'echo token=$HF_TOKEN;"
+        ' exec python3 -m demollm.serve "$@"\', sh]\n    secrets: [HF_TOKEN]\n'
+        "    network: none\n"
+    )
+    (root / "hooks").mkdir()
+    yield root
+
+
+def _lifecycle(project: Path, *args: str, env: dict[str, str] | None = None) -> Any:
+    result = CliRunner().invoke(
+        cli, ["--manifests", str(project / "manifests"), *args], env=env, catch_exceptions=False
+    )
+    return result
+
+
+def _boot(project: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    result = _lifecycle(project, "boot", "demo/0.2", "--json", *args, env=env)
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def _built(project: Path) -> None:
+    result = _lifecycle(project, "build", "demo/0.2")
+    assert result.exit_code == 0, result.output
+
+
+def test_cold_then_warm_reuses_the_same_caches(project: Path) -> None:
+    _built(project)
+    cold = _boot(project)
+    warm = _boot(project)
+
+    assert {u["mode"] for u in cold["caches"]} == {"cold"}
+    assert {u["mode"] for u in warm["caches"]} == {"warm"}
+    assert sorted(u["cache_id"] for u in cold["caches"]) == sorted(
+        u["cache_id"] for u in warm["caches"]
+    )
+    cold_log = Path(cold["log_path"]).read_text()
+    warm_log = Path(warm["log_path"]).read_text()
+    assert "Compiling a graph for dynamic shape takes" in cold_log
+    assert "Building JIT module" in cold_log
+    assert "Directly load the compiled graph(s) for dynamic shape from the cache" in warm_log
+    assert "Compiling a graph" not in warm_log and "Building JIT module" not in warm_log
+    # warm judged from the files too: the warm boot created no compiled artefact
+    assert sum(u["files_added"] for u in warm["caches"]) == 0
+
+    listed = json.loads(_lifecycle(project, "caches", "--json").stdout)
+    for cache in listed:
+        assert cache["boots_cold"] == [cold["id"]]
+        assert cache["boots_warm"] == [warm["id"]]
+        assert cache["state"] == "live" and cache["in_use_by"] is None
+    table = _lifecycle(project, "boots").stdout
+    assert cold["id"] in table and "4 cold" in table and "4 warm" in table
+
+
+def test_cold_flag_starts_from_empty_caches(project: Path) -> None:
+    _built(project)
+    first = _boot(project)
+    second = _boot(project, "--cold")
+    assert {u["mode"] for u in second["caches"]} == {"cold"}
+    assert not {u["cache_id"] for u in first["caches"]} & {u["cache_id"] for u in second["caches"]}
+
+
+def test_tree_digest_stable_on_rescan_and_sensitive_to_a_byte(project: Path) -> None:
+    from lifecycle.fingerprint import scan
+
+    _built(project)
+    report = _boot(project)
+    listed = {
+        c["cache_name"]: c for c in json.loads(_lifecycle(project, "caches", "--json").stdout)
+    }
+    cache = listed["flashinfer"]
+    recorded = Fingerprint.from_json(Path(cache["scan_path"]).read_text())
+    root = Path(cache["host_path"])
+    assert scan(root).tree_digest == recorded.tree_digest == cache["tree_digest"]
+    assert scan(root, recorded).tree_digest == recorded.tree_digest
+    ninja_log = next(root.rglob(".ninja_log"))
+    content = bytearray(ninja_log.read_bytes())
+    content[-2] ^= 1
+    ninja_log.write_bytes(bytes(content))
+    assert scan(root, recorded).tree_digest != recorded.tree_digest
+    assert report["outcome"] == "ok"
+
+
+def test_symlink_and_fifo_are_recorded_never_followed(project: Path) -> None:
+    _built(project)
+    _boot(project)
+    listed = {
+        c["cache_name"]: c for c in json.loads(_lifecycle(project, "caches", "--json").stdout)
+    }
+    root = Path(listed["triton"]["host_path"])
+    (root / "etc-link").symlink_to("/etc")
+    os.mkfifo(root / "a-fifo")
+    warm = _boot(project)
+    triton = next(u for u in warm["caches"] if u["cache_id"] == listed["triton"]["id"])
+    assert triton["files_added"] == 2  # the link and the FIFO, nothing from behind the link
+    scan_path = json.loads(_lifecycle(project, "caches", "--json").stdout)
+    recorded = Fingerprint.from_json(
+        Path(next(c for c in scan_path if c["cache_name"] == "triton")["scan_path"]).read_text()
+    )
+    kinds = {e.path: (e.kind, e.link, e.sha256) for e in recorded.entries}
+    assert kinds["etc-link"] == ("symlink", "/etc", None)
+    assert kinds["a-fifo"][0] == "other" and kinds["a-fifo"][2] is None
+    assert not any(path.startswith("etc-link/") for path in kinds)
+    bundle = Path(warm["evidence_path"])
+    assert b"root:x:0:0" not in b"".join(p.read_bytes() for p in bundle.rglob("*") if p.is_file())
+
+
+def test_evidence_has_compile_line_and_ninja_log(project: Path) -> None:
+    _built(project)
+    cold = _boot(project)
+    summary = json.loads((Path(cold["evidence_path"]) / "bundle" / "evidence.json").read_text())
+    text = json.dumps(summary)
+    assert "Compiling a graph for dynamic shape takes" in text
+    assert ".ninja_log" in text
+
+
+def test_secret_passed_by_name_is_nowhere_in_the_state_dir(project: Path) -> None:
+    _built(project)
+    env = {"HF_TOKEN": "secret-value"}
+    report = _boot(project, "--profile", "with-token", env=env)
+    assert "token=" in Path(report["log_path"]).read_text()  # the engine did print it…
+    home = Path(os.environ["LIFECYCLE_HOME"])
+    found = subprocess.run(["grep", "-rl", "secret-value", str(home)], capture_output=True)
+    assert found.stdout == b"", found.stdout  # …and nothing kept it
+    assert json.loads(report["secret_names"]) == ["HF_TOKEN"]
+
+
+def test_missing_secret_is_a_clear_error(project: Path) -> None:
+    _built(project)
+    result = _lifecycle(
+        project, "boot", "demo/0.2", "--profile", "with-token", env={"HF_TOKEN": None}
+    )  # type: ignore[dict-item]
+    assert result.exit_code == 2
+    assert "passes HF_TOKEN by name, but the host environment does not set it" in result.stderr
+
+
+def _hook(project: Path, name: str, body: str) -> None:
+    path = project / "hooks" / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+
+
+def test_observing_hook_marks_the_boot_instrumented(project: Path) -> None:
+    _built(project)
+    _hook(project, "snapshot", "# lifecycle: observing\ncat >/dev/null\n")
+    report = _boot(project, "--hook", "snapshot")
+    assert report["instrumented"] is True
+    table = _lifecycle(project, "boots").stdout
+    assert "INSTRUMENTED" in table
+    plain = _boot(project)
+    assert plain["instrumented"] is False
+
+
+def test_failing_pre_boot_hook_aborts_and_on_exit_still_runs(project: Path, tmp_path: Path) -> None:
+    _built(project)
+    marker = tmp_path / "on-exit.json"
+    _hook(
+        project,
+        "gate",
+        f'[ "$1" = pre-boot ] && exit 3\n[ "$1" = on-exit ] && cat >{marker}\nexit 0\n',
+    )
+    result = _lifecycle(project, "boot", "demo/0.2", "--hook", "gate")
+    assert result.exit_code != 0
+    assert "gate" in result.stderr
+    boots = json.loads(_lifecycle(project, "boots", "--json").stdout)
+    assert boots[0]["outcome"] == "aborted" and boots[0]["container_id"] is None
+    assert json.loads(marker.read_text())["outcome"] == "failed"
+
+
+def test_dry_run_shows_gpu_ipc_ports_and_names_secrets(repo_root: Path) -> None:
+    result = CliRunner().invoke(
+        cli,
+        ["--manifests", str(repo_root / "manifests"), "boot", "0.31", "--dry-run"],
+        env={"HF_TOKEN": "hf_dry_run_value_never_shown"},
+    )
+    assert result.exit_code == 0, result.output
+    spec = json.loads(result.stdout)
+    assert spec["device_requests"] == [{"driver": "", "count": -1, "capabilities": [["gpu"]]}]
+    assert spec["ipc_mode"] == "host" and spec["ports"] == {"8000/tcp": 8000}
+    assert spec["environment"]["HF_TOKEN"] == "<from host env HF_TOKEN>"
+    assert "hf_dry_run_value_never_shown" not in result.output
+    assert spec["command"][-2:] == ["--gpu-memory-utilization", "0.94"]
+    assert spec["environment"]["VLLM_CACHE_ROOT"] == "/var/cache/lifecycle/vllm"
