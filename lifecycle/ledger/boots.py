@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
-from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass
 
 from lifecycle.ledger.core import Ledger
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-Record = TypeVar("Record", bound="DataclassInstance")
+from lifecycle.ledger.rows import from_row, insert, update
 
 
 @dataclass(frozen=True)
@@ -93,7 +87,7 @@ def newest_live_cache(ledger: Ledger, cache_key: str) -> CacheRecord | None:
         " ORDER BY created_at DESC, rowid DESC LIMIT 1",
         (cache_key,),
     )
-    return _from_row(CacheRecord, rows[0]) if rows else None
+    return from_row(CacheRecord, rows[0]) if rows else None
 
 
 def start_boot(
@@ -102,10 +96,10 @@ def start_boot(
     """Record the intent of a boot and take its caches, all in one transaction."""
     with ledger.transaction() as conn:
         for cache in new_caches:
-            _insert(conn, "caches", cache)
-        _insert(conn, "boots", boot)
+            insert(conn, "caches", cache)
+        insert(conn, "boots", boot)
         for use in uses:
-            _insert(conn, "boot_caches", use)
+            insert(conn, "boot_caches", use)
             conn.execute("UPDATE caches SET in_use_by = ? WHERE id = ?", (boot.id, use.cache_id))
 
 
@@ -118,7 +112,7 @@ def finish_boot(
 ) -> None:
     """Record how the boot ended, what its caches hold now, and release them: one transaction."""
     with ledger.transaction() as conn:
-        _replace(conn, "boots", boot, key="id")
+        update(conn, "boots", boot, key="id")
         for use in uses:
             conn.execute(
                 "UPDATE boot_caches SET tree_digest_before = ?, tree_digest_after = ?,"
@@ -135,22 +129,22 @@ def finish_boot(
                 ),
             )
         for cache in scanned:
-            _replace(conn, "caches", cache, key="id")
+            update(conn, "caches", cache, key="id")
         conn.execute("UPDATE caches SET in_use_by = NULL WHERE in_use_by = ?", (boot.id,))
         for run in hook_runs:
-            _insert(conn, "hook_runs", run)
+            insert(conn, "hook_runs", run)
 
 
 def all_caches(ledger: Ledger) -> list[CacheRecord]:
     """Every cache, newest first."""
     rows = ledger.query("SELECT * FROM caches ORDER BY created_at DESC, rowid DESC")
-    return [_from_row(CacheRecord, row) for row in rows]
+    return [from_row(CacheRecord, row) for row in rows]
 
 
 def all_boots(ledger: Ledger) -> list[BootRecord]:
     """Every boot, newest first."""
     rows = ledger.query("SELECT * FROM boots ORDER BY started_at DESC, rowid DESC")
-    return [_from_row(BootRecord, row) for row in rows]
+    return [from_row(BootRecord, row) for row in rows]
 
 
 def cache_uses(ledger: Ledger, *, boot_id: str | None = None) -> list[CacheUse]:
@@ -160,26 +154,10 @@ def cache_uses(ledger: Ledger, *, boot_id: str | None = None) -> list[CacheUse]:
     else:
         sql = "SELECT * FROM boot_caches WHERE boot_id = ? ORDER BY rowid"
         rows = ledger.query(sql, (boot_id,))
-    return [_from_row(CacheUse, row) for row in rows]
+    return [from_row(CacheUse, row) for row in rows]
 
 
-def _insert(conn: sqlite3.Connection, table: str, record: Any) -> None:
-    values = asdict(record)
-    names = ", ".join(values)
-    marks = ", ".join("?" for _ in values)
-    conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", tuple(values.values()))
-
-
-def _replace(conn: sqlite3.Connection, table: str, record: Any, *, key: str) -> None:
-    values = asdict(record)
-    assignments = ", ".join(f"{name} = ?" for name in values if name != key)
-    params = [value for name, value in values.items() if name != key]
-    conn.execute(f"UPDATE {table} SET {assignments} WHERE {key} = ?", (*params, values[key]))
-
-
-def _from_row(cls: type[Record], row: sqlite3.Row) -> Record:
-    data = dict(row)
-    for field in fields(cls):
-        if field.type == "bool":
-            data[field.name] = bool(data[field.name])
-    return cls(**data)
+def cache_by_id(ledger: Ledger, cache_id: str) -> CacheRecord | None:
+    """One cache, or None."""
+    rows = ledger.query("SELECT * FROM caches WHERE id = ?", (cache_id,))
+    return from_row(CacheRecord, rows[0]) if rows else None

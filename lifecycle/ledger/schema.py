@@ -82,4 +82,33 @@ MIGRATIONS: tuple[str, ...] = (
         duration_s REAL NOT NULL
     );
     """,
+    # 3: archives (verified records in S3), GC roots, and the two-phase teardown journal.
+    """
+    CREATE TABLE archives (
+        cache_id TEXT PRIMARY KEY REFERENCES caches (id),
+        location TEXT NOT NULL,
+        record_key TEXT NOT NULL,
+        record_sha256 TEXT NOT NULL,
+        with_content INTEGER NOT NULL,
+        blobs INTEGER NOT NULL,
+        bytes_uploaded INTEGER NOT NULL,
+        archived_at TEXT NOT NULL,
+        verified_at TEXT
+    );
+    CREATE TABLE pins (
+        cache_id TEXT NOT NULL REFERENCES caches (id),
+        reason TEXT NOT NULL,
+        pinned_at TEXT NOT NULL,
+        PRIMARY KEY (cache_id, reason)
+    );
+    CREATE TABLE teardown_steps (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        cache_id TEXT NOT NULL REFERENCES caches (id),
+        step TEXT NOT NULL CHECK (step IN ('intent', 'verified', 'deleted', 'done', 'refused')),
+        detail TEXT,
+        bytes_freed INTEGER,
+        at TEXT NOT NULL
+    );
+    """,
 )

@@ -1,0 +1,1 @@
+"""Archive cache evidence (and optionally content) to S3, verified, content-addressed."""

@@ -1,0 +1,74 @@
+"""Where the archive lives (`s3://BUCKET/PREFIX`) and the S3 client that reaches it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lifecycle.errors import LifecycleError
+
+CONFIG_FILE = "lifecycle.yaml"
+
+
+@dataclass(frozen=True)
+class ArchiveLocation:
+    """A bucket and a key prefix (no leading or trailing slash; may be empty)."""
+
+    bucket: str
+    prefix: str
+
+    def url(self) -> str:
+        """`s3://bucket/prefix`."""
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    def key(self, *parts: str) -> str:
+        """An object key under the prefix."""
+        return "/".join(p for p in (self.prefix, *parts) if p)
+
+    @classmethod
+    def parse(cls, url: str) -> ArchiveLocation:
+        """Parse `s3://BUCKET[/PREFIX]`; anything else is a usage error."""
+        if not url.startswith("s3://") or not url[5:].split("/", 1)[0]:
+            raise LifecycleError(f"archive location {url!r}: expected s3://BUCKET[/PREFIX]")
+        bucket, _, prefix = url[5:].partition("/")
+        return cls(bucket, prefix.strip("/"))
+
+
+def resolve_location(
+    flag: str | None, environ: Mapping[str, str], project_root: Path
+) -> ArchiveLocation:
+    """--to, else LIFECYCLE_ARCHIVE, else `archive:` in the project's lifecycle.yaml."""
+    if flag:
+        return ArchiveLocation.parse(flag)
+    if environ.get("LIFECYCLE_ARCHIVE"):
+        return ArchiveLocation.parse(environ["LIFECYCLE_ARCHIVE"])
+    config = project_root / CONFIG_FILE
+    if config.is_file():
+        data = yaml.safe_load(config.read_text()) or {}
+        if isinstance(data, dict) and isinstance(data.get("archive"), str):
+            return ArchiveLocation.parse(data["archive"])
+    raise LifecycleError(
+        "no archive location: pass --to s3://BUCKET/PREFIX, set LIFECYCLE_ARCHIVE, "
+        f"or write `archive: s3://BUCKET/PREFIX` in {config}"
+    )
+
+
+def s3_client(environ: Mapping[str, str]) -> Any:
+    """A boto3 S3 client from the normal credential chain; AWS_ENDPOINT_URL for other servers."""
+    import boto3  # imported here: start-up of other verbs must not pay for boto3
+    from botocore.config import Config
+
+    endpoint = environ.get("AWS_ENDPOINT_URL")
+    config = Config(
+        # Path-style for non-AWS endpoints: bucket host names do not resolve on 127.0.0.1.
+        s3={"addressing_style": "path" if endpoint else "auto"},
+        retries={"max_attempts": 3, "mode": "standard"},
+        connect_timeout=5,
+        read_timeout=60,
+        max_pool_connections=32,
+    )
+    return boto3.client("s3", endpoint_url=endpoint or None, config=config)

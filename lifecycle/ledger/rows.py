@@ -1,0 +1,37 @@
+"""Dataclass records to and from SQLite rows: the one place that builds SQL from field names."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import asdict, fields
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+Record = TypeVar("Record", bound="DataclassInstance")
+
+
+def insert(conn: sqlite3.Connection, table: str, record: Any) -> None:
+    """INSERT one record; column names are its field names."""
+    values = asdict(record)
+    names = ", ".join(values)
+    marks = ", ".join("?" for _ in values)
+    conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", tuple(values.values()))
+
+
+def update(conn: sqlite3.Connection, table: str, record: Any, *, key: str) -> None:
+    """UPDATE the row whose `key` column equals the record's, setting every other field."""
+    values = asdict(record)
+    assignments = ", ".join(f"{name} = ?" for name in values if name != key)
+    params = [value for name, value in values.items() if name != key]
+    conn.execute(f"UPDATE {table} SET {assignments} WHERE {key} = ?", (*params, values[key]))
+
+
+def from_row(cls: type[Record], row: sqlite3.Row) -> Record:
+    """A record from a row; SQLite's 0/1 become bools where the field is a bool."""
+    data = dict(row)
+    for field in fields(cls):
+        if field.type == "bool":
+            data[field.name] = bool(data[field.name])
+    return cls(**data)
