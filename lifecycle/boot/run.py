@@ -19,6 +19,7 @@ from typing import Any
 
 from lifecycle.boot.caches import CachePlan, plan_caches
 from lifecycle.boot.container import run_container
+from lifecycle.boot.provenance import keep_provenance
 from lifecycle.boot.spec import CacheMount, ContainerSpec, build_spec, pick_profile
 from lifecycle.errors import LifecycleError
 from lifecycle.evidence import collect_evidence
@@ -43,7 +44,7 @@ class BootRequest:
 
     loaded: LoadedManifest
     digest: str
-    image_id: str
+    image: dict[str, Any]  # {"id", "tags", "labels"} as dockerd reported them
     image_tag: str
     profile: str | None
     cold: bool
@@ -104,7 +105,7 @@ def boot(
         ledger,
         manifest,
         request.digest,
-        request.image_id,
+        request.image["id"],
         arch=request.arch,
         boot_id=boot_id,
         cold=request.cold,
@@ -124,7 +125,7 @@ def boot(
         profile=profile,
         manifest_name=manifest.name,
         manifest_digest=request.digest,
-        image_id=request.image_id,
+        image_id=request.image["id"],
         image_tag=request.image_tag,
         container_id=None,
         hooks=json.dumps([{"name": h.name, "observing": h.observing} for h in request.hooks]),
@@ -133,6 +134,7 @@ def boot(
         log_path=None,
         evidence_path=None,
     )
+    keep_provenance(ledger, request.loaded, request.digest, request.image)
     start_boot(ledger, record, plan.new_caches, plan.uses)
     evidence_dir = ledger.home / "evidence" / "boots" / boot_id
     context = {

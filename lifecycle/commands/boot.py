@@ -33,17 +33,17 @@ def make_request(
     loaded = load_manifest(find_manifest(manifests_dir, ref))
     digest = manifest_digest(loaded)
     tag = image_tag(loaded.manifest.name, loaded.manifest.engine.vllm, digest)
-    image_id = "(not looked up in a dry run)"
+    image: dict[str, Any] = {"id": "(not looked up in a dry run)", "tags": [tag], "labels": {}}
     if client is not None:
-        image = find_built(client, digest)
-        if image is None:
+        built = find_built(client, digest)
+        if built is None:
             raise LifecycleError(
                 f"{ref} is not built: no image carries manifest digest {digest[:12]}; "
                 f"run `lifecycle build {ref}` first"
             )
-        image_id = image.id
+        image = {"id": built.id, "tags": built.tags, "labels": built.labels}
     hooks = select(manifests_dir.parent / "hooks", hook_names)
-    return BootRequest(loaded, digest, image_id, tag, profile, cold, hooks, arch, timeout_s)
+    return BootRequest(loaded, digest, image, tag, profile, cold, hooks, arch, timeout_s)
 
 
 def describe_dry_run(request: BootRequest, host_env: Mapping[str, str]) -> dict[str, Any]:
