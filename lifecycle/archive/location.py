@@ -71,4 +71,13 @@ def s3_client(environ: Mapping[str, str]) -> Any:
         read_timeout=60,
         max_pool_connections=32,
     )
-    return boto3.client("s3", endpoint_url=endpoint or None, config=config)
+    # A session of its own: boto3's default session keeps the first credentials it found
+    # for the whole process, and the environment given here must win.
+    session = boto3.session.Session(
+        aws_access_key_id=environ.get("AWS_ACCESS_KEY_ID"),
+        aws_secret_access_key=environ.get("AWS_SECRET_ACCESS_KEY"),
+        aws_session_token=environ.get("AWS_SESSION_TOKEN"),
+        region_name=environ.get("AWS_DEFAULT_REGION") or environ.get("AWS_REGION"),
+        profile_name=environ.get("AWS_PROFILE"),
+    )
+    return session.client("s3", endpoint_url=endpoint or None, config=config)

@@ -244,6 +244,7 @@ def _scan_cache(
         scan_path=str(scan_path),
         scanned_at=_stamp(datetime.now(UTC)),
         in_use_by=None,
+        state="live",  # whatever it was, a boot used it: any archive is now out of date
     )
     return use, cache
 

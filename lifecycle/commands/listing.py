@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from lifecycle.ledger import Ledger
+from lifecycle.ledger.archives import pins
 from lifecycle.ledger.boots import all_boots, all_caches, cache_uses
 from lifecycle.table import human_age, human_bytes, render
 
@@ -15,12 +16,14 @@ from lifecycle.table import human_age, human_bytes, render
 def list_caches(ledger: Ledger, now: datetime) -> list[dict[str, Any]]:
     """Every cache with the boots that used it, cold and warm."""
     uses = cache_uses(ledger)
+    pinned = pins(ledger)
     rows = []
     for cache in all_caches(ledger):
         mine = [u for u in uses if u.cache_id == cache.id]
         row = asdict(cache)
         row["boots_cold"] = [u.boot_id for u in mine if u.mode == "cold"]
         row["boots_warm"] = [u.boot_id for u in mine if u.mode == "warm"]
+        row["pins"] = pinned.get(cache.id, [])
         row["age_s"] = (now - datetime.fromisoformat(cache.created_at)).total_seconds()
         rows.append(row)
     return rows
@@ -51,7 +54,9 @@ def caches_table(rows: list[dict[str, Any]]) -> str:
                 human_bytes(r["bytes"]),
                 r["files"] if r["files"] is not None else "-",
                 f"{len(r['boots_cold'])} cold, {len(r['boots_warm'])} warm",
-                r["state"] + (f" (in use by {r['in_use_by']})" if r["in_use_by"] else ""),
+                r["state"]
+                + (f" (in use by {r['in_use_by']})" if r["in_use_by"] else "")
+                + (" pinned" if r["pins"] else ""),
                 human_age(r["age_s"]),
             ]
             for r in rows

@@ -82,9 +82,10 @@ class HookRunRecord:
 
 def newest_live_cache(ledger: Ledger, cache_key: str) -> CacheRecord | None:
     """The cache a warm boot reuses: newest live one with this key that no boot holds."""
+    # An archived cache is still on disk and as warm as ever; reusing it makes it live again.
     rows = ledger.query(
-        "SELECT * FROM caches WHERE cache_key = ? AND state = 'live' AND in_use_by IS NULL"
-        " ORDER BY created_at DESC, rowid DESC LIMIT 1",
+        "SELECT * FROM caches WHERE cache_key = ? AND state IN ('live', 'archived')"
+        " AND in_use_by IS NULL ORDER BY created_at DESC, rowid DESC LIMIT 1",
         (cache_key,),
     )
     return from_row(CacheRecord, rows[0]) if rows else None
@@ -100,7 +101,12 @@ def start_boot(
         insert(conn, "boots", boot)
         for use in uses:
             insert(conn, "boot_caches", use)
-            conn.execute("UPDATE caches SET in_use_by = ? WHERE id = ?", (boot.id, use.cache_id))
+            # A boot may change the cache, so an archive taken before it is no longer current:
+            # the cache is live again until it is re-archived.
+            conn.execute(
+                "UPDATE caches SET in_use_by = ?, state = 'live' WHERE id = ?",
+                (boot.id, use.cache_id),
+            )
 
 
 def finish_boot(

@@ -1,0 +1,239 @@
+"""Restore a cache from its archive: rebuilt beside its place, verified, then renamed into it.
+
+A half-written `.so` crashes an engine (DESIGN §3), so nothing appears at the cache's path
+until the whole tree is down, every file matched its sha256 while downloading, and the tree
+digest of what was rebuilt equals the archived one; then one rename puts it in place.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.record import load_record
+from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.errors import LifecycleError
+from lifecycle.fingerprint import Entry, Fingerprint, scan
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import CacheRecord, cache_by_id
+from lifecycle.ledger.rows import insert
+from lifecycle.table import human_bytes
+
+PROGRESS_EVERY = 100  # restored files between two progress lines
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """Where a cache was restored and what it holds now."""
+
+    cache_id: str
+    location: str
+    host_path: str
+    tree_digest: str
+    files: int
+    bytes: int
+    known: bool  # the ledger knew the cache (else its row was made from the record)
+    already_present: bool  # the cache dir already held exactly the archived tree
+
+
+def restore_cache(
+    ledger: Ledger,
+    client: Any,
+    location: ArchiveLocation,
+    cache_id: str,
+    *,
+    progress: Callable[[str], None] | None = None,
+    workers: int = 8,
+) -> RestoreReport:
+    """Rebuild the cache dir from its archived content and mark the cache live."""
+    say = progress or (lambda line: None)
+    store = BlobStore(client, location)
+    url = store.url(store.record_key(cache_id))
+    known = cache_by_id(ledger, cache_id)
+    try:
+        body = store.get_record(cache_id)
+        if body is None:
+            raise ArchiveError(f"no record {url}")
+        document = load_record(body, url)
+        if not document.get("with_content"):
+            raise ArchiveError(
+                "it was archived without --with-content: the record keeps its evidence,"
+                " not its files, so there is nothing to restore"
+            )
+        if known is not None and known.in_use_by:
+            raise ArchiveError(f"boot {known.in_use_by} is using the cache")
+        target = Path(known.host_path) if known else ledger.home / "caches" / cache_id
+        new_row = None if known else _row_from_record(document.get("cache"), target)
+        wanted = _fetch_fingerprint(store, document)
+        present = _already_there(target, wanted)
+        restored = present or _rebuild(store, wanted, target, workers, say)
+    except (LifecycleError, OSError) as exc:
+        why = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) else exc
+        raise ArchiveError(f"restore of {cache_id} from {location.url()} failed: {why}") from exc
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    name = f"restore-{now.replace(':', '')}.json"
+    kept = ledger.keep_evidence(f"scans/{cache_id}", name, restored.to_json().encode())
+    _record(ledger, cache_id, new_row, restored, str(kept), now)
+    return RestoreReport(
+        cache_id=cache_id,
+        location=location.url(),
+        host_path=str(target),
+        tree_digest=restored.tree_digest,
+        files=restored.files,
+        bytes=restored.bytes,
+        known=known is not None,
+        already_present=present is not None,
+    )
+
+
+def _fetch_fingerprint(store: BlobStore, document: dict[str, Any]) -> Fingerprint:
+    """The archived fingerprint, its blob checked by sha256 and its digest by its entries."""
+    described = document["fingerprint"]
+    sink = io.BytesIO()
+    store.download_blob(described["sha256"], sink)
+    try:
+        fingerprint = Fingerprint.from_json(sink.getvalue().decode())
+    except (LifecycleError, ValueError) as exc:
+        raise ArchiveError(f"archived fingerprint: {exc}") from exc
+    if fingerprint.tree_digest != described["tree_digest"]:
+        raise ArchiveError("the archived fingerprint is not the one its record names")
+    _check_paths(fingerprint.entries)
+    return fingerprint
+
+
+def _check_paths(entries: tuple[Entry, ...]) -> None:
+    """Refuse a tree that would write outside the cache dir or through one of its own links."""
+    dirs = {e.path for e in entries if e.kind == "dir"}
+    for e in entries:
+        parts = e.path.split("/")
+        parent = e.path.rpartition("/")[0]
+        if any(p in ("", ".", "..") for p in parts) or (parent and parent not in dirs):
+            raise ArchiveError(f"archived fingerprint has an unsafe path {e.path!r}")
+
+
+def _already_there(target: Path, wanted: Fingerprint) -> Fingerprint | None:
+    """The target's fingerprint if it already is the archived tree; None if it is absent."""
+    if not os.path.lexists(target):
+        return None
+    found = scan(target)
+    if found.tree_digest != wanted.tree_digest:
+        raise ArchiveError(
+            f"{target} exists and holds another tree ({found.files} files); move it away first"
+        )
+    return found
+
+
+def _rebuild(
+    store: BlobStore, wanted: Fingerprint, target: Path, workers: int, say: Callable[[str], None]
+) -> Fingerprint:
+    """Download the tree into a temp dir beside `target`, verify it, rename it into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.restore-"))
+    try:
+        for e in wanted.entries:  # sorted by path: a parent comes before what it holds
+            path = temp / e.path
+            if e.kind == "dir":
+                path.mkdir(mode=0o700)
+            elif e.kind == "symlink":
+                assert e.link is not None
+                path.symlink_to(e.link)  # recreated as a link, its target never read
+            elif e.kind == "other":
+                # A FIFO, socket or device was recorded as "other" and never read; a FIFO of
+                # the same mode stands in for it (it holds no data, and keeps the tree digest).
+                os.mkfifo(path)
+                path.chmod(e.mode)
+        _download_files(store, temp, [e for e in wanted.entries if e.kind == "file"], workers, say)
+        for e in sorted(
+            (e for e in wanted.entries if e.kind == "dir"), key=lambda e: -e.path.count("/")
+        ):
+            (temp / e.path).chmod(e.mode)  # deepest first: a read-only dir is filled already
+        temp.chmod(0o755)
+        restored = scan(temp)
+        if restored.tree_digest != wanted.tree_digest:
+            raise ArchiveError(
+                f"rebuilt tree digest {restored.tree_digest} is not the archived"
+                f" {wanted.tree_digest}"
+            )
+        temp.rename(target)  # atomic; fails rather than replace a dir that appeared meanwhile
+    except BaseException:
+        _remove(temp)
+        raise
+    return restored
+
+
+def _download_files(
+    store: BlobStore, root: Path, files: list[Entry], workers: int, say: Callable[[str], None]
+) -> None:
+    """Every file in parallel, each streamed to disk and checked against its sha256."""
+
+    def download(e: Entry) -> int:
+        assert e.sha256 is not None
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(root / e.path, flags, 0o600), "wb") as out:
+            store.download_blob(e.sha256, out)
+            if out.tell() != e.size:
+                raise ArchiveError(f"{e.path}: {out.tell()} bytes downloaded, not {e.size}")
+            os.fchmod(out.fileno(), e.mode)
+        return e.size
+
+    done = got = 0
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="restore")
+    try:
+        for future in as_completed([pool.submit(download, e) for e in files]):
+            got += future.result()
+            done += 1
+            if done % PROGRESS_EVERY == 0 or done == len(files):
+                say(f"restored {done}/{len(files)} files ({human_bytes(got)})")
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _remove(temp: Path) -> None:
+    """Remove a partial restore, read-only dirs included."""
+    for directory, _, _ in os.walk(temp):
+        Path(directory).chmod(0o700)
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def _row_from_record(archived: Any, target: Path) -> CacheRecord:
+    """The cache row a host that never saw the cache makes from its record."""
+    names = [f.name for f in fields(CacheRecord)]
+    local = {"host_path": str(target), "state": "live", "in_use_by": None}
+    missing = [n for n in names if n not in local and n not in (archived or {})]
+    if missing:
+        raise ArchiveError(f"the record's cache row lacks {', '.join(missing)}")
+    row: dict[str, Any] = {n: archived[n] for n in names if n not in local} | local
+    return CacheRecord(**row)
+
+
+def _record(
+    ledger: Ledger,
+    cache_id: str,
+    new_row: CacheRecord | None,
+    restored: Fingerprint,
+    scan_path: str,
+    now: str,
+) -> None:
+    """Mark the cache live with its new scan, adding its row first if this host lacked it."""
+    scanned = {
+        "state": "live",
+        "tree_digest": restored.tree_digest,
+        "files": restored.files,
+        "bytes": restored.bytes,
+        "scan_path": scan_path,
+        "scanned_at": now,
+    }
+    with ledger.transaction() as conn:
+        if new_row is not None:
+            insert(conn, "caches", new_row)
+        assignments = ", ".join(f"{name} = ?" for name in scanned)
+        conn.execute(f"UPDATE caches SET {assignments} WHERE id = ?", (*scanned.values(), cache_id))

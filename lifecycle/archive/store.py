@@ -1,0 +1,330 @@
+"""The archive's objects in S3: content-addressed blobs and one record per cache.
+
+Layout under `s3://BUCKET/PREFIX/`: `blobs/sha256/ab/<sha256>` (stored once however many
+caches hold it) and `caches/<cache_id>.json`, the record, written last as the commit marker of
+a cache's archive. Listing `caches/` is the index another host reads.
+
+Every PUT carries ChecksumSHA256, so the server refuses a body that is not what we hashed
+(BadDigest) instead of storing it. Uploads are one streamed PUT per blob: measured here, a
+300 MiB PUT from an open file kept the process at its start-up RSS (54 MiB), so memory is
+bounded by the pool's buffers, not by file sizes. S3 caps a single PUT at 5 GiB; a bigger file
+is refused by name (no JIT cache file comes near it; multipart would lift the cap).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import stat
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.errors import LifecycleError
+
+MAX_SINGLE_PUT = 5 << 30  # S3's limit for one PUT
+READ_CHUNK = 1 << 20
+_CONNECTION_ERRORS = (
+    "EndpointConnectionError",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "ConnectionClosedError",
+    "ProxyConnectionError",
+)
+_AUTH_CODES = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403")
+_MISSING = ("404", "NoSuchKey", "NotFound")
+
+
+class ArchiveError(LifecycleError):
+    """An archive, verification or restore that could not complete; one line, exit 1."""
+
+    exit_code = 1
+
+
+def b64_sha256(sha256: str) -> str:
+    """The ChecksumSHA256 form of a hex digest: base64 of its 32 bytes."""
+    return base64.b64encode(bytes.fromhex(sha256)).decode()
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """A blob a record refers to: its name, its size, and the md5 its ETag should be."""
+
+    sha256: str
+    size: int
+    md5: str | None = None
+
+
+class BlobStore:
+    """Blobs and records at one archive location, through one (thread-safe) boto3 client."""
+
+    list_page = 1000  # keys per LIST page (S3's maximum)
+
+    def __init__(self, client: Any, location: ArchiveLocation) -> None:
+        self.client = client
+        self.location = location
+        self.endpoint = str(getattr(getattr(client, "meta", None), "endpoint_url", "") or "S3")
+
+    def blob_key(self, sha256: str) -> str:
+        """`PREFIX/blobs/sha256/ab/<sha256>`."""
+        return self.location.key("blobs", "sha256", sha256[:2], sha256)
+
+    def record_key(self, cache_id: str) -> str:
+        """`PREFIX/caches/<cache_id>.json`."""
+        return self.location.key("caches", f"{cache_id}.json")
+
+    def url(self, key: str) -> str:
+        """`s3://bucket/key`, for messages."""
+        return f"s3://{self.location.bucket}/{key}"
+
+    def has_blob(self, sha256: str) -> bool:
+        """True when an object exists under the blob's key (its content is not checked)."""
+        return self._head(self.blob_key(sha256), checksum=False) is not None
+
+    def put_blob(self, sha256: str, source: Path | bytes | BinaryIO) -> int:
+        """Upload unless present; bytes sent (0 when it was already there)."""
+        if self.has_blob(sha256):
+            return 0
+        return self.upload_blob(sha256, source)
+
+    def upload_blob(self, sha256: str, source: Path | bytes | BinaryIO) -> int:
+        """PUT the blob (present or not), streamed, with its ChecksumSHA256; bytes sent."""
+        key = self.blob_key(sha256)
+        if isinstance(source, bytes):
+            self._put(key, sha256, source, len(source))
+            return len(source)
+        if isinstance(source, Path):
+            with open_regular(source) as handle:
+                return self.upload_blob(sha256, handle)
+        size = os.fstat(source.fileno()).st_size
+        if size > MAX_SINGLE_PUT:
+            raise ArchiveError(f"{self.url(key)}: {size} bytes is over S3's 5 GiB single PUT")
+        self._put(key, sha256, source, size)
+        return size
+
+    def verify_blob(self, sha256: str, *, size: int | None = None) -> str | None:
+        """None if the server holds the blob with that sha256; else one line naming its key."""
+        key = self.blob_key(sha256)
+        # HEAD with ChecksumMode=ENABLED returns the ChecksumSHA256 the server checked at PUT
+        # (SeaweedFS and AWS both do, confirmed against `weed mini`); an object stored without
+        # one (another tool, an overwrite) is downloaded and hashed instead.
+        head = self._head(key, checksum=True)
+        if head is None:
+            return f"{self.url(key)}: missing"
+        if size is not None and head.get("ContentLength") != size:
+            return f"{self.url(key)}: {head.get('ContentLength')} bytes on the server, not {size}"
+        stored = head.get("ChecksumSHA256")
+        if stored and "-" not in stored:
+            if stored == b64_sha256(sha256):
+                return None
+            return f"{self.url(key)}: server checksum is not the sha256 its key names"
+        found = self.download_sha256(key)
+        if found is None:
+            return f"{self.url(key)}: missing"
+        return None if found == sha256 else f"{self.url(key)}: content has sha256 {found}"
+
+    def check_blobs(self, blobs: Sequence[BlobRef], workers: int) -> dict[str, str | None]:
+        """sha256 → None when the server holds it intact, else a one-line problem naming its key.
+
+        One LIST page answers for up to 1000 blobs where a HEAD answers for one (measured on
+        `weed mini`: 2000 keys listed in 0.16 s, 557 HEADs/s on 8 threads), which is what
+        makes re-verifying a 20k-file cache cheap. A listed object whose size and ETag (the
+        md5 S3 computes of a single PUT's bytes) match the record is verified by that stored
+        digest; any other (an overwrite, SSE-KMS ETags) goes through `verify_blob`.
+        """
+        shards: dict[str, list[BlobRef]] = {}
+        for ref in blobs:
+            shards.setdefault(ref.sha256[:2], []).append(ref)
+        results: dict[str, str | None] = {}
+        doubtful: list[BlobRef] = []
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="survey")
+        try:
+            listings = pool.map(self._list_shard, shards.values())
+            for refs, listed in zip(shards.values(), listings, strict=True):
+                for ref in refs:
+                    if ref.sha256 not in listed:
+                        doubtful.append(ref)  # past what the listing covered
+                        continue
+                    item = listed[ref.sha256]
+                    key = self.blob_key(ref.sha256)
+                    if item is None:
+                        results[ref.sha256] = f"{self.url(key)}: missing"
+                    elif item["Size"] != ref.size:
+                        results[ref.sha256] = (
+                            f"{self.url(key)}: {item['Size']} bytes on the server, not {ref.size}"
+                        )
+                    elif ref.md5 is not None and item.get("ETag", "").strip('"') == ref.md5:
+                        results[ref.sha256] = None
+                    else:
+                        doubtful.append(ref)
+            checked = pool.map(lambda ref: self.verify_blob(ref.sha256, size=ref.size), doubtful)
+            results.update(zip((ref.sha256 for ref in doubtful), checked, strict=True))
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return results
+
+    def put_record(self, cache_id: str, body: bytes) -> str:
+        """Write a cache's record (the commit marker); returns the sha256 of `body`."""
+        sha256 = hashlib.sha256(body).hexdigest()
+        self._put(self.record_key(cache_id), sha256, body, len(body), "application/json")
+        return sha256
+
+    def get_record(self, cache_id: str) -> bytes | None:
+        """The record's bytes, or None when there is none."""
+        key = self.record_key(cache_id)
+        try:
+            response = self.client.get_object(Bucket=self.location.bucket, Key=key)
+            body: bytes = response["Body"].read()
+        except (BotoCoreError, ClientError) as exc:
+            if _code(exc) in _MISSING:
+                return None
+            raise self.error(exc, key) from exc
+        return body
+
+    def list_cache_ids(self) -> list[str]:
+        """Every cache with a record here: the index another host lists."""
+        prefix = self.location.key("caches") + "/"
+        ids = []
+        try:
+            pages = self.client.get_paginator("list_objects_v2")
+            for page in pages.paginate(Bucket=self.location.bucket, Prefix=prefix):
+                for item in page.get("Contents", []):
+                    name = item["Key"][len(prefix) :]
+                    if name.endswith(".json") and "/" not in name:
+                        ids.append(name.removesuffix(".json"))
+        except (BotoCoreError, ClientError) as exc:
+            raise self.error(exc, prefix) from exc
+        return sorted(ids)
+
+    def download_sha256(self, key: str, sink: BinaryIO | None = None) -> str | None:
+        """sha256 of an object's bytes, streamed (into `sink` if given); None when it is absent."""
+        digest = hashlib.sha256()
+        try:
+            response = self.client.get_object(Bucket=self.location.bucket, Key=key)
+            for chunk in response["Body"].iter_chunks(READ_CHUNK):
+                digest.update(chunk)
+                if sink is not None:
+                    sink.write(chunk)
+        except (BotoCoreError, ClientError) as exc:
+            if _code(exc) in _MISSING:
+                return None
+            raise self.error(exc, key) from exc
+        return digest.hexdigest()
+
+    def download_blob(self, sha256: str, sink: BinaryIO) -> None:
+        """Stream a blob into `sink`; raises unless its bytes have the sha256 it is named by."""
+        key = self.blob_key(sha256)
+        found = self.download_sha256(key, sink)
+        if found is None:
+            raise ArchiveError(f"{self.url(key)}: missing")
+        if found != sha256:
+            raise ArchiveError(f"{self.url(key)}: downloaded bytes have sha256 {found}")
+
+    def error(self, exc: BaseException, key: str) -> ArchiveError:
+        """One line a user can act on, naming the object, the server and what went wrong."""
+        where = f"{self.url(key)} on {self.endpoint}"
+        name = type(exc).__name__
+        code = _code(exc)
+        if name in _CONNECTION_ERRORS or "Connection" in name:
+            why = f"the S3 server {self.endpoint} is not answering ({name})"
+        elif name in ("NoCredentialsError", "PartialCredentialsError"):
+            why = f"no usable AWS credentials for {self.endpoint} ({exc})"
+        elif code == "BadDigest":
+            why = f"{where}: the bytes sent are not the ones hashed (changed or corrupted)"
+        elif code == "NoSuchBucket":
+            why = f"bucket {self.location.bucket!r} does not exist on {self.endpoint}"
+        elif code in _AUTH_CODES:
+            why = f"{where}: access denied ({code}); check the credentials and the bucket policy"
+        else:
+            why = f"{where}: {code or name}: {_message(exc)}"
+        return ArchiveError(why)
+
+    def _put(
+        self,
+        key: str,
+        sha256: str,
+        body: bytes | BinaryIO,
+        size: int,
+        content_type: str = "application/octet-stream",
+    ) -> None:
+        try:
+            self.client.put_object(
+                Bucket=self.location.bucket,
+                Key=key,
+                Body=body,
+                ContentLength=size,
+                ContentType=content_type,
+                ChecksumSHA256=b64_sha256(sha256),
+            )
+        except (BotoCoreError, ClientError) as exc:
+            raise self.error(exc, key) from exc
+
+    def _list_shard(self, refs: Sequence[BlobRef]) -> dict[str, dict[str, Any] | None]:
+        """Listed object (or None: proven absent) of each wanted blob the listing reached."""
+        prefix = self.location.key("blobs", "sha256", refs[0].sha256[:2]) + "/"
+        wanted = sorted({ref.sha256 for ref in refs})
+        # A page costs a few dozen HEADs; in a shard far bigger than what we want from it, the
+        # rest is left to HEADs rather than paging through another million keys.
+        budget = 1 + len(wanted) // 20
+        found: dict[str, dict[str, Any]] = {}
+        covered = ""  # every name up to this one has been listed
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.location.bucket,
+                Prefix=prefix,
+                StartAfter=prefix + wanted[0][:-1],  # sorts just before the first wanted
+                PaginationConfig={"PageSize": self.list_page},
+            )
+            for number, page in enumerate(pages, start=1):
+                for item in page.get("Contents", []):
+                    covered = item["Key"][len(prefix) :]
+                    found[covered] = item
+                if not page.get("IsTruncated"):
+                    covered = "~"  # sorts after every hex name: the whole range is listed
+                if covered >= wanted[-1] or number >= budget:
+                    break
+        except (BotoCoreError, ClientError) as exc:
+            raise self.error(exc, prefix) from exc
+        return {sha: found.get(sha) for sha in wanted if sha <= covered}
+
+    def _head(self, key: str, *, checksum: bool) -> dict[str, Any] | None:
+        extra = {"ChecksumMode": "ENABLED"} if checksum else {}
+        try:
+            head: dict[str, Any] = self.client.head_object(
+                Bucket=self.location.bucket, Key=key, **extra
+            )
+        except (BotoCoreError, ClientError) as exc:
+            if _code(exc) in _MISSING:
+                return None
+            raise self.error(exc, key) from exc
+        return head
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """Open a regular file for reading; a symlink or FIFO in its place is refused, not followed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ArchiveError(f"{path}: cannot open: {exc.strerror}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ArchiveError(f"{path}: not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def _code(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Message", "")) or str(exc)
+    return str(exc)

@@ -1,0 +1,124 @@
+"""`lifecycle archive` and `lifecycle restore`: caches to and from the S3 archive."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.restore import restore_cache
+from lifecycle.archive.run import ArchiveReport, archive_caches
+from lifecycle.errors import LifecycleError
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import all_caches
+from lifecycle.table import human_bytes
+
+
+def select_caches(ledger: Ledger, names: Sequence[str], every: bool) -> tuple[list[str], list[str]]:
+    """(cache ids to archive, why others were skipped): the named ones, or with --all every
+    live cache and every archived one (re-verified), less those a running boot holds."""
+    if bool(names) == every:
+        raise LifecycleError("name the caches to archive, or pass --all (not both)")
+    if names:
+        return list(dict.fromkeys(names)), []
+    chosen, skipped = [], []
+    for cache in reversed(all_caches(ledger)):  # oldest first
+        if cache.state not in ("live", "archived"):
+            continue
+        if cache.in_use_by:
+            skipped.append(f"{cache.id}: in use by boot {cache.in_use_by}")
+        else:
+            chosen.append(cache.id)
+    return chosen, skipped
+
+
+def archive(
+    ledger: Ledger,
+    client: Any,
+    location: ArchiveLocation,
+    names: Sequence[str],
+    *,
+    every: bool,
+    with_content: bool,
+    dry_run: bool,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """Archive the selected caches; the report the CLI prints (as text or JSON)."""
+    cache_ids, skipped = select_caches(ledger, names, every)
+    reports = archive_caches(
+        ledger,
+        client,
+        location,
+        cache_ids,
+        with_content=with_content,
+        dry_run=dry_run,
+        progress=progress,
+    )
+    return {
+        "location": location.url(),
+        "dry_run": dry_run,
+        "caches": [asdict(report) for report in reports],
+        "skipped": skipped,
+        "totals": _totals(reports),
+    }
+
+
+def _totals(reports: list[ArchiveReport]) -> dict[str, int]:
+    return {
+        "caches": len(reports),
+        "blobs": sum(r.blobs for r in reports),
+        "blobs_uploaded": sum(r.blobs_uploaded for r in reports),
+        "bytes_uploaded": sum(r.bytes_uploaded for r in reports),
+        "blobs_present": sum(r.blobs_present for r in reports),
+    }
+
+
+def archive_text(report: dict[str, Any]) -> str:
+    """The human form: a line per cache, then the summary line."""
+    lines = [f"skipped {why}" for why in report["skipped"]]
+    verb = "would upload" if report["dry_run"] else "uploaded"
+    for cache in report["caches"]:
+        state = "verified" if cache["verified"] else "not verified (dry run)"
+        lines.append(
+            f"{cache['cache_id']}: {cache['blobs']} blobs, {verb} {cache['blobs_uploaded']}"
+            f" ({human_bytes(cache['bytes_uploaded'])}); {state}"
+        )
+    totals = report["totals"]
+    plural = "" if totals["caches"] == 1 else "s"
+    if report["dry_run"]:
+        lines.append(
+            f"dry run, nothing written: {totals['caches']} cache{plural}, {totals['blobs']} blobs,"
+            f" {totals['blobs_uploaded']} to upload ({human_bytes(totals['bytes_uploaded'])}),"
+            f" {totals['blobs_present']} already there; {report['location']}"
+        )
+    else:
+        lines.append(
+            f"archived {totals['caches']} cache{plural}: {totals['blobs']} blobs,"
+            f" {totals['blobs_uploaded']} new ({human_bytes(totals['bytes_uploaded'])} sent);"
+            f" verified; {report['location']}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def restore(
+    ledger: Ledger,
+    client: Any,
+    location: ArchiveLocation,
+    cache_id: str,
+    *,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """Restore one cache's files from the archive; the report the CLI prints."""
+    return asdict(restore_cache(ledger, client, location, cache_id, progress=progress))
+
+
+def restore_text(report: dict[str, Any]) -> str:
+    """The human form of a restore."""
+    how = "already in place" if report["already_present"] else "restored"
+    origin = "" if report["known"] else " (new to this host: its row was made from the record)"
+    return (
+        f"{report['cache_id']}: {how} at {report['host_path']}{origin}\n"
+        f"  {report['files']} files, {human_bytes(report['bytes'])},"
+        f" tree digest {report['tree_digest']}; live; from {report['location']}\n"
+    )

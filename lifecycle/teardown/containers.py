@@ -1,0 +1,134 @@
+"""What dockerd says about the caches, boot containers and engine images; removing the latter.
+
+`client` is a docker SDK client. Containers are listed sparse (one API call, the list's own
+fields) rather than inspected one by one: a GPU host keeps every boot's stopped container.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lifecycle.build.plan import DIGEST_LABEL
+
+BOOT_LABEL = "lifecycle.boot.id"
+NAME_LABEL = "lifecycle.manifest.name"
+
+
+@dataclass(frozen=True)
+class BootContainer:
+    """A stopped container of a recorded boot."""
+
+    id: str
+    name: str
+    boot_id: str
+    status: str
+
+
+@dataclass(frozen=True)
+class ImageDecision:
+    """An engine image (labelled with its manifest digest), removed or kept, and why."""
+
+    id: str
+    tags: tuple[str, ...]
+    manifest_name: str
+    removes: bool
+    why: str
+
+
+def running_mounts(client: Any) -> dict[str, list[str]]:
+    """Host path of every mount of every running container -> the containers' names."""
+    found: dict[str, list[str]] = {}
+    for container in client.containers.list(sparse=True):  # a stopped one holds nothing
+        for mount in container.attrs.get("Mounts") or []:
+            if mount.get("Source"):
+                found.setdefault(mount["Source"], []).append(_name(container))
+    return found
+
+
+def mounted_by(host_path: str, mounts: Mapping[str, Sequence[str]]) -> list[str]:
+    """The containers holding `host_path`: mounting it, a dir inside it, or a dir above it."""
+    path = Path(os.path.realpath(host_path))
+    names: set[str] = set()
+    for source, containers in mounts.items():
+        held = Path(os.path.realpath(source))
+        if path.is_relative_to(held) or held.is_relative_to(path):
+            names.update(containers)
+    return sorted(names)
+
+
+def stopped_boot_containers(client: Any) -> list[BootContainer]:
+    """Every exited (or dead) container labelled with a boot id."""
+    listed = client.containers.list(
+        all=True, sparse=True, filters={"label": BOOT_LABEL, "status": ["exited", "dead"]}
+    )
+    found = [
+        BootContainer(c.id, _name(c), (c.attrs.get("Labels") or {})[BOOT_LABEL], c.attrs["State"])
+        for c in listed
+    ]
+    return sorted(found, key=lambda c: c.name)
+
+
+def remove_container(client: Any, container: BootContainer) -> None:
+    """Remove a stopped container; one already gone is fine."""
+    from docker.errors import NotFound
+
+    with suppress(NotFound):
+        client.containers.get(container.id).remove()
+
+
+def plan_images(
+    client: Any,
+    *,
+    kept_image_ids: Collection[str],
+    manifest: str | None,
+    removed_containers: Collection[str] = (),
+) -> list[ImageDecision]:
+    """Engine images (of `manifest` if given): removed unless a remaining cache or a container
+    refers to one. `removed_containers` are container ids that go before the images do."""
+    users: dict[str, list[str]] = {}
+    for container in client.containers.list(all=True, sparse=True):
+        if container.id not in removed_containers:
+            users.setdefault(container.attrs.get("ImageID", ""), []).append(
+                f"{_name(container)} ({container.attrs.get('State')})"
+            )
+    decisions = []
+    for image in client.images.list(filters={"label": DIGEST_LABEL}):
+        name = (image.labels or {}).get(NAME_LABEL, "?")
+        if manifest is not None and name != manifest:
+            continue
+        if image.id in kept_image_ids:
+            removes, why = False, "a cache that stays was built by it"
+        elif image.id in users:
+            removes, why = False, "used by container " + ", ".join(users[image.id])
+        else:
+            removes, why = True, "no remaining cache refers to it"
+        decisions.append(ImageDecision(image.id, tuple(image.tags), name, removes, why))
+    return sorted(decisions, key=lambda d: (d.manifest_name, d.tags, d.id))
+
+
+def _name(container: Any) -> str:
+    """The name of a sparse-listed container (the list API gives `Names`, with a slash)."""
+    names = container.attrs.get("Names") or [container.id[:12]]
+    return str(names[0]).lstrip("/")
+
+
+def remove_image(client: Any, image: ImageDecision) -> str | None:
+    """Untag and delete an image without force; dockerd's refusal (a container started on it
+    meanwhile) comes back as the problem instead of being forced through."""
+    from docker.errors import APIError, ImageNotFound
+
+    try:
+        for tag in image.tags:
+            client.images.remove(tag)
+        if not image.tags:
+            client.images.remove(image.id)
+    except ImageNotFound:
+        return None
+    except APIError as exc:
+        return str(exc.explanation or exc)
+    return None

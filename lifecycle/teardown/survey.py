@@ -1,0 +1,181 @@
+"""Survey the host for a teardown: gather the facts (ledger, dockerd, S3) and decide the plan.
+
+Only reads: `--dry-run` stops after this. Each archive is verified against S3 here so the plan
+tells the truth about what would go; the run verifies again at the moment each cache goes.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.run import ArchiveReport, Progress, archive_caches
+from lifecycle.errors import LifecycleError
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.archives import archive_of, pins
+from lifecycle.ledger.boots import CacheRecord, all_caches, cache_uses
+from lifecycle.table import human_bytes
+from lifecycle.teardown.containers import (
+    BootContainer,
+    ImageDecision,
+    mounted_by,
+    plan_images,
+    running_mounts,
+    stopped_boot_containers,
+)
+from lifecycle.teardown.journal import unfinished_runs
+from lifecycle.teardown.plan import Action, Facts, Selection, TeardownPlan, decide
+from lifecycle.teardown.verify import ArchiveVerifier
+
+
+@dataclass(frozen=True)
+class TeardownRequest:
+    """What the user asked for."""
+
+    selection: Selection = field(default_factory=Selection)
+    archive_first: bool = False
+    with_content: bool = False
+    images: bool = False
+    archive_to: ArchiveLocation | None = None  # where --archive writes
+
+
+@dataclass(frozen=True)
+class Services:
+    """The side effects teardown talks to; None where one is not reachable, with the reason."""
+
+    docker: Any | None
+    s3: Any | None
+    docker_problem: str | None = None
+    s3_problem: str | None = None
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+
+def make_plan(
+    ledger: Ledger, services: Services, request: TeardownRequest, *, preview: bool = False
+) -> TeardownPlan:
+    """Decide every cache's fate; reads the ledger, dockerd and S3, changes nothing.
+
+    With `preview` (a dry run), what --archive would upload is worked out too, read-only.
+    """
+    every = all_caches(ledger)
+    notes = _named(request.selection.cache_ids, every)
+    caches = [c for c in every if c.state != "torn-down"]
+    mounts, docker_problem = current_mounts(services)
+    facts = Facts(
+        now=services.now(),
+        pins=pins(ledger),
+        archives={c.id: a for c in caches if (a := archive_of(ledger, c.id)) is not None},
+        unfinished=unfinished_runs(ledger, caches),
+        mounted_by={c.id: mounted_by(c.host_path, mounts) for c in caches},
+        docker_problem=docker_problem,
+    )
+    verify = ArchiveVerifier(services.s3, services.s3_problem)
+    decisions = tuple(
+        decide(c, request.selection, facts, archive_first=request.archive_first, verify=verify)
+        for c in caches
+    )
+    torn_down = {c.id for c in every if c.state == "torn-down"}
+    gone = torn_down | {d.cache.id for d in decisions if d.removes}
+    docker = None if docker_problem else services.docker
+    containers = containers_going(ledger, docker, gone)
+    images: tuple[ImageDecision, ...] = ()
+    if request.images and docker is not None:
+        kept = {d.cache.image_id for d in decisions if not d.removes}
+        images = tuple(images_going(docker, kept, request, containers))
+    elif request.images:
+        notes += (f"images not considered: {docker_problem}",)
+    if preview:
+        going = [d.cache.id for d in decisions if d.action is Action.ARCHIVE_THEN_REMOVE]
+        notes += tuple(_preview(ledger, services, request, cache_id) for cache_id in going)
+    to = request.archive_to.url() if request.archive_to else None
+    return TeardownPlan(decisions, containers, images, notes, to)
+
+
+def archive_one(
+    ledger: Ledger,
+    services: Services,
+    request: TeardownRequest,
+    cache_id: str,
+    *,
+    dry_run: bool,
+    progress: Progress | None,
+) -> ArchiveReport:
+    """Archive one cache where --archive writes (a dry run only reads, and reports)."""
+    if request.archive_to is None or services.s3 is None:
+        raise LifecycleError(f"cannot archive: {services.s3_problem or 'no archive location'}")
+    (report,) = archive_caches(
+        ledger,
+        services.s3,
+        request.archive_to,
+        [cache_id],
+        with_content=request.with_content,
+        dry_run=dry_run,
+        progress=progress,
+    )
+    return report
+
+
+def _preview(ledger: Ledger, services: Services, request: TeardownRequest, cache_id: str) -> str:
+    try:
+        report = archive_one(ledger, services, request, cache_id, dry_run=True, progress=None)
+    except (LifecycleError, BotoCoreError, ClientError, OSError) as exc:
+        return f"would archive {cache_id}, but: {exc}"
+    return (
+        f"would archive {cache_id} to {report.location}: {report.blobs} blobs"
+        f" ({human_bytes(report.bytes_total)}), {report.blobs_present} already there,"
+        f" {report.blobs_uploaded} not yet ({human_bytes(report.bytes_uploaded)})"
+    )
+
+
+def current_mounts(services: Services) -> tuple[dict[str, list[str]], str | None]:
+    """Running containers' mounts by host path, or why dockerd could not be asked."""
+    if services.docker is None:
+        return {}, services.docker_problem or "no docker client"
+    try:
+        return running_mounts(services.docker), None
+    except Exception as exc:  # the SDK raises several unrelated types for "not there"
+        return {}, str(exc)
+
+
+def containers_going(ledger: Ledger, docker: Any, gone: set[str]) -> tuple[BootContainer, ...]:
+    """Stopped containers of this ledger's boots whose every cache is (to be) torn down."""
+    if docker is None:
+        return ()
+    going = []
+    for container in stopped_boot_containers(docker):
+        uses = cache_uses(ledger, boot_id=container.boot_id)
+        if uses and all(u.cache_id in gone for u in uses):
+            going.append(container)
+    return tuple(going)
+
+
+def images_going(
+    docker: Any, kept: set[str], request: TeardownRequest, containers: Sequence[BootContainer]
+) -> list[ImageDecision]:
+    """With --images: engine images (of --manifest, if given) and whether each goes."""
+    return plan_images(
+        docker,
+        kept_image_ids=kept,
+        manifest=request.selection.manifest,
+        removed_containers={c.id for c in containers},
+    )
+
+
+def _named(cache_ids: Sequence[str], caches: Sequence[CacheRecord]) -> tuple[str, ...]:
+    """Unknown cache ids are an error; ones already torn down are only noted."""
+    known = {c.id: c for c in caches}
+    problems = []
+    for name in cache_ids:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(f"unknown cache {name!r}{hint}")
+    if problems:
+        raise LifecycleError("\n".join(problems))
+    return tuple(f"{i}: already torn down" for i in cache_ids if known[i].state == "torn-down")

@@ -1,0 +1,385 @@
+"""`lifecycle archive` against a real S3 server (SeaweedFS, or AWS with LIFECYCLE_TEST_S3_BUCKET):
+content addressing, verification, faults, dry run, secrets. Caches come from real demo boots."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.record import FORMAT
+from lifecycle.archive.run import archive_caches, verify_archive
+from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore
+from lifecycle.ledger import Ledger
+from tests.services import ArchiveTarget, WeedServer, boot_demo, run_lifecycle
+
+pytestmark = [pytest.mark.docker, pytest.mark.s3]
+
+
+def _home() -> Path:
+    return Path(os.environ["LIFECYCLE_HOME"])
+
+
+def _archive(project: Path, target: ArchiveTarget, *args: str) -> dict[str, Any]:
+    result = run_lifecycle(project, "archive", "--to", target.url, "--json", *args, env=target.env)
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def _caches(project: Path) -> dict[str, dict[str, Any]]:
+    rows = json.loads(run_lifecycle(project, "caches", "--json").stdout)
+    return {row["id"]: row for row in rows}
+
+
+def _record(target: ArchiveTarget, cache_id: str) -> dict[str, Any]:
+    body = _store(target).get_record(cache_id)
+    assert body is not None, f"no record of {cache_id}"
+    record: dict[str, Any] = json.loads(body)
+    return record
+
+
+def _store(target: ArchiveTarget) -> BlobStore:
+    return BlobStore(target.client, ArchiveLocation(target.bucket, target.prefix))
+
+
+def _flashinfer(report: dict[str, Any]) -> str:
+    return next(u["cache_id"] for u in report["caches"] if u["cache_id"].startswith("flashinfer"))
+
+
+def test_second_cache_uploads_only_its_new_blobs(
+    demo_project: Path, archive_target: ArchiveTarget
+) -> None:
+    # Two cold builds of one image: same .so, .o, build.ninja and source; their JIT and ninja
+    # logs (timestamps) differ, and each has its own boot's log and evidence.
+    first = _flashinfer(boot_demo(demo_project))
+    second = _flashinfer(boot_demo(demo_project, "--cold"))
+
+    one = _archive(demo_project, archive_target, first, "--with-content")
+    after_one = archive_target.objects()
+    two = _archive(demo_project, archive_target, second, "--with-content")
+    after_two = archive_target.objects()
+
+    blobs_one = {b["sha256"]: b["size"] for b in _record(archive_target, first)["blobs"]}
+    blobs_two = {b["sha256"]: b["size"] for b in _record(archive_target, second)["blobs"]}
+    new = set(blobs_two) - set(blobs_one)
+    content = _content_shas(archive_target, second)
+    shared = content & set(blobs_one)  # what the second archive did not send again
+    assert len(shared) >= 4
+    assert sum(blobs_two[sha] for sha in shared) > 0.8 * sum(blobs_two[sha] for sha in content)
+    assert two["caches"][0]["blobs_uploaded"] == len(new)
+    assert two["caches"][0]["bytes_uploaded"] == sum(blobs_two[sha] for sha in new)
+    # From the server: exactly the new blobs and one record appeared, and nothing else.
+    store = _store(archive_target)
+    appeared = set(after_two) - set(after_one)
+    assert appeared == {store.blob_key(sha) for sha in new} | {store.record_key(second)}
+    assert (
+        sum(after_two.values()) - sum(after_one.values())
+        == sum(blobs_two[sha] for sha in new) + after_two[store.record_key(second)]
+    )
+    assert len(after_one) == len(blobs_one) + 1
+
+    assert verify_archive(store, first, one["caches"][0]["record_sha256"]) == []
+    assert verify_archive(store, second, two["caches"][0]["record_sha256"]) == []
+    assert store.list_cache_ids() == sorted([first, second])
+    assert _caches(demo_project)[first]["state"] == "archived"
+    assert one["totals"]["blobs_uploaded"] == len(blobs_one)
+
+
+def _content_shas(target: ArchiveTarget, cache_id: str) -> set[str]:
+    from lifecycle.fingerprint import Fingerprint
+
+    record = _record(target, cache_id)
+    body = target.client.get_object(
+        Bucket=target.bucket, Key=_store(target).blob_key(record["fingerprint"]["sha256"])
+    )["Body"].read()
+    return {e.sha256 for e in Fingerprint.from_json(body.decode()).entries if e.sha256}
+
+
+def test_record_is_self_describing(demo_project: Path, archive_target: ArchiveTarget) -> None:
+    boot = boot_demo(demo_project)
+    cache_id = _flashinfer(boot)
+    report = _archive(demo_project, archive_target, cache_id)  # evidence only
+    record = _record(archive_target, cache_id)
+
+    assert record["format"] == FORMAT and record["cache_id"] == cache_id
+    assert record["with_content"] is False and record["content"] is None
+    assert record["cache"]["tree_digest"] == record["fingerprint"]["tree_digest"]
+    assert "state" not in record["cache"] and "in_use_by" not in record["cache"]
+    [used] = record["boots"]
+    assert used["boot"]["id"] == boot["id"] and used["use"]["mode"] == "cold"
+    assert "bundle/evidence.json" in used["evidence"] and used["log"]["size"] > 0
+    assert record["image"]["id"] == record["cache"]["image_id"]
+    assert record["manifest"]["digest"] == record["cache"]["manifest_digest"]
+    assert [p["file"] for p in record["patches"]] == ["patches/kernel-mix.patch"]
+    referenced = {record["fingerprint"]["sha256"], used["log"]["sha256"]}
+    referenced |= {ref["sha256"] for ref in used["evidence"].values()}
+    referenced |= {p["sha256"] for p in record["patches"]}
+    assert {b["sha256"] for b in record["blobs"]} == referenced  # no cache file without content
+    assert list(record) == sorted(record)  # stable key order
+    store = _store(archive_target)
+    body = store.get_record(cache_id)
+    assert body is not None
+    assert hashlib.sha256(body).hexdigest() == report["caches"][0]["record_sha256"]
+    head = archive_target.client.head_object(
+        Bucket=archive_target.bucket, Key=store.record_key(cache_id), ChecksumMode="ENABLED"
+    )
+    assert head["ChecksumSHA256"] == base64.b64encode(hashlib.sha256(body).digest()).decode()
+
+    again = _archive(demo_project, archive_target, cache_id)  # nothing changed: nothing sent
+    assert again["caches"][0]["blobs_uploaded"] == 0
+    assert again["caches"][0]["record_written"] is False
+    assert again["caches"][0]["record_sha256"] == report["caches"][0]["record_sha256"]
+
+
+def test_corrupted_and_deleted_blobs_are_named(
+    demo_project: Path, archive_target: ArchiveTarget
+) -> None:
+    cache_id = _flashinfer(boot_demo(demo_project))
+    report = _archive(demo_project, archive_target, cache_id, "--with-content")
+    sha = report["caches"][0]["record_sha256"]
+    store = _store(archive_target)
+    content = sorted(_content_shas(archive_target, cache_id))
+    corrupted, deleted = store.blob_key(content[0]), store.blob_key(content[1])
+    # No checksum on this PUT: the server stores whatever it is given.
+    archive_target.client.put_object(Bucket=archive_target.bucket, Key=corrupted, Body=b"bitrot")
+    archive_target.client.delete_object(Bucket=archive_target.bucket, Key=deleted)
+
+    problems = verify_archive(store, cache_id, sha)
+    assert len(problems) == 2
+    assert any(p.startswith(f"s3://{archive_target.bucket}/{corrupted}: ") for p in problems)
+    assert any(p == f"s3://{archive_target.bucket}/{deleted}: missing" for p in problems)
+    assert store.verify_blob(content[0]) is not None and store.verify_blob(content[2]) is None
+    wrong_record = verify_archive(store, cache_id, "0" * 64)
+    assert wrong_record[0].startswith(f"s3://{archive_target.bucket}/{store.record_key(cache_id)}")
+
+    # The cache is still here: archiving again puts back exactly the two bad blobs.
+    repaired = _archive(demo_project, archive_target, cache_id)
+    assert repaired["caches"][0]["blobs_uploaded"] == 2
+    assert repaired["caches"][0]["with_content"] is True  # never downgraded
+    assert verify_archive(store, cache_id, repaired["caches"][0]["record_sha256"]) == []
+
+
+def _ledger_dump() -> list[tuple[Any, ...]]:
+    with sqlite3.connect(_home() / "ledger.sqlite3") as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return [(t, *row) for t in sorted(tables) for row in conn.execute(f"SELECT * FROM {t}")]
+
+
+def _files() -> dict[str, int]:
+    return {
+        str(p): p.lstat().st_mtime_ns
+        for p in _home().rglob("*")
+        if not p.name.startswith("ledger.sqlite3-")  # SQLite's WAL files come and go on open
+    }
+
+
+def test_dry_run_writes_nothing(demo_project: Path, archive_target: ArchiveTarget) -> None:
+    boot = boot_demo(demo_project)
+    done = _flashinfer(boot)
+    _archive(demo_project, archive_target, done, "--with-content")
+    cache_dir = Path(_caches(demo_project)[done]["host_path"])
+    (cache_dir / "grown-since.txt").write_text("a new file: the dry run sees it, keeps nothing\n")
+    objects, ledger, files = archive_target.objects(), _ledger_dump(), _files()
+
+    result = run_lifecycle(
+        demo_project, "archive", "--all", "--with-content", "--dry-run", "--to", archive_target.url
+    )
+    assert result.exit_code == 0, result.output
+    assert "dry run, nothing written: 4 caches" in result.stdout
+    as_json = run_lifecycle(
+        demo_project, "archive", "--all", "--dry-run", "--json", "--to", archive_target.url
+    )
+    report = json.loads(as_json.stdout)
+    assert {c["cache_id"] for c in report["caches"]} == {u["cache_id"] for u in boot["caches"]}
+    mine = next(c for c in report["caches"] if c["cache_id"] == done)
+    assert mine["blobs_uploaded"] == 2  # the new file and the new scan; the rest is there
+    assert mine["blobs_present"] == mine["blobs"] - 2 and not mine["verified"]
+    assert archive_target.objects() == objects
+    assert _ledger_dump() == ledger
+    assert _files() == files
+    # What it said would be sent is what is sent (blobs shared between caches counted once).
+    real = _archive(demo_project, archive_target, "--all")
+    assert real["totals"]["blobs_uploaded"] == report["totals"]["blobs_uploaded"]
+    assert real["totals"]["bytes_uploaded"] == report["totals"]["bytes_uploaded"]
+
+
+def test_secret_value_never_reaches_the_server(
+    demo_project: Path, archive_target: ArchiveTarget
+) -> None:
+    boot = boot_demo(demo_project, "--profile", "with-token", env={"HF_TOKEN": "secret-value"})
+    assert "token=" in Path(boot["log_path"]).read_text()
+    _archive(demo_project, archive_target, "--all", "--with-content")
+    objects = archive_target.objects()
+    assert len(objects) > 10
+    for key in objects:
+        body = archive_target.client.get_object(Bucket=archive_target.bucket, Key=key)
+        assert b"secret-value" not in body["Body"].read(), key
+
+
+def test_in_use_torn_down_and_unknown_caches_are_refused(
+    demo_project: Path, archive_target: ArchiveTarget
+) -> None:
+    cache_id = _flashinfer(boot_demo(demo_project))
+    ledger = Ledger.open(_home())
+    with ledger.transaction() as conn:
+        conn.execute("UPDATE caches SET in_use_by = 'b-running' WHERE id = ?", (cache_id,))
+    result = run_lifecycle(demo_project, "archive", cache_id, "--to", archive_target.url)
+    assert result.exit_code == 1
+    assert f"cache {cache_id} is in use by boot b-running" in result.stderr
+    with ledger.transaction() as conn:
+        conn.execute(
+            "UPDATE caches SET in_use_by = NULL, state = 'torn-down' WHERE id = ?", (cache_id,)
+        )
+    ledger.close()
+    result = run_lifecycle(demo_project, "archive", cache_id, "--to", archive_target.url)
+    assert result.exit_code == 1 and "was torn down" in result.stderr
+    result = run_lifecycle(demo_project, "archive", cache_id[:-1], "--to", archive_target.url)
+    assert result.exit_code == 2 and f"did you mean {cache_id!r}" in result.stderr
+    result = run_lifecycle(demo_project, "archive", "--to", archive_target.url)
+    assert result.exit_code == 2 and "or pass --all" in result.stderr
+    assert archive_target.objects() == {}
+
+
+@pytest.mark.parametrize("fault", ["no-such-bucket", "bad-credentials", "bad-digest"])
+def test_server_refusals_are_one_clear_line(
+    demo_project: Path, weed_server: WeedServer, fault: str
+) -> None:
+    cache_id = _flashinfer(boot_demo(demo_project))
+    client, location = weed_server.client(), ArchiveLocation("archive", "x")
+    if fault == "bad-digest":
+        store = BlobStore(client, location)
+        with pytest.raises(ArchiveError, match="the bytes sent are not the ones hashed"):
+            store.put_blob(hashlib.sha256(b"what was hashed").hexdigest(), b"what was sent")
+        assert store.list_cache_ids() == [] and not store.has_blob("0" * 64)
+        return
+    if fault == "no-such-bucket":
+        location, expected = ArchiveLocation("no-such-bucket", "x"), "does not exist on"
+    else:
+        # Built here rather than through the CLI's environment: boto3's default session keeps
+        # the credentials it first resolved for the rest of the process.
+        client = boto3.client(
+            "s3",
+            endpoint_url=weed_server.endpoint,
+            aws_access_key_id=weed_server.access_key,
+            aws_secret_access_key="wrong",
+            region_name="us-east-1",
+        )
+        expected = "access denied (SignatureDoesNotMatch); check the credentials"
+    ledger = Ledger.open(_home())
+    with pytest.raises(ArchiveError) as raised:
+        archive_caches(
+            ledger, client, location, [cache_id], with_content=False, dry_run=False, progress=None
+        )
+    ledger.close()
+    message = str(raised.value)
+    assert "\n" not in message and expected in message, message
+    assert message.startswith(f"archive of {cache_id} to {location.url()} failed: ")
+
+
+def test_server_stopped_mid_archive_then_rerun_completes(
+    demo_project: Path, weed_server: WeedServer
+) -> None:
+    boot = boot_demo(demo_project)
+    cache_id = next(u["cache_id"] for u in boot["caches"] if u["cache_id"].startswith("triton"))
+    cache_dir = Path(_caches(demo_project)[cache_id]["host_path"])
+    for n in range(400):  # enough blobs that the server dies with most still to send
+        (cache_dir / f"kernel-{n:03}.cubin").write_bytes(os.urandom(8192))
+    location = ArchiveLocation("archive", "lab")
+    env = weed_server.env
+    lines: list[str] = []
+
+    def progress(line: str) -> None:
+        lines.append(line)
+        if "uploaded 100/" in line:
+            weed_server.stop(kill=True)
+
+    ledger = Ledger.open(_home())
+    with pytest.raises(ArchiveError) as raised:
+        archive_caches(
+            ledger, weed_server.client(), location, [cache_id], with_content=True,
+            dry_run=False, progress=progress,
+        )  # fmt: skip
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(f"archive of {cache_id} to s3://archive/lab failed: ")
+    assert f"the S3 server {weed_server.endpoint} is not answering" in message
+    assert ledger.query("SELECT * FROM archives") == []
+    assert _caches(demo_project)[cache_id]["state"] == "live"
+    # The CLI says the same in one line, exit 1, while the server is down.
+    result = run_lifecycle(demo_project, "archive", cache_id, "--to", location.url(), env=env)
+    assert result.exit_code == 1 and "is not answering" in result.stderr
+    assert "Traceback" not in result.output
+
+    weed_server.start()
+    store = BlobStore(weed_server.client(), location)
+    assert store.get_record(cache_id) is None  # the record is written last: there is none
+    there = [key for key in _keys(weed_server.client(), "lab/") if "/blobs/" in key]
+    [report] = archive_caches(
+        ledger, weed_server.client(), location, [cache_id], with_content=True, dry_run=False,
+        progress=lines.append,
+    )  # fmt: skip
+    assert 100 <= len(there) < report.blobs
+    assert report.blobs_uploaded == report.blobs - len(there)  # only what was missing
+    assert report.verified and verify_archive(store, cache_id, report.record_sha256) == []
+    assert ledger.query("SELECT cache_id FROM archives")[0][0] == cache_id
+    ledger.close()
+
+
+def _keys(client: Any, prefix: str) -> list[str]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket="archive", Prefix=prefix)
+    return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+
+class _CountingStore(BlobStore):
+    """A store that notes which blobs it had to HEAD."""
+
+    def __init__(self, client: Any, location: ArchiveLocation) -> None:
+        super().__init__(client, location)
+        self.heads: list[str] = []
+
+    def verify_blob(self, sha256: str, *, size: int | None = None) -> str | None:
+        self.heads.append(sha256)
+        return super().verify_blob(sha256, size=size)
+
+
+def test_listing_past_its_page_budget_falls_back_to_head(archive_target: ArchiveTarget) -> None:
+    # Two blobs in one shard with more unrelated keys between them than the listing's budget
+    # reads: the first is answered by the listing, the second by a HEAD.
+    store = _CountingStore(
+        archive_target.client, ArchiveLocation(archive_target.bucket, archive_target.prefix)
+    )
+    store.list_page = 5
+    seen: dict[str, bytes] = {}
+    for n in range(10_000):  # two of the first few dozen share a shard (birthday bound)
+        data = f"blob {n}".encode()
+        sha = hashlib.sha256(data).hexdigest()
+        if sha[:2] in seen:
+            break
+        seen[sha[:2]] = data
+    pair = sorted([data, seen[sha[:2]]], key=lambda d: hashlib.sha256(d).hexdigest())
+    refs = [
+        BlobRef(hashlib.sha256(d).hexdigest(), len(d), hashlib.md5(d).hexdigest()) for d in pair
+    ]
+    low, high = refs
+    for ref, data in zip(refs, pair, strict=True):
+        store.put_blob(ref.sha256, data)
+    for k in range(12):  # between the two: 12 keys, 5 to a page, a budget of 1 page
+        key = f"{store.blob_key(low.sha256)}-unrelated-{k:02}"
+        archive_target.client.put_object(Bucket=archive_target.bucket, Key=key, Body=b"x")
+
+    assert store.check_blobs(refs, workers=2) == {low.sha256: None, high.sha256: None}
+    assert store.heads == [high.sha256]
+    archive_target.client.delete_object(
+        Bucket=archive_target.bucket, Key=store.blob_key(high.sha256)
+    )
+    missing = f"s3://{archive_target.bucket}/{store.blob_key(high.sha256)}: missing"
+    assert store.check_blobs(refs, workers=2) == {low.sha256: None, high.sha256: missing}

@@ -1,0 +1,164 @@
+"""`lifecycle restore` against a real S3 server: round trip to a warm boot, on this host and on
+another, links and FIFOs, and the refusals."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lifecycle.ledger import Ledger
+from tests.services import ArchiveTarget, boot_demo, run_lifecycle
+
+pytestmark = [pytest.mark.docker, pytest.mark.s3]
+
+HIT = "Directly load the compiled graph(s) for dynamic shape from the cache"
+
+
+def _home() -> Path:
+    return Path(os.environ["LIFECYCLE_HOME"])
+
+
+def _caches(project: Path) -> dict[str, dict[str, Any]]:
+    rows = json.loads(run_lifecycle(project, "caches", "--json").stdout)
+    return {row["id"]: row for row in rows}
+
+
+def _archive(project: Path, target: ArchiveTarget, *args: str) -> None:
+    result = run_lifecycle(project, "archive", "--to", target.url, *args, env=target.env)
+    assert result.exit_code == 0, result.output
+
+
+def _restore(project: Path, target: ArchiveTarget, cache_id: str) -> dict[str, Any]:
+    result = run_lifecycle(
+        project, "restore", cache_id, "--from", target.url, "--json", env=target.env
+    )
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def _tear_down(project: Path, cache_ids: list[str]) -> dict[str, str]:
+    """What teardown leaves: the dirs gone, the caches marked torn-down. Their tree digests."""
+    caches = _caches(project)
+    ledger = Ledger.open(_home())
+    with ledger.transaction() as conn:
+        for cache_id in cache_ids:
+            shutil.rmtree(caches[cache_id]["host_path"])
+            conn.execute("UPDATE caches SET state = 'torn-down' WHERE id = ?", (cache_id,))
+    ledger.close()
+    return {cache_id: caches[cache_id]["tree_digest"] for cache_id in cache_ids}
+
+
+def test_round_trip_then_a_warm_boot_hits(
+    demo_project: Path, archive_target: ArchiveTarget
+) -> None:
+    cold = boot_demo(demo_project)
+    cache_ids = [u["cache_id"] for u in cold["caches"]]
+    _archive(demo_project, archive_target, "--all", "--with-content")
+    digests = _tear_down(demo_project, cache_ids)
+
+    for cache_id in cache_ids:
+        report = _restore(demo_project, archive_target, cache_id)
+        assert report["tree_digest"] == digests[cache_id]
+        assert report["known"] and not report["already_present"]
+    caches = _caches(demo_project)
+    assert {caches[c]["state"] for c in cache_ids} == {"live"}
+    assert {caches[c]["tree_digest"] for c in cache_ids} == set(digests.values())
+    assert not [p for p in (_home() / "caches").iterdir() if p.name.startswith(".")]  # no temp
+
+    warm = boot_demo(demo_project)
+    assert {u["mode"] for u in warm["caches"]} == {"warm"}
+    assert sorted(u["cache_id"] for u in warm["caches"]) == sorted(cache_ids)
+    log = Path(warm["log_path"]).read_text()
+    assert HIT in log and "Compiling a graph" not in log and "Building JIT module" not in log
+    assert sum(u["files_added"] for u in warm["caches"]) == 0
+
+    again = _restore(demo_project, archive_target, cache_ids[0])  # in place already: no-op
+    assert again["already_present"]
+
+
+def test_restore_on_another_host_makes_the_cache_row(
+    demo_project: Path, archive_target: ArchiveTarget, tmp_path: Path, monkeypatch: Any
+) -> None:
+    cold = boot_demo(demo_project)
+    cache_ids = [u["cache_id"] for u in cold["caches"]]
+    _archive(demo_project, archive_target, "--all", "--with-content")
+    monkeypatch.setenv("LIFECYCLE_HOME", str(tmp_path / "other-host"))  # an empty ledger
+
+    for cache_id in cache_ids:
+        report = _restore(demo_project, archive_target, cache_id)
+        assert not report["known"]
+        assert report["host_path"] == str(tmp_path / "other-host" / "caches" / cache_id)
+    caches = _caches(demo_project)
+    assert sorted(caches) == sorted(cache_ids)
+    assert {c["state"] for c in caches.values()} == {"live"}
+    # Same image (same dockerd), same cache keys: the first boot here starts warm.
+    warm = boot_demo(demo_project)
+    assert {u["mode"] for u in warm["caches"]} == {"warm"}
+    assert HIT in Path(warm["log_path"]).read_text()
+
+    # Archiving it again from here keeps the first host's boot in the record.
+    _archive(demo_project, archive_target, cache_ids[0])
+    body = archive_target.client.get_object(
+        Bucket=archive_target.bucket, Key=f"{archive_target.prefix}/caches/{cache_ids[0]}.json"
+    )["Body"].read()
+    assert [b["boot"]["id"] for b in json.loads(body)["boots"]] == [cold["id"], warm["id"]]
+
+
+def test_links_and_fifos_are_never_followed_and_come_back_as_they_were(
+    demo_project: Path, archive_target: ArchiveTarget
+) -> None:
+    boot = boot_demo(demo_project)
+    cache_id = next(u["cache_id"] for u in boot["caches"] if u["cache_id"].startswith("triton"))
+    root = Path(_caches(demo_project)[cache_id]["host_path"])
+    (root / "etc-link").symlink_to("/etc")
+    (root / "passwd-link").symlink_to("/etc/passwd")
+    os.mkfifo(root / "a-fifo", 0o640)
+    _archive(demo_project, archive_target, cache_id, "--with-content")
+
+    etc = [Path("/etc/passwd"), Path("/etc/hostname"), Path("/etc/hosts")]
+    outside = {hashlib.sha256(p.read_bytes()).hexdigest() for p in etc if p.is_file()}
+    keys = archive_target.objects()
+    assert not [key for key in keys if key.rsplit("/", 1)[-1] in outside]
+    record = json.loads(
+        archive_target.client.get_object(
+            Bucket=archive_target.bucket, Key=f"{archive_target.prefix}/caches/{cache_id}.json"
+        )["Body"].read()
+    )
+    assert not {b["sha256"] for b in record["blobs"]} & outside
+
+    [digest] = _tear_down(demo_project, [cache_id]).values()
+    report = _restore(demo_project, archive_target, cache_id)
+    assert report["tree_digest"] == digest
+    assert (root / "etc-link").is_symlink() and str((root / "etc-link").readlink()) == "/etc"
+    assert str((root / "passwd-link").readlink()) == "/etc/passwd"
+    fifo = (root / "a-fifo").lstat()
+    assert stat.S_ISFIFO(fifo.st_mode) and stat.S_IMODE(fifo.st_mode) == 0o640
+
+
+def test_refusals(demo_project: Path, archive_target: ArchiveTarget) -> None:
+    boot = boot_demo(demo_project)
+    evidence_only, with_files = (u["cache_id"] for u in boot["caches"][:2])
+    _archive(demo_project, archive_target, evidence_only)
+    _archive(demo_project, archive_target, with_files, "--with-content")
+    url = archive_target.url
+
+    result = run_lifecycle(demo_project, "restore", evidence_only, "--from", url)
+    assert result.exit_code == 1
+    assert "archived without --with-content" in result.stderr
+
+    root = Path(_caches(demo_project)[with_files]["host_path"])
+    (root / "changed-since").write_text("not in the archive\n")
+    result = run_lifecycle(demo_project, "restore", with_files, "--from", url)
+    assert result.exit_code == 1 and "exists and holds another tree" in result.stderr
+    assert (root / "changed-since").is_file()  # left as it was
+
+    result = run_lifecycle(demo_project, "restore", "vllm-000000000000", "--from", url)
+    assert result.exit_code == 1 and "no record s3://" in result.stderr

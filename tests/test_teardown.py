@@ -1,0 +1,743 @@
+"""`lifecycle teardown`, `pin` and `unpin`.
+
+The first half drives the plan and the two-phase removal directly (a real ledger and real
+dirs in tmp, fake verifiers). The second half boots the demo engine for real through the CLI,
+archives to the real S3 server and tears down, SIGKILL at every step boundary included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from hashlib import sha256
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from lifecycle.cli import cli
+from lifecycle.errors import LifecycleError
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.archives import ArchiveRecord, TeardownStep, record_archive, steps_of
+from lifecycle.ledger.boots import CacheRecord, cache_by_id
+from lifecycle.ledger.rows import insert
+from lifecycle.table import human_bytes
+from lifecycle.teardown.containers import mounted_by
+from lifecycle.teardown.execute import remove_cache
+from lifecycle.teardown.faults import CRASH_ENV, CRASH_POINTS, crash_checkpoint
+from lifecycle.teardown.journal import (
+    Journal,
+    TeardownBusy,
+    teardown_lock,
+    trash_path,
+    unfinished_runs,
+)
+from lifecycle.teardown.plan import Action, Facts, Selection, decide, parse_duration
+
+NOW = datetime(2026, 10, 10, 9, 0, tzinfo=UTC)
+CONTENT = {"cached_ops/mix/mix.so": b"\x7fELF" + b"k" * 4000, "flashinfer_jit.log": b"built\n"}
+SIZE = sum(len(body) for body in CONTENT.values())
+
+
+# ---- the plan, the journal and the two phases, without services --------------------------------
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _tracked(ledger: Ledger, **changes: Any) -> tuple[CacheRecord, ArchiveRecord]:
+    """A cache dir with files, recorded in the ledger and archived (as far as the ledger knows)."""
+    cache_id = f"flashinfer-{secrets.token_hex(4)}"
+    host = ledger.home / "caches" / cache_id
+    for name, body in CONTENT.items():
+        (host / name).parent.mkdir(parents=True, exist_ok=True)
+        (host / name).write_bytes(body)
+    cache = CacheRecord(
+        id=cache_id,
+        cache_key="k" * 64,
+        cache_name="flashinfer",
+        manifest_name="demo",
+        manifest_digest="d" * 64,
+        image_id="sha256:" + "e" * 64,
+        arch="unknown",
+        host_path=str(host),
+        container_path="/var/cache/lifecycle/flashinfer",
+        state="live",
+        in_use_by=None,
+        created_at=(NOW - timedelta(days=2)).isoformat(timespec="seconds"),
+        files=len(CONTENT),
+        bytes=SIZE,
+    )
+    cache = replace(cache, **changes)
+    with ledger.transaction() as conn:
+        insert(conn, "caches", cache)
+    archive = ArchiveRecord(
+        cache.id, "s3://bucket/test", f"test/caches/{cache.id}.json", "f" * 64, False, 2, SIZE,
+        _stamp(), None,
+    )  # fmt: skip
+    record_archive(ledger, archive)
+    return replace(cache, state="archived"), archive
+
+
+def _facts(**changes: Any) -> Facts:
+    facts = Facts(now=NOW, pins={}, archives={}, unfinished={}, mounted_by={})
+    return replace(facts, **changes)
+
+
+def _never(archive: ArchiveRecord) -> list[str]:
+    raise AssertionError("a kept cache's archive is not verified")
+
+
+def test_durations() -> None:
+    assert parse_duration("2h") == timedelta(hours=2)
+    assert parse_duration("1d12h") == timedelta(hours=36)
+    assert parse_duration("90s") == timedelta(seconds=90)
+    for bad in ("2", "2x", "h", "-1d", ""):
+        with pytest.raises(LifecycleError, match="--older-than"):
+            parse_duration(bad)
+
+
+def test_filters_say_why_a_cache_is_left_out(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    cache, _ = _tracked(ledger)
+    assert Selection().excludes(cache, NOW) is None
+    assert Selection(cache_ids=(cache.id,)).excludes(cache, NOW) is None
+    assert Selection(cache_ids=("other",)).excludes(cache, NOW) == "filtered out: not named"
+    assert "manifest demo, not prod" in str(Selection(manifest="prod").excludes(cache, NOW))
+    assert Selection(older_than=timedelta(days=1)).excludes(cache, NOW) is None
+    assert "2d old, not older than 3d" in str(
+        Selection(older_than=timedelta(days=3)).excludes(cache, NOW)
+    )
+    assert "archived, not live" in str(Selection(state="live").excludes(cache, NOW))
+
+
+def test_every_reason_to_keep_is_given_and_nothing_kept_is_verified(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    cache, archive = _tracked(ledger, in_use_by="b-1")
+    facts = _facts(
+        pins={cache.id: ["result r-7", "by hand"]},
+        archives={cache.id: archive},
+        mounted_by={cache.id: ["sleepy"]},
+    )
+    decision = decide(cache, Selection(), facts, archive_first=True, verify=_never)
+    assert decision.action is Action.KEEP and not decision.problem
+    assert decision.why == (
+        "pinned: result r-7; by hand",
+        "mounted by running container sleepy",
+        "in use by boot b-1",
+    )
+    blind = decide(
+        replace(cache, in_use_by=None),
+        Selection(),
+        _facts(archives={cache.id: archive}, docker_problem="no socket"),
+        archive_first=False,
+        verify=_never,
+    )
+    assert blind.why == ("cannot ask dockerd which containers mount it: no socket",)
+
+
+def test_archive_state_decides_the_rest(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    cache, archive = _tracked(ledger)
+    plain = _facts()
+    kept = decide(cache, Selection(), plain, archive_first=False, verify=_never)
+    assert kept.action is Action.KEEP and kept.why == (
+        "not archived (--archive archives it first)",
+    )
+    first = decide(cache, Selection(), plain, archive_first=True, verify=_never)
+    assert first.action is Action.ARCHIVE_THEN_REMOVE
+    archived = _facts(archives={cache.id: archive})
+    key = f"s3://bucket/test/blobs/sha256/ab/{'ab' * 32}: missing"
+    bad = decide(cache, Selection(), archived, archive_first=True, verify=lambda a: [key])
+    assert (
+        bad.action is Action.KEEP
+        and bad.problem
+        and bad.why == (f"archive does not verify: {key}",)
+    )
+    good = decide(cache, Selection(), archived, archive_first=False, verify=lambda a: [])
+    assert good.action is Action.REMOVE
+    assert good.why == (f"archive verified now: s3://bucket/{archive.record_key}",)
+
+
+class _Crash(Exception):
+    """Stands in for SIGKILL in the unit tests: nothing after the checkpoint runs."""
+
+
+def _remove(
+    ledger: Ledger,
+    cache: CacheRecord,
+    archive: ArchiveRecord,
+    run_id: str,
+    *,
+    verify: Callable[[], list[str]] = lambda: [],
+    crash_at: str | None = None,
+) -> Any:
+    def checkpoint(point: str) -> None:
+        if point == crash_at:
+            raise _Crash(point)
+
+    resumes = unfinished_runs(ledger, [cache]).get(cache.id)
+    journal = Journal(ledger, run_id, _stamp)
+    return remove_cache(
+        journal,
+        cache,
+        archive,
+        resumes=resumes,
+        verify=verify,
+        holders=lambda: [],
+        checkpoint=checkpoint,
+    )
+
+
+def _steps(ledger: Ledger, cache_id: str, run_id: str) -> list[str]:
+    return [s.step for s in steps_of(ledger, cache_id) if s.run_id == run_id]
+
+
+def test_two_phases_journalled_in_order(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    cache, archive = _tracked(ledger)
+    outcome = _remove(ledger, cache, archive, "t-1")
+    assert outcome.removed and outcome.bytes_freed == SIZE
+    assert _steps(ledger, cache.id, "t-1") == ["intent", "verified", "deleted", "done"]
+    assert steps_of(ledger, cache.id)[-1].bytes_freed == SIZE
+    assert not Path(cache.host_path).exists() and not trash_path(cache).exists()
+    assert cache_by_id(ledger, cache.id).state == "torn-down"  # type: ignore[union-attr]
+
+
+def test_an_archive_that_does_not_verify_keeps_the_cache(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    cache, archive = _tracked(ledger)
+    problem = "s3://bucket/test/blobs/sha256/ab/abab: missing"
+    outcome = _remove(ledger, cache, archive, "t-1", verify=lambda: [problem])
+    assert not outcome.removed and outcome.problem == problem
+    assert _steps(ledger, cache.id, "t-1") == ["intent", "refused"]
+    assert steps_of(ledger, cache.id)[-1].detail == problem
+    assert sorted(p.name for p in Path(cache.host_path).rglob("*")) == sorted(
+        ["cached_ops", "mix", "mix.so", "flashinfer_jit.log"]
+    )
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_a_crash_at_any_step_is_finished_by_the_next_run(tmp_path: Path, point: str) -> None:
+    ledger = Ledger.open(tmp_path)
+    cache, archive = _tracked(ledger)
+    with pytest.raises(_Crash):
+        _remove(ledger, cache, archive, "t-1", crash_at=point)
+    if not Path(cache.host_path).exists():
+        assert "verified" in _steps(ledger, cache.id, "t-1")
+    assert unfinished_runs(ledger, [cache])[cache.id].run_id == "t-1"
+
+    outcome = _remove(ledger, cache, archive, "t-2")
+    assert outcome.removed and outcome.bytes_freed == SIZE  # measured before the crash if need be
+    assert _steps(ledger, cache.id, "t-2") == ["intent", "verified", "deleted", "done"]
+    assert not Path(cache.host_path).exists() and not trash_path(cache).exists()
+    assert unfinished_runs(ledger, [cache]) == {}
+
+
+def test_a_resumed_run_that_cannot_verify_puts_a_whole_dir_back(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    cache, archive = _tracked(ledger)
+    with pytest.raises(_Crash):
+        _remove(ledger, cache, archive, "t-1", crash_at="after-rename")
+    assert trash_path(cache).is_dir() and not Path(cache.host_path).exists()
+    outcome = _remove(ledger, cache, archive, "t-2", verify=lambda: ["S3 unreachable"])
+    assert outcome.restored and not outcome.removed
+    assert (Path(cache.host_path) / "flashinfer_jit.log").read_bytes() == b"built\n"
+    assert unfinished_runs(ledger, [cache]) == {}
+
+
+def test_a_trash_past_deleted_is_never_put_back_and_finished_later(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    cache, archive = _tracked(ledger)
+    with pytest.raises(_Crash):
+        _remove(ledger, cache, archive, "t-1", crash_at="after-deleted")
+    refused = _remove(ledger, cache, archive, "t-2", verify=lambda: ["S3 unreachable"])
+    assert not refused.restored and trash_path(cache).is_dir()
+    assert not Path(cache.host_path).exists()
+    assert unfinished_runs(ledger, [cache])[cache.id].committed
+    assert _remove(ledger, cache, archive, "t-3").removed
+    assert not trash_path(cache).exists()
+
+
+def test_crash_checkpoint_is_inert_unless_asked() -> None:
+    crash_checkpoint({})("after-intent")  # no env var: nothing happens
+    for bad in ("after-lunch", "after-intent:x"):
+        with pytest.raises(LifecycleError, match=CRASH_ENV):
+            crash_checkpoint({CRASH_ENV: bad})
+    crash_checkpoint({CRASH_ENV: "after-rename:2"})("after-rename")  # the first is let through
+
+
+def test_a_mount_of_the_dir_above_or_below_holds_the_cache(tmp_path: Path) -> None:
+    cache = tmp_path / "caches" / "vllm-1"
+    (cache / "inner").mkdir(parents=True)
+    mounts = {
+        str(tmp_path / "caches"): ["above"],
+        str(cache / "inner"): ["below"],
+        str(cache): ["exact"],
+        str(tmp_path / "caches" / "vllm-10"): ["sibling"],
+    }
+    assert mounted_by(str(cache), mounts) == ["above", "below", "exact"]
+
+
+def test_one_teardown_at_a_time(tmp_path: Path) -> None:
+    with teardown_lock(tmp_path), pytest.raises(TeardownBusy), teardown_lock(tmp_path):
+        pass
+    with teardown_lock(tmp_path):  # released
+        pass
+
+
+# ---- for real: the demo engine booted through the CLI, the S3 server, dockerd ------------------
+
+PREFIX = "test"
+
+
+@pytest.fixture(scope="module")
+def demo_images(docker_client: Any) -> None:
+    """The demo's base and released engine images (cached per machine)."""
+    from lifecycle.demo.setup import ensure_demo
+
+    ensure_demo(docker_client)
+
+
+@pytest.fixture
+def project(
+    tmp_path: Path,
+    repo_root: Path,
+    demo_images: None,
+    s3_bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Path]:
+    """A project with the demo manifests, demo/0.2 built, archiving to the test bucket."""
+    root = tmp_path / "project"
+    for version in ("0.1", "0.2"):
+        shutil.copytree(repo_root / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
+    (root / "hooks").mkdir()
+    monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/{PREFIX}")
+    monkeypatch.chdir(root)
+    built = _cli(root, "build", "demo/0.2")
+    assert built.exit_code == 0, built.output
+    yield root
+
+
+def _cli(project: Path, *args: str) -> Any:
+    return CliRunner().invoke(
+        cli, ["--manifests", str(project / "manifests"), *args], catch_exceptions=False
+    )
+
+
+def _process(project: Path, *args: str, env: dict[str, str] | None = None) -> Any:
+    """`lifecycle` as its own process: SIGKILL must hit it, not pytest; stdin is no terminal."""
+    return subprocess.run(
+        [sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), *args],
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _boot(project: Path) -> tuple[dict[str, Any], list[str]]:
+    """Boot demo/0.2 cold: the boot report and its four new caches' ids."""
+    result = _cli(project, "boot", "demo/0.2", "--cold", "--json")
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report, sorted(u["cache_id"] for u in report["caches"])
+
+
+def _home() -> Path:
+    return Path(os.environ["LIFECYCLE_HOME"])
+
+
+def _caches() -> dict[str, CacheRecord]:
+    from lifecycle.ledger.boots import all_caches
+
+    ledger = Ledger.open(_home())
+    try:
+        return {c.id: c for c in all_caches(ledger)}
+    finally:
+        ledger.close()
+
+
+def _journal(cache_id: str) -> list[TeardownStep]:
+    ledger = Ledger.open(_home())
+    try:
+        return steps_of(ledger, cache_id)
+    finally:
+        ledger.close()
+
+
+def _archive(bucket: str, cache_ids: list[str]) -> None:
+    """Archive through the archive package (`lifecycle archive` does the same)."""
+    from lifecycle.archive.location import ArchiveLocation, s3_client
+    from lifecycle.archive.run import archive_caches
+
+    ledger = Ledger.open(_home())
+    try:
+        location = ArchiveLocation(bucket, PREFIX)
+        client = s3_client(os.environ)
+        archive_caches(
+            ledger, client, location, cache_ids, with_content=False, dry_run=False, progress=None
+        )
+    finally:
+        ledger.close()
+
+
+def _plan(result: Any) -> dict[str, dict[str, Any]]:
+    """cache id -> its entry in the JSON plan."""
+    return {c["id"]: c for c in json.loads(result.stdout)["plan"]["caches"]}
+
+
+def _gone(cache: CacheRecord) -> bool:
+    return not Path(cache.host_path).exists() and not trash_path(cache).exists()
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_archive_then_teardown_removes_what_verifies(
+    project: Path, s3_bucket: str, docker_client: Any
+) -> None:
+    boot, ids = _boot(project)
+    result = _cli(project, "teardown", "--archive", "--yes")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("archive, then remove") == 4
+    caches = _caches()
+    freed = 0
+    for cache_id in ids:
+        steps = _journal(cache_id)
+        assert [s.step for s in steps] == ["intent", "verified", "deleted", "done"]
+        assert len({s.run_id for s in steps}) == 1
+        assert steps[-1].bytes_freed == steps[-2].bytes_freed
+        freed += steps[-1].bytes_freed or 0
+        assert caches[cache_id].state == "torn-down" and _gone(caches[cache_id])
+    assert freed > 0
+    summary = f"removed 4 caches, {human_bytes(freed)} freed; evidence at s3://{s3_bucket}/{PREFIX}"
+    assert summary in result.stdout
+    from docker.errors import NotFound
+
+    with pytest.raises(NotFound):  # its stopped boot container went with its caches
+        docker_client.containers.get(boot["container_id"])
+    again = _cli(project, "teardown", "--yes")
+    assert again.exit_code == 0 and "nothing to remove" in again.stdout
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_cache_booted_again_after_archiving_is_kept_until_re_archived(
+    project: Path, s3_bucket: str
+) -> None:
+    _, ids = _boot(project)
+    _archive(s3_bucket, ids)
+    warm = _cli(project, "boot", "demo/0.2", "--json")  # reuses the archived caches
+    assert warm.exit_code == 0, warm.output
+    assert sorted(u["cache_id"] for u in json.loads(warm.stdout)["caches"]) == ids
+    assert {c.state for c in _caches().values()} == {"live"}
+    result = _cli(project, "teardown", "--yes", "--json")
+    plan = _plan(result)
+    for cache_id in ids:
+        assert plan[cache_id]["action"] == "keep", plan[cache_id]
+    assert all(Path(c.host_path).is_dir() for c in _caches().values())
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_cache_not_archived_is_kept_and_the_plan_says_why(project: Path) -> None:
+    _, ids = _boot(project)
+    result = _cli(project, "teardown", "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    plan = _plan(result)
+    for cache_id in ids:
+        assert plan[cache_id]["action"] == "keep"
+        assert plan[cache_id]["why"] == ["not archived (--archive archives it first)"]
+    assert json.loads(result.stdout)["result"] is None
+    assert all(Path(c.host_path).is_dir() for c in _caches().values())
+
+
+def _blob_key(sha: str) -> str:
+    return f"{PREFIX}/blobs/sha256/{sha[:2]}/{sha}"
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_blob_corrupted_or_deleted_on_the_server_is_caught_and_named(
+    project: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    _, ids = _boot(project)
+    _archive(s3_bucket, ids)
+    records = {
+        cache_id: json.loads(
+            s3_client.get_object(Bucket=s3_bucket, Key=f"{PREFIX}/caches/{cache_id}.json")[
+                "Body"
+            ].read()
+        )
+        for cache_id in ids
+    }
+    # A blob only one cache's record names, so each fault belongs to exactly one cache.
+    holders: dict[str, list[str]] = {}
+    for cache_id, record in records.items():
+        for blob in record["blobs"]:
+            holders.setdefault(blob["sha256"], []).append(cache_id)
+    own = {ids[0]: "", ids[1]: ""}
+    for sha, names in holders.items():
+        if len(names) == 1 and names[0] in own and not own[names[0]]:
+            own[names[0]] = sha
+    corrupted, deleted = (_blob_key(own[ids[0]]), _blob_key(own[ids[1]]))
+    size = s3_client.head_object(Bucket=s3_bucket, Key=corrupted)["ContentLength"]
+    # Same size, other bytes, no ChecksumSHA256: only the content can tell.
+    s3_client.put_object(Bucket=s3_bucket, Key=corrupted, Body=b"\0" * size)
+    s3_client.delete_object(Bucket=s3_bucket, Key=deleted)
+
+    result = _cli(project, "teardown", "--yes", "--json")
+    assert result.exit_code == 1, result.output  # kept because an archive did not verify
+    plan = _plan(result)
+    assert plan[ids[0]]["action"] == "keep" and plan[ids[0]]["problem"]
+    assert any(
+        f"s3://{s3_bucket}/{corrupted}: content has sha256" in w for w in plan[ids[0]]["why"]
+    )
+    assert plan[ids[1]]["why"] == [f"archive does not verify: s3://{s3_bucket}/{deleted}: missing"]
+    caches = _caches()
+    for cache_id in ids[:2]:
+        assert caches[cache_id].state == "archived" and Path(caches[cache_id].host_path).is_dir()
+        assert _journal(cache_id) == []  # refused by the plan: nothing was started
+    for cache_id in ids[2:]:
+        assert caches[cache_id].state == "torn-down" and _gone(caches[cache_id])
+    text = _cli(project, "teardown", "--yes")
+    assert f"s3://{s3_bucket}/{corrupted}" in text.stdout
+    assert f"s3://{s3_bucket}/{deleted}: missing" in text.stdout
+
+
+CRASHES = [*CRASH_POINTS, "after-rename:3"]  # the last: two caches done, the third half way
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_sigkill_at_every_step_boundary_then_a_plain_rerun_converges(
+    project: Path, s3_bucket: str, tmp_path: Path
+) -> None:
+    _, ids = _boot(project)
+    _archive(s3_bucket, ids)
+    home = _home()
+    template = tmp_path / "home-archived"
+    shutil.copytree(home, template, symlinks=True)
+    for crash in CRASHES:
+        shutil.rmtree(home)
+        shutil.copytree(template, home, symlinks=True)
+        killed = _process(project, "teardown", "--yes", env={CRASH_ENV: crash})
+        assert killed.returncode == -signal.SIGKILL, (crash, killed.stdout, killed.stderr)
+        caches = _caches()
+        for cache_id in ids:
+            steps = _journal(cache_id)
+            if not Path(caches[cache_id].host_path).exists():
+                assert "verified" in [s.step for s in steps], (crash, cache_id, steps)
+        assert any(_journal(i) for i in ids), crash
+
+        rerun = _process(project, "teardown", "--yes")
+        assert rerun.returncode == 0, (crash, rerun.stdout, rerun.stderr)
+        assert "resumes run" in rerun.stdout, crash
+        caches = _caches()
+        for cache_id in ids:
+            assert caches[cache_id].state == "torn-down" and _gone(caches[cache_id]), crash
+            steps = _journal(cache_id)
+            last = [s.step for s in steps if s.run_id == steps[-1].run_id]
+            assert last == ["intent", "verified", "deleted", "done"], (crash, cache_id, steps)
+        assert not list((home / "caches").glob(".trash-*")), crash
+
+
+def _snapshot(s3_client: Any, bucket: str) -> tuple[object, ...]:
+    """Everything a dry run must leave alone: files under LIFECYCLE_HOME, the ledger, S3."""
+    home = _home()
+    files = []
+    for path in sorted(home.rglob("*")):
+        if path.name.startswith("ledger.sqlite3"):
+            continue  # compared as a dump below; SQLite's -wal/-shm come and go with readers
+        info = path.lstat()
+        digest = sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+        files.append((str(path.relative_to(home)), info.st_mode, info.st_size, digest))
+    conn = sqlite3.connect(home / "ledger.sqlite3")
+    dump = list(conn.iterdump())
+    conn.close()
+    listed = s3_client.list_objects_v2(Bucket=bucket).get("Contents", [])
+    objects = [(o["Key"], o["Size"], o["ETag"], o["LastModified"]) for o in listed]
+    return tuple(files), tuple(dump), tuple(objects)
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_dry_run_changes_nothing_on_disk_in_the_ledger_or_in_s3(
+    project: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    _, ids = _boot(project)
+    _archive(s3_bucket, ids[:2])
+    before = _snapshot(s3_client, s3_bucket)
+    result = _cli(project, "teardown", "--archive", "--dry-run", "--json")
+    assert result.exit_code == 0, result.output
+    plan = _plan(result)
+    assert [plan[i]["action"] for i in ids] == ["remove"] * 2 + ["archive, then remove"] * 2
+    notes = json.loads(result.stdout)["plan"]["notes"]
+    assert [n.split(" to ")[0] for n in notes] == [f"would archive {i}" for i in ids[2:]]
+    text = _cli(project, "teardown", "--archive", "--dry-run", "--images")
+    assert "would remove: 4 caches" in text.stdout and "dry run: nothing changed" in text.stdout
+    assert _snapshot(s3_client, s3_bucket) == before
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_pinned_cache_survives_until_it_is_unpinned(project: Path) -> None:
+    _, ids = _boot(project)
+    pinned = ids[0]
+    result = _cli(project, "pin", pinned, "--reason", "result r-42 (acceptance night)")
+    assert result.exit_code == 0 and f"pinned {pinned}" in result.stdout
+    typo = _cli(project, "pin", pinned[:-1] + "x")
+    assert typo.exit_code == 2 and f"did you mean {pinned!r}" in typo.stderr
+
+    result = _cli(project, "teardown", "--archive", "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    assert _plan(result)[pinned]["why"] == ["pinned: result r-42 (acceptance night)"]
+    caches = _caches()
+    assert caches[pinned].state == "live" and Path(caches[pinned].host_path).is_dir()
+    assert all(caches[i].state == "torn-down" for i in ids[1:])
+
+    wrong = _cli(project, "unpin", pinned, "--reason", "nope")
+    assert wrong.exit_code == 2 and "result r-42 (acceptance night)" in wrong.stderr
+    assert _cli(project, "unpin", pinned).exit_code == 0
+    result = _cli(project, "teardown", "--archive", "--yes")
+    assert result.exit_code == 0 and "removed 1 cache," in result.stdout
+    assert _caches()[pinned].state == "torn-down"
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_cache_mounted_by_a_running_container_is_kept(project: Path, docker_client: Any) -> None:
+    from tests.services import TEST_LABEL
+
+    boot, ids = _boot(project)
+    held = _caches()[ids[0]]
+    container = docker_client.containers.run(
+        boot["image_id"],
+        entrypoint=["sleep"],
+        command=["300"],
+        detach=True,
+        network_mode="none",
+        volumes={held.host_path: {"bind": "/held", "mode": "ro"}},
+        labels={TEST_LABEL: "teardown"},
+    )
+    try:
+        result = _cli(project, "teardown", "--archive", "--yes", "--json")
+        assert result.exit_code == 0, result.output
+        why = _plan(result)[ids[0]]["why"]
+        assert why == [f"mounted by running container {container.name}"]
+        caches = _caches()
+        assert caches[ids[0]].state == "live" and Path(held.host_path).is_dir()
+        assert all(caches[i].state == "torn-down" for i in ids[1:])
+        docker_client.containers.get(boot["container_id"])  # one of its caches stays: so does it
+    finally:
+        container.remove(force=True)
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_without_yes_and_without_a_terminal_nothing_happens(
+    project: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    _boot(project)
+    refused = _process(project, "teardown", "--archive")
+    assert refused.returncode == 2, refused.stderr
+    assert "no terminal to confirm on; pass --yes" in refused.stderr
+    assert "archive, then remove" in refused.stdout  # the plan was shown
+    assert "Contents" not in s3_client.list_objects_v2(Bucket=s3_bucket)
+    assert all(c.state == "live" and Path(c.host_path).is_dir() for c in _caches().values())
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_pre_teardown_hook_vetoes_and_on_exit_still_runs(
+    project: Path, s3_bucket: str, s3_client: Any, tmp_path: Path
+) -> None:
+    _, ids = _boot(project)
+    marker = tmp_path / "on-exit.json"
+    gate = project / "hooks" / "gate"
+    gate.write_text(
+        f'#!/bin/sh\n[ "$1" = pre-teardown ] && exit 3\n[ "$1" = on-exit ] && cat >{marker}\n'
+        "exit 0\n"
+    )
+    gate.chmod(0o755)
+    result = _cli(project, "teardown", "--archive", "--yes", "--hook", "gate")
+    assert result.exit_code == 1 and "hook 'gate' exited 3 on pre-teardown" in result.stderr
+    context = json.loads(marker.read_text())
+    assert context["step"] == "teardown" and context["outcome"] == "failed"
+    assert sorted(context["caches"]) == ids
+    assert "Contents" not in s3_client.list_objects_v2(Bucket=s3_bucket)  # nothing archived
+    assert all(c.state == "live" for c in _caches().values())
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_s3_unreachable_keeps_every_cache_and_says_why(
+    project: Path, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, ids = _boot(project)
+    _archive(s3_bucket, ids)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # discard port: nobody listens
+    result = _cli(project, "teardown", "--yes", "--json")
+    assert result.exit_code == 1, result.output
+    for entry in _plan(result).values():
+        assert entry["action"] == "keep" and entry["problem"]
+        assert entry["why"][0].startswith(
+            f"archive does not verify: cannot reach S3 for s3://{s3_bucket}"
+        )
+    assert all(Path(c.host_path).is_dir() for c in _caches().values())
+
+
+@pytest.mark.docker
+def test_images_no_cache_refers_to_go_unless_a_container_uses_them(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    import io
+
+    from docker.errors import ImageNotFound
+
+    from lifecycle.build.plan import DIGEST_LABEL
+    from lifecycle.demo.images import engine_image
+    from lifecycle.demo.setup import ensure_demo
+    from lifecycle.teardown.containers import NAME_LABEL
+    from tests.services import TEST_LABEL
+
+    ensure_demo(docker_client)
+    name = f"teardown-test-{secrets.token_hex(4)}"
+    tags = [f"lifecycle-test/{name}:{n}" for n in ("unused", "running")]
+    for tag in tags:
+        dockerfile = f"FROM {engine_image('0.2.0')}\nLABEL tag={tag}\n"
+        labels = {DIGEST_LABEL: secrets.token_hex(32), NAME_LABEL: name, TEST_LABEL: "teardown"}
+        docker_client.images.build(
+            fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=labels, rm=True
+        )
+    running = docker_client.containers.run(
+        tags[1], entrypoint=["sleep"], command=["300"], detach=True, network_mode="none"
+    )
+    try:
+        result = CliRunner().invoke(
+            cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        assert f"removed image {tags[0]}" in result.stdout
+        assert f"kept image {tags[1]}: used by container {running.name} (running)" in result.stdout
+        with pytest.raises(ImageNotFound):
+            docker_client.images.get(tags[0])
+    finally:
+        running.remove(force=True)
+        for tag in tags:
+            with contextlib.suppress(ImageNotFound):
+                docker_client.images.remove(tag, force=True)
