@@ -257,6 +257,128 @@ def boots(as_json: bool) -> None:
     _emit_json(rows) if as_json else click.echo(boots_table(rows), nl=False)
 
 
+@cli.command()
+@click.argument("cache_ids", nargs=-1, metavar="[CACHE]...")
+@click.option("--archive", "archive_first", is_flag=True, help="Archive caches not archived yet.")
+@click.option("--with-content", is_flag=True, help="With --archive: archive file content too.")
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing anywhere.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--images", is_flag=True, help="Also remove engine images no cache refers to.")
+@click.option("--manifest", metavar="NAME", help="Only caches (and images) of this manifest.")
+@click.option("--older-than", metavar="DURATION", help="Only caches older than this (2h, 3d).")
+@click.option("--state", type=click.Choice(["live", "archived"]), help="Only caches in this state.")
+@click.option("--to", metavar="S3_URL", help="Where --archive writes (s3://BUCKET/PREFIX).")
+@click.option("--hook", "hook_names", multiple=True, metavar="NAME", help="Attach hooks/NAME.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan and the result as JSON.")
+@click.pass_context
+def teardown(
+    ctx: click.Context,
+    cache_ids: tuple[str, ...],
+    archive_first: bool,
+    with_content: bool,
+    dry_run: bool,
+    yes: bool,
+    images: bool,
+    manifest: str | None,
+    older_than: str | None,
+    state: str | None,
+    to: str | None,
+    hook_names: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Remove boot caches whose archive verifies in S3 now; kept ones are shown with why."""
+    import sys
+    from contextlib import nullcontext
+
+    from lifecycle.commands.teardown import archive_location, connect_services, make_request
+    from lifecycle.hooks import select
+    from lifecycle.table import human_bytes
+    from lifecycle.teardown.faults import crash_checkpoint
+    from lifecycle.teardown.journal import teardown_lock
+    from lifecycle.teardown.report import plan_json, plan_text, result_json, summary_text
+    from lifecycle.teardown.run import run_teardown
+    from lifecycle.teardown.survey import make_plan
+
+    project = ctx.obj["manifests_dir"].parent
+    where = archive_location(to, os.environ, project, required=archive_first)
+    request = make_request(
+        cache_ids,
+        manifest=manifest,
+        older_than=older_than,
+        state=state,
+        archive_first=archive_first,
+        with_content=with_content,
+        images=images,
+        archive_to=where,
+    )
+    hooks = select(project / "hooks", hook_names)
+    checkpoint = crash_checkpoint(os.environ)  # test-only fault injection; a no-op when unset
+    services = connect_services(os.environ)
+    result = None
+    with _ledger() as ledger, nullcontext() if dry_run else teardown_lock(ledger.home):
+        plan = make_plan(ledger, services, request, preview=dry_run)
+        if not as_json:
+            click.echo(plan_text(plan, dry_run=dry_run), nl=False)
+        if not dry_run and plan.has_work:
+            if not yes and not sys.stdin.isatty():
+                if as_json:
+                    _emit_json({"plan": plan_json(plan), "result": None})
+                raise LifecycleError("nothing removed: no terminal to confirm on; pass --yes")
+            if not yes:
+                size = human_bytes(plan.bytes_to_free)
+                question = f"remove {len(plan.removing)} caches ({size})?"
+                click.confirm(question, default=False, abort=True, err=True)
+            result = run_teardown(
+                ledger,
+                services,
+                plan,
+                request,
+                hooks=hooks,
+                checkpoint=checkpoint,
+                progress=lambda line: click.echo(f"  | {line}", err=True),
+            )
+    if as_json:
+        _emit_json({"plan": plan_json(plan), "result": result_json(result) if result else None})
+    elif result is not None:
+        click.echo(summary_text(result), nl=False)
+    elif not dry_run:
+        click.echo("nothing to remove")
+    ctx.exit(1 if plan.has_problems or (result is not None and result.failed) else 0)
+
+
+@cli.command()
+@click.argument("target", metavar="CACHE")
+@click.option("--reason", default=None, help="Why it is kept (default: 'pinned by hand').")
+def pin(target: str, reason: str | None) -> None:
+    """Make CACHE a GC root: teardown keeps it, whatever else, until it is unpinned."""
+    from datetime import UTC, datetime
+
+    from lifecycle.commands.pin import DEFAULT_REASON, pin_target
+
+    with _ledger() as ledger:
+        report = pin_target(ledger, target, reason or DEFAULT_REASON, datetime.now(UTC))
+    for cache_id in report.pinned:
+        click.echo(f"pinned {cache_id}: {'; '.join(report.reasons[cache_id])}")
+    for skipped in report.skipped:
+        click.echo(f"skipped {skipped}")
+
+
+@cli.command()
+@click.argument("target", metavar="CACHE")
+@click.option("--reason", default=None, help="Remove only the pin with this reason.")
+def unpin(target: str, reason: str | None) -> None:
+    """Remove CACHE's pins (or the one with --reason); teardown may then remove it."""
+    from lifecycle.commands.pin import unpin_target
+
+    with _ledger() as ledger:
+        report = unpin_target(ledger, target, reason)
+    for cache_id in report.pinned:
+        left = report.reasons[cache_id]
+        click.echo(f"unpinned {cache_id}" + (f"; still pinned: {'; '.join(left)}" if left else ""))
+    for skipped in report.skipped:
+        click.echo(f"skipped {skipped}")
+
+
 @contextmanager
 def _ledger() -> Iterator[Ledger]:
     from lifecycle.ledger import Ledger, default_home
@@ -269,11 +391,127 @@ def _ledger() -> Iterator[Ledger]:
 
 
 @cli.command()
+@click.argument("cache_ids", nargs=-1, metavar="[CACHE]...")
+@click.option("--all", "every", is_flag=True, help="Every live cache; re-verify archived ones.")
+@click.option("--with-content", is_flag=True, help="Archive the cache's files too (restorable).")
+@click.option("--to", metavar="S3_URL", help="Archive location (default: LIFECYCLE_ARCHIVE).")
+@click.option("--dry-run", is_flag=True, help="Show what would be uploaded; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def archive(
+    ctx: click.Context,
+    cache_ids: tuple[str, ...],
+    every: bool,
+    with_content: bool,
+    to: str | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Archive caches' evidence (and files, --with-content) to S3, content-addressed, verified."""
+    from lifecycle.archive.location import resolve_location, s3_client
+    from lifecycle.commands.archive import archive as run
+    from lifecycle.commands.archive import archive_text
+
+    location = resolve_location(to, os.environ, ctx.obj["manifests_dir"].parent)
+    with _ledger() as ledger:
+        report = run(
+            ledger,
+            s3_client(os.environ),
+            location,
+            cache_ids,
+            every=every,
+            with_content=with_content,
+            dry_run=dry_run,
+            progress=lambda line: click.echo(f"  | {line}", err=True),
+        )
+    _emit_json(report) if as_json else click.echo(archive_text(report), nl=False)
+
+
+@cli.command()
+@click.argument("cache_id", metavar="CACHE")
+@click.option("--from", "source", metavar="S3_URL", help="Archive location (as for archive --to).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def restore(ctx: click.Context, cache_id: str, source: str | None, as_json: bool) -> None:
+    """Rebuild CACHE's dir from its archived files, verified, and mark it live."""
+    from lifecycle.archive.location import resolve_location, s3_client
+    from lifecycle.commands.archive import restore as run
+    from lifecycle.commands.archive import restore_text
+
+    location = resolve_location(source, os.environ, ctx.obj["manifests_dir"].parent)
+    with _ledger() as ledger:
+        report = run(
+            ledger,
+            s3_client(os.environ),
+            location,
+            cache_id,
+            progress=lambda line: click.echo(f"  | {line}", err=True),
+        )
+    _emit_json(report) if as_json else click.echo(restore_text(report), nl=False)
+
+
+@cli.command()
 def schema() -> None:
     """Print the manifest JSON Schema (for editors' YAML language servers)."""
     from lifecycle.commands.schema import manifest_json_schema
 
     _emit_json(manifest_json_schema())
+
+
+@cli.command()
+@click.argument("old", required=False)
+@click.argument("new", required=False)
+@click.option("--dry-run", is_flag=True, help="Compute the report; write nothing.")
+@click.option("--keep-going", is_flag=True, help="Try every patch; report every conflict.")
+@click.option("--continue", "resume", is_flag=True, help="Go on after resolving a conflict.")
+@click.option("--abort", is_flag=True, help="Forget the stopped port, restoring everything.")
+@click.option("--branch", metavar="NAME", help="Branch to commit on (default: port/NEW).")
+@click.option("--release", metavar="VERSION", help="Upstream release (default: from NEW).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def port(
+    ctx: click.Context,
+    old: str | None,
+    new: str | None,
+    dry_run: bool,
+    keep_going: bool,
+    resume: bool,
+    abort: bool,
+    branch: str | None,
+    release: str | None,
+    as_json: bool,
+) -> None:
+    """Port the patch series of OLD to the upstream release NEW, on branch port/NEW.
+
+    Exit 0 when the port is complete, 1 while conflicts are pending, 2 on usage errors.
+    """
+    from lifecycle.commands.port import abort_port, continue_port, render_text
+    from lifecycle.commands.port import port as run
+    from lifecycle.ledger import default_home
+    from lifecycle.port.plan import PortRequest
+
+    home = default_home(dict(os.environ))
+    manifests_dir = ctx.obj["manifests_dir"]
+    if resume or abort:
+        if (resume and abort) or old or new or dry_run or keep_going or branch or release:
+            raise click.UsageError("--continue and --abort take no other arguments or options")
+        if abort:
+            message = abort_port(manifests_dir, home)
+            _emit_json({"aborted": True, "message": message}) if as_json else click.echo(message)
+            return
+        report = continue_port(manifests_dir, home)
+    else:
+        if not (old and new):
+            raise click.UsageError("give OLD and NEW (e.g. `lifecycle port 0.30 0.31`)")
+        request = PortRequest(
+            manifests_dir, old, new, home, dry_run, keep_going, branch=branch, release=release
+        )
+        report = run(request)
+    if as_json:
+        _emit_json(report.to_json())
+    else:
+        click.echo(render_text(report), nl=False)
+    ctx.exit(report.exit_code)
 
 
 def main() -> None:
