@@ -1,0 +1,106 @@
+"""`lifecycle port`: move a manifest's patch series to the next upstream release."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from lifecycle.errors import LifecycleError
+from lifecycle.port import session
+from lifecycle.port.outcome import PatchOutcome
+from lifecycle.port.plan import PortRequest
+from lifecycle.port.report import PortReport, PortStatus
+from lifecycle.proc import CommandFailed
+from lifecycle.table import render
+
+
+class PortFailed(LifecycleError):
+    """git failed in a way a port does not expect (exit 2: exit 1 means conflicts pending)."""
+
+
+def port(request: PortRequest) -> PortReport:
+    """Start a port (or only compute its report, with `dry_run`)."""
+    with _git_failures():
+        return session.start(request)
+
+
+def continue_port(manifests_dir: Path, home: Path) -> PortReport:
+    """`--continue`: take the worktree as the resolution and go on."""
+    with _git_failures():
+        return session.resume(manifests_dir, home)
+
+
+def abort_port(manifests_dir: Path, home: Path) -> str:
+    """`--abort`: forget the stopped port; a line saying what was removed."""
+    with _git_failures():
+        return session.abort(manifests_dir, home)
+
+
+@contextmanager
+def _git_failures() -> Iterator[None]:
+    try:
+        yield
+    except CommandFailed as exc:
+        raise PortFailed(str(exc)) from exc
+
+
+def render_text(report: PortReport) -> str:
+    """The human report: one row per patch, then pins, tuned values and where things are."""
+    lines = [
+        f"port {report.old_ref} -> {report.new_ref} "
+        f"({report.old.tag} {report.old.commit[:12]} -> {report.new.tag} {report.new.commit[:12]})",
+        "",
+    ]
+    rows = [(r.file, r.outcome.value, r.detail()) for r in report.results]
+    lines.append(render(["PATCH", "OUTCOME", "EVIDENCE"], rows).rstrip("\n"))
+    for result in report.results:
+        if result.outcome is PatchOutcome.CONFLICT and result.conflict and result.conflict.hint:
+            lines.append(f"  {result.file}: hint: {result.conflict.hint}")
+    if report.pins:
+        lines += [
+            "",
+            render(
+                ["PIN", "OLD", "NEW", "FROM"],
+                [
+                    (p.name + (" (!)" if p.flagged else ""), p.old, p.new, p.source)
+                    for p in report.pins
+                ],
+            ).rstrip("\n"),
+        ]
+    if report.tuned:
+        lines += ["", f"tuned values carried, NOT re-validated on {report.new.version}:"]
+        lines += [f"  {name} (measured on {origin})" for name, origin in report.tuned.items()]
+    lines += [f"warning: {w}" for w in report.warnings]
+    lines.append("")
+    lines += _where(report)
+    return "\n".join(lines) + "\n"
+
+
+def _where(report: PortReport) -> list[str]:
+    if report.status is PortStatus.CONFLICTS_PENDING:
+        waiting = [r.file for r in report.results if r.outcome.needs_person]
+        lines = [f"conflicts pending: {', '.join(waiting)}"]
+        if report.dry_run:
+            return [*lines, "dry run: nothing was written"]
+        current = next(r for r in report.results if r.outcome is PatchOutcome.CONFLICT)
+        assert current.conflict is not None
+        files = ", ".join(f"{report.subdir}/{f.path}" for f in current.conflict.files)
+        return [
+            *lines,
+            f"resolve {current.file} in {report.worktree}: {files} (edit them; keeping "
+            "upstream's side drops the patch), then `lifecycle port --continue`; or "
+            "`lifecycle port --abort` to restore everything",
+        ]
+    done = [f"new manifest digest sha256:{report.digest}"]
+    if report.dry_run:
+        return [
+            *done,
+            f"dry run: nothing was written (would commit {len(report.files)} files "
+            f"on {report.branch or 'the port branch'})",
+        ]
+    return [
+        *done,
+        f"committed on branch {report.branch} at {report.commit}:",
+        *(f"  {name}" for name in report.files),
+    ]

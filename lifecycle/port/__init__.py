@@ -1,0 +1,1 @@
+"""`lifecycle port`: replay a patch series on the next upstream release, with evidence."""

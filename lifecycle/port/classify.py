@@ -1,0 +1,263 @@
+"""From replayed commits to per-patch outcomes, by rules that never drop on a hint alone.
+
+A patch leaves the series only on evidence that its change is in the new release:
+- `patch-id`: an upstream commit between the tags has the same stable patch-id (git rebase's
+  own rule); such patches are not replayed at all;
+- `ancestor`: the replay came out empty and the patch's recorded `upstream_commit` is in the
+  new tag (and was not in the old);
+- `reverse-apply`: the replay came out empty and the patch reverse-applies, no fuzz, to the
+  new tag; the commit named is the newest upstream commit between the tags touching its files.
+An empty replay with none of these is EMPTIED. A recorded commit in the new tag while the patch
+still changes the tree, or upstream commits touching a conflicted file, are hints: they are
+reported (as a note, or the conflict's hint) and the patch stays.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from lifecycle.errors import LifecycleError
+from lifecycle.port import export, history
+from lifecycle.port.git import Git
+from lifecycle.port.outcome import (
+    Conflict,
+    ConflictedFile,
+    Drop,
+    DropMethod,
+    PatchOutcome,
+    PatchResult,
+    Rename,
+)
+from lifecycle.port.replay import SeriesPatch, Stop
+
+
+class MovedOutOfPackage(LifecycleError):
+    """A patch now changes files outside the package dir, which the build cannot patch."""
+
+
+@dataclass(frozen=True)
+class Bases:
+    """The two releases and where the package lives in them."""
+
+    old_commit: str
+    new_commit: str
+    new_tag: str
+    subdir: str
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What the replay left: old and new commit per patch index, drops, resolutions, stops."""
+
+    old: dict[int, str]
+    new: dict[int, str]
+    pre_dropped: dict[int, Drop] = field(default_factory=dict)
+    resolved: dict[int, Conflict] = field(default_factory=dict)
+    stops: list[Stop] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Moved:
+    """One replayed patch: its old and new diff (package paths) and the repository paths."""
+
+    patch: SeriesPatch
+    old: bytes
+    new: bytes
+    old_paths: list[str]
+    new_paths: list[str]
+    resolved: Conflict | None
+
+
+def classify(
+    git: Git, bases: Bases, patches: list[SeriesPatch], replayed: Replayed
+) -> tuple[list[PatchResult], dict[int, bytes]]:
+    """Every patch's result, and the bytes of each patch kept in the new series."""
+    old_commits, new_commits = list(replayed.old.values()), list(replayed.new.values())
+    with ThreadPoolExecutor(max_workers=3) as pool:  # four independent reads of the repository
+        old_exports = pool.submit(_exports, git, old_commits, bases.subdir)
+        old_paths = pool.submit(_paths, git, old_commits)
+        new_paths = pool.submit(_paths, git, new_commits)
+        new_exports = _exports(git, new_commits, bases.subdir)
+    return _outcomes(
+        git,
+        bases,
+        patches,
+        replayed,
+        (old_exports.result(), new_exports),
+        (old_paths.result(), new_paths.result()),
+    )
+
+
+def _outcomes(
+    git: Git,
+    bases: Bases,
+    patches: list[SeriesPatch],
+    replayed: Replayed,
+    exports: tuple[dict[str, bytes], dict[str, bytes]],
+    paths: tuple[dict[str, list[str]], dict[str, list[str]]],
+) -> tuple[list[PatchResult], dict[int, bytes]]:
+    (old_exports, new_exports), (old_paths, new_paths) = exports, paths
+    stopped = {s.index: s for s in replayed.stops}
+    results: list[PatchResult] = []
+    kept: dict[int, bytes] = {}
+    blockers: dict[int, set[str]] = {}
+    for patch in patches:
+        i = patch.index
+        if i in replayed.pre_dropped:
+            drop = replayed.pre_dropped[i]
+            results.append(PatchResult(i, patch.file, PatchOutcome.DROPPED_UPSTREAM, drop=drop))
+        elif i in stopped:
+            # In a --keep-going survey, a conflict on a file an earlier stopped patch touches is
+            # put down to that patch: it may well apply once the earlier one is resolved.
+            mine = set(old_paths.get(replayed.old[i], []))
+            blocker = next((patches[j].file for j, ps in blockers.items() if mine & ps), None)
+            blockers[i] = mine
+            conflict = _with_hint(git, bases, patch, stopped[i].conflict)
+            outcome = PatchOutcome.BLOCKED_BY if blocker else PatchOutcome.CONFLICT
+            results.append(
+                PatchResult(i, patch.file, outcome, conflict=conflict, blocked_by=blocker)
+            )
+        elif i in replayed.new:
+            old, new = replayed.old[i], replayed.new[i]
+            resolved = replayed.resolved.get(i)
+            moved = _Moved(
+                patch,
+                old_exports[old],
+                new_exports[new],
+                old_paths.get(old, []),
+                new_paths.get(new, []),
+                _in_package(resolved, bases) if resolved else None,
+            )
+            if moved.new.strip():
+                result, kept[i] = _applied(git, bases, moved)
+            else:
+                result = _emptied(git, bases, moved)
+            results.append(result)
+        else:
+            results.append(PatchResult(i, patch.file, PatchOutcome.PENDING))
+    return results, kept
+
+
+def _emptied(git: Git, bases: Bases, moved: _Moved) -> PatchResult:
+    """A replay that changed nothing: dropped on evidence, else EMPTIED."""
+    patch = moved.patch
+    note = "resolved to no change" if moved.resolved else None
+    drop = None
+    recorded = _recorded(git, bases, patch)
+    if recorded:
+        drop = Drop(DropMethod.ANCESTOR, recorded, history.subject_of(git, recorded))
+    elif history.reverse_applies(git, bases.new_commit, patch.path, bases.subdir):
+        touching = history.commits_touching(
+            git, bases.old_commit, bases.new_commit, moved.old_paths, 1
+        )
+        if touching:
+            commit, _, subject = touching[0].partition(" ")
+            drop = Drop(DropMethod.REVERSE_APPLY, commit, subject)
+    if drop:
+        outcome = PatchOutcome.DROPPED_UPSTREAM
+        return PatchResult(patch.index, patch.file, outcome, drop, moved.resolved, note=note)
+    why = note or (
+        "its change is already in the tree it was moved onto, "
+        "but no upstream commit between the tags explains it"
+    )
+    return PatchResult(
+        patch.index, patch.file, PatchOutcome.EMPTIED, None, moved.resolved, note=why
+    )
+
+
+def _applied(git: Git, bases: Bases, moved: _Moved) -> tuple[PatchResult, bytes]:
+    """A replay that changed the tree: kept, with how much it moved."""
+    patch = moved.patch
+    prefix = f"{bases.subdir}/"
+    outside = [p for p in moved.new_paths if not p.startswith(prefix)]
+    if outside:
+        raise MovedOutOfPackage(
+            f"{patch.file} now changes {', '.join(outside)}, outside {prefix} (upstream moved "
+            "it): the build applies patches inside the package dir only; port it by hand"
+        )
+    unchanged = export.same_position(moved.old, moved.new)
+    note = None
+    recorded = _recorded(git, bases, patch)
+    if recorded:
+        note = (
+            f"the recorded upstream_commit {recorded[:12]} is in {bases.new_tag}, yet the patch "
+            "still changes the tree: kept (a hint is not evidence); check drop_when"
+        )
+    renames = _renames(git, bases, moved.old_paths, moved.new_paths)
+    if moved.resolved:
+        outcome = PatchOutcome.RESOLVED
+    elif renames:
+        outcome = PatchOutcome.RENAMED
+    elif export.same_hunks(moved.old, moved.new):
+        outcome = PatchOutcome.CLEAN
+    else:
+        outcome = PatchOutcome.CLEAN_3WAY
+    result = PatchResult(
+        patch.index,
+        patch.file,
+        outcome,
+        None,
+        moved.resolved,
+        renames,
+        unchanged=unchanged,
+        note=note,
+    )
+    # A patch whose change did not move keeps its bytes, whatever tool first wrote them.
+    return result, patch.path.read_bytes() if unchanged else moved.new
+
+
+def _recorded(git: Git, bases: Bases, patch: SeriesPatch) -> str | None:
+    if not patch.upstream_commit:
+        return None
+    return history.recorded_commit_in(
+        git, patch.upstream_commit, bases.old_commit, bases.new_commit
+    )
+
+
+def _renames(
+    git: Git, bases: Bases, old_paths: list[str], new_paths: list[str]
+) -> tuple[Rename, ...]:
+    gone = [p for p in old_paths if p not in new_paths]
+    if not gone:
+        return ()
+    moved = history.renames(git, bases.old_commit, bases.new_commit, gone)
+    prefix = f"{bases.subdir}/"
+    return tuple(
+        Rename(old.removeprefix(prefix), new.removeprefix(prefix))
+        for old, new in sorted(moved.items())
+        if new in new_paths
+    )
+
+
+def _with_hint(git: Git, bases: Bases, patch: SeriesPatch, conflict: Conflict) -> Conflict:
+    repo_paths = [f.path for f in conflict.files]
+    hints = []
+    touching = history.commits_touching(git, bases.old_commit, bases.new_commit, repo_paths, 3)
+    if touching:
+        named = "; ".join(f"{c[:12]} {s!r}" for c, _, s in (t.partition(" ") for t in touching))
+        hints.append(
+            f"upstream changed these files in {named}: if that change supersedes "
+            "this patch, resolve by keeping upstream's side (the patch then drops out)"
+        )
+    recorded = _recorded(git, bases, patch)
+    if recorded:
+        hints.append(f"the recorded upstream_commit {recorded[:12]} is in {bases.new_tag}")
+    if patch.drop_when:
+        hints.append(f"drop_when: {patch.drop_when}")
+    return Conflict(_in_package(conflict, bases).files, " | ".join(hints) or None)
+
+
+def _in_package(conflict: Conflict, bases: Bases) -> Conflict:
+    """The conflict with its paths relative to the package dir, as patches name them."""
+    prefix = f"{bases.subdir}/"
+    files = tuple(ConflictedFile(f.path.removeprefix(prefix), f.kind) for f in conflict.files)
+    return Conflict(files, conflict.hint)
+
+
+def _exports(git: Git, commits: list[str], subdir: str) -> dict[str, bytes]:
+    return export.export(git, commits, subdir) if commits else {}
+
+
+def _paths(git: Git, commits: list[str]) -> dict[str, list[str]]:
+    return export.touched(git, commits) if commits else {}

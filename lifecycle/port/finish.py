@@ -1,0 +1,193 @@
+"""The end of a port: outcomes, the new manifest and series, the report, the branch commit."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+from lifecycle.manifest import load_manifest
+from lifecycle.manifest.digest import manifest_digest
+from lifecycle.port import branch as port_branch
+from lifecycle.port import export, manifest_out, pins
+from lifecycle.port.classify import Bases, Replayed, classify
+from lifecycle.port.git import Git
+from lifecycle.port.outcome import PatchResult
+from lifecycle.port.plan import PortPlan
+from lifecycle.port.replay import ReplayError
+from lifecycle.port.report import PortReport, PortStatus
+
+REPORT_FILE = "port-report.json"
+RANGE_DIFF_FILE = "port-range-diff.txt"
+
+
+def finish(
+    plan: PortPlan,
+    git: Git,
+    replayed: Replayed,
+    base: str | None,
+    scratch_done: Callable[[], object] = lambda: None,
+) -> PortReport:
+    """Classify, write the new manifest, series, report and range-diff; commit them on the port
+    branch on top of `base` (unless a dry run). `scratch_done` is called once the scratch
+    repository is no longer read, so it can be removed while the branch is written."""
+    engine = plan.loaded.manifest.engine
+    # Three independent readers of the scratch repository: they overlap their git processes.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        flashinfer = pool.submit(
+            pins.flashinfer_pin, git, plan.new, engine.flashinfer_dist, engine.flashinfer
+        )
+        range_diff = pool.submit(_range_diff, plan, git, replayed)
+        results, kept = classify(git, _bases(plan), plan.patches, replayed)
+        fi, diff = flashinfer.result(), range_diff.result()
+    missing = [r.file for r in results if r.outcome.needs_person]
+    if missing:
+        # Only when someone skipped or aborted the cherry-pick by hand in the worktree.
+        raise ReplayError(
+            f"the worktree no longer holds {', '.join(missing)} (was the cherry-pick skipped "
+            "or aborted by hand?): `lifecycle port --abort` and start again"
+        )
+    scratch_done()
+    image = pins.base_image_pin(engine.base_image, plan.old.version, plan.new.version)
+    vllm = pins.PinChange("vllm", engine.vllm, plan.new.version, f"tag {plan.new.tag}")
+    new_engine = {"vllm": vllm.new, "flashinfer": fi.new}
+    if image.new != image.old:
+        new_engine["base_image"] = image.new
+    tuned = manifest_out.carry_tuned(plan.loaded.manifest.tuned, plan.old_label)
+    series = [plan.loaded.manifest.patches[r.index] for r in results if r.outcome.kept]
+    data = manifest_out.manifest_data(plan.loaded, plan.new_dir, new_engine, series, tuned)
+    files = {"manifest.yaml": manifest_out.render(data, _header(plan, fi, image)).encode()}
+    for result in results:
+        if result.outcome.kept:
+            files[plan.patches[result.index].file] = kept[result.index]
+    report = PortReport(
+        old_ref=plan.old_label,
+        new_ref=plan.new_label,
+        old=plan.old,
+        new=plan.new,
+        upstream=plan.loaded.manifest.upstream.repository,
+        subdir=plan.subdir,
+        results=tuple(results),
+        pins=(vllm, fi, image),
+        tuned={name: value.carried_from or plan.old_label for name, value in tuned.items()},
+        status=PortStatus.COMPLETE,
+        dry_run=plan.request.dry_run,
+        branch=plan.branch,
+        digest=_validated_digest(plan, files),
+        warnings=_warnings(plan, results, (fi, image)),
+    )
+    files[REPORT_FILE] = (json.dumps(report.record(), indent=2) + "\n").encode()
+    files[RANGE_DIFF_FILE] = (_reasons(plan, results) + diff).encode()
+    if plan.request.dry_run or plan.repo is None:
+        return replace(report, files=tuple(sorted(files)))
+    directory = plan.new_dir.relative_to(plan.repo.root.resolve()).as_posix()
+    in_repo = {f"{directory}/{name}": content for name, content in sorted(files.items())}
+    message = _message(plan, results)
+    commit = port_branch.commit_files(plan.repo, plan.branch, base, directory, in_repo, message)
+    return replace(report, commit=commit, files=tuple(in_repo))
+
+
+def stopped(plan: PortPlan, git: Git, replayed: Replayed) -> PortReport:
+    """The report of a port stopped on conflicts: every patch's outcome so far."""
+    results, _ = classify(git, _bases(plan), plan.patches, replayed)
+    return PortReport(
+        old_ref=plan.old_label,
+        new_ref=plan.new_label,
+        old=plan.old,
+        new=plan.new,
+        upstream=plan.loaded.manifest.upstream.repository,
+        subdir=plan.subdir,
+        results=tuple(results),
+        pins=(),
+        tuned={},
+        status=PortStatus.CONFLICTS_PENDING,
+        dry_run=plan.request.dry_run,
+        branch=plan.branch,
+        warnings=_warnings(plan, results, ()),
+    )
+
+
+def _bases(plan: PortPlan) -> Bases:
+    return Bases(plan.old.commit, plan.new.commit, plan.new.tag, plan.subdir)
+
+
+def _validated_digest(plan: PortPlan, files: dict[str, bytes]) -> str:
+    """Load the new manifest the way every verb will, from a copy laid out like manifests/."""
+    root = plan.loaded.chain[-1].resolve()
+    common = Path(os.path.commonpath([root.parent, plan.new_dir]))
+    with tempfile.TemporaryDirectory(prefix="lifecycle-port-check-") as temp:
+        copy_root = Path(temp) / root.relative_to(common)
+        copy_root.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root, copy_root)
+        new_dir = Path(temp) / plan.new_dir.relative_to(common)
+        for name, content in files.items():
+            (new_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            (new_dir / name).write_bytes(content)
+        return manifest_digest(load_manifest(new_dir / "manifest.yaml"))
+
+
+def _range_diff(plan: PortPlan, git: Git, replayed: Replayed) -> str:
+    if replayed.old and replayed.new:
+        last_old = replayed.old[len(replayed.old) - 1]
+        return export.range_diff(git, f"{plan.old.commit}..{last_old}", f"{plan.new.commit}..HEAD")
+    if replayed.old:
+        return "(the new series is empty: every patch left it, for the reasons above)\n"
+    return ""
+
+
+def _reasons(plan: PortPlan, results: list[PatchResult]) -> str:
+    lines = [
+        f"# lifecycle port {plan.old_label} -> {plan.new_label} "
+        f"({plan.old.tag} {plan.old.commit[:12]} -> {plan.new.tag} {plan.new.commit[:12]})",
+        "# old series (left) against new series (right), paths as in the upstream repository",
+    ]
+    for result in results:
+        why = result.detail()
+        lines.append(f"# {result.file}: {result.outcome.value}{f' ({why})' if why else ''}")
+        if result.conflict and result.conflict.hint:
+            lines.append(f"#   hint: {result.conflict.hint}")
+        if result.note:
+            lines.append(f"#   note: {result.note}")
+    return "\n".join(lines) + "\n\n"
+
+
+def _header(plan: PortPlan, fi: pins.PinChange, image: pins.PinChange) -> list[str]:
+    header = [
+        f"Ported from {plan.old_label} by `lifecycle port` ({plan.old.tag} -> {plan.new.tag});"
+        f" see {REPORT_FILE}.",
+        f"flashinfer {fi.new}: {fi.source}.",
+    ]
+    if image.flagged:
+        header.append(f"base_image: {image.source}.")
+    if plan.loaded.manifest.tuned:
+        header.append(
+            f"Tuned values are carried from {plan.old_label}: NOT re-validated on "
+            f"{plan.new.version}."
+        )
+    return header
+
+
+def _warnings(
+    plan: PortPlan, results: list[PatchResult], changes: tuple[pins.PinChange, ...]
+) -> tuple[str, ...]:
+    found = [plan.mirror.warning] if plan.mirror.warning else []
+    found += [f"{c.name} {c.new}: {c.source}" for c in changes if c.flagged]
+    found += [f"{r.file}: {r.note}" for r in results if r.note and r.outcome.kept]
+    return tuple(found)
+
+
+def _message(plan: PortPlan, results: list[PatchResult]) -> str:
+    lines = [
+        f"Port {plan.loaded.manifest.name} {plan.old_label} -> {plan.new_label} "
+        f"({plan.old.tag} -> {plan.new.tag})",
+        "",
+        *(f"{r.file}: {r.outcome.value} {r.detail()}".rstrip() for r in results),
+        "",
+        f"Written by `lifecycle port`; see {REPORT_FILE} and {RANGE_DIFF_FILE}.",
+    ]
+    return "\n".join(lines) + "\n"

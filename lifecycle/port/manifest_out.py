@@ -1,0 +1,123 @@
+"""The new manifest: derived from the old one with `extends`, carried values written out.
+
+The rule: the new manifest extends the ROOT of the old one's chain (the manifest that extends
+nothing), and writes what the old manifest itself wrote over that root, with the engine pins,
+the patch series and every tuned value replaced. So `port 0.30 0.31` writes `extends:
+../0.30/manifest.yaml` and only what differs, like the hand-written 0.31; `port 0.31 0.32`
+also extends 0.30 (carrying 0.31's own overrides), and chains never grow past two files: an
+old release directory can be retired once nothing extends it.
+
+Tuned values are written in full even where the root holds the same measurement, with
+`status: carried` and `carried_from`, so that the file itself says they were not re-measured.
+A value that was already carried keeps the release it was measured on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lifecycle.manifest import LoadedManifest
+from lifecycle.manifest.merge import deep_merge
+from lifecycle.manifest.model import Patch, TunedValue
+from lifecycle.manifest.source import read_yaml
+
+_ORDER = ("schema_version", "extends", "name", "engine", "upstream", "patches", "tuned")
+_VERSIONISH = re.compile(r"[0-9][0-9A-Za-z.+!_-]*")
+_REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/]+:")
+
+
+def carry_tuned(tuned: dict[str, TunedValue], old_label: str) -> dict[str, TunedValue]:
+    """Every tuned value as `carried`, from `old_label` unless it was carried already."""
+    return {
+        name: value.model_copy(
+            update={"status": "carried", "carried_from": value.carried_from or old_label}
+        )
+        for name, value in tuned.items()
+    }
+
+
+def manifest_data(
+    loaded: LoadedManifest,
+    new_dir: Path,
+    engine: dict[str, str],
+    patches: list[Patch],
+    tuned: dict[str, TunedValue],
+) -> dict[str, Any]:
+    """The new manifest's own keys (plain data), extending the root of the old chain."""
+    root = loaded.chain[-1]
+    own: dict[str, Any] = {}
+    for file in reversed(loaded.chain[:-1]):  # from the root's child down to the old manifest
+        own = deep_merge(own, read_yaml(file).data)
+    own.pop("extends", None)
+    _rebase_upstream(own, loaded, new_dir)
+    data: dict[str, Any] = {
+        **own,
+        "schema_version": loaded.manifest.schema_version,
+        "extends": Path(os.path.relpath(root, new_dir)).as_posix(),
+        "engine": {**own.get("engine", {}), **engine},
+        "patches": [p.model_dump(mode="json", exclude_none=True) for p in patches],
+        "tuned": {name: _tuned_data(value) for name, value in tuned.items()},
+    }
+    ordered = {key: data[key] for key in _ORDER if key in data}
+    return {**ordered, **{k: v for k, v in data.items() if k not in ordered}}
+
+
+def _tuned_data(value: TunedValue) -> dict[str, Any]:
+    # status and carried_from first after the value: what a reader must see before the rest.
+    data = value.model_dump(mode="json", exclude_none=True)
+    first: dict[str, Any] = {
+        k: data.pop(k) for k in ("value", "status", "carried_from") if k in data
+    }
+    return {**first, **data}
+
+
+def render(data: dict[str, Any], header: list[str]) -> str:
+    """YAML text: a comment header, then the keys in manifest order."""
+    body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=88, allow_unicode=True)
+    return "".join(f"# {line}\n".replace("# \n", "#\n") for line in header) + body
+
+
+def _rebase_upstream(own: dict[str, Any], loaded: LoadedManifest, new_dir: Path) -> None:
+    # A local upstream path is relative to the manifest that writes it; the copy moves.
+    upstream = own.get("upstream")
+    if not isinstance(upstream, dict) or "repository" not in upstream:
+        return
+    repository = str(upstream["repository"])
+    if _REMOTE.match(repository) or Path(repository).is_absolute():
+        return
+    for file in loaded.chain[:-1]:
+        declared = read_yaml(file).data.get("upstream") or {}
+        if "repository" in declared:
+            absolute = os.path.normpath(file.parent / declared["repository"])
+            own["upstream"] = {**upstream, "repository": os.path.relpath(absolute, new_dir)}
+            return
+
+
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML laid out like the hand-written manifests: no aliases, list items indented."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # Versions double-quoted (YAML reads 0.30 as 0.3); long prose folded, as people write it.
+    style = None
+    if _VERSIONISH.fullmatch(value):
+        style = '"'
+    elif "\n" in value:
+        style = "|"
+    elif len(value) > 72 and value == value.strip():
+        style = ">"
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)

@@ -1,0 +1,175 @@
+"""What happened to each patch of a port, and the evidence for it, in a form scripts can read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class PatchOutcome(StrEnum):
+    """One patch's fate on the new release."""
+
+    CLEAN = "CLEAN"  # same hunks; at most their line numbers moved
+    CLEAN_3WAY = "CLEAN_3WAY"  # applied by the 3-way merge; the hunks' context changed
+    RENAMED = "RENAMED"  # applied to files upstream renamed
+    DROPPED_UPSTREAM = "DROPPED_UPSTREAM"  # the new release already has the change
+    EMPTIED = "EMPTIED"  # the change is already there, but no upstream commit explains it
+    CONFLICT = "CONFLICT"  # the merge stopped; a person decides
+    RESOLVED = "RESOLVED"  # stopped on a conflict that a person resolved (--continue)
+    BLOCKED_BY = "BLOCKED_BY"  # does not apply because an earlier patch did not
+    PENDING = "PENDING"  # not tried: the port stopped at an earlier conflict
+
+    @property
+    def kept(self) -> bool:
+        """Whether the patch is in the new series."""
+        return self in _KEPT
+
+    @property
+    def needs_person(self) -> bool:
+        """Whether the port cannot finish until someone acts on this patch."""
+        return self in _OPEN
+
+
+_KEPT = {PatchOutcome.CLEAN, PatchOutcome.CLEAN_3WAY, PatchOutcome.RENAMED, PatchOutcome.RESOLVED}
+_OPEN = {PatchOutcome.CONFLICT, PatchOutcome.BLOCKED_BY, PatchOutcome.PENDING}
+
+
+class DropMethod(StrEnum):
+    """How the port knows a dropped patch's change is upstream."""
+
+    ANCESTOR = "ancestor"  # the recorded upstream_commit is in the new tag, replay came out empty
+    PATCH_ID = "patch-id"  # an upstream commit between the tags has the same patch-id
+    REVERSE_APPLY = "reverse-apply"  # the patch reverse-applies, fuzz 0, to the new tag
+
+
+class ConflictKind(StrEnum):
+    """Why git's 3-way merge stopped, per file."""
+
+    CONTENT = "content"
+    MODIFY_DELETE = "modify/delete"
+    ADD_ADD = "add/add"
+    BINARY = "binary"
+    RENAME = "rename"  # rename/rename, rename/delete, or a file moved out of the package dir
+    FILE_DIRECTORY = "file/directory"
+
+
+# The kind a conflict is named by when its files differ: the one least likely to be a
+# mechanical fix comes first.
+_PRECEDENCE = (
+    ConflictKind.BINARY,
+    ConflictKind.MODIFY_DELETE,
+    ConflictKind.RENAME,
+    ConflictKind.FILE_DIRECTORY,
+    ConflictKind.ADD_ADD,
+    ConflictKind.CONTENT,
+)
+
+
+@dataclass(frozen=True)
+class ConflictedFile:
+    """One file the merge could not settle, by its path in the package dir."""
+
+    path: str
+    kind: ConflictKind
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Where a patch stopped, and what upstream did there (a hint, never a reason to drop)."""
+
+    files: tuple[ConflictedFile, ...]
+    hint: str | None = None
+
+    @property
+    def kind(self) -> ConflictKind:
+        """The conflict's name: the most telling kind among its files."""
+        kinds = {f.kind for f in self.files}
+        return next((k for k in _PRECEDENCE if k in kinds), ConflictKind.CONTENT)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for reports and state."""
+        return {
+            "kind": self.kind.value,
+            "files": [{"path": f.path, "kind": f.kind.value} for f in self.files],
+            "hint": self.hint,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Conflict:
+        """Inverse of to_json."""
+        files = tuple(ConflictedFile(f["path"], ConflictKind(f["kind"])) for f in data["files"])
+        return cls(files, data.get("hint"))
+
+
+@dataclass(frozen=True)
+class Drop:
+    """The evidence a patch's change is upstream."""
+
+    method: DropMethod
+    commit: str
+    subject: str
+
+
+@dataclass(frozen=True)
+class Rename:
+    """A file the patch touches that upstream moved, paths in the package dir."""
+
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    """One patch of the old series: what happened, and why."""
+
+    index: int
+    file: str
+    outcome: PatchOutcome
+    drop: Drop | None = None
+    conflict: Conflict | None = None
+    renames: tuple[Rename, ...] = ()
+    blocked_by: str | None = None
+    unchanged: bool = False  # the exported bytes are the old file's bytes
+    note: str | None = None
+
+    def detail(self) -> str:
+        """The evidence in one line, e.g. `patch-id 1a2b3c4d5e6f "Fix the mix"`."""
+        if self.drop:
+            return f"{self.drop.method.value} {self.drop.commit[:12]} {self.drop.subject!r}"
+        if self.blocked_by:
+            return f"needs {self.blocked_by}"
+        if self.conflict:
+            kind = self.conflict.kind
+            files = ", ".join(
+                f.path if f.kind is kind else f"{f.path} ({f.kind.value})"
+                for f in self.conflict.files
+            )
+            return f"{kind.value}: {files}"
+        if self.renames:
+            return ", ".join(f"{r.old} -> {r.new}" for r in self.renames)
+        return "byte-identical" if self.unchanged else ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for `--json` and port-report.json."""
+        data: dict[str, Any] = {
+            "file": self.file,
+            "outcome": self.outcome.value,
+            "detail": self.detail(),
+            "unchanged": self.unchanged,
+        }
+        if self.drop:
+            data["dropped"] = {
+                "method": self.drop.method.value,
+                "commit": self.drop.commit,
+                "subject": self.drop.subject,
+            }
+        if self.conflict:
+            data["conflict"] = self.conflict.to_json()
+        if self.renames:
+            data["renamed"] = [{"old": r.old, "new": r.new} for r in self.renames]
+        if self.blocked_by:
+            data["blocked_by"] = self.blocked_by
+        if self.note:
+            data["note"] = self.note
+        return data

@@ -1,0 +1,143 @@
+"""From `lifecycle port OLD NEW` to everything a port needs, checked before any work starts.
+
+`OLD` is what `show` and `build` accept (a directory under manifests/, e.g. `0.30` or
+`demo/0.1`, or a manifest path); `NEW` is the directory under manifests/ the new manifest goes
+to (`0.31`, `demo/0.2`). The new release is `--release`, else NEW's last path component
+(`0.31` → tag v0.31, else v0.31.0); the old release is the old manifest's `engine.vllm`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from lifecycle.errors import LifecycleError
+from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
+from lifecycle.manifest.digest import manifest_digest
+from lifecycle.port.branch import Repository, branch_exists, check_branch_name, find_repository
+from lifecycle.port.mirror import (
+    Mirror,
+    UpstreamError,
+    ensure_mirror,
+    mirror_path,
+    upstream_source,
+)
+from lifecycle.port.pins import Release, find_release, release_candidates
+from lifecycle.port.replay import SeriesPatch
+
+
+class PortUsageError(LifecycleError):
+    """The port cannot start as asked (exit 2)."""
+
+
+@dataclass(frozen=True)
+class PortRequest:
+    """What the CLI asked for."""
+
+    manifests_dir: Path
+    old_ref: str
+    new_ref: str
+    home: Path
+    dry_run: bool = False
+    keep_going: bool = False
+    branch: str | None = None
+    release: str | None = None
+
+
+@dataclass(frozen=True)
+class PortPlan:
+    """A checked request: manifests, releases, the mirror, the series, where results go."""
+
+    request: PortRequest
+    loaded: LoadedManifest
+    old_label: str
+    new_label: str
+    new_dir: Path
+    digest: str
+    mirror: Mirror
+    old: Release
+    new: Release
+    subdir: str
+    patches: list[SeriesPatch]
+    repo: Repository | None
+    branch: str
+
+
+def make_plan(request: PortRequest, *, fetch: bool = True) -> PortPlan:
+    """Check the request and fetch the upstream; PortUsageError or UpstreamError if it cannot go."""
+    manifests_dir = request.manifests_dir.resolve()
+    loaded = load_manifest(find_manifest(request.manifests_dir, request.old_ref))
+    old_dir = loaded.file.parent.resolve()
+    old_label = _label(old_dir, manifests_dir)
+    new_label = _new_label(request.new_ref)
+    new_dir = manifests_dir / new_label
+    chain_dirs = {f.parent.resolve() for f in loaded.chain}
+    if new_dir in chain_dirs:
+        raise PortUsageError(
+            f"the new manifest cannot go to {new_dir}: {old_label} is (or extends) the manifest "
+            "there; name a new directory"
+        )
+    repo = find_repository(manifests_dir)
+    branch = request.branch or f"port/{new_label}"
+    if repo is None and not request.dry_run:
+        raise PortUsageError(
+            f"{manifests_dir} is not in a git repository: the port is committed on a branch "
+            "there (use --dry-run to only see the report)"
+        )
+    if repo is not None:
+        check_branch_name(repo, branch)
+        existing = branch_exists(repo, branch)
+        if existing and not request.dry_run:
+            raise PortUsageError(
+                f"branch {branch} already exists (at {existing[:12]}): delete it "
+                f"(git branch -D {branch}) or name another with --branch"
+            )
+    source = upstream_source(loaded)
+    mirror = (
+        ensure_mirror(request.home, source)
+        if fetch
+        else Mirror(mirror_path(request.home, source), source)
+    )
+    upstream = loaded.manifest.upstream
+    try:
+        old = find_release(mirror.git, upstream, [loaded.manifest.engine.vllm])
+        new = find_release(mirror.git, upstream, release_candidates(new_label, request.release))
+    except UpstreamError as exc:
+        raise UpstreamError(f"{exc} ({mirror.warning})" if mirror.warning else str(exc)) from None
+    patches = [
+        SeriesPatch(i, p.file, f, p.upstream_commit, p.drop_when)
+        for i, (p, f) in enumerate(zip(loaded.manifest.patches, loaded.patch_files, strict=True))
+    ]
+    return PortPlan(
+        request=request,
+        loaded=loaded,
+        old_label=old_label,
+        new_label=new_label,
+        new_dir=new_dir,
+        digest=manifest_digest(loaded),
+        mirror=mirror,
+        old=old,
+        new=new,
+        subdir=PurePosixPath(loaded.manifest.engine.package_dir).name,
+        patches=patches,
+        repo=repo,
+        branch=branch,
+    )
+
+
+def _label(directory: Path, manifests_dir: Path) -> str:
+    """`demo/0.1` for manifests/demo/0.1; a directory elsewhere is named by its basename."""
+    try:
+        return directory.relative_to(manifests_dir).as_posix()
+    except ValueError:
+        return directory.name
+
+
+def _new_label(ref: str) -> str:
+    path = PurePosixPath(ref.replace(os.sep, "/"))
+    if path.is_absolute() or ".." in path.parts or str(path) in ("", "."):
+        raise PortUsageError(
+            f"NEW must be a directory under manifests/ (like 0.31 or demo/0.2), not {ref!r}"
+        )
+    return path.as_posix()

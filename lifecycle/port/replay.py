@@ -1,0 +1,279 @@
+"""Replay, don't fuzz: the old series as commits on the old tag, then moved by git's 3-way merge.
+
+Paths: a patch is written relative to the engine's package dir (it is applied with
+`patch -p1` inside `engine.package_dir`), and that directory's basename is the subdirectory
+of the upstream tree the package comes from: `/usr/.../dist-packages/vllm` → `vllm/`,
+`.../demollm` → `demollm/`. So `a/serve.py` here is `demollm/serve.py` upstream; `git am
+--directory` adds the prefix on the way in, and the export takes it off again.
+
+Step 1, `git am` on the old tag, applies with no fuzz (exact context, like the build): if a
+patch fails there, the series itself is broken, and the error names it. Step 2 cherry-picks
+the commits onto the new tag in one `git cherry-pick` (merge-ort: 3-way, rename-aware), which
+stops at a conflict and leaves the worktree to resolve in, like git.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from lifecycle.errors import LifecycleError
+from lifecycle.port.git import Git
+from lifecycle.port.outcome import Conflict, ConflictedFile, ConflictKind
+
+TRAILER = "Lifecycle-Patch"
+_MBOX_FROM = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+_CONFLICT = re.compile(r"^CONFLICT \(([^)]+)\): (.*)$", re.MULTILINE)
+_BINARY = re.compile(r"Cannot merge binary files: (.+?) \(", re.MULTILINE)
+_MARKERS = ("<<<<<<< ", ">>>>>>> ", "||||||| ")
+
+
+class SeriesBroken(LifecycleError):
+    """The old series does not apply to its own release: fix it before porting."""
+
+
+class ReplayError(LifecycleError):
+    """git stopped for a reason that is not a merge conflict."""
+
+
+@dataclass(frozen=True)
+class SeriesPatch:
+    """One patch to replay: its position in the series, manifest path and file on disk."""
+
+    index: int
+    file: str
+    path: Path
+    upstream_commit: str | None = None
+    drop_when: str | None = None
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The cherry-pick stopped on patch `index`, with HEAD at `head` before it."""
+
+    index: int
+    conflict: Conflict
+    head: str
+
+
+def make_scratch(mirror: Path, dest: Path) -> Git:
+    """A repository borrowing the mirror's objects (git alternates: nothing is copied), with no
+    refs of its own (the port names every commit by its id), and an empty sparse checkout.
+
+    Sparse: a checkout of vLLM is thousands of files the replay never reads. git writes a file
+    into the worktree only when it must (`git am` materializes what it patches, a conflict is
+    written out); the merge itself works on trees. A port that stops for a person calls
+    `full_checkout` first, so the conflict is resolved in an ordinary worktree.
+    """
+    git = Git.scratch(dest)
+    Git.scratch(dest.parent).run("init", "--quiet", "--initial-branch=port", str(dest))
+    (dest / ".git" / "objects" / "info" / "alternates").write_text(
+        f"{(mirror / 'objects').resolve()}\n"
+    )
+    # Editor leftovers of a resolution must not become part of the patch (`add -A` on continue).
+    (dest / ".git" / "info").mkdir(exist_ok=True)
+    (dest / ".git" / "info" / "exclude").write_text("*.orig\n*.rej\n*~\n")
+    (dest / ".git" / "info" / "sparse-checkout").write_text("/.lifecycle-port-nothing\n")
+    git.run("config", "core.sparseCheckout", "true")
+    return git
+
+
+def empty_checkout(git: Git) -> None:
+    """Sparse again after `git am`, which wrote out every file it patched: the replay that
+    follows then writes none of them."""
+    git.run("sparse-checkout", "reapply")
+
+
+def full_checkout(git: Git) -> None:
+    """Turn the sparse scratch checkout into an ordinary one, for a person to work in."""
+    git.run("sparse-checkout", "disable")
+
+
+def series_key(old_commit: str, subdir: str, patches: list[SeriesPatch]) -> str:
+    """What the old series' commits are a function of; they are kept in the mirror under it.
+
+    The commits themselves are deterministic (fixed identity and dates), so the cache only
+    saves `git am`: a port finds exactly the commits it would have made.
+    """
+    digest = hashlib.sha256(f"lifecycle-port-series-v1\0{old_commit}\0{subdir}\0".encode())
+    for patch in patches:
+        content = patch.path.read_bytes()
+        digest.update(f"{patch.index}\0{patch.file}\0{len(content)}\0".encode() + content)
+    return digest.hexdigest()
+
+
+def apply_series(git: Git, old_commit: str, subdir: str, patches: list[SeriesPatch]) -> list[str]:
+    """Commit each patch on the old release with no fuzz; the commits, in order."""
+    git.run("checkout", "--quiet", "--detach", old_commit)
+    if git.run("cat-file", "-e", f"{old_commit}:{subdir}", check=False).rc != 0:
+        raise SeriesBroken(
+            f"the upstream tree has no {subdir}/ directory: the basename of engine.package_dir "
+            "names the package's directory in the upstream repository"
+        )
+    if not patches:
+        return []
+    mbox = git.cwd / ".git" / "lifecycle-series.mbox"
+    mbox.write_bytes(b"".join(_message(p) for p in patches))
+    done = git.run(
+        "am",
+        "--quiet",
+        "--keep-cr",
+        "--patch-format=mboxrd",
+        "--whitespace=nowarn",
+        f"--directory={subdir}",
+        str(mbox),
+        check=False,
+    )
+    mbox.unlink()
+    if done.rc != 0:
+        failed = _am_failed_patch(git, patches)
+        git.run("am", "--abort", check=False)
+        output = "\n".join(f"  {line}" for line in (done.err or done.out).strip().splitlines())
+        raise SeriesBroken(
+            f"{failed.file} does not apply (fuzz 0) to the old release: the series is broken "
+            f"before any port; fix the patch first\n{output}"
+        )
+    commits = git.out("rev-list", "--reverse", f"{old_commit}..HEAD").split()
+    if len(commits) != len(patches):
+        raise ReplayError(f"git am made {len(commits)} commits for {len(patches)} patches")
+    return commits
+
+
+def cherry_pick(
+    git: Git, commits: list[str], by_commit: dict[str, int], *, keep_going: bool
+) -> list[Stop]:
+    """Move `commits` onto HEAD; the stops (every one with `keep_going`, else the first)."""
+    if not commits:
+        return []
+    done = git.run(
+        "cherry-pick", "--keep-redundant-commits", "--allow-empty", *commits, check=False
+    )
+    return follow(git, done.out + done.err, done.rc, by_commit, keep_going=keep_going)
+
+
+def follow(
+    git: Git, output: str, rc: int, by_commit: dict[str, int], *, keep_going: bool
+) -> list[Stop]:
+    """After a cherry-pick command: record where it stopped; with `keep_going` skip and go on."""
+    stops: list[Stop] = []
+    while rc != 0:
+        stopped = git.commit_of("CHERRY_PICK_HEAD")
+        if stopped is None or stopped not in by_commit:
+            raise ReplayError(f"git cherry-pick stopped without a conflict:\n{output.strip()}")
+        head = git.out("rev-parse", "HEAD").strip()
+        stops.append(Stop(by_commit[stopped], read_conflict(git, output), head))
+        if not keep_going:
+            break
+        done = git.run("cherry-pick", "--skip", check=False)
+        output, rc = done.out + done.err, done.rc
+    return stops
+
+
+def restart_at(git: Git, stop: Stop, commits: list[str], by_commit: dict[str, int]) -> Stop:
+    """Put the worktree back at the first conflict after a --keep-going survey."""
+    git.run("reset", "--quiet", "--hard", stop.head)
+    rest = [c for c in commits if by_commit[c] >= stop.index]
+    done = git.run("cherry-pick", "--keep-redundant-commits", "--allow-empty", *rest, check=False)
+    stops = follow(git, done.out + done.err, done.rc, by_commit, keep_going=False)
+    if not stops or stops[0].index != stop.index:
+        raise ReplayError("replaying to the first conflict did not stop where the survey did")
+    return stops[0]
+
+
+def resume(git: Git, stop: Stop, by_commit: dict[str, int]) -> list[Stop]:
+    """Take the worktree as the resolution of `stop` and go on; the next stop, if any."""
+    _refuse_markers(git, stop)
+    git.run("add", "--all")
+    picking = git.commit_of("CHERRY_PICK_HEAD")
+    if picking and git.run("diff", "--cached", "--quiet", "HEAD", check=False).rc == 0:
+        # Resolved to "no change": git will not commit an empty pick on --continue.
+        git.run("commit", "--quiet", "--allow-empty", "--no-verify", "-C", picking)
+    if not (git.cwd / ".git" / "sequencer").is_dir() and not git.commit_of("CHERRY_PICK_HEAD"):
+        return []  # nothing left to pick (or the person finished it in the worktree)
+    editor = git.with_env(GIT_EDITOR="true")
+    done = editor.run("cherry-pick", "--continue", check=False)
+    return follow(git, done.out + done.err, done.rc, by_commit, keep_going=False)
+
+
+def read_conflict(git: Git, output: str) -> Conflict:
+    """The unmerged files and their kinds, from the index stages and git's messages."""
+    stages: dict[str, set[int]] = {}
+    for line in git.out("ls-files", "--unmerged", "-z").split("\0"):
+        if line:
+            info, path = line.split("\t", 1)
+            stages.setdefault(path, set()).add(int(info.split()[2]))
+    binary = set(_BINARY.findall(output))
+    renamed = {m.group(2) for m in _CONFLICT.finditer(output) if "rename" in m.group(1)}
+    files = []
+    for path, present in sorted(stages.items()):
+        files.append(ConflictedFile(path, _kind(path, present, binary, renamed)))
+    for label, message in _CONFLICT.findall(output):
+        if "rename" in label and not files:
+            files.append(ConflictedFile(message.split(" ", 1)[0], ConflictKind.RENAME))
+    return Conflict(tuple(files))
+
+
+def _kind(path: str, stages: set[int], binary: set[str], renamed: set[str]) -> ConflictKind:
+    if path in binary:
+        return ConflictKind.BINARY
+    if any(path in message for message in renamed):
+        return ConflictKind.RENAME
+    if stages == {2, 3}:
+        return ConflictKind.ADD_ADD
+    if stages in ({1, 2}, {1, 3}):
+        return ConflictKind.MODIFY_DELETE
+    if len(stages) == 1:
+        return ConflictKind.FILE_DIRECTORY
+    return ConflictKind.CONTENT
+
+
+def _refuse_markers(git: Git, stop: Stop) -> None:
+    left = []
+    for conflicted in stop.conflict.files:
+        path = git.cwd / conflicted.path
+        if conflicted.kind is ConflictKind.BINARY or not path.is_file():
+            continue
+        text = path.read_bytes().decode("utf-8", "replace")
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.startswith(_MARKERS):
+                left.append(f"{path}:{number}: {line.rstrip()}")
+                break
+    if left:
+        raise StillConflicted(["conflict markers are still in the worktree:", *left])
+
+
+class StillConflicted(LifecycleError):
+    """--continue with the conflict not resolved yet."""
+
+    exit_code = 1
+
+    def __init__(self, lines: list[str]) -> None:
+        self._lines = lines
+        super().__init__("\n".join(lines))
+
+    def lines(self) -> list[str]:
+        return self._lines
+
+
+def _message(patch: SeriesPatch) -> bytes:
+    # mboxrd: a body line that looks like a message boundary gets one more '>', and git am
+    # (--patch-format=mboxrd) takes it off again; the patch reaches git apply byte for byte.
+    body = patch.path.read_bytes()
+    if body and not body.endswith(b"\n"):
+        body += b"\n"
+    escaped = re.sub(rb"(?m)^(>*From )", rb">\1", body)
+    header = (
+        _MBOX_FROM
+        + "From: lifecycle port <port@lifecycle.invalid>\n"
+        + "Date: Sat, 1 Jan 2000 00:00:00 +0000\n"
+        + f"Subject: [PATCH] {patch.file}\n\n{TRAILER}: {patch.index}\n---\n"
+    )
+    return header.encode() + escaped + b"\n"
+
+
+def _am_failed_patch(git: Git, patches: list[SeriesPatch]) -> SeriesPatch:
+    next_file = git.cwd / ".git" / "rebase-apply" / "next"
+    number = int(next_file.read_text()) if next_file.is_file() else 1
+    return patches[min(max(number, 1), len(patches)) - 1]

@@ -1,0 +1,241 @@
+"""A port from start to finish: replay, stop or go on, and `--continue` / `--abort`.
+
+`start` runs a port; `resume` (`--continue`) takes the worktree as the resolution and goes on;
+`abort` forgets a stopped port. Nothing is written into the user's repository before the port
+finishes, and then only the port branch (see branch.py), so abort has only its own state dir
+to remove.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+
+from lifecycle.port import branch as port_branch
+from lifecycle.port import export, history, replay, state
+from lifecycle.port.classify import Replayed
+from lifecycle.port.finish import finish, stopped
+from lifecycle.port.git import Git
+from lifecycle.port.outcome import Conflict, Drop, DropMethod
+from lifecycle.port.plan import PortPlan, PortRequest, PortUsageError, make_plan
+from lifecycle.port.replay import Stop
+from lifecycle.port.report import PortReport
+
+SERIES_REFS = "refs/lifecycle/series"
+
+
+def start(request: PortRequest) -> PortReport:
+    """Run a port; a report with status complete (branch written) or conflicts-pending."""
+    plan = make_plan(request)
+    base = plan.repo.head if plan.repo else None
+    with ExitStack() as cleanup:
+        if request.dry_run:
+            directory = Path(tempfile.mkdtemp(prefix="lifecycle-port-"))
+            cleanup.callback(shutil.rmtree, directory, ignore_errors=True)
+        else:
+            assert plan.repo is not None  # make_plan refuses a real port outside a repository
+            directory = state.state_dir(request.home, plan.repo.root)
+            state.claim(directory, f"{plan.old_label} -> {plan.new_label}")
+            cleanup.callback(_remove_unless_stopped, directory)
+        git = replay.make_scratch(plan.mirror.path, state.worktree(directory))
+        old_commits = _old_series(plan, git)
+        by_commit = {commit: i for i, commit in enumerate(old_commits)}
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            # Check out the new release while patch-ids are computed: only objects are read.
+            checkout = pool.submit(git.run, "checkout", "--quiet", "--detach", plan.new.commit)
+            pre_dropped = _patch_id_drops(git, plan, old_commits)
+            checkout.result()
+        picks = [c for c in old_commits if by_commit[c] not in pre_dropped]
+        stops = replay.cherry_pick(git, picks, by_commit, keep_going=request.keep_going)
+        old = dict(enumerate(old_commits))
+        replayed = Replayed(old, _new_commits(git, plan), pre_dropped, {}, stops)
+        if not stops:
+            return _finish_and_remove(plan, git, replayed, base, directory)
+        report = stopped(plan, git, replayed)
+        if request.dry_run:
+            return report
+        if request.keep_going:
+            replay.restart_at(git, stops[0], picks, by_commit)
+        replay.full_checkout(git)
+        _save(directory, plan, base, old_commits, picks, pre_dropped, {}, stops[0])
+        return replace(report, worktree=str(git.cwd))
+    raise AssertionError("unreachable")
+
+
+def resume(manifests_dir: Path, home: Path) -> PortReport:
+    """`--continue`: the worktree is the resolution of the stopped patch; go on from there."""
+    directory, saved = _saved(manifests_dir, home)
+    request = PortRequest(
+        Path(saved.manifests_dir),
+        saved.old_manifest,
+        saved.new_ref,
+        home,
+        branch=saved.branch,
+        release=saved.release,
+    )
+    plan = make_plan(request, fetch=False)
+    if plan.digest != saved.old_manifest_digest:
+        raise PortUsageError(
+            f"{plan.loaded.file} changed since the port started: `lifecycle port --abort` and "
+            "start again"
+        )
+    git = Git.scratch(state.worktree(directory))
+    by_commit = {commit: i for i, commit in enumerate(saved.old_commits)}
+    assert saved.stop is not None
+    stop = Stop(saved.stop["index"], Conflict.from_json(saved.stop["conflict"]), saved.stop["head"])
+    stops = replay.resume(git, stop, by_commit)
+    resolved = {int(k): Conflict.from_json(v) for k, v in saved.resolved.items()}
+    resolved[stop.index] = stop.conflict
+    pre_dropped = {int(k): _drop(v) for k, v in saved.pre_dropped.items()}
+    old = dict(enumerate(saved.old_commits))
+    replayed = Replayed(old, _new_commits(git, plan), pre_dropped, resolved, stops)
+    if not stops:
+        report = finish(plan, git, replayed, saved.base_commit)
+        state.remove(directory)
+        return report
+    _save(
+        directory,
+        plan,
+        saved.base_commit,
+        saved.old_commits,
+        saved.picks,
+        pre_dropped,
+        resolved,
+        stops[0],
+    )
+    return replace(stopped(plan, git, replayed), worktree=str(git.cwd))
+
+
+def abort(manifests_dir: Path, home: Path) -> str:
+    """`--abort`: forget the stopped port (nothing outside its state dir was written)."""
+    try:
+        directory, saved = _saved(manifests_dir, home)
+    except state.NoPortInProgress:
+        leftover = _state_dir(manifests_dir, home)
+        if leftover is None or not leftover.is_dir():
+            raise
+        state.remove(leftover)  # a port killed before it could save or clean up
+        return f"removed the leftovers of an interrupted port: {leftover}"
+    state.remove(directory)
+    return f"aborted the port {saved.old_ref} -> {saved.new_ref}; removed {directory}"
+
+
+def _old_series(plan: PortPlan, git: Git) -> list[str]:
+    """The old series as commits on the old release: found in the mirror, or made with git am.
+
+    Made, they are written straight into the mirror's object store and named by a ref there,
+    so the next port of the same series on the same release (a dry run, then the real one; a
+    nightly check) skips git am. They are deterministic: a port finds the commits it would make.
+    """
+    ref = f"{SERIES_REFS}/{replay.series_key(plan.old.commit, plan.subdir, plan.patches)}"
+    head = plan.mirror.git.commit_of(ref)
+    if head:
+        commits = git.out("rev-list", "--reverse", f"{plan.old.commit}..{head}").split()
+        if len(commits) == len(plan.patches):
+            return commits
+    in_mirror = git.with_env(GIT_OBJECT_DIRECTORY=str((plan.mirror.path / "objects").resolve()))
+    commits = replay.apply_series(in_mirror, plan.old.commit, plan.subdir, plan.patches)
+    replay.empty_checkout(git)
+    if commits:
+        plan.mirror.git.run("update-ref", ref, commits[-1])
+    return commits
+
+
+def _patch_id_drops(git: Git, plan: PortPlan, old_commits: list[str]) -> dict[int, Drop]:
+    """Patches an upstream commit between the tags made exactly (git rebase's own rule)."""
+    if not old_commits or plan.old.commit == plan.new.commit:
+        return {}
+    paths = sorted({p for ps in export.touched(git, old_commits).values() for p in ps})
+    upstream = history.patch_ids(git, [f"{plan.old.commit}..{plan.new.commit}"], paths)
+    by_id = {pid: commit for commit, pid in upstream.items()}  # log is newest first: oldest wins
+    ours = history.patch_ids(git, [f"{plan.old.commit}..{old_commits[-1]}"])
+    drops = {}
+    for i, commit in enumerate(old_commits):
+        match = by_id.get(ours.get(commit, ""))
+        if match:
+            drops[i] = Drop(DropMethod.PATCH_ID, match, history.subject_of(git, match))
+    return drops
+
+
+def _new_commits(git: Git, plan: PortPlan) -> dict[int, str]:
+    found = export.patch_indices(git, [f"{plan.new.commit}..HEAD"])
+    return {index: commit for commit, index in found.items()}
+
+
+def _save(
+    directory: Path,
+    plan: PortPlan,
+    base: str | None,
+    old_commits: list[str],
+    picks: list[str],
+    pre_dropped: dict[int, Drop],
+    resolved: dict[int, Conflict],
+    stop: Stop,
+) -> None:
+    state.save(
+        directory,
+        state.PortState(
+            old_ref=plan.old_label,
+            old_manifest=str(plan.loaded.file),
+            new_ref=plan.new_label,
+            release=plan.new.version,
+            branch=plan.branch,
+            manifests_dir=str(plan.request.manifests_dir.resolve()),
+            old_manifest_digest=plan.digest,
+            base_commit=base,
+            old_commits=old_commits,
+            picks=picks,
+            pre_dropped={
+                str(i): {"method": d.method.value, "commit": d.commit, "subject": d.subject}
+                for i, d in pre_dropped.items()
+            },
+            resolved={str(i): c.to_json() for i, c in resolved.items()},
+            stop={"index": stop.index, "conflict": stop.conflict.to_json(), "head": stop.head},
+        ),
+    )
+
+
+def _drop(data: dict[str, str]) -> Drop:
+    return Drop(DropMethod(data["method"]), data["commit"], data["subject"])
+
+
+def _saved(manifests_dir: Path, home: Path) -> tuple[Path, state.PortState]:
+    directory = _state_dir(manifests_dir, home)
+    if directory is None:
+        raise state.NoPortInProgress(f"{manifests_dir} is not in a git repository: no port")
+    return directory, state.load(directory)
+
+
+def _state_dir(manifests_dir: Path, home: Path) -> Path | None:
+    repo = port_branch.find_repository(manifests_dir.resolve())
+    return state.state_dir(home, repo.root) if repo else None
+
+
+def _finish_and_remove(
+    plan: PortPlan, git: Git, replayed: Replayed, base: str | None, directory: Path
+) -> PortReport:
+    """`finish`, removing the scratch clone (hundreds of unlinks: loose objects, one directory
+    per id prefix) while the branch is written, once nothing reads the clone any more."""
+
+    def remove() -> None:
+        if plan.request.dry_run:
+            shutil.rmtree(directory)
+        else:
+            state.remove(directory)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        removal: list[Future[None]] = []
+        report = finish(plan, git, replayed, base, lambda: removal.append(pool.submit(remove)))
+        for done in removal:
+            done.result()
+    return report
+
+
+def _remove_unless_stopped(directory: Path) -> None:
+    # A port that finished, failed or was interrupted leaves nothing; only a stop keeps state.
+    if directory.exists() and not (directory / "state.json").is_file():
+        state.remove(directory)

@@ -1,0 +1,102 @@
+"""A stopped port's state, so `--continue` and `--abort` work like git's.
+
+One port at a time per repository holding manifests/, like one rebase per repository:
+`$LIFECYCLE_HOME/port/<sha256(repository root)[:16]>/` holds `state.json` and `worktree/`,
+the scratch clone the conflict is resolved in. Nothing is written into the user's repository
+until the port finishes, so `--abort` restores everything by removing this directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lifecycle.errors import LifecycleError
+
+STATE_VERSION = 1
+
+
+class PortInProgress(LifecycleError):
+    """A port is already stopped in this repository."""
+
+
+class NoPortInProgress(LifecycleError):
+    """--continue or --abort with nothing to continue or abort."""
+
+
+@dataclass(frozen=True)
+class PortState:
+    """Everything `--continue` needs to pick up where the port stopped."""
+
+    old_ref: str
+    old_manifest: str
+    new_ref: str
+    release: str
+    branch: str
+    manifests_dir: str
+    old_manifest_digest: str
+    base_commit: str | None
+    old_commits: list[str]
+    picks: list[str]
+    pre_dropped: dict[str, dict[str, str]] = field(default_factory=dict)
+    resolved: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stop: dict[str, Any] | None = None
+    version: int = STATE_VERSION
+
+
+def state_dir(home: Path, repo_root: Path) -> Path:
+    """Where the port state of the repository at `repo_root` lives."""
+    key = hashlib.sha256(str(repo_root.resolve()).encode()).hexdigest()[:16]
+    return home / "port" / key
+
+
+def worktree(directory: Path) -> Path:
+    """The scratch clone inside a state dir."""
+    return directory / "worktree"
+
+
+def claim(directory: Path, describe: str) -> None:
+    """Create the state dir, refusing if a port is in progress (mkdir is the lock)."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir()
+    except FileExistsError:
+        current = load(directory) if (directory / "state.json").is_file() else None
+        what = f"{current.old_ref} -> {current.new_ref}" if current else "an unfinished port"
+        raise PortInProgress(
+            f"{what} is in progress in {directory}: `lifecycle port --continue` after "
+            f"resolving, or `lifecycle port --abort` (this run: {describe})"
+        ) from None
+
+
+def save(directory: Path, state: PortState) -> None:
+    """Write state.json atomically."""
+    temp = directory / "state.json.tmp"
+    temp.write_text(json.dumps(asdict(state), indent=2, sort_keys=True) + "\n")
+    temp.replace(directory / "state.json")
+
+
+def load(directory: Path) -> PortState:
+    """The saved state; NoPortInProgress if there is none."""
+    try:
+        data = json.loads((directory / "state.json").read_text())
+    except FileNotFoundError:
+        raise NoPortInProgress(f"no port in progress (nothing in {directory})") from None
+    if data.get("version") != STATE_VERSION:
+        raise NoPortInProgress(
+            f"{directory}: port state version {data.get('version')} is not "
+            f"{STATE_VERSION}; `lifecycle port --abort` it"
+        )
+    return PortState(**data)
+
+
+def remove(directory: Path) -> None:
+    """Forget the port: the state, the scratch clone, and `port/` itself once empty."""
+    shutil.rmtree(directory)
+    with contextlib.suppress(OSError):
+        directory.parent.rmdir()

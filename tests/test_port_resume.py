@@ -1,0 +1,299 @@
+"""Stopping, resolving, --continue, --abort, --keep-going, --dry-run and usage errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.test_port_support import PatchSpec, Project, Upstream, change_mix, git, snapshot
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Upstream:
+    """An upstream at v1.0.0."""
+    return Upstream(tmp_path / "upstream")
+
+
+@pytest.fixture
+def project(tmp_path: Path, up: Upstream) -> Project:
+    """A repository holding manifests/."""
+    return Project(tmp_path / "project", up)
+
+
+def _edit_other(old: str, new: str) -> Callable[[Upstream], None]:
+    def change(u: Upstream) -> None:
+        u.edit("pkg/other.py", lambda t: t.replace(f"{old}\n", f"{new}\n"))
+
+    return change
+
+
+def _conflicting_release(up: Upstream, project: Project, *, second: bool = False) -> None:
+    """1.0 carries mix.patch (31 → 37), and optionally tail.patch (clean); v2.0.0 sets 41."""
+    patches = [PatchSpec("mix.patch", up.patch("v1.0.0", change_mix("37")))]
+    if second:
+        tail = up.patch("v1.0.0", _edit_other("OTHER_9 = 9", "OTHER_9 = 99"))
+        patches.append(PatchSpec("tail.patch", tail))
+    project.manifest("1.0", patches)
+    change_mix("41")(up)
+    up.commit("Upstream's own mix")
+    up.tag("2.0.0")
+
+
+def _home_state(home: Path) -> dict[str, bytes]:
+    # The mirror is a cache of upstream (like git's object store): a port may fill it.
+    return {k: v for k, v in snapshot(home).items() if not k.startswith("mirrors/")}
+
+
+def test_conflict_stops_then_continue_finishes_with_the_resolution(
+    up: Upstream, project: Project
+) -> None:
+    _conflicting_release(up, project, second=True)
+
+    stopped = project.port("1.0", "2.0", "--json")
+
+    assert stopped.exit_code == 1
+    assert stopped.outcomes() == {"patches/mix.patch": "CONFLICT", "patches/tail.patch": "PENDING"}
+    worktree = Path(stopped.report["worktree"])
+    conflicted = (worktree / "pkg/serve.py").read_text()
+    assert "<<<<<<<" in conflicted and "MIX = 41" in conflicted and "MIX = 37" in conflicted
+    assert git(project.path, "branch", "--list", "port/*") == ""  # nothing committed yet
+
+    # Still conflicted: --continue refuses and keeps the state.
+    refused = project.port("--continue", "--json")
+    assert refused.exit_code == 1
+    assert "conflict markers are still in the worktree" in refused.stderr
+
+    markers = ("<<<<<<<", "=======", ">>>>>>>", "|||||||", "MIX = ")
+    lines = [line for line in conflicted.splitlines(keepends=True) if not line.startswith(markers)]
+    lines.insert(19, "MIX = 43  # ours, on top of upstream's 41\n")
+    (worktree / "pkg/serve.py").write_text("".join(lines))
+
+    done = project.port("--continue", "--json")
+
+    assert done.exit_code == 0, done.stderr
+    assert done.outcomes() == {"patches/mix.patch": "RESOLVED", "patches/tail.patch": "CLEAN"}
+    resolved = done.report["patches"][0]
+    assert resolved["conflict"]["files"] == [{"path": "serve.py", "kind": "content"}]
+    exported = project.shown("port/2.0", "manifests/2.0/patches/mix.patch").decode()
+    assert "-MIX = 41\n" in exported and "+MIX = 43  # ours, on top of upstream's 41\n" in exported
+    assert not worktree.exists()
+    assert project.port("--continue").exit_code == 2  # nothing in progress any more
+
+
+def test_resolving_to_upstreams_side_drops_the_patch(up: Upstream, project: Project) -> None:
+    _conflicting_release(up, project)
+    stopped = project.port("1.0", "2.0", "--json")
+    worktree = Path(stopped.report["worktree"])
+    git(worktree, "checkout", "HEAD", "--", "pkg/serve.py")  # keep upstream's side
+
+    done = project.port("--continue", "--json")
+
+    assert done.exit_code == 0, done.stderr
+    (result,) = done.report["patches"]
+    assert result["outcome"] == "EMPTIED"
+    assert result["note"] == "resolved to no change"
+    assert b"patches: []" in project.shown("port/2.0", "manifests/2.0/manifest.yaml")
+
+
+def test_abort_restores_everything_byte_for_byte(
+    up: Upstream, project: Project, isolated_home: Path
+) -> None:
+    _conflicting_release(up, project)
+    home = isolated_home / "lifecycle"
+    project_before, home_before = snapshot(project.path), _home_state(home)
+
+    stopped = project.port("1.0", "2.0", "--json")
+    worktree = Path(stopped.report["worktree"])
+    (worktree / "pkg/serve.py").write_text("half way through a resolution\n")
+    aborted = project.port("--abort")
+
+    assert aborted.exit_code == 0, aborted.stderr
+    assert "aborted the port" in aborted.stdout
+    assert snapshot(project.path) == project_before
+    assert _home_state(home) == home_before
+    assert not (home / "port").exists()
+    assert project.port("--abort").exit_code == 2
+
+
+def test_keep_going_reports_every_conflict_and_what_they_block(
+    up: Upstream, project: Project
+) -> None:
+    def mix_38(u: Upstream) -> None:
+        u.edit("pkg/serve.py", lambda t: t.replace("MIX = 37\n", "MIX = 38\n"))
+
+    mix, builds_on_mix = up.series("v1.0.0", [change_mix("37"), mix_38])
+    other = up.patch("v1.0.0", _edit_other("OTHER_5 = 5", "OTHER_5 = 55"))
+    clean = up.patch("v1.0.0", _edit_other("OTHER_25 = 25", "OTHER_25 = 250"))
+    project.manifest(
+        "1.0",
+        [
+            PatchSpec("mix.patch", mix),
+            PatchSpec("mix-38.patch", builds_on_mix),
+            PatchSpec("other.patch", other),
+            PatchSpec("clean.patch", clean),
+        ],
+    )
+    change_mix("41")(up)
+    _edit_other("OTHER_5 = 5", "OTHER_5 = 56")(up)
+    up.commit("Upstream changes both lines")
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0", "--keep-going", "--json")
+
+    assert run.exit_code == 1
+    assert run.outcomes() == {
+        "patches/mix.patch": "CONFLICT",
+        "patches/mix-38.patch": "BLOCKED_BY",
+        "patches/other.patch": "CONFLICT",
+        "patches/clean.patch": "CLEAN",
+    }
+    assert run.report["patches"][1]["blocked_by"] == "patches/mix.patch"
+    # Left stopped at the first conflict, ready for --continue.
+    worktree = Path(run.report["worktree"])
+    assert "<<<<<<<" in (worktree / "pkg/serve.py").read_text()
+    assert "<<<<<<<" not in (worktree / "pkg/other.py").read_text()
+
+
+def test_dry_run_writes_nothing(up: Upstream, project: Project, isolated_home: Path) -> None:
+    project.manifest("1.0", [PatchSpec("mix.patch", up.patch("v1.0.0", change_mix("37")))])
+    up.edit("pkg/other.py", lambda t: t + "OTHER_31 = 31\n")
+    up.commit("Upstream work")
+    up.tag("2.0.0")
+    home = isolated_home / "lifecycle"
+    project_before, home_before = snapshot(project.path), _home_state(home)
+
+    run = project.port("1.0", "2.0", "--dry-run", "--json")
+
+    assert run.exit_code == 0, run.stderr
+    assert run.outcomes() == {"patches/mix.patch": "CLEAN"}
+    assert run.report["dry_run"] is True and run.report["commit"] is None
+    assert snapshot(project.path) == project_before
+    assert _home_state(home) == home_before
+
+
+def test_dry_run_of_a_conflict_keeps_no_state(up: Upstream, project: Project) -> None:
+    _conflicting_release(up, project)
+
+    run = project.port("1.0", "2.0", "--dry-run")
+
+    assert run.exit_code == 1
+    assert "CONFLICT" in run.stdout and "dry run: nothing was written" in run.stdout
+    assert project.port("--abort").exit_code == 2  # no port in progress
+
+
+def test_usage_errors_exit_2(up: Upstream, project: Project) -> None:
+    _conflicting_release(up, project)
+
+    assert project.port().exit_code == 2
+    assert project.port("1.0").exit_code == 2
+    assert project.port("--continue", "1.0").exit_code == 2
+    missing = project.port("1.0", "9.9")
+    assert missing.exit_code == 2
+    assert "no upstream tag v9.9, v9.9.0" in missing.stderr and "--release" in missing.stderr
+    assert "cannot go to" in project.port("1.0", "1.0").stderr
+    assert project.port("1.0", "2.0").exit_code == 1  # stopped on the conflict
+    in_progress = project.port("1.0", "2.0")
+    assert in_progress.exit_code == 2
+    assert "1.0 -> 2.0 is in progress" in in_progress.stderr
+
+
+def test_branch_that_exists_is_refused(up: Upstream, project: Project) -> None:
+    project.manifest("1.0", [])
+    up.tag("2.0.0")
+    git(project.path, "branch", "port/2.0")
+
+    run = project.port("1.0", "2.0")
+
+    assert run.exit_code == 2
+    assert "branch port/2.0 already exists" in run.stderr
+    assert project.port("1.0", "2.0", "--branch", "port/2.0-again").exit_code == 0
+
+
+def test_a_series_broken_on_its_own_release_names_the_patch(up: Upstream, project: Project) -> None:
+    good = up.patch("v1.0.0", change_mix("37"))
+    broken = good.replace(b" VALUE_19 = 19\n", b" VALUE_19 = 1900\n")
+    project.manifest("1.0", [PatchSpec("good.patch", good), PatchSpec("broken.patch", broken)])
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0")
+
+    assert run.exit_code == 2
+    assert "patches/broken.patch does not apply (fuzz 0) to the old release" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_text_report_names_the_conflict_and_where_to_resolve_it(
+    up: Upstream, project: Project
+) -> None:
+    _conflicting_release(up, project)
+
+    run = project.port("1.0", "2.0")
+
+    assert run.exit_code == 1
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("port 1.0 -> 2.0 (v1.0.0 ")
+    assert lines[2].split() == ["PATCH", "OUTCOME", "EVIDENCE"]
+    assert lines[3].split()[:4] == ["patches/mix.patch", "CONFLICT", "content:", "serve.py"]
+    assert "hint: upstream changed these files in" in run.stdout
+    assert "resolve patches/mix.patch in " in run.stdout and ": pkg/serve.py (edit" in run.stdout
+    aborted = project.port("--abort", "--json")
+    assert aborted.report["aborted"] is True
+
+
+def test_abort_clears_the_leftovers_of_a_killed_port(
+    up: Upstream, project: Project, isolated_home: Path
+) -> None:
+    _conflicting_release(up, project)
+    leftovers = isolated_home / "lifecycle" / "port"
+    stopped = project.port("1.0", "2.0", "--json")
+    (Path(stopped.report["worktree"]).parent / "state.json").unlink()  # as if killed -9
+
+    refused = project.port("1.0", "2.0")
+    assert refused.exit_code == 2 and "an unfinished port is in progress" in refused.stderr
+    cleared = project.port("--abort")
+
+    assert cleared.exit_code == 0 and "leftovers of an interrupted port" in cleared.stdout
+    assert not leftovers.exists()
+    assert project.port("1.0", "2.0").exit_code == 1  # a new port can start
+
+
+def test_continue_stops_again_at_the_next_conflict(up: Upstream, project: Project) -> None:
+    mix = up.patch("v1.0.0", change_mix("37"))
+    other = up.patch("v1.0.0", _edit_other("OTHER_5 = 5", "OTHER_5 = 55"))
+    project.manifest("1.0", [PatchSpec("mix.patch", mix), PatchSpec("other.patch", other)])
+    change_mix("41")(up)
+    _edit_other("OTHER_5 = 5", "OTHER_5 = 56")(up)
+    up.commit("Upstream changes both lines")
+    up.tag("2.0.0")
+
+    first = project.port("1.0", "2.0", "--json")
+    worktree = Path(first.report["worktree"])
+    git(worktree, "checkout", "--theirs", "--", "pkg/serve.py")  # the patch's side: MIX = 37
+    second = project.port("--continue", "--json")
+
+    assert second.exit_code == 1
+    assert second.outcomes() == {"patches/mix.patch": "RESOLVED", "patches/other.patch": "CONFLICT"}
+    git(worktree, "checkout", "--theirs", "--", "pkg/other.py")
+    done = project.port("--continue", "--json")
+
+    assert done.exit_code == 0, done.stderr
+    assert done.outcomes() == {"patches/mix.patch": "RESOLVED", "patches/other.patch": "RESOLVED"}
+    exported = project.shown("port/2.0", "manifests/2.0/patches/other.patch").decode()
+    assert "-OTHER_5 = 56\n+OTHER_5 = 55\n" in exported
+
+
+def test_a_cherry_pick_aborted_by_hand_is_refused_not_half_committed(
+    up: Upstream, project: Project
+) -> None:
+    _conflicting_release(up, project, second=True)
+    stopped = project.port("1.0", "2.0", "--json")
+    git(Path(stopped.report["worktree"]), "cherry-pick", "--abort")
+
+    run = project.port("--continue")
+
+    assert run.exit_code == 2
+    assert "no longer holds patches/mix.patch, patches/tail.patch" in run.stderr
+    assert git(project.path, "branch", "--list", "port/*") == ""
+    assert project.port("--abort").exit_code == 0
