@@ -347,10 +347,10 @@ def teardown(
 
 
 @cli.command()
-@click.argument("target", metavar="CACHE")
+@click.argument("target", metavar="CACHE|RESULT")
 @click.option("--reason", default=None, help="Why it is kept (default: 'pinned by hand').")
 def pin(target: str, reason: str | None) -> None:
-    """Make CACHE a GC root: teardown keeps it, whatever else, until it is unpinned."""
+    """Make CACHE (or every cache behind RESULT) a GC root: teardown keeps it until unpinned."""
     from datetime import UTC, datetime
 
     from lifecycle.commands.pin import DEFAULT_REASON, pin_target
@@ -364,10 +364,10 @@ def pin(target: str, reason: str | None) -> None:
 
 
 @cli.command()
-@click.argument("target", metavar="CACHE")
+@click.argument("target", metavar="CACHE|RESULT")
 @click.option("--reason", default=None, help="Remove only the pin with this reason.")
 def unpin(target: str, reason: str | None) -> None:
-    """Remove CACHE's pins (or the one with --reason); teardown may then remove it."""
+    """Remove CACHE's pins (or RESULT's, or the one with --reason); teardown may then remove it."""
     from lifecycle.commands.pin import unpin_target
 
     with _ledger() as ledger:
@@ -512,6 +512,183 @@ def port(
     else:
         click.echo(render_text(report), nl=False)
     ctx.exit(report.exit_code)
+
+
+@cli.group("result")
+def result_group() -> None:
+    """Record results against boots; `lifecycle results` lists them."""
+
+
+@result_group.command("add")
+@click.argument("boot_id", metavar="BOOT")
+@click.option("--name", required=True, help="What was tested, e.g. batch-burst-64.")
+@click.option(
+    "--status", required=True, type=click.Choice(["pass", "fail", "inconclusive"]), help="Verdict."
+)
+@click.option(
+    "--metric",
+    "metrics",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A measured value: a JSON number, true, false, null, or text. Repeatable.",
+)
+@click.option(
+    "--file",
+    "document",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A JSON object kept with the result; its `metrics` and `note` are taken too.",
+)
+@click.option("--note", help="Free text kept with the result.")
+@click.option("--to", metavar="S3_URL", help="Archive it there now (default: LIFECYCLE_ARCHIVE).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def result_add(
+    ctx: click.Context,
+    boot_id: str,
+    name: str,
+    status: str,
+    metrics: tuple[str, ...],
+    document: Path | None,
+    note: str | None,
+    to: str | None,
+    as_json: bool,
+) -> None:
+    """Record a result against BOOT; archived at once when an archive location is set."""
+    from datetime import UTC, datetime
+
+    from lifecycle.archive.location import s3_client
+    from lifecycle.commands.result import add, add_text
+    from lifecycle.commands.teardown import archive_location
+    from lifecycle.results.add import ResultRequest
+    from lifecycle.results.model import parse_metric
+
+    where = archive_location(to, os.environ, ctx.obj["manifests_dir"].parent, required=False)
+    request = ResultRequest(
+        boot_id,
+        name,
+        status,
+        metrics=dict(parse_metric(text) for text in metrics),
+        note=note,
+        document=document.read_bytes() if document else None,
+        document_where=str(document),
+    )
+    with _ledger() as ledger:
+        report, problem = add(
+            ledger,
+            request,
+            datetime.now(UTC),
+            location=where,
+            client_for=lambda: s3_client(os.environ),
+            progress=lambda line: click.echo(f"  | {line}", err=True),
+        )
+    _emit_json(report) if as_json else click.echo(add_text(report), nl=False)
+    if problem:
+        click.echo(f"lifecycle: {problem}", err=True)
+        ctx.exit(1)
+
+
+@cli.command("results")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def results_list(as_json: bool) -> None:
+    """List results: name, status, boot, metrics, archived; instrumented ones are flagged."""
+    from lifecycle.commands.result import list_results, results_table
+
+    with _ledger() as ledger:
+        rows = list_results(ledger)
+    _emit_json(rows) if as_json else click.echo(results_table(rows), nl=False)
+
+
+@contextmanager
+def _ledger_or_archive(source: str | None) -> Iterator[tuple[Ledger | None, Any, str]]:
+    """(ledger, S3 client, where from): with --from, the archive alone and no ledger at all;
+    without, the ledger that must already exist (audit never makes an empty one)."""
+    from lifecycle.archive.location import ArchiveLocation, s3_client
+    from lifecycle.ledger import Ledger, default_home
+
+    if source is not None:
+        yield None, s3_client(os.environ), ArchiveLocation.parse(source).url()
+        return
+    home = default_home(dict(os.environ))
+    if not (home / "ledger.sqlite3").is_file():
+        raise LifecycleError(
+            f"no ledger at {home}; add --from s3://BUCKET/PREFIX to read the archive"
+        )
+    ledger = Ledger.open(home)
+    try:
+        yield ledger, s3_client(os.environ), f"the ledger at {home}"
+    finally:
+        ledger.close()
+
+
+@cli.group("audit")
+def audit_group() -> None:
+    """Which caches, image, manifest and patches stand behind a result; what stands on a cache."""
+
+
+@audit_group.command("result")
+@click.argument("result_id", metavar="RESULT")
+@click.option("--from", "source", metavar="S3_URL", help="Read the archive alone (no ledger).")
+@click.option(
+    "--provenance",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the chain as an in-toto Statement v1 to this file.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the chain as JSON.")
+def audit_result(
+    result_id: str, source: str | None, provenance: Path | None, as_json: bool
+) -> None:
+    """The chain: result, boot, caches, image, manifest, patches."""
+    from lifecycle.archive.location import ArchiveLocation
+    from lifecycle.archive.store import BlobStore
+    from lifecycle.audit.render import chain_text
+    from lifecycle.commands.audit import audit_result as run
+    from lifecycle.commands.audit import write_provenance
+
+    with _ledger_or_archive(source) as (ledger, client, where):
+        store = BlobStore(client, ArchiveLocation.parse(source)) if source else None
+        chain = run(result_id, ledger=ledger, store=store)
+    if provenance is not None:
+        write_provenance(chain, provenance)
+    if as_json:
+        _emit_json(chain)
+        return
+    click.echo(chain_text(chain, where), nl=False)
+    if provenance is not None:
+        click.echo(f"provenance: {provenance} (in-toto Statement v1)")
+
+
+@audit_group.command("cache")
+@click.argument("cache_id", metavar="CACHE")
+@click.option("--from", "source", metavar="S3_URL", help="Read the archive alone (no ledger).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def audit_cache(cache_id: str, source: str | None, as_json: bool) -> None:
+    """Every boot that used CACHE and every result that stands on it."""
+    from lifecycle.archive.location import ArchiveLocation
+    from lifecycle.archive.store import BlobStore
+    from lifecycle.audit.render import cache_text
+    from lifecycle.commands.audit import audit_cache as run
+
+    with _ledger_or_archive(source) as (ledger, client, where):
+        store = BlobStore(client, ArchiveLocation.parse(source)) if source else None
+        report = run(cache_id, ledger=ledger, store=store)
+    _emit_json(report) if as_json else click.echo(cache_text(report, where), nl=False)
+
+
+@cli.command("verify")
+@click.argument("target", metavar="CACHE|RESULT")
+@click.option("--from", "source", metavar="S3_URL", help="Verify the archive alone (no ledger).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def verify_target(ctx: click.Context, target: str, source: str | None, as_json: bool) -> None:
+    """Hash the live cache and the archived objects again; name whatever differs. Exit 1 if any."""
+    from lifecycle.archive.location import ArchiveLocation
+    from lifecycle.commands.verify import report_json, report_text, verify
+
+    with _ledger_or_archive(source) as (ledger, client, _):
+        location = ArchiveLocation.parse(source) if source else None
+        report = verify(target, ledger=ledger, client=client, source=location)
+    _emit_json(report_json(report)) if as_json else click.echo(report_text(report), nl=False)
+    ctx.exit(1 if report.problems else 0)
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ from lifecycle.archive.store import READ_CHUNK, ArchiveError, BlobRef, open_regu
 from lifecycle.boot.provenance import image_snapshot_path, manifest_snapshot_path, patch_path
 from lifecycle.fingerprint import Entry, Fingerprint
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import CacheRecord, all_boots, cache_uses
+from lifecycle.ledger.boots import BootRecord, CacheRecord, all_boots, cache_uses
 
 FORMAT = "lifecycle-cache-record/1"
 _LOCAL_ONLY = ("state", "in_use_by")  # this host's bookkeeping, not facts about the cache
@@ -306,3 +306,50 @@ def _memory_blob(data: bytes, what: str, sources: dict[str, BlobSource]) -> dict
     md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
     sources.setdefault(sha, BlobSource(sha, len(data), what, md5=md5, data=data))
     return {"sha256": sha, "size": len(data)}
+
+
+# --- for result records (lifecycle.results.archive) and `lifecycle verify` ----------------------
+
+
+def boot_facts(ledger: Ledger, boot: BootRecord, sources: dict[str, BlobSource]) -> dict[str, Any]:
+    """A boot as records tell it: its row, its hook runs, and its log as a blob (or null)."""
+    runs = ledger.query(
+        "SELECT name, event, exit_code, duration_s FROM hook_runs WHERE boot_id = ? ORDER BY rowid",
+        (boot.id,),
+    )
+    log = Path(boot.log_path) if boot.log_path else None
+    return {
+        "boot": asdict(boot),
+        "hook_runs": [dict(run) for run in runs],
+        "log": _file_blob(log, f"log of boot {boot.id}", sources)
+        if log is not None and log.is_file()
+        else None,
+    }
+
+
+def evidence_blob(path: Path, what: str, sources: dict[str, BlobSource]) -> dict[str, Any]:
+    """{sha256, size} of an evidence file, added to `sources` as the blob that carries it."""
+    return _file_blob(path, what, sources)
+
+
+def read_snapshot(path: Path) -> Any:
+    """A provenance snapshot a boot kept (the image's, the manifest's), or None if none."""
+    return _snapshot(path)
+
+
+def blob_roles(document: dict[str, Any]) -> dict[str, str]:
+    """sha256 -> what a cache record's blob holds, for messages that name the damaged object.
+
+    Content files are named by the caller, who has the fingerprint (itself a blob) in hand.
+    """
+    cache_id = document.get("cache_id")
+    roles: dict[str, str] = {document["fingerprint"]["sha256"]: f"fingerprint of cache {cache_id}"}
+    for patch in document.get("patches") or []:
+        roles.setdefault(patch["sha256"], f"patch {patch['file']}")
+    for boot in document.get("boots") or []:
+        boot_id = boot["boot"]["id"]
+        if boot.get("log"):
+            roles.setdefault(boot["log"]["sha256"], f"log of boot {boot_id}")
+        for path, ref in (boot.get("evidence") or {}).items():
+            roles.setdefault(ref["sha256"], f"evidence {path} of boot {boot_id}")
+    return roles

@@ -38,6 +38,7 @@ from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, archive_of, record_archive
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id
+from lifecycle.results.archive import archive_pending_results
 from lifecycle.table import human_bytes
 
 PROGRESS_EVERY = 100  # uploaded blobs between two progress lines
@@ -63,6 +64,7 @@ class ArchiveReport:
     record_sha256: str | None = None
     record_written: bool = False  # False when the server's record already said the same
     to_upload: tuple[tuple[str, int, str], ...] = ()  # dry run: (sha256, size, what) of each
+    results: tuple[str, ...] = ()  # results standing on this cache whose records this run wrote
 
 
 def verify_archive(
@@ -106,11 +108,22 @@ def archive_caches(
     # A dry run uploads nothing, so what an earlier cache of the run would send is counted
     # as there for the later ones, as it would be.
     sent: set[str] = set()
-    return [
+    reports = [
         _archive(
             ledger, store, cache, with_content, dry_run=dry_run, say=say, workers=workers, sent=sent
         )
         for cache in caches
+    ]
+    if dry_run:
+        return reports
+    # Results go with the evidence: each result whose caches' records here now list its boot
+    # is archived too, so a result added after its caches were archived goes with the next run.
+    done = archive_pending_results(
+        ledger, store, say, host=socket.gethostname(), tool_version=__version__
+    )
+    return [
+        replace(r, results=tuple(sorted(i for i, behind in done.items() if r.cache_id in behind)))
+        for r in reports
     ]
 
 

@@ -36,6 +36,7 @@ from lifecycle.ledger.boots import (
 )
 from lifecycle.manifest import LoadedManifest
 from lifecycle.redact import redact
+from lifecycle.results.acceptance import accept
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,30 @@ def boot(
         raise
     finally:
         record = _finish(ledger, record, plan, progress, evidence_dir, secrets_by_name)
+    _acceptance(ledger, request, profile, record, host_env, on_line)
     return record
+
+
+# --- acceptance --------------------------------------------------------------------------------
+# Apart from the boot on purpose: it starts only once the boot is recorded and its caches are
+# scanned and released, so it can neither hold a cache nor change what the boot recorded.
+# What it finds is a result of this boot (lifecycle.results.acceptance), not part of the boot.
+
+
+def _acceptance(
+    ledger: Ledger,
+    request: BootRequest,
+    profile: str,
+    record: BootRecord,
+    host_env: Mapping[str, str],
+    on_line: Callable[[str], None],
+) -> None:
+    acceptance = request.loaded.manifest.profiles[profile].acceptance
+    if acceptance is None:
+        return
+    result = accept(ledger, record, acceptance, request.loaded.file, host_env)
+    flag = " [instrumented]" if result.instrumented else ""
+    on_line(f"acceptance {result.name}: {result.status}{flag}, result {result.id}")
 
 
 def _finish(

@@ -1,20 +1,24 @@
 """`lifecycle pin` and `lifecycle unpin`: make caches GC roots that teardown always keeps.
 
-A pin target is resolved to the caches behind it by `resolve_target`. Today a target is a
-cache id; a result id will resolve to the caches its boot used, so that keeping a result
-keeps what produced it, and its pins carry the result's id as their reason.
+A pin target is resolved to the caches behind it by `resolve_target`: a cache id is that
+cache; a result id is every cache its boot used, so that keeping a result keeps what produced
+it. A result's pins carry `result <id>` as their reason (`result <id>: TEXT` with --reason),
+and `unpin RESULT` takes off exactly those, leaving any other pin on the same caches.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import pin, pins, unpin
-from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id
+from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id, cache_uses
+from lifecycle.ledger.results import ResultRecord, all_results, result_by_id
+from lifecycle.results.model import is_pin_of, pin_reason
 
 DEFAULT_REASON = "pinned by hand"
 
@@ -30,19 +34,28 @@ class PinReport:
 
 
 def resolve_target(ledger: Ledger, target: str) -> list[CacheRecord]:
-    """The caches a pin target stands for: the cache itself when it is a cache id."""
+    """The caches a pin target stands for: the cache itself, or every cache behind a result."""
     cache = cache_by_id(ledger, target)
     if cache is not None:
         return [cache]
-    known = [c.id for c in all_caches(ledger)]
+    result = result_by_id(ledger, target)
+    if result is not None:
+        found = [
+            cache_by_id(ledger, u.cache_id) for u in cache_uses(ledger, boot_id=result.boot_id)
+        ]
+        return [c for c in found if c is not None]
+    known = [c.id for c in all_caches(ledger)] + [r.id for r in all_results(ledger)]
     close = difflib.get_close_matches(target, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else " (`lifecycle caches` lists them)"
-    raise LifecycleError(f"unknown cache {target!r}{hint}")
+    raise LifecycleError(f"unknown cache or result {target!r}{hint}")
 
 
 def pin_target(ledger: Ledger, target: str, reason: str, now: datetime) -> PinReport:
     """Pin every cache behind `target` that is still on this host."""
     caches = resolve_target(ledger, target)
+    result = _result(ledger, target)
+    if result is not None:
+        reason = pin_reason(result.id, None if reason == DEFAULT_REASON else reason)
     live = [c for c in caches if c.state != "torn-down"]
     if not live:
         raise LifecycleError(f"{target}: already torn down; nothing on this host to keep")
@@ -54,16 +67,42 @@ def pin_target(ledger: Ledger, target: str, reason: str, now: datetime) -> PinRe
 
 
 def unpin_target(ledger: Ledger, target: str, reason: str | None) -> PinReport:
-    """Remove the pin with `reason` (every pin when None) from the caches behind `target`."""
+    """Remove the pin with `reason` (every pin when None) from the caches behind `target`;
+    for a result, only the pins it put there."""
     caches = resolve_target(ledger, target)
     current = pins(ledger)
-    if reason is not None and not any(reason in current.get(c.id, []) for c in caches):
-        held = sorted({r for c in caches for r in current.get(c.id, [])})
+    result = _result(ledger, target)
+    wanted = _matcher(result, reason)
+    held = sorted({r for c in caches for r in current.get(c.id, [])})
+    if not any(wanted(r) for r in held) and (reason is not None or result is not None):
         have = f"its pins: {'; '.join(held)}" if held else "it is not pinned"
-        raise LifecycleError(f"{target} has no pin with reason {reason!r}; {have}")
-    removed = tuple(c.id for c in caches if unpin(ledger, c.id, reason))
+        what = pin_reason(result.id, reason) if result is not None else reason
+        raise LifecycleError(f"{target} has no pin with reason {what!r}; {have}")
+    removed = []
+    for cache in caches:
+        gone = [r for r in current.get(cache.id, []) if wanted(r)]
+        for one in gone:
+            unpin(ledger, cache.id, one)
+        if gone:
+            removed.append(cache.id)
     skipped = tuple(f"{c.id}: was not pinned" for c in caches if c.id not in removed)
-    return _report(ledger, target, removed, skipped)
+    return _report(ledger, target, tuple(removed), skipped)
+
+
+def _matcher(result: ResultRecord | None, reason: str | None) -> Callable[[str], bool]:
+    """Which pin reasons an unpin takes off."""
+    if result is None:
+        return lambda held: reason is None or held == reason
+    mine = pin_reason(result.id, reason)
+    return (
+        (lambda held: held == mine) if reason is not None else (lambda held: is_pin_of(held, mine))
+    )
+
+
+def _result(ledger: Ledger, target: str) -> ResultRecord | None:
+    # A cache id is looked up first, as `resolve_target` does: the two never collide
+    # (`<cache name>-<12 hex>` and `r-<time>-<6 hex>`), but the order is the rule.
+    return None if cache_by_id(ledger, target) is not None else result_by_id(ledger, target)
 
 
 def _report(

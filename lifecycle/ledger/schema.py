@@ -111,4 +111,32 @@ MIGRATIONS: tuple[str, ...] = (
         at TEXT NOT NULL
     );
     """,
+    # 4: results recorded against boots (instrumented copied from the boot, so a result says it
+    # wherever it goes), and where each result's own record was archived.
+    """
+    CREATE TABLE results (
+        id TEXT PRIMARY KEY,
+        boot_id TEXT NOT NULL REFERENCES boots (id),
+        name TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('pass', 'fail', 'inconclusive')),
+        metrics TEXT NOT NULL,
+        note TEXT,
+        source TEXT NOT NULL CHECK (source IN ('manual', 'acceptance')),
+        instrumented INTEGER NOT NULL,
+        document_sha256 TEXT,
+        document_size INTEGER,
+        document_path TEXT,
+        created_at TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        UNIQUE (boot_id, name)
+    );
+    CREATE TABLE result_archives (
+        result_id TEXT NOT NULL REFERENCES results (id),
+        location TEXT NOT NULL,
+        record_key TEXT NOT NULL,
+        record_sha256 TEXT NOT NULL,
+        archived_at TEXT NOT NULL,
+        PRIMARY KEY (result_id, location)
+    );
+    """,
 )

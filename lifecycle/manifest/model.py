@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from packaging.version import InvalidVersion, Version
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 SCHEMA_VERSION = 1
 
@@ -133,6 +142,19 @@ class JitCache(_Strict):
     enabled: bool = True
 
 
+class Acceptance(_Strict):
+    """A command run on the host after the boot; its exit code and JSON stdout become a result.
+
+    It runs from the project root (the directory holding `manifests/`) with the boot as JSON
+    on stdin. Exit 0 is pass, 1 fail, any other (or a timeout) inconclusive; its stdout, if
+    any, is one JSON object whose `metrics` and `note` the result takes (lifecycle.results).
+    """
+
+    command: Annotated[list[Text], Field(min_length=1)]
+    name: Slug = Field(default="acceptance", description="The name of the result it records.")
+    timeout_s: Annotated[float, Field(gt=0)] = 600.0
+
+
 class BootProfile(_Strict):
     """How to start the engine: command, environment, secrets by name, devices."""
 
@@ -150,6 +172,18 @@ class BootProfile(_Strict):
     network: Text | None = Field(
         default=None, description="Docker network mode (e.g. none, host); default: dockerd's."
     )
+    acceptance: Acceptance | None = Field(
+        default=None, description="Run after each boot of this profile; its outcome is a result."
+    )
+
+    @model_serializer(mode="wrap")
+    def _no_absent_acceptance(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The digest is taken over the dumped manifest: a profile without `acceptance` must
+        # dump as it did before the key existed, or every manifest's digest (and tag) moves.
+        data: dict[str, Any] = handler(self)
+        if data.get("acceptance") is None:
+            data.pop("acceptance", None)
+        return data
 
 
 class Manifest(_Strict):

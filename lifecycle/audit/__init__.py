@@ -1,0 +1,1 @@
+"""Audit: the chain behind a result (from the ledger or S3 alone), provenance, verify."""

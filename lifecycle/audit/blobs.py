@@ -1,0 +1,72 @@
+"""Archived objects downloaded and hashed, each at most once per `lifecycle verify` run.
+
+Unlike teardown's check (listing, ETag, stored checksum), verify trusts nothing the server
+says about an object: it reads every byte back and hashes it, so it also catches an object
+overwritten in place without a checksum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import BinaryIO, cast
+
+from lifecycle.archive.store import ArchiveError, BlobStore
+
+
+@dataclass(frozen=True)
+class BlobClaim:
+    """A blob a record names: its sha256, its size, and what it holds (for the message)."""
+
+    sha256: str
+    size: int | None
+    what: str
+
+
+class _Counter:
+    """A sink that only counts the bytes written to it."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        return len(data)
+
+
+@dataclass
+class BlobChecker:
+    """Download-and-hash with a memory: blobs shared by several records are read once."""
+
+    workers: int = 8
+    seen: dict[tuple[str, str], tuple[str, str] | None] = field(default_factory=dict)
+
+    def check(self, store: BlobStore, claims: Sequence[BlobClaim]) -> list[tuple[str, str]]:
+        """(object, what differs) for each claimed blob not on the server with those bytes."""
+        todo = [c for c in claims if (store.location.url(), c.sha256) not in self.seen]
+        pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="verify")
+        try:
+            for claim, problem in zip(todo, pool.map(lambda c: _one(store, c), todo), strict=True):
+                self.seen[(store.location.url(), claim.sha256)] = problem
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        problems = [self.seen[(store.location.url(), c.sha256)] for c in claims]
+        return sorted({p for p in problems if p is not None})
+
+
+def _one(store: BlobStore, claim: BlobClaim) -> tuple[str, str] | None:
+    where = f"{store.url(store.blob_key(claim.sha256))} ({claim.what})"
+    counter = _Counter()
+    try:
+        # Only write() is called on the sink: a counter stands in for a file.
+        found = store.download_sha256(store.blob_key(claim.sha256), cast(BinaryIO, counter))
+    except ArchiveError as exc:
+        return where, f"cannot download: {exc}"
+    if found is None:
+        return where, "missing"
+    if found != claim.sha256:
+        return where, f"content has sha256 {found}, not the sha256 its key and record name"
+    if claim.size is not None and counter.size != claim.size:
+        return where, f"{counter.size} bytes, not the {claim.size} recorded"
+    return None

@@ -1,0 +1,108 @@
+"""Verify a cache or a result: everything behind it, as the ledger knows it or from S3 alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from lifecycle.archive.store import BlobStore
+from lifecycle.audit.blobs import BlobChecker
+from lifecycle.audit.verify import (
+    Finding,
+    cache_archive,
+    live_cache,
+    result_document,
+    result_record,
+)
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.archives import archive_of
+from lifecycle.ledger.boots import CacheRecord, cache_by_id, cache_uses
+from lifecycle.ledger.results import ResultRecord, result_archives
+from lifecycle.results.archive import get_object, result_key
+from lifecycle.results.model import canonical_result, result_digest
+
+StoreFor = Callable[[str], BlobStore]  # an archive location (s3://bucket/prefix) -> its store
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What was checked for one target, and every difference found."""
+
+    target: str
+    kind: str  # cache | result
+    source: str  # "ledger" or the archive location it was verified from alone
+    findings: tuple[Finding, ...]
+
+    def __post_init__(self) -> None:
+        # A blob several records name (a boot's log, a patch) is checked once, reported once.
+        object.__setattr__(self, "findings", tuple(dict.fromkeys(self.findings)))
+
+    @property
+    def problems(self) -> list[Finding]:
+        """The findings that differ from what was recorded."""
+        return [f for f in self.findings if f.problem is not None]
+
+
+def verify_cache(
+    ledger: Ledger, cache: CacheRecord, store_for: StoreFor, checker: BlobChecker
+) -> list[Finding]:
+    """The live cache (if still here) and its archive (if archived)."""
+    subject = f"live cache {cache.id}"
+    findings = []
+    if cache.state == "torn-down" or not Path(cache.host_path).exists():
+        findings.append(Finding(subject, None, "not on this host (torn down): archive only"))
+    elif cache.in_use_by:
+        note = f"in use by boot {cache.in_use_by}: not re-hashed while a boot may write it"
+        findings.append(Finding(subject, None, note))
+    else:
+        findings += live_cache(cache.id, cache.host_path, cache.scan_path, cache.tree_digest)
+    archive = archive_of(ledger, cache.id)
+    if archive is None:
+        findings.append(Finding(f"archive of cache {cache.id}", None, "not archived"))
+    else:
+        store = store_for(archive.location)
+        findings += cache_archive(store, cache.id, archive.record_sha256, checker)
+    return findings
+
+
+def verify_result(
+    ledger: Ledger, result: ResultRecord, store_for: StoreFor, checker: BlobChecker
+) -> list[Finding]:
+    """The result's digest and document, its archived record, then every cache behind it."""
+    # An instrumented result says so here too: its verdict is the engine's plus a hook's.
+    subject = f"result {result.id}" + (" [INSTRUMENTED]" if result.instrumented else "")
+    digest = result_digest(canonical_result(result))
+    if digest != result.digest:
+        findings = [Finding(subject, f"its row has digest {digest} now, {result.digest} recorded")]
+    else:
+        findings = [Finding(subject, None, f"digest sha256:{digest} as recorded")]
+    findings += result_document(result.document_path, result.document_sha256, result.document_size)
+    archives = result_archives(ledger, result.id)
+    for archive in archives:
+        store = store_for(archive.location)
+        found, _ = result_record(
+            store, archive.record_key, archive.record_sha256, result.digest, checker
+        )
+        findings += found
+    if not archives:
+        findings.append(Finding(f"archive of result {result.id}", None, "not archived"))
+    for use in cache_uses(ledger, boot_id=result.boot_id):
+        cache = cache_by_id(ledger, use.cache_id)
+        assert cache is not None, "a cache use refers to a cache row (foreign key)"
+        findings += verify_cache(ledger, cache, store_for, checker)
+    return findings
+
+
+def verify_archived(store: BlobStore, target: str, checker: BlobChecker) -> VerifyReport:
+    """A result or a cache from the archive alone: every record and blob behind it."""
+    url = store.location.url()
+    if get_object(store, result_key(store, target)) is None:
+        findings = cache_archive(store, target, None, checker)
+        return VerifyReport(target, "cache", url, tuple(findings))
+    findings, document = result_record(store, result_key(store, target), None, None, checker)
+    if document is None:  # unreadable or altered: the findings say so; nothing to follow
+        return VerifyReport(target, "result", url, tuple(findings))
+    for cache_id in document["caches"]:
+        findings += cache_archive(store, cache_id, None, checker)
+    return VerifyReport(target, "result", url, tuple(findings))

@@ -1,0 +1,104 @@
+"""Audit facts from this host's ledger and the snapshots its boots kept."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.record import read_snapshot
+from lifecycle.audit.chain import CacheAuditFacts, CacheFacts, ChainFacts
+from lifecycle.boot.provenance import image_snapshot_path, manifest_snapshot_path
+from lifecycle.errors import LifecycleError
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.archives import archive_of
+from lifecycle.ledger.boots import all_caches, cache_by_id, cache_uses
+from lifecycle.ledger.results import ResultRecord, all_results, result_by_id, results_of_cache
+from lifecycle.results.add import find_boot
+from lifecycle.results.model import canonical_result
+
+_LOCAL_ONLY = ("state", "in_use_by")  # as the archive record leaves them out
+
+
+def find_result(ledger: Ledger, result_id: str) -> ResultRecord:
+    """The result, or an error naming the closest id and how to ask S3 instead."""
+    result = result_by_id(ledger, result_id)
+    if result is not None:
+        return result
+    close = difflib.get_close_matches(result_id, [r.id for r in all_results(ledger)], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise LifecycleError(
+        f"no result {result_id!r} in the ledger at {ledger.home}{hint}"
+        " (recorded elsewhere, or the ledger is gone? add --from s3://BUCKET/PREFIX)"
+    )
+
+
+def result_facts(ledger: Ledger, result_id: str) -> ChainFacts:
+    """The chain's facts for one result, as this ledger knows them."""
+    result = find_result(ledger, result_id)
+    boot = find_boot(ledger, result.boot_id)
+    caches = []
+    for use in cache_uses(ledger, boot_id=boot.id):
+        cache = cache_by_id(ledger, use.cache_id)
+        assert cache is not None, "a cache use refers to a cache row (foreign key)"
+        row = {k: v for k, v in asdict(cache).items() if k not in _LOCAL_ONLY}
+        caches.append(CacheFacts(row, asdict(use), archive_facts(ledger, cache.id)))
+    runs = ledger.query(
+        "SELECT name, event, exit_code FROM hook_runs WHERE boot_id = ? ORDER BY rowid", (boot.id,)
+    )
+    home = ledger.home
+    return ChainFacts(
+        result=canonical_result(result),
+        digest=result.digest,
+        boot=asdict(boot),
+        hook_runs=[dict(run) for run in runs],
+        log=_file_digest(Path(boot.log_path)) if boot.log_path else None,
+        caches=caches,
+        image=read_snapshot(image_snapshot_path(home, boot.image_id)),
+        manifest=read_snapshot(manifest_snapshot_path(home, boot.manifest_digest)),
+    )
+
+
+def cache_facts(ledger: Ledger, cache_id: str) -> CacheAuditFacts:
+    """A cache, the boots that used it and the results on them, as this ledger knows them."""
+    cache = cache_by_id(ledger, cache_id)
+    if cache is None:
+        close = difflib.get_close_matches(cache_id, [c.id for c in all_caches(ledger)], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise LifecycleError(
+            f"no cache {cache_id!r} in the ledger at {ledger.home}{hint}"
+            " (archived from another host? add --from s3://BUCKET/PREFIX)"
+        )
+    boots = []
+    for use in (u for u in cache_uses(ledger) if u.cache_id == cache.id):
+        boots.append((asdict(find_boot(ledger, use.boot_id)), asdict(use)))
+    results = []
+    for result in results_of_cache(ledger, cache.id):
+        results.append({**canonical_result(result), "digest": result.digest})
+    row = {k: v for k, v in asdict(cache).items() if k not in _LOCAL_ONLY}
+    return CacheAuditFacts(row, cache.state, archive_facts(ledger, cache.id), boots, results)
+
+
+def archive_facts(ledger: Ledger, cache_id: str) -> dict[str, Any] | None:
+    """Where the cache's record is (as this ledger last archived and verified it)."""
+    archive = archive_of(ledger, cache_id)
+    if archive is None:
+        return None
+    bucket = ArchiveLocation.parse(archive.location).bucket
+    return {
+        "location": archive.location,
+        "record": f"s3://{bucket}/{archive.record_key}",
+        "record_sha256": archive.record_sha256,
+        "with_content": archive.with_content,
+    }
+
+
+def _file_digest(path: Path) -> dict[str, Any] | None:
+    """{sha256, size} of a kept evidence file, as the archive names its blob."""
+    if not path.is_file():
+        return None
+    data = path.read_bytes()  # a boot's log: small enough to read whole
+    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}

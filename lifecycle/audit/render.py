@@ -1,0 +1,105 @@
+"""The human forms of `audit result` and `audit cache` (the JSON forms are the chain itself)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lifecycle.results.model import metrics_text
+
+INSTRUMENTED = (
+    "INSTRUMENTED: the boot ran with an observing hook, which can change the batch it observes;"
+    " read this as a result of the engine plus the hook"
+)
+
+
+def chain_text(chain: dict[str, Any], source: str) -> str:
+    """result -> boot -> caches -> image -> manifest -> patches, one step per paragraph."""
+    result, boot = chain["result"], chain["boot"]
+    lines = [f"# audit of result {result['id']}, from {source}"]
+    lines.append(f"result {result['id']} {result['name']!r}: {result['status']}")
+    if result["instrumented"]:
+        lines.append(f"  {INSTRUMENTED}")
+    lines.append(
+        f"  digest sha256:{result['digest']}  ({result['source']}, {result['created_at']})"
+    )
+    if result["metrics"]:
+        lines.append(f"  metrics: {metrics_text(result['metrics'], None)}")
+    if result["note"]:
+        lines.append(f"  note: {result['note']}")
+    if result["document"]:
+        lines.append(f"  document sha256:{result['document']['sha256']}")
+    lines.append(
+        f"<- boot {boot['id']} on {boot['host']}, {boot['started_at']} .. {boot['ended_at']},"
+        f" profile {boot['profile']}: {boot['outcome']} (exit {boot['exit_code']})"
+    )
+    lines.append("  hooks: " + (hooks_text(boot["hooks"]) or "none"))
+    if boot["log"]:
+        lines.append(f"  log sha256:{boot['log']['sha256']}")
+    for cache in chain["caches"]:
+        lines.append(f"<- cache {cache['id']} ({cache['name']}): {cache['mode']}")
+        lines.append(f"  tree digest {cache['tree_digest']}")
+        if cache["mode"] == "warm" and cache["tree_digest_before"] != cache["tree_digest"]:
+            lines.append(f"  (started from {cache['tree_digest_before']})")
+        archive = cache["archive"]
+        where = (
+            f"{archive['record']} (sha256:{archive['record_sha256'][:16]}…)" if archive else None
+        )
+        lines.append(f"  archive: {where or 'not archived'}")
+    image = chain["image"]
+    lines.append(f"<- image {image['id']} {' '.join(image['tags'] or [])}".rstrip())
+    for key, value in sorted((image["labels"] or {}).items()):
+        lines.append(f"  label {key}={value}")
+    lines.extend(_manifest_lines(chain["manifest"]))
+    for patch in chain["patches"] or []:
+        lines.append(f"<- patch {patch['file']} sha256:{patch['sha256']}")
+    return "\n".join(lines) + "\n"
+
+
+def cache_text(audit: dict[str, Any], source: str) -> str:
+    """The cache, then every boot that used it, then every result standing on it."""
+    cache = audit["cache"]
+    state = f", {cache['state']}" if cache["state"] else ""
+    lines = [
+        f"# audit of cache {cache['id']}, from {source}",
+        f"cache {cache['id']} ({cache['cache_name']}) of {cache['manifest_name']}{state}",
+        f"  manifest sha256:{cache['manifest_digest']}  image {cache['image_id']}",
+        f"  tree digest {cache['tree_digest']}",
+    ]
+    archive = audit["archive"]
+    lines.append(f"  archive: {archive['record'] if archive else 'not archived'}")
+    lines.append(f"boots ({len(audit['boots'])}):")
+    for boot in audit["boots"]:
+        flag = " INSTRUMENTED" if boot["instrumented"] else ""
+        lines.append(
+            f"  {boot['id']} {boot['mode']} {boot['started_at']} on {boot['host']},"
+            f" {boot['profile']}: {boot['outcome']}{flag}"
+        )
+    lines.append(f"results ({len(audit['results'])}):")
+    for result in audit["results"]:
+        flag = " INSTRUMENTED" if result["instrumented"] else ""
+        lines.append(
+            f"  {result['id']} {result['name']!r}: {result['status']}"
+            f" (boot {result['boot_id']}){flag}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def hooks_text(hooks: list[dict[str, Any]]) -> str:
+    """`memory-snapshot (observing), log-event`."""
+    return ", ".join(h["name"] + (" (observing)" if h["observing"] else "") for h in hooks)
+
+
+def _manifest_lines(manifest: dict[str, Any]) -> list[str]:
+    lines = [f"<- manifest {manifest['name']} sha256:{manifest['digest']}"]
+    if manifest["file"]:
+        lines.append(f"  file {manifest['file']}")
+    pins = manifest["pins"] or {}
+    if pins:
+        lines.append("  pins: " + ", ".join(f"{k} {v}" for k, v in pins.items()))
+    for name, tuned in (manifest["tuned"] or {}).items():
+        origin = f" from {tuned['carried_from']}" if tuned.get("carried_from") else ""
+        flag = (
+            "  <- NOT re-validated on this release" if name in manifest["not_revalidated"] else ""
+        )
+        lines.append(f"  tuned {name}={tuned['value']} ({tuned['status']}{origin}){flag}")
+    return lines

@@ -1,0 +1,188 @@
+"""`lifecycle verify`: hash again what was recorded, and say exactly what differs.
+
+A live cache is re-hashed file by file (no scan is trusted) and compared with its recorded
+fingerprint; every archived object a record names is downloaded and hashed; a result's
+digest is recomputed from its canonical JSON and its document re-hashed. Each difference is
+one line naming the file or the object and what it holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lifecycle.archive.record import blob_roles, load_record
+from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.audit.blobs import BlobChecker, BlobClaim
+from lifecycle.errors import LifecycleError
+from lifecycle.fingerprint import Entry, Fingerprint, scan
+from lifecycle.results.archive import get_object, load_result_record
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing checked: what it is, and what differs (None: as recorded)."""
+
+    subject: str
+    problem: str | None
+    note: str | None = None
+
+
+def live_cache(
+    cache_id: str, host_path: str, scan_path: str | None, tree: str | None
+) -> list[Finding]:
+    """Re-hash every file of a cache dir and compare it with the fingerprint recorded for it."""
+    subject = f"live cache {cache_id} at {host_path}"
+    if scan_path is None or not Path(scan_path).is_file():
+        return [Finding(subject, "no recorded fingerprint to compare with")]
+    try:
+        recorded = Fingerprint.from_json(Path(scan_path).read_text())
+        now = scan(Path(host_path))  # no earlier scan given: every file is read and hashed
+    except LifecycleError as exc:
+        return [Finding(subject, str(exc))]
+    findings = []
+    if tree is not None and recorded.tree_digest != tree:
+        findings.append(
+            Finding(
+                scan_path, f"fingerprint of tree {recorded.tree_digest}, the ledger says {tree}"
+            )
+        )
+    diff = recorded.diff(now)
+    old = {e.path: e for e in recorded.entries}
+    new = {e.path: e for e in now.entries}
+    root = host_path.rstrip("/")
+    findings += [Finding(f"cache file {root}/{p}", _changed(old[p], new[p])) for p in diff.changed]
+    findings += [
+        Finding(f"cache file {root}/{p}", "added since it was recorded") for p in diff.added
+    ]
+    findings += [Finding(f"cache file {root}/{p}", "missing: recorded, gone") for p in diff.removed]
+    if not diff:
+        note = f"{now.files} files re-hashed; tree digest {now.tree_digest} as recorded"
+        findings.append(Finding(subject, None, note))
+    return findings
+
+
+def cache_archive(
+    store: BlobStore, cache_id: str, record_sha256: str | None, checker: BlobChecker
+) -> list[Finding]:
+    """The cache's record (against the sha256 the ledger kept, if any) and every blob it names."""
+    url = store.url(store.record_key(cache_id))
+    findings: list[Finding] = []
+    try:
+        body = store.get_record(cache_id)
+        if body is None:
+            return [Finding(url, "missing")]
+        found = hashlib.sha256(body).hexdigest()
+        if record_sha256 is not None and found != record_sha256:
+            findings.append(Finding(url, f"sha256 {found}, not the {record_sha256} recorded"))
+        record = load_record(body, url)
+        roles = blob_roles(record)
+        fingerprint = _archived_fingerprint(store, record, findings)
+        if fingerprint is not None:
+            for e in fingerprint.entries:
+                if e.sha256 is not None:
+                    roles.setdefault(e.sha256, f"cache file {e.path} of {cache_id}")
+        claims = [
+            BlobClaim(b["sha256"], b["size"], roles.get(b["sha256"], "blob"))
+            for b in record["blobs"]
+        ]
+        problems = checker.check(store, claims)
+    except ArchiveError as exc:  # unreadable, not a record, or the server did not answer
+        return [*findings, Finding(url, str(exc).removeprefix(f"{url}: "))]
+    findings += [Finding(subject, problem) for subject, problem in problems]
+    if not findings:
+        note = f"record and its {len(claims)} blobs downloaded and hashed: as recorded"
+        findings.append(Finding(url, None, note))
+    return findings
+
+
+def result_document(path: str | None, sha256: str | None, size: int | None) -> list[Finding]:
+    """The result's document as this host kept it, hashed again."""
+    if sha256 is None:
+        return []
+    if path is None or not Path(path).is_file():
+        return [Finding(f"document {path}", "missing")]
+    data = Path(path).read_bytes()
+    found = hashlib.sha256(data).hexdigest()
+    if found != sha256 or len(data) != size:
+        return [Finding(f"document {path}", f"sha256 {found} ({len(data)} bytes), not {sha256}")]
+    return [Finding(f"document {path}", None, "as recorded")]
+
+
+def result_record(
+    store: BlobStore, key: str, record_sha256: str | None, digest: str | None, checker: BlobChecker
+) -> tuple[list[Finding], dict[str, Any] | None]:
+    """A result's record: its bytes, its result's digest, and the blobs it names."""
+    url = store.url(key)
+    findings: list[Finding] = []
+    try:
+        body = get_object(store, key)
+        if body is None:
+            return [Finding(url, "missing")], None
+        found = hashlib.sha256(body).hexdigest()
+        if record_sha256 is not None and found != record_sha256:
+            findings.append(Finding(url, f"sha256 {found}, not the {record_sha256} recorded"))
+        document = load_result_record(body, url)
+        if digest is not None and document["digest"] != digest:
+            findings.append(Finding(url, f"result digest {document['digest']}, not {digest}"))
+        claims = [
+            BlobClaim(b["sha256"], b["size"], _result_role(document, b["sha256"]))
+            for b in document["blobs"]
+        ]
+        problems = checker.check(store, claims)
+    except ArchiveError as exc:  # unreadable, altered, or the server did not answer
+        return [*findings, Finding(url, str(exc).removeprefix(f"{url}: "))], None
+    findings += [Finding(subject, problem) for subject, problem in problems]
+    if not findings:
+        findings.append(
+            Finding(url, None, "record and its blobs downloaded and hashed: as recorded")
+        )
+    return findings, document
+
+
+def _archived_fingerprint(
+    store: BlobStore, record: dict[str, Any], findings: list[Finding]
+) -> Fingerprint | None:
+    """The record's fingerprint blob, read back; its tree digest must be the record's."""
+    described = record["fingerprint"]
+    sink = io.BytesIO()
+    key = store.blob_key(described["sha256"])
+    if store.download_sha256(key, sink) != described["sha256"]:
+        return None  # the blob check names it
+    try:
+        fingerprint = Fingerprint.from_json(sink.getvalue().decode())
+    except (LifecycleError, UnicodeDecodeError) as exc:
+        findings.append(Finding(store.url(key), f"archived fingerprint: {exc}"))
+        return None
+    if fingerprint.tree_digest != described["tree_digest"]:
+        problem = (
+            f"tree digest {fingerprint.tree_digest}, the record says {described['tree_digest']}"
+        )
+        findings.append(Finding(store.url(key), problem))
+    return fingerprint
+
+
+def _result_role(document: dict[str, Any], sha256: str) -> str:
+    log = document["boot"].get("log") or {}
+    if log.get("sha256") == sha256:
+        return f"log of boot {document['boot']['boot']['id']}"
+    return f"document of result {document['result_id']}"
+
+
+def _changed(old: Entry, new: Entry) -> str:
+    """What differs in one path between the recorded fingerprint and the files now."""
+    if old.kind != new.kind:
+        return f"was a {old.kind}, now a {new.kind}"
+    parts = []
+    if old.sha256 != new.sha256:
+        parts.append(f"content differs: sha256 {new.sha256} now, {old.sha256} recorded")
+    if old.size != new.size:
+        parts.append(f"{new.size} bytes now, {old.size} recorded")
+    if old.mode != new.mode:
+        parts.append(f"mode {new.mode:o} now, {old.mode:o} recorded")
+    if old.link != new.link:
+        parts.append(f"links to {new.link!r} now, {old.link!r} recorded")
+    return "; ".join(parts) or "changed"

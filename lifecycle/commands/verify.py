@@ -1,0 +1,72 @@
+"""`lifecycle verify CACHE|RESULT`: hash again everything behind it; say what differs.
+
+From the ledger: the live cache dirs (if still here) and every archived object, where the
+ledger says each was archived. With `--from s3://…`: the archived objects alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.store import BlobStore
+from lifecycle.audit.blobs import BlobChecker
+from lifecycle.audit.check import VerifyReport, verify_archived, verify_cache, verify_result
+from lifecycle.errors import LifecycleError
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import cache_by_id
+from lifecycle.ledger.results import result_by_id
+
+
+def verify(
+    target: str, *, ledger: Ledger | None, client: Any, source: ArchiveLocation | None
+) -> VerifyReport:
+    """Verify a cache or a result from the ledger, or (with `source`) from the archive alone."""
+    checker = BlobChecker()
+    if source is not None:
+        return verify_archived(BlobStore(client, source), target, checker)
+    assert ledger is not None, "verify reads the ledger or the archive"
+
+    def store_for(url: str) -> BlobStore:
+        return BlobStore(client, ArchiveLocation.parse(url))
+
+    cache = cache_by_id(ledger, target)
+    if cache is not None:
+        findings = verify_cache(ledger, cache, store_for, checker)
+        return VerifyReport(target, "cache", "ledger", tuple(findings))
+    result = result_by_id(ledger, target)
+    if result is not None:
+        findings = verify_result(ledger, result, store_for, checker)
+        return VerifyReport(target, "result", "ledger", tuple(findings))
+    raise LifecycleError(
+        f"no cache or result {target!r} in the ledger at {ledger.home}"
+        " (archived elsewhere? add --from s3://BUCKET/PREFIX to verify its archive alone)"
+    )
+
+
+def report_json(report: VerifyReport) -> dict[str, Any]:
+    """The JSON form: every check, and the problems on their own."""
+    return {
+        "target": report.target,
+        "kind": report.kind,
+        "source": report.source,
+        "ok": not report.problems,
+        "problems": [f"{f.subject}: {f.problem}" for f in report.problems],
+        "checked": [
+            {"subject": f.subject, "problem": f.problem, "note": f.note} for f in report.findings
+        ],
+    }
+
+
+def report_text(report: VerifyReport) -> str:
+    """What differs first, each naming the file or object; then what was found as recorded."""
+    count = len(report.problems)
+    verdict = "as recorded" if not count else f"{count} difference{'s' * (count != 1)}"
+    lines = [f"verify {report.kind} {report.target} (from {report.source}): {verdict}"]
+    lines += [f"  DIFFERS {f.subject}: {f.problem}" for f in report.problems]
+    lines += [
+        f"  ok      {f.subject}" + (f": {f.note}" if f.note else "")
+        for f in report.findings
+        if f.problem is None
+    ]
+    return "\n".join(lines) + "\n"

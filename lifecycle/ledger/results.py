@@ -1,0 +1,108 @@
+"""Results in the ledger: what a boot was found to do, and where each result was archived.
+
+A result is written once and never changed: its digest (sha256 of its canonical JSON) is
+taken when it is added, so `lifecycle verify` can tell a result edited afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lifecycle.ledger.core import Ledger
+from lifecycle.ledger.rows import from_row, insert
+
+
+@dataclass(frozen=True)
+class ResultRecord:
+    """One result recorded against one boot."""
+
+    id: str
+    boot_id: str
+    name: str
+    status: str  # pass | fail | inconclusive
+    metrics: str  # JSON object: name -> number, string, bool or null
+    note: str | None
+    source: str  # manual | acceptance
+    instrumented: bool  # the boot ran with an observing hook: not the engine's result alone
+    document_sha256: str | None  # the attached JSON (--file, or the acceptance's stdout)
+    document_size: int | None
+    document_path: str | None  # kept under $LIFECYCLE_HOME/evidence/results/
+    created_at: str
+    digest: str  # sha256 of the canonical JSON (lifecycle.results.model.canonical_result)
+
+
+@dataclass(frozen=True)
+class ResultArchiveRecord:
+    """A result's record in S3 (`results/<id>.json`), written last as its commit marker."""
+
+    result_id: str
+    location: str  # s3://bucket/prefix
+    record_key: str
+    record_sha256: str
+    archived_at: str
+
+
+def insert_result(ledger: Ledger, result: ResultRecord) -> None:
+    """Record a result (one transaction); a second result of that name on that boot is refused
+    by the schema's UNIQUE (boot_id, name)."""
+    with ledger.transaction() as conn:
+        insert(conn, "results", result)
+
+
+def result_by_id(ledger: Ledger, result_id: str) -> ResultRecord | None:
+    """One result, or None."""
+    rows = ledger.query("SELECT * FROM results WHERE id = ?", (result_id,))
+    return from_row(ResultRecord, rows[0]) if rows else None
+
+
+def result_named(ledger: Ledger, boot_id: str, name: str) -> ResultRecord | None:
+    """The boot's result of that name, or None."""
+    sql = "SELECT * FROM results WHERE boot_id = ? AND name = ?"
+    rows = ledger.query(sql, (boot_id, name))
+    return from_row(ResultRecord, rows[0]) if rows else None
+
+
+def all_results(ledger: Ledger) -> list[ResultRecord]:
+    """Every result, newest first."""
+    rows = ledger.query("SELECT * FROM results ORDER BY created_at DESC, rowid DESC")
+    return [from_row(ResultRecord, row) for row in rows]
+
+
+def results_of_cache(ledger: Ledger, cache_id: str) -> list[ResultRecord]:
+    """Every result of a boot that used the cache, oldest first."""
+    rows = ledger.query(
+        "SELECT results.* FROM results JOIN boot_caches ON boot_caches.boot_id = results.boot_id"
+        " WHERE boot_caches.cache_id = ? ORDER BY results.created_at, results.rowid",
+        (cache_id,),
+    )
+    return [from_row(ResultRecord, row) for row in rows]
+
+
+def record_result_archive(ledger: Ledger, archive: ResultArchiveRecord) -> None:
+    """Record that the result's record is in S3 at that location (read back and verified)."""
+    with ledger.transaction() as conn:
+        conn.execute(
+            "DELETE FROM result_archives WHERE result_id = ? AND location = ?",
+            (archive.result_id, archive.location),
+        )
+        insert(conn, "result_archives", archive)
+
+
+def result_archives(ledger: Ledger, result_id: str) -> list[ResultArchiveRecord]:
+    """Where the result was archived, oldest first."""
+    rows = ledger.query(
+        "SELECT * FROM result_archives WHERE result_id = ? ORDER BY archived_at, rowid",
+        (result_id,),
+    )
+    return [from_row(ResultArchiveRecord, row) for row in rows]
+
+
+def unarchived_results(ledger: Ledger, location: str) -> list[ResultRecord]:
+    """Results with no record at `location` yet, oldest first."""
+    rows = ledger.query(
+        "SELECT * FROM results WHERE id NOT IN"
+        " (SELECT result_id FROM result_archives WHERE location = ?)"
+        " ORDER BY created_at, rowid",
+        (location,),
+    )
+    return [from_row(ResultRecord, row) for row in rows]

@@ -1,0 +1,1 @@
+"""Results: what a boot was found to do, recorded against it, archived with its evidence."""

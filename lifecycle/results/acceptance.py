@@ -1,0 +1,186 @@
+"""A boot profile's acceptance command: run on the host after the boot, its outcome a result.
+
+    profiles:
+      serve:
+        acceptance:
+          command: [./acceptance/smoke.py]   # relative to the project root
+          name: smoke                        # the result's name (default: acceptance)
+          timeout_s: 600
+
+It runs once the boot is recorded and its caches are scanned and released, from the project
+root (the directory holding `manifests/`), with the finished boot as one JSON object on stdin
+and LIFECYCLE_BOOT_ID in its environment. On the host, because that is where everything an
+acceptance may need is: the boot's log and evidence, its cache dirs, dockerd (to run the
+image again), the network. Exit 0 is pass, 1 fail, anything else or a timeout inconclusive:
+the run could not decide, which is not the same as a failure. Its stdout, when not empty,
+is one JSON object kept as the result's document; its `metrics` and `note` become the
+result's. A boot that failed is recorded as a failed acceptance without running anything.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import BootRecord, cache_by_id, cache_uses
+from lifecycle.ledger.results import ResultRecord
+from lifecycle.manifest.model import Acceptance
+from lifecycle.redact import MIN_SECRET_LEN, redact
+from lifecycle.results.add import ResultRequest, add_result
+from lifecycle.results.model import ResultError, read_document
+
+STDERR_TAIL = 600  # characters of the command's stderr kept in the note when it did not pass
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    """How the acceptance command ended; `rc` is None when it was killed for its timeout."""
+
+    rc: int | None
+    out: str
+    err: str
+
+
+Runner = Callable[[Sequence[str], Path, str, Mapping[str, str], float], CommandRun]
+
+
+def run_command(
+    command: Sequence[str], cwd: Path, stdin: str, env: Mapping[str, str], timeout_s: float
+) -> CommandRun:
+    """The real runner: a subprocess, killed at its timeout."""
+    try:
+        proc = subprocess.run(
+            list(command),
+            cwd=cwd,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            env=dict(env),
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        return CommandRun(None, _text(exc.stdout), _text(exc.stderr))
+    except OSError as exc:  # not there, not executable
+        return CommandRun(127, "", f"cannot run {command[0]}: {exc.strerror}")
+    return CommandRun(proc.returncode, proc.stdout, proc.stderr)
+
+
+def project_root(manifest_file: Path) -> Path:
+    """The directory holding the `manifests/` dir the manifest is in (else the manifest's)."""
+    for directory in manifest_file.resolve().parents:
+        if directory.name == "manifests":
+            return directory.parent
+    return manifest_file.resolve().parent
+
+
+def accept(
+    ledger: Ledger,
+    boot: BootRecord,
+    acceptance: Acceptance,
+    manifest_file: Path,
+    host_env: Mapping[str, str],
+    *,
+    run: Runner = run_command,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> ResultRecord:
+    """Run the acceptance of a finished boot and record its outcome as a result."""
+    name = acceptance.name
+    if boot.outcome != "ok":
+        why = f"boot {boot.outcome} (exit {boot.exit_code}): {boot.error or 'see its log'}"
+        note = f"{why}; the acceptance command was not run"
+        return add_result(ledger, _request(boot, name, "fail", note, None), now())
+    secrets = {n: host_env[n] for n in json.loads(boot.secret_names) if host_env.get(n)}
+    env = {**host_env, "LIFECYCLE_BOOT_ID": boot.id}
+    done = run(
+        acceptance.command,
+        project_root(manifest_file),
+        _context(ledger, boot),
+        env,
+        acceptance.timeout_s,
+    )
+    out = _without_values(done.out, secrets)
+    if done.rc is None:
+        status, notes = "inconclusive", [f"timed out after {acceptance.timeout_s:g} s"]
+    elif done.rc in (0, 1):
+        status, notes = ("pass" if done.rc == 0 else "fail"), []
+    else:
+        status, notes = "inconclusive", [f"exit {done.rc}: the acceptance could not decide"]
+    document = out.encode() if out.strip() else None
+    if document is not None:
+        try:
+            _, said = read_document(document, "stdout")
+        except ResultError as exc:
+            status, document, said = "inconclusive", None, None
+            notes.append(str(exc))
+        if said:
+            notes.insert(0, said)
+    if status != "pass" and done.err.strip():
+        notes.append("stderr: " + redact(done.err.strip(), secrets)[-STDERR_TAIL:])
+    request = _request(boot, name, status, "; ".join(notes) or None, document)
+    return add_result(ledger, request, now())
+
+
+def _request(
+    boot: BootRecord, name: str, status: str, note: str | None, document: bytes | None
+) -> ResultRequest:
+    return ResultRequest(
+        boot.id,
+        name,
+        status,
+        note=note,
+        document=document,
+        document_where=f"stdout of acceptance {name}",
+        source="acceptance",
+    )
+
+
+def _context(ledger: Ledger, boot: BootRecord) -> str:
+    """What the command gets on stdin: the boot, where its evidence is, its caches."""
+    caches = {}
+    for use in cache_uses(ledger, boot_id=boot.id):
+        cache = cache_by_id(ledger, use.cache_id)
+        if cache is not None:
+            caches[cache.cache_name] = {
+                "id": cache.id,
+                "mode": use.mode,
+                "host_path": cache.host_path,
+                "container_path": cache.container_path,
+                "tree_digest": use.tree_digest_after,
+            }
+    context = {
+        "boot_id": boot.id,
+        "manifest": boot.manifest_name,
+        "manifest_digest": boot.manifest_digest,
+        "profile": boot.profile,
+        "image": boot.image_tag,
+        "image_id": boot.image_id,
+        "outcome": boot.outcome,
+        "exit_code": boot.exit_code,
+        "instrumented": boot.instrumented,
+        "log_path": boot.log_path,
+        "evidence_dir": boot.evidence_path,
+        "caches": caches,
+    }
+    return json.dumps(context, indent=2)
+
+
+def _without_values(text: str, secrets: Mapping[str, str]) -> str:
+    # Only the values of the boot's own secrets: the pattern net of `redact` would also take
+    # metrics such as "kv_tokens" for credentials and break the JSON.
+    for name, value in secrets.items():
+        if len(value) >= MIN_SECRET_LEN:
+            text = text.replace(value, f"<redacted:{name}>")
+    return text
+
+
+def _text(data: str | bytes | None) -> str:
+    if data is None:
+        return ""
+    return data.decode(errors="replace") if isinstance(data, bytes) else data

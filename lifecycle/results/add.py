@@ -1,0 +1,106 @@
+"""Record a result against a boot: checked, its document kept as evidence, digest taken once."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import BootRecord
+from lifecycle.ledger.results import ResultRecord, insert_result, result_named
+from lifecycle.ledger.rows import from_row
+from lifecycle.results.model import (
+    SOURCES,
+    STATUSES,
+    ResultError,
+    Scalar,
+    canonical_result,
+    new_result_id,
+    read_document,
+    result_digest,
+)
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")
+
+
+@dataclass(frozen=True)
+class ResultRequest:
+    """A result as asked for: flags win over what the attached document says."""
+
+    boot_id: str
+    name: str
+    status: str
+    metrics: dict[str, Scalar] = field(default_factory=dict)
+    note: str | None = None
+    document: bytes | None = None  # a JSON object: its `metrics` and `note` are taken too
+    document_where: str = "result document"  # for messages: the file it came from
+    source: str = "manual"
+
+
+def find_boot(ledger: Ledger, boot_id: str) -> BootRecord:
+    """The boot, or an error naming the closest id the ledger knows."""
+    rows = ledger.query("SELECT * FROM boots WHERE id = ?", (boot_id,))
+    if rows:
+        return from_row(BootRecord, rows[0])
+    known = [row["id"] for row in ledger.query("SELECT id FROM boots")]
+    close = difflib.get_close_matches(boot_id, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else " (`lifecycle boots` lists them)"
+    raise ResultError(f"unknown boot {boot_id!r}{hint}")
+
+
+def add_result(ledger: Ledger, request: ResultRequest, now: datetime) -> ResultRecord:
+    """Check the request, keep its document, record the result; returns the record."""
+    if request.status not in STATUSES:
+        raise ResultError(f"status {request.status!r}: expected one of {', '.join(STATUSES)}")
+    if request.source not in SOURCES:
+        raise ResultError(f"source {request.source!r}: expected one of {', '.join(SOURCES)}")
+    if not _NAME.match(request.name):
+        raise ResultError(f"result name {request.name!r}: use letters, digits and _ . : / -")
+    boot = find_boot(ledger, request.boot_id)
+    if boot.outcome == "running":
+        raise ResultError(
+            f"boot {boot.id} has not ended: a result is recorded against what a boot did,"
+            " once it is over"
+        )
+    earlier = result_named(ledger, boot.id, request.name)
+    if earlier is not None:
+        raise ResultError(
+            f"boot {boot.id} already has a result named {request.name!r} ({earlier.id});"
+            " results are never changed: give this one another name"
+        )
+    metrics: dict[str, Scalar] = {}
+    note = request.note
+    if request.document is not None:
+        metrics, from_document = read_document(request.document, request.document_where)
+        note = note if note is not None else from_document
+    metrics.update(request.metrics)
+    result_id = new_result_id(now)
+    document_sha256 = document_size = document_path = None
+    if request.document is not None:
+        kept = ledger.keep_evidence("results", f"{result_id}.json", request.document)
+        document_sha256 = hashlib.sha256(request.document).hexdigest()
+        document_size, document_path = len(request.document), str(kept)
+    record = ResultRecord(
+        id=result_id,
+        boot_id=boot.id,
+        name=request.name,
+        status=request.status,
+        metrics=json.dumps(metrics, sort_keys=True),
+        note=note,
+        source=request.source,
+        # Copied from the boot so that wherever the result travels (table, JSON, archive,
+        # provenance) it says that an observing hook may have changed what it measured.
+        instrumented=boot.instrumented,
+        document_sha256=document_sha256,
+        document_size=document_size,
+        document_path=document_path,
+        created_at=now.isoformat(timespec="seconds"),
+        digest="",  # taken below, over everything else
+    )
+    record = replace(record, digest=result_digest(canonical_result(record)))
+    insert_result(ledger, record)
+    return record

@@ -1,0 +1,135 @@
+"""What a result is: a status, metrics and a note against one boot, and its canonical JSON.
+
+The canonical JSON (keys sorted, no spaces, UTF-8) is what a result's digest is taken over;
+the archive keeps it verbatim in the result's record and the provenance statement names the
+result by that digest, so anyone can recompute it from the record alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import secrets
+from datetime import datetime
+from typing import Any
+
+from lifecycle.errors import LifecycleError
+from lifecycle.ledger.results import ResultRecord
+
+STATUSES = ("pass", "fail", "inconclusive")
+SOURCES = ("manual", "acceptance")
+Scalar = int | float | str | bool | None
+
+_METRIC_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$")
+
+
+class ResultError(LifecycleError):
+    """A result that cannot be recorded as asked (usage: exit 2)."""
+
+
+def new_result_id(now: datetime) -> str:
+    """`r-<UTC time>-<6 hex>`, sorting by time like boot ids."""
+    return f"r-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+
+
+def parse_metric(text: str) -> tuple[str, Scalar]:
+    """`name=value`: a JSON number, true, false or null where the value reads as one, else text."""
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise ResultError(f"--metric {text!r}: expected NAME=VALUE, e.g. --metric margin_mib=174")
+    check_metric_name(name)
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return name, raw
+    # Only scalars: "[1, 2]" or "{...}" stay text rather than nest structure in a metric.
+    return (name, value) if _is_scalar(value) else (name, raw)
+
+
+def check_metric_name(name: str) -> None:
+    """Metric names are plain words (letters, digits, _ . : / -): tables and queries stay sane."""
+    if not _METRIC_NAME.match(name):
+        raise ResultError(f"metric name {name!r}: use letters, digits and _ . : / -")
+
+
+def read_document(data: bytes, where: str) -> tuple[dict[str, Scalar], str | None]:
+    """The metrics and note a result document (`--file`, an acceptance's stdout) carries.
+
+    It is one JSON object; its optional `metrics` (an object of scalars) and `note` (text) are
+    taken, every other key is kept with the document only.
+    """
+    try:
+        document = json.loads(data)
+    except ValueError as exc:
+        raise ResultError(f"{where}: not JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise ResultError(f"{where}: expected a JSON object, not {type(document).__name__}")
+    metrics = document.get("metrics", {})
+    if not isinstance(metrics, dict):
+        raise ResultError(f"{where}: `metrics` must be an object of NAME: VALUE")
+    for name, value in metrics.items():
+        check_metric_name(name)
+        if not _is_scalar(value):
+            raise ResultError(f"{where}: metric {name!r} must be a number, text, bool or null")
+    note = document.get("note")
+    if note is not None and not isinstance(note, str):
+        raise ResultError(f"{where}: `note` must be text")
+    return dict(metrics), note
+
+
+def canonical_result(result: ResultRecord) -> dict[str, Any]:
+    """The result as the facts its digest covers (not where it is kept on this host)."""
+    document = None
+    if result.document_sha256 is not None:
+        document = {"sha256": result.document_sha256, "size": result.document_size}
+    return {
+        "id": result.id,
+        "boot_id": result.boot_id,
+        "name": result.name,
+        "status": result.status,
+        "metrics": json.loads(result.metrics),
+        "note": result.note,
+        "source": result.source,
+        "instrumented": result.instrumented,
+        "document": document,
+        "created_at": result.created_at,
+    }
+
+
+def canonical_bytes(canonical: dict[str, Any]) -> bytes:
+    """The bytes the digest is taken over: sorted keys, no spaces, UTF-8."""
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode()
+
+
+def result_digest(canonical: dict[str, Any]) -> str:
+    """sha256 (hex) of the canonical JSON."""
+    return hashlib.sha256(canonical_bytes(canonical)).hexdigest()
+
+
+def metrics_text(metrics: dict[str, Scalar], width: int | None) -> str:
+    """`k=v, k2="text"`: values in JSON, as `--metric` reads them; cut to `width` with a "…"."""
+    text = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in metrics.items())
+    if width is not None and len(text) > width:
+        return text[: width - 1] + "…"
+    return text or "-"
+
+
+def pin_reason(result_id: str, text: str | None = None) -> str:
+    """The reason of the pins a result puts on its caches: `result <id>` (`: text`)."""
+    return f"result {result_id}" + (f": {text}" if text else "")
+
+
+def is_pin_of(reason: str, result_reason: str) -> bool:
+    """Whether a pin reason is one a result put (`result <id>`, with or without a text)."""
+    return reason == result_reason or reason.startswith(result_reason + ": ")
+
+
+def _is_scalar(value: object) -> bool:
+    # NaN and infinities are not JSON: a canonical form must not depend on a parser's leniency.
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, bool | int | str)

@@ -1,0 +1,66 @@
+"""Archive one result now (`lifecycle result add` with an archive location configured).
+
+A result record in S3 is only worth having if the chain behind it can be followed from S3
+alone, so each cache whose record there does not list the result's boot yet (never archived,
+or booted again since) is archived first, exactly as `lifecycle archive CACHE` would
+(evidence; content too where it was archived with content before).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from lifecycle import __version__
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.run import archive_caches
+from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.errors import LifecycleError
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import cache_uses
+from lifecycle.ledger.results import ResultArchiveRecord, ResultRecord, result_archives
+from lifecycle.results.archive import Coverage, archive_result
+
+
+def publish_result(
+    ledger: Ledger,
+    client: Any,
+    location: ArchiveLocation,
+    result: ResultRecord,
+    *,
+    progress: Callable[[str], None],
+) -> ResultArchiveRecord:
+    """Archive the result (and first whichever of its caches need it); its archive row."""
+    store = BlobStore(client, location)
+    url = location.url()
+    caches = [u.cache_id for u in cache_uses(ledger, boot_id=result.boot_id)]
+    try:
+        coverage = Coverage(store)
+        stale = [c for c in caches if coverage.problem(c, result.boot_id)]
+        if stale:
+            # Its sweep writes the result's record as soon as the last of them is archived.
+            archive_caches(
+                ledger,
+                client,
+                location,
+                stale,
+                with_content=False,
+                dry_run=False,
+                progress=progress,
+            )
+        for done in result_archives(ledger, result.id):
+            if done.location == url:
+                return done
+        fresh = Coverage(store)
+        problems = [p for c in caches if (p := fresh.problem(c, result.boot_id))]
+        if problems:
+            raise ArchiveError(problems[0])
+        return archive_result(
+            ledger, store, result, host=socket.gethostname(), tool_version=__version__
+        )
+    except LifecycleError as exc:
+        raise ArchiveError(
+            f"result {result.id} is recorded, but not archived to {url}: {exc}"
+            "; `lifecycle archive --all` archives it once that is fixed"
+        ) from exc

@@ -1,0 +1,381 @@
+"""Results: `result add`, acceptance commands, `results`, instrumented marks, pins of results.
+
+The first half records results in a real ledger against boot rows written directly (and an
+acceptance runner passed in). The second half boots the demo engine for real through the CLI,
+archives to the real S3 server and tears down.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sqlite3
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lifecycle.ledger import MIGRATIONS, Ledger
+from lifecycle.ledger.boots import BootRecord, CacheRecord, CacheUse, finish_boot, start_boot
+from lifecycle.ledger.results import result_by_id
+from lifecycle.manifest.model import Acceptance
+from lifecycle.results.acceptance import CommandRun, accept, project_root
+from lifecycle.results.add import ResultRequest, add_result
+from lifecycle.results.model import (
+    ResultError,
+    canonical_bytes,
+    canonical_result,
+    parse_metric,
+    result_digest,
+)
+from tests.services import ArchiveTarget, boot_demo, run_lifecycle
+
+NOW = datetime(2026, 10, 10, 9, 0, tzinfo=UTC)
+
+
+# ---- recording results, without services -------------------------------------------------------
+
+
+def _boot(ledger: Ledger, boot_id: str = "b-1", **changes: Any) -> BootRecord:
+    """A finished boot row with one cold cache, as `lifecycle boot` leaves them."""
+    fields: dict[str, Any] = {
+        "id": boot_id, "started_at": "2026-10-10T08:00:00+00:00",
+        "ended_at": "2026-10-10T08:01:00+00:00", "exit_code": 0, "outcome": "ok", "error": None,
+        "host": "gpu-7", "profile": "serve", "manifest_name": "demo", "manifest_digest": "d" * 64,
+        "image_id": "sha256:" + "e" * 64, "image_tag": "lifecycle/demo:0.2.0-dddddddddddd",
+        "container_id": "c" * 64, "hooks": "[]", "instrumented": False,
+        "secret_names": '["HF_TOKEN"]', "log_path": None, "evidence_path": None,
+    }  # fmt: skip
+    boot = BootRecord(**(fields | changes))
+    cache = CacheRecord(
+        f"flashinfer-{boot_id}", "k" * 64, "flashinfer", "demo", "d" * 64, "sha256:" + "e" * 64,
+        "unknown", str(ledger.home / "caches" / boot_id), "/var/cache/flashinfer", "live", None,
+        boot.started_at,
+    )  # fmt: skip
+    use = CacheUse(boot.id, cache.id, "cold")
+    start_boot(ledger, boot, [cache], [use])
+    if boot.outcome != "running":
+        finish_boot(ledger, boot, [use], [], [])
+    return boot
+
+
+def test_schema_4_adds_results_and_their_archives(tmp_path: Path) -> None:
+    Ledger.open(tmp_path).close()
+    conn = sqlite3.connect(tmp_path / "ledger.sqlite3")
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 4
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"results", "result_archives"} <= tables
+
+
+def test_metrics_parse_as_json_scalars_or_text() -> None:
+    assert parse_metric("margin_mib=174") == ("margin_mib", 174)
+    assert parse_metric("util=0.94") == ("util", 0.94)
+    assert parse_metric("passed=true") == ("passed", True)
+    assert parse_metric("engine=vllm 0.31") == ("engine", "vllm 0.31")
+    assert parse_metric("shape=[1, 2]") == ("shape", "[1, 2]")  # no structure in a metric
+    assert parse_metric("odd=NaN") == ("odd", "NaN")  # not JSON: kept as the text given
+    for bad in ("nothing", "=3", "a b=1"):
+        with pytest.raises(ResultError):
+            parse_metric(bad)
+
+
+def test_a_result_keeps_its_document_and_its_digest_covers_it(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    boot = _boot(ledger)
+    document = json.dumps({"metrics": {"margin_mib": 170, "steps": 64}, "note": "ladder"}).encode()
+    request = ResultRequest(
+        boot.id, "batch-burst-64", "pass", metrics={"margin_mib": 174}, document=document
+    )
+    result = add_result(ledger, request, NOW)
+
+    assert json.loads(result.metrics) == {"margin_mib": 174, "steps": 64}  # the flag wins
+    assert result.note == "ladder" and result.source == "manual" and not result.instrumented
+    assert result.document_path is not None
+    assert Path(result.document_path).read_bytes() == document
+    assert result.document_sha256 == hashlib.sha256(document).hexdigest()
+    canonical = canonical_result(result)
+    assert result.digest == hashlib.sha256(canonical_bytes(canonical)).hexdigest()
+    assert result.digest == result_digest(canonical)
+    assert result_by_id(ledger, result.id) == result
+    assert result.id.startswith("r-20261010T090000-")
+
+
+def test_a_result_of_an_instrumented_boot_says_so(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    hooks = json.dumps([{"name": "memory-snapshot", "observing": True}])
+    boot = _boot(ledger, hooks=hooks, instrumented=True)
+    result = add_result(ledger, ResultRequest(boot.id, "burst", "pass"), NOW)
+    assert result.instrumented and canonical_result(result)["instrumented"] is True
+
+
+def test_what_cannot_be_recorded_is_refused_and_named(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    boot = _boot(ledger, "b-20261010T080000-abcdef")
+    _boot(ledger, "b-running", outcome="running", ended_at=None)
+    add_result(ledger, ResultRequest(boot.id, "smoke", "pass"), NOW)
+    doc = b'{"metrics": {"a": [1]}}'
+    cases = [
+        (ResultRequest("b-20261010T080000-abcdeg", "x", "pass"), f"did you mean {boot.id!r}"),
+        (ResultRequest("b-running", "x", "pass"), "has not ended"),
+        (ResultRequest(boot.id, "smoke", "fail"), "already has a result named 'smoke'"),
+        (ResultRequest(boot.id, "x", "passed"), "expected one of pass, fail, inconclusive"),
+        (ResultRequest(boot.id, "a name", "pass"), "result name 'a name'"),
+        (ResultRequest(boot.id, "x", "pass", document=b"[1]", document_where="r.json"), "r.json:"),
+        (ResultRequest(boot.id, "x", "pass", document=doc), "metric 'a'"),
+    ]
+    for request, message in cases:
+        with pytest.raises(ResultError, match=message):
+            add_result(ledger, request, NOW)
+
+
+class _Runner:
+    """Stands in for the acceptance command: answers as told, remembers what it was given."""
+
+    def __init__(self, run: CommandRun) -> None:
+        self.run = run
+        self.calls: list[tuple[list[str], Path, dict[str, Any], dict[str, str]]] = []
+
+    def __call__(
+        self, command: Sequence[str], cwd: Path, stdin: str, env: Mapping[str, str], t: float
+    ) -> CommandRun:
+        self.calls.append((list(command), cwd, json.loads(stdin), dict(env)))
+        return self.run
+
+
+def _accept(tmp_path: Path, run: CommandRun, **boot: Any) -> tuple[Any, _Runner]:
+    ledger = Ledger.open(tmp_path / "home")
+    record = _boot(ledger, **boot)
+    runner = _Runner(run)
+    manifest = tmp_path / "project/manifests/demo/0.2/manifest.yaml"
+    acceptance = Acceptance(command=["./accept.py"], name="smoke", timeout_s=30)
+    env = {"HF_TOKEN": "hf_" + "s" * 34, "PATH": "/usr/bin"}
+    return accept(ledger, record, acceptance, manifest, env, run=runner, now=lambda: NOW), runner
+
+
+def test_acceptance_exit_code_and_json_become_the_result(tmp_path: Path) -> None:
+    out = json.dumps({"metrics": {"kv_tokens": 120832, "echo": "hf_" + "s" * 34}, "note": "ok"})
+    result, runner = _accept(tmp_path, CommandRun(0, out, "warming up\n"))
+    assert (result.name, result.status, result.source) == ("smoke", "pass", "acceptance")
+    # Its own secret never reaches the ledger; a metric named like a token keeps its value.
+    assert json.loads(result.metrics) == {"kv_tokens": 120832, "echo": "<redacted:HF_TOKEN>"}
+    assert result.note == "ok"
+    [(command, cwd, context, env)] = runner.calls
+    assert command == ["./accept.py"] and cwd == (tmp_path / "project").resolve()
+    assert context["boot_id"] == "b-1" and context["caches"]["flashinfer"]["mode"] == "cold"
+    assert env["LIFECYCLE_BOOT_ID"] == "b-1"
+
+
+@pytest.mark.parametrize(
+    ("run", "status", "note"),
+    [
+        (CommandRun(1, "", "batch crashed\n"), "fail", "stderr: batch crashed"),
+        (CommandRun(3, "{}", ""), "inconclusive", "exit 3: the acceptance could not decide"),
+        (CommandRun(None, "", ""), "inconclusive", "timed out after 30 s"),
+        (CommandRun(0, "kv ok", ""), "inconclusive", "stdout: not JSON"),
+    ],
+)
+def test_acceptance_that_fails_or_cannot_decide(
+    tmp_path: Path, run: CommandRun, status: str, note: str
+) -> None:
+    result, _ = _accept(tmp_path, run)
+    assert result.status == status and note in (result.note or "")
+
+
+def test_a_failed_boot_fails_its_acceptance_without_running_it(tmp_path: Path) -> None:
+    result, runner = _accept(tmp_path, CommandRun(0, "", ""), outcome="failed", exit_code=137)
+    assert result.status == "fail" and "boot failed (exit 137)" in (result.note or "")
+    assert runner.calls == []
+
+
+def test_acceptance_is_part_of_a_profile_only_where_declared() -> None:
+    from lifecycle.manifest.model import BootProfile
+
+    # Manifests written before `acceptance` existed keep their digest (and image tag).
+    assert "acceptance" not in BootProfile().model_dump(mode="json")
+    declared = BootProfile.model_validate({"acceptance": {"command": ["./accept.py"]}})
+    assert declared.model_dump(mode="json")["acceptance"] == {
+        "command": ["./accept.py"], "name": "acceptance", "timeout_s": 600.0
+    }  # fmt: skip
+
+
+def test_project_root_is_above_the_manifests_dir(tmp_path: Path) -> None:
+    manifest = tmp_path / "p/manifests/0.31/manifest.yaml"
+    assert project_root(manifest) == (tmp_path / "p").resolve()
+    assert project_root(tmp_path / "elsewhere/m.yaml") == (tmp_path / "elsewhere").resolve()
+
+
+# ---- for real: the demo engine booted through the CLI, the S3 server ---------------------------
+
+ACCEPT_PY = """\
+#!/usr/bin/env python3
+import json, sys
+boot = json.load(sys.stdin)
+log = open(boot["log_path"]).read()
+applied = "demo patch: kernel-mix applied" in log
+print(json.dumps({"metrics": {"patch_applied": applied, "caches": len(boot["caches"])},
+                  "note": "read the boot log"}))
+sys.exit(0 if applied else 1)
+"""
+
+OBSERVING_HOOK = "#!/bin/sh\n# lifecycle: observing\nexit 0\n"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, demo_images: None) -> Path:
+    """The demo manifests with an `accepted` profile, demo/0.2 built once for the module, an
+    acceptance script and an observing hook. Each test has its own (empty) ledger."""
+    repo = Path(__file__).resolve().parent.parent
+    root = tmp_path_factory.mktemp("results") / "project"
+    for version in ("0.1", "0.2"):
+        shutil.copytree(repo / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
+    child = root / "manifests/demo/0.2/manifest.yaml"
+    child.write_text(
+        child.read_text() + "profiles:\n  accepted:\n    command: [python3, -m, demollm.serve]\n"
+        "    network: none\n    acceptance:\n      command: [./accept.py]\n      name: smoke\n"
+    )
+    (root / "accept.py").write_text(ACCEPT_PY)
+    (root / "accept.py").chmod(0o755)
+    (root / "hooks").mkdir()
+    (root / "hooks/observe").write_text(OBSERVING_HOOK)
+    (root / "hooks/observe").chmod(0o755)
+    built = run_lifecycle(root, "build", "demo/0.2")
+    assert built.exit_code == 0, built.output
+    return root
+
+
+def _add(project: Path, boot_id: str, *args: str, env: dict[str, str | None] | None = None) -> Any:
+    result = run_lifecycle(project, "result", "add", boot_id, "--json", *args, env=env)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _results(project: Path) -> dict[str, dict[str, Any]]:
+    return {r["id"]: r for r in json.loads(run_lifecycle(project, "results", "--json").stdout)}
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_an_instrumented_result_is_marked_in_table_json_and_audit(project: Path) -> None:
+    plain = boot_demo(project, "--cold")
+    observed = boot_demo(project, "--hook", "observe")
+    assert observed["instrumented"] and not plain["instrumented"]
+    a = _add(project, plain["id"], "--name", "burst", "--status", "fail")
+    b = _add(project, observed["id"], "--name", "burst", "--status", "pass", "--metric", "ok=1")
+    assert (a["instrumented"], b["instrumented"]) == (False, True)
+
+    rows = _results(project)
+    assert rows[b["id"]]["instrumented"] is True and rows[a["id"]]["instrumented"] is False
+    table = run_lifecycle(project, "results").stdout.splitlines()
+    assert "FLAGS" in table[0]
+    [row_b] = [line for line in table if line.startswith(b["id"])]
+    [row_a] = [line for line in table if line.startswith(a["id"])]
+    assert row_b.rstrip().endswith("INSTRUMENTED") and "INSTRUMENTED" not in row_a
+    text = run_lifecycle(
+        project, "result", "add", observed["id"], "--name", "again", "--status", "inconclusive"
+    )
+    assert "INSTRUMENTED: the boot ran with observing hook observe" in text.stdout
+
+    chain = json.loads(run_lifecycle(project, "audit", "result", b["id"], "--json").stdout)
+    assert chain["result"]["instrumented"] is True and chain["boot"]["instrumented"] is True
+    assert chain["boot"]["hooks"] == [{"name": "observe", "observing": True}]
+    assert "INSTRUMENTED" in run_lifecycle(project, "audit", "result", b["id"]).stdout
+    assert "INSTRUMENTED" not in run_lifecycle(project, "audit", "result", a["id"]).stdout
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_profile_acceptance_records_a_result_of_each_boot(project: Path) -> None:
+    booted = boot_demo(project, "--cold", "--profile", "accepted")
+    [result] = [r for r in _results(project).values() if r["boot_id"] == booted["id"]]
+    assert (result["name"], result["status"], result["source"]) == ("smoke", "pass", "acceptance")
+    assert result["metrics"] == {"caches": 4, "patch_applied": True}
+    assert result["note"] == "read the boot log" and result["document"] is not None
+    assert boot_demo(project)["id"] not in {r["boot_id"] for r in _results(project).values()}
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_result_add_archives_at_once_and_again_after_a_warm_boot(
+    project: Path, archive_target: ArchiveTarget
+) -> None:
+    env: dict[str, str | None] = {"LIFECYCLE_ARCHIVE": archive_target.url}
+    cold = boot_demo(project, "--cold")
+    first = _add(project, cold["id"], "--name", "smoke", "--status", "pass", env=env)
+    prefix = archive_target.prefix
+    objects = archive_target.objects()
+    caches = sorted(u["cache_id"] for u in cold["caches"])
+    assert f"{prefix}/results/{first['id']}.json" in objects
+    assert {f"{prefix}/caches/{c}.json" for c in caches} <= set(objects)
+    assert {f"{prefix}/results-by-cache/{c}/{first['id']}" for c in caches} <= set(objects)
+    [archived] = first["archives"]
+    record = objects[archived["record_key"]]
+    assert archived["location"] == archive_target.url and record > 0
+
+    warm = boot_demo(project)  # the caches are live again: their records predate this boot
+    second = _add(project, warm["id"], "--name", "smoke", "--status", "pass", env=env)
+    assert second["archives"], "the stale caches were archived again, then the result"
+    chain = run_lifecycle(
+        project, "audit", "result", second["id"], "--from", archive_target.url, "--json"
+    )
+    assert chain.exit_code == 0, chain.output
+    assert {c["mode"] for c in json.loads(chain.stdout)["caches"]} == {"warm"}
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_result_added_after_its_caches_were_archived_goes_with_the_next_archive(
+    project: Path, archive_target: ArchiveTarget
+) -> None:
+    cold = boot_demo(project, "--cold")
+    archived = run_lifecycle(project, "archive", "--all", "--to", archive_target.url, "--json")
+    assert archived.exit_code == 0, archived.output
+    late = _add(project, cold["id"], "--name", "late", "--status", "pass")  # no location set
+    assert late["archives"] == [] and _results(project)[late["id"]]["archives"] == []
+    again = run_lifecycle(project, "archive", "--all", "--to", archive_target.url, "--json")
+    assert again.exit_code == 0, again.output
+    reports = json.loads(again.stdout)["caches"]
+    assert all(r["results"] == [late["id"]] for r in reports) and len(reports) == 4
+    assert f"{archive_target.prefix}/results/{late['id']}.json" in archive_target.objects()
+    assert _results(project)[late["id"]]["archives"][0]["location"] == archive_target.url
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_pinned_results_caches_survive_teardown_until_unpinned(
+    project: Path, archive_target: ArchiveTarget
+) -> None:
+    kept = boot_demo(project, "--cold")
+    other = boot_demo(project, "--cold")
+    result = _add(project, kept["id"], "--name", "keep-me", "--status", "pass")
+    behind = sorted(u["cache_id"] for u in kept["caches"])
+    reason = f"result {result['id']}"
+    pinned = run_lifecycle(project, "pin", result["id"])
+    assert pinned.exit_code == 0, pinned.output
+    assert all(f"pinned {c}: {reason}" in pinned.stdout for c in behind)
+    by_hand = run_lifecycle(project, "pin", behind[0], "--reason", "by hand")
+    assert by_hand.exit_code == 0
+    assert _results(project)[result["id"]]["pinned"] == behind
+
+    env: dict[str, str | None] = {"LIFECYCLE_ARCHIVE": archive_target.url}
+    down = run_lifecycle(project, "teardown", "--archive", "--yes", "--json", env=env)
+    assert down.exit_code == 0, down.output
+    plan = {c["id"]: c for c in json.loads(down.stdout)["plan"]["caches"]}
+    for cache_id in behind:
+        assert plan[cache_id]["action"] == "keep", plan[cache_id]
+        assert f"pinned: {reason}" in plan[cache_id]["why"][0]
+    listed = json.loads(run_lifecycle(project, "caches", "--json").stdout)
+    states = {c["id"]: c["state"] for c in listed}
+    assert all(states[c] != "torn-down" for c in behind)
+    assert all(states[u["cache_id"]] == "torn-down" for u in other["caches"])
+
+    unpinned = run_lifecycle(project, "unpin", result["id"])
+    assert unpinned.exit_code == 0, unpinned.output
+    assert f"unpinned {behind[0]}; still pinned: by hand" in unpinned.stdout
+    twice = run_lifecycle(project, "unpin", result["id"])
+    assert twice.exit_code == 2 and f"no pin with reason {reason!r}" in twice.stderr
+    assert run_lifecycle(project, "unpin", behind[0]).exit_code == 0
+    down = run_lifecycle(project, "teardown", "--archive", "--yes", env=env)
+    assert down.exit_code == 0 and "removed 4 caches," in down.stdout, down.output

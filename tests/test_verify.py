@@ -1,0 +1,133 @@
+"""`lifecycle verify` on real demo boots archived to the real S3 server: what differs is named."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lifecycle.fingerprint import Fingerprint
+from tests.services import ArchiveTarget, boot_demo, run_lifecycle
+
+pytestmark = [pytest.mark.docker, pytest.mark.s3]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, demo_images: None) -> Path:
+    """The demo manifests, demo/0.2 built once for the module; each test has its own ledger."""
+    repo = Path(__file__).resolve().parent.parent
+    root = tmp_path_factory.mktemp("verify") / "project"
+    for version in ("0.1", "0.2"):
+        shutil.copytree(repo / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
+    (root / "hooks").mkdir()
+    built = run_lifecycle(root, "build", "demo/0.2")
+    assert built.exit_code == 0, built.output
+    return root
+
+
+def _night(project: Path, target: ArchiveTarget, *archive: str) -> tuple[str, dict[str, Any]]:
+    """Boot cold, add a result, archive: the result id and the flashinfer cache's row."""
+    booted = boot_demo(project, "--cold")
+    added = run_lifecycle(
+        project, "result", "add", booted["id"], "--name", "smoke", "--status", "pass", "--json"
+    )
+    assert added.exit_code == 0, added.output
+    done = run_lifecycle(project, "archive", "--all", "--to", target.url, *archive)
+    assert done.exit_code == 0, done.output
+    rows = json.loads(run_lifecycle(project, "caches", "--json").stdout)
+    [cache] = [r for r in rows if r["cache_name"] == "flashinfer"]
+    return json.loads(added.stdout)["id"], cache
+
+
+def _verify(project: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    result = run_lifecycle(project, "verify", *args, "--json")
+    assert result.exit_code in (0, 1), result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    return result.exit_code, report
+
+
+def test_a_flipped_byte_and_an_altered_blob_are_each_named(
+    project: Path, archive_target: ArchiveTarget
+) -> None:
+    result_id, cache = _night(project, archive_target, "--with-content")
+    for target in (result_id, cache["id"]):
+        code, report = _verify(project, target)
+        assert (code, report["ok"], report["problems"]) == (0, True, []), report
+    checked = {c["subject"] for c in _verify(project, result_id)[1]["checked"]}
+    assert f"{archive_target.url}/results/{result_id}.json" in checked
+
+    root = Path(cache["host_path"])
+    files = [e for e in Fingerprint.from_json(Path(cache["scan_path"]).read_text()).entries]
+    files = sorted((e for e in files if e.kind == "file" and e.size > 0), key=lambda e: -e.size)
+    flipped, altered = files[0], next(e for e in files[1:] if e.sha256 != files[0].sha256)
+    with (root / flipped.path).open("r+b") as handle:  # one byte, in the middle
+        handle.seek(flipped.size // 2)
+        byte = handle.read(1)
+        handle.seek(flipped.size // 2)
+        handle.write(bytes([byte[0] ^ 0x01]))
+    assert altered.sha256 is not None
+    key = f"{archive_target.prefix}/blobs/sha256/{altered.sha256[:2]}/{altered.sha256}"
+    # No checksum on this PUT: the server keeps whatever it is given, as after bit rot.
+    archive_target.client.put_object(Bucket=archive_target.bucket, Key=key, Body=b"tampered")
+
+    for target in (result_id, cache["id"]):
+        code, report = _verify(project, target)
+        assert code == 1 and not report["ok"]
+        assert len(report["problems"]) == 2, report["problems"]
+        live, blob = sorted(report["problems"])  # "cache file …" sorts before "s3://…"
+        assert live.startswith(f"cache file {root}/{flipped.path}: content differs: sha256 ")
+        assert f"{flipped.sha256} recorded" in live
+        assert blob.startswith(
+            f"s3://{archive_target.bucket}/{key} (cache file {altered.path} of {cache['id']}):"
+            " content has sha256 "
+        )
+    text = run_lifecycle(project, "verify", cache["id"])
+    assert text.exit_code == 1 and "2 differences" in text.stdout.splitlines()[0]
+    assert f"  DIFFERS cache file {root}/{flipped.path}: content differs" in text.stdout
+    assert f"  DIFFERS s3://{archive_target.bucket}/{key} (cache file" in text.stdout
+
+
+def test_after_teardown_the_archive_is_verified_and_an_altered_record_named(
+    project: Path, archive_target: ArchiveTarget
+) -> None:
+    result_id, cache = _night(project, archive_target)
+    down = run_lifecycle(project, "teardown", "--yes")
+    assert down.exit_code == 0 and "removed 4 caches" in down.stdout, down.output
+    code, report = _verify(project, result_id)
+    assert code == 0, report["problems"]
+    notes = {c["subject"]: c["note"] for c in report["checked"]}
+    assert "not on this host" in str(notes[f"live cache {cache['id']}"])
+    code, report = _verify(project, result_id, "--from", archive_target.url)
+    assert code == 0 and report["source"] == archive_target.url, report["problems"]
+
+    key = f"{archive_target.prefix}/results/{result_id}.json"
+    body = archive_target.client.get_object(Bucket=archive_target.bucket, Key=key)["Body"].read()
+    record = json.loads(body)
+    record["result"]["status"] = "fail"  # rewritten after the fact
+    archive_target.client.put_object(
+        Bucket=archive_target.bucket, Key=key, Body=json.dumps(record).encode()
+    )
+    url = f"s3://{archive_target.bucket}/{key}"
+    code, report = _verify(project, result_id, "--from", archive_target.url)
+    assert code == 1 and report["problems"] == [
+        f"{url}: the result is not the one its digest names (altered)"
+    ]
+    code, report = _verify(project, result_id)
+    assert code == 1 and any(p.startswith(f"{url}: sha256 ") for p in report["problems"])
+
+    ledger = Path(os.environ["LIFECYCLE_HOME"]) / "ledger.sqlite3"
+    with sqlite3.connect(ledger) as conn:
+        conn.execute("UPDATE results SET status = 'fail' WHERE id = ?", (result_id,))
+    code, report = _verify(project, result_id)
+    assert any(p.startswith(f"result {result_id}: its row has digest ") for p in report["problems"])
+
+
+def test_an_unknown_target_is_a_usage_error(project: Path) -> None:
+    boot_demo(project, "--cold")  # a ledger exists, without this target
+    result = run_lifecycle(project, "verify", "r-nothing")
+    assert result.exit_code == 2 and "add --from s3://" in result.stderr
