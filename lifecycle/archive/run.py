@@ -13,7 +13,6 @@ import hashlib
 import json
 import socket
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -22,6 +21,7 @@ from typing import Any
 
 from lifecycle import __version__
 from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.parallel import bounded_map
 from lifecycle.archive.record import (
     BlobSource,
     RecordPlan,
@@ -320,11 +320,8 @@ def _digest_all(sources: dict[str, BlobSource], workers: int) -> dict[str, str]:
             raise ArchiveError(f"{source.what} changed since its scan; archive it again")
         return md5.hexdigest()
 
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="digest")
-    try:
-        return dict(zip(sources, pool.map(digest, sources.values()), strict=True))
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # on a failure, hash no more for nothing
+    md5s = bounded_map(digest, sources.values(), workers, "digest")
+    return dict(zip(sources, md5s, strict=True))
 
 
 def _upload_all(
@@ -338,16 +335,11 @@ def _upload_all(
         with source.open() as handle:
             return store.upload_blob(source.sha256, handle)
 
-    done = sent = 0
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="upload")
-    try:
-        for future in as_completed([pool.submit(upload, source) for source in todo]):
-            sent += future.result()
-            done += 1
-            if done % PROGRESS_EVERY == 0 or done == len(todo):
-                say(f"{cache_id}: uploaded {done}/{len(todo)} blobs ({human_bytes(sent)})")
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    sent = 0
+    for done, size in enumerate(bounded_map(upload, todo, workers, "upload"), start=1):
+        sent += size
+        if done % PROGRESS_EVERY == 0 or done == len(todo):
+            say(f"{cache_id}: uploaded {done}/{len(todo)} blobs ({human_bytes(sent)})")
 
 
 def _commit_record(store: BlobStore, planned: _Planned) -> tuple[bytes, bool]:
