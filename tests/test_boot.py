@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,32 +12,15 @@ import pytest
 from click.testing import CliRunner
 
 from lifecycle.cli import cli
-from lifecycle.demo.setup import ensure_demo
 from lifecycle.fingerprint import Fingerprint
 
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def demo_images(docker_client: Any) -> None:
-    """The demo's base and released engine images (cached per machine)."""
-    ensure_demo(docker_client)
-
-
 @pytest.fixture
-def project(tmp_path: Path, repo_root: Path, demo_images: None) -> Iterator[Path]:
-    """A project dir with the demo manifests (plus a profile passing HF_TOKEN) and tmp hooks."""
-    root = tmp_path / "project"
-    for version in ("0.1", "0.2"):
-        shutil.copytree(repo_root / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
-    child = root / "manifests/demo/0.2/manifest.yaml"
-    child.write_text(
-        child.read_text() + "profiles:\n  with-token:\n    command: [sh, -c, 'echo token=$HF_TOKEN;"
-        ' exec python3 -m demollm.serve "$@"\', sh]\n    secrets: [HF_TOKEN]\n'
-        "    network: none\n"
-    )
-    (root / "hooks").mkdir()
-    yield root
+def project(demo_project: Path) -> Path:
+    """The shared demo project (tests/services.py): demo manifests, a token profile, hooks/."""
+    return demo_project
 
 
 def _lifecycle(project: Path, *args: str, env: dict[str, str] | None = None) -> Any:

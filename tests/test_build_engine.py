@@ -19,18 +19,11 @@ import pytest
 from click.testing import CliRunner
 
 from lifecycle.cli import cli
-from lifecycle.demo.setup import ensure_demo
 from lifecycle.ledger import Ledger
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.digest import manifest_digest, patch_digests
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def demo_images(docker_client: Any) -> None:
-    """The demo's base and released engine images (cached per machine)."""
-    ensure_demo(docker_client)
 
 
 @pytest.fixture

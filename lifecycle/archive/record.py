@@ -164,14 +164,20 @@ def render_record(plan: RecordPlan, md5s: dict[str, str], archived_at: str) -> b
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
 
 
-def load_record(body: bytes, where: str) -> dict[str, Any]:
-    """Parse a record, refusing anything that is not `lifecycle-cache-record/1`."""
+def parse_record(body: bytes, where: str, record_format: str) -> dict[str, Any]:
+    """Parse any archive record, refusing what is not JSON of `record_format`."""
     try:
         document = json.loads(body)
     except ValueError as exc:
         raise ArchiveError(f"{where}: not a JSON record: {exc}") from exc
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise ArchiveError(f"{where}: not a {FORMAT} record")
+    if not isinstance(document, dict) or document.get("format") != record_format:
+        raise ArchiveError(f"{where}: not a {record_format} record")
+    return document
+
+
+def load_record(body: bytes, where: str) -> dict[str, Any]:
+    """Parse a record, refusing anything that is not `lifecycle-cache-record/1`."""
+    document = parse_record(body, where, FORMAT)
     if not isinstance(document.get("blobs"), list):
         raise ArchiveError(f"{where}: record has no blob list")
     return document

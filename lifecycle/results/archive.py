@@ -40,6 +40,7 @@ from lifecycle.archive.record import (
     boot_facts,
     evidence_blob,
     load_record,
+    parse_record,
     read_snapshot,
     render_record,
     same_record,
@@ -176,12 +177,7 @@ def archive_pending_results(
 
 def load_result_record(body: bytes, where: str) -> dict[str, Any]:
     """Parse a result record, refusing another format or a result that is not its digest."""
-    try:
-        document = json.loads(body)
-    except ValueError as exc:
-        raise ArchiveError(f"{where}: not a JSON record: {exc}") from exc
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise ArchiveError(f"{where}: not a {FORMAT} record")
+    document = parse_record(body, where, FORMAT)
     if result_digest(document["result"]) != document.get("digest"):
         raise ArchiveError(f"{where}: the result is not the one its digest names (altered)")
     return document
