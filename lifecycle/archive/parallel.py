@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 Item = TypeVar("Item")
@@ -14,21 +13,24 @@ Result = TypeVar("Result")
 def bounded_map(
     fn: Callable[[Item], Result], items: Iterable[Item], workers: int, name: str
 ) -> Iterator[Result]:
-    """`fn` over `items` on `workers` threads, results in order.
+    """`fn` over `items` on `workers` threads, results in completion order.
 
-    Unlike `ThreadPoolExecutor.map`, which submits every item up front (20k futures and their
-    arguments for a 20k-file cache), at most 4 x `workers` tasks exist at a time. On the
-    first failure the tasks not yet started are dropped and the error is raised.
+    Unlike `ThreadPoolExecutor.map` or a list of submits, which create every task up front
+    (20k futures for a 20k-file cache), at most 4 x `workers` tasks exist at a time, and a
+    slow task at the head does not hold back the others. On the first failure the tasks not
+    yet started are dropped and the error is raised.
     """
     window = 4 * workers
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
-    pending: deque[Future[Result]] = deque()
+    pending: set[Future[Result]] = set()
     try:
         for item in items:
-            pending.append(pool.submit(fn, item))
+            pending.add(pool.submit(fn, item))
             if len(pending) >= window:
-                yield pending.popleft().result()
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                yield from (future.result() for future in done)
         while pending:
-            yield pending.popleft().result()
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            yield from (future.result() for future in done)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

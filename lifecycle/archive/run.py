@@ -320,8 +320,10 @@ def _digest_all(sources: dict[str, BlobSource], workers: int) -> dict[str, str]:
             raise ArchiveError(f"{source.what} changed since its scan; archive it again")
         return md5.hexdigest()
 
-    md5s = bounded_map(digest, sources.values(), workers, "digest")
-    return dict(zip(sources, md5s, strict=True))
+    def keyed(item: tuple[str, BlobSource]) -> tuple[str, str]:
+        return item[0], digest(item[1])
+
+    return dict(bounded_map(keyed, sources.items(), workers, "digest"))
 
 
 def _upload_all(
