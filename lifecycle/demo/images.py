@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lifecycle import proc
 from lifecycle.demo.upstream import git
 
 SUITE = "bookworm"
@@ -58,10 +59,10 @@ def ensure_rootfs(cache_dir: Path) -> Path:
         f"--include={','.join(PACKAGES)}", SUITE, str(temp),
     ]  # fmt: skip
     try:
-        subprocess.run(command, check=True, capture_output=True, text=True)
-    except subprocess.CalledProcessError as exc:
+        proc.run(command)
+    except proc.CommandFailed:
         temp.unlink(missing_ok=True)
-        raise RuntimeError(f"{' '.join(command)} failed ({exc.returncode}): {exc.stderr}") from exc
+        raise
     temp.replace(tarball)
     return tarball
 
@@ -110,6 +111,7 @@ def _metadata(name: str, version: str) -> bytes:
 
 def _build_context(upstream_repo: Path, version: str, labels: dict[str, str]) -> io.BytesIO:
     """Dockerfile + the release's packages (from `git archive`) + minimal dist-info."""
+    # bytes, not text: proc.run decodes, and a tar must arrive untouched
     archive = subprocess.run(
         ["git", f"--git-dir={upstream_repo}", "archive", "--format=tar", f"v{version}"],
         check=True,

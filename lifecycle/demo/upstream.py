@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
+
+from lifecycle import proc
 
 SOURCES = Path(__file__).resolve().parent / "upstream"
 RELEASES = ("0.1.0", "0.2.0")
@@ -18,16 +19,9 @@ _IDENTITY = {"name": "Demo Upstream", "email": "upstream@demollm.invalid"}
 
 
 def git(args: list[str], git_dir: Path, *, env: dict[str, str] | None = None) -> str:
-    """Run git on `git_dir` without user or system config; its stdout, or an error with stderr."""
-    full_env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
-    command = ["git", f"--git-dir={git_dir}", *args]
-    try:
-        done = subprocess.run(
-            command, check=True, capture_output=True, text=True, env={**full_env, **(env or {})}
-        )
-    except subprocess.CalledProcessError as exc:
-        raise RuntimeError(f"{' '.join(command)} failed ({exc.returncode}): {exc.stderr}") from exc
-    return done.stdout
+    """Run git on `git_dir` without user or system config; its stdout (errors name the command)."""
+    isolated = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, **(env or {})}
+    return proc.run(["git", f"--git-dir={git_dir}", *args], env=isolated).out
 
 
 def _release_files(tree: Path) -> list[str]:
