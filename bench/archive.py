@@ -178,9 +178,10 @@ def child(tool: str, kw: dict[str, Any]) -> None:
     # Where the time and the memory go: wall seconds inside each of these, and the process's
     # peak RSS (VmHWM, MiB) when it returns; "start" is after the imports.
     phases: dict[str, list[float]] = {"start": [0.0, _vm_hwm_mib()]}
-    for owner, name in ((run, "scan"), (run, "_digest_all"), (store.BlobStore, "check_blobs"),
-                        (run, "_upload_all"), (run, "_commit_record")):  # fmt: skip
-        if hasattr(owner, name):  # private names of run.py: a renamed one is just not shown
+    for owner, name in ((run, "scan"), (run, "known_md5s"), (store.BlobStore, "survey"),
+                        (run, "digest_all"), (store.BlobStore, "check_blobs"), (run, "upload_all"),
+                        (run, "_commit_record")):  # fmt: skip
+        if hasattr(owner, name):  # names as run.py imports them: a renamed one is not shown
             setattr(owner, name, _clocked(getattr(owner, name), name, phases))
     ledger = Ledger.open(Path(kw["home"]))
     reports = run.archive_caches(  # the client `lifecycle archive` builds, from the environment

@@ -94,6 +94,98 @@ def test_second_cache_uploads_only_its_new_blobs(
     assert one["totals"]["blobs_uploaded"] == len(blobs_one)
 
 
+def test_rearchive_reads_only_the_files_it_never_read(
+    demo_project: Path, archive_target: ArchiveTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The md5s of the first cache's blobs (the ETags verification compares) are remembered in
+    # the ledger, so archiving the second reads only its new files: each once, as it uploads.
+    first = _flashinfer(boot_demo(demo_project))
+    second = _flashinfer(boot_demo(demo_project, "--cold"))
+    _archive(demo_project, archive_target, first, "--with-content")
+    opened = _spy_on_cache_file_opens(monkeypatch)
+    two = _archive(demo_project, archive_target, second, "--with-content")
+
+    files = _content_files(archive_target, second)
+    shared = set(_record_blobs(archive_target, first))
+    shared_files = {path for path, sha in files.items() if sha in shared}
+    assert any(path.endswith(".so") for path in shared_files)
+    assert len(shared_files) < len(files)
+    # New files are read once (some while collecting the evidence, the rest as they upload);
+    # none of the files already archived is read at all.
+    assert len(opened) == len(set(opened))
+    assert not set(opened) & shared_files
+    assert verify_archive(_store(archive_target), second, two["caches"][0]["record_sha256"]) == []
+    assert _record_blobs(archive_target, second) == _server_md5s(archive_target, second)
+
+
+def test_blobs_on_the_server_of_unknown_md5_are_read_and_verified(
+    demo_project: Path, archive_target: ArchiveTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As if another host had archived the shared files: the server holds them, this ledger
+    # knows no md5 of them. They are read for one (not sent again), and the ETags then match.
+    first = _flashinfer(boot_demo(demo_project))
+    second = _flashinfer(boot_demo(demo_project, "--cold"))
+    _archive(demo_project, archive_target, first, "--with-content")
+    with sqlite3.connect(_home() / "ledger.sqlite3") as conn:
+        assert conn.execute("DELETE FROM blob_md5s").rowcount > 0
+    opened = _spy_on_cache_file_opens(monkeypatch)
+    before = archive_target.objects()
+    two = _archive(demo_project, archive_target, second, "--with-content")
+
+    files = _content_files(archive_target, second)
+    shared = set(_record_blobs(archive_target, first))
+    new_files = {path for path, sha in files.items() if sha not in shared}
+    # The compiled .so is on the server already: read here for its md5, not sent again.
+    assert {path for path in set(files) - new_files if path.endswith(".so")} <= set(opened)
+    store = _store(archive_target)
+    appeared = set(archive_target.objects()) - set(before)
+    assert {store.blob_key(files[path]) for path in new_files} <= appeared
+    assert not {store.blob_key(files[path]) for path in set(files) - new_files} & appeared
+    assert verify_archive(store, second, two["caches"][0]["record_sha256"]) == []
+    assert _record_blobs(archive_target, second) == _server_md5s(archive_target, second)
+
+
+def _spy_on_cache_file_opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from lifecycle.archive.record import BlobSource
+
+    opened: list[str] = []
+    real_open = BlobSource.open
+
+    def spy(source: BlobSource) -> Any:
+        if source.entry is not None:
+            opened.append(source.entry.path)
+        return real_open(source)
+
+    monkeypatch.setattr(BlobSource, "open", spy)
+    return opened
+
+
+def _record_blobs(target: ArchiveTarget, cache_id: str) -> dict[str, str]:
+    """sha256 → md5 as the cache's record lists them."""
+    return {b["sha256"]: b["md5"] for b in _record(target, cache_id)["blobs"]}
+
+
+def _server_md5s(target: ArchiveTarget, cache_id: str) -> dict[str, str]:
+    """sha256 → md5 of the bytes the server holds, for every blob the record lists."""
+    store = _store(target)
+    found = {}
+    for sha in _record_blobs(target, cache_id):
+        body = target.client.get_object(Bucket=target.bucket, Key=store.blob_key(sha))["Body"]
+        found[sha] = hashlib.md5(body.read(), usedforsecurity=False).hexdigest()
+    return found
+
+
+def _content_files(target: ArchiveTarget, cache_id: str) -> dict[str, str]:
+    """path → sha256 of every file of the cache, from its archived scan."""
+    from lifecycle.fingerprint import Fingerprint
+
+    record = _record(target, cache_id)
+    body = target.client.get_object(
+        Bucket=target.bucket, Key=_store(target).blob_key(record["fingerprint"]["sha256"])
+    )["Body"].read()
+    return {e.path: e.sha256 for e in Fingerprint.from_json(body.decode()).entries if e.sha256}
+
+
 def _content_shas(target: ArchiveTarget, cache_id: str) -> set[str]:
     from lifecycle.fingerprint import Fingerprint
 

@@ -64,8 +64,14 @@ def s3_client(environ: Mapping[str, str]) -> Any:
 
     endpoint = environ.get("AWS_ENDPOINT_URL")
     config = Config(
-        # Path-style for non-AWS endpoints: bucket host names do not resolve on 127.0.0.1.
-        s3={"addressing_style": "path" if endpoint else "auto"},
+        s3={
+            # Path-style for non-AWS endpoints: bucket host names do not resolve on 127.0.0.1.
+            "addressing_style": "path" if endpoint else "auto",
+            # Over plain http botocore would otherwise read and sha256 every body once more for
+            # the signature. Every PUT here carries ChecksumSHA256, a signed header the server
+            # checks the body against (BadDigest), which is what https already relies on.
+            "payload_signing_enabled": False,
+        },
         retries={"max_attempts": 3, "mode": "standard"},
         connect_timeout=5,
         read_timeout=60,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -21,7 +21,6 @@ from typing import Any
 
 from lifecycle import __version__
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.parallel import bounded_map
 from lifecycle.archive.record import (
     BlobSource,
     RecordPlan,
@@ -32,17 +31,15 @@ from lifecycle.archive.record import (
     render_record,
     same_record,
 )
-from lifecycle.archive.store import READ_CHUNK, ArchiveError, BlobRef, BlobStore
+from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore
+from lifecycle.archive.transfer import Progress, digest_all, upload_all
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import ArchiveRecord, archive_of, record_archive
+from lifecycle.ledger.archives import ArchiveRecord, archive_of, known_md5s, record_archive
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id
 from lifecycle.results.archive import archive_pending_results
 from lifecycle.table import human_bytes
-
-PROGRESS_EVERY = 100  # uploaded blobs between two progress lines
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -153,8 +150,7 @@ class _Planned:
 
     cache: CacheRecord
     plan: RecordPlan
-    md5s: dict[str, str]
-    refs: list[BlobRef]
+    md5s: dict[str, str]  # known before the upload; the uploads add the rest
     todo: list[BlobSource]  # missing or damaged on the server
     existing: bytes | None  # the server's record of the cache, if any
     report: ArchiveReport
@@ -183,15 +179,14 @@ def _archive(
         )
         if dry_run:
             return planned.report
-        _upload_all(store, cache.id, planned.todo, workers, say)
+        md5s = planned.md5s | upload_all(store, cache.id, planned.todo, workers, say)
         # The rest were verified on the server by the survey a moment ago, in this same run.
-        uploaded = {source.sha256 for source in planned.todo}
-        checked = store.check_blobs([r for r in planned.refs if r.sha256 in uploaded], workers)
-        problems = sorted(problem for problem in checked.values() if problem)
+        uploaded = [BlobRef(s.sha256, s.size, md5s[s.sha256]) for s in planned.todo]
+        problems = sorted(filter(None, store.check_blobs(uploaded, workers).values()))
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ArchiveError(f"not verified after upload: {problems[0]}{more}")
-        body, written = _commit_record(store, planned)
+        body, written = _commit_record(store, planned, md5s)
     except ArchiveError as exc:
         raise ArchiveError(f"archive of {cache.id} to {url} failed: {exc}") from exc
     except OSError as exc:  # reading the cache or the evidence
@@ -203,7 +198,7 @@ def _archive(
         cache.id, url, report.record_key, sha, report.with_content, report.blobs,
         report.bytes_uploaded, archived_at, verified_at=_stamp(),
     )  # fmt: skip
-    record_archive(ledger, record)
+    record_archive(ledger, record, md5s)
     say(f"{cache.id}: verified; record {store.url(report.record_key)}")
     return replace(report, verified=True, record_sha256=sha, record_written=written)
 
@@ -238,10 +233,17 @@ def _plan(
         tool_version=__version__,
     )
     plan = carry_over(plan, earlier)
-    md5s = _digest_all(plan.sources, workers)
-    refs = [BlobRef(sha, source.size, md5s[sha]) for sha, source in plan.sources.items()]
-    found = store.check_blobs(refs, workers)
-    todo = [plan.sources[sha] for sha, problem in found.items() if problem and sha not in sent]
+    sources = plan.sources
+    md5s = {sha: source.md5 for sha, source in sources.items() if source.md5 is not None}
+    md5s |= known_md5s(ledger, (sha for sha in sources if sha not in md5s))
+    listed = store.survey(sources, workers)
+    # The server's ETag of a blob it holds is checked against an md5, so the few held blobs
+    # this host never sent are read for theirs; a missing blob's md5 comes with its upload.
+    unread = {sha: sources[sha] for sha in sources.keys() - md5s.keys() if listed.get(sha)}
+    md5s |= digest_all(unread, workers)
+    refs = [BlobRef(sha, source.size, md5s.get(sha)) for sha, source in sources.items()]
+    found = store.check_blobs(refs, workers, listed)
+    todo = [sources[sha] for sha, problem in found.items() if problem and sha not in sent]
     if dry_run:
         sent.update(source.sha256 for source in todo)
     report = ArchiveReport(
@@ -259,7 +261,7 @@ def _plan(
         tree_digest=fingerprint.tree_digest,
         to_upload=tuple((s.sha256, s.size, s.what) for s in todo) if dry_run else (),
     )
-    return _Planned(cache, plan, md5s, refs, todo, existing, report)
+    return _Planned(cache, plan, md5s, todo, existing, report)
 
 
 def _fresh_scan(
@@ -304,50 +306,10 @@ def _fresh_scan(
 _SCANNED = ("tree_digest", "files", "bytes", "scan_path", "scanned_at")
 
 
-def _digest_all(sources: dict[str, BlobSource], workers: int) -> dict[str, str]:
-    """md5 of every blob (the ETag its PUT gets), checking each still has its sha256."""
-
-    def digest(source: BlobSource) -> str:
-        if source.md5 is not None:
-            return source.md5
-        sha, md5, size = hashlib.sha256(), hashlib.md5(usedforsecurity=False), 0
-        with source.open() as handle:
-            while chunk := handle.read(READ_CHUNK):
-                sha.update(chunk)
-                md5.update(chunk)
-                size += len(chunk)
-        if (sha.hexdigest(), size) != (source.sha256, source.size):
-            raise ArchiveError(f"{source.what} changed since its scan; archive it again")
-        return md5.hexdigest()
-
-    def keyed(item: tuple[str, BlobSource]) -> tuple[str, str]:
-        return item[0], digest(item[1])
-
-    return dict(bounded_map(keyed, sources.items(), workers, "digest"))
-
-
-def _upload_all(
-    store: BlobStore, cache_id: str, todo: list[BlobSource], workers: int, say: Progress
-) -> None:
-    """PUT every blob in parallel; on the first failure the rest are dropped, and it is raised."""
-
-    def upload(source: BlobSource) -> int:
-        if source.data is not None:
-            return store.upload_blob(source.sha256, source.data)
-        with source.open() as handle:
-            return store.upload_blob(source.sha256, handle)
-
-    sent = 0
-    for done, size in enumerate(bounded_map(upload, todo, workers, "upload"), start=1):
-        sent += size
-        if done % PROGRESS_EVERY == 0 or done == len(todo):
-            say(f"{cache_id}: uploaded {done}/{len(todo)} blobs ({human_bytes(sent)})")
-
-
-def _commit_record(store: BlobStore, planned: _Planned) -> tuple[bytes, bool]:
+def _commit_record(store: BlobStore, planned: _Planned, md5s: dict[str, str]) -> tuple[bytes, bool]:
     """Write the record unless the server's says the same; read it back. (body, written)."""
     cache_id, existing = planned.cache.id, planned.existing
-    body = render_record(planned.plan, planned.md5s, _stamp())
+    body = render_record(planned.plan, md5s, _stamp())
     if existing is not None and same_record(existing, body):
         return existing, False
     store.put_record(cache_id, body)

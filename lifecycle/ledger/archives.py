@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from lifecycle.ledger.core import Ledger
@@ -35,15 +36,35 @@ class TeardownStep:
     at: str
 
 
-def record_archive(ledger: Ledger, archive: ArchiveRecord) -> None:
-    """Record a verified archive and mark a live cache archived, in one transaction."""
+def record_archive(
+    ledger: Ledger, archive: ArchiveRecord, md5s: Mapping[str, str] | None = None
+) -> None:
+    """Record a verified archive, mark a live cache archived and remember its blobs' md5s."""
     with ledger.transaction() as conn:
         conn.execute("DELETE FROM archives WHERE cache_id = ?", (archive.cache_id,))
         insert(conn, "archives", archive)
+        conn.executemany(
+            "INSERT OR IGNORE INTO blob_md5s (sha256, md5) VALUES (?, ?)", (md5s or {}).items()
+        )
         conn.execute(
             "UPDATE caches SET state = 'archived' WHERE id = ? AND state = 'live'",
             (archive.cache_id,),
         )
+
+
+def known_md5s(ledger: Ledger, shas: Iterable[str]) -> dict[str, str]:
+    """The md5 remembered for each of these blobs, where one is."""
+    wanted = list(shas)
+    found: dict[str, str] = {}
+    for start in range(0, len(wanted), _IN_BATCH):
+        batch = tuple(wanted[start : start + _IN_BATCH])
+        marks = ",".join("?" * len(batch))
+        rows = ledger.query(f"SELECT sha256, md5 FROM blob_md5s WHERE sha256 IN ({marks})", batch)
+        found.update((row["sha256"], row["md5"]) for row in rows)
+    return found
+
+
+_IN_BATCH = 500  # parameters per query: under SQLite's 999 of older builds
 
 
 def archive_of(ledger: Ledger, cache_id: str) -> ArchiveRecord | None:

@@ -139,4 +139,13 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (result_id, location)
     );
     """,
+    # 5: the md5 of blob contents this host has read, by sha256. A fact about bytes, not about a
+    # cache: re-archiving a cache that shares most files with an archived one then re-reads
+    # only the new files for the md5s its record lists (the ETags verification compares).
+    """
+    CREATE TABLE blob_md5s (
+        sha256 TEXT PRIMARY KEY,
+        md5 TEXT NOT NULL
+    ) WITHOUT ROWID;
+    """,
 )

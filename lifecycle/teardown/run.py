@@ -9,7 +9,7 @@ from datetime import datetime
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lifecycle.archive.run import Progress
+from lifecycle.archive.transfer import Progress
 from lifecycle.errors import LifecycleError
 from lifecycle.hooks import Hook, HookRun, hook_session
 from lifecycle.ledger import Ledger

@@ -15,7 +15,8 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.run import ArchiveReport, Progress, archive_caches
+from lifecycle.archive.run import ArchiveReport, archive_caches
+from lifecycle.archive.transfer import Progress
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, pins
