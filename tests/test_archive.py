@@ -145,6 +145,29 @@ def test_blobs_on_the_server_of_unknown_md5_are_read_and_verified(
     assert _record_blobs(archive_target, second) == _server_md5s(archive_target, second)
 
 
+def test_a_large_file_streams_up_hashed_on_the_way(
+    demo_project: Path, archive_target: ArchiveTarget
+) -> None:
+    # Files over SMALL_BLOB are streamed through a HashingReader, not read whole: its md5 (the
+    # record's, compared with the ETag) must be that of the bytes the server got.
+    from lifecycle.archive.transfer import SMALL_BLOB
+
+    cache_id = _flashinfer(boot_demo(demo_project))
+    big = os.urandom(3 * SMALL_BLOB + 12345)
+    (Path(_caches(demo_project)[cache_id]["host_path"]) / "big.cubin").write_bytes(big)
+    report = _archive(demo_project, archive_target, cache_id, "--with-content")
+
+    sha = hashlib.sha256(big).hexdigest()
+    md5 = hashlib.md5(big, usedforsecurity=False).hexdigest()
+    assert _record_blobs(archive_target, cache_id)[sha] == md5
+    got = archive_target.client.get_object(
+        Bucket=archive_target.bucket, Key=_store(archive_target).blob_key(sha)
+    )
+    assert got["ETag"].strip('"') == md5 and got["Body"].read() == big
+    record_sha256 = report["caches"][0]["record_sha256"]
+    assert verify_archive(_store(archive_target), cache_id, record_sha256) == []
+
+
 def _spy_on_cache_file_opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     from lifecycle.archive.record import BlobSource
 

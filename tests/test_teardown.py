@@ -466,6 +466,43 @@ def test_a_cache_not_archived_is_kept_and_the_plan_says_why(project: Path) -> No
     assert all(Path(c.host_path).is_dir() for c in _caches().values())
 
 
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_result_not_archived_yet_keeps_its_caches_until_archive_takes_it(
+    project: Path, s3_bucket: str, s3_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    boot, ids = _boot(project)
+    _archive(s3_bucket, ids)
+    with monkeypatch.context() as no_location:  # recorded while no archive location was set
+        no_location.delenv("LIFECYCLE_ARCHIVE")
+        added = _cli(project, "result", "add", boot["id"], "--name", "burst", "--status", "pass")
+        assert added.exit_code == 0, added.output
+    result_id = _result_ids()[0]
+
+    kept = _cli(project, "teardown", "--yes", "--json")
+    assert kept.exit_code == 0, kept.output
+    plan = _plan(kept)
+    for cache_id in ids:
+        assert plan[cache_id]["action"] == "keep"
+        why = f"result {result_id} on it not archived yet (--archive archives it first)"
+        assert plan[cache_id]["why"] == [why]
+    assert all(Path(c.host_path).is_dir() for c in _caches().values())
+
+    done = _cli(project, "teardown", "--archive", "--yes")
+    assert done.exit_code == 0, done.output
+    assert all(c.state == "torn-down" for c in _caches().values())
+    record = s3_client.get_object(Bucket=s3_bucket, Key=f"{PREFIX}/results/{result_id}.json")
+    assert json.loads(record["Body"].read())["result_id"] == result_id
+
+
+def _result_ids() -> list[str]:
+    ledger = Ledger.open(_home())
+    try:
+        return [row["id"] for row in ledger.query("SELECT id FROM results ORDER BY created_at")]
+    finally:
+        ledger.close()
+
+
 def _blob_key(sha: str) -> str:
     return f"{PREFIX}/blobs/sha256/{sha[:2]}/{sha}"
 

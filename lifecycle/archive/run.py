@@ -190,7 +190,7 @@ def _archive(
     except ArchiveError as exc:
         raise ArchiveError(f"archive of {cache.id} to {url} failed: {exc}") from exc
     except OSError as exc:  # reading the cache or the evidence
-        why = f"{exc.filename}: {exc.strerror}"
+        why = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
         raise ArchiveError(f"archive of {cache.id} to {url} failed: {why}") from exc
     sha = hashlib.sha256(body).hexdigest()
     archived_at = json.loads(body)["archived_at"]

@@ -45,7 +45,6 @@ class Body(Protocol):
     """What an upload streams from: an open file, or a reader wrapping one."""
 
     def read(self, size: int = -1, /) -> bytes: ...
-    def fileno(self) -> int: ...
 
 
 Listed = tuple[int, str]  # what a LIST page says of an object: (size, ETag without quotes)
@@ -97,25 +96,28 @@ class BlobStore:
         """True when an object exists under the blob's key (its content is not checked)."""
         return self._head(self.blob_key(sha256), checksum=False) is not None
 
-    def put_blob(self, sha256: str, source: Path | bytes | Body) -> int:
+    def put_blob(self, sha256: str, source: Path | bytes | BinaryIO) -> int:
         """Upload unless present; bytes sent (0 when it was already there)."""
         if self.has_blob(sha256):
             return 0
         return self.upload_blob(sha256, source)
 
-    def upload_blob(self, sha256: str, source: Path | bytes | Body) -> int:
+    def upload_blob(self, sha256: str, source: Path | bytes | BinaryIO) -> int:
         """PUT the blob (present or not), streamed, with its ChecksumSHA256; bytes sent."""
-        key = self.blob_key(sha256)
         if isinstance(source, bytes):
-            self._put(key, sha256, source, len(source))
+            self._put(self.blob_key(sha256), sha256, source, len(source))
             return len(source)
         if isinstance(source, Path):
             with open_regular(source) as handle:
                 return self.upload_blob(sha256, handle)
-        size = os.fstat(source.fileno()).st_size
+        return self.upload_stream(sha256, source, os.fstat(source.fileno()).st_size)
+
+    def upload_stream(self, sha256: str, body: Body, size: int) -> int:
+        """PUT `size` bytes read from `body` as the blob, with its ChecksumSHA256; bytes sent."""
+        key = self.blob_key(sha256)
         if size > MAX_SINGLE_PUT:
             raise ArchiveError(f"{self.url(key)}: {size} bytes is over S3's 5 GiB single PUT")
-        self._put(key, sha256, source, size)
+        self._put(key, sha256, body, size)
         return size
 
     def verify_blob(self, sha256: str, *, size: int | None = None) -> str | None:

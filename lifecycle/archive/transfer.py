@@ -48,6 +48,10 @@ def upload_all(
     """
 
     def upload(source: BlobSource) -> tuple[BlobSource, str]:
+        if source.data is not None:  # collected in memory (a scan, a snapshot): hashed then
+            assert source.md5 is not None, "an in-memory blob's md5 is computed on collection"
+            store.upload_blob(source.sha256, source.data)
+            return source, source.md5
         with source.open() as handle:
             reader = HashingReader(handle)
             if source.size <= SMALL_BLOB:
@@ -57,7 +61,7 @@ def upload_all(
                 md5 = reader.md5_of(source)
                 store.upload_blob(source.sha256, data)
                 return source, md5
-            store.upload_blob(source.sha256, reader)
+            store.upload_stream(source.sha256, reader, source.size)
         return source, reader.md5_of(source)
 
     md5s: dict[str, str] = {}
@@ -107,10 +111,6 @@ class HashingReader:
     def tell(self) -> int:
         """Bytes read since the last rewind."""
         return self._size
-
-    def fileno(self) -> int:
-        """The file's descriptor (used to learn its size)."""
-        return self._handle.fileno()
 
     def md5_of(self, source: BlobSource) -> str:
         """The md5 of what was read, once it is proven to be all of `source`'s bytes."""

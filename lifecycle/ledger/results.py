@@ -97,6 +97,19 @@ def result_archives(ledger: Ledger, result_id: str) -> list[ResultArchiveRecord]
     return [from_row(ResultArchiveRecord, row) for row in rows]
 
 
+def results_not_archived_on(ledger: Ledger, cache_id: str, location: str) -> list[str]:
+    """Ids of the results standing on the cache (their boot used it) with no record at
+    `location` yet, oldest first."""
+    rows = ledger.query(
+        "SELECT r.id FROM results r JOIN boot_caches u ON u.boot_id = r.boot_id"
+        " WHERE u.cache_id = ? AND r.id NOT IN"
+        " (SELECT result_id FROM result_archives WHERE location = ?)"
+        " ORDER BY r.created_at, r.rowid",
+        (cache_id, location),
+    )
+    return [row["id"] for row in rows]
+
+
 def unarchived_results(ledger: Ledger, location: str) -> list[ResultRecord]:
     """Results with no record at `location` yet, oldest first."""
     rows = ledger.query(

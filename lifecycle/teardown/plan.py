@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -71,6 +71,8 @@ class Facts:
     unfinished: Mapping[str, Unfinished]  # cache id -> the run a crash left unfinished
     mounted_by: Mapping[str, Sequence[str]]  # cache id -> running containers that mount it
     docker_problem: str | None = None  # dockerd could not be asked about mounts
+    # cache id -> results standing on it with no record where the cache's archive is yet
+    results_not_archived: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
 
 class Action(StrEnum):
@@ -159,6 +161,17 @@ def decide(
         else:
             action, why = Action.KEEP, "not archived (--archive archives it first)"
         return CacheDecision(cache, action, (why,), None, state, resumes=resumes)
+    if results := facts.results_not_archived.get(cache.id):
+        # Its evidence is archived, but a result recorded since is only in the ledger: the
+        # cache behind a result goes only once the result's own record is in S3 too.
+        waiting = f"result {', '.join(results)} on it not archived yet"
+        if archive_first:
+            return CacheDecision(
+                cache, Action.ARCHIVE_THEN_REMOVE, (f"{waiting}: archived first",), archive,
+                state, resumes=resumes,
+            )  # fmt: skip
+        why = f"{waiting} (--archive archives it first)"
+        return CacheDecision(cache, Action.KEEP, (why,), archive, state, resumes=resumes)
     problems = verify(archive)
     if problems:
         refused = tuple(f"archive does not verify: {p}" for p in problems)

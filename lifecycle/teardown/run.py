@@ -15,6 +15,7 @@ from lifecycle.hooks import Hook, HookRun, hook_session
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, mark_verified, pins
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id
+from lifecycle.ledger.results import results_not_archived_on
 from lifecycle.teardown.containers import (
     BootContainer,
     ImageDecision,
@@ -129,6 +130,10 @@ def _carry_out(
     archive = archive_of(ledger, cache.id)
     if cache.id in archive_problems or archive is None:
         problem = archive_problems.get(cache.id, "not archived")
+        return refuse(journal, cache, resumes, [problem])
+    # Asked again now: archiving first may have archived them, or one may have come since.
+    if results := results_not_archived_on(ledger, cache.id, archive.location):
+        problem = f"result {', '.join(results)} on it not archived at {archive.location}"
         return refuse(journal, cache, resumes, [problem])
 
     def verify_now() -> list[str]:

@@ -21,6 +21,7 @@ from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, pins
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_uses
+from lifecycle.ledger.results import results_not_archived_on
 from lifecycle.table import human_bytes
 from lifecycle.teardown.containers import (
     BootContainer,
@@ -68,13 +69,19 @@ def make_plan(
     notes = _named(request.selection.cache_ids, every)
     caches = [c for c in every if c.state != "torn-down"]
     mounts, docker_problem = current_mounts(services)
+    archives = {c.id: a for c in caches if (a := archive_of(ledger, c.id)) is not None}
     facts = Facts(
         now=services.now(),
         pins=pins(ledger),
-        archives={c.id: a for c in caches if (a := archive_of(ledger, c.id)) is not None},
+        archives=archives,
         unfinished=unfinished_runs(ledger, caches),
         mounted_by={c.id: mounted_by(c.host_path, mounts) for c in caches},
         docker_problem=docker_problem,
+        results_not_archived={
+            cache_id: waiting
+            for cache_id, a in archives.items()
+            if (waiting := results_not_archived_on(ledger, cache_id, a.location))
+        },
     )
     verify = ArchiveVerifier(services.s3, services.s3_problem)
     decisions = tuple(
