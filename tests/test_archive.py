@@ -99,9 +99,7 @@ def test_rearchive_reads_only_the_files_it_never_read(
 ) -> None:
     # The md5s of the first cache's blobs (the ETags verification compares) are remembered in
     # the ledger, so archiving the second reads only its new files: each once, as it uploads.
-    first = _flashinfer(boot_demo(demo_project))
-    second = _flashinfer(boot_demo(demo_project, "--cold"))
-    _archive(demo_project, archive_target, first, "--with-content")
+    first, second = _two_caches_first_archived(demo_project, archive_target)
     opened = _spy_on_cache_file_opens(monkeypatch)
     two = _archive(demo_project, archive_target, second, "--with-content")
 
@@ -123,9 +121,7 @@ def test_blobs_on_the_server_of_unknown_md5_are_read_and_verified(
 ) -> None:
     # As if another host had archived the shared files: the server holds them, this ledger
     # knows no md5 of them. They are read for one (not sent again), and the ETags then match.
-    first = _flashinfer(boot_demo(demo_project))
-    second = _flashinfer(boot_demo(demo_project, "--cold"))
-    _archive(demo_project, archive_target, first, "--with-content")
+    first, second = _two_caches_first_archived(demo_project, archive_target)
     with sqlite3.connect(_home() / "ledger.sqlite3") as conn:
         assert conn.execute("DELETE FROM blob_md5s").rowcount > 0
     opened = _spy_on_cache_file_opens(monkeypatch)
@@ -166,6 +162,14 @@ def test_a_large_file_streams_up_hashed_on_the_way(
     assert got["ETag"].strip('"') == md5 and got["Body"].read() == big
     record_sha256 = report["caches"][0]["record_sha256"]
     assert verify_archive(_store(archive_target), cache_id, record_sha256) == []
+
+
+def _two_caches_first_archived(project: Path, target: ArchiveTarget) -> tuple[str, str]:
+    """Two cold builds of one FlashInfer cache (sharing most files); the first archived."""
+    first = _flashinfer(boot_demo(project))
+    second = _flashinfer(boot_demo(project, "--cold"))
+    _archive(project, target, first, "--with-content")
+    return first, second
 
 
 def _spy_on_cache_file_opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
