@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
+
+from lifecycle.forking import fork_is_safe as _fork_is_safe
+from lifecycle.forking import kill_and_reap, spawn
 
 if TYPE_CHECKING:
     from lifecycle.fingerprint import Entry, Fingerprint
@@ -202,27 +203,12 @@ def _listed_unchanged(
     return True
 
 
-def _fork_is_safe() -> bool:
-    """Fork only a process with one OS thread: a lock held by another thread stays held forever."""
-    # threading.active_count() misses native threads started by C extensions; the kernel does not.
-    if not hasattr(os, "fork"):
-        return False
-    try:
-        status = Path("/proc/self/status").read_text()
-    except OSError:
-        return False
-    for line in status.splitlines():
-        if line.startswith("Threads:"):
-            return line.split()[1] == "1"
-    return False
-
-
 def _forked(checks: Sequence[Callable[[], bool]]) -> bool:
     """Run checks[0] here and every other check in a forked child; True if all of them pass."""
     children: list[int] = []
     try:
         for check in checks[1:]:
-            _spawn(check, children)
+            spawn(check, children)
         if not checks[0]():
             return False
         while children:
@@ -233,35 +219,4 @@ def _forked(checks: Sequence[Callable[[], bool]]) -> bool:
         return True
     finally:
         # On a mismatch, an error or a KeyboardInterrupt here: the answer is known, stop the rest.
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError, ChildProcessError):
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-
-
-def _spawn(check: Callable[[], bool], children: list[int]) -> None:
-    """Fork a child that exits 0 if `check` passes, 1 otherwise; add its pid to `children`."""
-    # Signals stay blocked from before the fork until the child is inside its try (and the pid is
-    # recorded here): a KeyboardInterrupt in between would unwind the child through the caller's
-    # stack, or leave a child nobody reaps.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-    try:
-        pid = os.fork()
-        if pid == 0:
-            _child(check, mask)
-        children.append(pid)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-
-def _child(check: Callable[[], bool], mask: Iterable[int]) -> NoReturn:
-    """Never return into the caller's stack: leave through os._exit, whatever `check` does."""
-    # try/finally rather than except: KeyboardInterrupt and SystemExit end here too, and os._exit
-    # runs no atexit handler and flushes none of the parent's stdio buffers a second time.
-    status = 1
-    try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        if check():
-            status = 0
-    finally:
-        os._exit(status)
+        kill_and_reap(children)

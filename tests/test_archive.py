@@ -404,9 +404,48 @@ def test_server_refusals_are_one_clear_line(
     assert message.startswith(f"archive of {cache_id} to {location.url()} failed: ")
 
 
-def test_server_stopped_mid_archive_then_rerun_completes(
-    demo_project: Path, weed_server: WeedServer
+@pytest.fixture
+def forked_uploads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Uploads spread over forked processes however few blobs; the pids forked from now on."""
+    from lifecycle.archive import transfer
+
+    monkeypatch.setattr(transfer, "FORK_MIN_BLOBS", 1)
+    monkeypatch.setattr(transfer, "MAX_UPLOADERS", 2)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    pids: list[int] = []
+    real_fork = os.fork
+
+    def counting_fork() -> int:
+        pid = real_fork()
+        if pid:
+            pids.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", counting_fork)
+    return pids
+
+
+def test_forked_uploaders_send_every_blob_once_and_it_verifies(
+    demo_project: Path, archive_target: ArchiveTarget, forked_uploads: list[int]
 ) -> None:
+    cache_id = _flashinfer(boot_demo(demo_project))
+    before = archive_target.objects()
+    report = _archive(demo_project, archive_target, cache_id, "--with-content")["caches"][0]
+    assert len(forked_uploads) == 1  # one uploader forked beside this process
+    blobs = _record_blobs(archive_target, cache_id)
+    store = _store(archive_target)
+    appeared = set(archive_target.objects()) - set(before)
+    assert appeared == {store.blob_key(sha) for sha in blobs} | {store.record_key(cache_id)}
+    assert report["blobs_uploaded"] == len(blobs)
+    assert blobs == _server_md5s(archive_target, cache_id)  # each md5 from the bytes it sent
+    assert verify_archive(store, cache_id, report["record_sha256"]) == []
+
+
+@pytest.mark.parametrize("forked", [False, True], ids=["one-process", "forked-uploaders"])
+def test_server_stopped_mid_archive_then_rerun_completes(
+    demo_project: Path, weed_server: WeedServer, forked: bool, request: pytest.FixtureRequest
+) -> None:
+    pids: list[int] = request.getfixturevalue("forked_uploads") if forked else []
     boot = boot_demo(demo_project)
     cache_id = next(u["cache_id"] for u in boot["caches"] if u["cache_id"].startswith("triton"))
     cache_dir = Path(_caches(demo_project)[cache_id]["host_path"])
@@ -427,6 +466,8 @@ def test_server_stopped_mid_archive_then_rerun_completes(
             ledger, weed_server.client(), location, [cache_id], with_content=True,
             dry_run=False, progress=progress,
         )  # fmt: skip
+    assert len(pids) == forked
+    assert len(pids) == forked
     message = str(raised.value)
     assert "\n" not in message
     assert message.startswith(f"archive of {cache_id} to s3://archive/lab failed: ")
