@@ -61,6 +61,7 @@ TARGETS = (  # (what, key in the results, bound, lower is better)
     ("re-archive: bytes / awscli cp's", "re_archive_bytes_vs_awscli", 0.06, True),
     ("re-archive: wall / awscli cp's", "re_archive_time_vs_awscli", 0.15, True),
     ("archive peak RSS, MiB (150 MB)", "archive_peak_rss_mib", 150e6 / 2**20, True),
+    ("archive peak PSS summed, MiB (150 MB)", "archive_peak_pss_sum_mib", 150e6 / 2**20, True),
 )
 
 
@@ -255,7 +256,14 @@ def step(label: str, argv: list[str], env: dict[str, str], bucket: str) -> dict[
     with tempfile.NamedTemporaryFile("r") as usage:
         server_cpu, start = -_cpu_s(env["BENCH_WEED_PID"]), time.perf_counter()
         timed = [GNU_TIME, "-o", usage.name, "-f", "%M %U %S", *argv]
-        done = subprocess.run(timed, env=env, capture_output=True, text=True, check=False)
+        with subprocess.Popen(
+            timed, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as proc:
+            # GNU time's %M is the largest single process; forked uploaders share pages with
+            # their parent, so the fair total is the sum of PSS over the tree, sampled.
+            peak_pss = _sample_pss(proc)
+            stdout, stderr = proc.communicate()
+        done = subprocess.CompletedProcess(timed, proc.returncode, stdout, stderr)
         wall, server_cpu = time.perf_counter() - start, server_cpu + _cpu_s(env["BENCH_WEED_PID"])
         if done.returncode:
             raise SystemExit(f"{label}: {argv} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
@@ -266,6 +274,7 @@ def step(label: str, argv: list[str], env: dict[str, str], bucket: str) -> dict[
             if obj["LastModified"].timestamp() >= since:
                 objects, sizes = objects + 1, sizes + obj["Size"]
     row: dict[str, Any] = {"label": label, "wall_s": wall, "peak_rss_kib": int(peak_kib)}
+    row["peak_pss_sum_kib"] = peak_pss
     row["server_objects"] = objects
     row |= {"server_bytes": sizes, "bytes_sent": sizes, "cpu_s": float(user) + float(system)}
     row["server_cpu_s"] = server_cpu
@@ -274,6 +283,33 @@ def step(label: str, argv: list[str], env: dict[str, str], bucket: str) -> dict[
         row["bytes_sent"] = sum(report["bytes_uploaded"] for report in row["reports"])
     print(f"{label}: {wall:.1f} s", file=sys.stderr)
     return row
+
+
+def _sample_pss(proc: subprocess.Popen[str]) -> int:
+    """Largest sum of PSS (KiB) over the process tree under `proc`, sampled every 50 ms."""
+    peak = 0
+    while proc.poll() is None:
+        total = 0
+        for pid in _tree(proc.pid):
+            with suppress(OSError, ValueError, IndexError):
+                rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+                total += int(rollup.split("\nPss:", 1)[1].split()[0])
+        peak = max(peak, total)
+        time.sleep(0.05)
+    return peak
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and every process below it."""
+    found, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        with suppress(OSError):
+            pending += map(
+                int, Path(f"/proc/{current}/task/{current}/children").read_text().split()
+            )
+    return found
 
 
 def _cpu_s(pid: str) -> float:
@@ -367,6 +403,11 @@ def run(
         "re_archive_bytes_vs_awscli": lc2["bytes_sent"] / aws2["bytes_sent"],
         "re_archive_time_vs_awscli": lc2["wall_s"] / aws2["wall_s"],
         "archive_peak_rss_mib": max(lc["peak_rss_kib"] for lc in [lc2, *(p[0] for p in pairs)])
+        / 1024,
+        # The same, as the sum of PSS over the archive's processes (forked uploaders included).
+        "archive_peak_pss_sum_mib": max(
+            lc["peak_pss_sum_kib"] for lc in [lc2, *(p[0] for p in pairs)]
+        )
         / 1024,
     }
 
