@@ -405,24 +405,14 @@ def test_server_refusals_are_one_clear_line(
 
 
 @pytest.fixture
-def forked_uploads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def forked_uploads(monkeypatch: pytest.MonkeyPatch, forks: list[int]) -> list[int]:
     """Uploads spread over forked processes however few blobs; the pids forked from now on."""
     from lifecycle.archive import transfer
 
     monkeypatch.setattr(transfer, "FORK_MIN_BLOBS", 1)
     monkeypatch.setattr(transfer, "MAX_UPLOADERS", 2)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    pids: list[int] = []
-    real_fork = os.fork
-
-    def counting_fork() -> int:
-        pid = real_fork()
-        if pid:
-            pids.append(pid)
-        return pid
-
-    monkeypatch.setattr(os, "fork", counting_fork)
-    return pids
+    return forks
 
 
 def test_forked_uploaders_send_every_blob_once_and_it_verifies(

@@ -31,22 +31,6 @@ def unchanged(root: Path, previous: Fingerprint, workers: int) -> bool:
     )
 
 
-@pytest.fixture
-def forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The pids os.fork returns to this process from now on."""
-    pids: list[int] = []
-    real_fork = os.fork
-
-    def counting_fork() -> int:
-        pid = real_fork()
-        if pid:
-            pids.append(pid)
-        return pid
-
-    monkeypatch.setattr(os, "fork", counting_fork)
-    return pids
-
-
 def fork_is_safe_within(seconds: float, check: Callable[[], bool]) -> bool:
     """Poll `check` (rescan._fork_is_safe) for scan()'s hashing threads to leave.
 
