@@ -31,7 +31,7 @@ from lifecycle.archive.record import (
     render_record,
     same_record,
 )
-from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore
+from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, os_problem
 from lifecycle.archive.transfer import Progress, digest_all, upload_all
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Fingerprint, scan
@@ -190,8 +190,7 @@ def _archive(
     except ArchiveError as exc:
         raise ArchiveError(f"archive of {cache.id} to {url} failed: {exc}") from exc
     except OSError as exc:  # reading the cache or the evidence
-        why = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
-        raise ArchiveError(f"archive of {cache.id} to {url} failed: {why}") from exc
+        raise ArchiveError(f"archive of {cache.id} to {url} failed: {os_problem(exc)}") from exc
     sha = hashlib.sha256(body).hexdigest()
     archived_at = json.loads(body)["archived_at"]
     record = ArchiveRecord(

@@ -56,6 +56,11 @@ class ArchiveError(LifecycleError):
     exit_code = 1
 
 
+def os_problem(exc: OSError) -> str:
+    """An OSError in one line: `path: reason` when it names a file, else its own words."""
+    return f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+
+
 def b64_sha256(sha256: str) -> str:
     """The ChecksumSHA256 form of a hex digest: base64 of its 32 bytes."""
     return base64.b64encode(bytes.fromhex(sha256)).decode()

@@ -18,7 +18,7 @@ from typing import IO
 
 from lifecycle.archive.parallel import bounded_map
 from lifecycle.archive.record import BlobSource
-from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.archive.store import ArchiveError, BlobStore, os_problem
 from lifecycle.forking import kill_and_reap, spawn
 
 Sent = tuple[str, int, str]  # sha256, size, md5 of one blob uploaded
@@ -113,6 +113,5 @@ def _child(
 
 
 def _one_line(exc: Exception) -> str:
-    if isinstance(exc, OSError) and exc.filename:
-        return f"{exc.filename}: {exc.strerror}"
-    return " ".join(str(exc).split()) or type(exc).__name__
+    words = os_problem(exc) if isinstance(exc, OSError) else str(exc)
+    return " ".join(words.split()) or type(exc).__name__

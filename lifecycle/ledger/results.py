@@ -97,13 +97,16 @@ def result_archives(ledger: Ledger, result_id: str) -> list[ResultArchiveRecord]
     return [from_row(ResultArchiveRecord, row) for row in rows]
 
 
+# A result with no record at the location (the one `?`) yet.
+_NOT_ARCHIVED_AT = "id NOT IN (SELECT result_id FROM result_archives WHERE location = ?)"
+
+
 def results_not_archived_on(ledger: Ledger, cache_id: str, location: str) -> list[str]:
     """Ids of the results standing on the cache (their boot used it) with no record at
     `location` yet, oldest first."""
     rows = ledger.query(
         "SELECT r.id FROM results r JOIN boot_caches u ON u.boot_id = r.boot_id"
-        " WHERE u.cache_id = ? AND r.id NOT IN"
-        " (SELECT result_id FROM result_archives WHERE location = ?)"
+        f" WHERE u.cache_id = ? AND r.{_NOT_ARCHIVED_AT}"
         " ORDER BY r.created_at, r.rowid",
         (cache_id, location),
     )
@@ -113,9 +116,7 @@ def results_not_archived_on(ledger: Ledger, cache_id: str, location: str) -> lis
 def unarchived_results(ledger: Ledger, location: str) -> list[ResultRecord]:
     """Results with no record at `location` yet, oldest first."""
     rows = ledger.query(
-        "SELECT * FROM results WHERE id NOT IN"
-        " (SELECT result_id FROM result_archives WHERE location = ?)"
-        " ORDER BY created_at, rowid",
+        f"SELECT * FROM results WHERE {_NOT_ARCHIVED_AT} ORDER BY created_at, rowid",
         (location,),
     )
     return [from_row(ResultRecord, row) for row in rows]
