@@ -34,6 +34,10 @@ _DIGEST_HEADER = "lifecycle-tree-v1\0"
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink"}  # else "other"
+TRANSIENT_SUFFIXES = (
+    ".lock",
+    ".tmp",
+)  # every name is_transient takes ends in one: a cheap first test
 _RACE_HINT = "is a boot still writing this cache?"
 
 
@@ -148,8 +152,8 @@ def scan(
 ) -> Fingerprint:
     """Fingerprint the tree under `root`; with `previous`, unchanged files are not read again.
 
-    An unchanged tree gives back `previous` itself. `workers` threads hash, and as many
-    processes check a tree for changes (default: one per CPU).
+    An unchanged tree gives back `previous` itself. `workers` threads hash, or check a tree for
+    changes (default: one per CPU).
     """
     # The root itself may be a symlink (a cache dir moved to a bigger disk); nothing below it is.
     if not root.exists():
@@ -161,10 +165,10 @@ def scan(
     if workers < 1:
         raise ValueError(f"workers must be at least 1, not {workers}")
     top = os.fspath(root)
-    # The usual re-scan finds nothing changed; rescan.unchanged confirms that on forked
+    # The usual re-scan finds nothing changed; rescan.unchanged confirms that on threaded
     # listings in a fraction of the walk's time. Anything it cannot vouch for takes the walk.
     if previous is not None and unchanged(
-        top, previous, workers, kinds=_KINDS, transient=is_transient
+        top, previous, workers, kinds=_KINDS, transient=(TRANSIENT_SUFFIXES, is_transient)
     ):
         return previous
     # Re-use a hash when size, mtime_ns and inode all match: the trade-off git's index makes.
@@ -237,7 +241,7 @@ def _walk(top: str) -> Iterator[tuple[str, os.stat_result, str | None]]:
                         raise _scan_error(f"{directory}/{name}", exc) from exc
                     if stat.S_ISDIR(st.st_mode):
                         pending.append(f"{prefix}{name}/")
-                    elif name.endswith((".lock", ".tmp")) and is_transient(name, parent):
+                    elif name.endswith(TRANSIENT_SUFFIXES) and is_transient(name, parent):
                         continue
                     yield prefix + name, st, link
         except OSError as exc:  # reading the directory itself

@@ -1,9 +1,10 @@
 """Tell, faster than a walk, whether a cache tree is exactly as a previous fingerprint saw it.
 
-An unchanged re-scan is all `lstat`, and one Python loop over ~20k entries sits at the interpreter's
-floor (bench/README.md); threads do not overlap it (the GIL). So the directories `previous` knew
-are listed, each on its own (not recursively), by forked processes taking batches of them from one
-queue until it is empty.
+An unchanged re-scan is all `lstat`. In Python each call also builds a stat_result (~40 objects),
+more than the syscall itself, and threads do not overlap that work (the GIL); so the directories
+`previous` knew are listed by the C extension `lifecycle._rescan`, on one POSIX thread per worker
+with the GIL released, and only the directories it flags are looked at again here, by the same
+rules in Python. Without the extension (built with no C compiler at hand) Python lists them all.
 
 Why a match proves the tree unchanged: every directory `previous` knew is listed, once; every entry
 a listing shows (transient names aside, as in the walk) must be one `previous` has in that directory
@@ -16,34 +17,26 @@ mismatch) answers False, and the caller's full walk then runs and reports what i
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from functools import partial
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
-
-from lifecycle.forking import fork_is_safe as _fork_is_safe
-from lifecycle.forking import kill_and_reap, spawn
 
 if TYPE_CHECKING:
     from lifecycle.fingerprint import Entry, Fingerprint
 
-# Below this many entries one process checks everything: the fork, the child's copy-on-write
-# faults and its exit cost more than half the listing saves. Measured on a 2-core VM, trees of 20
-# files per dir, median of 7: 2,005 entries 11.6 ms in-process vs 11.8 forked; 3,008: 16.9 vs
-# 14.7; 4,010: 22.8 vs 17.3; bench/fingerprint.py's 21,705: 99-152 vs 62-96.
-FORK_MIN_ENTRIES = 3000
-# Opening and listing an empty directory takes ~11 us, checking one entry ~5 us (measured).
-_DIR_WEIGHT = 2
-# Batches of work for the forked checkers: at most 1,024 (the queue stays within 2 KiB), each at
-# least 64 entries (~0.3 ms, against one 2-byte read from the queue).
-_MAX_BATCHES = 1024
-_MIN_BATCH = 64
+Listing = tuple[str, Mapping[str, "Entry"]]  # a directory and the entries expected in it
+Rule = tuple[tuple[str, ...], Callable[[str, str], bool]]  # suffixes, is_transient(name, parent)
+Differing = Callable[[str, Sequence["Entry"], int, tuple[str, ...]], list[Listing] | None]
+
+_differing: Differing | None
+try:
+    from lifecycle._rescan import differing as _differing
+except ImportError:  # installed where no C compiler was: the same check in Python, ~3x slower
+    _differing = None
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _FLAGS = (_DIR_FLAGS, _DIR_FLAGS | os.O_NOFOLLOW)  # [the root, below it]
-
-Listing = tuple[str, Mapping[str, "Entry"]]  # a directory and the entries expected in it
 
 
 def unchanged(
@@ -52,31 +45,28 @@ def unchanged(
     workers: int,
     *,
     kinds: Mapping[int, str],
-    transient: Callable[[str, str], bool],
+    transient: Rule,
 ) -> bool:
     """True only if the tree under `top` holds exactly `previous`'s entries, identities and all.
 
-    `kinds` (S_IFMT -> kind) and `transient` are the full scan's own rules, handed in.
+    `kinds` (S_IFMT -> kind) and `transient` (the suffixes every transient name ends in, and the
+    rule) are the full scan's own rules, handed in. `workers` threads list directories.
     """
-    listings = _listings(previous.entries)
-    if listings is None:
-        return False
-    if workers < 2 or len(previous.entries) < FORK_MIN_ENTRIES or not _fork_is_safe():
+    if _differing is None:
+        listings = _listings(previous.entries)
+        if listings is None:
+            return False
         return _listed_unchanged(top, listings.items(), kinds, transient)
-    batches = _batches(listings)
-    try:
-        with _queue(len(batches)) as queue:
-            check = partial(_drain, queue, top, batches, kinds, transient)
-            return _forked([check] * workers)
-    except OSError:  # no pipe or no fork to be had (EMFILE, EAGAIN, ENOMEM): the walk answers
-        return False
+    # None: entries no walk could give. A directory holding a name with a transient suffix is
+    # flagged for the walk's own rule here (the usual case: a `locks` dir holding lock files).
+    flagged = _differing(top, previous.entries, workers, transient[0])
+    return flagged is not None and _listed_unchanged(top, flagged, kinds, transient)
 
 
 def _listings(entries: Sequence[Entry]) -> dict[str, dict[str, Entry]] | None:
     """Directory ("" for the root) -> {name: entry}; None for entries no walk could give."""
     # One pass in path order (a parent sorts before its children); keyed by bare name, so the
-    # check looks up the name scandir gives in a small dict instead of building a path. This pass
-    # runs before the fork, unshared: ~7 ms of a ~65-90 ms re-scan of 21,705 entries.
+    # check looks up the name scandir gives in a small dict instead of building a path.
     listings: dict[str, dict[str, Entry]] = {"": {}}
     get = listings.get
     last, listing = "", listings[""]
@@ -94,69 +84,15 @@ def _listings(entries: Sequence[Entry]) -> dict[str, dict[str, Entry]] | None:
     return listings if sum(map(len, listings.values())) == len(entries) else None
 
 
-def _batches(listings: Mapping[str, Mapping[str, Entry]]) -> list[list[Listing]]:
-    """Directories, largest first, in at most _MAX_BATCHES batches of about equal work."""
-    # Largest first, so the batches left at the end are small and the checkers finish together.
-    ordered = sorted(listings.items(), key=_weight, reverse=True)
-    target = max(_MIN_BATCH, -(-sum(map(_weight, ordered)) // _MAX_BATCHES))
-    batches: list[list[Listing]] = [[]]
-    load = 0
-    for listing in ordered:
-        if load >= target:
-            batches.append([])
-            load = 0
-        batches[-1].append(listing)
-        load += _weight(listing)
-    return batches
-
-
-def _weight(listing: Listing) -> int:
-    return len(listing[1]) + _DIR_WEIGHT
-
-
-@contextlib.contextmanager
-def _queue(batches: int) -> Iterator[int]:
-    """A pipe's read end holding the numbers 0..batches-1, two bytes each; closed on exit."""
-    # One write of at most 2 KiB: it fits the smallest pipe buffer (a page), so it never blocks,
-    # and no record is ever split, so every read of two bytes takes exactly one number.
-    read, write = os.pipe()
-    try:
-        os.write(write, b"".join(n.to_bytes(2, "little") for n in range(batches)))
-    finally:
-        os.close(write)
-    try:
-        yield read
-    finally:
-        os.close(read)
-
-
-def _drain(
-    queue: int,
-    top: str,
-    batches: Sequence[Iterable[Listing]],
-    kinds: Mapping[int, str],
-    transient: Callable[[str, str], bool],
-) -> bool:
-    """Check batches taken from `queue` until it is empty; on a mismatch, empty it and say so."""
-    # Each checker takes the next batch when it is done with one, so a checker on a slower CPU
-    # (on this VM the same share takes 48 ms or 68 ms) does less; and a mismatch found by one
-    # stops the others after their current batch instead of at the end of a fixed share.
-    while record := os.read(queue, 2):
-        if not _listed_unchanged(top, batches[int.from_bytes(record, "little")], kinds, transient):
-            while os.read(queue, 4096):
-                pass
-            return False
-    return True
-
-
 def _listed_unchanged(
     top: str,
     listings: Iterable[Listing],
     kinds: Mapping[int, str],
-    transient: Callable[[str, str], bool],
+    transient: Rule,
 ) -> bool:
     """List each directory (not recursively): True if it holds exactly its expected entries."""
     lstat, readlink, file_type = os.DirEntry.stat, os.readlink, stat.S_IFMT
+    suffixes, is_transient = transient
     for directory, expected in listings:
         parent = directory.rpartition("/")[2]
         get = expected.get
@@ -174,11 +110,7 @@ def _listed_unchanged(
                     mode = st.st_mode
                     kind = kinds.get(file_type(mode), "other")
                     # The walk's transient filter, with its cheap suffix test first.
-                    if (
-                        kind != "dir"
-                        and name.endswith((".lock", ".tmp"))
-                        and transient(name, parent)
-                    ):
+                    if kind != "dir" and name.endswith(suffixes) and is_transient(name, parent):
                         continue
                     prev = get(name)
                     # What scan() compares before it re-uses an entry, cheapest and likeliest first;
@@ -201,22 +133,3 @@ def _listed_unchanged(
         if seen != len(expected):
             return False
     return True
-
-
-def _forked(checks: Sequence[Callable[[], bool]]) -> bool:
-    """Run checks[0] here and every other check in a forked child; True if all of them pass."""
-    children: list[int] = []
-    try:
-        for check in checks[1:]:
-            spawn(check, children)
-        if not checks[0]():
-            return False
-        while children:
-            _, status = os.waitpid(children[-1], 0)
-            children.pop()
-            if os.waitstatus_to_exitcode(status) != 0:
-                return False
-        return True
-    finally:
-        # On a mismatch, an error or a KeyboardInterrupt here: the answer is known, stop the rest.
-        kill_and_reap(children)
