@@ -4,9 +4,10 @@
     python3 bench/fingerprint.py --files 500 --total-mb 50 --repeat 1 --json   # CI-sized
 
 One run generates the tree, reads all of it once (an untimed sha256sum pass that also gives the
-reference hashes, so every measurement starts from a warm page cache), then times sha256sum, a
-full scan and an unchanged re-scan, each in a fresh child process. Every scan's hashes are
-checked against sha256sum's. `--experiments` adds scan variants (threads, batching, chunk size,
+reference hashes, so every measurement starts from a warm page cache), then times sha256sum, and
+in interleaved rounds a full scan, an unchanged re-scan, and the same re-scan without the C
+extension (lifecycle/_rescan.c), each in a fresh child process. Every scan's hashes are checked
+against sha256sum's. `--experiments` adds scan variants (threads, batching, chunk size,
 mmap, hashlib.file_digest) and sha256sum spread over all cores.
 
 Peak memory: a process started from Python inherits Python's high-water RSS in ru_maxrss across
@@ -25,7 +26,6 @@ import mmap
 import os
 import platform
 import random
-import resource
 import shutil
 import ssl
 import statistics
@@ -39,7 +39,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout, not whatever copy of lifecycle is installed
 
-from lifecycle import fingerprint  # noqa: E402
+from lifecycle import fingerprint, rescan  # noqa: E402
 
 SHA256SUM = "find . -type f -print0 | xargs -0 sha256sum"
 SHA256SUM_ALL_CORES = f"find . -type f -print0 | xargs -0 -P {os.cpu_count()} -n 500 sha256sum"
@@ -139,6 +139,8 @@ def child(mode: str, root: Path, out: str, prev_file: str, settings: dict[str, A
         print(json.dumps({"wall_s": wall, "peak_rss_kib": int(done.stderr.split()[-1])}))
         return
     workers = settings.pop("workers", None)
+    if settings.pop("python_rescan", False):
+        rescan._differing = None  # as where the package was installed without a C compiler
     if "hasher" in settings:
         settings["_hash_file"] = _HASHERS[settings.pop("hasher")]
     for name, value in settings.items():
@@ -149,19 +151,8 @@ def child(mode: str, root: Path, out: str, prev_file: str, settings: dict[str, A
     result = fingerprint.scan(root, previous, workers=workers)
     wall = time.perf_counter() - start
     peak = _proc_status_kib("VmHWM")
-    # An unchanged re-scan forks checkers (lifecycle/rescan.py): their peak, shared pages included.
-    forked = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     Path(out).write_text(result.to_json())
-    print(
-        json.dumps(
-            {
-                "wall_s": wall,
-                "peak_rss_kib": peak,
-                "rss_before_kib": baseline,
-                "forked_peak_rss_kib": forked,
-            }
-        )
-    )
+    print(json.dumps({"wall_s": wall, "peak_rss_kib": peak, "rss_before_kib": baseline}))
 
 
 def measure(
@@ -173,19 +164,30 @@ def measure(
     settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Median wall time of `repeat` child runs, and the largest peak RSS among them."""
+    return summarize([once(mode, root, out, prev, settings) for _ in range(repeat)])
+
+
+def once(
+    mode: str,
+    root: Path,
+    out: Path | None = None,
+    prev: Path | None = None,
+    settings: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One child run: its wall time and memory."""
     args = [mode, str(root), str(out or ""), str(prev or ""), json.dumps(settings or {})]
-    runs = []
-    for _ in range(repeat):
-        proc = subprocess.run(
-            [sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=True
-        )
-        runs.append(json.loads(proc.stdout))
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=True
+    )
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = dict(runs[0])
     summary["wall_s"] = statistics.median(r["wall_s"] for r in runs)
     summary["walls_s"] = [round(r["wall_s"], 4) for r in runs]
     summary["peak_rss_kib"] = max(r["peak_rss_kib"] for r in runs)
-    if "forked_peak_rss_kib" in summary:
-        summary["forked_peak_rss_kib"] = max(r["forked_peak_rss_kib"] for r in runs)
     return summary
 
 
@@ -211,11 +213,16 @@ def run(tree: Path, work: Path, repeat: int, experiments: bool) -> dict[str, Any
     expected = reference_hashes(tree)
     full_json, rescan_json, variant_json = work / "full.json", work / "rescan.json", work / "v.json"
     sha = measure("sha256sum", tree, repeat)
-    full = measure("scan", tree, repeat, full_json)
-    digest = check(full_json, expected)
-    rescan = measure("scan", tree, repeat, rescan_json, prev=full_json)
-    if check(rescan_json, expected) != digest:
-        raise SystemExit("the re-scan gave another tree digest")
+    # Interleaved rounds, so a slow or fast spell of this shared machine falls on all three.
+    rounds: dict[str, list[dict[str, Any]]] = {"scan": [], "rescan": [], "rescan_python": []}
+    for _ in range(repeat):
+        rounds["scan"].append(once("scan", tree, full_json))
+        digest = check(full_json, expected)
+        for label, settings in (("rescan", {}), ("rescan_python", {"python_rescan": True})):
+            rounds[label].append(once("scan", tree, rescan_json, full_json, settings))
+            if check(rescan_json, expected) != digest:
+                raise SystemExit(f"{label} gave another tree digest")
+    full, rescan, rescan_python = (summarize(rounds[label]) for label in rounds)
     variants = {}
     if experiments:
         variants["sha256sum, xargs -P nproc"] = measure("sha256sum-all-cores", tree, repeat)
@@ -239,8 +246,11 @@ def run(tree: Path, work: Path, repeat: int, experiments: bool) -> dict[str, Any
         "sha256sum": sha,
         "scan": full,
         "rescan": rescan,
+        "rescan_python": rescan_python,
         "speedup_vs_sha256sum": sha["wall_s"] / full["wall_s"],
         "rescan_fraction": rescan["wall_s"] / full["wall_s"],
+        "rescan_python_fraction": rescan_python["wall_s"] / full["wall_s"],
+        "c_speedup_of_rescan": rescan_python["wall_s"] / rescan["wall_s"],
         "tree_digest": digest,
         "variants": variants,
     }
@@ -268,6 +278,7 @@ def print_table(results: dict[str, Any]) -> None:
         ("sha256sum (find | xargs -0)", results["sha256sum"]),
         ("scan (full)", results["scan"]),
         ("scan (unchanged, with previous)", results["rescan"]),
+        ("  the same, Python only (no C)", results["rescan_python"]),
         *results["variants"].items(),
     ]
     for label, row in rows:
@@ -275,6 +286,7 @@ def print_table(results: dict[str, Any]) -> None:
     print(
         f"sha256sum / scan: {results['speedup_vs_sha256sum']:.2f}x;"
         f" re-scan / scan: {results['rescan_fraction']:.1%}"
+        f" ({results['rescan_python_fraction']:.1%} without C)"
     )
 
 

@@ -45,11 +45,19 @@ typedef struct {
 
 #define NO_TYPE ((mode_t)-1)
 
+/* What listing a directory found. A verdict only orders and ends the work here: every directory
+ * not shown to match goes back to Python, which decides. */
+enum verdict {
+    LOOK_AGAIN = 0, /* not listed yet, could not be listed, or holds a name for Python to judge */
+    MATCHES,
+    DIFFERS /* a name Python would not skip is new, missing or changed: the others can stop */
+};
+
 /* A directory to list: the entry naming it (NULL for the root) and its children, in name order. */
 typedef struct {
     const expected_entry *self;
     size_t first, count; /* children are entries[children[first .. first + count)] */
-    int differs;
+    enum verdict verdict;
 } expected_dir;
 
 typedef struct {
@@ -62,6 +70,7 @@ typedef struct {
     size_t suffix_lens[MAX_SUFFIXES], suffix_count;
     int top;     /* the cache root, open */
     size_t next; /* the next directory to list, shared by the threads (atomic) */
+    int stop;    /* set (atomic) once a directory DIFFERS: the answer is known */
 } job;
 
 static PyObject *attr_path, *attr_kind, *attr_size, *attr_mode, *attr_mtime_ns, *attr_inode,
@@ -101,7 +110,7 @@ static int has_suffix(const job *j, const char *name) {
 /* Does `name` in the directory open as `fd` still have the identity `want` records? */
 static int same_entry(int fd, const char *name, const expected_entry *want) {
     struct stat st;
-    if (fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return 0;
+    if (want == NULL || fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return 0;
     mode_t type = type_of(st.st_mode);
     long long size = type == S_IFREG ? (long long)st.st_size : 0;
     long long mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
@@ -116,38 +125,45 @@ static int same_entry(int fd, const char *name, const expected_entry *want) {
     return got == want->link_len && memcmp(target, want->link, (size_t)got) == 0;
 }
 
-/* List one directory: 1 if it holds exactly its expected entries, each with the same identity. */
-static int dir_matches(const job *j, const expected_dir *dir) {
+/* List one directory: does it hold exactly its expected entries, each with the same identity? */
+static enum verdict judge(const job *j, const expected_dir *dir) {
     /* O_NOFOLLOW below the root, as the walk does: a directory swapped for a symlink fails. */
     int fd = dir->self ? openat(j->top, dir->self->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)
                        : fcntl(j->top, F_DUPFD_CLOEXEC, 0);
-    if (fd < 0) return 0;
+    if (fd < 0) return LOOK_AGAIN;
     DIR *listing = fdopendir(fd);
     if (listing == NULL) {
         close(fd);
-        return 0;
+        return LOOK_AGAIN;
     }
     size_t seen = 0;
-    int matches = 1;
+    int suffixed = 0;
+    enum verdict verdict = MATCHES;
     struct dirent *item;
-    for (errno = 0; matches && (item = readdir(listing)) != NULL; errno = 0) {
+    for (errno = 0; verdict == MATCHES && (item = readdir(listing)) != NULL; errno = 0) {
         const char *name = item->d_name;
         if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) continue;
-        const expected_entry *want = find(j, dir, name);
-        matches = want != NULL && !has_suffix(j, name) && same_entry(fd, name, want);
         seen++;
+        if (has_suffix(j, name))
+            suffixed = 1; /* perhaps transient: for Python to judge */
+        else if (!same_entry(fd, name, find(j, dir, name)))
+            verdict = DIFFERS;
     }
-    if (errno != 0) matches = 0; /* readdir failed rather than ended */
-    closedir(listing);           /* and fd with it */
+    if (errno != 0 && verdict == MATCHES) verdict = LOOK_AGAIN; /* readdir failed, not ended */
+    closedir(listing);                                        /* and fd with it */
+    if (verdict != MATCHES) return verdict;
+    if (suffixed) return LOOK_AGAIN;
     /* Names within one listing are distinct: as many as expected, each found, is the same set. */
-    return matches && seen == dir->count;
+    return seen == dir->count ? MATCHES : DIFFERS;
 }
 
 static void *work(void *arg) {
     job *j = arg;
     size_t i;
-    while ((i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->dir_count)
-        j->dirs[i].differs = !dir_matches(j, &j->dirs[i]);
+    while (!__atomic_load_n(&j->stop, __ATOMIC_RELAXED) &&
+           (i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->dir_count)
+        if ((j->dirs[i].verdict = judge(j, &j->dirs[i])) == DIFFERS)
+            __atomic_store_n(&j->stop, 1, __ATOMIC_RELAXED);
     return NULL;
 }
 
@@ -292,12 +308,14 @@ unwalkable:
     return 1;
 }
 
-/* The flagged directories as [(path, {name: Entry})], for rescan._listed_unchanged. */
+/* The directories not shown to match, as [(path, {name: Entry})] for rescan._listed_unchanged:
+ * those that DIFFER first, so Python's check (which stops at the first mismatch) looks at them
+ * before any directory left unlisted. */
 static PyObject *flagged(const job *j) {
     PyObject *result = PyList_New(0);
-    for (size_t d = 0; result != NULL && d < j->dir_count; d++) {
-        const expected_dir *dir = &j->dirs[d];
-        if (!dir->differs) continue;
+    for (size_t n = 0; result != NULL && n < 2 * j->dir_count; n++) {
+        const expected_dir *dir = &j->dirs[n % j->dir_count];
+        if (dir->verdict != (n < j->dir_count ? DIFFERS : LOOK_AGAIN)) continue;
         PyObject *path = dir->self ? PyObject_GetAttr(dir->self->object, attr_path)
                                    : PyUnicode_FromString("");
         PyObject *entries = PyDict_New();
@@ -322,10 +340,11 @@ PyDoc_STRVAR(
     "differing(top, entries, threads, suffixes) -> list[tuple[str, dict[str, Entry]]] | None\n\n"
     "List every directory of `entries` (a previous fingerprint's, in path order) under `top` on\n"
     "`threads` threads. Gives the directories to look at again, each with its expected entries by\n"
-    "name: those not holding exactly their entries with the same kind, size, mode, mtime_ns,\n"
-    "inode and link target, those that could not be listed, and those holding a name that ends\n"
-    "in one of `suffixes`. None when no walk could have given `entries` (not in path order, or\n"
-    "an entry whose parent is not a directory among them).");
+    "name: first those not holding exactly their entries with the same kind, size, mode,\n"
+    "mtime_ns, inode and link target (the listing stops at the first), then those that could not\n"
+    "be listed, were not listed, or hold a name that ends in one of `suffixes`. None when no\n"
+    "walk could have given `entries` (not in path order, or an entry whose parent is not a\n"
+    "directory among them).");
 
 static PyObject *differing(PyObject *module, PyObject *args) {
     (void)module;
@@ -368,11 +387,9 @@ static PyObject *differing(PyObject *module, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     /* The root is followed if it is a symlink (a cache moved to another disk); nothing below. */
     j.top = open(PyBytes_AS_STRING(top), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (j.top >= 0) {
+    if (j.top >= 0) { /* else every verdict stays LOOK_AGAIN */
         list_all(&j, threads);
         close(j.top);
-    } else {
-        for (size_t d = 0; d < j.dir_count; d++) j.dirs[d].differs = 1;
     }
     Py_END_ALLOW_THREADS
     result = flagged(&j);
