@@ -30,7 +30,7 @@
 
 /* What a previous fingerprint recorded for one entry (a fingerprint.Entry). */
 typedef struct {
-    PyObject *object;  /* the Entry, borrowed from the caller's sequence */
+    PyObject *object;  /* the Entry (the call holds a tuple of them) */
     const char *path;  /* relative, os.fsencode'd; NUL-terminated */
     Py_ssize_t path_len;
     const char *name;  /* the last component, inside `path` */
@@ -128,8 +128,8 @@ static int same_entry(int fd, const char *name, const expected_entry *want) {
 /* List one directory: does it hold exactly its expected entries, each with the same identity? */
 static enum verdict judge(const job *j, const expected_dir *dir) {
     /* O_NOFOLLOW below the root, as the walk does: a directory swapped for a symlink fails. */
-    int fd = dir->self ? openat(j->top, dir->self->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)
-                       : fcntl(j->top, F_DUPFD_CLOEXEC, 0);
+    int flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW;
+    int fd = dir->self ? openat(j->top, dir->self->path, flags) : fcntl(j->top, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) return LOOK_AGAIN;
     DIR *listing = fdopendir(fd);
     if (listing == NULL) {
@@ -181,10 +181,12 @@ static void list_all(job *j, int threads) {
 /* ---- Reading the entries, with the GIL ---- */
 
 /* `text` as os.fsencode bytes: the str's own UTF-8 when it has one (no copy for ASCII), else
- * new bytes (a name with undecodable bytes, as surrogate escapes), kept alive in `keep`. */
+ * new bytes (a name with undecodable bytes, as surrogate escapes). Whichever it is, `keep`
+ * holds it, so the threads never read freed memory whatever other Python threads do meanwhile. */
 static const char *encoded(PyObject *text, PyObject *keep, Py_ssize_t *length) {
     const char *utf8 = PyUnicode_AsUTF8AndSize(text, length);
-    if (utf8 != NULL || !PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return utf8;
+    if (utf8 != NULL) return PyList_Append(keep, text) < 0 ? NULL : utf8;
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return NULL;
     PyErr_Clear();
     PyObject *bytes = PyUnicode_EncodeFSDefault(text);
     if (bytes == NULL) return NULL;
@@ -213,7 +215,7 @@ static int read_entry(PyObject *object, expected_entry *out, PyObject *keep) {
     PyObject *value = PyObject_GetAttr(object, attr_path);
     if (value == NULL) return -1;
     out->path = encoded(value, keep, &out->path_len);
-    Py_DECREF(value); /* the Entry keeps the str, and with it its UTF-8 */
+    Py_DECREF(value);
     if (out->path == NULL) return -1;
     const char *slash = strrchr(out->path, '/');
     out->name = slash ? slash + 1 : out->path;
@@ -273,8 +275,10 @@ static int group(job *j) {
     if (parent == NULL) return -1;
     j->dir_count = 1;
     for (size_t i = 0; i < j->entry_count; i++) {
-        if (i > 0 && strcmp(j->entries[i - 1].path, j->entries[i].path) >= 0) goto unwalkable;
-        if (j->entries[i].type == S_IFDIR) j->dirs[j->dir_count++].self = &j->entries[i];
+        const expected_entry *entry = &j->entries[i];
+        if (strlen(entry->path) != (size_t)entry->path_len) goto unwalkable; /* a NUL inside */
+        if (i > 0 && strcmp(j->entries[i - 1].path, entry->path) >= 0) goto unwalkable;
+        if (entry->type == S_IFDIR) j->dirs[j->dir_count++].self = entry;
     }
     size_t last = 0; /* most entries share the parent of the one before */
     for (size_t i = 0; i < j->entry_count; i++) {
@@ -355,7 +359,7 @@ static PyObject *differing(PyObject *module, PyObject *args) {
         return NULL;
     job j = {.top = -1};
     PyObject *result = NULL, *keep = PyList_New(0);
-    PyObject *entries = PySequence_Fast(sequence, "entries must be a sequence");
+    PyObject *entries = PySequence_Tuple(sequence); /* its own references to the entries */
     if (keep == NULL || entries == NULL) goto done;
     if (PyTuple_GET_SIZE(suffixes) > MAX_SUFFIXES) {
         PyErr_SetString(PyExc_ValueError, "too many suffixes");
@@ -367,7 +371,7 @@ static PyObject *differing(PyObject *module, PyObject *args) {
         if (j.suffixes[k] == NULL) goto done;
         j.suffix_lens[j.suffix_count++] = (size_t)length;
     }
-    j.entry_count = (size_t)PySequence_Fast_GET_SIZE(entries);
+    j.entry_count = (size_t)PyTuple_GET_SIZE(entries);
     size_t room = j.entry_count + 1;
     j.entries = PyMem_Calloc(room, sizeof *j.entries);
     j.dirs = PyMem_Calloc(room, sizeof *j.dirs);
@@ -377,7 +381,7 @@ static PyObject *differing(PyObject *module, PyObject *args) {
         goto done;
     }
     for (size_t i = 0; i < j.entry_count; i++)
-        if (read_entry(PySequence_Fast_GET_ITEM(entries, i), &j.entries[i], keep) < 0) goto done;
+        if (read_entry(PyTuple_GET_ITEM(entries, i), &j.entries[i], keep) < 0) goto done;
     int grouped = group(&j);
     if (grouped != 0) {
         result = grouped < 0 ? PyErr_NoMemory() : Py_NewRef(Py_None);

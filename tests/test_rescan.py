@@ -416,7 +416,18 @@ def _orphan(fp: Fingerprint) -> Fingerprint:
     return dataclasses.replace(fp, entries=tuple(entries))
 
 
-@pytest.mark.parametrize("shape", [_unsorted, _repeated, _orphan], ids=lambda f: f.__name__)
+def _nul_in_a_path(fp: Fingerprint) -> Fingerprint:
+    # No file name holds a NUL; C, which reads paths up to one, must not take it for the real file.
+    entries = (
+        dataclasses.replace(e, path=e.path + "\0") if e.path == "flashinfer_jit.log" else e
+        for e in fp.entries
+    )
+    return dataclasses.replace(fp, entries=tuple(entries))
+
+
+@pytest.mark.parametrize(
+    "shape", [_unsorted, _repeated, _orphan, _nul_in_a_path], ids=lambda f: f.__name__
+)
 def test_a_previous_no_walk_gives_is_refused(
     tmp_path: Path, workers: int, shape: Callable[[Fingerprint], Fingerprint]
 ) -> None:
