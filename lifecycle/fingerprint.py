@@ -34,10 +34,8 @@ _DIGEST_HEADER = "lifecycle-tree-v1\0"
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink"}  # else "other"
-TRANSIENT_SUFFIXES = (
-    ".lock",
-    ".tmp",
-)  # every name is_transient takes ends in one: a cheap first test
+# Every name is_transient takes ends in one of these: a cheap test before the rule itself.
+TRANSIENT_SUFFIXES = (".lock", ".tmp")
 _RACE_HINT = "is a boot still writing this cache?"
 
 

@@ -50,7 +50,7 @@ def unchanged(
     """True only if the tree under `top` holds exactly `previous`'s entries, identities and all.
 
     `kinds` (S_IFMT -> kind) and `transient` (the suffixes every transient name ends in, and the
-    rule) are the full scan's own rules, handed in. `workers` threads list directories.
+    rule) are the full scan's own rules, handed in. `workers` threads list directories (in C).
     """
     if _differing is None:
         listings = _listings(previous.entries)
