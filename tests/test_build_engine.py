@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -117,6 +118,79 @@ def test_a_patch_that_does_not_apply_names_patch_and_hunk(
     label = {"label": f"lifecycle.manifest.digest={digest}"}
     assert docker_client.images.list(filters=label) == []  # no image tagged
     assert [b.outcome for b in Ledger.open(Path.home() / "lifecycle").builds()] == ["failed"]
+
+
+def _binary_patch(tmp_path: Path, base: dict[str, bytes], patched: dict[str, bytes]) -> bytes:
+    """`git diff --binary` from files `base` to files `patched`, as `lifecycle port` writes it."""
+    repo = tmp_path / "patch-source"
+    repo.mkdir()
+
+    def git(*args: str) -> bytes:
+        command = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
+        return subprocess.run(command, cwd=repo, capture_output=True, check=True).stdout
+
+    git("init", "-q")
+    for files in (base, patched):
+        for name in {p.name for p in repo.iterdir()} - {".git"}:
+            shutil.rmtree(repo / name) if (repo / name).is_dir() else (repo / name).unlink()
+        for name, data in files.items():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            (repo / name).write_bytes(data)
+        git("add", "-A")
+        git("commit", "-q", "--allow-empty", "-m", "x")
+    return git("diff", "--binary", "--src-prefix=a/", "--dst-prefix=b/", "HEAD~1", "HEAD")
+
+
+def _add_patch(manifests: Path, name: str, patch: bytes) -> None:
+    """Append `patch` to demo/0.2's series (after kernel-mix.patch)."""
+    (manifests / "demo/0.2/patches" / name).write_bytes(patch)
+    manifest = manifests / "demo/0.2/manifest.yaml"
+    entry = "    drop_when: never; this is the demo's own patch\n"
+    text = manifest.read_text()
+    assert entry in text
+    manifest.write_text(
+        text.replace(entry, f"{entry}  - file: patches/{name}\n    reason: a test's binary file\n")
+    )
+
+
+def test_a_patch_with_binary_files_applies_them_in_the_image(
+    manifests: Path, docker_client: Any, tmp_path: Path
+) -> None:
+    """GNU patch refuses git's binary blocks; the build applies them itself (gitbinary.py),
+    the text of the same patch still through patch."""
+    kernel = b"\x7fELF\0" + secrets.token_bytes(5000)
+    patch = _binary_patch(
+        tmp_path, {}, {"kernels/tuned.cubin": kernel, "TUNING.txt": b"tuned on the demo\n"}
+    )
+    assert b"GIT binary patch" in patch and b"+tuned on the demo" in patch
+    _add_patch(manifests, "tuned-kernel.patch", patch)
+
+    code, out, err, _ = _build(manifests)
+    assert code == 0, err
+    assert "lifecycle: patch applied: patches/tuned-kernel.patch" in err
+    read = (
+        "import hashlib, pathlib; p = pathlib.Path('/usr/lib/python3/dist-packages/demollm');"
+        " print(hashlib.sha256((p / 'kernels/tuned.cubin').read_bytes()).hexdigest());"
+        " print((p / 'TUNING.txt').read_text(), end='')"
+    )
+    logs = docker_client.containers.run(
+        out.split()[1], ["python3", "-c", read], network_mode="none", remove=True
+    ).decode()
+    assert logs == f"{hashlib.sha256(kernel).hexdigest()}\ntuned on the demo\n"
+
+
+def test_a_binary_block_for_another_file_fails_the_build_by_name(
+    manifests: Path, docker_client: Any, tmp_path: Path
+) -> None:
+    patch = _binary_patch(
+        tmp_path, {"kernels/absent.cubin": b"\0old"}, {"kernels/absent.cubin": b"\0new"}
+    )
+    _add_patch(manifests, "absent-kernel.patch", patch)
+    code, _, err, _ = _build(manifests)
+    assert code == 1
+    assert "PATCH FAILED: patches/absent-kernel.patch" in err
+    assert "binary: kernels/absent.cubin: No such file or directory" in err
+    assert "Traceback" not in err
 
 
 @pytest.fixture

@@ -60,7 +60,7 @@ def plan_build(loaded: LoadedManifest, *, created: datetime, source: SourceInfo)
     context["lifecycle/series.tsv"] = "".join(series).encode()
     pins = {engine.vllm_dist: engine.vllm, engine.flashinfer_dist: engine.flashinfer}
     context["lifecycle/pins.json"] = json.dumps(pins, indent=2).encode()
-    for helper in ("pins.py", "apply-series.sh"):
+    for helper in ("pins.py", "apply-series.sh", "gitbinary.py"):
         context[f"lifecycle/{helper}"] = _in_image(helper)
     dockerfile = _dockerfile(loaded, digest)
     context["Dockerfile"] = dockerfile.encode()
