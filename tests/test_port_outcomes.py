@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.test_port_support import PatchSpec, Project, Upstream, change_mix, git
+from tests.test_gitbinary import gitbinary
+from tests.test_port_support import SUBDIR, PatchSpec, Project, Upstream, change_mix, git
 
 
 @pytest.fixture
@@ -200,7 +202,7 @@ def _flip_bytes(u: Upstream) -> None:
 
 
 def test_binary_patch_unchanged_upstream_is_clean_and_byte_identical(
-    up: Upstream, project: Project
+    up: Upstream, project: Project, tmp_path: Path
 ) -> None:
     patch = up.patch("v1.0.0", _flip_bytes)
     assert b"GIT binary patch" in patch
@@ -215,6 +217,25 @@ def test_binary_patch_unchanged_upstream_is_clean_and_byte_identical(
     (result,) = run.report["patches"]
     assert (result["outcome"], result["unchanged"]) == ("CLEAN", True)
     assert project.shown("port/2.0", "manifests/2.0/patches/data.patch") == patch
+    # And the build can apply it: the in-image helper, on release 2.0's package dir.
+    package = tmp_path / "image" / SUBDIR
+    package.mkdir(parents=True)
+    for rel in git(up.path, "ls-files", SUBDIR).split():
+        data = subprocess.run(
+            ["git", "show", f"v2.0.0:{rel}"], cwd=up.path, capture_output=True, check=True
+        ).stdout
+        (package.parent / rel).write_bytes(data)
+    gitbinary.apply(patch.decode("utf-8", "surrogateescape"), package, check_only=False)
+    expected = bytearray(
+        subprocess.run(
+            ["git", "show", f"v2.0.0:{SUBDIR}/data.bin"],
+            cwd=up.path,
+            capture_output=True,
+            check=True,
+        ).stdout
+    )
+    expected[10:14] = b"\xff\x00\xfe\x01"
+    assert (package / "data.bin").read_bytes() == bytes(expected)
 
 
 def test_binary_file_changed_upstream_too_is_a_binary_conflict(
