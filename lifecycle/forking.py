@@ -2,8 +2,7 @@
 return into the caller's stack, and every child killed and reaped on the way out.
 
 Python threads cannot overlap CPU-bound work (the GIL); a forked child can, and shares the
-parent's memory copy-on-write. `archive.transfer` forks uploaders. (The re-scan forked its
-directory checkers too, until C threads outside the GIL took its hot loop: lifecycle/_rescan.c.)
+parent's memory copy-on-write. `archive.transfer` forks uploaders.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from lifecycle.cli import cli
 from lifecycle.ledger import Ledger
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.digest import manifest_digest, patch_digests
+from tests.test_gitbinary import git
 
 pytestmark = pytest.mark.docker
 
@@ -124,21 +125,16 @@ def _binary_patch(tmp_path: Path, base: dict[str, bytes], patched: dict[str, byt
     """`git diff --binary` from files `base` to files `patched`, as `lifecycle port` writes it."""
     repo = tmp_path / "patch-source"
     repo.mkdir()
-
-    def git(*args: str) -> bytes:
-        command = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
-        return subprocess.run(command, cwd=repo, capture_output=True, check=True).stdout
-
-    git("init", "-q")
-    for files in (base, patched):
-        for name in {p.name for p in repo.iterdir()} - {".git"}:
-            shutil.rmtree(repo / name) if (repo / name).is_dir() else (repo / name).unlink()
+    git(repo, "init", "-q")
+    for files, gone in ((base, {}), (patched, base)):
+        for name in gone:
+            (repo / name).unlink()
         for name, data in files.items():
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             (repo / name).write_bytes(data)
-        git("add", "-A")
-        git("commit", "-q", "--allow-empty", "-m", "x")
-    return git("diff", "--binary", "--src-prefix=a/", "--dst-prefix=b/", "HEAD~1", "HEAD")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "--allow-empty", "-m", "x")
+    return git(repo, "diff", "--binary", "--src-prefix=a/", "--dst-prefix=b/", "HEAD~1", "HEAD")
 
 
 def _add_patch(manifests: Path, name: str, patch: bytes) -> None:

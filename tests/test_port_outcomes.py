@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.test_gitbinary import git as git_bytes
 from tests.test_gitbinary import gitbinary
 from tests.test_port_support import SUBDIR, PatchSpec, Project, Upstream, change_mix, git
 
@@ -221,19 +221,9 @@ def test_binary_patch_unchanged_upstream_is_clean_and_byte_identical(
     package = tmp_path / "image" / SUBDIR
     package.mkdir(parents=True)
     for rel in git(up.path, "ls-files", SUBDIR).split():
-        data = subprocess.run(
-            ["git", "show", f"v2.0.0:{rel}"], cwd=up.path, capture_output=True, check=True
-        ).stdout
-        (package.parent / rel).write_bytes(data)
+        (package.parent / rel).write_bytes(git_bytes(up.path, "show", f"v2.0.0:{rel}"))
     gitbinary.apply(patch.decode("utf-8", "surrogateescape"), package, check_only=False)
-    expected = bytearray(
-        subprocess.run(
-            ["git", "show", f"v2.0.0:{SUBDIR}/data.bin"],
-            cwd=up.path,
-            capture_output=True,
-            check=True,
-        ).stdout
-    )
+    expected = bytearray(git_bytes(up.path, "show", f"v2.0.0:{SUBDIR}/data.bin"))
     expected[10:14] = b"\xff\x00\xfe\x01"
     assert (package / "data.bin").read_bytes() == bytes(expected)
 

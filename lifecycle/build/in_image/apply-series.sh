@@ -9,7 +9,7 @@ cd "$1"
 if ! command -v patch >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq --no-install-recommends patch >/dev/null
 fi
-text=$(mktemp)
+scratch=$(mktemp)
 failed() {
     echo "lifecycle: PATCH FAILED: $1"
     printf '%s\n' "$2" | sed 's/^/lifecycle:   /'
@@ -17,12 +17,12 @@ failed() {
 }
 while IFS="$(printf '\t')" read -r file name; do
     patch_file="$here/$file"
+    text="$patch_file"
     binary=no
     if grep -q '^GIT binary patch$' "$patch_file"; then
         binary=yes
+        text="$scratch"
         python3 "$here/gitbinary.py" text "$patch_file" >"$text"
-    else
-        cp "$patch_file" "$text"
     fi
     if [ -s "$text" ] && ! out=$(patch -p1 --fuzz=0 --forward --batch --dry-run <"$text" 2>&1); then
         failed "$name" "$out"
@@ -38,4 +38,4 @@ while IFS="$(printf '\t')" read -r file name; do
     fi
     echo "lifecycle: patch applied: $name"
 done <"$here/series.tsv"
-rm -f "$text"
+rm -f "$scratch"
