@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from lifecycle import __version__
-from lifecycle.errors import LifecycleError
+from lifecycle.crash import known_secrets
+from lifecycle.errors import EXIT_CODES, EXIT_INTERNAL, LifecycleError
+from lifecycle.redact import redact
 
 if TYPE_CHECKING:
     from lifecycle.boot.run import BootRequest
@@ -27,24 +29,55 @@ EXIT_USAGE = 2
 
 
 class _Group(click.Group):
-    """Renders LifecycleError as its lines on stderr, exit 2; the traceback only with --debug."""
+    """Renders a LifecycleError as its lines on stderr with its family's exit code; any other
+    error as one line naming the file its traceback went to (exit 4). Tracebacks on the
+    terminal only with --debug."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
         except LifecycleError as exc:
             if ctx.params.get("debug"):
                 traceback.print_exc()
             for line in exc.lines():
-                click.echo(line, err=True)
+                click.echo(redact(line, known_secrets(os.environ)), err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             # Interrupted (from a hook session) knows its signal: exit 130 or 143 like a shell.
             click.echo(f"lifecycle: {exc or 'interrupted'}; what was done is recorded", err=True)
             ctx.exit(getattr(exc, "exit_code", 130))
+        except Exception as exc:
+            if ctx.params.get("debug"):
+                traceback.print_exc()
+                ctx.exit(EXIT_INTERNAL)
+            _unexpected(exc)
+            ctx.exit(EXIT_INTERNAL)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+def _unexpected(exc: Exception) -> None:
+    from lifecycle.crash import write_traceback
+    from lifecycle.home import default_home
+
+    summary = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    try:
+        where = f"traceback in {write_traceback(exc, default_home(dict(os.environ)), os.environ)}"
+    except OSError:
+        where = "no traceback file could be written; rerun with --debug"
+    line = f"lifecycle: unexpected error (a bug): {summary}; {where}"
+    click.echo(redact(line, known_secrets(os.environ)), err=True)
+
+
+def _exit_code_table() -> str:
+    # \b keeps click from re-wrapping the table into one paragraph.
+    rows = "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES)
+    return f"\b\nExit codes:\n{rows}"
+
+
+@click.group(
+    cls=_Group, context_settings={"help_option_names": ["-h", "--help"]}, epilog=_exit_code_table()
+)
 @click.version_option(__version__, prog_name="lifecycle")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.option(

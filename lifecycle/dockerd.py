@@ -1,27 +1,62 @@
-"""Connect to the Docker engine (imported lazily: `lifecycle --help` never loads the SDK)."""
+"""Connect to the Docker engine (imported lazily: `lifecycle --help` never loads the SDK).
+
+Time limits, so that an engine that accepts connections and never answers costs seconds, not
+the SDK's default minutes: the first contact (version and ping) must answer within
+LIFECYCLE_DOCKER_CONNECT_TIMEOUT (default 15 s), every later API call within
+LIFECYCLE_DOCKER_TIMEOUT (default 60 s). Streams whose silence is normal have none: a build's
+output, a container's log followed to its end, waiting for a container to exit.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import EnvironmentFailure, LifecycleError
+
+CONNECT_TIMEOUT_S = 15.0
+API_TIMEOUT_S = 60.0
 
 
-class DockerUnavailable(LifecycleError):
+class DockerUnavailable(EnvironmentFailure):
     """No Docker engine answers where DOCKER_HOST (or the default socket) points."""
 
-    exit_code = 1
+
+def timeouts(environ: Mapping[str, str]) -> tuple[float, float]:
+    """(first contact, every later call) in seconds, from the environment or the defaults."""
+    return (
+        _seconds(environ, "LIFECYCLE_DOCKER_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S),
+        _seconds(environ, "LIFECYCLE_DOCKER_TIMEOUT", API_TIMEOUT_S),
+    )
 
 
 def connect(environ: Mapping[str, str]) -> Any:
-    """A docker SDK client for DOCKER_HOST (default: the local socket), checked with a ping."""
+    """A docker SDK client as the docker CLI would make it (DOCKER_HOST, DOCKER_TLS_VERIFY,
+    DOCKER_CERT_PATH), checked with a ping; one line naming the endpoint when it fails."""
     import docker  # the SDK costs ~0.3 s to import; only verbs that talk to dockerd pay it
 
-    where = environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    first, later = timeouts(environ)
+    where = environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     try:
-        client = docker.DockerClient(base_url=where, timeout=600)
+        client = docker.from_env(environment=dict(environ), timeout=first)
         client.ping()
     except Exception as exc:  # the SDK raises several unrelated types for "not there"
-        raise DockerUnavailable(f"cannot reach the Docker engine at {where}: {exc}") from None
+        why = " ".join(str(exc).split())
+        if "timed out" in why.lower():
+            why = f"no answer within {first:g} s (LIFECYCLE_DOCKER_CONNECT_TIMEOUT)"
+        raise DockerUnavailable(f"cannot reach the Docker engine at {where}: {why}") from None
+    client.api.timeout = later
     return client
+
+
+def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
+    text = environ.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 86400:
+        raise LifecycleError(f"{name}={text!r}: expected a number of seconds, e.g. 30")
+    return value

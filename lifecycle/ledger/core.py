@@ -16,7 +16,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from lifecycle.home import default_home
 from lifecycle.ledger.schema import MIGRATIONS
+
+__all__ = ["BuildRecord", "Ledger", "default_home"]
 
 
 @dataclass(frozen=True)
@@ -136,11 +139,3 @@ def _writer_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def default_home(environ: dict[str, str]) -> Path:
-    """LIFECYCLE_HOME, else $XDG_STATE_HOME/lifecycle, else ~/.local/state/lifecycle."""
-    if environ.get("LIFECYCLE_HOME"):
-        return Path(environ["LIFECYCLE_HOME"])
-    state = environ.get("XDG_STATE_HOME") or str(Path(environ.get("HOME", "~")) / ".local/state")
-    return Path(state).expanduser() / "lifecycle"

@@ -1,0 +1,43 @@
+"""Where an unexpected error's traceback goes: a file, redacted, never the terminal.
+
+A traceback on a release engineer's terminal is noise at best and, at worst, carries a
+credential out of a frame's locals or an exception message. The CLI prints one line naming
+the file written here; `--debug` prints the traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import traceback
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+from lifecycle.redact import redact
+
+# Values in the CLI's own environment that are secrets whatever the text around them says.
+SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "HF_TOKEN")
+
+
+def known_secrets(environ: Mapping[str, str]) -> dict[str, str]:
+    """The credentials this process holds in its environment, by name."""
+    return {name: environ[name] for name in SECRET_ENV if environ.get(name)}
+
+
+def write_traceback(exc: BaseException, home: Path, environ: Mapping[str, str]) -> Path:
+    """Write `exc`'s traceback, redacted, under `home/crashes/` (else the temp dir)."""
+    text = "".join(traceback.format_exception(exc))
+    body = redact(text, known_secrets(environ)).encode()
+    name = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}.txt"
+    for directory in (home / "crashes", Path(tempfile.gettempdir())):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            path = directory / (name if directory.name == "crashes" else f"lifecycle-crash-{name}")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(body)
+            return path
+        except OSError:
+            continue
+    raise OSError("no writable directory for the traceback")
