@@ -25,8 +25,8 @@ class DockerUnavailable(EnvironmentFailure):
 def timeouts(environ: Mapping[str, str]) -> tuple[float, float]:
     """(first contact, every later call) in seconds, from the environment or the defaults."""
     return (
-        _seconds(environ, "LIFECYCLE_DOCKER_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S),
-        _seconds(environ, "LIFECYCLE_DOCKER_TIMEOUT", API_TIMEOUT_S),
+        seconds_from(environ, "LIFECYCLE_DOCKER_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S),
+        seconds_from(environ, "LIFECYCLE_DOCKER_TIMEOUT", API_TIMEOUT_S),
     )
 
 
@@ -49,7 +49,8 @@ def connect(environ: Mapping[str, str]) -> Any:
     return client
 
 
-def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
+def seconds_from(environ: Mapping[str, str], name: str, default: float) -> float:
+    """A time limit from the environment variable `name`, else `default`; nonsense is refused."""
     text = environ.get(name)
     if not text:
         return default

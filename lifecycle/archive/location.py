@@ -12,6 +12,8 @@ import yaml
 from lifecycle.errors import LifecycleError
 
 CONFIG_FILE = "lifecycle.yaml"
+S3_CONNECT_TIMEOUT_S = 5.0
+S3_READ_TIMEOUT_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -58,9 +60,16 @@ def resolve_location(
 
 
 def s3_client(environ: Mapping[str, str]) -> Any:
-    """A boto3 S3 client from the normal credential chain; AWS_ENDPOINT_URL for other servers."""
+    """A boto3 S3 client from the normal credential chain; AWS_ENDPOINT_URL for other servers.
+
+    Time limits, so that a server that accepts connections and never answers fails a command
+    in well under a minute: connect within 5 s, each response within LIFECYCLE_S3_TIMEOUT
+    (default 20 s), two attempts per request.
+    """
     import boto3  # imported here: start-up of other verbs must not pay for boto3
     from botocore.config import Config
+
+    from lifecycle.dockerd import seconds_from
 
     endpoint = environ.get("AWS_ENDPOINT_URL")
     config = Config(
@@ -72,9 +81,9 @@ def s3_client(environ: Mapping[str, str]) -> Any:
             # checks the body against (BadDigest), which is what https already relies on.
             "payload_signing_enabled": False,
         },
-        retries={"max_attempts": 3, "mode": "standard"},
-        connect_timeout=5,
-        read_timeout=60,
+        retries={"total_max_attempts": 2, "mode": "standard"},
+        connect_timeout=S3_CONNECT_TIMEOUT_S,
+        read_timeout=seconds_from(environ, "LIFECYCLE_S3_TIMEOUT", S3_READ_TIMEOUT_S),
         max_pool_connections=32,
     )
     # A session of its own: boto3's default session keeps the first credentials it found

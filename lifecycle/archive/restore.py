@@ -20,7 +20,7 @@ from typing import Any
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.record import load_record
-from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.archive.store import ArchiveError, BlobStore, os_problem
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.ledger import Ledger
@@ -77,8 +77,11 @@ def restore_cache(
         present = _already_there(target, wanted)
         restored = present or _rebuild(store, wanted, target, workers, say)
     except (LifecycleError, OSError) as exc:
-        why = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) else exc
-        raise ArchiveError(f"restore of {cache_id} from {location.url()} failed: {why}") from exc
+        failed = f"restore of {cache_id} from {location.url()} failed"
+        if isinstance(exc, ArchiveError):
+            raise exc.within(failed) from exc
+        why = os_problem(exc) if isinstance(exc, OSError) else exc
+        raise ArchiveError(f"{failed}: {why}") from exc
     now = datetime.now(UTC).isoformat(timespec="seconds")
     name = f"restore-{now.replace(':', '')}.json"
     kept = ledger.keep_evidence(f"scans/{cache_id}", name, restored.to_json().encode())

@@ -188,7 +188,7 @@ def _archive(
             raise ArchiveError(f"not verified after upload: {problems[0]}{more}")
         body, written = _commit_record(store, planned, md5s)
     except ArchiveError as exc:
-        raise ArchiveError(f"archive of {cache.id} to {url} failed: {exc}") from exc
+        raise exc.within(f"archive of {cache.id} to {url} failed") from exc
     except OSError as exc:  # reading the cache or the evidence
         raise ArchiveError(f"archive of {cache.id} to {url} failed: {os_problem(exc)}") from exc
     sha = hashlib.sha256(body).hexdigest()

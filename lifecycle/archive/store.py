@@ -26,17 +26,12 @@ from typing import Any, BinaryIO, Protocol
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import EXIT_ENVIRONMENT, AnswerNo
 
 MAX_SINGLE_PUT = 5 << 30  # S3's limit for one PUT
 READ_CHUNK = 1 << 20
-_CONNECTION_ERRORS = (
-    "EndpointConnectionError",
-    "ConnectTimeoutError",
-    "ReadTimeoutError",
-    "ConnectionClosedError",
-    "ProxyConnectionError",
-)
+_TIMEOUTS = ("ConnectTimeoutError", "ReadTimeoutError")
+_CONNECTION_ERRORS = ("EndpointConnectionError", "ConnectionClosedError", "ProxyConnectionError")
 _AUTH_CODES = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403")
 _MISSING = ("404", "NoSuchKey", "NotFound")
 
@@ -50,10 +45,18 @@ class Body(Protocol):
 Listed = tuple[int, str]  # what a LIST page says of an object: (size, ETag without quotes)
 
 
-class ArchiveError(LifecycleError):
+class ArchiveError(AnswerNo):
     """An archive, verification or restore that could not complete; one line, exit 1."""
 
-    exit_code = 1
+    def within(self, context: str) -> ArchiveError:
+        """The same error, of the same family (so the same exit code), with its context first."""
+        return type(self)(f"{context}: {self}")
+
+
+class S3Unavailable(ArchiveError):
+    """The S3 server did not answer in time, refused our credentials, or lacks the bucket."""
+
+    exit_code = EXIT_ENVIRONMENT
 
 
 def os_problem(exc: OSError) -> str:
@@ -272,19 +275,28 @@ class BlobStore:
         where = f"{self.url(key)} on {self.endpoint}"
         name = type(exc).__name__
         code = _code(exc)
+        if name in _TIMEOUTS:
+            return S3Unavailable(
+                f"the S3 server {self.endpoint} did not answer in time ({name}; see"
+                " LIFECYCLE_S3_TIMEOUT)"
+            )
         if name in _CONNECTION_ERRORS or "Connection" in name:
-            why = f"the S3 server {self.endpoint} is not answering ({name})"
-        elif name in ("NoCredentialsError", "PartialCredentialsError"):
-            why = f"no usable AWS credentials for {self.endpoint} ({exc})"
-        elif code == "BadDigest":
-            why = f"{where}: the bytes sent are not the ones hashed (changed or corrupted)"
-        elif code == "NoSuchBucket":
-            why = f"bucket {self.location.bucket!r} does not exist on {self.endpoint}"
-        elif code in _AUTH_CODES:
-            why = f"{where}: access denied ({code}); check the credentials and the bucket policy"
-        else:
-            why = f"{where}: {code or name}: {_message(exc)}"
-        return ArchiveError(why)
+            return S3Unavailable(f"the S3 server {self.endpoint} is not answering ({name})")
+        if name in ("NoCredentialsError", "PartialCredentialsError"):
+            return S3Unavailable(f"no usable AWS credentials for {self.endpoint} ({exc})")
+        if code == "NoSuchBucket":
+            return S3Unavailable(
+                f"bucket {self.location.bucket!r} does not exist on {self.endpoint}"
+            )
+        if code in _AUTH_CODES:
+            return S3Unavailable(
+                f"{where}: access denied ({code}); check the credentials and the bucket policy"
+            )
+        if code == "BadDigest":
+            return ArchiveError(
+                f"{where}: the bytes sent are not the ones hashed (changed or corrupted)"
+            )
+        return ArchiveError(f"{where}: {code or name}: {_message(exc)}")
 
     def _put(
         self,
