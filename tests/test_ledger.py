@@ -68,3 +68,39 @@ def test_default_home() -> None:
     assert default_home({"LIFECYCLE_HOME": "/x"}) == Path("/x")
     assert default_home({"XDG_STATE_HOME": "/s", "HOME": "/h"}) == Path("/s/lifecycle")
     assert default_home({"HOME": "/h"}) == Path("/h/.local/state/lifecycle")
+
+
+def test_schema_6_keeps_every_row_of_an_older_ledger_and_allows_missing(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "ledger.sqlite3", isolation_level=None)
+    conn.execute("PRAGMA foreign_keys=ON")
+    for number, script in enumerate(MIGRATIONS[:5], start=1):
+        for statement in filter(str.strip, script.split(";")):
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {number}")
+    cache = (
+        "vllm-1", "k", "vllm", "demo", "d" * 64, "sha256:i", "unknown", "/c/vllm-1", "/v",
+        "archived", None, "2026-10-10T00:00:00", "t" * 64, 3, 30, None, None,
+    )  # fmt: skip
+    conn.execute(f"INSERT INTO caches VALUES ({', '.join('?' * len(cache))})", cache)
+    boot = (
+        "b-1", "2026-10-10T00:00:00", None, 0, "ok", None, "h", "serve", "demo", "d" * 64,
+        "sha256:i", "t:1", None, "[]", 0, "[]", None, None,
+    )  # fmt: skip
+    conn.execute(f"INSERT INTO boots VALUES ({', '.join('?' * len(boot))})", boot)
+    conn.execute(
+        "INSERT INTO boot_caches (boot_id, cache_id, mode) VALUES ('b-1', 'vllm-1', 'cold')"
+    )
+    conn.close()
+
+    ledger = Ledger.open(tmp_path)
+    assert ledger.query("PRAGMA user_version")[0][0] == len(MIGRATIONS)
+    assert tuple(ledger.query("SELECT * FROM caches")[0]) == cache
+    assert ledger.query("SELECT cache_id FROM boot_caches")[0][0] == "vllm-1"
+    assert ledger.query("PRAGMA foreign_keys")[0][0] == 1
+    with ledger.transaction() as writer:
+        writer.execute("UPDATE caches SET state = 'missing' WHERE id = 'vllm-1'")
+        with pytest.raises(sqlite3.IntegrityError):
+            writer.execute(
+                "INSERT INTO boot_caches (boot_id, cache_id, mode) VALUES ('b-1', 'x', 'warm')"
+            )
+    ledger.close()

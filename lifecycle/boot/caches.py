@@ -1,4 +1,9 @@
-"""Which host dirs a boot mounts: reuse the newest live cache with the same key, or start cold."""
+"""Which host dirs a boot mounts: reuse the newest good cache with the same key, or start cold.
+
+Each cache is taken under its lease (lifecycle.leases), held until the boot's end-of-boot scan
+is recorded: a teardown verifying that cache makes the boot pass to the next candidate, and a
+cache whose dir a teardown has already moved away is never mounted.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.boot.spec import CacheMount
+from lifecycle.leases import CacheLease, try_lease
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import CacheRecord, CacheUse, newest_live_cache
+from lifecycle.ledger.boots import CacheRecord, CacheUse, cache_by_id, warm_candidates
 from lifecycle.manifest.model import Manifest
 
 
@@ -21,6 +27,12 @@ class CachePlan:
     new_caches: list[CacheRecord]
     uses: list[CacheUse]
     records: dict[str, CacheRecord]  # cache name -> the cache mounted for it (new or reused)
+    leases: list[CacheLease]  # one per mounted cache: release once the boot is recorded
+
+    def release(self) -> None:
+        """Give back every cache's lease."""
+        for lease in self.leases:
+            lease.release()
 
 
 def cache_key(image_id: str, cache_name: str, arch: str) -> str:
@@ -43,45 +55,64 @@ def plan_caches(
     cold: bool,
     now: str,
 ) -> CachePlan:
-    """Pick or create one host dir per declared cache (dirs are made before they are recorded)."""
-    mounts, new_caches, uses, records = [], [], [], {}
-    for name, declared in manifest.active_caches().items():
-        key = cache_key(image_id, name, arch)
-        live = None if cold else newest_live_cache(ledger, key)
-        if live is not None and not Path(live.host_path).is_dir():
-            live = None  # removed behind our back: nothing to be warm from
-        if live is None:
-            cache_id = f"{name}-{secrets.token_hex(6)}"
-            host_path = ledger.home / "caches" / cache_id
-            host_path.mkdir(parents=True)
-            live_record = CacheRecord(
-                id=cache_id,
-                cache_key=key,
-                cache_name=name,
-                manifest_name=manifest.name,
-                manifest_digest=manifest_digest,
-                image_id=image_id,
-                arch=arch,
-                host_path=str(host_path),
-                container_path=declared.path,
-                state="live",
-                in_use_by=None,
-                created_at=now,
+    """Pick or create one host dir per declared cache, each under its lease (dirs are made
+    before they are recorded); on any failure the leases taken so far are given back."""
+    plan = CachePlan([], [], [], {}, [])
+    try:
+        for name, declared in manifest.active_caches().items():
+            key = cache_key(image_id, name, arch)
+            taken = None if cold else _take_warm(ledger, key)
+            if taken is None:
+                cache_id = f"{name}-{secrets.token_hex(6)}"
+                host_path = ledger.home / "caches" / cache_id
+                host_path.mkdir(parents=True)
+                record = CacheRecord(
+                    id=cache_id,
+                    cache_key=key,
+                    cache_name=name,
+                    manifest_name=manifest.name,
+                    manifest_digest=manifest_digest,
+                    image_id=image_id,
+                    arch=arch,
+                    host_path=str(host_path),
+                    container_path=declared.path,
+                    state="live",
+                    in_use_by=None,
+                    created_at=now,
+                )
+                lease = try_lease(ledger.home, cache_id)
+                assert lease is not None, "a cache id nobody has seen yet is free"
+                plan.new_caches.append(record)
+                mode = "cold"
+            else:
+                record, lease = taken
+                mode = "warm"
+            plan.leases.append(lease)
+            plan.records[name] = record
+            plan.mounts.append(
+                CacheMount(record.id, name, record.host_path, declared.path, declared.env, mode)
             )
-            new_caches.append(live_record)
-            mode = "cold"
-        else:
-            live_record, mode = live, "warm"
-        records[name] = live_record
-        mounts.append(
-            CacheMount(
-                cache_id=live_record.id,
-                name=name,
-                host_path=live_record.host_path,
-                container_path=declared.path,
-                env=declared.env,
-                mode=mode,
-            )
-        )
-        uses.append(CacheUse(boot_id=boot_id, cache_id=live_record.id, mode=mode))
-    return CachePlan(mounts, new_caches, uses, records)
+            plan.uses.append(CacheUse(boot_id=boot_id, cache_id=record.id, mode=mode))
+    except BaseException:
+        plan.release()
+        raise
+    return plan
+
+
+def _take_warm(ledger: Ledger, key: str) -> tuple[CacheRecord, CacheLease] | None:
+    """The newest candidate whose lease is free and which is still there once we hold it."""
+    for candidate in warm_candidates(ledger, key):
+        lease = try_lease(ledger.home, candidate.id)
+        if lease is None:
+            continue  # a teardown is verifying it, or another boot just took it
+        # Read again under the lease: a teardown may have removed it since the query.
+        current = cache_by_id(ledger, candidate.id)
+        if (
+            current is not None
+            and current.state in ("live", "archived")
+            and current.in_use_by is None
+            and Path(current.host_path).is_dir()
+        ):
+            return current, lease
+        lease.release()
+    return None

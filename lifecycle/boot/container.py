@@ -6,6 +6,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from lifecycle.errors import AnswerNo
+
+
+class BootFailed(AnswerNo):
+    """The engine's container could not be created or run."""
+
 
 def run_container(
     container: Any,
@@ -37,3 +43,16 @@ def run_container(
     finally:
         if timer:
             timer.cancel()
+
+
+def remove_container(container: Any) -> str | None:
+    """Remove a stopped container; None when gone, else what dockerd said."""
+    from docker.errors import APIError, NotFound
+
+    try:
+        container.remove(force=True)
+    except NotFound:
+        return None
+    except APIError as exc:
+        return f"container {container.id[:12]} not removed: {exc.explanation or exc}"
+    return None

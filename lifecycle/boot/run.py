@@ -18,11 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle.boot.caches import CachePlan, plan_caches
-from lifecycle.boot.container import run_container
+from lifecycle.boot.container import BootFailed, remove_container, run_container
 from lifecycle.boot.provenance import keep_provenance
-from lifecycle.boot.spec import CacheMount, ContainerSpec, build_spec, pick_profile
+from lifecycle.boot.spec import (
+    CacheMount,
+    ContainerSpec,
+    build_spec,
+    check_secrets,
+    pick_profile,
+)
 from lifecycle.errors import LifecycleError
 from lifecycle.evidence import collect_evidence
+from lifecycle.faults import Checkpoint
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.hooks import Hook, HookFailed, HookSession, hook_session, instrumented
 from lifecycle.ledger import Ledger
@@ -31,11 +38,12 @@ from lifecycle.ledger.boots import (
     CacheRecord,
     CacheUse,
     HookRunRecord,
+    TaintedFile,
     finish_boot,
     start_boot,
 )
 from lifecycle.manifest import LoadedManifest
-from lifecycle.redact import redact
+from lifecycle.redact import redact, secrets_in_file
 from lifecycle.results.acceptance import accept
 
 
@@ -96,10 +104,12 @@ def boot(
     host_env: Mapping[str, str],
     *,
     on_line: Callable[[str], None] = lambda line: None,
+    checkpoint: Checkpoint = lambda point: None,
 ) -> BootRecord:
     """Run the engine once with its caches; returns the finished boot record."""
     manifest = request.loaded.manifest
     profile = pick_profile(manifest, request.profile)
+    check_secrets(manifest, profile, host_env)  # before any cache dir is made
     now = datetime.now(UTC)
     boot_id = f"b-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
     plan = plan_caches(
@@ -112,10 +122,31 @@ def boot(
         cold=request.cold,
         now=_stamp(now),
     )
-    labels = _labels(request, boot_id)
-    spec = build_spec(manifest, profile, request.image_tag, plan.mounts, host_env, labels)
-    secrets_by_name = {name: host_env[name] for name in spec.secret_names}
-    record = BootRecord(
+    try:
+        checkpoint("boot-caches-picked")
+        labels = _labels(request, boot_id)
+        spec = build_spec(manifest, profile, request.image["id"], plan.mounts, host_env, labels)
+        record = _intent(request, profile, boot_id, now, spec)
+        keep_provenance(ledger, request.loaded, request.digest, request.image)
+        start_boot(ledger, record, plan.new_caches, plan.uses)
+    except BaseException:
+        plan.release()
+        raise
+    try:
+        checkpoint("boot-recorded")
+        record = _run(client, ledger, request, record, plan, spec, on_line)
+    finally:
+        plan.release()  # only once the end-of-boot scan is recorded (or failed to be)
+    _acceptance(ledger, request, profile, record, host_env, on_line)
+    return record
+
+
+def _intent(
+    request: BootRequest, profile: str, boot_id: str, now: datetime, spec: ContainerSpec
+) -> BootRecord:
+    """The boot row recorded before the container starts."""
+    manifest = request.loaded.manifest
+    return BootRecord(
         id=boot_id,
         started_at=_stamp(now),
         ended_at=None,
@@ -135,26 +166,42 @@ def boot(
         log_path=None,
         evidence_path=None,
     )
-    keep_provenance(ledger, request.loaded, request.digest, request.image)
-    start_boot(ledger, record, plan.new_caches, plan.uses)
-    evidence_dir = ledger.home / "evidence" / "boots" / boot_id
+
+
+def _run(
+    client: Any,
+    ledger: Ledger,
+    request: BootRequest,
+    record: BootRecord,
+    plan: CachePlan,
+    spec: ContainerSpec,
+    on_line: Callable[[str], None],
+) -> BootRecord:
+    """Hooks and the container; whatever happens, `_finish` records how it ended."""
+    secrets_by_name = {name: spec.environment[name] for name in spec.secret_names}
+    evidence_dir = ledger.home / "evidence" / "boots" / record.id
     context = {
-        "boot_id": boot_id,
-        "manifest": manifest.name,
-        "profile": profile,
+        "boot_id": record.id,
+        "manifest": record.manifest_name,
+        "profile": record.profile,
         "image": request.image_tag,
         "evidence_dir": str(evidence_dir / "hooks"),
         "caches": {m.name: {"id": m.cache_id, "mode": m.mode} for m in plan.mounts},
     }
     progress = _Progress()
+    container = None
     try:
         with hook_session(request.hooks, "boot", context) as session:
             progress.session = session
             session.fire("pre-boot", {})
-            container = client.containers.create(**spec.docker_kwargs())
+            container = _create(client, spec)
             progress.container_id = container.id
             progress.exit_code = run_container(
-                container, request.timeout_s, progress.log.append, on_line
+                container,
+                request.timeout_s,
+                progress.log.append,
+                # What is shown is redacted like what is kept: the engine may print a secret.
+                lambda line: on_line(redact(line, secrets_by_name)),
             )
             after = {"container_id": container.id, "exit_code": progress.exit_code}
             session.fire("post-boot", after)
@@ -166,9 +213,27 @@ def boot(
         progress.aborted = isinstance(exc, HookFailed) and progress.container_id is None
         raise
     finally:
+        if container is not None and secrets_by_name:
+            # The container's config (docker inspect) and its log keep the values in clear.
+            progress.error = _join(progress.error, remove_container(container))
         record = _finish(ledger, record, plan, progress, evidence_dir, secrets_by_name)
-    _acceptance(ledger, request, profile, record, host_env, on_line)
     return record
+
+
+def _create(client: Any, spec: ContainerSpec) -> Any:
+    """Create the boot's container; dockerd's refusal is one line, not a traceback."""
+    from docker.errors import APIError
+
+    try:
+        return client.containers.create(**spec.docker_kwargs())
+    except APIError as exc:
+        raise BootFailed(
+            f"dockerd refused to create the container: {exc.explanation or exc}"
+        ) from None
+
+
+def _join(first: str | None, second: str | None) -> str | None:
+    return "; ".join(filter(None, (first, second))) or None
 
 
 # --- acceptance --------------------------------------------------------------------------------
@@ -209,10 +274,13 @@ def _finish(
     log_text = redact("\n".join(progress.log) + "\n", secrets_by_name)
     log_path = ledger.keep_evidence("boots", f"{record.id}.log", log_text.encode())
     problems = [progress.error] if progress.error else []
-    uses, scanned = [], []
+    uses, scanned, tainted = [], [], []
     for mount, use in zip(plan.mounts, plan.uses, strict=True):
         try:
-            use, cache = _scan_cache(ledger, record.id, plan.records[mount.name], use, mount)
+            use, cache, after, written = _scan_cache(
+                ledger, record.id, plan.records[mount.name], use, mount
+            )
+            tainted += _tainted(cache, after, written, record.id, secrets_by_name)
         except (LifecycleError, OSError) as exc:
             problems.append(f"scan of cache {mount.cache_id} failed: {exc}")
             continue
@@ -238,14 +306,15 @@ def _finish(
         HookRunRecord(record.id, run.name, run.event, run.exit_code, run.duration_s)
         for run in (progress.session.runs if progress.session else [])
     ]
-    finish_boot(ledger, final, uses, scanned, runs)
+    finish_boot(ledger, final, uses, scanned, runs, tainted)
     return final
 
 
 def _scan_cache(
     ledger: Ledger, boot_id: str, cache: CacheRecord, use: CacheUse, mount: CacheMount
-) -> tuple[CacheUse, CacheRecord]:
-    """Fingerprint one cache after the boot; compare with its last scan when warm."""
+) -> tuple[CacheUse, CacheRecord, Fingerprint, frozenset[str]]:
+    """Fingerprint one cache after the boot; compare with its last scan when warm. Also the
+    paths the boot wrote (added or changed; every path when cold)."""
     previous = _last_scan(cache) if mount.mode == "warm" else None
     after = scan(Path(mount.host_path), previous)
     scan_path = ledger.keep_evidence(
@@ -270,7 +339,30 @@ def _scan_cache(
         in_use_by=None,
         state="live",  # whatever it was, a boot used it: any archive is now out of date
     )
-    return use, cache
+    written = (
+        set(diff.added + diff.changed) if diff is not None else {e.path for e in after.entries}
+    )
+    return use, cache, after, frozenset(written)
+
+
+def _tainted(
+    cache: CacheRecord,
+    after: Fingerprint,
+    written: frozenset[str],
+    boot_id: str,
+    secrets_by_name: Mapping[str, str],
+) -> list[TaintedFile]:
+    """The files this boot wrote that hold one of its secrets' values (found by name)."""
+    if not secrets_by_name:
+        return []
+    found = []
+    for entry in after.entries:
+        if entry.kind != "file" or entry.path not in written:
+            continue
+        assert entry.sha256 is not None, "a scanned file always has its sha256"
+        for name in secrets_in_file(Path(cache.host_path) / entry.path, secrets_by_name):
+            found.append(TaintedFile(cache.id, entry.path, entry.sha256, name, boot_id))
+    return found
 
 
 def _last_scan(cache: CacheRecord) -> Fingerprint | None:

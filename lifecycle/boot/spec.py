@@ -108,12 +108,7 @@ def build_spec(
     profile = manifest.profiles[profile_name]
     environment = dict(profile.env)
     environment.update({mount.env: mount.container_path for mount in mounts})
-    missing = [name for name in profile.secrets if name not in host_env]
-    if missing:
-        raise LifecycleError(
-            f"profile {profile_name!r} passes {', '.join(missing)} by name, but the host "
-            "environment does not set it"
-        )
+    check_secrets(manifest, profile_name, host_env)
     environment.update({name: host_env[name] for name in profile.secrets})
     return ContainerSpec(
         image=image,
@@ -128,6 +123,16 @@ def build_spec(
         ports=dict(profile.ports),
         network_mode=profile.network,
     )
+
+
+def check_secrets(manifest: Manifest, profile_name: str, host_env: Mapping[str, str]) -> None:
+    """Every secret the profile passes by name must be set on the host."""
+    missing = [name for name in manifest.profiles[profile_name].secrets if name not in host_env]
+    if missing:
+        raise LifecycleError(
+            f"profile {profile_name!r} passes {', '.join(missing)} by name, but the host "
+            "environment does not set it"
+        )
 
 
 def pick_profile(manifest: Manifest, requested: str | None) -> str:

@@ -11,6 +11,7 @@ from lifecycle.boot.run import BootRequest, boot, dry_run_spec
 from lifecycle.build.engine import find_built
 from lifecycle.build.plan import image_tag
 from lifecycle.errors import LifecycleError
+from lifecycle.faults import Checkpoint
 from lifecycle.hooks import select
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import cache_uses
@@ -57,9 +58,10 @@ def run_boot(
     request: BootRequest,
     host_env: Mapping[str, str],
     on_line: Callable[[str], None],
+    checkpoint: Checkpoint = lambda point: None,
 ) -> dict[str, Any]:
     """Boot and report: the boot record and how each cache was used."""
-    record = boot(client, ledger, request, host_env, on_line=on_line)
+    record = boot(client, ledger, request, host_env, on_line=on_line, checkpoint=checkpoint)
     report = asdict(record)
     report["caches"] = [asdict(use) for use in cache_uses(ledger, boot_id=record.id)]
     return report

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lifecycle.ledger.core import Ledger
@@ -70,6 +71,17 @@ class CacheUse:
 
 
 @dataclass(frozen=True)
+class TaintedFile:
+    """A cache file a boot wrote a secret's value into: kept on this host, never archived."""
+
+    cache_id: str
+    path: str
+    sha256: str
+    secret: str  # the secret's name; its value is never stored
+    boot_id: str
+
+
+@dataclass(frozen=True)
 class HookRunRecord:
     """One hook run at one event of a boot."""
 
@@ -80,15 +92,23 @@ class HookRunRecord:
     duration_s: float
 
 
-def newest_live_cache(ledger: Ledger, cache_key: str) -> CacheRecord | None:
-    """The cache a warm boot reuses: newest live one with this key that no boot holds."""
-    # An archived cache is still on disk and as warm as ever; reusing it makes it live again.
+def warm_candidates(ledger: Ledger, cache_key: str) -> list[CacheRecord]:
+    """Caches a warm boot may reuse, newest first: this key, on disk as far as the ledger knows
+    (live or archived), held by no boot, scanned, and whose last boot here ended `ok`.
+
+    A boot that failed or timed out may have left a half-built cache (a truncated `.so` crashes
+    the engine that loads it); a cache restored from another host has no boot here yet.
+    """
     rows = ledger.query(
-        "SELECT * FROM caches WHERE cache_key = ? AND state IN ('live', 'archived')"
-        " AND in_use_by IS NULL ORDER BY created_at DESC, rowid DESC LIMIT 1",
+        "SELECT c.* FROM caches c WHERE c.cache_key = ? AND c.state IN ('live', 'archived')"
+        " AND c.in_use_by IS NULL AND c.tree_digest IS NOT NULL"
+        " AND COALESCE((SELECT b.outcome FROM boot_caches u JOIN boots b ON b.id = u.boot_id"
+        "   WHERE u.cache_id = c.id ORDER BY b.started_at DESC, b.rowid DESC LIMIT 1), 'ok')"
+        "   = 'ok'"
+        " ORDER BY c.created_at DESC, c.rowid DESC",
         (cache_key,),
     )
-    return from_row(CacheRecord, rows[0]) if rows else None
+    return [from_row(CacheRecord, row) for row in rows]
 
 
 def start_boot(
@@ -115,6 +135,7 @@ def finish_boot(
     uses: list[CacheUse],
     scanned: list[CacheRecord],
     hook_runs: list[HookRunRecord],
+    tainted: Sequence[TaintedFile] = (),
 ) -> None:
     """Record how the boot ended, what its caches hold now, and release them: one transaction."""
     with ledger.transaction() as conn:
@@ -139,6 +160,12 @@ def finish_boot(
         conn.execute("UPDATE caches SET in_use_by = NULL WHERE in_use_by = ?", (boot.id,))
         for run in hook_runs:
             insert(conn, "hook_runs", run)
+        for found in tainted:
+            conn.execute(
+                "INSERT OR IGNORE INTO tainted_files (cache_id, path, sha256, secret, boot_id)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (found.cache_id, found.path, found.sha256, found.secret, found.boot_id),
+            )
 
 
 def all_caches(ledger: Ledger) -> list[CacheRecord]:
@@ -167,3 +194,22 @@ def cache_by_id(ledger: Ledger, cache_id: str) -> CacheRecord | None:
     """One cache, or None."""
     rows = ledger.query("SELECT * FROM caches WHERE id = ?", (cache_id,))
     return from_row(CacheRecord, rows[0]) if rows else None
+
+
+def settle_boot(ledger: Ledger, boot_id: str, at: str, why: str) -> None:
+    """A boot whose process died before recording an outcome: `interrupted`, its caches let go."""
+    with ledger.transaction() as conn:
+        conn.execute(
+            "UPDATE boots SET outcome = 'interrupted', ended_at = ?, error = ?"
+            " WHERE id = ? AND outcome = 'running'",
+            (at, why, boot_id),
+        )
+        conn.execute("UPDATE caches SET in_use_by = NULL WHERE in_use_by = ?", (boot_id,))
+
+
+def tainted_files(ledger: Ledger, cache_id: str) -> list[TaintedFile]:
+    """The cache's files known to hold a secret's value, by path."""
+    rows = ledger.query(
+        "SELECT * FROM tainted_files WHERE cache_id = ? ORDER BY path, secret", (cache_id,)
+    )
+    return [from_row(TaintedFile, row) for row in rows]

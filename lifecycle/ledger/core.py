@@ -79,14 +79,23 @@ class Ledger:
         return self._conn.execute(sql, params).fetchall()
 
     def _migrate(self) -> None:
-        with self.transaction() as conn:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > len(MIGRATIONS):
-                raise RuntimeError(f"ledger schema {version} is newer than this lifecycle")
-            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-                for statement in filter(str.strip, script.split(";")):
-                    conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {number}")
+        # A migration that rebuilds a table needs foreign keys off while it runs, which SQLite
+        # takes only outside a transaction; they are checked before the migration commits.
+        self._conn.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with self.transaction() as conn:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version > len(MIGRATIONS):
+                    raise RuntimeError(f"ledger schema {version} is newer than this lifecycle")
+                for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                    for statement in filter(str.strip, script.split(";")):
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {number}")
+                broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise RuntimeError(f"ledger migration left broken references: {broken[:3]}")
+        finally:
+            self._conn.execute("PRAGMA foreign_keys=ON")
 
     def keep_evidence(self, kind: str, name: str, content: bytes) -> Path:
         """Write an evidence file atomically under evidence/<kind>/ and return its path."""

@@ -148,4 +148,41 @@ MIGRATIONS: tuple[str, ...] = (
         md5 TEXT NOT NULL
     ) WITHOUT ROWID;
     """,
+    # 6: a cache whose dir vanished behind the ledger's back (removed by hand, a lost disk) is
+    # `missing`, never `live`. SQLite cannot alter a CHECK: the table is rebuilt (the ledger
+    # migrates with foreign keys off, as SQLite's own procedure for this asks). And the cache
+    # files a boot wrote a secret's value into (by the secret's name): never archived.
+    """
+    CREATE TABLE caches_v6 (
+        id TEXT PRIMARY KEY,
+        cache_key TEXT NOT NULL,
+        cache_name TEXT NOT NULL,
+        manifest_name TEXT NOT NULL,
+        manifest_digest TEXT NOT NULL,
+        image_id TEXT NOT NULL,
+        arch TEXT NOT NULL,
+        host_path TEXT NOT NULL,
+        container_path TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('live', 'archived', 'torn-down', 'missing')),
+        in_use_by TEXT,
+        created_at TEXT NOT NULL,
+        tree_digest TEXT,
+        files INTEGER,
+        bytes INTEGER,
+        scan_path TEXT,
+        scanned_at TEXT
+    );
+    INSERT INTO caches_v6 SELECT * FROM caches;
+    DROP TABLE caches;
+    ALTER TABLE caches_v6 RENAME TO caches;
+    CREATE INDEX caches_key ON caches (cache_key, state);
+    CREATE TABLE tainted_files (
+        cache_id TEXT NOT NULL REFERENCES caches (id),
+        path TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        secret TEXT NOT NULL,
+        boot_id TEXT NOT NULL REFERENCES boots (id),
+        PRIMARY KEY (cache_id, path, sha256, secret)
+    );
+    """,
 )

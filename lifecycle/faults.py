@@ -1,0 +1,81 @@
+"""TEST-ONLY fault injection: SIGKILL at a named step boundary, or sleep there to widen a race.
+
+The crash-safety tests run `lifecycle teardown` with LIFECYCLE_TEST_CRASH_AT=POINT[:N] and check
+that the next run converges without deleting anything unverified. POINT is one of CRASH_POINTS;
+N (default 1) picks the N-th time the point is reached, i.e. the N-th cache.
+
+The race tests set LIFECYCLE_TEST_DELAY=POINT=SECONDS[,POINT=SECONDS...] to hold a boot or a
+teardown at a point (one of DELAY_POINTS) while the other one runs.
+
+Unset, a checkpoint does nothing; never set either outside tests.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping
+
+from lifecycle.errors import LifecycleError
+
+CRASH_ENV = "LIFECYCLE_TEST_CRASH_AT"
+DELAY_ENV = "LIFECYCLE_TEST_DELAY"
+CRASH_POINTS = (
+    "after-intent",  # intent journalled, nothing verified yet
+    "after-verified",  # archive verified and journalled, dir untouched, lease held
+    "after-rename",  # dir moved to its trash, `deleted` not journalled yet
+    "after-deleted",  # `deleted` journalled, trash not removed yet
+    "after-rmtree",  # trash removed, `done` not journalled yet
+)
+DELAY_POINTS = (
+    *CRASH_POINTS,
+    "teardown-planned",  # the plan is made and agreed; no cache touched yet
+    "boot-caches-picked",  # a boot holds its caches' leases; its intent is not recorded yet
+    "boot-recorded",  # a boot's intent is recorded; its container is not created yet
+)
+
+Checkpoint = Callable[[str], None]
+
+
+def crash_checkpoint(environ: Mapping[str, str]) -> Checkpoint:
+    """The checkpoint steps call at each boundary: a no-op unless CRASH_ENV or DELAY_ENV is set."""
+    crash = _crash_at(environ.get(CRASH_ENV, ""))
+    delays = _delays(environ.get(DELAY_ENV, ""))
+    if crash is None and not delays:
+        return lambda point: None
+    reached: dict[str, int] = {}
+
+    def checkpoint(name: str) -> None:
+        if name in delays:
+            time.sleep(delays[name])
+        if crash is not None and name == crash[0]:
+            reached[name] = reached.get(name, 0) + 1
+            if reached[name] == crash[1]:
+                os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no finally: a real crash
+
+    return checkpoint
+
+
+def _crash_at(wanted: str) -> tuple[str, int] | None:
+    if not wanted:
+        return None
+    point, _, nth = wanted.partition(":")
+    if point not in CRASH_POINTS or not (nth or "1").isdigit():
+        expected = f"expected one of {', '.join(CRASH_POINTS)}, then :N if wanted"
+        raise LifecycleError(f"{CRASH_ENV}={wanted!r}: {expected}")
+    return point, int(nth or 1)
+
+
+def _delays(wanted: str) -> dict[str, float]:
+    delays = {}
+    for item in filter(None, wanted.split(",")):
+        point, _, seconds = item.partition("=")
+        try:
+            delays[point] = float(seconds)
+        except ValueError:
+            delays[point] = -1.0
+        if point not in DELAY_POINTS or not 0 <= delays[point] <= 600:
+            expected = f"expected POINT=SECONDS with POINT one of {', '.join(DELAY_POINTS)}"
+            raise LifecycleError(f"{DELAY_ENV}={wanted!r}: {expected}")
+    return delays

@@ -1,0 +1,66 @@
+"""Per-cache leases, so that a boot and a teardown never hold the same cache at once.
+
+A boot holds a lease on each cache it mounts from the moment it picks the cache until its
+end-of-boot scan is recorded; a teardown holds one from the verification of a cache until its
+dir has been renamed out of place. A lease is an exclusive `flock` on
+`$LIFECYCLE_HOME/locks/cache-<id>.lock`: the kernel drops it when its holder ends, SIGKILL
+included, so a dead process never keeps a cache, and a ledger row that says a boot holds a
+cache whose lease nobody holds tells that the boot died. The lock files stay (a few bytes
+each): unlinking a lock file another process may be opening would split the lock in two.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+
+class CacheLease:
+    """A held lease; `release()` (or the process ending) gives it back."""
+
+    def __init__(self, cache_id: str, fd: int) -> None:
+        self.cache_id = cache_id
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        """Give the lease back; releasing twice is harmless."""
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> CacheLease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def lock_path(home: Path, cache_id: str) -> Path:
+    """`locks/cache-<id>.lock` under the home."""
+    return home / "locks" / f"cache-{cache_id}.lock"
+
+
+def try_lease(home: Path, cache_id: str) -> CacheLease | None:
+    """The cache's lease if nobody holds it now, else None; never waits."""
+    path = lock_path(home, cache_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # O_CLOEXEC: a hook or an acceptance command started meanwhile must not inherit the lock.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return CacheLease(cache_id, fd)
+
+
+def lease_held(home: Path, cache_id: str) -> bool:
+    """Whether some live process holds the cache's lease right now."""
+    if not lock_path(home, cache_id).exists():
+        return False
+    lease = try_lease(home, cache_id)
+    if lease is None:
+        return True
+    lease.release()
+    return False
