@@ -345,24 +345,56 @@ def demo_images(docker_client: Any) -> None:
     ensure_demo(docker_client)
 
 
-@pytest.fixture
-def demo_project(tmp_path: Path, demo_images: None) -> Path:
-    """A project with the demo manifests (plus a profile passing HF_TOKEN by name), demo/0.2
-    built."""
+_WITH_TOKEN = (
+    "  with-token:\n    command: [sh, -c, 'echo token=$HF_TOKEN;"
+    ' exec python3 -m demollm.serve "$@"\', sh]\n    secrets: [HF_TOKEN]\n'
+    "    network: none\n"
+)
+_FAILS = (
+    "  fails:\n    command: [sh, -c, 'python3 -m demollm.serve \"$@\"; exit 3', sh]\n"
+    "    network: none\n"
+)
+# Writes the secret into a cache file (as a JIT log might) and prints it on its output.
+_LEAKY = (
+    '  leaky:\n    command: [sh, -c, \'echo "jit token=$HF_TOKEN" >'
+    ' $FLASHINFER_WORKSPACE_BASE/leak.log; echo "hello $HF_TOKEN";'
+    ' exec python3 -m demollm.serve "$@"\', sh]\n'
+    "    secrets: [HF_TOKEN]\n    network: none\n"
+)
+
+
+def _demo_root(tmp_path: Path, profiles: str) -> Path:
+    """A project with the demo manifests, `profiles` added to demo/0.2's, demo/0.2 built."""
     repo = Path(__file__).resolve().parent.parent
     root = tmp_path / "project"
     for version in ("0.1", "0.2"):
         shutil.copytree(repo / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
     child = root / "manifests/demo/0.2/manifest.yaml"
-    child.write_text(
-        child.read_text() + "profiles:\n  with-token:\n    command: [sh, -c, 'echo token=$HF_TOKEN;"
-        ' exec python3 -m demollm.serve "$@"\', sh]\n    secrets: [HF_TOKEN]\n'
-        "    network: none\n"
-    )
+    child.write_text(child.read_text() + "profiles:\n" + profiles)
     (root / "hooks").mkdir()
     built = run_lifecycle(root, "build", "demo/0.2")
     assert built.exit_code == 0, built.output
     return root
+
+
+@pytest.fixture
+def demo_project(tmp_path: Path, demo_images: None) -> Path:
+    """A project with the demo manifests (plus a profile passing HF_TOKEN by name), demo/0.2
+    built."""
+    return _demo_root(tmp_path, _WITH_TOKEN)
+
+
+@pytest.fixture
+def archive_project(
+    tmp_path: Path, demo_images: None, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """A demo project archiving to a fresh bucket at s3://BUCKET/test (LIFECYCLE_ARCHIVE), run
+    from its root, with profiles `fails` (the engine exits 3) and `leaky` (writes the HF_TOKEN
+    secret into a cache file and prints it)."""
+    root = _demo_root(tmp_path, _WITH_TOKEN + _FAILS + _LEAKY)
+    monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
+    monkeypatch.chdir(root)
+    yield root
 
 
 def run_lifecycle(project: Path, *args: str, env: dict[str, str | None] | None = None) -> Any:

@@ -26,16 +26,19 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from lifecycle.archive.run import VerifiedRecord
 from lifecycle.cli import cli
 from lifecycle.errors import LifecycleError
+from lifecycle.faults import CRASH_ENV, CRASH_POINTS, crash_checkpoint
+from lifecycle.leases import try_lease
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, TeardownStep, record_archive, steps_of
 from lifecycle.ledger.boots import CacheRecord, cache_by_id
 from lifecycle.ledger.rows import insert
 from lifecycle.table import human_bytes
 from lifecycle.teardown.containers import mounted_by
-from lifecycle.teardown.execute import remove_cache
-from lifecycle.teardown.faults import CRASH_ENV, CRASH_POINTS, crash_checkpoint
+from lifecycle.teardown.execute import Verdict, remove_cache
+from lifecycle.teardown.invariant import Tree
 from lifecycle.teardown.journal import (
     Journal,
     TeardownBusy,
@@ -96,8 +99,31 @@ def _facts(**changes: Any) -> Facts:
     return replace(facts, **changes)
 
 
-def _never(archive: ArchiveRecord) -> list[str]:
+def _never(archive: ArchiveRecord) -> VerifiedRecord:
     raise AssertionError("a kept cache's archive is not verified")
+
+
+def _no_scan(cache: CacheRecord) -> Tree:
+    raise AssertionError("a kept cache is not scanned")
+
+
+def _record(tree: str, boots: tuple[str, ...] = (), *, content: bool = False) -> dict[str, Any]:
+    """The parts of a cache record the removal invariant reads."""
+    return {
+        "fingerprint": {"tree_digest": tree},
+        "boots": [{"boot": {"id": b}} for b in boots],
+        "with_content": content,
+    }
+
+
+def _verified(document: dict[str, Any]) -> Callable[[ArchiveRecord], VerifiedRecord]:
+    return lambda archive: VerifiedRecord((), document)
+
+
+def _tree_of(cache: CacheRecord) -> Tree:
+    from lifecycle.teardown.invariant import scan_now
+
+    return scan_now(cache, Path(cache.host_path))
 
 
 def test_durations() -> None:
@@ -131,7 +157,10 @@ def test_every_reason_to_keep_is_given_and_nothing_kept_is_verified(tmp_path: Pa
         archives={cache.id: archive},
         mounted_by={cache.id: ["sleepy"]},
     )
-    decision = decide(cache, Selection(), facts, archive_first=True, verify=_never)
+    decision = decide(
+        cache, Selection(), facts, archive_first=True, want_content=False, verify=_never,
+        rescan=_no_scan,
+    )  # fmt: skip
     assert decision.action is Action.KEEP and not decision.problem
     assert decision.why == (
         "pinned: result r-7; by hand",
@@ -143,7 +172,9 @@ def test_every_reason_to_keep_is_given_and_nothing_kept_is_verified(tmp_path: Pa
         Selection(),
         _facts(archives={cache.id: archive}, docker_problem="no socket"),
         archive_first=False,
+        want_content=False,
         verify=_never,
+        rescan=_no_scan,
     )
     assert blind.why == ("cannot ask dockerd which containers mount it: no socket",)
 
@@ -151,24 +182,62 @@ def test_every_reason_to_keep_is_given_and_nothing_kept_is_verified(tmp_path: Pa
 def test_archive_state_decides_the_rest(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path)
     cache, archive = _tracked(ledger)
+    flags = {"want_content": False, "rescan": _tree_of}
     plain = _facts()
-    kept = decide(cache, Selection(), plain, archive_first=False, verify=_never)
+    kept = decide(cache, Selection(), plain, archive_first=False, verify=_never, **flags)
     assert kept.action is Action.KEEP and kept.why == (
         "not archived (--archive archives it first)",
     )
-    first = decide(cache, Selection(), plain, archive_first=True, verify=_never)
+    first = decide(cache, Selection(), plain, archive_first=True, verify=_never, **flags)
     assert first.action is Action.ARCHIVE_THEN_REMOVE
     archived = _facts(archives={cache.id: archive})
     key = f"s3://bucket/test/blobs/sha256/ab/{'ab' * 32}: missing"
-    bad = decide(cache, Selection(), archived, archive_first=True, verify=lambda a: [key])
-    assert (
-        bad.action is Action.KEEP
-        and bad.problem
-        and bad.why == (f"archive does not verify: {key}",)
-    )
-    good = decide(cache, Selection(), archived, archive_first=False, verify=lambda a: [])
+    damaged = lambda a: VerifiedRecord((key,), None)  # noqa: E731
+    bad = decide(cache, Selection(), archived, archive_first=False, verify=damaged, **flags)
+    assert bad.action is Action.KEEP and bad.problem
+    assert bad.why == (f"archive does not verify: {key}",)
+    repaired = decide(cache, Selection(), archived, archive_first=True, verify=damaged, **flags)
+    assert repaired.action is Action.ARCHIVE_THEN_REMOVE and not repaired.problem
+    assert repaired.why == (f"archive does not verify: {key}", "archived again first")
+    unreachable = lambda a: VerifiedRecord(("S3 gone",), None, answered=False)  # noqa: E731
+    blind = decide(cache, Selection(), archived, archive_first=True, verify=unreachable, **flags)
+    assert blind.action is Action.KEEP and blind.problem
+
+    tree = _tree_of(cache).fingerprint
+    assert tree is not None
+    same = _verified(_record(tree.tree_digest))
+    good = decide(cache, Selection(), archived, archive_first=False, verify=same, **flags)
     assert good.action is Action.REMOVE
     assert good.why == (f"archive verified now: s3://bucket/{archive.record_key}",)
+
+
+def test_the_removal_invariant_names_each_gap(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    cache, archive = _tracked(ledger)
+    tree = _tree_of(cache).fingerprint
+    assert tree is not None
+    facts = _facts(archives={cache.id: archive}, used_by={cache.id: ["b-1", "b-2"]})
+
+    def why(document: dict[str, Any], *, want_content: bool = False) -> tuple[str, ...]:
+        decision = decide(
+            cache, Selection(), facts, archive_first=False, want_content=want_content,
+            verify=_verified(document), rescan=_tree_of,
+        )  # fmt: skip
+        assert decision.action is Action.KEEP and not decision.problem
+        assert decision.archive_state == "out of date"
+        return decision.why
+
+    assert why(_record("0" * 64, ("b-1", "b-2"))) == (
+        f"changed since archived: tree {tree.tree_digest[:12]} is not the archived 000000000000"
+        " (--archive archives it first)",
+    )
+    assert why(_record(tree.tree_digest, ("b-1",))) == (
+        "booted since archived: b-2 not in its record (--archive archives it first)",
+    )
+    assert why(_record(tree.tree_digest, ("b-1", "b-2")), want_content=True) == (
+        "its files are not in the archive (archived without --with-content)"
+        " (--archive archives it first)",
+    )
 
 
 class _Crash(Exception):
@@ -193,10 +262,9 @@ def _remove(
     return remove_cache(
         journal,
         cache,
-        archive,
         resumes=resumes,
-        verify=verify,
-        holders=lambda: [],
+        lease=lambda: try_lease(ledger.home, cache.id),
+        check=lambda where: Verdict(verify(), f"{archive.record_key} verified"),
         checkpoint=checkpoint,
     )
 
@@ -729,7 +797,8 @@ def test_s3_unreachable_keeps_every_cache_and_says_why(
     _archive(s3_bucket, ids)
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # discard port: nobody listens
     result = _cli(project, "teardown", "--yes", "--json")
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 3, result.output  # the environment failed
+    assert f"s3://{s3_bucket}/{PREFIX}: the S3 server http://127.0.0.1:9" in result.stderr
     for entry in _plan(result).values():
         assert entry["action"] == "keep" and entry["problem"]
         assert entry["why"][0].startswith(

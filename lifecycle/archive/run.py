@@ -31,7 +31,7 @@ from lifecycle.archive.record import (
     render_record,
     same_record,
 )
-from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, os_problem
+from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, S3Unavailable, os_problem
 from lifecycle.archive.transfer import Progress, digest_all, upload_all
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Fingerprint, scan
@@ -71,20 +71,39 @@ def verify_archive(
 
     Otherwise one line per bad object, naming it; a server that cannot be asked is one line too.
     """
+    return list(fetch_verified(store, cache_id, expected_record_sha256, workers=workers).problems)
+
+
+@dataclass(frozen=True)
+class VerifiedRecord:
+    """A cache's record as the server holds it now, and every object of it that does not verify."""
+
+    problems: tuple[str, ...]  # () when the record and every blob it names are intact
+    document: dict[str, Any] | None  # the parsed record, when there is one that parses
+    answered: bool = True  # False: the server could not be asked, so nothing is known
+
+
+def fetch_verified(
+    store: BlobStore, cache_id: str, expected_record_sha256: str | None, *, workers: int = 8
+) -> VerifiedRecord:
+    """Read the cache's record and check it and every blob it names against the server."""
     url = store.url(store.record_key(cache_id))
     try:
         body = store.get_record(cache_id)
         if body is None:
-            return [f"{url}: missing"]
+            return VerifiedRecord((f"{url}: missing",), None)
         problems = []
         found = hashlib.sha256(body).hexdigest()
         if expected_record_sha256 and found != expected_record_sha256:
             problems.append(f"{url}: sha256 {found}, not the {expected_record_sha256} recorded")
-        blobs = record_blobs(load_record(body, url))
-        checked = store.check_blobs(blobs, workers)
+        document = load_record(body, url)
+        checked = store.check_blobs(record_blobs(document), workers)
+    except S3Unavailable:
+        raise
     except ArchiveError as exc:
-        return [f"{url}: cannot verify: {exc}"]
-    return problems + sorted(problem for problem in checked.values() if problem)
+        return VerifiedRecord((f"{url}: cannot verify: {exc}",), None)
+    problems += sorted(problem for problem in checked.values() if problem)
+    return VerifiedRecord(tuple(problems), document)
 
 
 def archive_caches(
@@ -215,10 +234,9 @@ def _plan(
     """Scan, collect the record and its blobs, and ask the server which it already holds."""
     url = store.location.url()
     previous = archive_of(ledger, cache.id)
-    # Never downgrade: re-archiving a cache whose content is archived here keeps the content.
-    with_content = with_content or bool(
-        previous and previous.location == url and previous.with_content
-    )
+    # Never downgrade: once a cache's files were archived, every later record of it holds them
+    # too (wherever it goes), so a teardown that relies on the newest record never loses them.
+    with_content = with_content or bool(previous and previous.with_content)
     fingerprint, cache = _fresh_scan(ledger, cache, keep=not dry_run)
     existing = store.get_record(cache.id)
     where = store.url(store.record_key(cache.id))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from lifecycle.archive.location import ArchiveLocation
@@ -28,6 +29,8 @@ def select_caches(ledger: Ledger, names: Sequence[str], every: bool) -> tuple[li
             continue
         if cache.in_use_by:
             skipped.append(f"{cache.id}: in use by boot {cache.in_use_by}")
+        elif not Path(cache.host_path).is_dir():
+            skipped.append(f"{cache.id}: missing (its dir {cache.host_path} is gone)")
         else:
             chosen.append(cache.id)
     return chosen, skipped
@@ -117,8 +120,19 @@ def restore_text(report: dict[str, Any]) -> str:
     """The human form of a restore."""
     how = "already in place" if report["already_present"] else "restored"
     origin = "" if report["known"] else " (new to this host: its row was made from the record)"
-    return (
+    text = (
         f"{report['cache_id']}: {how} at {report['host_path']}{origin}\n"
         f"  {report['files']} files, {human_bytes(report['bytes'])},"
         f" tree digest {report['tree_digest']}; live; from {report['location']}\n"
     )
+    if report["withheld"]:
+        text += (
+            f"  not restored: {', '.join(report['withheld'])} (the archive withheld them: they"
+            " held a secret's value; the engine writes them again)\n"
+        )
+    if report["modes_masked"]:
+        text += (
+            f"  modes masked (no setuid, setgid, sticky or world-writable):"
+            f" {', '.join(report['modes_masked'])}\n"
+        )
+    return text

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import pins
 from lifecycle.ledger.boots import all_boots, all_caches, cache_uses
@@ -25,6 +27,10 @@ def list_caches(ledger: Ledger, now: datetime) -> list[dict[str, Any]]:
         row["boots_warm"] = [u.boot_id for u in mine if u.mode == "warm"]
         row["pins"] = pinned.get(cache.id, [])
         row["age_s"] = (now - datetime.fromisoformat(cache.created_at)).total_seconds()
+        # The ledger never says live for a dir that is not there: such a row is `missing` here
+        # until a teardown records it (lifecycle.teardown settles it).
+        if cache.state in ("live", "archived") and not Path(cache.host_path).is_dir():
+            row["state"] = "missing"
         rows.append(row)
     return rows
 
@@ -38,6 +44,10 @@ def list_boots(ledger: Ledger) -> list[dict[str, Any]]:
         row["hooks"] = json.loads(boot.hooks)
         row["secret_names"] = json.loads(boot.secret_names)
         row["caches"] = [asdict(u) for u in uses if u.boot_id == boot.id]
+        # A running boot's process holds its caches' leases while it lives: none held, it died.
+        row["process_gone"] = boot.outcome == "running" and not any(
+            lease_held(ledger.home, u["cache_id"]) for u in row["caches"]
+        )
         rows.append(row)
     return rows
 
@@ -81,7 +91,7 @@ def boots_table(rows: list[dict[str, Any]]) -> str:
                 r["started_at"],
                 r["manifest_name"],
                 r["profile"],
-                r["outcome"],
+                r["outcome"] + (" (process gone)" if r["process_gone"] else ""),
                 r["exit_code"],
                 caches(r),
                 ", ".join(h["name"] for h in r["hooks"])

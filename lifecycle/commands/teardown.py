@@ -6,7 +6,7 @@ The work is in lifecycle.teardown: `make_plan` only reads (`--dry-run` stops the
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from lifecycle.archive.location import ArchiveLocation, resolve_location, s3_client
@@ -51,7 +51,9 @@ def archive_location(
         return None
 
 
-def connect_services(environ: Mapping[str, str]) -> Services:
+def connect_services(
+    environ: Mapping[str, str], on_slow: Callable[[str], None] | None = None
+) -> Services:
     """dockerd and S3 where the environment points. dockerd not answering keeps every cache
     (nobody can say which containers mount them) instead of failing the command."""
     from lifecycle.dockerd import DockerUnavailable, connect
@@ -60,4 +62,4 @@ def connect_services(environ: Mapping[str, str]) -> Services:
         docker, problem = connect(environ), None
     except DockerUnavailable as exc:
         docker, problem = None, str(exc)
-    return Services(docker, s3_client(environ), docker_problem=problem)
+    return Services(docker, s3_client(environ, on_slow), docker_problem=problem)

@@ -1,11 +1,14 @@
 """Remove one cache in two journalled phases, so that a crash at any point is safe to re-run.
 
-    intent -> verify (verified | refused) -> rename to trash -> deleted -> rm -rf -> done
+    intent -> lease -> check (verified | refused) -> rename to trash -> release -> deleted
+           -> rm -rf -> done
 
-Every run that removes bytes has journalled its own `verified` step first: a run completing a
-crashed one verifies again rather than trusting the old step. Until `deleted` is journalled
-the trash dir is whole, so a refusal moves it back; after that it may be half removed, and
-it stays in the trash for a later run to finish.
+The check (lifecycle.teardown.invariant) runs under the cache's lease, which a boot takes too,
+so no boot can pick the cache between the check and the rename. Every run that removes bytes
+has journalled its own `verified` step first: a run completing a crashed one checks again
+rather than trusting the old step. Until `deleted` is journalled the trash dir is whole, so a
+refusal moves it back; after that it may be half removed, and it stays in the trash for a
+later run to finish.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from lifecycle.ledger.archives import ArchiveRecord
+from lifecycle.faults import Checkpoint
+from lifecycle.leases import CacheLease
 from lifecycle.ledger.boots import CacheRecord
-from lifecycle.teardown.faults import Checkpoint
+from lifecycle.teardown.invariant import where_now
 from lifecycle.teardown.journal import Journal, Unfinished, trash_path
 
 
@@ -33,42 +37,51 @@ class CacheOutcome:
     bytes_freed: int = 0
     problem: str | None = None  # why it was refused or could not be finished
     restored: bool = False  # its dir came back from the trash of a crashed run
+    settled: str | None = None  # its dir was already gone: recorded as torn-down or missing
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the check at the moment of removal found."""
+
+    problems: list[str]  # [] when the cache may go
+    proof: str = ""  # what was verified, for the journal
 
 
 def remove_cache(
     journal: Journal,
     cache: CacheRecord,
-    archive: ArchiveRecord,
     *,
     resumes: Unfinished | None,
-    verify: Callable[[], list[str]],
-    holders: Callable[[], list[str]],
+    lease: Callable[[], CacheLease | None],
+    check: Callable[[Path | None], Verdict],
     checkpoint: Checkpoint,
 ) -> CacheOutcome:
-    """Verify `archive` now, then move the cache's dir out of the way and remove it.
+    """Under the cache's lease, check the removal invariant now, then move the dir out of the
+    way; then remove it.
 
-    `verify` returns the archive's problems ([] = verified); `holders` says who holds the dir
-    right now (a boot, a running container), asked again just before it moves.
+    `check(where)` gets the dir's current place (its path, or its trash when a crashed run had
+    moved it), or None when the trash may be half removed and cannot be scanned.
     """
     host, trash = Path(cache.host_path), trash_path(cache)
     journal.step(cache.id, "intent", resumes.describe() if resumes else str(host))
     checkpoint("after-intent")
-    problems = verify()
-    if problems:
-        return refuse(journal, cache, resumes, problems)
-    proof = f"{archive.location.rstrip('/')} {archive.record_key} sha256:{archive.record_sha256}"
-    journal.step(cache.id, "verified", proof)
-    checkpoint("after-verified")
-    held = holders()
-    if held:
-        return refuse(journal, cache, resumes, held)
-    if os.path.lexists(host):
-        if os.path.lexists(trash):
-            problem = f"both {host} and {trash} exist; move one away by hand"
-            return refuse(journal, cache, resumes, [problem])
-        # One rename: the cache is in place or in the trash, never half moved. If the rename
-        # is lost to a power cut, the next run finds the dir in place and renames it again.
-        host.rename(trash)
+    held = lease()
+    if held is None:
+        return refuse(journal, cache, resumes, ["a boot holds it (its lease is taken)"])
+    with held:
+        verdict = check(where_now(cache, resumes))
+        if verdict.problems:
+            return refuse(journal, cache, resumes, verdict.problems)
+        journal.step(cache.id, "verified", verdict.proof)
+        checkpoint("after-verified")
+        if os.path.lexists(host):
+            if os.path.lexists(trash):
+                problem = f"both {host} and {trash} exist; move one away by hand"
+                return refuse(journal, cache, resumes, [problem])
+            # One rename: the cache is in place or in the trash, never half moved. If the
+            # rename is lost to a power cut, the next run finds the dir in place again.
+            host.rename(trash)
     checkpoint("after-rename")
     freed = _measured(trash, resumes)
     journal.step(cache.id, "deleted", str(trash), freed)

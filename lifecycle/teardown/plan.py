@@ -8,23 +8,27 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
 from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.run import VerifiedRecord
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger.archives import ArchiveRecord
 from lifecycle.ledger.boots import CacheRecord
 from lifecycle.table import human_age
 from lifecycle.teardown.containers import BootContainer, ImageDecision
+from lifecycle.teardown.invariant import Tree, archive_gaps
 from lifecycle.teardown.journal import Unfinished
 
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"(?:\d+[smhdw])+")
 
-# (archive record) -> one problem per object that does not verify; [] when it verifies now.
-Verify = Callable[[ArchiveRecord], list[str]]
+# (archive) -> the record as the server holds it now, with every object that does not verify.
+Verify = Callable[[ArchiveRecord], VerifiedRecord]
+# (cache) -> its tree scanned again now; None when it cannot be (a half-removed trash).
+Rescan = Callable[[CacheRecord], Tree | None]
 
 
 def parse_duration(text: str) -> timedelta:
@@ -73,6 +77,10 @@ class Facts:
     docker_problem: str | None = None  # dockerd could not be asked about mounts
     # cache id -> results standing on it with no record where the cache's archive is yet
     results_not_archived: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    used_by: Mapping[str, Sequence[str]] = field(default_factory=dict)  # cache id -> boot ids
+    gone: frozenset[str] = frozenset()  # caches whose dir is not there (and in no trash)
+    dead_boots: frozenset[str] = frozenset()  # boots holding a cache whose process has died
+    archive_to_problem: str | None = None  # why --archive cannot write where it would
 
 
 class Action(StrEnum):
@@ -80,6 +88,7 @@ class Action(StrEnum):
 
     REMOVE = "remove"
     ARCHIVE_THEN_REMOVE = "archive, then remove"
+    SETTLE = "record as gone"  # its dir vanished behind the ledger's back: nothing to remove
     KEEP = "keep"
 
 
@@ -97,8 +106,8 @@ class CacheDecision:
 
     @property
     def removes(self) -> bool:
-        """Whether the cache is to go."""
-        return self.action is not Action.KEEP
+        """Whether the cache's dir is to go."""
+        return self.action in (Action.REMOVE, Action.ARCHIVE_THEN_REMOVE)
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,7 @@ class TeardownPlan:
     images: tuple[ImageDecision, ...]  # with --images: engine images, removed or kept and why
     notes: tuple[str, ...] = ()
     archive_to: str | None = None  # where --archive writes
+    unreachable: tuple[str, ...] = ()  # dockerd or S3 did not answer: nothing they guard can go
 
     @property
     def removing(self) -> tuple[CacheDecision, ...]:
@@ -131,7 +141,7 @@ class TeardownPlan:
         """Whether anything would change: caches, unfinished runs, containers, images."""
         return bool(
             self.removing
-            or any(d.resumes for d in self.decisions)
+            or any(d.resumes or d.action is Action.SETTLE for d in self.decisions)
             or self.containers
             or any(i.removes for i in self.images)
         )
@@ -143,44 +153,69 @@ def decide(
     facts: Facts,
     *,
     archive_first: bool,
+    want_content: bool,
     verify: Verify,
+    rescan: Rescan,
 ) -> CacheDecision:
-    """Keep for every reason that applies; else remove only if the archive verifies now."""
+    """Keep for every reason that applies; else remove only if the removal invariant holds now
+    (lifecycle.teardown.invariant): the archive verifies and covers the tree as it is."""
     archive = facts.archives.get(cache.id)
     resumes = facts.unfinished.get(cache.id)
     state = "archived (not checked)" if archive else "not archived"
+
+    def decision(action: Action, *why: str, archive_state: str = state) -> CacheDecision:
+        return CacheDecision(cache, action, why, archive, archive_state, resumes=resumes)
+
+    def archive_first_then_remove(why: str, *, archive_state: str = state) -> CacheDecision:
+        """Archive it (again) first when --archive can; else keep it, saying what would."""
+        if not archive_first:
+            return decision(
+                Action.KEEP, f"{why} (--archive archives it first)", archive_state=archive_state
+            )
+        if facts.archive_to_problem:
+            kept = decision(
+                Action.KEEP, f"{why}; cannot archive: {facts.archive_to_problem}",
+                archive_state=archive_state,
+            )  # fmt: skip
+            return replace(kept, problem=True)
+        return decision(
+            Action.ARCHIVE_THEN_REMOVE, f"{why}: archived first", archive_state=archive_state
+        )
+
     kept = _keep_reasons(cache, selection, facts, resumes)
     if kept:
-        return CacheDecision(cache, Action.KEEP, kept, archive, state, resumes=resumes)
-    if archive is not None and cache.state != "archived":
-        # Archived, then booted again (boots make a cache live): the record is out of date.
-        archive, state = None, "archive out of date (booted since)"
+        return decision(Action.KEEP, *kept)
+    if cache.id in facts.gone:
+        return decision(Action.SETTLE, f"its dir {cache.host_path} is gone: nothing to remove")
     if archive is None:
-        if archive_first:
-            action, why = Action.ARCHIVE_THEN_REMOVE, "not archived yet: archived first"
-        else:
-            action, why = Action.KEEP, "not archived (--archive archives it first)"
-        return CacheDecision(cache, action, (why,), None, state, resumes=resumes)
+        return archive_first_then_remove("not archived yet" if archive_first else "not archived")
     if results := facts.results_not_archived.get(cache.id):
         # Its evidence is archived, but a result recorded since is only in the ledger: the
         # cache behind a result goes only once the result's own record is in S3 too.
-        waiting = f"result {', '.join(results)} on it not archived yet"
-        if archive_first:
-            return CacheDecision(
-                cache, Action.ARCHIVE_THEN_REMOVE, (f"{waiting}: archived first",), archive,
-                state, resumes=resumes,
+        return archive_first_then_remove(f"result {', '.join(results)} on it not archived yet")
+    checked = verify(archive)
+    if checked.problems or checked.document is None:
+        refused = tuple(f"archive does not verify: {p}" for p in checked.problems)
+        if checked.answered and archive_first and not facts.archive_to_problem:
+            # A damaged or rewritten archive, on a server that answers: archiving again
+            # re-sends what is damaged and writes the record anew.
+            return decision(
+                Action.ARCHIVE_THEN_REMOVE, *refused, "archived again first",
+                archive_state="does not verify",
             )  # fmt: skip
-        why = f"{waiting} (--archive archives it first)"
-        return CacheDecision(cache, Action.KEEP, (why,), archive, state, resumes=resumes)
-    problems = verify(archive)
-    if problems:
-        refused = tuple(f"archive does not verify: {p}" for p in problems)
-        return CacheDecision(
-            cache, Action.KEEP, refused, archive, "does not verify", problem=True, resumes=resumes
-        )
+        bad = decision(Action.KEEP, *refused, archive_state="does not verify")
+        return replace(bad, problem=True)
+    gaps = archive_gaps(
+        checked.document,
+        rescan(cache),
+        facts.used_by.get(cache.id, ()),
+        want_content=want_content or archive.with_content,
+    )
+    if gaps:
+        return archive_first_then_remove("; ".join(gaps), archive_state="out of date")
     bucket = ArchiveLocation.parse(archive.location).bucket
     verified = f"archive verified now: s3://{bucket}/{archive.record_key}"
-    return CacheDecision(cache, Action.REMOVE, (verified,), archive, "verified", resumes=resumes)
+    return decision(Action.REMOVE, verified, archive_state="verified")
 
 
 def _keep_reasons(
@@ -197,6 +232,6 @@ def _keep_reasons(
         reasons.append("mounted by running container " + ", ".join(facts.mounted_by[cache.id]))
     if facts.docker_problem:
         reasons.append(f"cannot ask dockerd which containers mount it: {facts.docker_problem}")
-    if cache.in_use_by:
+    if cache.in_use_by and cache.in_use_by not in facts.dead_boots:
         reasons.append(f"in use by boot {cache.in_use_by}")
     return tuple(reasons)

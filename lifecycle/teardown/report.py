@@ -81,7 +81,9 @@ def summary_text(result: TeardownResult) -> str:
     lines = [f"removed {_count(len(result.removed), 'cache')}, {human_bytes(freed)} freed{where}"]
     for outcome in result.outcomes:
         back = "; its dir is back from the trash" if outcome.restored else ""
-        if outcome.problem:
+        if outcome.settled:
+            lines.append(f"recorded {outcome.cache_id} as {outcome.settled}: its dir was gone")
+        elif outcome.problem:
             lines.append(f"kept {outcome.cache_id}: {outcome.problem}{back}")
         elif back:
             lines.append(f"kept {outcome.cache_id} as planned{back}")

@@ -4,17 +4,22 @@ phases (verified again at that moment), then stopped boot containers and engine 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime
+from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from lifecycle.archive.store import S3Unavailable
 from lifecycle.archive.transfer import Progress
 from lifecycle.errors import LifecycleError
+from lifecycle.faults import Checkpoint
 from lifecycle.hooks import Hook, HookRun, hook_session
+from lifecycle.leases import lease_held, try_lease
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, mark_verified, pins
-from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id
+from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id, cache_uses, settle_boot
 from lifecycle.ledger.results import results_not_archived_on
 from lifecycle.teardown.containers import (
     BootContainer,
@@ -23,8 +28,8 @@ from lifecycle.teardown.containers import (
     remove_container,
     remove_image,
 )
-from lifecycle.teardown.execute import CacheOutcome, refuse, remove_cache
-from lifecycle.teardown.faults import Checkpoint
+from lifecycle.teardown.execute import CacheOutcome, Verdict, refuse, remove_cache
+from lifecycle.teardown.invariant import archive_gaps, scan_now
 from lifecycle.teardown.journal import Journal, new_run_id
 from lifecycle.teardown.plan import Action, CacheDecision, TeardownPlan
 from lifecycle.teardown.survey import (
@@ -80,11 +85,15 @@ def run_teardown(
     }
     with hook_session(hooks, "teardown", context) as session:
         session.fire("pre-teardown")
+        checkpoint("teardown-planned")
+        settle_dead_boots(ledger, plan, _stamp(services.now()))
         problems = _archive_first(ledger, services, plan, request, progress)
         verify = ArchiveVerifier(services.s3, services.s3_problem)
         outcomes = []
         for decision in plan.decisions:
-            outcome = _carry_out(ledger, services, journal, decision, problems, verify, checkpoint)
+            outcome = _carry_out(
+                ledger, services, journal, decision, request, problems, verify, checkpoint
+            )
             if outcome is not None:
                 outcomes.append(outcome)
         containers: list[BootContainer] = []
@@ -116,47 +125,95 @@ def _carry_out(
     services: Services,
     journal: Journal,
     decision: CacheDecision,
+    request: TeardownRequest,
     archive_problems: dict[str, str],
     verify: ArchiveVerifier,
     checkpoint: Checkpoint,
 ) -> CacheOutcome | None:
     cache, resumes = decision.cache, decision.resumes
+    if decision.action is Action.SETTLE:
+        return _settle(ledger, journal, cache, verify)
     if not decision.removes:
         if resumes is None:
             return None
         # Kept as planned, but a crashed run left it half way: journal why it stays and bring
         # its dir back. Not a failure: the plan said keep.
         return replace(refuse(journal, cache, resumes, list(decision.why)), problem=None)
-    archive = archive_of(ledger, cache.id)
-    if cache.id in archive_problems or archive is None:
-        problem = archive_problems.get(cache.id, "not archived")
-        return refuse(journal, cache, resumes, [problem])
-    # Asked again now: archiving first may have archived them, or one may have come since.
-    if results := results_not_archived_on(ledger, cache.id, archive.location):
-        problem = f"result {', '.join(results)} on it not archived at {archive.location}"
-        return refuse(journal, cache, resumes, [problem])
+    if cache.id in archive_problems:
+        return refuse(journal, cache, resumes, [archive_problems[cache.id]])
 
-    def verify_now() -> list[str]:
-        found = verify(archive)
-        if not found:
-            mark_verified(ledger, cache.id, _stamp(services.now()))
-        return found
+    def check(where: Path | None) -> Verdict:
+        """Everything again, now, under the lease (lifecycle.teardown.invariant)."""
+        current = cache_by_id(ledger, cache.id)
+        archive = archive_of(ledger, cache.id)
+        if current is None or archive is None:
+            return Verdict(["not archived"])
+        problems = _holders(ledger, services, current)
+        # Asked again now: archiving first may have archived them, or one may have come since.
+        if results := results_not_archived_on(ledger, cache.id, archive.location):
+            problems.append(f"result {', '.join(results)} on it not archived at {archive.location}")
+        checked = verify(archive)
+        problems += [f"archive does not verify: {p}" for p in checked.problems]
+        if problems or checked.document is None:
+            return Verdict(problems or ["archive does not verify"])
+        tree = None if where is None else scan_now(current, where)
+        used_by = [u.boot_id for u in cache_uses(ledger) if u.cache_id == cache.id]
+        want_content = request.with_content or archive.with_content
+        gaps = archive_gaps(checked.document, tree, used_by, want_content=want_content)
+        if gaps:
+            return Verdict(gaps)
+        mark_verified(ledger, cache.id, _stamp(services.now()))
+        digest = checked.document["fingerprint"]["tree_digest"]
+        proof = f"{archive.location.rstrip('/')} {archive.record_key}"
+        return Verdict([], f"{proof} sha256:{archive.record_sha256} tree:{digest}")
 
     return remove_cache(
         journal,
         cache,
-        archive,
         resumes=resumes,
-        verify=verify_now,
-        holders=lambda: _holders(ledger, services, cache),
+        lease=lambda: try_lease(ledger.home, cache.id),
+        check=check,
         checkpoint=checkpoint,
     )
 
 
+def settle_dead_boots(ledger: Ledger, plan: TeardownPlan, at: str) -> None:
+    """Boots that died holding a cache (their lease is free) end as `interrupted`, and let go."""
+    for boot_id in sorted({d.cache.in_use_by for d in plan.decisions if d.cache.in_use_by}):
+        holding = [d.cache.id for d in plan.decisions if d.cache.in_use_by == boot_id]
+        if not any(lease_held(ledger.home, cache_id) for cache_id in holding):
+            why = "its lifecycle process ended without recording an outcome"
+            settle_boot(ledger, boot_id, at, why)
+
+
+def _settle(
+    ledger: Ledger, journal: Journal, cache: CacheRecord, verify: ArchiveVerifier
+) -> CacheOutcome:
+    """A cache whose dir vanished behind the ledger's back: record it as gone, never as live.
+
+    Torn down when its archive verifies and lists every boot that used it (nothing was lost),
+    else `missing`: its files went without their evidence."""
+    with try_lease(ledger.home, cache.id) or nullcontext():
+        journal.step(cache.id, "intent", f"{cache.host_path} is gone")
+        archive = archive_of(ledger, cache.id)
+        checked = verify(archive) if archive is not None else None
+        used_by = {u.boot_id for u in cache_uses(ledger) if u.cache_id == cache.id}
+        listed = (
+            {b["boot"]["id"] for b in (checked.document or {}).get("boots", [])}
+            if checked
+            else set()
+        )
+        safe = checked is not None and not checked.problems and used_by <= listed
+        detail = f"its dir {cache.host_path} was gone before this run; nothing removed; " + (
+            "its archive verifies" if safe else "its files are lost without a verified archive"
+        )
+        journal.step(cache.id, "done", detail, 0, cache_state="torn-down" if safe else "missing")
+    return CacheOutcome(cache.id, removed=False, settled="torn-down" if safe else "missing")
+
+
 def _holders(ledger: Ledger, services: Services, cache: CacheRecord) -> list[str]:
     """Who holds the cache now: a pin, a boot or a running container that came since the plan."""
-    current = cache_by_id(ledger, cache.id)
-    held = [f"in use by boot {current.in_use_by}"] if current and current.in_use_by else []
+    held = [f"in use by boot {cache.in_use_by}"] if cache.in_use_by else []
     if reasons := pins(ledger).get(cache.id):
         held.append("pinned: " + "; ".join(reasons))
     mounts, problem = current_mounts(services)
@@ -176,15 +233,24 @@ def _archive_first(
 ) -> dict[str, str]:
     """Archive the caches the plan archives first; cache id -> why one is still not archived."""
     wanted = [d.cache.id for d in plan.decisions if d.action is Action.ARCHIVE_THEN_REMOVE]
-    problems = {}
+    problems: dict[str, str] = {}
     for cache_id in wanted:
         # One cache per call: archive_caches stops at the first failure, and one cache that
-        # cannot be archived must not keep the others.
+        # cannot be archived must not keep the others. A server that does not answer is not
+        # asked again for each of the rest.
+        if unreachable := next((p for p in problems.values() if p.startswith(_GONE)), None):
+            problems[cache_id] = unreachable
+            continue
         try:
             archive_one(ledger, services, request, cache_id, dry_run=False, progress=progress)
+        except S3Unavailable as exc:
+            problems[cache_id] = f"{_GONE}: {exc}"
         except (LifecycleError, BotoCoreError, ClientError, OSError) as exc:
             problems[cache_id] = f"not archived: {exc}"
     return problems
+
+
+_GONE = "not archived, S3 did not answer"
 
 
 def _clean_docker(

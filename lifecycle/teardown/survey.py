@@ -7,6 +7,7 @@ tells the truth about what would go; the run verifies again at the moment each c
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.transfer import Progress
 from lifecycle.errors import LifecycleError
+from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, pins
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_uses
@@ -31,7 +33,8 @@ from lifecycle.teardown.containers import (
     running_mounts,
     stopped_boot_containers,
 )
-from lifecycle.teardown.journal import unfinished_runs
+from lifecycle.teardown.invariant import scan_where_it_is
+from lifecycle.teardown.journal import trash_path, unfinished_runs
 from lifecycle.teardown.plan import Action, Facts, Selection, TeardownPlan, decide
 from lifecycle.teardown.verify import ArchiveVerifier
 
@@ -67,14 +70,20 @@ def make_plan(
     """
     every = all_caches(ledger)
     notes = _named(request.selection.cache_ids, every)
-    caches = [c for c in every if c.state != "torn-down"]
+    caches = [c for c in every if c.state not in ("torn-down", "missing")]
     mounts, docker_problem = current_mounts(services)
     archives = {c.id: a for c in caches if (a := archive_of(ledger, c.id)) is not None}
+    unfinished = unfinished_runs(ledger, caches)
+    used_by: dict[str, list[str]] = {}
+    for use in cache_uses(ledger):
+        used_by.setdefault(use.cache_id, []).append(use.boot_id)
+    verify = ArchiveVerifier(services.s3, services.s3_problem)
+    to = request.archive_to
     facts = Facts(
         now=services.now(),
         pins=pins(ledger),
         archives=archives,
-        unfinished=unfinished_runs(ledger, caches),
+        unfinished=unfinished,
         mounted_by={c.id: mounted_by(c.host_path, mounts) for c in caches},
         docker_problem=docker_problem,
         results_not_archived={
@@ -82,14 +91,25 @@ def make_plan(
             for cache_id, a in archives.items()
             if (waiting := results_not_archived_on(ledger, cache_id, a.location))
         },
+        used_by=used_by,
+        gone=frozenset(c.id for c in caches if c.id not in unfinished and is_gone(c)),
+        dead_boots=frozenset(dead_boots(ledger, caches)),
+        archive_to_problem=verify.problem_with(to) if request.archive_first and to else None,
     )
-    verify = ArchiveVerifier(services.s3, services.s3_problem)
     decisions = tuple(
-        decide(c, request.selection, facts, archive_first=request.archive_first, verify=verify)
+        decide(
+            c,
+            request.selection,
+            facts,
+            archive_first=request.archive_first,
+            want_content=request.with_content,
+            verify=verify,
+            rescan=lambda cache: scan_where_it_is(cache, unfinished.get(cache.id)),
+        )
         for c in caches
     )
-    torn_down = {c.id for c in every if c.state == "torn-down"}
-    gone = torn_down | {d.cache.id for d in decisions if d.removes}
+    torn_down = {c.id for c in every if c.state in ("torn-down", "missing")}
+    gone = torn_down | {d.cache.id for d in decisions if d.removes or d.action is Action.SETTLE}
     docker = None if docker_problem else services.docker
     containers = containers_going(ledger, docker, gone)
     images: tuple[ImageDecision, ...] = ()
@@ -101,8 +121,10 @@ def make_plan(
     if preview:
         going = [d.cache.id for d in decisions if d.action is Action.ARCHIVE_THEN_REMOVE]
         notes += tuple(_preview(ledger, services, request, cache_id) for cache_id in going)
-    to = request.archive_to.url() if request.archive_to else None
-    return TeardownPlan(decisions, containers, images, notes, to)
+    unreachable = tuple(filter(None, [docker_problem, services.s3_problem]))
+    unreachable += tuple(f"{url}: {why}" for url, why in sorted(verify.unreachable.items()))
+    where = to.url() if to else None
+    return TeardownPlan(decisions, containers, images, notes, where, unreachable)
 
 
 def archive_one(
@@ -139,6 +161,16 @@ def _preview(ledger: Ledger, services: Services, request: TeardownRequest, cache
         f" ({human_bytes(report.bytes_total)}), {report.blobs_present} already there,"
         f" {report.blobs_uploaded} not yet ({human_bytes(report.bytes_uploaded)})"
     )
+
+
+def is_gone(cache: CacheRecord) -> bool:
+    """Whether the cache's dir is not there, and not in a teardown's trash either."""
+    return not os.path.lexists(cache.host_path) and not trash_path(cache).exists()
+
+
+def dead_boots(ledger: Ledger, caches: Sequence[CacheRecord]) -> set[str]:
+    """Boots the ledger says hold a cache whose lease nobody holds: their process died."""
+    return {c.in_use_by for c in caches if c.in_use_by and not lease_held(ledger.home, c.id)}
 
 
 def current_mounts(services: Services) -> tuple[dict[str, list[str]], str | None]:

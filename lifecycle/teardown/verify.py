@@ -12,8 +12,8 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.run import verify_archive
-from lifecycle.archive.store import BlobStore
+from lifecycle.archive.run import VerifiedRecord, fetch_verified
+from lifecycle.archive.store import BlobStore, S3Unavailable
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger.archives import ArchiveRecord
 
@@ -23,31 +23,40 @@ _ANSWERED = {"403", "AccessDenied"}
 
 
 class ArchiveVerifier:
-    """`verifier(archive)` -> one problem per object that does not verify now; [] = verified."""
+    """`verifier(archive)` -> the record now, with one problem per object that does not verify."""
 
     def __init__(self, client: Any | None, client_problem: str | None = None) -> None:
         self._client = client
         self._client_problem = client_problem or "no S3 client"
         self._reachable: dict[str, str | None] = {}  # location url -> why not, or None
+        self.unreachable: dict[str, str] = {}  # location url -> why its server is out of reach
 
-    def __call__(self, archive: ArchiveRecord) -> list[str]:
+    def __call__(self, archive: ArchiveRecord) -> VerifiedRecord:
         location = ArchiveLocation.parse(archive.location)
         url = location.url()
         if self._client is None:
-            return [f"cannot reach S3 to verify {url}: {self._client_problem}"]
-        if url not in self._reachable:
-            self._reachable[url] = self._probe(location)
-        unreachable = self._reachable[url]
+            return _unverified(f"cannot reach S3 to verify {url}: {self._client_problem}")
+        unreachable = self.problem_with(location)
         if unreachable:
-            return [unreachable]
+            return _unverified(unreachable)
         try:
             store = BlobStore(self._client, location)
-            problems: list[str] = verify_archive(store, archive.cache_id, archive.record_sha256)
-        except LifecycleError as exc:  # the store's one-line errors: server gone, access denied
-            return [str(exc)]
+            return fetch_verified(store, archive.cache_id, archive.record_sha256)
+        except S3Unavailable as exc:  # the server went away since the probe: ask it no more
+            self._reachable[url] = self.unreachable[url] = str(exc)
+            return _unverified(str(exc))
+        except LifecycleError as exc:  # the store's other one-line errors
+            return _unverified(str(exc))
         except (BotoCoreError, ClientError) as exc:
-            return [f"cannot verify s3://{location.bucket}/{archive.record_key}: {exc}"]
-        return problems
+            return _unverified(f"cannot verify s3://{location.bucket}/{archive.record_key}: {exc}")
+
+    def problem_with(self, location: ArchiveLocation) -> str | None:
+        """Why the location cannot be used now (asked once per run), or None."""
+        if self._client is None:
+            return f"cannot reach S3: {self._client_problem}"
+        if location.url() not in self._reachable:
+            self._reachable[location.url()] = self._probe(location)
+        return self._reachable[location.url()]
 
     def _probe(self, location: ArchiveLocation) -> str | None:
         assert self._client is not None
@@ -59,5 +68,11 @@ class ArchiveVerifier:
                 return None
             return f"S3 bucket of {location.url()} not usable: {exc}"
         except BotoCoreError as exc:
-            return f"cannot reach S3 for {location.url()}: {exc}"
+            why = BlobStore(self._client, location).error(exc, "")
+            self.unreachable[location.url()] = str(why)
+            return f"cannot reach S3 for {location.url()}: {why}"
         return None
+
+
+def _unverified(problem: str) -> VerifiedRecord:
+    return VerifiedRecord((problem,), None, answered=False)

@@ -1,0 +1,127 @@
+"""Helpers for the tests that attack teardown, boots and the archive with the real services:
+the CLI in-process and as its own process, the ledger's view, S3's view of a record."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from lifecycle.cli import cli as lifecycle_cli
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.archives import TeardownStep, steps_of
+from lifecycle.ledger.boots import BootRecord, CacheRecord, all_boots, all_caches
+from lifecycle.teardown.journal import trash_path
+
+PREFIX = "test"  # archive_project archives to s3://<its bucket>/test
+
+
+def cli(project: Path, *args: str, env: dict[str, str | None] | None = None) -> Any:
+    """`lifecycle --manifests PROJECT/manifests ARGS…` in-process; the click Result."""
+    return CliRunner().invoke(
+        lifecycle_cli,
+        ["--manifests", str(project / "manifests"), *args],
+        env=env,
+        catch_exceptions=False,
+    )
+
+
+def process(
+    project: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`lifecycle` as its own process (stdin no terminal): a SIGKILL hits it, not pytest."""
+    return subprocess.run(
+        lifecycle_argv(project, *args),
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def start(project: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`lifecycle` started in the background, in its own session, output piped."""
+    return subprocess.Popen(
+        lifecycle_argv(project, *args),
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def lifecycle_argv(project: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), *args]
+
+
+def boot(project: Path, *args: str) -> dict[str, Any]:
+    """Boot demo/0.2 (`--cold` or warm as `args` say) in-process; the boot report."""
+    result = cli(project, "boot", "demo/0.2", "--json", *args)
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def cache_ids(report: dict[str, Any]) -> list[str]:
+    """The ids of the caches a boot report lists, sorted."""
+    return sorted(u["cache_id"] for u in report["caches"])
+
+
+def home() -> Path:
+    return Path(os.environ["LIFECYCLE_HOME"])
+
+
+def caches() -> dict[str, CacheRecord]:
+    """Every cache the ledger knows, by id."""
+    ledger = Ledger.open(home())
+    try:
+        return {c.id: c for c in all_caches(ledger)}
+    finally:
+        ledger.close()
+
+
+def boots() -> dict[str, BootRecord]:
+    """Every boot the ledger knows, by id."""
+    ledger = Ledger.open(home())
+    try:
+        return {b.id: b for b in all_boots(ledger)}
+    finally:
+        ledger.close()
+
+
+def journal(cache_id: str) -> list[TeardownStep]:
+    ledger = Ledger.open(home())
+    try:
+        return steps_of(ledger, cache_id)
+    finally:
+        ledger.close()
+
+
+def plan_of(result: Any) -> dict[str, dict[str, Any]]:
+    """cache id -> its entry in a `teardown --json` plan."""
+    return {c["id"]: c for c in json.loads(result.stdout)["plan"]["caches"]}
+
+
+def gone(cache: CacheRecord) -> bool:
+    """Neither in place nor in a teardown's trash."""
+    return not Path(cache.host_path).exists() and not trash_path(cache).exists()
+
+
+def record(s3_client: Any, bucket: str, cache_id: str) -> dict[str, Any] | None:
+    """The cache's record in S3, or None."""
+    key = f"{PREFIX}/caches/{cache_id}.json"
+    try:
+        body = s3_client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except s3_client.exceptions.NoSuchKey:
+        return None
+    document: dict[str, Any] = json.loads(body)
+    return document
