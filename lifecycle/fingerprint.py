@@ -112,6 +112,11 @@ class Fingerprint:
             )
         return fingerprint
 
+    @classmethod
+    def of(cls, entries: Iterable[Entry]) -> Fingerprint:
+        """The fingerprint of these entries (sorted here), with its tree digest computed."""
+        return _fingerprint(tuple(sorted(entries, key=attrgetter("path"))))
+
     def diff(self, other: Fingerprint) -> FingerprintDiff:
         """What changed going from `self` to `other` (added = only in `other`)."""
         mine = {e.path: _digest_fields(e) for e in self.entries}

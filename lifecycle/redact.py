@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import mmap
+import os
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import AnyStr, TypeAlias
 
 MIN_SECRET_LEN = 4
@@ -158,3 +161,29 @@ def _placeholder(value: str, *, quoted_key: bool) -> str:
     if not quote and quoted_key:
         quote = '"'  # `"password": 1234` stays valid JSON as `"password": "<redacted>"`
     return f"{quote}<redacted>{quote}"
+
+
+def secrets_in_file(path: Path, secret_values: Mapping[str, str]) -> list[str]:
+    """The names of the secrets whose value (in any spelling `redact` knows) is in the file.
+
+    For cache files, which are uploaded as they are or not at all: a JIT log that echoed a
+    token must not leave the host. Read through a memory map, so a large `.so` costs a scan
+    of its pages and no copy.
+    """
+    needles = [
+        (spelling.encode(), holder)
+        for spelling, holder in _spellings(secret_values)
+        if holder.startswith("<redacted:")
+    ]
+    if not needles:
+        return []
+    with path.open("rb") as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            return []
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            found = {
+                holder[len("<redacted:") : -1]
+                for needle, holder in needles
+                if data.find(needle) >= 0
+            }
+    return sorted(found)

@@ -162,3 +162,31 @@ def test_refusals(demo_project: Path, archive_target: ArchiveTarget) -> None:
 
     result = run_lifecycle(demo_project, "restore", "vllm-000000000000", "--from", url)
     assert result.exit_code == 1 and "no record s3://" in result.stderr
+
+
+def test_no_mode_a_record_asks_for_is_dangerous_after_restore(
+    demo_project: Path, archive_target: ArchiveTarget
+) -> None:
+    report = boot_demo(demo_project, "--cold")
+    cache_id = sorted(u["cache_id"] for u in report["caches"])[0]
+    root = Path(_caches(demo_project)[cache_id]["host_path"])
+    (root / "tool").write_bytes(b"#!/bin/sh\n")
+    (root / "tool").chmod(0o4755)  # setuid, as a crafted record would ask for
+    (root / "open").mkdir()
+    (root / "open").chmod(0o1777)  # sticky and world-writable
+    (root / "shared.so").write_bytes(b"\x7fELF")
+    (root / "shared.so").chmod(0o2666)  # setgid, world-writable
+    _archive(demo_project, archive_target, cache_id, "--with-content")
+    _tear_down(demo_project, [cache_id])
+
+    restored = _restore(demo_project, archive_target, cache_id)
+
+    assert sorted(restored["modes_masked"]) == ["open", "shared.so", "tool"]
+    assert stat.S_IMODE((root / "tool").stat().st_mode) == 0o755
+    assert stat.S_IMODE((root / "open").stat().st_mode) == 0o775
+    assert stat.S_IMODE((root / "shared.so").stat().st_mode) == 0o664
+    for path in [root, *root.rglob("*")]:
+        info = path.lstat()
+        assert info.st_uid == os.getuid() and info.st_gid == os.getgid(), path
+        if not stat.S_ISLNK(info.st_mode):
+            assert not info.st_mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | 0o002), path

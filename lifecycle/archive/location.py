@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from lifecycle.errors import LifecycleError
 CONFIG_FILE = "lifecycle.yaml"
 S3_CONNECT_TIMEOUT_S = 5.0
 S3_READ_TIMEOUT_S = 20.0
+SLOW_AFTER_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -59,12 +61,13 @@ def resolve_location(
     )
 
 
-def s3_client(environ: Mapping[str, str]) -> Any:
+def s3_client(environ: Mapping[str, str], on_slow: Callable[[str], None] | None = None) -> Any:
     """A boto3 S3 client from the normal credential chain; AWS_ENDPOINT_URL for other servers.
 
     Time limits, so that a server that accepts connections and never answers fails a command
     in well under a minute: connect within 5 s, each response within LIFECYCLE_S3_TIMEOUT
-    (default 20 s), two attempts per request.
+    (default 20 s), two attempts per request. `on_slow` is told when a request has waited
+    SLOW_AFTER_S for its answer, so a long wait is never silent.
     """
     import boto3  # imported here: start-up of other verbs must not pay for boto3
     from botocore.config import Config
@@ -95,4 +98,29 @@ def s3_client(environ: Mapping[str, str]) -> Any:
         region_name=environ.get("AWS_DEFAULT_REGION") or environ.get("AWS_REGION"),
         profile_name=environ.get("AWS_PROFILE"),
     )
-    return session.client("s3", endpoint_url=endpoint or None, config=config)
+    client = session.client("s3", endpoint_url=endpoint or None, config=config)
+    if on_slow is not None:
+        _tell_when_slow(client, on_slow, config.read_timeout)
+    return client
+
+
+def _tell_when_slow(client: Any, on_slow: Callable[[str], None], limit: float) -> None:
+    """One line per request that waits SLOW_AFTER_S for its answer (each attempt, each thread)."""
+    where = client.meta.endpoint_url
+    waiting = threading.local()
+
+    def sent(event_name: str, **_: Any) -> None:
+        operation = event_name.rpartition(".")[2]
+        line = f"S3 at {where}: no answer to {operation} for {SLOW_AFTER_S:g} s"
+        line += f" (gives up after {limit:g} s, twice)"
+        waiting.timer = threading.Timer(SLOW_AFTER_S, on_slow, (line,))
+        waiting.timer.daemon = True
+        waiting.timer.start()
+
+    def answered(**_: Any) -> None:
+        timer = getattr(waiting, "timer", None)
+        if timer is not None:
+            timer.cancel()
+
+    client.meta.events.register("before-send.s3", sent)
+    client.meta.events.register("needs-retry.s3", answered)

@@ -12,6 +12,8 @@ cache without needing this host:
     fingerprint   {sha256, size: the scan JSON's blob; tree_digest, files, bytes}
     content       {files, bytes} when with_content, else null; each file's blob is the
                   sha256 its fingerprint entry names
+    withheld      with_content only: [{path, sha256, why}] of the files left out because a
+                  boot wrote a secret's value into them (absent in older records)
     boots         per boot that used the cache, oldest first: {boot (row), use (its cache-use
                   row for this cache), hook_runs, log: {sha256, size} | null, evidence:
                   {path under evidence/boots/<boot>/: {sha256, size}}}
@@ -41,7 +43,7 @@ from lifecycle.archive.store import READ_CHUNK, ArchiveError, BlobRef, open_regu
 from lifecycle.boot.provenance import image_snapshot_path, manifest_snapshot_path, patch_path
 from lifecycle.fingerprint import Entry, Fingerprint
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import BootRecord, CacheRecord, all_boots, cache_uses
+from lifecycle.ledger.boots import BootRecord, CacheRecord, all_boots, cache_uses, tainted_files
 
 FORMAT = "lifecycle-cache-record/1"
 _LOCAL_ONLY = ("state", "in_use_by")  # this host's bookkeeping, not facts about the cache
@@ -118,7 +120,24 @@ def plan_record(
     ]
     if with_content:
         root = Path(cache.host_path)
-        files = [e for e in fingerprint.entries if e.kind == "file"]
+        # A file a boot wrote a secret's value into stays on this host; the record says so.
+        secret_in: dict[tuple[str, str | None], list[str]] = {}
+        for found in tainted_files(ledger, cache.id):
+            secret_in.setdefault((found.path, found.sha256), []).append(found.secret)
+        withheld = [e for e in fingerprint.entries if (e.path, e.sha256) in secret_in]
+        document["withheld"] = [
+            {
+                "path": e.path,
+                "sha256": e.sha256,
+                "why": f"holds the value of secret {', '.join(secret_in[e.path, e.sha256])}",
+            }
+            for e in withheld
+        ]
+        files = [
+            e
+            for e in fingerprint.entries
+            if e.kind == "file" and (e.path, e.sha256) not in secret_in
+        ]
         for e in files:
             assert e.sha256 is not None, "a scanned file always has its sha256"
             source = BlobSource(e.sha256, e.size, f"cache file {e.path}", root=root, entry=e)

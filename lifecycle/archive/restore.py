@@ -11,9 +11,9 @@ import io
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,8 @@ from lifecycle.ledger.rows import insert
 from lifecycle.table import human_bytes
 
 PROGRESS_EVERY = 100  # restored files between two progress lines
+# Permission bits a restore keeps: never setuid, setgid or sticky, never writable by others.
+SAFE_MODES = 0o775
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class RestoreReport:
     bytes: int
     known: bool  # the ledger knew the cache (else its row was made from the record)
     already_present: bool  # the cache dir already held exactly the archived tree
+    withheld: tuple[str, ...] = ()  # files the archive left out (they held a secret's value)
+    modes_masked: tuple[str, ...] = ()  # entries restored without setuid/setgid/sticky/o+w
 
 
 def restore_cache(
@@ -73,7 +77,9 @@ def restore_cache(
             raise ArchiveError(f"boot {known.in_use_by} is using the cache")
         target = Path(known.host_path) if known else ledger.home / "caches" / cache_id
         new_row = None if known else _row_from_record(document.get("cache"), target)
-        wanted = _fetch_fingerprint(store, document)
+        archived = _fetch_fingerprint(store, document)
+        withheld = {str(item["path"]) for item in document.get("withheld") or []}
+        wanted = restorable(archived, withheld)
         present = _already_there(target, wanted)
         restored = present or _rebuild(store, wanted, target, workers, say)
     except (LifecycleError, OSError) as exc:
@@ -95,7 +101,22 @@ def restore_cache(
         bytes=restored.bytes,
         known=known is not None,
         already_present=present is not None,
+        withheld=tuple(sorted(withheld)),
+        modes_masked=tuple(e.path for e in archived.entries if e.mode != _safe_mode(e)),
     )
+
+
+def restorable(archived: Fingerprint, withheld: Collection[str]) -> Fingerprint:
+    """The tree a restore makes of an archived one: without the files the archive withheld, and
+    with no mode a crafted record could abuse (setuid, setgid, sticky, world-writable)."""
+    return Fingerprint.of(
+        replace(e, mode=_safe_mode(e)) for e in archived.entries if e.path not in withheld
+    )
+
+
+def _safe_mode(e: Entry) -> int:
+    # A symlink's own mode is always 0o777 on Linux and cannot be set: it grants nothing.
+    return e.mode if e.kind == "symlink" else e.mode & SAFE_MODES
 
 
 def _fetch_fingerprint(store: BlobStore, document: dict[str, Any]) -> Fingerprint:

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO, cast
 
-from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,8 @@ def _one(store: BlobStore, claim: BlobClaim) -> tuple[str, str] | None:
     try:
         # Only write() is called on the sink: a counter stands in for a file.
         found = store.download_sha256(store.blob_key(claim.sha256), cast(BinaryIO, counter))
+    except S3Unavailable:  # the environment, not the archive: exit 3
+        raise
     except ArchiveError as exc:
         return where, f"cannot download: {exc}"
     if found is None:

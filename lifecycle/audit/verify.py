@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle.archive.record import blob_roles, load_record
-from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.audit.blobs import BlobChecker, BlobClaim
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
@@ -90,6 +90,8 @@ def cache_archive(
             for b in record["blobs"]
         ]
         problems = checker.check(store, claims)
+    except S3Unavailable:  # the environment, not the archive: exit 3
+        raise
     except ArchiveError as exc:  # unreadable, not a record, or the server did not answer
         return [*findings, Finding(url, str(exc).removeprefix(f"{url}: "))]
     findings += [Finding(subject, problem) for subject, problem in problems]
@@ -133,6 +135,8 @@ def result_record(
             for b in document["blobs"]
         ]
         problems = checker.check(store, claims)
+    except S3Unavailable:  # the environment, not the archive: exit 3
+        raise
     except ArchiveError as exc:  # unreadable, altered, or the server did not answer
         return [*findings, Finding(url, str(exc).removeprefix(f"{url}: "))], None
     findings += [Finding(subject, problem) for subject, problem in problems]

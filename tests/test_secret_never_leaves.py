@@ -1,0 +1,99 @@
+"""A secret-printing engine: after `lifecycle boot` returns, no byte of the secret's value is on
+stdout or stderr, in the ledger, in the kept evidence, in any S3 object (content included) or in
+any Docker object on the host. The engine (profile `leaky`) prints the token and writes it
+into a file of its FlashInfer cache, as a JIT log might."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.trust_support import caches, home, process, record
+
+pytestmark = [pytest.mark.docker, pytest.mark.s3]
+
+
+def test_the_secret_is_nowhere_but_the_engines_own_cache_file(
+    archive_project: Path, s3_client: Any, s3_bucket: str, docker_client: Any
+) -> None:
+    # Not shaped like any known credential: only the value itself can find it.
+    token = f"q{secrets.token_hex(20)}"
+    env = {"HF_TOKEN": token}
+    booted = process(archive_project, "boot", "demo/0.2", "--profile", "leaky", "--json", env=env)
+    assert booted.returncode == 0, booted.stderr
+    assert "hello <redacted:HF_TOKEN>" in booted.stderr  # shown, redacted, as it streamed
+    report = json.loads(booted.stdout)
+    flashinfer = next(c for c in caches().values() if c.cache_name == "flashinfer")
+    leak = Path(flashinfer.host_path) / "leak.log"
+    assert token in leak.read_text()  # the engine's own file on this host: it stays there
+
+    outputs = [booted]
+    outputs.append(process(archive_project, "archive", "--all", "--with-content", env=env))
+    boot_id = report["id"]
+    add = ["result", "add", boot_id, "--name", "leak", "--status", "pass"]
+    outputs.append(process(archive_project, *add, env=env))
+    outputs.append(process(archive_project, "boots", "--json", env=env))
+    outputs.append(process(archive_project, "audit", "result", _result_id(), "--json", env=env))
+    for done in outputs:
+        assert done.returncode == 0, done.stderr
+        assert token not in done.stdout + done.stderr
+
+    document = record(s3_client, s3_bucket, flashinfer.id)
+    assert document is not None and document["with_content"]
+    assert document["withheld"] == [
+        {"path": "leak.log", "sha256": _sha(leak), "why": "holds the value of secret HF_TOKEN"}
+    ]
+    needle = token.encode()
+    for key, body in _objects(s3_client, s3_bucket):
+        assert needle not in body, key
+    for path in home().rglob("*"):
+        if path.is_file() and not path.is_relative_to(home() / "caches"):
+            assert needle not in path.read_bytes(), path
+    for container in docker_client.containers.list(all=True):
+        assert needle not in json.dumps(container.attrs).encode(), container.name
+        assert needle not in container.logs(), container.name
+    assert not [
+        c for c in docker_client.containers.list(all=True) if c.id == report["container_id"]
+    ]
+    inspected = subprocess.run(["docker", "inspect", report["image_id"]], capture_output=True)
+    assert needle not in inspected.stdout
+
+    # Torn down, then restored: everything but the withheld file comes back, and it says so.
+    torn = process(archive_project, "teardown", flashinfer.id, "--yes", env=env)
+    assert torn.returncode == 0, torn.stdout + torn.stderr
+    assert not leak.exists()
+    restored = process(archive_project, "restore", flashinfer.id, "--json", env=env)
+    assert restored.returncode == 0, restored.stderr
+    assert json.loads(restored.stdout)["withheld"] == ["leak.log"]
+    assert not leak.exists() and Path(flashinfer.host_path).is_dir()
+
+
+def _result_id() -> str:
+    import sqlite3
+
+    conn = sqlite3.connect(home() / "ledger.sqlite3")
+    try:
+        return str(conn.execute("SELECT id FROM results").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _objects(s3_client: Any, bucket: str) -> list[tuple[str, bytes]]:
+    found = []
+    for page in s3_client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for item in page.get("Contents", []):
+            body = s3_client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+            found.append((item["Key"], body))
+    assert found
+    return found
