@@ -8,12 +8,15 @@ parent's memory copy-on-write. `archive.transfer` forks uploaders.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NoReturn
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def fork_is_safe() -> bool:
@@ -57,13 +60,28 @@ def spawn(check: Callable[[], bool], children: list[int]) -> None:
     # recorded here): a KeyboardInterrupt in between would unwind the child through the caller's
     # stack, or leave a child nobody reaps.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    parent = os.getpid()
     try:
         pid = os.fork()
         if pid == 0:
+            _die_with(parent)
             _child(check, mask)
         children.append(pid)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel SIGKILL this child the moment its parent dies, SIGKILL included.
+
+    A SIGKILLed archive would otherwise leave its uploaders running for seconds, holding the
+    descriptors it shared with them, the teardown lock among them.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        os._exit(1)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
 
 
 def _child(check: Callable[[], bool], mask: Iterable[int]) -> NoReturn:

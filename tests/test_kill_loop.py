@@ -1,0 +1,120 @@
+"""SIGKILL `teardown --archive` and `archive --all` at random moments, 24 times, and check after
+each kill that every cache dir that went has a verified record in S3 holding exactly the tree it
+had, content included; then a plain re-run converges and every tree restores as it was.
+
+Only the lifecycle process is killed, never its process group: its forked uploaders must die
+with it on their own. Between kills, removed caches are restored and some are changed, so
+that later kills land in uploads, verifications and renames alike."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lifecycle.archive.location import ArchiveLocation, s3_client
+from lifecycle.archive.run import verify_archive
+from lifecycle.archive.store import BlobStore
+from lifecycle.fingerprint import scan
+from tests.trust_support import PREFIX, boot, cache_ids, caches, cli, process, record, start
+
+pytestmark = [pytest.mark.docker, pytest.mark.s3]
+KILLS = 24
+
+
+def test_sigkill_loop_never_removes_a_dir_without_its_verified_record(
+    archive_project: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    rng = random.Random(int(os.environ.get("LIFECYCLE_TEST_SEED", "20261201")))
+    ids = cache_ids(boot(archive_project, "--cold")) + cache_ids(boot(archive_project, "--cold"))
+    bulky = Path(caches()[ids[0]].host_path) / "bulk"
+    bulky.mkdir()
+    for n in range(700):  # enough to fork uploaders
+        (bulky / f"k{n}.o").write_bytes(os.urandom(256))
+    (Path(caches()[ids[1]].host_path) / "big.so").write_bytes(os.urandom(24 << 20))
+    store = BlobStore(s3_client_for_env(), ArchiveLocation(s3_bucket, PREFIX))
+    kinds = {"teardown": 0, "archive": 0}
+    # How long a run of each kind lasts, learnt from runs that ended before their kill, so
+    # that the kills keep landing inside runs as the work per run shrinks.
+    lasts = {"teardown": 4.0, "archive": 4.0}
+    for kill in range(KILLS):
+        expected = _trees_in_place()
+        kind = "teardown" if kill % 2 == 0 else "archive"
+        argv = (
+            ["teardown", "--archive", "--with-content", "--yes"]
+            if kind == "teardown"
+            else ["archive", "--all", "--with-content"]
+        )
+        began = time.monotonic()
+        running = start(archive_project, *argv)
+        deadline = began + rng.uniform(0.2, 0.95 * lasts[kind])
+        while running.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if running.poll() is None:
+            kinds[kind] += 1
+        else:
+            lasts[kind] = max(0.4, time.monotonic() - began)
+        running.send_signal(signal.SIGKILL)  # the process alone: its uploaders die by themselves
+        running.communicate(timeout=60)
+        _check_removed_have_their_record(store, s3_client, s3_bucket, expected, kill)
+        _refill(archive_project, rng)
+    assert kinds["teardown"] + kinds["archive"] >= 20, kinds  # kills that hit a live run
+    assert min(kinds.values()) >= 8, kinds
+    print(f"kills inside a live run: {kinds}")
+
+    final = _trees_in_place()
+    done = process(archive_project, "teardown", "--archive", "--with-content", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert all(c.state == "torn-down" for c in caches().values())
+    _check_removed_have_their_record(store, s3_client, s3_bucket, final, KILLS)
+    for cache_id, tree in final.items():
+        restored = cli(archive_project, "restore", cache_id)
+        assert restored.exit_code == 0, restored.output
+        assert scan(Path(caches()[cache_id].host_path)).tree_digest == tree
+
+
+def s3_client_for_env() -> Any:
+    return s3_client(os.environ)
+
+
+def _trees_in_place() -> dict[str, str]:
+    """cache id -> the tree digest of its dir, for every cache whose dir is in place."""
+    return {
+        c.id: scan(Path(c.host_path)).tree_digest
+        for c in caches().values()
+        if Path(c.host_path).is_dir()
+    }
+
+
+def _check_removed_have_their_record(
+    store: BlobStore, client: Any, bucket: str, expected: dict[str, str], kill: int
+) -> None:
+    for cache_id, tree in expected.items():
+        cache = caches()[cache_id]
+        if Path(cache.host_path).is_dir():
+            continue  # still in place (or back from the trash)
+        document = record(client, bucket, cache_id)
+        assert document is not None, (kill, cache_id, "removed without a record")
+        assert document["fingerprint"]["tree_digest"] == tree, (kill, cache_id)
+        assert document["with_content"], (kill, cache_id)
+        assert verify_archive(store, cache_id, None) == [], (kill, cache_id)
+
+
+def _refill(project: Path, rng: random.Random) -> None:
+    """Bring back removed caches (so there is work to kill) and change a few that are in place."""
+    every = caches()
+    if sum(1 for c in every.values() if Path(c.host_path).is_dir()) <= 3:
+        for cache in every.values():
+            if cache.state == "torn-down":
+                restored = cli(project, "restore", cache.id)
+                assert restored.exit_code == 0, restored.output
+    for cache in caches().values():
+        if Path(cache.host_path).is_dir() and rng.random() < 0.3:
+            (Path(cache.host_path) / f"late-{rng.randrange(1 << 30)}.o").write_bytes(
+                os.urandom(rng.randrange(1, 4096))
+            )
