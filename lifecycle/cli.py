@@ -18,7 +18,7 @@ import click
 
 from lifecycle import __version__
 from lifecycle.crash import known_secrets
-from lifecycle.errors import EXIT_CODES, EXIT_INTERNAL, LifecycleError
+from lifecycle.errors import EXIT_CODES, EXIT_ENVIRONMENT, EXIT_INTERNAL, LifecycleError
 from lifecycle.redact import redact
 
 if TYPE_CHECKING:
@@ -98,6 +98,11 @@ def _find_manifests_dir(start: Path) -> Path:
         if (directory / "manifests").is_dir():
             return directory / "manifests"
     return start / "manifests"
+
+
+def _say(line: str) -> None:
+    """Progress on stderr, so stdout stays the command's answer."""
+    click.echo(f"  | {line}", err=True)
 
 
 def _emit_json(data: Any) -> None:
@@ -189,7 +194,7 @@ def build(
             ledger,
             force=force,
             push=push,
-            on_line=lambda line: click.echo(f"  | {line}", err=True),
+            on_line=_say,
         )
     if as_json:
         _emit_json(report)
@@ -222,6 +227,7 @@ def boot(
 ) -> None:
     """Boot the built engine of VERSION with its JIT caches mounted from tracked host dirs."""
     from lifecycle.commands.boot import describe_dry_run, make_request, run_boot
+    from lifecycle.faults import crash_checkpoint
 
     # GPU arch is part of the cache key; set LIFECYCLE_GPU_ARCH (e.g. 90a) on GPU hosts.
     arch = os.environ.get("LIFECYCLE_GPU_ARCH", "unknown")
@@ -251,7 +257,8 @@ def boot(
             ledger,
             boot_request,
             os.environ,
-            lambda line: click.echo(f"  | {line}", err=True),
+            _say,
+            crash_checkpoint(os.environ),  # test-only delay points; a no-op when unset
         )
     if as_json:
         _emit_json(report)
@@ -324,9 +331,9 @@ def teardown(
     from contextlib import nullcontext
 
     from lifecycle.commands.teardown import archive_location, connect_services, make_request
+    from lifecycle.faults import crash_checkpoint
     from lifecycle.hooks import select
     from lifecycle.table import human_bytes
-    from lifecycle.teardown.faults import crash_checkpoint
     from lifecycle.teardown.journal import teardown_lock
     from lifecycle.teardown.report import plan_json, plan_text, result_json, summary_text
     from lifecycle.teardown.run import run_teardown
@@ -346,7 +353,7 @@ def teardown(
     )
     hooks = select(project / "hooks", hook_names)
     checkpoint = crash_checkpoint(os.environ)  # test-only fault injection; a no-op when unset
-    services = connect_services(os.environ)
+    services = connect_services(os.environ, _say)
     result = None
     with _ledger() as ledger, nullcontext() if dry_run else teardown_lock(ledger.home):
         plan = make_plan(ledger, services, request, preview=dry_run)
@@ -368,7 +375,7 @@ def teardown(
                 request,
                 hooks=hooks,
                 checkpoint=checkpoint,
-                progress=lambda line: click.echo(f"  | {line}", err=True),
+                progress=_say,
             )
     if as_json:
         _emit_json({"plan": plan_json(plan), "result": result_json(result) if result else None})
@@ -376,6 +383,10 @@ def teardown(
         click.echo(summary_text(result), nl=False)
     elif not dry_run:
         click.echo("nothing to remove")
+    for problem in plan.unreachable:
+        click.echo(f"lifecycle: {problem}; what it guards was kept", err=True)
+    if plan.unreachable:
+        ctx.exit(EXIT_ENVIRONMENT)
     ctx.exit(1 if plan.has_problems or (result is not None and result.failed) else 0)
 
 
@@ -449,13 +460,13 @@ def archive(
     with _ledger() as ledger:
         report = run(
             ledger,
-            s3_client(os.environ),
+            s3_client(os.environ, _say),
             location,
             cache_ids,
             every=every,
             with_content=with_content,
             dry_run=dry_run,
-            progress=lambda line: click.echo(f"  | {line}", err=True),
+            progress=_say,
         )
     _emit_json(report) if as_json else click.echo(archive_text(report), nl=False)
 
@@ -475,10 +486,10 @@ def restore(ctx: click.Context, cache_id: str, source: str | None, as_json: bool
     with _ledger() as ledger:
         report = run(
             ledger,
-            s3_client(os.environ),
+            s3_client(os.environ, _say),
             location,
             cache_id,
-            progress=lambda line: click.echo(f"  | {line}", err=True),
+            progress=_say,
         )
     _emit_json(report) if as_json else click.echo(restore_text(report), nl=False)
 
@@ -611,13 +622,13 @@ def result_add(
             request,
             datetime.now(UTC),
             location=where,
-            client_for=lambda: s3_client(os.environ),
-            progress=lambda line: click.echo(f"  | {line}", err=True),
+            client_for=lambda: s3_client(os.environ, _say),
+            progress=_say,
         )
     _emit_json(report) if as_json else click.echo(add_text(report), nl=False)
     if problem:
-        click.echo(f"lifecycle: {problem}", err=True)
-        ctx.exit(1)
+        click.echo(f"lifecycle: recorded, not archived: {problem}", err=True)
+        ctx.exit(problem.exit_code)  # 1, or 3 when S3 could not be reached
 
 
 @cli.command("results")
@@ -639,7 +650,7 @@ def _ledger_or_archive(source: str | None) -> Iterator[tuple[Ledger | None, Any,
     from lifecycle.ledger import Ledger, default_home
 
     if source is not None:
-        yield None, s3_client(os.environ), ArchiveLocation.parse(source).url()
+        yield None, s3_client(os.environ, _say), ArchiveLocation.parse(source).url()
         return
     home = default_home(dict(os.environ))
     if not (home / "ledger.sqlite3").is_file():
@@ -648,7 +659,7 @@ def _ledger_or_archive(source: str | None) -> Iterator[tuple[Ledger | None, Any,
         )
     ledger = Ledger.open(home)
     try:
-        yield ledger, s3_client(os.environ), f"the ledger at {home}"
+        yield ledger, s3_client(os.environ, _say), f"the ledger at {home}"
     finally:
         ledger.close()
 

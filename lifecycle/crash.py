@@ -14,15 +14,20 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lifecycle.redact import redact
+from lifecycle.redact import is_sensitive_key, redact
 
 # Values in the CLI's own environment that are secrets whatever the text around them says.
 SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "HF_TOKEN")
 
 
 def known_secrets(environ: Mapping[str, str]) -> dict[str, str]:
-    """The credentials this process holds in its environment, by name."""
-    return {name: environ[name] for name in SECRET_ENV if environ.get(name)}
+    """The credentials this process holds in its environment, by name: the well-known ones and
+    every variable whose name says it is one (`*_TOKEN`, `*_SECRET*`, `*_PASSWORD`, …)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if value and (name in SECRET_ENV or is_sensitive_key(name))
+    }
 
 
 def write_traceback(exc: BaseException, home: Path, environ: Mapping[str, str]) -> Path:

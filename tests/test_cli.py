@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from lifecycle import __version__
@@ -92,3 +94,33 @@ def test_start_up_imports_neither_docker_nor_boto3(repo_root: Path) -> None:
         }
         assert "click" in imported  # the probe works
         assert not imported & {"docker", "boto3", "botocore", "pydantic"}, imported
+
+
+def test_help_lists_the_exit_codes() -> None:
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    table = result.output[result.output.index("Exit codes:") :].splitlines()[1:6]
+    assert [line.split()[0] for line in table] == ["0", "1", "2", "3", "4"]
+
+
+def test_an_unexpected_error_is_one_redacted_line_and_a_traceback_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lifecycle.commands.schema
+
+    def broken() -> None:
+        raise RuntimeError("boom while holding sk-live-0123456789abcdef")
+
+    monkeypatch.setattr(lifecycle.commands.schema, "manifest_json_schema", broken)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "sk-live-0123456789abcdef")
+    result = CliRunner().invoke(cli, ["schema"])
+    assert result.exit_code == 4
+    [line] = result.stderr.splitlines()
+    assert line.startswith("lifecycle: unexpected error (a bug): RuntimeError: boom while holding")
+    assert "sk-live" not in line and "<redacted:AWS_SECRET_ACCESS_KEY>" in line
+    written = Path(line.rsplit("traceback in ", 1)[1])
+    assert written.parent == Path(os.environ["LIFECYCLE_HOME"]) / "crashes"
+    text = written.read_text()
+    assert "Traceback" in text and "RuntimeError" in text and "sk-live" not in text
+    debug = CliRunner().invoke(cli, ["--debug", "schema"])
+    assert debug.exit_code == 4 and "Traceback" in debug.stderr

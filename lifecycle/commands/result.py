@@ -35,7 +35,7 @@ def add(
     location: ArchiveLocation | None,
     client_for: Callable[[], Any],
     progress: Callable[[str], None],
-) -> tuple[dict[str, Any], str | None]:
+) -> tuple[dict[str, Any], ArchiveError | None]:
     """Record the result, archive it if a location is set; (its report, why not archived)."""
     result = add_result(ledger, request, now)
     problem = None
@@ -43,7 +43,7 @@ def add(
         try:
             publish_result(ledger, client_for(), location, result, progress=progress)
         except ArchiveError as exc:
-            problem = str(exc)
+            problem = exc
     return describe(ledger, result), problem
 
 

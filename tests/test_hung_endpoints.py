@@ -1,0 +1,142 @@
+"""A Docker engine or an S3 server that accepts connections and never answers: every command
+fails within 60 s, exit 3, with one line naming the endpoint; nothing is removed, no record is
+written. The default time limits are used (no test-only settings), and the commands run side by
+side so the whole attack costs about one minute."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.trust_support import boot, cache_ids, caches, cli, lifecycle_argv
+
+pytestmark = [pytest.mark.docker, pytest.mark.s3]
+LIMIT_S = 60.0
+
+
+@pytest.fixture
+def hung() -> Iterator[str]:
+    """`127.0.0.1:PORT` of a listener that accepts every connection and never says a word."""
+    server = socket.create_server(("127.0.0.1", 0), backlog=128)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    server.close()
+    for connection in held:
+        connection.close()
+
+
+def _run_all(project: Path, commands: list[list[str]], env: dict[str, str]) -> list[Any]:
+    """Run every command at once; (argv, rc, stdout, stderr, seconds) of each."""
+    import os
+
+    started = time.monotonic()
+    running = [
+        (
+            argv,
+            subprocess.Popen(
+                lifecycle_argv(project, *argv),
+                env={**os.environ, **env},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+        )
+        for argv in commands
+    ]
+    done = []
+    for argv, process in running:
+        out, err = process.communicate(timeout=LIMIT_S * 2)
+        done.append((argv, process.returncode, out, err, time.monotonic() - started))
+    return done
+
+
+def _assert_failed_fast(results: list[Any], endpoint: str) -> None:
+    for argv, rc, out, err, seconds in results:
+        what = f"lifecycle {' '.join(argv)}: rc {rc} after {seconds:.1f} s\n{out}\n{err}"
+        assert rc == 3, what
+        assert seconds < LIMIT_S, what
+        assert "Traceback" not in err, what
+        errors = [line for line in err.splitlines() if not line.startswith("  | ")]
+        assert errors and endpoint in errors[-1], what
+
+
+def _state(s3_client: Any, bucket: str) -> tuple[object, ...]:
+    listed = s3_client.list_objects_v2(Bucket=bucket).get("Contents", [])
+    objects = sorted((o["Key"], o["ETag"]) for o in listed)
+    ledger = sorted((c.id, c.state, Path(c.host_path).is_dir()) for c in caches().values())
+    return tuple(objects), tuple(ledger)
+
+
+def test_a_hung_docker_engine_fails_every_command_in_bounded_time(
+    archive_project: Path, hung: str, s3_client: Any, s3_bucket: str
+) -> None:
+    ids = cache_ids(boot(archive_project, "--cold"))
+    assert cli(archive_project, "archive", *ids[:2]).exit_code == 0
+    before = _state(s3_client, s3_bucket)
+    commands = [
+        ["build", "demo/0.2"],
+        ["build", "demo/0.2", "--force"],
+        ["boot", "demo/0.2"],
+        ["teardown", "--dry-run"],
+        ["teardown", "--yes"],
+        ["teardown", "--archive", "--yes", "--images"],
+    ]
+    results = _run_all(archive_project, commands, {"DOCKER_HOST": f"tcp://{hung}"})
+    _assert_failed_fast(results, f"tcp://{hung}")
+    assert _state(s3_client, s3_bucket) == before  # nothing removed, nothing archived
+
+
+def test_a_hung_s3_server_fails_every_command_in_bounded_time(
+    archive_project: Path, hung: str, s3_client: Any, s3_bucket: str
+) -> None:
+    report = boot(archive_project, "--cold")
+    ids = cache_ids(report)
+    assert cli(archive_project, "archive", *ids[:2], "--with-content").exit_code == 0
+    added = cli(archive_project, "result", "add", report["id"], "--name", "a", "--status", "pass")
+    assert added.exit_code == 0, added.output
+    result_id = json.loads(cli(archive_project, "results", "--json").stdout)[0]["id"]
+    before = _state(s3_client, s3_bucket)
+    url = f"s3://{s3_bucket}/test"
+    commands = [
+        ["archive", "--all"],
+        ["archive", ids[2], "--dry-run"],
+        ["verify", ids[0]],
+        ["restore", ids[1]],
+        ["teardown", "--yes"],
+        ["audit", "result", result_id, "--from", url],
+    ]
+    hung_s3 = {"AWS_ENDPOINT_URL": f"http://{hung}"}
+    results = _run_all(archive_project, commands, hung_s3)
+    # Then the commands that would meet the first batch's: one teardown at a time per host,
+    # and a new result changes what a teardown's plan must wait for.
+    add = ["result", "add", report["id"], "--name", "b", "--status", "fail", "--to", url]
+    results += _run_all(archive_project, [["teardown", "--archive", "--yes"], add], hung_s3)
+    _assert_failed_fast(results, f"http://{hung}")
+    assert _state(s3_client, s3_bucket) == before
+    for _, _, _, err, _ in results:
+        assert "no answer to" in err  # the wait was shown while it lasted
