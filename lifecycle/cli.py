@@ -627,7 +627,7 @@ def result_add(
         )
     _emit_json(report) if as_json else click.echo(add_text(report), nl=False)
     if problem:
-        click.echo(f"lifecycle: recorded, not archived: {problem}", err=True)
+        click.echo(f"lifecycle: {problem}", err=True)
         ctx.exit(problem.exit_code)  # 1, or 3 when S3 could not be reached
 
 

@@ -100,7 +100,8 @@ def _check_removed_have_their_record(
             continue  # still in place (or back from the trash)
         document = record(client, bucket, cache_id)
         assert document is not None, (kill, cache_id, "removed without a record")
-        assert document["fingerprint"]["tree_digest"] == tree, (kill, cache_id)
+        what = (kill, cache_id, document["archived_at"], document["with_content"], cache)
+        assert document["fingerprint"]["tree_digest"] == tree, what
         assert document["with_content"], (kill, cache_id)
         assert verify_archive(store, cache_id, None) == [], (kill, cache_id)
 

@@ -15,7 +15,7 @@ from typing import Any
 from lifecycle import __version__
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import archive_caches
-from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import cache_uses
@@ -60,7 +60,8 @@ def publish_result(
             ledger, store, result, host=socket.gethostname(), tool_version=__version__
         )
     except LifecycleError as exc:
-        raise ArchiveError(
+        family = S3Unavailable if isinstance(exc, S3Unavailable) else ArchiveError
+        raise family(
             f"result {result.id} is recorded, but not archived to {url}: {exc}"
             "; `lifecycle archive --all` archives it once that is fixed"
         ) from exc
