@@ -1,0 +1,165 @@
+"""The bad-input corpus: every case in tests/bad_input/ is one located error line, in bounded
+time and memory, with nothing written to LIFECYCLE_HOME.
+
+A case is a directory: `case.toml` says what to run and what to expect; its other files are
+copied into a fresh working directory the command runs in. Keys of case.toml:
+
+    about  = "what is wrong"                      # one line
+    args   = ["validate", "manifest.yaml"]        # after `python3 -m lifecycle`
+    exit   = 2                                    # the expected exit code
+    stderr = ["manifest.yaml:6:3: engine.vllm: duplicate key"]  # each line's expected start
+    stdout = "..."                                # optional: how stdout starts
+    setup  = "name"                               # optional: a SETUPS function prepares it
+    unset  = ["AWS_ENDPOINT_URL"]                 # optional: variables taken out of the env
+    [env]                                         # optional: variables set for the command
+    LIFECYCLE_DOCKER_TIMEOUT = "soon"
+
+`{home}` and `{cwd}` in args, env, stdout and stderr stand for LIFECYCLE_HOME and the working
+directory. Every command runs with Docker and S3 pointing at nothing that answers, so a case
+that reached either would fail differently: the checks must need neither.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CORPUS = Path(__file__).parent / "bad_input"
+CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "case.toml").is_file())
+MAX_SECONDS = 2.0
+MAX_RSS_MB = 200
+REPO = Path(__file__).resolve().parent.parent
+
+Setup = Callable[[Path, Path], None]  # (working directory, LIFECYCLE_HOME)
+SETUPS: dict[str, Setup] = {}
+
+
+def setup(name: str) -> Callable[[Setup], Setup]:
+    """Register a case's preparation under `name` (what case.toml's `setup` names)."""
+
+    def register(function: Setup) -> Setup:
+        SETUPS[name] = function
+        return function
+
+    return register
+
+
+@setup("patch-symlink-escape")
+def _patch_symlink_escape(cwd: Path, home: Path) -> None:
+    # A link inside the manifest's dir pointing outside it; made here, not committed.
+    outside = cwd.parent / "outside.patch"
+    outside.write_text("--- a/x\n+++ b/x\n")
+    (cwd / "escape.patch").symlink_to(outside)
+
+
+def test_the_corpus_is_large_enough() -> None:
+    assert len(CASES) >= 20
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input(case: str, tmp_path: Path) -> None:
+    spec = tomllib.loads((CORPUS / case / "case.toml").read_text())
+    cwd = tmp_path / "work"
+    shutil.copytree(CORPUS / case, cwd, symlinks=True, ignore=shutil.ignore_patterns("case.toml"))
+    home = tmp_path / "home"
+    if "setup" in spec:
+        SETUPS[spec["setup"]](cwd, home)
+    before = _snapshot(home)
+
+    def fill(text: str) -> str:
+        return text.replace("{home}", str(home)).replace("{cwd}", str(cwd))
+
+    env = _environment(tmp_path, home)
+    for name in spec.get("unset", []):
+        env.pop(name, None)
+    env.update({name: fill(value) for name, value in spec.get("env", {}).items()})
+    command = [sys.executable, "-m", "lifecycle", *map(fill, spec["args"])]
+
+    rc, out, err, seconds, rss_mb = _measure(command, cwd, env, tmp_path)
+
+    lines = err.splitlines()
+    assert "Traceback" not in err, err
+    assert rc == spec["exit"], f"exit {rc}, not {spec['exit']}:\n{err}"
+    expected = [fill(line) for line in spec["stderr"]]
+    assert len(lines) == len(expected), f"want {len(expected)} stderr lines, got:\n{err}"
+    for got, want in zip(lines, expected, strict=True):
+        assert got.startswith(want), f"\n got: {got}\nwant: {want}…"
+    if "stdout" in spec:
+        assert out.startswith(fill(spec["stdout"])), out
+    assert _snapshot(home) == before, f"LIFECYCLE_HOME changed:\n{err}"
+    assert seconds < MAX_SECONDS, f"took {seconds:.2f} s"
+    assert rss_mb < MAX_RSS_MB, f"peak RSS {rss_mb:.0f} MB"
+
+
+def _environment(tmp_path: Path, home: Path) -> dict[str, str]:
+    """This environment without lifecycle's, Docker's or AWS's settings; services nowhere."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("LIFECYCLE_", "AWS_", "DOCKER_"))
+    }
+    env.update(
+        HOME=str(tmp_path / "user"),
+        LIFECYCLE_HOME=str(home),
+        DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock",
+        AWS_ENDPOINT_URL="http://127.0.0.1:9",  # discard: nothing listens
+        AWS_ACCESS_KEY_ID="corpus",
+        AWS_SECRET_ACCESS_KEY="corpus-secret",
+        AWS_DEFAULT_REGION="us-east-1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    )
+    return env
+
+
+def _measure(
+    command: list[str], cwd: Path, env: dict[str, str], tmp_path: Path
+) -> tuple[int, str, str, float, float]:
+    """(exit code, stdout, stderr, wall seconds, peak RSS in MB) of one fresh process tree.
+
+    os.wait4 gives this child's own resource usage (its peak RSS covers the children it
+    waited for), where RUSAGE_CHILDREN would be the maximum over every child this test
+    process ever had."""
+    out_file, err_file = tmp_path / "stdout", tmp_path / "stderr"
+    with out_file.open("wb") as out, err_file.open("wb") as err:
+        started = time.monotonic()
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.monotonic() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return (
+        process.returncode,
+        out_file.read_text(errors="replace"),
+        err_file.read_text(errors="replace"),
+        seconds,
+        usage.ru_maxrss / 1024,
+    )
+
+
+def _snapshot(home: Path) -> dict[str, Any] | None:
+    """Every path under `home` with its kind, mode and content digest; None if absent."""
+    if not os.path.lexists(home):
+        return None
+    if not home.is_dir():
+        return {".": ("file", home.stat().st_mode, hashlib.sha256(home.read_bytes()).hexdigest())}
+    found: dict[str, Any] = {".": ("dir", home.stat().st_mode)}
+    for path in sorted(home.rglob("*")):
+        mode = path.lstat().st_mode
+        if path.is_file() and not path.is_symlink():
+            found[str(path.relative_to(home))] = ("file", mode, _digest(path))
+        else:
+            found[str(path.relative_to(home))] = ("other", mode)
+    return found
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
