@@ -18,7 +18,7 @@ import click
 
 from lifecycle import __version__
 from lifecycle.crash import known_secrets
-from lifecycle.errors import EXIT_CODES, EXIT_INTERNAL, LifecycleError
+from lifecycle.errors import EXIT_CODES, EXIT_INTERNAL, LifecycleError, problem_lines
 from lifecycle.redact import redact
 
 if TYPE_CHECKING:
@@ -123,14 +123,14 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None
                     "file": str(r.file),
                     "valid": not r.problems,
                     "digest": r.digest,
-                    "problems": [p.render() for p in r.problems],
+                    "problems": problem_lines(r.problems),
                 }
                 for r in results
             ]
         )
     for result in results:
-        for problem in result.problems:
-            click.echo(problem.render(), err=True)
+        for line in problem_lines(result.problems):
+            click.echo(line, err=True)
         if not result.problems and not as_json:
             click.echo(f"ok {result.file} sha256:{result.digest}")
     if any(r.problems for r in results):

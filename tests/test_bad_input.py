@@ -22,6 +22,7 @@ that reached either would fail differently: the checks must need neither.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import shutil
 import subprocess
@@ -38,6 +39,7 @@ CORPUS = Path(__file__).parent / "bad_input"
 CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "case.toml").is_file())
 MAX_SECONDS = 2.0
 MAX_RSS_MB = 200
+MAX_LINE_CHARS = 1000
 REPO = Path(__file__).resolve().parent.parent
 
 Setup = Callable[[Path, Path], None]  # (working directory, LIFECYCLE_HOME)
@@ -60,6 +62,72 @@ def _patch_symlink_escape(cwd: Path, home: Path) -> None:
     outside = cwd.parent / "outside.patch"
     outside.write_text("--- a/x\n+++ b/x\n")
     (cwd / "escape.patch").symlink_to(outside)
+
+
+BASE = """\
+schema_version: 1
+name: demo
+engine:
+  vllm: "0.31.0"
+  flashinfer: "0.7.0"
+  base_image: demo:1
+  package_dir: /opt/engine
+upstream:
+  repository: https://example.invalid/engine.git
+"""
+
+
+def _nested(cwd: Path, depth: int) -> None:
+    brackets = "[" * depth + "]" * depth
+    (cwd / "manifest.yaml").write_text(
+        f"# bad: {depth} nested brackets\n{BASE}patches: {brackets}\n"
+    )
+
+
+@setup("nesting-5000")
+def _nesting_5000(cwd: Path, home: Path) -> None:
+    _nested(cwd, 5000)
+
+
+@setup("nesting-200000")
+def _nesting_200000(cwd: Path, home: Path) -> None:
+    _nested(cwd, 200_000)
+
+
+@setup("file-50mb")
+def _file_50mb(cwd: Path, home: Path) -> None:
+    line = "# " + "x" * 98 + "\n"
+    with (cwd / "manifest.yaml").open("w") as out:
+        out.write(BASE)
+        for _ in range(500_000):
+            out.write(line)
+
+
+@setup("too-many-nodes")
+def _too_many_nodes(cwd: Path, home: Path) -> None:
+    patches = "".join(f"  - {{file: p{i}.patch, reason: r}}\n" for i in range(10_000))
+    (cwd / "manifest.yaml").write_text(f"# bad: 10000 patches\n{BASE}patches:\n{patches}")
+
+
+@setup("extends-1200")
+def _extends_1200(cwd: Path, home: Path) -> None:
+    names = ["manifest.yaml", *(f"m{i}.yaml" for i in range(1, 1200))]
+    for name, parent in itertools.pairwise(names):
+        (cwd / name).write_text(f"extends: {parent}\n")
+    (cwd / names[-1]).write_text(BASE)
+
+
+@setup("long-value")
+def _long_value(cwd: Path, home: Path) -> None:
+    text = BASE.replace('"0.31.0"', "'" + "x" * 500_000 + "'")
+    (cwd / "manifest.yaml").write_text(f"# bad: a 500 KB version\n{text}")
+
+
+@setup("many-problems")
+def _many_problems(cwd: Path, home: Path) -> None:
+    typos = "".join(f"  flashinfr{i}: x\n" for i in range(5000))
+    text = BASE.replace('  flashinfer: "0.7.0"\n', "").replace("engine:\n", f"engine:\n{typos}")
+    (cwd / "manifest.yaml").write_text(f"# bad: 5000 unknown keys\n{text}")
 
 
 def test_the_corpus_is_large_enough() -> None:
@@ -89,6 +157,7 @@ def test_bad_input(case: str, tmp_path: Path) -> None:
 
     lines = err.splitlines()
     assert "Traceback" not in err, err
+    assert max(map(len, lines), default=0) < MAX_LINE_CHARS, "an unbounded stderr line"
     assert rc == spec["exit"], f"exit {rc}, not {spec['exit']}:\n{err}"
     expected = [fill(line) for line in spec["stderr"]]
     assert len(lines) == len(expected), f"want {len(expected)} stderr lines, got:\n{err}"

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from lifecycle.errors import LifecycleError, ManifestError, Problem
 from lifecycle.manifest.checks import check_patch_file, check_profiles, check_tuned
 from lifecycle.manifest.defaults import DEFAULT_CACHES
+from lifecycle.manifest.limits import MAX_EXTENDS
 from lifecycle.manifest.merge import deep_merge, merge_located
 from lifecycle.manifest.model import Manifest
 from lifecycle.manifest.pydantic_errors import problems_from_validation
@@ -81,6 +82,9 @@ def _resolve(file: Path, stack: tuple[Path, ...]) -> tuple[Located, tuple[Path, 
         raise ManifestError([_problem(located, ("extends",), "expected a path to a manifest")])
     parent_file = Path(os.path.normpath(file.parent / parent_ref))
     here = (*stack, file.resolve())
+    if len(here) >= MAX_EXTENDS:
+        message = f"extends chain longer than {MAX_EXTENDS} manifests"
+        raise ManifestError([_problem(located, ("extends",), message)])
     if parent_file.resolve() in here:
         cycle = " -> ".join(str(p) for p in (*here, parent_file.resolve()))
         raise ManifestError([_problem(located, ("extends",), f"extends cycle: {cycle}")])

@@ -10,21 +10,25 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from lifecycle.errors import Problem
+from lifecycle.manifest.located import KeyPath, Located, render_key_path
 from lifecycle.manifest.model import Manifest
-from lifecycle.manifest.source import KeyPath, Located, render_key_path
+
+MAX_HINTS = 50
 
 
 def problems_from_validation(exc: ValidationError, located: Located) -> list[Problem]:
     """One problem per offending key path, in document order."""
     errors = [(_data_path(located.data, tuple(e["loc"])), e) for e in exc.errors(include_url=False)]
     unknown = {path for path, e in errors if e["type"] == "extra_forbidden"}
+    # Hints cost a fuzzy match each; past a few dozen unknown keys the file is not a typo away.
+    hints = len(unknown) <= MAX_HINTS
     # A typo is one mistake: `flashinfr` unknown explains `flashinfer` missing, so say it once.
-    typo_targets = {(*path[:-1], hint) for path in unknown if (hint := _typo_hint(path))}
+    typo_targets = {(*path[:-1], hint) for path in unknown if hints and (hint := _typo_hint(path))}
     messages: dict[KeyPath, list[str]] = {}
     for path, error in errors:
         if error["type"] == "missing" and path in typo_targets:
             continue
-        message = _unknown_key_message(path) if path in unknown else _message(error)
+        message = _unknown_key_message(path, hints) if path in unknown else _message(error)
         bucket = messages.setdefault(path, [])
         if message not in bucket:
             bucket.append(message)
@@ -70,9 +74,9 @@ def _typo_hint(path: KeyPath) -> str | None:
     return hints[0] if hints else None
 
 
-def _unknown_key_message(path: KeyPath) -> str:
+def _unknown_key_message(path: KeyPath, hints: bool) -> str:
     message = f"unknown key {str(path[-1])!r}"
-    hint = _typo_hint(path)
+    hint = _typo_hint(path) if hints else None
     if hint:
         return f"{message}; did you mean {hint!r}?"
     allowed = _fields_at(path[:-1])
