@@ -14,6 +14,7 @@ from lifecycle.manifest.defaults import DEFAULT_CACHES
 from lifecycle.manifest.limits import MAX_EXTENDS
 from lifecycle.manifest.merge import deep_merge, merge_located
 from lifecycle.manifest.model import Manifest
+from lifecycle.manifest.mounts import check_cache_env, check_mounts
 from lifecycle.manifest.pydantic_errors import problems_from_validation
 from lifecycle.manifest.source import KeyPath, Located, read_yaml, render_key_path
 
@@ -38,7 +39,12 @@ def load_manifest(file: Path) -> LoadedManifest:
         manifest = Manifest.model_validate(located.data)
     except ValidationError as exc:
         raise ManifestError(problems_from_validation(exc, located)) from None
-    findings = [*check_tuned(manifest), *check_profiles(manifest)]
+    findings = [
+        *check_tuned(manifest),
+        *check_profiles(manifest),
+        *check_mounts(manifest, lambda path: path in located.values),
+        *check_cache_env(manifest),
+    ]
     problems = [_problem(located, path, message) for path, message in findings]
     patch_files: list[Path] = []
     for index, patch in enumerate(manifest.patches):
