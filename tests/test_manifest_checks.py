@@ -45,3 +45,24 @@ def test_a_disabled_cache_neither_collides_nor_overlaps(tmp_path: Path) -> None:
         "profiles:\n"
         "  serve: {env: {TRITON_CACHE_DIR: /tmp/t}}\n",
     )
+
+
+def test_a_series_of_a_git_binary_patch_and_a_unified_diff_loads(tmp_path: Path) -> None:
+    (tmp_path / "binary.patch").write_text(
+        "diff --git a/x.bin b/x.bin\n"
+        "new file mode 100644\n"
+        "index 0000000000000000000000000000000000000000..e69de29bb2d1d6434b8b29ae775ad8c2e48c5391\n"
+        "GIT binary patch\n"
+        "literal 0\nHcmV?d00001\n\nliteral 0\nHcmV?d00001\n\n"
+    )
+    (tmp_path / "mode.patch").write_text(
+        "diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n"
+    )
+    (tmp_path / "text.patch").write_text("--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n")
+    _load(
+        tmp_path,
+        "patches:\n"
+        "  - {file: binary.patch, reason: a binary file}\n"
+        "  - {file: mode.patch, reason: a mode change with no hunk}\n"
+        "  - {file: text.patch, reason: text}\n",
+    )

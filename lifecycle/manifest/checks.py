@@ -1,10 +1,9 @@
-"""Checks that need more than one field's type: tuned ranges, patch paths, stray secrets."""
+"""Checks that need more than one field's type: tuned ranges, stray secrets."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from lifecycle.manifest.model import Manifest
 from lifecycle.manifest.source import KeyPath
@@ -72,19 +71,3 @@ def check_profiles(manifest: Manifest) -> Iterator[Finding]:
                     f"looks like a secret; list {key!r} under secrets: so it is passed "
                     "by name from the host environment and never stored",
                 )
-
-
-def check_patch_file(manifest_dir: Path, file: str) -> str | None:
-    """Why a patch path is refused, or None: it must be a file inside the manifest's dir."""
-    relative = Path(file)
-    if relative.is_absolute():
-        return "must be relative to the manifest's directory, not absolute"
-    if ".." in relative.parts:
-        return "must stay inside the manifest's directory ('..' is refused)"
-    target = manifest_dir / relative
-    # resolve() follows symlinks, so a link pointing outside is caught here too.
-    if not target.resolve().is_relative_to(manifest_dir.resolve()):
-        return "resolves outside the manifest's directory (symlink?)"
-    if not target.is_file():
-        return f"no such patch file: {target}"
-    return None
