@@ -66,3 +66,12 @@ def test_a_series_of_a_git_binary_patch_and_a_unified_diff_loads(tmp_path: Path)
         "  - {file: mode.patch, reason: a mode change with no hunk}\n"
         "  - {file: text.patch, reason: text}\n",
     )
+
+
+def test_port_keys_as_docker_takes_them(tmp_path: Path) -> None:
+    file = tmp_path / "manifest.yaml"
+    file.write_text(
+        BASE + "profiles:\n  serve: {ports: {8000: 8000, 8001/udp: 1, 65535/sctp: 2}}\n"
+    )
+    ports = load_manifest(file).manifest.profiles["serve"].ports
+    assert ports == {"8000": 8000, "8001/udp": 1, "65535/sctp": 2}

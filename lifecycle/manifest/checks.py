@@ -62,7 +62,8 @@ def check_tuned(manifest: Manifest) -> Iterator[Finding]:
 
 
 def check_profiles(manifest: Manifest) -> Iterator[Finding]:
-    """Refuse secret values written into a profile's env; they belong in `secrets` by name."""
+    """Refuse secret values written into a profile's env (they belong in `secrets` by name),
+    and a name both in env and in secrets (one of the two values would silently win)."""
     for profile_name, profile in manifest.profiles.items():
         for key in profile.env:
             if _SECRET_NAME.search(key):
@@ -71,3 +72,15 @@ def check_profiles(manifest: Manifest) -> Iterator[Finding]:
                     f"looks like a secret; list {key!r} under secrets: so it is passed "
                     "by name from the host environment and never stored",
                 )
+        for index, name in enumerate(profile.secrets):
+            where = ("profiles", profile_name, "secrets", index)
+            if name in profile.env:
+                yield (
+                    where,
+                    (
+                        f"{name} is also set in env; a name is either written here (env) or "
+                        "passed from the host (secrets), not both"
+                    ),
+                )
+            elif name in profile.secrets[:index]:
+                yield where, f"{name} is listed twice"

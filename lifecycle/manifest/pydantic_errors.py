@@ -20,6 +20,8 @@ def problems_from_validation(exc: ValidationError, located: Located) -> list[Pro
     """One problem per offending key path, in document order."""
     errors = [(_data_path(located.data, tuple(e["loc"])), e) for e in exc.errors(include_url=False)]
     unknown = {path for path, e in errors if e["type"] == "extra_forbidden"}
+    # A mapping's key that fails its own validation is shown where the key is written.
+    keys = unknown | {path for path, e in errors if e["loc"][-1:] == ("[key]",)}
     # Hints cost a fuzzy match each; past a few dozen unknown keys the file is not a typo away.
     hints = len(unknown) <= MAX_HINTS
     # A typo is one mistake: `flashinfr` unknown explains `flashinfer` missing, so say it once.
@@ -34,7 +36,7 @@ def problems_from_validation(exc: ValidationError, located: Located) -> list[Pro
             bucket.append(message)
     problems = []
     for path, texts in messages.items():
-        mark = located.mark(path, prefer_key=path in unknown)
+        mark = located.mark(path, prefer_key=path in keys)
         assert mark is not None, "the document root always has a mark"
         text = texts[0] if len(texts) == 1 else "expected one of: " + "; ".join(texts)
         problems.append(Problem(mark.file, mark.line, mark.col, render_key_path(path), text))
@@ -45,9 +47,12 @@ def _data_path(data: Any, loc: tuple[int | str, ...]) -> KeyPath:
     """Cut pydantic's loc where it leaves the data (union member names, validator tags)."""
     path: list[str | int] = []
     for part in loc:
-        if isinstance(data, dict):
+        if isinstance(data, dict) and part in data:
+            path.append(str(part))  # as the YAML reader keys its marks (8000, not [8000])
+            data = data[part]
+        elif isinstance(data, dict):
             path.append(part)
-            data = data.get(part)
+            data = None
         elif isinstance(data, list) and isinstance(part, int) and part < len(data):
             path.append(part)
             data = data[part]
