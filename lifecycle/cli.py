@@ -441,7 +441,8 @@ def archive(
     as_json: bool,
 ) -> None:
     """Archive caches' evidence (and files, --with-content) to S3, content-addressed, verified."""
-    from lifecycle.archive.location import resolve_location, s3_client
+    from lifecycle.archive.config import resolve_location
+    from lifecycle.archive.location import s3_client
     from lifecycle.commands.archive import archive as run
     from lifecycle.commands.archive import archive_text
 
@@ -467,11 +468,13 @@ def archive(
 @click.pass_context
 def restore(ctx: click.Context, cache_id: str, source: str | None, as_json: bool) -> None:
     """Rebuild CACHE's dir from its archived files, verified, and mark it live."""
-    from lifecycle.archive.location import resolve_location, s3_client
+    from lifecycle.archive.config import resolve_location
+    from lifecycle.archive.location import s3_client
     from lifecycle.commands.archive import restore as run
     from lifecycle.commands.archive import restore_text
 
-    location = resolve_location(source, os.environ, ctx.obj["manifests_dir"].parent)
+    project = ctx.obj["manifests_dir"].parent
+    location = resolve_location(source, os.environ, project, option="--from")
     with _ledger() as ledger:
         report = run(
             ledger,
@@ -639,7 +642,8 @@ def _ledger_or_archive(source: str | None) -> Iterator[tuple[Ledger | None, Any,
     from lifecycle.ledger import Ledger, default_home
 
     if source is not None:
-        yield None, s3_client(os.environ), ArchiveLocation.parse(source).url()
+        where = ArchiveLocation.parse(source, "--from").url()  # the flag first, then the env
+        yield None, s3_client(os.environ), where
         return
     home = default_home(dict(os.environ))
     if not (home / "ledger.sqlite3").is_file():
@@ -678,7 +682,7 @@ def audit_result(
     from lifecycle.commands.audit import write_provenance
 
     with _ledger_or_archive(source) as (ledger, client, where):
-        store = BlobStore(client, ArchiveLocation.parse(source)) if source else None
+        store = BlobStore(client, ArchiveLocation.parse(source, "--from")) if source else None
         chain = run(result_id, ledger=ledger, store=store)
     if provenance is not None:
         write_provenance(chain, provenance)
@@ -702,7 +706,7 @@ def audit_cache(cache_id: str, source: str | None, as_json: bool) -> None:
     from lifecycle.commands.audit import audit_cache as run
 
     with _ledger_or_archive(source) as (ledger, client, where):
-        store = BlobStore(client, ArchiveLocation.parse(source)) if source else None
+        store = BlobStore(client, ArchiveLocation.parse(source, "--from")) if source else None
         report = run(cache_id, ledger=ledger, store=store)
     _emit_json(report) if as_json else click.echo(cache_text(report, where), nl=False)
 
@@ -718,7 +722,7 @@ def verify_target(ctx: click.Context, target: str, source: str | None, as_json: 
     from lifecycle.commands.verify import report_json, report_text, verify
 
     with _ledger_or_archive(source) as (ledger, client, _):
-        location = ArchiveLocation.parse(source) if source else None
+        location = ArchiveLocation.parse(source, "--from") if source else None
         report = verify(target, ledger=ledger, client=client, source=location)
     _emit_json(report_json(report)) if as_json else click.echo(report_text(report), nl=False)
     ctx.exit(1 if report.problems else 0)
