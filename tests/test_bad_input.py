@@ -10,6 +10,7 @@ copied into a fresh working directory the command runs in. Keys of case.toml:
     stderr = ["manifest.yaml:6:3: engine.vllm: duplicate key"]  # each line's expected start
     stdout = "..."                                # optional: how stdout starts
     setup  = "name"                               # optional: a SETUPS function prepares it
+    read_only_home = true                         # optional: LIFECYCLE_HOME read-only
     unset  = ["AWS_ENDPOINT_URL"]                 # optional: variables taken out of the env
     [env]                                         # optional: variables set for the command
     LIFECYCLE_DOCKER_TIMEOUT = "soon"
@@ -24,16 +25,21 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import random
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
 import tomllib
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from lifecycle.ledger import Ledger
 
 CORPUS = Path(__file__).parent / "bad_input"
 CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "case.toml").is_file())
@@ -130,8 +136,48 @@ def _many_problems(cwd: Path, home: Path) -> None:
     (cwd / "manifest.yaml").write_text(f"# bad: 5000 unknown keys\n{text}")
 
 
+@setup("empty-home")
+def _empty_home(cwd: Path, home: Path) -> None:
+    home.mkdir()
+
+
+@setup("home-is-a-file")
+def _home_is_a_file(cwd: Path, home: Path) -> None:
+    home.write_text("not a directory\n")
+
+
+@setup("ledger")
+def _ledger(cwd: Path, home: Path) -> None:
+    Ledger.open(home).close()
+
+
+@setup("ledger-garbage")
+def _ledger_garbage(cwd: Path, home: Path) -> None:
+    home.mkdir()
+    (home / "ledger.sqlite3").write_bytes(random.Random(12).randbytes(8192))
+
+
+@setup("ledger-truncated")
+def _ledger_truncated(cwd: Path, home: Path) -> None:
+    Ledger.open(home).close()
+    ledger = home / "ledger.sqlite3"
+    ledger.write_bytes(ledger.read_bytes()[: ledger.stat().st_size // 2])
+
+
+@setup("ledger-newer")
+def _ledger_newer(cwd: Path, home: Path) -> None:
+    Ledger.open(home).close()
+    with closing(sqlite3.connect(home / "ledger.sqlite3", isolation_level=None)) as conn:
+        conn.execute("PRAGMA user_version = 99")
+
+
+@setup("ledger-is-a-directory")
+def _ledger_is_a_directory(cwd: Path, home: Path) -> None:
+    (home / "ledger.sqlite3").mkdir(parents=True)
+
+
 def test_the_corpus_is_large_enough() -> None:
-    assert len(CASES) >= 20
+    assert len(CASES) >= 60
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -152,6 +198,8 @@ def test_bad_input(case: str, tmp_path: Path) -> None:
         env.pop(name, None)
     env.update({name: fill(value) for name, value in spec.get("env", {}).items()})
     command = [sys.executable, "-m", "lifecycle", *map(fill, spec["args"])]
+    if spec.get("read_only_home"):
+        command = _on_read_only(home, command)
 
     rc, out, err, seconds, rss_mb = _measure(command, cwd, env, tmp_path)
 
@@ -168,6 +216,28 @@ def test_bad_input(case: str, tmp_path: Path) -> None:
     assert _snapshot(home) == before, f"LIFECYCLE_HOME changed:\n{err}"
     assert seconds < MAX_SECONDS, f"took {seconds:.2f} s"
     assert rss_mb < MAX_RSS_MB, f"peak RSS {rss_mb:.0f} MB"
+
+
+def _on_read_only(home: Path, command: list[str]) -> list[str]:
+    """`command` with `home` read-only: root writes through permission bits, so as root a
+    private mount namespace binds it read-only (EROFS), as anyone else chmod 555 does."""
+    if os.geteuid() != 0:
+        home.chmod(0o555)
+        return command
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) to make a read-only mount as root")
+    script = 'mount --bind -o ro "$0" "$0" && exec "$@"'
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        str(home),
+        *command,
+    ]
 
 
 def _environment(tmp_path: Path, home: Path) -> dict[str, str]:
