@@ -508,11 +508,13 @@ def restore(ctx: click.Context, cache_id: str, source: str | None, as_json: bool
     """Rebuild CACHE's dir from its archived files, verified, and mark it live."""
     from lifecycle.archive.config import resolve_location
     from lifecycle.archive.location import s3_client
+    from lifecycle.archive.restore import check_cache_id
     from lifecycle.commands.archive import restore as run
     from lifecycle.commands.archive import restore_text
 
     project = ctx.obj["manifests_dir"].parent
     location = resolve_location(source, os.environ, project, option="--from")
+    check_cache_id(cache_id)
     client = s3_client(os.environ)
     with _ledger() as ledger:
         report = run(
