@@ -634,7 +634,7 @@ def result_add(
     from datetime import UTC, datetime
 
     from lifecycle.archive.location import s3_client
-    from lifecycle.commands.result import add, add_text
+    from lifecycle.commands.result import add, add_text, read_result_file
     from lifecycle.commands.teardown import archive_location
     from lifecycle.results.add import ResultRequest
     from lifecycle.results.model import parse_metric
@@ -646,7 +646,7 @@ def result_add(
         status,
         metrics=dict(parse_metric(text) for text in metrics),
         note=note,
-        document=document.read_bytes() if document else None,
+        document=read_result_file(document) if document else None,
         document_where=str(document),
     )
     with _ledger(create=False, missing=f"unknown boot {boot_id!r}") as ledger:

@@ -46,6 +46,7 @@ CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "case.toml").is_file())
 MAX_SECONDS = 2.0
 MAX_RSS_MB = 200
 MAX_LINE_CHARS = 1000
+KILL_AFTER_S = 30.0
 REPO = Path(__file__).resolve().parent.parent
 
 Setup = Callable[[Path, Path], None]  # (working directory, LIFECYCLE_HOME)
@@ -134,6 +135,16 @@ def _many_problems(cwd: Path, home: Path) -> None:
     typos = "".join(f"  flashinfr{i}: x\n" for i in range(5000))
     text = BASE.replace('  flashinfer: "0.7.0"\n', "").replace("engine:\n", f"engine:\n{typos}")
     (cwd / "manifest.yaml").write_text(f"# bad: 5000 unknown keys\n{text}")
+
+
+@setup("manifest-fifo")
+def _manifest_fifo(cwd: Path, home: Path) -> None:
+    os.mkfifo(cwd / "manifest.yaml")
+
+
+@setup("deep-json")
+def _deep_json(cwd: Path, home: Path) -> None:
+    (cwd / "result.json").write_text("[" * 100_000 + "]" * 100_000)
 
 
 @setup("empty-home")
@@ -272,7 +283,13 @@ def _measure(
     with out_file.open("wb") as out, err_file.open("wb") as err:
         started = time.monotonic()
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err)
-        _, status, usage = os.wait4(process.pid, 0)
+        while True:  # polled, so that a case that hangs is killed instead of the whole run
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - started > KILL_AFTER_S:
+                process.kill()
+            time.sleep(0.005)
         seconds = time.monotonic() - started
     process.returncode = os.waitstatus_to_exitcode(status)
     return (

@@ -33,6 +33,9 @@ def new_loader(text: str) -> yaml.CSafeLoader | yaml.SafeLoader:
 def read_bounded(file: Path) -> str:
     """The file's text, refused whole if it is larger than MAX_FILE_BYTES or not UTF-8."""
     try:
+        if file.exists() and not file.is_file() and not file.is_dir():
+            # A FIFO would block the read forever, /dev/zero never end it.
+            raise file_problem(file, "not a regular file")
         with file.open("rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
