@@ -466,7 +466,7 @@ def test_server_stopped_mid_archive_then_rerun_completes(
     assert _caches(demo_project)[cache_id]["state"] == "live"
     # The CLI says the same in one line, exit 1, while the server is down.
     result = run_lifecycle(demo_project, "archive", cache_id, "--to", location.url(), env=env)
-    assert result.exit_code == 1 and "is not answering" in result.stderr
+    assert result.exit_code == 3 and "is not answering" in result.stderr
     assert "Traceback" not in result.output
 
     weed_server.start()
