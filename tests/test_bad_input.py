@@ -11,7 +11,6 @@ copied into a fresh working directory the command runs in. Keys of case.toml:
     stdout = "..."                                # optional: how stdout starts
     setup  = "name"                               # optional: a SETUPS function prepares it
     read_only_home = true                         # optional: LIFECYCLE_HOME read-only
-    unset  = ["AWS_ENDPOINT_URL"]                 # optional: variables taken out of the env
     [env]                                         # optional: variables set for the command
     LIFECYCLE_DOCKER_TIMEOUT = "soon"
 
@@ -205,8 +204,6 @@ def test_bad_input(case: str, tmp_path: Path) -> None:
         return text.replace("{home}", str(home)).replace("{cwd}", str(cwd))
 
     env = _environment(tmp_path, home)
-    for name in spec.get("unset", []):
-        env.pop(name, None)
     env.update({name: fill(value) for name, value in spec.get("env", {}).items()})
     command = [sys.executable, "-m", "lifecycle", *map(fill, spec["args"])]
     if spec.get("read_only_home"):
