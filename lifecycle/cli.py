@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,13 @@ import click
 
 from lifecycle import __version__
 from lifecycle.crash import known_secrets
-from lifecycle.errors import EXIT_CODES, EXIT_ENVIRONMENT, EXIT_INTERNAL, LifecycleError
+from lifecycle.errors import (
+    EXIT_CODES,
+    EXIT_ENVIRONMENT,
+    EXIT_INTERNAL,
+    LifecycleError,
+    problem_lines,
+)
 from lifecycle.redact import redact
 
 if TYPE_CHECKING:
@@ -128,14 +135,14 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None
                     "file": str(r.file),
                     "valid": not r.problems,
                     "digest": r.digest,
-                    "problems": [p.render() for p in r.problems],
+                    "problems": problem_lines(r.problems),
                 }
                 for r in results
             ]
         )
     for result in results:
-        for problem in result.problems:
-            click.echo(problem.render(), err=True)
+        for line in problem_lines(result.problems):
+            click.echo(line, err=True)
         if not result.problems and not as_json:
             click.echo(f"ok {result.file} sha256:{result.digest}")
     if any(r.problems for r in results):
@@ -187,10 +194,11 @@ def build(
         return
     from lifecycle.dockerd import connect
 
+    client = connect(os.environ)  # its settings are checked before the ledger is made
     with _ledger() as ledger:
         report = run(
             plan,
-            connect(os.environ),
+            client,
             ledger,
             force=force,
             push=push,
@@ -211,7 +219,11 @@ def build(
 @click.option("--profile", help="Boot profile (default: the only one, else 'serve').")
 @click.option("--cold", is_flag=True, help="Start from empty caches instead of reusing live ones.")
 @click.option("--hook", "hook_names", multiple=True, metavar="NAME", help="Attach hooks/NAME.")
-@click.option("--timeout", type=float, help="Stop the engine after this many seconds.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Stop the engine after this many seconds.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the exact container spec; run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the boot record as JSON.")
 @click.pass_context
@@ -281,8 +293,7 @@ def caches(as_json: bool) -> None:
 
     from lifecycle.commands.listing import caches_table, list_caches
 
-    with _ledger() as ledger:
-        rows = list_caches(ledger, datetime.now(UTC))
+    rows = _listed(lambda ledger: list_caches(ledger, datetime.now(UTC)))
     _emit_json(rows) if as_json else click.echo(caches_table(rows), nl=False)
 
 
@@ -292,8 +303,7 @@ def boots(as_json: bool) -> None:
     """List boots: when, which profile, outcome, caches cold/warm, hooks, instrumented."""
     from lifecycle.commands.listing import boots_table, list_boots
 
-    with _ledger() as ledger:
-        rows = list_boots(ledger)
+    rows = _listed(list_boots)
     _emit_json(rows) if as_json else click.echo(boots_table(rows), nl=False)
 
 
@@ -353,9 +363,12 @@ def teardown(
     )
     hooks = select(project / "hooks", hook_names)
     checkpoint = crash_checkpoint(os.environ)  # test-only fault injection; a no-op when unset
+    if _nothing_recorded(f"unknown cache {cache_ids[0]!r}" if cache_ids else None):
+        _emit_json({"plan": None, "result": None}) if as_json else click.echo("nothing to remove")
+        return
     services = connect_services(os.environ, _say)
     result = None
-    with _ledger() as ledger, nullcontext() if dry_run else teardown_lock(ledger.home):
+    with _ledger(create=False) as ledger, nullcontext() if dry_run else teardown_lock(ledger.home):
         plan = make_plan(ledger, services, request, preview=dry_run)
         if not as_json:
             click.echo(plan_text(plan, dry_run=dry_run), nl=False)
@@ -399,7 +412,7 @@ def pin(target: str, reason: str | None) -> None:
 
     from lifecycle.commands.pin import DEFAULT_REASON, pin_target
 
-    with _ledger() as ledger:
+    with _ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
         report = pin_target(ledger, target, reason or DEFAULT_REASON, datetime.now(UTC))
     for cache_id in report.pinned:
         click.echo(f"pinned {cache_id}: {'; '.join(report.reasons[cache_id])}")
@@ -414,7 +427,7 @@ def unpin(target: str, reason: str | None) -> None:
     """Remove CACHE's pins (or RESULT's, or the one with --reason); teardown may then remove it."""
     from lifecycle.commands.pin import unpin_target
 
-    with _ledger() as ledger:
+    with _ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
         report = unpin_target(ledger, target, reason)
     for cache_id in report.pinned:
         left = report.reasons[cache_id]
@@ -424,14 +437,41 @@ def unpin(target: str, reason: str | None) -> None:
 
 
 @contextmanager
-def _ledger() -> Iterator[Ledger]:
-    from lifecycle.ledger import Ledger, default_home
+def _ledger(*, create: bool = True, missing: str | None = None) -> Iterator[Ledger]:
+    """The ledger of LIFECYCLE_HOME. Verbs that only act on what was recorded pass
+    create=False: in a home with no ledger they write nothing and fail with `missing`."""
+    from lifecycle.ledger import Ledger, NoLedger, default_home
 
-    ledger = Ledger.open(default_home(dict(os.environ)))
+    try:
+        ledger = Ledger.open(default_home(dict(os.environ)), create=create)
+    except NoLedger as exc:
+        raise LifecycleError(f"{missing}: {exc}" if missing else str(exc)) from None
     try:
         yield ledger
     finally:
         ledger.close()
+
+
+def _listed(rows_of: Callable[[Ledger], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A listing's rows; in a home where nothing was recorded yet, none (and a note)."""
+    if _nothing_recorded():
+        return []
+    with _ledger(create=False) as ledger:
+        return rows_of(ledger)
+
+
+def _nothing_recorded(missing: str | None = None) -> bool:
+    """True, after a note, when LIFECYCLE_HOME holds no ledger yet (with `missing`, the
+    error of a verb that was asked about a recorded thing); nothing is written either way."""
+    from lifecycle.ledger import NoLedger, default_home, has_ledger
+
+    home = default_home(dict(os.environ))
+    if has_ledger(home):
+        return False
+    if missing:
+        raise LifecycleError(f"{missing}: {NoLedger(home)}")
+    click.echo(f"lifecycle: {NoLedger(home)}; nothing is recorded on this host", err=True)
+    return True
 
 
 @cli.command()
@@ -452,15 +492,20 @@ def archive(
     as_json: bool,
 ) -> None:
     """Archive caches' evidence (and files, --with-content) to S3, content-addressed, verified."""
-    from lifecycle.archive.location import resolve_location, s3_client
+    from lifecycle.archive.config import resolve_location
+    from lifecycle.archive.location import s3_client
     from lifecycle.commands.archive import archive as run
-    from lifecycle.commands.archive import archive_text
+    from lifecycle.commands.archive import archive_text, check_selection
 
     location = resolve_location(to, os.environ, ctx.obj["manifests_dir"].parent)
-    with _ledger() as ledger:
+    check_selection(cache_ids, every)
+    client = s3_client(os.environ, _say)
+    if _nothing_recorded(f"unknown cache {cache_ids[0]!r}" if cache_ids else None):
+        return
+    with _ledger(create=False) as ledger:
         report = run(
             ledger,
-            s3_client(os.environ, _say),
+            client,
             location,
             cache_ids,
             every=every,
@@ -478,15 +523,20 @@ def archive(
 @click.pass_context
 def restore(ctx: click.Context, cache_id: str, source: str | None, as_json: bool) -> None:
     """Rebuild CACHE's dir from its archived files, verified, and mark it live."""
-    from lifecycle.archive.location import resolve_location, s3_client
+    from lifecycle.archive.config import resolve_location
+    from lifecycle.archive.location import s3_client
+    from lifecycle.archive.restore import check_cache_id
     from lifecycle.commands.archive import restore as run
     from lifecycle.commands.archive import restore_text
 
-    location = resolve_location(source, os.environ, ctx.obj["manifests_dir"].parent)
+    project = ctx.obj["manifests_dir"].parent
+    location = resolve_location(source, os.environ, project, option="--from")
+    check_cache_id(cache_id)
+    client = s3_client(os.environ, _say)
     with _ledger() as ledger:
         report = run(
             ledger,
-            s3_client(os.environ, _say),
+            client,
             location,
             cache_id,
             progress=_say,
@@ -601,7 +651,7 @@ def result_add(
     from datetime import UTC, datetime
 
     from lifecycle.archive.location import s3_client
-    from lifecycle.commands.result import add, add_text
+    from lifecycle.commands.result import add, add_text, read_result_file
     from lifecycle.commands.teardown import archive_location
     from lifecycle.results.add import ResultRequest
     from lifecycle.results.model import parse_metric
@@ -613,10 +663,10 @@ def result_add(
         status,
         metrics=dict(parse_metric(text) for text in metrics),
         note=note,
-        document=document.read_bytes() if document else None,
+        document=read_result_file(document) if document else None,
         document_where=str(document),
     )
-    with _ledger() as ledger:
+    with _ledger(create=False, missing=f"unknown boot {boot_id!r}") as ledger:
         report, problem = add(
             ledger,
             request,
@@ -637,8 +687,7 @@ def results_list(as_json: bool) -> None:
     """List results: name, status, boot, metrics, archived; instrumented ones are flagged."""
     from lifecycle.commands.result import list_results, results_table
 
-    with _ledger() as ledger:
-        rows = list_results(ledger)
+    rows = _listed(list_results)
     _emit_json(rows) if as_json else click.echo(results_table(rows), nl=False)
 
 
@@ -647,19 +696,20 @@ def _ledger_or_archive(source: str | None) -> Iterator[tuple[Ledger | None, Any,
     """(ledger, S3 client, where from): with --from, the archive alone and no ledger at all;
     without, the ledger that must already exist (audit never makes an empty one)."""
     from lifecycle.archive.location import ArchiveLocation, s3_client
-    from lifecycle.ledger import Ledger, default_home
+    from lifecycle.ledger import Ledger, NoLedger, default_home
 
     if source is not None:
-        yield None, s3_client(os.environ, _say), ArchiveLocation.parse(source).url()
+        where = ArchiveLocation.parse(source, "--from").url()  # the flag first, then the env
+        yield None, s3_client(os.environ, _say), where
         return
     home = default_home(dict(os.environ))
-    if not (home / "ledger.sqlite3").is_file():
-        raise LifecycleError(
-            f"no ledger at {home}; add --from s3://BUCKET/PREFIX to read the archive"
-        )
-    ledger = Ledger.open(home)
+    client = s3_client(os.environ, _say)
     try:
-        yield ledger, s3_client(os.environ, _say), f"the ledger at {home}"
+        ledger = Ledger.open(home, create=False)
+    except NoLedger as exc:
+        raise LifecycleError(f"{exc}; add --from s3://BUCKET/PREFIX to read the archive") from None
+    try:
+        yield ledger, client, f"the ledger at {home}"
     finally:
         ledger.close()
 
@@ -686,10 +736,12 @@ def audit_result(
     from lifecycle.archive.store import BlobStore
     from lifecycle.audit.render import chain_text
     from lifecycle.commands.audit import audit_result as run
-    from lifecycle.commands.audit import write_provenance
+    from lifecycle.commands.audit import check_output_file, write_provenance
 
+    if provenance is not None:
+        check_output_file(provenance, "--provenance")
     with _ledger_or_archive(source) as (ledger, client, where):
-        store = BlobStore(client, ArchiveLocation.parse(source)) if source else None
+        store = BlobStore(client, ArchiveLocation.parse(source, "--from")) if source else None
         chain = run(result_id, ledger=ledger, store=store)
     if provenance is not None:
         write_provenance(chain, provenance)
@@ -713,7 +765,7 @@ def audit_cache(cache_id: str, source: str | None, as_json: bool) -> None:
     from lifecycle.commands.audit import audit_cache as run
 
     with _ledger_or_archive(source) as (ledger, client, where):
-        store = BlobStore(client, ArchiveLocation.parse(source)) if source else None
+        store = BlobStore(client, ArchiveLocation.parse(source, "--from")) if source else None
         report = run(cache_id, ledger=ledger, store=store)
     _emit_json(report) if as_json else click.echo(cache_text(report, where), nl=False)
 
@@ -729,13 +781,25 @@ def verify_target(ctx: click.Context, target: str, source: str | None, as_json: 
     from lifecycle.commands.verify import report_json, report_text, verify
 
     with _ledger_or_archive(source) as (ledger, client, _):
-        location = ArchiveLocation.parse(source) if source else None
+        location = ArchiveLocation.parse(source, "--from") if source else None
         report = verify(target, ledger=ledger, client=client, source=location)
     _emit_json(report_json(report)) if as_json else click.echo(report_text(report), nl=False)
     ctx.exit(1 if report.problems else 0)
 
 
 def main() -> None:
-    """Console-script entry point."""
-    # Click maps its own usage errors to exit 2 already; LifecycleError is handled in _Group.
-    cli.main(prog_name="lifecycle", auto_envvar_prefix=None)
+    """Console-script entry point: click's usage errors as one line each, exit 2 (click would
+    print the usage and a hint around it); LifecycleError is handled in _Group."""
+    try:
+        code = cli.main(prog_name="lifecycle", auto_envvar_prefix=None, standalone_mode=False)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "lifecycle"
+        click.echo(f"{where}: {exc.format_message()} (see '{where} -h')", err=True)
+        code = exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        code = exc.exit_code
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)

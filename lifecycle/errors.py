@@ -20,6 +20,11 @@ EXIT_USAGE = 2
 EXIT_ENVIRONMENT = 3
 EXIT_INTERNAL = 4
 
+# A file can hold thousands of mistakes (one per line of a generated manifest); the first ones
+# are what a reader acts on, so the rest are counted, not printed.
+MAX_PROBLEM_LINES = 20
+MAX_MESSAGE_CHARS = 300  # a key or value quoted in a message can be a megabyte long
+
 EXIT_CODES = (
     (EXIT_OK, "ok"),
     (EXIT_NO, "the answer is no: differs, conflicts, engine failed, not archived, refused"),
@@ -66,15 +71,32 @@ class Problem:
 
     def render(self) -> str:
         """`path:line:col: key.path: message`, the form editors and CI annotators parse."""
-        return f"{self.file}:{self.line}:{self.col}: {self.key_path}: {self.message}"
+        where = f"{self.file}:{self.line}:{self.col}: {_clip(self.key_path)}"
+        return f"{where}: {_clip(self.message)}"
+
+
+def problem_lines(problems: list[Problem] | tuple[Problem, ...]) -> list[str]:
+    """The first MAX_PROBLEM_LINES problems rendered, then one line counting the rest."""
+    lines = [p.render() for p in problems[:MAX_PROBLEM_LINES]]
+    if len(problems) > MAX_PROBLEM_LINES:
+        files = sorted({str(p.file) for p in problems[MAX_PROBLEM_LINES:]})
+        more = len(problems) - MAX_PROBLEM_LINES
+        lines.append(f"lifecycle: {more} more problems in {', '.join(files)} not shown")
+    return lines
+
+
+def _clip(text: str) -> str:
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    return f"{text[: MAX_MESSAGE_CHARS - 20]}… ({len(text)} characters)"
 
 
 class ManifestError(LifecycleError):
-    """A manifest that cannot be loaded; carries every problem found, each located."""
+    """A manifest (or lifecycle.yaml) that cannot be loaded; every problem found, located."""
 
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
-        super().__init__("\n".join(p.render() for p in problems))
+        super().__init__("\n".join(problem_lines(problems)))
 
     def lines(self) -> list[str]:
-        return [p.render() for p in self.problems]
+        return problem_lines(self.problems)

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle.ledger import MIGRATIONS, BuildRecord, Ledger, default_home
+from lifecycle.ledger import (
+    MIGRATIONS,
+    BuildRecord,
+    HomeUnusable,
+    Ledger,
+    NoLedger,
+    default_home,
+    has_ledger,
+)
 
 BUILT = BuildRecord(
     started_at="2026-10-10T06:00:00+00:00",
@@ -33,13 +41,33 @@ def test_open_migrates_to_the_latest_schema(tmp_path: Path) -> None:
     Ledger.open(tmp_path).close()  # re-opening is a no-op
 
 
-def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+def test_a_newer_schema_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     Ledger.open(tmp_path).close()
     conn = sqlite3.connect(tmp_path / "ledger.sqlite3")
     conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
     conn.close()
-    with pytest.raises(RuntimeError, match="newer"):
+    (tmp_path / "ledger.lock").unlink()
+    before = (tmp_path / "ledger.sqlite3").read_bytes()
+    with pytest.raises(HomeUnusable, match=f"knows schemas up to {len(MIGRATIONS)}") as refused:
         Ledger.open(tmp_path)
+    assert refused.value.exit_code == 3
+    assert (tmp_path / "ledger.sqlite3").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.sqlite3"]
+
+
+def test_without_create_an_empty_home_stays_empty(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with pytest.raises(NoLedger):
+        Ledger.open(home, create=False)
+    assert not home.exists()
+    home.mkdir()
+    (home / "ledger.sqlite3").touch()  # what a process killed right after connect leaves
+    assert not has_ledger(home)
+    with pytest.raises(NoLedger):
+        Ledger.open(home, create=False)
+    assert [p.name for p in home.iterdir()] == ["ledger.sqlite3"]
+    Ledger.open(home).close()  # a verb that records starts it as a new ledger
+    assert has_ledger(home)
 
 
 def test_builds_round_trip(tmp_path: Path) -> None:

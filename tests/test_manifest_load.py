@@ -55,7 +55,7 @@ def test_a_cache_default_can_be_switched_off_and_one_added(tmp_path: Path, repo_
 
 
 def test_child_patch_series_replaces_parent(tmp_path: Path, repo_root: Path) -> None:
-    (tmp_path / "mine.patch").write_text("new\n")
+    (tmp_path / "mine.patch").write_text("--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old\n+new\n")
     child = tmp_path / "m.yaml"
     child.write_text(
         f"extends: {repo_root}/manifests/0.30/manifest.yaml\n"

@@ -241,7 +241,9 @@ def project(tmp_path_factory: pytest.TempPathFactory, demo_images: None) -> Path
     (root / "hooks").mkdir()
     (root / "hooks/observe").write_text(OBSERVING_HOOK)
     (root / "hooks/observe").chmod(0o755)
-    built = run_lifecycle(root, "build", "demo/0.2")
+    # Module fixtures run before the per-test home is set: build in a home of the module's own.
+    home = {"LIFECYCLE_HOME": str(tmp_path_factory.mktemp("build-home"))}
+    built = run_lifecycle(root, "build", "demo/0.2", env=home)
     assert built.exit_code == 0, built.output
     return root
 

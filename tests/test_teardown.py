@@ -808,7 +808,7 @@ def test_s3_unreachable_keeps_every_cache_and_says_why(
 
 
 @pytest.mark.docker
-def test_images_no_cache_refers_to_go_unless_a_container_uses_them(
+def test_images_this_home_built_go_unless_a_cache_or_container_uses_them(
     docker_client: Any, tmp_path: Path
 ) -> None:
     import io
@@ -818,18 +818,35 @@ def test_images_no_cache_refers_to_go_unless_a_container_uses_them(
     from lifecycle.build.plan import DIGEST_LABEL
     from lifecycle.demo.images import engine_image
     from lifecycle.demo.setup import ensure_demo
+    from lifecycle.ledger import BuildRecord
     from lifecycle.teardown.containers import NAME_LABEL
     from tests.services import TEST_LABEL
 
     ensure_demo(docker_client)
     name = f"teardown-test-{secrets.token_hex(4)}"
-    tags = [f"lifecycle-test/{name}:{n}" for n in ("unused", "running")]
+    tags = [f"lifecycle-test/{name}:{n}" for n in ("unused", "running", "other-home")]
+    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
     for tag in tags:
         dockerfile = f"FROM {engine_image('0.2.0')}\nLABEL tag={tag}\n"
         labels = {DIGEST_LABEL: secrets.token_hex(32), NAME_LABEL: name, TEST_LABEL: "teardown"}
-        docker_client.images.build(
+        image, _ = docker_client.images.build(
             fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=labels, rm=True
         )
+        if not tag.endswith("other-home"):  # the same engine, another LIFECYCLE_HOME built it
+            built = BuildRecord(
+                started_at="2026-10-10T06:00:00+00:00",
+                duration_s=1.0,
+                manifest_name=name,
+                manifest_file="manifest.yaml",
+                manifest_digest=labels[DIGEST_LABEL],
+                tag=tag,
+                image_id=image.id,
+                outcome="built",
+                error=None,
+                log_path=None,
+            )
+            ledger.record_build(built)
+    ledger.close()
     running = docker_client.containers.run(
         tags[1], entrypoint=["sleep"], command=["300"], detach=True, network_mode="none"
     )
@@ -840,8 +857,10 @@ def test_images_no_cache_refers_to_go_unless_a_container_uses_them(
         assert result.exit_code == 0, result.output
         assert f"removed image {tags[0]}" in result.stdout
         assert f"kept image {tags[1]}: used by container {running.name} (running)" in result.stdout
+        assert f"kept image {tags[2]}: built by another home" in result.stdout
         with pytest.raises(ImageNotFound):
             docker_client.images.get(tags[0])
+        docker_client.images.get(tags[2])  # still there
     finally:
         running.remove(force=True)
         for tag in tags:

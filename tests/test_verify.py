@@ -25,7 +25,9 @@ def project(tmp_path_factory: pytest.TempPathFactory, demo_images: None) -> Path
     for version in ("0.1", "0.2"):
         shutil.copytree(repo / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
     (root / "hooks").mkdir()
-    built = run_lifecycle(root, "build", "demo/0.2")
+    # Module fixtures run before the per-test home is set: build in a home of the module's own.
+    home = {"LIFECYCLE_HOME": str(tmp_path_factory.mktemp("build-home"))}
+    built = run_lifecycle(root, "build", "demo/0.2", env=home)
     assert built.exit_code == 0, built.output
     return root
 

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-import yaml
+from urllib.parse import urlsplit
 
 from lifecycle.errors import LifecycleError
 
-CONFIG_FILE = "lifecycle.yaml"
 S3_CONNECT_TIMEOUT_S = 5.0
 S3_READ_TIMEOUT_S = 20.0
 SLOW_AFTER_S = 5.0
+MAX_PREFIX_BYTES = 512  # S3 keys are at most 1024 bytes; the rest is the archive's layout
+_BUCKET_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-")
+_IP_ADDRESS = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$")
+_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 
 
 @dataclass(frozen=True)
@@ -34,31 +37,64 @@ class ArchiveLocation:
         return "/".join(p for p in (self.prefix, *parts) if p)
 
     @classmethod
-    def parse(cls, url: str) -> ArchiveLocation:
-        """Parse `s3://BUCKET[/PREFIX]`; anything else is a usage error."""
-        if not url.startswith("s3://") or not url[5:].split("/", 1)[0]:
-            raise LifecycleError(f"archive location {url!r}: expected s3://BUCKET[/PREFIX]")
+    def parse(cls, url: str, where: str = "archive location") -> ArchiveLocation:
+        """Parse `s3://BUCKET[/PREFIX]`; anything else is a usage error naming `where` the
+        text was given (a flag, an environment variable)."""
+        problem = location_problem(url)
+        if problem:
+            raise LifecycleError(f"{where} {url!r}: {problem}")
         bucket, _, prefix = url[5:].partition("/")
         return cls(bucket, prefix.strip("/"))
 
 
-def resolve_location(
-    flag: str | None, environ: Mapping[str, str], project_root: Path
-) -> ArchiveLocation:
-    """--to, else LIFECYCLE_ARCHIVE, else `archive:` in the project's lifecycle.yaml."""
-    if flag:
-        return ArchiveLocation.parse(flag)
-    if environ.get("LIFECYCLE_ARCHIVE"):
-        return ArchiveLocation.parse(environ["LIFECYCLE_ARCHIVE"])
-    config = project_root / CONFIG_FILE
-    if config.is_file():
-        data = yaml.safe_load(config.read_text()) or {}
-        if isinstance(data, dict) and isinstance(data.get("archive"), str):
-            return ArchiveLocation.parse(data["archive"])
-    raise LifecycleError(
-        "no archive location: pass --to s3://BUCKET/PREFIX, set LIFECYCLE_ARCHIVE, "
-        f"or write `archive: s3://BUCKET/PREFIX` in {config}"
-    )
+def location_problem(url: str) -> str | None:
+    """Why `url` is not an archive location, or None."""
+    if not url.startswith("s3://") or not url[5:].split("/", 1)[0]:
+        return "expected s3://BUCKET[/PREFIX]"
+    bucket, _, prefix = url[5:].partition("/")
+    problem = bucket_problem(bucket)
+    if problem:
+        return f"bucket name {bucket!r} {problem} (S3's naming rules)"
+    if len(prefix.encode()) > MAX_PREFIX_BYTES:
+        return f"the prefix is longer than {MAX_PREFIX_BYTES} bytes"
+    if any(ord(c) < 32 or ord(c) == 127 for c in prefix):
+        return "the prefix holds a control character"
+    return None
+
+
+def bucket_problem(name: str) -> str | None:
+    """Which of S3's rules for general purpose bucket names `name` breaks, or None.
+
+    Checked when the location is given, so that a bad name is one line at once instead of
+    the server's refusal after the ledger and the caches were read."""
+    if not 3 <= len(name) <= 63:
+        return f"has {len(name)} characters, not 3 to 63"
+    wrong = sorted({c for c in name if c not in _BUCKET_CHARS})
+    if wrong:
+        return f"has {''.join(wrong)!r}: only lower-case letters, digits, '.' and '-'"
+    if not (name[0].isalnum() and name[-1].isalnum()):
+        return "must begin and end with a letter or a digit"
+    if ".." in name:
+        return "has two periods in a row"
+    if _IP_ADDRESS.match(name):
+        return "is formatted as an IP address"
+    if name.startswith(_RESERVED_PREFIXES) or name.endswith(_RESERVED_SUFFIXES):
+        return "starts or ends with a word S3 reserves (xn--, sthree-, -s3alias, ...)"
+    return None
+
+
+def endpoint_problem(url: str) -> str | None:
+    """Why AWS_ENDPOINT_URL's value cannot be an S3 endpoint, or None."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises for a port that is not a number in 0-65535
+    except ValueError as exc:
+        return str(exc)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "expected http(s)://HOST[:PORT]"
+    if port == 0:
+        return "port 0"
+    return None
 
 
 def s3_client(environ: Mapping[str, str], on_slow: Callable[[str], None] | None = None) -> Any:
@@ -71,10 +107,14 @@ def s3_client(environ: Mapping[str, str], on_slow: Callable[[str], None] | None 
     """
     import boto3  # imported here: start-up of other verbs must not pay for boto3
     from botocore.config import Config
+    from botocore.exceptions import BotoCoreError
 
     from lifecycle.dockerd import seconds_from
 
     endpoint = environ.get("AWS_ENDPOINT_URL")
+    problem = endpoint_problem(endpoint) if endpoint else None
+    if problem:
+        raise LifecycleError(f"AWS_ENDPOINT_URL={endpoint!r}: {problem}")
     config = Config(
         s3={
             # Path-style for non-AWS endpoints: bucket host names do not resolve on 127.0.0.1.
@@ -91,14 +131,17 @@ def s3_client(environ: Mapping[str, str], on_slow: Callable[[str], None] | None 
     )
     # A session of its own: boto3's default session keeps the first credentials it found
     # for the whole process, and the environment given here must win.
-    session = boto3.session.Session(
-        aws_access_key_id=environ.get("AWS_ACCESS_KEY_ID"),
-        aws_secret_access_key=environ.get("AWS_SECRET_ACCESS_KEY"),
-        aws_session_token=environ.get("AWS_SESSION_TOKEN"),
-        region_name=environ.get("AWS_DEFAULT_REGION") or environ.get("AWS_REGION"),
-        profile_name=environ.get("AWS_PROFILE"),
-    )
-    client = session.client("s3", endpoint_url=endpoint or None, config=config)
+    try:
+        session = boto3.session.Session(
+            aws_access_key_id=environ.get("AWS_ACCESS_KEY_ID"),
+            aws_secret_access_key=environ.get("AWS_SECRET_ACCESS_KEY"),
+            aws_session_token=environ.get("AWS_SESSION_TOKEN"),
+            region_name=environ.get("AWS_DEFAULT_REGION") or environ.get("AWS_REGION"),
+            profile_name=environ.get("AWS_PROFILE"),
+        )
+        client = session.client("s3", endpoint_url=endpoint or None, config=config)
+    except (BotoCoreError, ValueError) as exc:  # a profile, a region that cannot be
+        raise LifecycleError(f"cannot make an S3 client: {exc}") from None
     if on_slow is not None:
         _tell_when_slow(client, on_slow, config.read_timeout)
     return client

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import tempfile
+import typing
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.record import load_record
@@ -31,6 +33,8 @@ from lifecycle.table import human_bytes
 PROGRESS_EVERY = 100  # restored files between two progress lines
 # Permission bits a restore keeps: never setuid, setgid or sticky, never writable by others.
 SAFE_MODES = 0o775
+_CACHE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*-[0-9a-f]{12}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ def restore_cache(
 ) -> RestoreReport:
     """Rebuild the cache dir from its archived content and mark the cache live."""
     say = progress or (lambda line: None)
+    check_cache_id(cache_id)  # it names a dir under LIFECYCLE_HOME/caches
     store = BlobStore(client, location)
     url = store.url(store.record_key(cache_id))
     known = cache_by_id(ledger, cache_id)
@@ -76,9 +81,10 @@ def restore_cache(
         if known is not None and known.in_use_by:
             raise ArchiveError(f"boot {known.in_use_by} is using the cache")
         target = Path(known.host_path) if known else ledger.home / "caches" / cache_id
-        new_row = None if known else _row_from_record(document.get("cache"), target)
+        row = _cache_row_of(document, cache_id)  # checked before anything is written
+        new_row = None if known else _row_from_record(row, target)
         archived = _fetch_fingerprint(store, document)
-        withheld = {str(item["path"]) for item in document.get("withheld") or []}
+        withheld = _withheld(document)
         wanted = restorable(archived, withheld)
         present = _already_there(target, wanted)
         restored = present or _rebuild(store, wanted, target, workers, say)
@@ -106,6 +112,16 @@ def restore_cache(
     )
 
 
+def _withheld(document: dict[str, Any]) -> set[str]:
+    """The paths the record says the archive left out (a list of {path, sha256, why})."""
+    listed = document.get("withheld") or []
+    if not isinstance(listed, list) or not all(
+        isinstance(item, dict) and isinstance(item.get("path"), str) for item in listed
+    ):
+        raise ArchiveError("the record's `withheld` is not a list of {path, sha256, why}")
+    return {item["path"] for item in listed}
+
+
 def restorable(archived: Fingerprint, withheld: Collection[str]) -> Fingerprint:
     """The tree a restore makes of an archived one: without the files the archive withheld, and
     with no mode a crafted record could abuse (setuid, setgid, sticky, world-writable)."""
@@ -121,7 +137,14 @@ def _safe_mode(e: Entry) -> int:
 
 def _fetch_fingerprint(store: BlobStore, document: dict[str, Any]) -> Fingerprint:
     """The archived fingerprint, its blob checked by sha256 and its digest by its entries."""
-    described = document["fingerprint"]
+    described = document.get("fingerprint")
+    if not (
+        isinstance(described, dict)
+        and isinstance(described.get("sha256"), str)
+        and _SHA256.match(described["sha256"])
+        and isinstance(described.get("tree_digest"), str)
+    ):
+        raise ArchiveError("the record does not describe its fingerprint (sha256, tree_digest)")
     sink = io.BytesIO()
     store.download_blob(described["sha256"], sink)
     try:
@@ -135,13 +158,21 @@ def _fetch_fingerprint(store: BlobStore, document: dict[str, Any]) -> Fingerprin
 
 
 def _check_paths(entries: tuple[Entry, ...]) -> None:
-    """Refuse a tree that would write outside the cache dir or through one of its own links."""
+    """Refuse a tree that would write outside the cache dir or through one of its own links,
+    or that the file system cannot take (a NUL in a name, a mode beyond 0o7777, a file blob
+    that is no sha256), before a single entry is made."""
     dirs = {e.path for e in entries if e.kind == "dir"}
     for e in entries:
         parts = e.path.split("/")
         parent = e.path.rpartition("/")[0]
         if any(p in ("", ".", "..") for p in parts) or (parent and parent not in dirs):
             raise ArchiveError(f"archived fingerprint has an unsafe path {e.path!r}")
+        if "\0" in e.path or (e.link is not None and "\0" in e.link):
+            raise ArchiveError(f"archived fingerprint has a NUL byte in {e.path!r}")
+        if not 0 <= e.mode <= 0o7777:
+            raise ArchiveError(f"archived fingerprint has mode {e.mode:o} for {e.path!r}")
+        if e.kind == "file" and not (e.sha256 and _SHA256.match(e.sha256) and e.size >= 0):
+            raise ArchiveError(f"archived fingerprint has no sha256 and size for {e.path!r}")
 
 
 def _already_there(target: Path, wanted: Fingerprint) -> Fingerprint | None:
@@ -228,14 +259,39 @@ def _remove(temp: Path) -> None:
     shutil.rmtree(temp, ignore_errors=True)
 
 
-def _row_from_record(archived: Any, target: Path) -> CacheRecord:
-    """The cache row a host that never saw the cache makes from its record."""
-    names = [f.name for f in fields(CacheRecord)]
+def check_cache_id(cache_id: str) -> None:
+    """A cache id as boots make them (`<cache name>-<12 hex digits>`): it becomes a dir name."""
+    if not _CACHE_ID.match(cache_id):
+        raise LifecycleError(
+            f"{cache_id!r} is not a cache id (NAME-0123456789ab, as `lifecycle caches` lists)"
+        )
+
+
+def _cache_row_of(document: dict[str, Any], cache_id: str) -> dict[str, Any]:
+    """The record's cache row, which must be the row of the cache it is the record of."""
+    archived = document.get("cache")
+    if not isinstance(archived, dict):
+        raise ArchiveError("the record has no cache row")
+    if archived.get("id") != cache_id:
+        raise ArchiveError(f"the record of {cache_id} has the cache row of {archived.get('id')!r}")
+    return archived
+
+
+def _row_from_record(archived: dict[str, Any], target: Path) -> CacheRecord:
+    """The cache row a host that never saw the cache makes from its record, every field of
+    the type the ledger keeps (an insert that fails would leave the restored dir unrecorded)."""
     local = {"host_path": str(target), "state": "live", "in_use_by": None}
-    missing = [n for n in names if n not in local and n not in (archived or {})]
-    if missing:
-        raise ArchiveError(f"the record's cache row lacks {', '.join(missing)}")
-    row: dict[str, Any] = {n: archived[n] for n in names if n not in local} | local
+    types = get_type_hints(CacheRecord)
+    row: dict[str, Any] = dict(local)
+    for name in (f.name for f in fields(CacheRecord) if f.name not in local):
+        if name not in archived:
+            raise ArchiveError(f"the record's cache row lacks {name}")
+        allowed = typing.get_args(types[name]) or (types[name],)
+        if type(archived[name]) not in allowed:  # type(): a bool is no int here
+            raise ArchiveError(
+                f"the record's cache row has a {type(archived[name]).__name__} {name}"
+            )
+        row[name] = archived[name]
     return CacheRecord(**row)
 
 

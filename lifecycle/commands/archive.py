@@ -16,11 +16,16 @@ from lifecycle.ledger.boots import all_caches
 from lifecycle.table import human_bytes
 
 
+def check_selection(names: Sequence[str], every: bool) -> None:
+    """Cache ids or --all, one of the two."""
+    if bool(names) == every:
+        raise LifecycleError("name the caches to archive, or pass --all (not both)")
+
+
 def select_caches(ledger: Ledger, names: Sequence[str], every: bool) -> tuple[list[str], list[str]]:
     """(cache ids to archive, why others were skipped): the named ones, or with --all every
     live cache and every archived one (re-verified), less those a running boot holds."""
-    if bool(names) == every:
-        raise LifecycleError("name the caches to archive, or pass --all (not both)")
+    check_selection(names, every)
     if names:
         return list(dict.fromkeys(names)), []
     chosen, skipped = [], []

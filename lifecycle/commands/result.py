@@ -11,20 +11,45 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import ArchiveError
+from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import pins
 from lifecycle.ledger.boots import cache_uses
 from lifecycle.ledger.results import ResultRecord, all_results, result_archives
 from lifecycle.results.add import ResultRequest, add_result, find_boot
-from lifecycle.results.model import canonical_result, is_pin_of, metrics_text, pin_reason
+from lifecycle.results.model import (
+    canonical_result,
+    is_pin_of,
+    metrics_text,
+    pin_reason,
+    read_document,
+)
 from lifecycle.results.publish import publish_result
 from lifecycle.table import render
 
 METRICS_WIDTH = 40  # characters of `k=v, …` in the table; --json has them all
+MAX_DOCUMENT_BYTES = 16 * 2**20  # a result document is metrics and notes, not data
+
+
+def read_result_file(path: Path) -> bytes:
+    """`--file`'s bytes, checked as a result document before the ledger is opened: a regular
+    file (not /dev/zero or a FIFO, which would never end) of at most 16 MiB, one JSON object."""
+    where = f"--file {path}"
+    try:
+        if not path.is_file():
+            raise LifecycleError(f"{where}: not a regular file")
+        if path.stat().st_size > MAX_DOCUMENT_BYTES:
+            raise LifecycleError(f"{where}: larger than {MAX_DOCUMENT_BYTES // 2**20} MiB")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise LifecycleError(f"{where}: {exc.strerror or exc}") from None
+    read_document(data, where)
+    return data
 
 
 def add(

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from lifecycle.archive.location import ArchiveLocation, resolve_location, s3_client
+from lifecycle.archive.config import NoArchiveLocation, resolve_location
+from lifecycle.archive.location import ArchiveLocation, s3_client
 from lifecycle.errors import LifecycleError
 from lifecycle.teardown.plan import Selection, parse_duration
 from lifecycle.teardown.survey import Services, TeardownRequest
@@ -42,11 +43,11 @@ def archive_location(
     flag: str | None, environ: Mapping[str, str], project_root: Path, *, required: bool
 ) -> ArchiveLocation | None:
     """Where --archive writes. Without --archive none need be configured: each archive is
-    verified where its record says it was written."""
+    verified where its record says it was written. A location given but wrong is an error."""
     try:
         return resolve_location(flag, environ, project_root)
-    except LifecycleError:
-        if required or flag:
+    except NoArchiveLocation:
+        if required:
             raise
         return None
 

@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
-from lifecycle.ledger.core import BuildRecord, Ledger, default_home
+from lifecycle.ledger.core import (
+    BuildRecord,
+    HomeUnusable,
+    Ledger,
+    NoLedger,
+    default_home,
+    has_ledger,
+)
 from lifecycle.ledger.schema import MIGRATIONS
 
-__all__ = ["MIGRATIONS", "BuildRecord", "Ledger", "default_home"]
+__all__ = [
+    "MIGRATIONS",
+    "BuildRecord",
+    "HomeUnusable",
+    "Ledger",
+    "NoLedger",
+    "default_home",
+    "has_ledger",
+]

@@ -16,10 +16,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from lifecycle.home import default_home
+from lifecycle.home import HomeUnusable, NoLedger, check_home, check_writable, default_home
 from lifecycle.ledger.schema import MIGRATIONS
 
-__all__ = ["BuildRecord", "Ledger", "default_home"]
+__all__ = ["BuildRecord", "HomeUnusable", "Ledger", "NoLedger", "default_home", "has_ledger"]
+
+LEDGER_FILE = "ledger.sqlite3"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 @dataclass(frozen=True)
@@ -47,15 +50,28 @@ class Ledger:
         self._conn = conn
 
     @classmethod
-    def open(cls, home: Path) -> Ledger:
-        """Create or migrate the ledger at `home/ledger.sqlite3`."""
-        home.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(home / "ledger.sqlite3", timeout=30, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        ledger = cls(home, conn)
-        ledger._migrate()
+    def open(cls, home: Path, *, create: bool = True) -> Ledger:
+        """Open (and migrate) the ledger at `home/ledger.sqlite3`, made if `create`.
+
+        Without `create`, a home with no ledger is NoLedger and nothing is written: verbs
+        that only read must not leave an empty ledger behind. A home or ledger that cannot be
+        used (a file, read-only, not a ledger, truncated, of a newer schema) is HomeUnusable,
+        found before anything is written."""
+        path = home / LEDGER_FILE
+        check_home(home, create=create)
+        if not _has_ledger(path) and not create:
+            raise NoLedger(home)
+        check_writable(home)
+        try:
+            conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            ledger = cls(home, conn)
+            ledger._migrate()
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except (sqlite3.Error, OSError) as exc:
+            raise HomeUnusable(f"the ledger {path} cannot be used: {exc}") from None
         return ledger
 
     def close(self) -> None:
@@ -86,7 +102,7 @@ class Ledger:
             with self.transaction() as conn:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
                 if version > len(MIGRATIONS):
-                    raise RuntimeError(f"ledger schema {version} is newer than this lifecycle")
+                    raise HomeUnusable(_newer(self.home / LEDGER_FILE, version))
                 for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
                     for statement in filter(str.strip, script.split(";")):
                         conn.execute(statement)
@@ -136,6 +152,57 @@ class Ledger:
         """Every build, oldest first."""
         rows = self._conn.execute("SELECT * FROM builds ORDER BY id").fetchall()
         return [BuildRecord(**dict(row)) for row in rows]
+
+
+def has_ledger(home: Path) -> bool:
+    """Whether anything was ever recorded in `home`, read without writing anything;
+    HomeUnusable when the home or its ledger cannot be used."""
+    try:
+        check_home(home, create=False)
+    except NoLedger:
+        return False
+    return _has_ledger(home / LEDGER_FILE)
+
+
+def _has_ledger(path: Path) -> bool:
+    """Whether `path` holds a ledger to open; HomeUnusable when it holds something else.
+
+    Read from the file's own header (SQLite's format: magic, page size, page count, the
+    user_version that numbers our schema), so a garbage, truncated or newer ledger is
+    refused before SQLite or a migration writes to it."""
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise HomeUnusable(f"the ledger {path} is not a file")
+        with path.open("rb") as handle:
+            header = handle.read(100)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise HomeUnusable(f"the ledger {path} cannot be read: {exc.strerror}") from None
+    if size == 0:
+        return False  # what sqlite3.connect leaves before the first write: no ledger yet
+    if not header.startswith(_SQLITE_MAGIC):
+        raise HomeUnusable(f"the ledger {path} is not a SQLite database (not a ledger)")
+    if len(header) < 100:
+        raise HomeUnusable(f"the ledger {path} is truncated ({size} bytes)")
+    version = int.from_bytes(header[60:64], "big")
+    if version > len(MIGRATIONS):
+        raise HomeUnusable(_newer(path, version))
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    # The page count is valid when its "version-valid-for" matches the change counter.
+    if header[24:28] == header[92:96] and size < pages * page_size:
+        raise HomeUnusable(f"the ledger {path} is truncated ({size} of {pages * page_size} bytes)")
+    return True
+
+
+def _newer(path: Path, version: int) -> str:
+    return (
+        f"the ledger {path} has schema {version}; this lifecycle knows schemas up to "
+        f"{len(MIGRATIONS)}: use a newer lifecycle with this LIFECYCLE_HOME"
+    )
 
 
 @contextmanager

@@ -1,10 +1,9 @@
-"""Checks that need more than one field's type: tuned ranges, patch paths, stray secrets."""
+"""Checks that need more than one field's type: tuned ranges, stray secrets."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from lifecycle.manifest.model import Manifest
 from lifecycle.manifest.source import KeyPath
@@ -63,7 +62,8 @@ def check_tuned(manifest: Manifest) -> Iterator[Finding]:
 
 
 def check_profiles(manifest: Manifest) -> Iterator[Finding]:
-    """Refuse secret values written into a profile's env; they belong in `secrets` by name."""
+    """Refuse secret values written into a profile's env (they belong in `secrets` by name),
+    and a name both in env and in secrets (one of the two values would silently win)."""
     for profile_name, profile in manifest.profiles.items():
         for key in profile.env:
             if _SECRET_NAME.search(key):
@@ -72,19 +72,15 @@ def check_profiles(manifest: Manifest) -> Iterator[Finding]:
                     f"looks like a secret; list {key!r} under secrets: so it is passed "
                     "by name from the host environment and never stored",
                 )
-
-
-def check_patch_file(manifest_dir: Path, file: str) -> str | None:
-    """Why a patch path is refused, or None: it must be a file inside the manifest's dir."""
-    relative = Path(file)
-    if relative.is_absolute():
-        return "must be relative to the manifest's directory, not absolute"
-    if ".." in relative.parts:
-        return "must stay inside the manifest's directory ('..' is refused)"
-    target = manifest_dir / relative
-    # resolve() follows symlinks, so a link pointing outside is caught here too.
-    if not target.resolve().is_relative_to(manifest_dir.resolve()):
-        return "resolves outside the manifest's directory (symlink?)"
-    if not target.is_file():
-        return f"no such patch file: {target}"
-    return None
+        for index, name in enumerate(profile.secrets):
+            where = ("profiles", profile_name, "secrets", index)
+            if name in profile.env:
+                yield (
+                    where,
+                    (
+                        f"{name} is also set in env; a name is either written here (env) or "
+                        "passed from the host (secrets), not both"
+                    ),
+                )
+            elif name in profile.secrets[:index]:
+                yield where, f"{name} is listed twice"

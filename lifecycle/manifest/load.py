@@ -9,10 +9,13 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from lifecycle.errors import LifecycleError, ManifestError, Problem
-from lifecycle.manifest.checks import check_patch_file, check_profiles, check_tuned
+from lifecycle.manifest.checks import check_profiles, check_tuned
 from lifecycle.manifest.defaults import DEFAULT_CACHES
+from lifecycle.manifest.limits import MAX_EXTENDS
 from lifecycle.manifest.merge import deep_merge, merge_located
 from lifecycle.manifest.model import Manifest
+from lifecycle.manifest.mounts import check_cache_env, check_mounts
+from lifecycle.manifest.patches import check_series_entry
 from lifecycle.manifest.pydantic_errors import problems_from_validation
 from lifecycle.manifest.source import KeyPath, Located, read_yaml, render_key_path
 
@@ -37,14 +40,20 @@ def load_manifest(file: Path) -> LoadedManifest:
         manifest = Manifest.model_validate(located.data)
     except ValidationError as exc:
         raise ManifestError(problems_from_validation(exc, located)) from None
-    findings = [*check_tuned(manifest), *check_profiles(manifest)]
+    findings = [
+        *check_tuned(manifest),
+        *check_profiles(manifest),
+        *check_mounts(manifest, lambda path: path in located.values),
+        *check_cache_env(manifest),
+    ]
     problems = [_problem(located, path, message) for path, message in findings]
     patch_files: list[Path] = []
+    seen: dict[object, int] = {}
     for index, patch in enumerate(manifest.patches):
         where: KeyPath = ("patches", index, "file")
         mark = located.mark(where)
         manifest_dir = mark.file.parent if mark else file.parent
-        refused = check_patch_file(manifest_dir, patch.file)
+        refused = check_series_entry(manifest_dir, patch.file, index, seen)
         if refused:
             problems.append(_problem(located, where, refused))
         patch_files.append(manifest_dir / patch.file)
@@ -81,6 +90,9 @@ def _resolve(file: Path, stack: tuple[Path, ...]) -> tuple[Located, tuple[Path, 
         raise ManifestError([_problem(located, ("extends",), "expected a path to a manifest")])
     parent_file = Path(os.path.normpath(file.parent / parent_ref))
     here = (*stack, file.resolve())
+    if len(here) >= MAX_EXTENDS:
+        message = f"extends chain longer than {MAX_EXTENDS} manifests"
+        raise ManifestError([_problem(located, ("extends",), message)])
     if parent_file.resolve() in here:
         cycle = " -> ".join(str(p) for p in (*here, parent_file.resolve()))
         raise ManifestError([_problem(located, ("extends",), f"extends cycle: {cycle}")])

@@ -23,6 +23,7 @@ SCHEMA_VERSION = 1
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
+_PORT_KEY = re.compile(r"^([0-9]{1,5})(/(tcp|udp|sctp))?$")
 
 
 def _version_text(value: object) -> object:
@@ -66,12 +67,25 @@ def _commit(value: str) -> str:
     return value
 
 
+def _port_number_as_text(value: object) -> object:
+    # YAML reads the key `8000:` as an integer; Docker takes "8000" and "8000/tcp" alike.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _port_key(value: str) -> str:
+    match = _PORT_KEY.match(value)
+    if match is None or not 1 <= int(match[1]) <= 65535:
+        raise ValueError(f"{value!r} is not a container port: PORT or PORT/tcp|udp|sctp, 1-65535")
+    return value
+
+
 PinnedVersion = Annotated[str, BeforeValidator(_version_text), AfterValidator(_pep440)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
 ContainerPath = Annotated[str, AfterValidator(_absolute_posix)]
 Slug = Annotated[str, AfterValidator(_slug)]
 CommitId = Annotated[str, AfterValidator(_commit)]
 Text = Annotated[str, Field(min_length=1)]
+PortKey = Annotated[str, BeforeValidator(_port_number_as_text), AfterValidator(_port_key)]
 
 
 class _Strict(BaseModel):
@@ -168,7 +182,9 @@ class BootProfile(_Strict):
     gpus: Literal["all"] | Annotated[int, Field(ge=0)] | None = None
     shm_size: Annotated[str, Field(pattern=r"^[0-9]+[bkmg]?$")] | None = None
     ipc: Literal["host", "private", "shareable"] | None = None
-    ports: dict[str, Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=dict)
+    ports: dict[PortKey, Annotated[int, Field(ge=1, le=65535)]] = Field(
+        default_factory=dict, description="Container port (8000/tcp) -> host port."
+    )
     network: Text | None = Field(
         default=None, description="Docker network mode (e.g. none, host); default: dockerd's."
     )

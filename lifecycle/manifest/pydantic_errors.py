@@ -10,27 +10,33 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from lifecycle.errors import Problem
+from lifecycle.manifest.located import KeyPath, Located, render_key_path
 from lifecycle.manifest.model import Manifest
-from lifecycle.manifest.source import KeyPath, Located, render_key_path
+
+MAX_HINTS = 50
 
 
 def problems_from_validation(exc: ValidationError, located: Located) -> list[Problem]:
     """One problem per offending key path, in document order."""
     errors = [(_data_path(located.data, tuple(e["loc"])), e) for e in exc.errors(include_url=False)]
     unknown = {path for path, e in errors if e["type"] == "extra_forbidden"}
+    # A mapping's key that fails its own validation is shown where the key is written.
+    keys = unknown | {path for path, e in errors if e["loc"][-1:] == ("[key]",)}
+    # Hints cost a fuzzy match each; past a few dozen unknown keys the file is not a typo away.
+    hints = len(unknown) <= MAX_HINTS
     # A typo is one mistake: `flashinfr` unknown explains `flashinfer` missing, so say it once.
-    typo_targets = {(*path[:-1], hint) for path in unknown if (hint := _typo_hint(path))}
+    typo_targets = {(*path[:-1], hint) for path in unknown if hints and (hint := _typo_hint(path))}
     messages: dict[KeyPath, list[str]] = {}
     for path, error in errors:
         if error["type"] == "missing" and path in typo_targets:
             continue
-        message = _unknown_key_message(path) if path in unknown else _message(error)
+        message = _unknown_key_message(path, hints) if path in unknown else _message(error)
         bucket = messages.setdefault(path, [])
         if message not in bucket:
             bucket.append(message)
     problems = []
     for path, texts in messages.items():
-        mark = located.mark(path, prefer_key=path in unknown)
+        mark = located.mark(path, prefer_key=path in keys)
         assert mark is not None, "the document root always has a mark"
         text = texts[0] if len(texts) == 1 else "expected one of: " + "; ".join(texts)
         problems.append(Problem(mark.file, mark.line, mark.col, render_key_path(path), text))
@@ -41,9 +47,12 @@ def _data_path(data: Any, loc: tuple[int | str, ...]) -> KeyPath:
     """Cut pydantic's loc where it leaves the data (union member names, validator tags)."""
     path: list[str | int] = []
     for part in loc:
-        if isinstance(data, dict):
+        if isinstance(data, dict) and part in data:
+            path.append(str(part))  # as the YAML reader keys its marks (8000, not [8000])
+            data = data[part]
+        elif isinstance(data, dict):
             path.append(part)
-            data = data.get(part)
+            data = None
         elif isinstance(data, list) and isinstance(part, int) and part < len(data):
             path.append(part)
             data = data[part]
@@ -70,9 +79,9 @@ def _typo_hint(path: KeyPath) -> str | None:
     return hints[0] if hints else None
 
 
-def _unknown_key_message(path: KeyPath) -> str:
+def _unknown_key_message(path: KeyPath, hints: bool) -> str:
     message = f"unknown key {str(path[-1])!r}"
-    hint = _typo_hint(path)
+    hint = _typo_hint(path) if hints else None
     if hint:
         return f"{message}; did you mean {hint!r}?"
     allowed = _fields_at(path[:-1])

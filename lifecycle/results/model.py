@@ -65,6 +65,8 @@ def read_document(data: bytes, where: str) -> tuple[dict[str, Scalar], str | Non
         document = json.loads(data)
     except ValueError as exc:
         raise ResultError(f"{where}: not JSON: {exc}") from exc
+    except RecursionError:  # json recurses once per nested array or object
+        raise ResultError(f"{where}: nested too deep to be a result document") from None
     if not isinstance(document, dict):
         raise ResultError(f"{where}: expected a JSON object, not {type(document).__name__}")
     metrics = document.get("metrics", {})

@@ -84,12 +84,17 @@ def remove_container(client: Any, container: BootContainer) -> None:
 def plan_images(
     client: Any,
     *,
+    built_here: Collection[str],
     kept_image_ids: Collection[str],
     manifest: str | None,
     removed_containers: Collection[str] = (),
 ) -> list[ImageDecision]:
-    """Engine images (of `manifest` if given): removed unless a remaining cache or a container
-    refers to one. `removed_containers` are container ids that go before the images do."""
+    """Engine images (of `manifest` if given): removed when this home built them (`built_here`,
+    the ledger's build image ids) and no remaining cache or container refers to them.
+    `removed_containers` are container ids that go before the images do.
+
+    One Docker engine can serve several homes (users, CI jobs); an image another home built is
+    that home's to remove, whatever this ledger's caches say."""
     users: dict[str, list[str]] = {}
     for container in client.containers.list(all=True, sparse=True):
         if container.id not in removed_containers:
@@ -101,7 +106,9 @@ def plan_images(
         name = (image.labels or {}).get(NAME_LABEL, "?")
         if manifest is not None and name != manifest:
             continue
-        if image.id in kept_image_ids:
+        if image.id not in built_here:
+            removes, why = False, "built by another home (not in this ledger)"
+        elif image.id in kept_image_ids:
             removes, why = False, "a cache that stays was built by it"
         elif image.id in users:
             removes, why = False, "used by container " + ", ".join(users[image.id])

@@ -273,7 +273,7 @@ def _clean_docker(
         if request.images:
             # Decided again now: a cache refused at its moment keeps its image.
             kept = {c.image_id for c in all_caches(ledger) if c.state != "torn-down"}
-            for image in images_going(services.docker, kept, request, containers):
+            for image in images_going(ledger, services.docker, kept, request, containers):
                 problem = remove_image(services.docker, image) if image.removes else None
                 images.append(replace(image, removes=False, why=problem) if problem else image)
     except Exception as exc:  # the SDK raises several unrelated types

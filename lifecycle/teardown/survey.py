@@ -115,7 +115,7 @@ def make_plan(
     images: tuple[ImageDecision, ...] = ()
     if request.images and docker is not None:
         kept = {d.cache.image_id for d in decisions if not d.removes}
-        images = tuple(images_going(docker, kept, request, containers))
+        images = tuple(images_going(ledger, docker, kept, request, containers))
     elif request.images:
         notes += (f"images not considered: {docker_problem}",)
     if preview:
@@ -196,11 +196,16 @@ def containers_going(ledger: Ledger, docker: Any, gone: set[str]) -> tuple[BootC
 
 
 def images_going(
-    docker: Any, kept: set[str], request: TeardownRequest, containers: Sequence[BootContainer]
+    ledger: Ledger,
+    docker: Any,
+    kept: set[str],
+    request: TeardownRequest,
+    containers: Sequence[BootContainer],
 ) -> list[ImageDecision]:
     """With --images: engine images (of --manifest, if given) and whether each goes."""
     return plan_images(
         docker,
+        built_here={b.image_id for b in ledger.builds() if b.image_id},
         kept_image_ids=kept,
         manifest=request.selection.manifest,
         removed_containers={c.id for c in containers},

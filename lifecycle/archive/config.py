@@ -1,0 +1,83 @@
+"""The project's `lifecycle.yaml` and the archive location it (or a flag, or the env) names.
+
+    archive: s3://BUCKET/PREFIX     # where archive, teardown --archive and result add write
+
+It is read with the manifests' reader (same limits, same located errors), and whenever it
+exists, so that a mistake in it is seen even while a flag overrides it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from lifecycle.archive.location import ArchiveLocation, location_problem
+from lifecycle.errors import LifecycleError, ManifestError, Problem
+from lifecycle.manifest.located import Located, render_key_path
+from lifecycle.manifest.source import read_yaml
+
+CONFIG_FILE = "lifecycle.yaml"
+KEYS = ("archive",)
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """What lifecycle.yaml says; every key optional."""
+
+    archive: ArchiveLocation | None = None
+
+
+class NoArchiveLocation(LifecycleError):
+    """No archive location given or configured (a usage error where one is needed)."""
+
+
+def read_config(file: Path) -> ProjectConfig:
+    """The project's configuration; an absent file is an empty one."""
+    if not file.is_file():
+        return ProjectConfig()
+    located = read_yaml(file)
+    data = {} if located.data is None else located.data
+    if not isinstance(data, dict):
+        raise _error(located, (), "expected a mapping, e.g. `archive: s3://BUCKET/PREFIX`")
+    for key in data:
+        if key not in KEYS:
+            hint = difflib.get_close_matches(str(key), KEYS, n=1)
+            also = f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(KEYS)}"
+            raise _error(located, (str(key),), f"unknown key {str(key)!r}{also}", key=True)
+    archive = data.get("archive")
+    if archive is None:
+        return ProjectConfig()
+    problem = "expected s3://BUCKET[/PREFIX]"
+    if isinstance(archive, str):
+        problem = location_problem(archive) or ""
+    if problem:
+        raise _error(located, ("archive",), problem)
+    return ProjectConfig(ArchiveLocation.parse(archive))
+
+
+def resolve_location(
+    flag: str | None, environ: Mapping[str, str], project_root: Path, *, option: str = "--to"
+) -> ArchiveLocation:
+    """The flag `option` (--to or --from), else LIFECYCLE_ARCHIVE, else `archive:` in the
+    project's lifecycle.yaml."""
+    config = read_config(project_root / CONFIG_FILE)
+    if flag:
+        return ArchiveLocation.parse(flag, option)
+    if environ.get("LIFECYCLE_ARCHIVE"):
+        return ArchiveLocation.parse(environ["LIFECYCLE_ARCHIVE"], "LIFECYCLE_ARCHIVE")
+    if config.archive is not None:
+        return config.archive
+    raise NoArchiveLocation(
+        f"no archive location: pass {option} s3://BUCKET/PREFIX, set LIFECYCLE_ARCHIVE, "
+        f"or write `archive: s3://BUCKET/PREFIX` in {project_root / CONFIG_FILE}"
+    )
+
+
+def _error(
+    located: Located, path: tuple[str, ...], message: str, *, key: bool = False
+) -> ManifestError:
+    mark = located.mark(path, prefer_key=key)
+    assert mark is not None, "a document that is a mapping has a mark"
+    return ManifestError([Problem(mark.file, mark.line, mark.col, render_key_path(path), message)])

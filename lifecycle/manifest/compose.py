@@ -1,0 +1,147 @@
+"""From YAML nodes to plain data with the mark of every key and value, within the limits.
+
+PyYAML's constructor is used for scalars only. Its collections would flatten merge keys
+(`<<: *base`) into the mapping before an override could be told from a duplicate key, follow
+aliases without counting (453 bytes of aliases stand for a billion nodes) and recurse without
+bound; here every node reached, through aliases and merges too, is counted.
+"""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lifecycle.errors import ManifestError, Problem
+from lifecycle.manifest.limits import MAX_DEPTH, MAX_NODES
+from lifecycle.manifest.located import KeyPath, Located, Mark, render_key_path
+
+MERGE_TAG = "tag:yaml.org,2002:merge"
+_MAP_TAG = "tag:yaml.org,2002:map"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+
+Pair = tuple[str, yaml.Node, yaml.Node]  # key as written, key node, value node
+
+
+class _Fatal(Exception):
+    """A limit was hit: stop at once, whatever else the document holds."""
+
+
+def compose(file: Path, node: yaml.Node, loader: yaml.CSafeLoader | yaml.SafeLoader) -> Located:
+    """The document under `node` as data with marks; ManifestError with every problem found."""
+    builder = _Builder(file, loader)
+    with suppress(_Fatal):  # its one problem is recorded
+        builder.out.data = builder.value(node, ())
+    if builder.problems:
+        raise ManifestError(list(builder.problems.values()))
+    return builder.out
+
+
+class _Builder:
+    def __init__(self, file: Path, loader: yaml.CSafeLoader | yaml.SafeLoader) -> None:
+        self.file = file
+        self.loader = loader
+        self.out = Located(None)
+        self.problems: dict[tuple[int, int, str], Problem] = {}
+        self.nodes = 0
+        self.open: set[int] = set()  # collections being built: one met again is recursive
+
+    def value(self, node: yaml.Node, path: KeyPath) -> Any:
+        self._count(node, path)
+        self.out.values[path] = self._mark(node)
+        if isinstance(node, yaml.ScalarNode):
+            return self._construct(node, path)
+        if len(path) + 1 > MAX_DEPTH:
+            self._fatal(node, path, f"nested deeper than {MAX_DEPTH} levels (aliases expanded)")
+        self._enter(node, path)
+        try:
+            if isinstance(node, yaml.SequenceNode):
+                if node.tag != _SEQ_TAG:
+                    return self._problem(node, path, f"tag {node.tag!r} is not supported here")
+                return [self.value(item, (*path, index)) for index, item in enumerate(node.value)]
+            if not isinstance(node, yaml.MappingNode) or node.tag != _MAP_TAG:
+                return self._problem(node, path, f"tag {node.tag!r} is not supported here")
+            data: dict[Any, Any] = {}
+            for text, key_node, value_node in self._pairs(node, path, 0):
+                child = (*path, text)
+                self.out.keys[child] = self._mark(key_node)
+                data[self._construct(key_node, child)] = self.value(value_node, child)
+            return data
+        finally:
+            self.open.discard(id(node))
+
+    def _pairs(self, node: yaml.MappingNode, path: KeyPath, merges: int) -> list[Pair]:
+        """The mapping's pairs as YAML's merge rules make them: its own keys win over merged
+        ones, an earlier merged mapping over a later one; a key written twice is a problem."""
+        own: list[Pair] = []
+        sources: list[yaml.MappingNode] = []
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            self._count(key_node, path)
+            if not isinstance(key_node, yaml.ScalarNode):
+                self._problem(key_node, path, "a key must be a plain value, not a collection")
+                continue
+            text = str(key_node.value)
+            if text in seen:
+                self._problem(key_node, (*path, text), "duplicate key")
+                continue
+            seen.add(text)
+            if key_node.tag == MERGE_TAG:
+                sources = self._merge_sources(value_node, (*path, text))
+            else:
+                own.append((text, key_node, value_node))
+        if sources and merges + 1 > MAX_DEPTH:
+            self._fatal(node, path, f"merges (<<) nested deeper than {MAX_DEPTH} levels")
+        merged: list[Pair] = []
+        for source in reversed(sources):
+            self._enter(source, path)
+            try:
+                merged += self._pairs(source, path, merges + 1)
+            finally:
+                self.open.discard(id(source))
+        # A dict keeps a key where it first appeared and the value set last: PyYAML's order.
+        winners = {pair[0]: pair for pair in (*merged, *own)}
+        return list(winners.values())
+
+    def _merge_sources(self, node: yaml.Node, path: KeyPath) -> list[yaml.MappingNode]:
+        if isinstance(node, yaml.MappingNode):
+            return [node]
+        items = node.value if isinstance(node, yaml.SequenceNode) else None
+        if items and all(isinstance(item, yaml.MappingNode) for item in items):
+            return list(items)
+        self._problem(node, path, "a merge (<<) takes a mapping or a list of mappings")
+        return []
+
+    def _construct(self, node: yaml.Node, path: KeyPath) -> Any:
+        try:
+            return self.loader.construct_object(node)
+        except yaml.MarkedYAMLError as exc:
+            return self._problem(node, path, exc.problem or "cannot read this value")
+        except (ValueError, OverflowError) as exc:  # e.g. 2026-02-30, an int of 5000 digits
+            return self._problem(node, path, f"cannot read this value: {exc}")
+
+    def _count(self, node: yaml.Node, path: KeyPath) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            message = f"more than {MAX_NODES} nodes once aliases are expanded (an alias bomb?)"
+            self._fatal(node, path, message)
+
+    def _enter(self, node: yaml.Node, path: KeyPath) -> None:
+        if id(node) in self.open:
+            self._fatal(node, path, "an alias refers to a collection that holds it (recursive)")
+        self.open.add(id(node))
+
+    def _mark(self, node: yaml.Node) -> Mark:
+        return Mark(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
+
+    def _problem(self, node: yaml.Node, path: KeyPath, message: str) -> None:
+        mark = self._mark(node)
+        problem = Problem(mark.file, mark.line, mark.col, render_key_path(path), message)
+        self.problems.setdefault((mark.line, mark.col, message), problem)
+
+    def _fatal(self, node: yaml.Node, path: KeyPath, message: str) -> None:
+        self.problems.clear()
+        self._problem(node, path, message)
+        raise _Fatal

@@ -1,0 +1,103 @@
+"""Checks on where JIT caches are mounted and which env vars point the engine at them.
+
+A boot bind-mounts one host dir per active cache at its `path` and sets its `env`; a mount
+hides whatever the image had there, and the last of two settings of one env var wins. So a
+cache may not sit on a system directory, on the patched engine, or on another cache, and no
+profile may set (or pass as a secret) an env var a cache sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from itertools import combinations
+from pathlib import PurePosixPath
+
+from lifecycle.manifest.located import KeyPath
+from lifecycle.manifest.model import JitCache, Manifest
+
+Finding = tuple[KeyPath, str]
+
+# The container needs these trees as the image and the kernel made them, all the way down.
+_OFF_LIMITS = tuple(PurePosixPath(p) for p in ("/proc", "/sys", "/dev", "/etc"))
+# A mount at one of these (or at /) hides the image's own files; a dir inside one is fine.
+_SYSTEM_DIRS = frozenset(
+    PurePosixPath(p)
+    for p in (
+        "/", "/bin", "/boot", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt",
+        "/opt", "/root", "/run", "/sbin", "/srv", "/tmp", "/usr", "/var", "/usr/bin",
+        "/usr/include", "/usr/lib", "/usr/lib64", "/usr/libexec", "/usr/local", "/usr/local/bin",
+        "/usr/local/lib", "/usr/sbin", "/usr/share", "/var/cache", "/var/lib", "/var/log",
+        "/var/run", "/var/tmp",
+    )
+)  # fmt: skip
+
+
+def check_mounts(manifest: Manifest, written: Callable[[KeyPath], bool]) -> Iterator[Finding]:
+    """Every active cache's path against the system, the engine and the other caches.
+
+    `written(path)` tells a value the manifest wrote from a default (the implied caches), so
+    that a conflict is reported where the user can change it."""
+    caches = manifest.active_caches()
+    package_dir = PurePosixPath(manifest.engine.package_dir)
+    placed: dict[
+        str, JitCache
+    ] = {}  # caches whose own place is fine; only those are compared with each other
+    for name, cache in caches.items():
+        where = ("caches", name, "path")
+        path = PurePosixPath(cache.path)
+        if problem := _system_problem(path):
+            yield where, problem
+        elif path == package_dir or path.is_relative_to(package_dir):
+            yield where, f"{cache.path!r} is inside engine.package_dir; a cache is not the engine"
+        elif package_dir.is_relative_to(path):
+            at = where if written(where) else ("engine", "package_dir")
+            yield at, f"cache {name!r} at {cache.path!r} would hide the patched engine below it"
+        else:
+            placed[name] = cache
+    for (first, a), (second, b) in combinations(placed.items(), 2):
+        later, earlier = _reported(second, first, written)
+        pa, pb = PurePosixPath(a.path), PurePosixPath(b.path)
+        if pa == pb:
+            yield ("caches", later, "path"), f"{a.path!r} is also the path of cache {earlier!r}"
+        elif pa.is_relative_to(pb) or pb.is_relative_to(pa):
+            yield ("caches", later, "path"), f"overlaps cache {earlier!r} ({a.path} and {b.path})"
+    for (first, a), (second, b) in combinations(caches.items(), 2):
+        if a.env == b.env:
+            later, earlier = _reported(second, first, written)
+            yield ("caches", later, "env"), f"cache {earlier!r} sets {a.env} too"
+
+
+def check_cache_env(manifest: Manifest) -> Iterator[Finding]:
+    """A profile's env var or secret that a cache sets would silently move the cache."""
+    by_env = {cache.env: name for name, cache in manifest.active_caches().items()}
+    for profile_name, profile in manifest.profiles.items():
+        for key in profile.env:
+            if key in by_env:
+                yield (
+                    ("profiles", profile_name, "env", key),
+                    f"cache {by_env[key]!r} sets {key} to its mount; change the cache's path "
+                    "instead (or disable the cache)",
+                )
+        for index, secret in enumerate(profile.secrets):
+            if secret in by_env:
+                yield (
+                    ("profiles", profile_name, "secrets", index),
+                    f"cache {by_env[secret]!r} sets {secret} to its mount; it cannot be a secret",
+                )
+
+
+def _system_problem(path: PurePosixPath) -> str | None:
+    for tree in _OFF_LIMITS:
+        if path == tree or path.is_relative_to(tree):
+            return f"'{path}' is in {tree}, which the container needs as it is"
+    if path in _SYSTEM_DIRS:
+        return f"'{path}' is a system directory; a mount there hides the image's own files"
+    return None
+
+
+def _reported(second: str, first: str, written: Callable[[KeyPath], bool]) -> tuple[str, str]:
+    """(the cache to report a conflict at, the other): the later one, unless only the earlier
+    was written in the manifest."""
+    if not written(("caches", second)) and written(("caches", first)):
+        return first, second
+    return second, first
