@@ -8,6 +8,7 @@ that later kills land in uploads, verifications and renames alike."""
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import signal
@@ -20,11 +21,22 @@ import pytest
 from lifecycle.archive.location import ArchiveLocation, s3_client
 from lifecycle.archive.run import verify_archive
 from lifecycle.archive.store import BlobStore
-from lifecycle.fingerprint import scan
-from tests.trust_support import PREFIX, boot, cache_ids, caches, cli, process, record, start
+from lifecycle.fingerprint import Fingerprint, scan
+from tests.trust_support import (
+    PREFIX,
+    boot,
+    cache_ids,
+    caches,
+    cli,
+    journal,
+    process,
+    record,
+    start,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 KILLS = 24
+EVENTS: list[str] = []
 
 
 def test_sigkill_loop_never_removes_a_dir_without_its_verified_record(
@@ -60,7 +72,8 @@ def test_sigkill_loop_never_removes_a_dir_without_its_verified_record(
         else:
             lasts[kind] = max(0.4, time.monotonic() - began)
         running.send_signal(signal.SIGKILL)  # the process alone: its uploaders die by themselves
-        running.communicate(timeout=60)
+        out, err = running.communicate(timeout=60)
+        EVENTS.append(f"kill {kill} ({kind}) out: {out[-3000:]} err: {err[-3000:]}")
         _check_removed_have_their_record(store, s3_client, s3_bucket, expected, kill)
         _refill(archive_project, rng)
     assert kinds["teardown"] + kinds["archive"] >= 20, kinds  # kills that hit a live run
@@ -75,24 +88,20 @@ def test_sigkill_loop_never_removes_a_dir_without_its_verified_record(
     for cache_id, tree in final.items():
         restored = cli(archive_project, "restore", cache_id)
         assert restored.exit_code == 0, restored.output
-        assert scan(Path(caches()[cache_id].host_path)).tree_digest == tree
+        assert scan(Path(caches()[cache_id].host_path)).tree_digest == tree.tree_digest
 
 
 def s3_client_for_env() -> Any:
     return s3_client(os.environ)
 
 
-def _trees_in_place() -> dict[str, str]:
-    """cache id -> the tree digest of its dir, for every cache whose dir is in place."""
-    return {
-        c.id: scan(Path(c.host_path)).tree_digest
-        for c in caches().values()
-        if Path(c.host_path).is_dir()
-    }
+def _trees_in_place() -> dict[str, Fingerprint]:
+    """cache id -> the fingerprint of its dir, for every cache whose dir is in place."""
+    return {c.id: scan(Path(c.host_path)) for c in caches().values() if Path(c.host_path).is_dir()}
 
 
 def _check_removed_have_their_record(
-    store: BlobStore, client: Any, bucket: str, expected: dict[str, str], kill: int
+    store: BlobStore, client: Any, bucket: str, expected: dict[str, Fingerprint], kill: int
 ) -> None:
     for cache_id, tree in expected.items():
         cache = caches()[cache_id]
@@ -100,8 +109,17 @@ def _check_removed_have_their_record(
             continue  # still in place (or back from the trash)
         document = record(client, bucket, cache_id)
         assert document is not None, (kill, cache_id, "removed without a record")
-        what = (kill, cache_id, document["archived_at"], document["with_content"], cache)
-        assert document["fingerprint"]["tree_digest"] == tree, what
+        if document["fingerprint"]["tree_digest"] != tree.tree_digest:
+            sink = io.BytesIO()
+            store.download_blob(document["fingerprint"]["sha256"], sink)
+            archived = Fingerprint.from_json(sink.getvalue().decode())
+            print("\n".join(EVENTS))
+            raise AssertionError(
+                f"kill {kill}: {cache_id} removed, its record holds another tree:"
+                f" {tree.diff(archived)}; record of {document['archived_at']};"
+                f" journal {[(s.run_id, s.step, s.detail) for s in journal(cache_id)]};"
+                f" ledger {cache}"
+            )
         assert document["with_content"], (kill, cache_id)
         assert verify_archive(store, cache_id, None) == [], (kill, cache_id)
 
@@ -114,8 +132,9 @@ def _refill(project: Path, rng: random.Random) -> None:
             if cache.state == "torn-down":
                 restored = cli(project, "restore", cache.id)
                 assert restored.exit_code == 0, restored.output
+                EVENTS.append(f"restored {cache.id}: {restored.output}")
     for cache in caches().values():
         if Path(cache.host_path).is_dir() and rng.random() < 0.3:
-            (Path(cache.host_path) / f"late-{rng.randrange(1 << 30)}.o").write_bytes(
-                os.urandom(rng.randrange(1, 4096))
-            )
+            late = Path(cache.host_path) / f"late-{rng.randrange(1 << 30)}.o"
+            late.write_bytes(os.urandom(rng.randrange(1, 4096)))
+            EVENTS.append(f"wrote {late}")

@@ -32,8 +32,10 @@ from lifecycle.errors import LifecycleError
 from lifecycle.faults import CRASH_ENV, CRASH_POINTS, crash_checkpoint
 from lifecycle.leases import try_lease
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import ArchiveRecord, TeardownStep, record_archive, steps_of
+from lifecycle.ledger.archives import ArchiveRecord, record_archive
 from lifecycle.ledger.boots import CacheRecord, cache_by_id
+from lifecycle.ledger.builds import record_build
+from lifecycle.ledger.journal import TeardownStep, steps_of
 from lifecycle.ledger.rows import insert
 from lifecycle.table import human_bytes
 from lifecycle.teardown.containers import mounted_by
@@ -845,7 +847,7 @@ def test_images_this_home_built_go_unless_a_cache_or_container_uses_them(
                 error=None,
                 log_path=None,
             )
-            ledger.record_build(built)
+            record_build(ledger, built)
     ledger.close()
     running = docker_client.containers.run(
         tags[1], entrypoint=["sleep"], command=["300"], detach=True, network_mode="none"
@@ -866,3 +868,22 @@ def test_images_this_home_built_go_unless_a_cache_or_container_uses_them(
         for tag in tags:
             with contextlib.suppress(ImageNotFound):
                 docker_client.images.remove(tag, force=True)
+
+
+def test_a_finished_removal_commits_nothing_after_a_restore(tmp_path: Path) -> None:
+    """Found by the SIGKILL loop: a cache removed (done), restored, then given a new file, then
+    a teardown killed after `intent`. The next run took the old run's `deleted` for its own,
+    skipped the tree check as for a half-removed trash, and removed the new file with it."""
+    ledger = Ledger.open(tmp_path)
+    cache, archive = _tracked(ledger)
+    assert _remove(ledger, cache, archive, "t-1").removed
+    for name, body in CONTENT.items():  # restored
+        (Path(cache.host_path) / name).parent.mkdir(parents=True, exist_ok=True)
+        (Path(cache.host_path) / name).write_bytes(body)
+    with pytest.raises(_Crash):
+        _remove(ledger, cache, archive, "t-2", crash_at="after-intent")
+    resumes = unfinished_runs(ledger, [cache])[cache.id]
+    assert resumes.run_id == "t-2" and not resumes.committed
+    from lifecycle.teardown.invariant import where_now
+
+    assert where_now(cache, resumes) == Path(cache.host_path)  # so its tree is checked again

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import TeardownStep, record_step, steps_of
 from lifecycle.ledger.boots import CacheRecord
+from lifecycle.ledger.journal import TeardownStep, record_step, steps_of
 
 FINAL_STEPS = ("done", "refused")
 
@@ -87,7 +87,12 @@ def unfinished_runs(ledger: Ledger, caches: Iterable[CacheRecord]) -> dict[str, 
         last = steps[-1] if steps else None
         if not trash and (last is None or last.step in FINAL_STEPS):
             continue
-        deleted = [s for s in steps if s.step == "deleted"]
+        # A `deleted` commits the dir until a run reaches `done` (a refusal of a committed run
+        # leaves the trash as it is): one before the last `done` belongs to a removal that
+        # finished, before the cache was restored, and commits nothing now.
+        dones = [i for i, s in enumerate(steps) if s.step == "done"]
+        since = steps[dones[-1] + 1 :] if dones else steps
+        deleted = [s for s in since if s.step == "deleted"]
         found[cache.id] = Unfinished(
             run_id=last.run_id if last else "(unjournalled)",
             last_step=last.step if last else "nothing",
