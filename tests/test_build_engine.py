@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from lifecycle.cli import cli
 from lifecycle.ledger import Ledger
+from lifecycle.ledger.builds import all_builds
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.digest import manifest_digest, patch_digests
 from tests.test_gitbinary import git
@@ -77,7 +78,7 @@ def test_build_labels_then_up_to_date(manifests: Path, docker_client: Any) -> No
     assert f"{tag[1]} is up to date" in out
     assert second < first / 3, (first, second)
 
-    builds = Ledger.open(Path.home() / "lifecycle").builds()
+    builds = all_builds(Ledger.open(Path.home() / "lifecycle"))
     assert [b.outcome for b in builds] == ["built", "up-to-date"]
     assert builds[0].log_path and "pin ok: demollm" in Path(builds[0].log_path).read_text()
 
@@ -118,7 +119,7 @@ def test_a_patch_that_does_not_apply_names_patch_and_hunk(
     assert "Traceback" not in result.stderr
     label = {"label": f"lifecycle.manifest.digest={digest}"}
     assert docker_client.images.list(filters=label) == []  # no image tagged
-    assert [b.outcome for b in Ledger.open(Path.home() / "lifecycle").builds()] == ["failed"]
+    assert [b.outcome for b in all_builds(Ledger.open(Path.home() / "lifecycle"))] == ["failed"]
 
 
 def _binary_patch(tmp_path: Path, base: dict[str, bytes], patched: dict[str, bytes]) -> bytes:

@@ -17,6 +17,7 @@ from lifecycle.ledger import (
     default_home,
     has_ledger,
 )
+from lifecycle.ledger.builds import all_builds, record_build
 
 BUILT = BuildRecord(
     started_at="2026-10-10T06:00:00+00:00",
@@ -72,17 +73,17 @@ def test_without_create_an_empty_home_stays_empty(tmp_path: Path) -> None:
 
 def test_builds_round_trip(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path)
-    first = ledger.record_build(BUILT)
-    second = ledger.record_build(replace(BUILT, outcome="up-to-date", duration_s=0.01))
-    assert [b.id for b in ledger.builds()] == [first, second]
-    assert ledger.builds()[1].outcome == "up-to-date"
+    first = record_build(ledger, BUILT)
+    second = record_build(ledger, replace(BUILT, outcome="up-to-date", duration_s=0.01))
+    assert [b.id for b in all_builds(ledger)] == [first, second]
+    assert all_builds(ledger)[1].outcome == "up-to-date"
 
 
 def test_a_failed_transaction_leaves_nothing(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path)
     with pytest.raises(sqlite3.IntegrityError):
-        ledger.record_build(replace(BUILT, outcome="half-done"))  # refused by the CHECK constraint
-    assert ledger.builds() == []
+        record_build(ledger, replace(BUILT, outcome="half-done"))  # refused by the CHECK constraint
+    assert all_builds(ledger) == []
 
 
 def test_evidence_is_renamed_into_place(tmp_path: Path) -> None:

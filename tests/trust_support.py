@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from lifecycle.cli import cli as lifecycle_cli
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import TeardownStep, steps_of
 from lifecycle.ledger.boots import BootRecord, CacheRecord, all_boots, all_caches
+from lifecycle.ledger.journal import TeardownStep, steps_of
 from lifecycle.teardown.journal import trash_path
 
 PREFIX = "test"  # archive_project archives to s3://<its bucket>/test

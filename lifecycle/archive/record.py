@@ -43,7 +43,14 @@ from lifecycle.archive.store import READ_CHUNK, ArchiveError, BlobRef, open_regu
 from lifecycle.boot.provenance import image_snapshot_path, manifest_snapshot_path, patch_path
 from lifecycle.fingerprint import Entry, Fingerprint
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import BootRecord, CacheRecord, all_boots, cache_uses, tainted_files
+from lifecycle.ledger.boots import (
+    BootRecord,
+    CacheRecord,
+    all_boots,
+    cache_uses,
+    hook_runs_of,
+    tainted_files,
+)
 
 FORMAT = "lifecycle-cache-record/1"
 _LOCAL_ONLY = ("state", "in_use_by")  # this host's bookkeeping, not facts about the cache
@@ -256,11 +263,7 @@ def _boots(ledger: Ledger, cache_id: str, sources: dict[str, BlobSource]) -> lis
     found = []
     for use in (u for u in cache_uses(ledger) if u.cache_id == cache_id):
         boot = boots[use.boot_id]
-        runs = ledger.query(
-            "SELECT name, event, exit_code, duration_s FROM hook_runs WHERE boot_id = ?"
-            " ORDER BY rowid",
-            (boot.id,),
-        )
+        runs = _hook_runs(ledger, boot.id)
         log = Path(boot.log_path) if boot.log_path else None
         evidence: dict[str, Any] = {}
         if boot.evidence_path and Path(boot.evidence_path).is_dir():
@@ -272,7 +275,7 @@ def _boots(ledger: Ledger, cache_id: str, sources: dict[str, BlobSource]) -> lis
             {
                 "boot": asdict(boot),
                 "use": asdict(use),
-                "hook_runs": [dict(run) for run in runs],
+                "hook_runs": runs,
                 "log": _file_blob(log, f"log of boot {boot.id}", sources)
                 if log is not None and log.is_file()
                 else None,
@@ -280,6 +283,14 @@ def _boots(ledger: Ledger, cache_id: str, sources: dict[str, BlobSource]) -> lis
             }
         )
     return found
+
+
+def _hook_runs(ledger: Ledger, boot_id: str) -> list[dict[str, Any]]:
+    """A boot's hook runs as records list them (without the boot id they sit under)."""
+    return [
+        {"name": r.name, "event": r.event, "exit_code": r.exit_code, "duration_s": r.duration_s}
+        for r in hook_runs_of(ledger, boot_id)
+    ]
 
 
 def _snapshot(path: Path) -> Any:
@@ -338,14 +349,11 @@ def _memory_blob(data: bytes, what: str, sources: dict[str, BlobSource]) -> dict
 
 def boot_facts(ledger: Ledger, boot: BootRecord, sources: dict[str, BlobSource]) -> dict[str, Any]:
     """A boot as records tell it: its row, its hook runs, and its log as a blob (or null)."""
-    runs = ledger.query(
-        "SELECT name, event, exit_code, duration_s FROM hook_runs WHERE boot_id = ? ORDER BY rowid",
-        (boot.id,),
-    )
+    runs = _hook_runs(ledger, boot.id)
     log = Path(boot.log_path) if boot.log_path else None
     return {
         "boot": asdict(boot),
-        "hook_runs": [dict(run) for run in runs],
+        "hook_runs": runs,
         "log": _file_blob(log, f"log of boot {boot.id}", sources)
         if log is not None and log.is_file()
         else None,

@@ -26,8 +26,7 @@ from lifecycle.archive.store import ArchiveError, BlobStore, os_problem
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import CacheRecord, cache_by_id
-from lifecycle.ledger.rows import insert
+from lifecycle.ledger.boots import CacheRecord, Scanned, cache_by_id, record_scan
 from lifecycle.table import human_bytes
 
 PROGRESS_EVERY = 100  # restored files between two progress lines
@@ -97,7 +96,8 @@ def restore_cache(
     now = datetime.now(UTC).isoformat(timespec="seconds")
     name = f"restore-{now.replace(':', '')}.json"
     kept = ledger.keep_evidence(f"scans/{cache_id}", name, restored.to_json().encode())
-    _record(ledger, cache_id, new_row, restored, str(kept), now)
+    facts = Scanned(restored.tree_digest, restored.files, restored.bytes, str(kept), now)
+    record_scan(ledger, cache_id, facts, live=True, new_row=new_row)
     return RestoreReport(
         cache_id=cache_id,
         location=location.url(),
@@ -293,27 +293,3 @@ def _row_from_record(archived: dict[str, Any], target: Path) -> CacheRecord:
             )
         row[name] = archived[name]
     return CacheRecord(**row)
-
-
-def _record(
-    ledger: Ledger,
-    cache_id: str,
-    new_row: CacheRecord | None,
-    restored: Fingerprint,
-    scan_path: str,
-    now: str,
-) -> None:
-    """Mark the cache live with its new scan, adding its row first if this host lacked it."""
-    scanned = {
-        "state": "live",
-        "tree_digest": restored.tree_digest,
-        "files": restored.files,
-        "bytes": restored.bytes,
-        "scan_path": scan_path,
-        "scanned_at": now,
-    }
-    with ledger.transaction() as conn:
-        if new_row is not None:
-            insert(conn, "caches", new_row)
-        assignments = ", ".join(f"{name} = ?" for name in scanned)
-        conn.execute(f"UPDATE caches SET {assignments} WHERE id = ?", (*scanned.values(), cache_id))

@@ -37,7 +37,7 @@ from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, archive_of, known_md5s, record_archive
-from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id
+from lifecycle.ledger.boots import CacheRecord, Scanned, all_caches, cache_by_id, record_scan
 from lifecycle.results.archive import archive_pending_results
 from lifecycle.table import human_bytes
 
@@ -310,17 +310,13 @@ def _fresh_scan(
         scan_path=scan_path,
         scanned_at=now,
     )
-    if keep:  # what the cache holds is a fact whether or not the archive then succeeds
-        with ledger.transaction() as conn:
-            conn.execute(
-                "UPDATE caches SET tree_digest = ?, files = ?, bytes = ?, scan_path = ?,"
-                " scanned_at = ? WHERE id = ?",
-                (*(getattr(updated, f) for f in _SCANNED), cache.id),
-            )
+    if keep and scan_path is not None:
+        # What the cache holds is a fact whether or not the archive then succeeds.
+        facts = Scanned(
+            fingerprint.tree_digest, fingerprint.files, fingerprint.bytes, scan_path, now
+        )
+        record_scan(ledger, cache.id, facts)
     return fingerprint, updated
-
-
-_SCANNED = ("tree_digest", "files", "bytes", "scan_path", "scanned_at")
 
 
 def _commit_record(store: BlobStore, planned: _Planned, md5s: dict[str, str]) -> tuple[bytes, bool]:

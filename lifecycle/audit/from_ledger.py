@@ -15,7 +15,7 @@ from lifecycle.boot.provenance import image_snapshot_path, manifest_snapshot_pat
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of
-from lifecycle.ledger.boots import all_caches, cache_by_id, cache_uses
+from lifecycle.ledger.boots import all_caches, cache_by_id, cache_uses, hook_runs_of
 from lifecycle.ledger.results import ResultRecord, all_results, result_by_id, results_of_cache
 from lifecycle.results.add import find_boot
 from lifecycle.results.model import canonical_result
@@ -46,15 +46,16 @@ def result_facts(ledger: Ledger, result_id: str) -> ChainFacts:
         assert cache is not None, "a cache use refers to a cache row (foreign key)"
         row = {k: v for k, v in asdict(cache).items() if k not in _LOCAL_ONLY}
         caches.append(CacheFacts(row, asdict(use), archive_facts(ledger, cache.id)))
-    runs = ledger.query(
-        "SELECT name, event, exit_code FROM hook_runs WHERE boot_id = ? ORDER BY rowid", (boot.id,)
-    )
+    runs = [
+        {"name": run.name, "event": run.event, "exit_code": run.exit_code}
+        for run in hook_runs_of(ledger, boot.id)
+    ]
     home = ledger.home
     return ChainFacts(
         result=canonical_result(result),
         digest=result.digest,
         boot=asdict(boot),
-        hook_runs=[dict(run) for run in runs],
+        hook_runs=runs,
         log=_file_digest(Path(boot.log_path)) if boot.log_path else None,
         caches=caches,
         image=read_snapshot(image_snapshot_path(home, boot.image_id)),

@@ -12,7 +12,8 @@ from typing import Any
 
 from lifecycle.build.plan import DIGEST_LABEL, BuildPlan
 from lifecycle.errors import LifecycleError
-from lifecycle.ledger import BuildRecord, Ledger
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.builds import BuildRecord, record_build
 
 FAIL_MARKERS = ("lifecycle: PATCH FAILED:", "lifecycle: PIN MISMATCH:", "lifecycle: PIN INSTALL")
 
@@ -56,7 +57,7 @@ def build_image(
     existing = None if force else find_built(client, plan.digest)
     if existing is not None:
         record = _record(plan, started, time.monotonic() - clock, "up-to-date", existing.id)
-        return _result(ledger.record_build(record), record, None)
+        return _result(record_build(ledger, record), record, None)
     log_lines: list[str] = []
     image_id, error = None, None
     for chunk in client.api.build(
@@ -87,10 +88,10 @@ def build_image(
     if error or image_id is None:
         reason = _explain_failure(log_lines, error or "dockerd returned no image id")
         failed = _record(plan, started, duration, "failed", None, reason, str(log_path))
-        ledger.record_build(failed)
+        record_build(ledger, failed)
         raise BuildFailed(f"build of {plan.manifest_file} failed: {reason}\nfull log: {log_path}")
     record = _record(plan, started, duration, "built", image_id, None, str(log_path))
-    return _result(ledger.record_build(record), record, str(log_path))
+    return _result(record_build(ledger, record), record, str(log_path))
 
 
 def push_image(client: Any, tag: str, registry: str) -> str:

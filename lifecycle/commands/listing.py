@@ -10,8 +10,8 @@ from typing import Any
 
 from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import pins
 from lifecycle.ledger.boots import all_boots, all_caches, cache_uses
+from lifecycle.ledger.pins import pins
 from lifecycle.table import human_age, human_bytes, render
 
 

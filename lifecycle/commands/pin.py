@@ -15,8 +15,8 @@ from datetime import datetime
 
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import pin, pins, unpin
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id, cache_uses
+from lifecycle.ledger.pins import pin, pins, unpin
 from lifecycle.ledger.results import ResultRecord, all_results, result_by_id
 from lifecycle.results.model import is_pin_of, pin_reason
 

@@ -18,8 +18,8 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import ArchiveError
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import pins
 from lifecycle.ledger.boots import cache_uses
+from lifecycle.ledger.pins import pins
 from lifecycle.ledger.results import ResultRecord, all_results, result_archives
 from lifecycle.results.add import ResultRequest, add_result, find_boot
 from lifecycle.results.model import (

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from lifecycle.ledger.builds import BuildRecord
 from lifecycle.ledger.core import (
-    BuildRecord,
     HomeUnusable,
     Ledger,
     NoLedger,

@@ -1,4 +1,4 @@
-"""Archives, GC roots (pins) and the teardown journal in the ledger."""
+"""Archives in the ledger: where each cache's verified record is, and the md5s of blobs sent."""
 
 from __future__ import annotations
 
@@ -22,18 +22,6 @@ class ArchiveRecord:
     bytes_uploaded: int
     archived_at: str
     verified_at: str | None
-
-
-@dataclass(frozen=True)
-class TeardownStep:
-    """One step of removing one cache: intent → verified → deleted → done (or refused)."""
-
-    run_id: str
-    cache_id: str
-    step: str
-    detail: str | None
-    bytes_freed: int | None
-    at: str
 
 
 def record_archive(
@@ -77,50 +65,3 @@ def mark_verified(ledger: Ledger, cache_id: str, at: str) -> None:
     """Note when the archive was last verified against the server."""
     with ledger.transaction() as conn:
         conn.execute("UPDATE archives SET verified_at = ? WHERE cache_id = ?", (at, cache_id))
-
-
-def pin(ledger: Ledger, cache_id: str, reason: str, at: str) -> None:
-    """Make a cache a GC root: teardown keeps it until every pin is gone."""
-    with ledger.transaction() as conn:
-        conn.execute(
-            "INSERT OR IGNORE INTO pins (cache_id, reason, pinned_at) VALUES (?, ?, ?)",
-            (cache_id, reason, at),
-        )
-
-
-def unpin(ledger: Ledger, cache_id: str, reason: str | None = None) -> int:
-    """Remove one pin (or all of a cache's pins); returns how many went."""
-    with ledger.transaction() as conn:
-        if reason is None:
-            cursor = conn.execute("DELETE FROM pins WHERE cache_id = ?", (cache_id,))
-        else:
-            cursor = conn.execute(
-                "DELETE FROM pins WHERE cache_id = ? AND reason = ?", (cache_id, reason)
-            )
-        return cursor.rowcount
-
-
-def pins(ledger: Ledger) -> dict[str, list[str]]:
-    """cache id → the reasons it is pinned."""
-    found: dict[str, list[str]] = {}
-    for row in ledger.query("SELECT cache_id, reason FROM pins ORDER BY pinned_at"):
-        found.setdefault(row["cache_id"], []).append(row["reason"])
-    return found
-
-
-def record_step(ledger: Ledger, step: TeardownStep, *, cache_state: str | None = None) -> None:
-    """Journal one teardown step (and, at `done`, the cache's new state) in one transaction."""
-    with ledger.transaction() as conn:
-        insert(conn, "teardown_steps", step)
-        if cache_state is not None:
-            conn.execute("UPDATE caches SET state = ? WHERE id = ?", (cache_state, step.cache_id))
-
-
-def steps_of(ledger: Ledger, cache_id: str) -> list[TeardownStep]:
-    """Every teardown step journalled for a cache, oldest first."""
-    rows = ledger.query(
-        "SELECT run_id, cache_id, step, detail, bytes_freed, at FROM teardown_steps"
-        " WHERE cache_id = ? ORDER BY id",
-        (cache_id,),
-    )
-    return [from_row(TeardownStep, row) for row in rows]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 from lifecycle.ledger.core import Ledger
 from lifecycle.ledger.rows import from_row, insert, update
@@ -213,3 +213,51 @@ def tainted_files(ledger: Ledger, cache_id: str) -> list[TaintedFile]:
         "SELECT * FROM tainted_files WHERE cache_id = ? ORDER BY path, secret", (cache_id,)
     )
     return [from_row(TaintedFile, row) for row in rows]
+
+
+def hook_runs_of(ledger: Ledger, boot_id: str) -> list[HookRunRecord]:
+    """The hook runs of one boot, in the order they ran."""
+    rows = ledger.query("SELECT * FROM hook_runs WHERE boot_id = ? ORDER BY rowid", (boot_id,))
+    return [from_row(HookRunRecord, row) for row in rows]
+
+
+def boot_by_id(ledger: Ledger, boot_id: str) -> BootRecord | None:
+    """One boot, or None."""
+    rows = ledger.query("SELECT * FROM boots WHERE id = ?", (boot_id,))
+    return from_row(BootRecord, rows[0]) if rows else None
+
+
+def boot_ids(ledger: Ledger) -> list[str]:
+    """Every boot's id."""
+    return [row["id"] for row in ledger.query("SELECT id FROM boots")]
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """What a cache holds as one scan saw it."""
+
+    tree_digest: str
+    files: int
+    bytes: int
+    scan_path: str
+    scanned_at: str
+
+
+def record_scan(
+    ledger: Ledger,
+    cache_id: str,
+    scanned: Scanned,
+    *,
+    live: bool = False,
+    new_row: CacheRecord | None = None,
+) -> None:
+    """Record a cache's new scan (adding its row first when this host did not know it; making
+    it live when it was restored): one transaction."""
+    with ledger.transaction() as conn:
+        if new_row is not None:
+            insert(conn, "caches", new_row)
+        conn.execute(
+            "UPDATE caches SET tree_digest = ?, files = ?, bytes = ?, scan_path = ?,"
+            " scanned_at = ?, state = CASE WHEN ? THEN 'live' ELSE state END WHERE id = ?",
+            (*astuple(scanned), live, cache_id),
+        )

@@ -13,33 +13,15 @@ import sqlite3
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.home import HomeUnusable, NoLedger, check_home, check_writable, default_home
 from lifecycle.ledger.schema import MIGRATIONS
 
-__all__ = ["BuildRecord", "HomeUnusable", "Ledger", "NoLedger", "default_home", "has_ledger"]
+__all__ = ["HomeUnusable", "Ledger", "NoLedger", "default_home", "has_ledger"]
 
 LEDGER_FILE = "ledger.sqlite3"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
-@dataclass(frozen=True)
-class BuildRecord:
-    """One build attempt and where its full log is kept."""
-
-    started_at: str
-    duration_s: float
-    manifest_name: str
-    manifest_file: str
-    manifest_digest: str
-    tag: str
-    image_id: str | None
-    outcome: str
-    error: str | None
-    log_path: str | None
-    id: int | None = None
 
 
 class Ledger:
@@ -125,33 +107,6 @@ class Ledger:
         final = directory / name
         Path(temp).replace(final)
         return final
-
-    def record_build(self, record: BuildRecord) -> int:
-        """Insert a build record; returns its id."""
-        with self.transaction() as conn:
-            cursor = conn.execute(
-                "INSERT INTO builds (started_at, duration_s, manifest_name, manifest_file,"
-                " manifest_digest, tag, image_id, outcome, error, log_path)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    record.started_at,
-                    record.duration_s,
-                    record.manifest_name,
-                    record.manifest_file,
-                    record.manifest_digest,
-                    record.tag,
-                    record.image_id,
-                    record.outcome,
-                    record.error,
-                    record.log_path,
-                ),
-            )
-            return int(cursor.lastrowid or 0)
-
-    def builds(self) -> list[BuildRecord]:
-        """Every build, oldest first."""
-        rows = self._conn.execute("SELECT * FROM builds ORDER BY id").fetchall()
-        return [BuildRecord(**dict(row)) for row in rows]
 
 
 def has_ledger(home: Path) -> bool:

@@ -12,9 +12,11 @@ if TYPE_CHECKING:
 Record = TypeVar("Record", bound="DataclassInstance")
 
 
-def insert(conn: sqlite3.Connection, table: str, record: Any) -> None:
-    """INSERT one record; column names are its field names."""
-    values = asdict(record)
+def insert(
+    conn: sqlite3.Connection, table: str, record: Any, *, skip: tuple[str, ...] = ()
+) -> None:
+    """INSERT one record; column names are its field names (less `skip`, e.g. a rowid)."""
+    values = {k: v for k, v in asdict(record).items() if k not in skip}
     names = ", ".join(values)
     marks = ", ".join("?" for _ in values)
     conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", tuple(values.values()))

@@ -10,9 +10,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import BootRecord
+from lifecycle.ledger.boots import BootRecord, boot_by_id, boot_ids
 from lifecycle.ledger.results import ResultRecord, insert_result, result_named
-from lifecycle.ledger.rows import from_row
 from lifecycle.results.model import (
     SOURCES,
     STATUSES,
@@ -43,11 +42,10 @@ class ResultRequest:
 
 def find_boot(ledger: Ledger, boot_id: str) -> BootRecord:
     """The boot, or an error naming the closest id the ledger knows."""
-    rows = ledger.query("SELECT * FROM boots WHERE id = ?", (boot_id,))
-    if rows:
-        return from_row(BootRecord, rows[0])
-    known = [row["id"] for row in ledger.query("SELECT id FROM boots")]
-    close = difflib.get_close_matches(boot_id, known, n=1)
+    boot = boot_by_id(ledger, boot_id)
+    if boot is not None:
+        return boot
+    close = difflib.get_close_matches(boot_id, boot_ids(ledger), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else " (`lifecycle boots` lists them)"
     raise ResultError(f"unknown boot {boot_id!r}{hint}")
 

@@ -18,8 +18,9 @@ from lifecycle.faults import Checkpoint
 from lifecycle.hooks import Hook, HookRun, hook_session
 from lifecycle.leases import lease_held, try_lease
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import archive_of, mark_verified, pins
+from lifecycle.ledger.archives import archive_of, mark_verified
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id, cache_uses, settle_boot
+from lifecycle.ledger.pins import pins
 from lifecycle.ledger.results import results_not_archived_on
 from lifecycle.teardown.containers import (
     BootContainer,

@@ -21,8 +21,10 @@ from lifecycle.archive.transfer import Progress
 from lifecycle.errors import LifecycleError
 from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import archive_of, pins
+from lifecycle.ledger.archives import archive_of
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_uses
+from lifecycle.ledger.builds import all_builds
+from lifecycle.ledger.pins import pins
 from lifecycle.ledger.results import results_not_archived_on
 from lifecycle.table import human_bytes
 from lifecycle.teardown.containers import (
@@ -205,7 +207,7 @@ def images_going(
     """With --images: engine images (of --manifest, if given) and whether each goes."""
     return plan_images(
         docker,
-        built_here={b.image_id for b in ledger.builds() if b.image_id},
+        built_here={b.image_id for b in all_builds(ledger) if b.image_id},
         kept_image_ids=kept,
         manifest=request.selection.manifest,
         removed_containers={c.id for c in containers},
