@@ -65,11 +65,12 @@ class _Group(click.Group):
 
 def _unexpected(exc: Exception) -> None:
     from lifecycle.crash import write_traceback
-    from lifecycle.home import default_home
+    from lifecycle.home import Home, default_home
 
     summary = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
     try:
-        where = f"traceback in {write_traceback(exc, default_home(dict(os.environ)), os.environ)}"
+        home = Home(default_home(dict(os.environ)))
+        where = f"traceback in {write_traceback(exc, home, os.environ)}"
     except OSError:
         where = "no traceback file could be written; rerun with --debug"
     line = f"lifecycle: unexpected error (a bug): {summary}; {where}"

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
+from lifecycle.home import Home
 from lifecycle.redact import is_sensitive_key, redact
 
 # Values in the CLI's own environment that are secrets whatever the text around them says.
@@ -30,12 +31,12 @@ def known_secrets(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def write_traceback(exc: BaseException, home: Path, environ: Mapping[str, str]) -> Path:
-    """Write `exc`'s traceback, redacted, under `home/crashes/` (else the temp dir)."""
+def write_traceback(exc: BaseException, home: Home, environ: Mapping[str, str]) -> Path:
+    """Write `exc`'s traceback, redacted, under the home's `crashes/` (else the temp dir)."""
     text = "".join(traceback.format_exception(exc))
     body = redact(text, known_secrets(environ)).encode()
     name = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}.txt"
-    for directory in (home / "crashes", Path(tempfile.gettempdir())):
+    for directory in (home.crashes, Path(tempfile.gettempdir())):
         try:
             directory.mkdir(parents=True, exist_ok=True)
             path = directory / (name if directory.name == "crashes" else f"lifecycle-crash-{name}")

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lifecycle.errors import EnvironmentFailure, LifecycleError
+from lifecycle.errors import EnvironmentFailure
+from lifecycle.limits import seconds_from
 
 CONNECT_TIMEOUT_S = 15.0
 API_TIMEOUT_S = 60.0
@@ -47,17 +48,3 @@ def connect(environ: Mapping[str, str]) -> Any:
         raise DockerUnavailable(f"cannot reach the Docker engine at {where}: {why}") from None
     client.api.timeout = later
     return client
-
-
-def seconds_from(environ: Mapping[str, str], name: str, default: float) -> float:
-    """A time limit from the environment variable `name`, else `default`; nonsense is refused."""
-    text = environ.get(name)
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 86400:
-        raise LifecycleError(f"{name}={text!r}: expected a number of seconds, e.g. 30")
-    return value

@@ -1,9 +1,25 @@
-"""LIFECYCLE_HOME: where this host's state lives (the ledger, kept evidence, caches, locks)."""
+"""LIFECYCLE_HOME: where this host's state lives, and the one place its layout is spelled out.
+
+ledger.sqlite3, ledger.lock     the ledger (lifecycle.ledger) and its writers' lock
+teardown.lock                   one teardown at a time on this host
+caches/<cache id>/              a JIT boot cache, mounted into boots
+caches/.trash-<cache id>/       a cache dir a teardown has moved out of the way
+locks/cache-<cache id>.lock     the cache's lease (lifecycle.leases)
+evidence/builds/                build logs
+evidence/boots/<boot id>.log    a boot's redacted log; evidence/boots/<boot id>/ its bundle
+evidence/scans/<cache id>/      the fingerprints kept of a cache, one per scan
+evidence/results/               documents attached to results
+evidence/manifests/<digest>.json, evidence/patches/<sha256>.patch,
+evidence/images/<id>.json       what a boot ran, kept for the archive and audits
+mirrors/, port/                 upstream mirrors and stopped ports (lifecycle.port)
+crashes/                        tracebacks of unexpected errors
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.errors import EnvironmentFailure, LifecycleError
@@ -19,6 +35,71 @@ class NoLedger(LifecycleError):
     def __init__(self, home: Path) -> None:
         self.home = home
         super().__init__(f"no ledger at {home} yet")
+
+
+@dataclass(frozen=True)
+class Home:
+    """The layout of one LIFECYCLE_HOME."""
+
+    root: Path
+
+    @property
+    def ledger_file(self) -> Path:
+        """The ledger's SQLite file."""
+        return self.root / "ledger.sqlite3"
+
+    @property
+    def ledger_lock(self) -> Path:
+        """The lock every ledger writer takes."""
+        return self.root / "ledger.lock"
+
+    @property
+    def teardown_lock(self) -> Path:
+        """The lock a teardown holds while it runs."""
+        return self.root / "teardown.lock"
+
+    @property
+    def crashes(self) -> Path:
+        """Where unexpected errors' tracebacks go."""
+        return self.root / "crashes"
+
+    @property
+    def mirrors(self) -> Path:
+        """Upstream repositories mirrored for `port`."""
+        return self.root / "mirrors"
+
+    @property
+    def ports(self) -> Path:
+        """The state of stopped ports."""
+        return self.root / "port"
+
+    def cache_dir(self, cache_id: str) -> Path:
+        """A cache's dir, made by the boot that creates the cache."""
+        return self.root / "caches" / cache_id
+
+    def cache_lock(self, cache_id: str) -> Path:
+        """The file a cache's lease locks."""
+        return self.root / "locks" / f"cache-{cache_id}.lock"
+
+    def evidence(self, kind: str) -> Path:
+        """`evidence/<kind>/`: builds, boots, scans/<cache id>, results, manifests, …"""
+        return self.root / "evidence" / kind
+
+    def boot_bundle(self, boot_id: str) -> Path:
+        """A boot's evidence dir (its bundle, its hooks' output)."""
+        return self.evidence("boots") / boot_id
+
+    def manifest_snapshot(self, digest: str) -> Path:
+        """The resolved manifest a boot ran: {"digest", "file", "canonical", "patches"}."""
+        return self.evidence("manifests") / f"{digest}.json"
+
+    def patch_copy(self, sha256: str) -> Path:
+        """A patch's bytes, as a boot's manifest named them."""
+        return self.evidence("patches") / f"{sha256}.patch"
+
+    def image_snapshot(self, image_id: str) -> Path:
+        """The image a boot ran: {"id", "tags", "labels"}."""
+        return self.evidence("images") / f"{image_id.removeprefix('sha256:')}.json"
 
 
 def default_home(environ: Mapping[str, str]) -> Path:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import fcntl
 import os
-from pathlib import Path
+
+from lifecycle.home import Home
 
 
 class CacheLease:
@@ -36,14 +37,9 @@ class CacheLease:
         self.release()
 
 
-def lock_path(home: Path, cache_id: str) -> Path:
-    """`locks/cache-<id>.lock` under the home."""
-    return home / "locks" / f"cache-{cache_id}.lock"
-
-
-def try_lease(home: Path, cache_id: str) -> CacheLease | None:
+def try_lease(home: Home, cache_id: str) -> CacheLease | None:
     """The cache's lease if nobody holds it now, else None; never waits."""
-    path = lock_path(home, cache_id)
+    path = home.cache_lock(cache_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     # O_CLOEXEC: a hook or an acceptance command started meanwhile must not inherit the lock.
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -55,9 +51,9 @@ def try_lease(home: Path, cache_id: str) -> CacheLease | None:
     return CacheLease(cache_id, fd)
 
 
-def lease_held(home: Path, cache_id: str) -> bool:
+def lease_held(home: Home, cache_id: str) -> bool:
     """Whether some live process holds the cache's lease right now."""
-    if not lock_path(home, cache_id).exists():
+    if not home.cache_lock(cache_id).exists():
         return False
     lease = try_lease(home, cache_id)
     if lease is None:

@@ -30,6 +30,7 @@ from lifecycle.archive.run import VerifiedRecord
 from lifecycle.cli import cli
 from lifecycle.errors import LifecycleError
 from lifecycle.faults import CRASH_ENV, CRASH_POINTS, crash_checkpoint
+from lifecycle.home import Home
 from lifecycle.leases import try_lease
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, record_archive
@@ -65,7 +66,7 @@ def _stamp() -> str:
 def _tracked(ledger: Ledger, **changes: Any) -> tuple[CacheRecord, ArchiveRecord]:
     """A cache dir with files, recorded in the ledger and archived (as far as the ledger knows)."""
     cache_id = f"flashinfer-{secrets.token_hex(4)}"
-    host = ledger.home / "caches" / cache_id
+    host = ledger.home.cache_dir(cache_id)
     for name, body in CONTENT.items():
         (host / name).parent.mkdir(parents=True, exist_ok=True)
         (host / name).write_bytes(body)
@@ -362,9 +363,10 @@ def test_a_mount_of_the_dir_above_or_below_holds_the_cache(tmp_path: Path) -> No
 
 
 def test_one_teardown_at_a_time(tmp_path: Path) -> None:
-    with teardown_lock(tmp_path), pytest.raises(TeardownBusy), teardown_lock(tmp_path):
+    home = Home(tmp_path)
+    with teardown_lock(home), pytest.raises(TeardownBusy), teardown_lock(home):
         pass
-    with teardown_lock(tmp_path):  # released
+    with teardown_lock(home):  # released
         pass
 
 

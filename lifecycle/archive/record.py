@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from lifecycle.archive.store import READ_CHUNK, ArchiveError, BlobRef, open_regular
-from lifecycle.boot.provenance import image_snapshot_path, manifest_snapshot_path, patch_path
 from lifecycle.fingerprint import Entry, Fingerprint
+from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
     BootRecord,
@@ -120,8 +120,8 @@ def plan_record(
         "boots": _boots(ledger, cache.id, sources),
     }
     home = ledger.home
-    document["image"] = _snapshot(image_snapshot_path(home, cache.image_id))
-    snapshot = document["manifest"] = _snapshot(manifest_snapshot_path(home, cache.manifest_digest))
+    document["image"] = _snapshot(home.image_snapshot(cache.image_id))
+    snapshot = document["manifest"] = _snapshot(home.manifest_snapshot(cache.manifest_digest))
     document["patches"] = [
         _patch(home, p["file"], p["sha256"], sources) for p in (snapshot or {}).get("patches", [])
     ]
@@ -314,8 +314,8 @@ def _regular_files(top: Path) -> list[Path]:
     return found
 
 
-def _patch(home: Path, file: str, sha256: str, sources: dict[str, BlobSource]) -> dict[str, Any]:
-    path = patch_path(home, sha256)
+def _patch(home: Home, file: str, sha256: str, sources: dict[str, BlobSource]) -> dict[str, Any]:
+    path = home.patch_copy(sha256)
     if not path.is_file():
         return {"file": file, "sha256": sha256, "size": None}
     blob = _file_blob(path, f"patch {file}", sources)

@@ -79,7 +79,7 @@ def restore_cache(
             )
         if known is not None and known.in_use_by:
             raise ArchiveError(f"boot {known.in_use_by} is using the cache")
-        target = Path(known.host_path) if known else ledger.home / "caches" / cache_id
+        target = Path(known.host_path) if known else ledger.home.cache_dir(cache_id)
         row = _cache_row_of(document, cache_id)  # checked before anything is written
         new_row = None if known else _row_from_record(row, target)
         archived = _fetch_fingerprint(store, document)

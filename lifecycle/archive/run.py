@@ -38,7 +38,6 @@ from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, archive_of, known_md5s, record_archive
 from lifecycle.ledger.boots import CacheRecord, Scanned, all_caches, cache_by_id, record_scan
-from lifecycle.results.archive import archive_pending_results
 from lifecycle.table import human_bytes
 
 
@@ -61,7 +60,8 @@ class ArchiveReport:
     record_sha256: str | None = None
     record_written: bool = False  # False when the server's record already said the same
     to_upload: tuple[tuple[str, int, str], ...] = ()  # dry run: (sha256, size, what) of each
-    results: tuple[str, ...] = ()  # results standing on this cache whose records this run wrote
+    # Results standing on this cache whose records the same run wrote (lifecycle.results).
+    results: tuple[str, ...] = ()
 
 
 def verify_archive(
@@ -130,17 +130,7 @@ def archive_caches(
         )
         for cache in caches
     ]
-    if dry_run:
-        return reports
-    # Results go with the evidence: each result whose caches' records here now list its boot
-    # is archived too, so a result added after its caches were archived goes with the next run.
-    done = archive_pending_results(
-        ledger, store, say, host=socket.gethostname(), tool_version=__version__
-    )
-    return [
-        replace(r, results=tuple(sorted(i for i, behind in done.items() if r.cache_id in behind)))
-        for r in reports
-    ]
+    return reports
 
 
 def archivable(ledger: Ledger, cache_id: str) -> CacheRecord:

@@ -11,7 +11,6 @@ from typing import Any
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.record import read_snapshot
 from lifecycle.audit.chain import CacheAuditFacts, CacheFacts, ChainFacts
-from lifecycle.boot.provenance import image_snapshot_path, manifest_snapshot_path
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of
@@ -58,8 +57,8 @@ def result_facts(ledger: Ledger, result_id: str) -> ChainFacts:
         hook_runs=runs,
         log=_file_digest(Path(boot.log_path)) if boot.log_path else None,
         caches=caches,
-        image=read_snapshot(image_snapshot_path(home, boot.image_id)),
-        manifest=read_snapshot(manifest_snapshot_path(home, boot.manifest_digest)),
+        image=read_snapshot(home.image_snapshot(boot.image_id)),
+        manifest=read_snapshot(home.manifest_snapshot(boot.manifest_digest)),
     )
 
 

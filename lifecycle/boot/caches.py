@@ -64,7 +64,7 @@ def plan_caches(
             taken = None if cold else _take_warm(ledger, key)
             if taken is None:
                 cache_id = f"{name}-{secrets.token_hex(6)}"
-                host_path = ledger.home / "caches" / cache_id
+                host_path = ledger.home.cache_dir(cache_id)
                 host_path.mkdir(parents=True)
                 record = CacheRecord(
                     id=cache_id,

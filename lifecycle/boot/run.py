@@ -44,7 +44,6 @@ from lifecycle.ledger.boots import (
 )
 from lifecycle.manifest import LoadedManifest
 from lifecycle.redact import redact, secrets_in_file
-from lifecycle.results.acceptance import accept
 
 
 @dataclass(frozen=True)
@@ -137,7 +136,6 @@ def boot(
         record = _run(client, ledger, request, record, plan, spec, on_line)
     finally:
         plan.release()  # only once the end-of-boot scan is recorded (or failed to be)
-    _acceptance(ledger, request, profile, record, host_env, on_line)
     return record
 
 
@@ -179,7 +177,7 @@ def _run(
 ) -> BootRecord:
     """Hooks and the container; whatever happens, `_finish` records how it ended."""
     secrets_by_name = {name: spec.environment[name] for name in spec.secret_names}
-    evidence_dir = ledger.home / "evidence" / "boots" / record.id
+    evidence_dir = ledger.home.boot_bundle(record.id)
     context = {
         "boot_id": record.id,
         "manifest": record.manifest_name,
@@ -234,28 +232,6 @@ def _create(client: Any, spec: ContainerSpec) -> Any:
 
 def _join(first: str | None, second: str | None) -> str | None:
     return "; ".join(filter(None, (first, second))) or None
-
-
-# --- acceptance --------------------------------------------------------------------------------
-# Apart from the boot on purpose: it starts only once the boot is recorded and its caches are
-# scanned and released, so it can neither hold a cache nor change what the boot recorded.
-# What it finds is a result of this boot (lifecycle.results.acceptance), not part of the boot.
-
-
-def _acceptance(
-    ledger: Ledger,
-    request: BootRequest,
-    profile: str,
-    record: BootRecord,
-    host_env: Mapping[str, str],
-    on_line: Callable[[str], None],
-) -> None:
-    acceptance = request.loaded.manifest.profiles[profile].acceptance
-    if acceptance is None:
-        return
-    result = accept(ledger, record, acceptance, request.loaded.file, host_env)
-    flag = " [instrumented]" if result.instrumented else ""
-    on_line(f"acceptance {result.name}: {result.status}{flag}, result {result.id}")
 
 
 def _finish(

@@ -9,10 +9,11 @@ from typing import Any
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.restore import restore_cache
-from lifecycle.archive.run import ArchiveReport, archive_caches
+from lifecycle.archive.run import ArchiveReport
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_caches
+from lifecycle.results.publish import archive_with_results
 from lifecycle.table import human_bytes
 
 
@@ -54,7 +55,7 @@ def archive(
 ) -> dict[str, Any]:
     """Archive the selected caches; the report the CLI prints (as text or JSON)."""
     cache_ids, skipped = select_caches(ledger, names, every)
-    reports = archive_caches(
+    reports = archive_with_results(
         ledger,
         client,
         location,

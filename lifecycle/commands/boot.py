@@ -7,11 +7,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from lifecycle.boot.run import BootRequest, boot, dry_run_spec
+from lifecycle.boot.run import BootRequest, dry_run_spec
 from lifecycle.build.engine import find_built
 from lifecycle.build.plan import image_tag
 from lifecycle.errors import LifecycleError
 from lifecycle.faults import Checkpoint
+from lifecycle.flows import boot_then_accept
 from lifecycle.hooks import select
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import cache_uses
@@ -61,7 +62,9 @@ def run_boot(
     checkpoint: Checkpoint = lambda point: None,
 ) -> dict[str, Any]:
     """Boot and report: the boot record and how each cache was used."""
-    record = boot(client, ledger, request, host_env, on_line=on_line, checkpoint=checkpoint)
+    record = boot_then_accept(
+        client, ledger, request, host_env, on_line=on_line, checkpoint=checkpoint
+    )
     report = asdict(record)
     report["caches"] = [asdict(use) for use in cache_uses(ledger, boot_id=record.id)]
     return report

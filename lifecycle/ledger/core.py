@@ -15,20 +15,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from lifecycle.home import HomeUnusable, NoLedger, check_home, check_writable, default_home
+from lifecycle.home import Home, HomeUnusable, NoLedger, check_home, check_writable, default_home
 from lifecycle.ledger.schema import MIGRATIONS
 
 __all__ = ["HomeUnusable", "Ledger", "NoLedger", "default_home", "has_ledger"]
 
-LEDGER_FILE = "ledger.sqlite3"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 class Ledger:
     """Open with `Ledger.open(home)`; every write is one transaction."""
 
-    def __init__(self, home: Path, conn: sqlite3.Connection) -> None:
-        self.home = home
+    def __init__(self, home: Home, conn: sqlite3.Connection) -> None:
+        self.home = home  # the layout of LIFECYCLE_HOME around the ledger
         self._conn = conn
 
     @classmethod
@@ -39,7 +38,7 @@ class Ledger:
         that only read must not leave an empty ledger behind. A home or ledger that cannot be
         used (a file, read-only, not a ledger, truncated, of a newer schema) is HomeUnusable,
         found before anything is written."""
-        path = home / LEDGER_FILE
+        path = Home(home).ledger_file
         check_home(home, create=create)
         if not _has_ledger(path) and not create:
             raise NoLedger(home)
@@ -49,7 +48,7 @@ class Ledger:
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA foreign_keys=ON")
-            ledger = cls(home, conn)
+            ledger = cls(Home(home), conn)
             ledger._migrate()
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except (sqlite3.Error, OSError) as exc:
@@ -63,7 +62,7 @@ class Ledger:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One writer across processes: a file lock, then BEGIN IMMEDIATE, then all or nothing."""
-        with _writer_lock(self.home / "ledger.lock"):
+        with _writer_lock(self.home.ledger_lock):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
@@ -84,7 +83,7 @@ class Ledger:
             with self.transaction() as conn:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
                 if version > len(MIGRATIONS):
-                    raise HomeUnusable(_newer(self.home / LEDGER_FILE, version))
+                    raise HomeUnusable(_newer(self.home.ledger_file, version))
                 for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
                     for statement in filter(str.strip, script.split(";")):
                         conn.execute(statement)
@@ -97,7 +96,7 @@ class Ledger:
 
     def keep_evidence(self, kind: str, name: str, content: bytes) -> Path:
         """Write an evidence file atomically under evidence/<kind>/ and return its path."""
-        directory = self.home / "evidence" / kind
+        directory = self.home.evidence(kind)
         directory.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
         with os.fdopen(fd, "wb") as out:
@@ -116,7 +115,7 @@ def has_ledger(home: Path) -> bool:
         check_home(home, create=False)
     except NoLedger:
         return False
-    return _has_ledger(home / LEDGER_FILE)
+    return _has_ledger(Home(home).ledger_file)
 
 
 def _has_ledger(path: Path) -> bool:

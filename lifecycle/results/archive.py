@@ -46,7 +46,6 @@ from lifecycle.archive.record import (
     same_record,
 )
 from lifecycle.archive.store import ArchiveError, BlobStore, b64_sha256
-from lifecycle.boot.provenance import image_snapshot_path, manifest_snapshot_path
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of
 from lifecycle.ledger.boots import cache_uses
@@ -115,8 +114,8 @@ def archive_result(
         "digest": result_digest(canonical),
         "boot": boot_facts(ledger, boot, sources),
         "caches": cache_ids,
-        "image": read_snapshot(image_snapshot_path(ledger.home, boot.image_id)),
-        "manifest": read_snapshot(manifest_snapshot_path(ledger.home, boot.manifest_digest)),
+        "image": read_snapshot(ledger.home.image_snapshot(boot.image_id)),
+        "manifest": read_snapshot(ledger.home.manifest_snapshot(boot.manifest_digest)),
         "host": host,
         "tool_version": tool_version,
     }

@@ -9,18 +9,50 @@ or booted again since) is archived first, exactly as `lifecycle archive CACHE` w
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from lifecycle import __version__
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.run import archive_caches
+from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
+from lifecycle.archive.transfer import Progress
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import cache_uses
 from lifecycle.ledger.results import ResultArchiveRecord, ResultRecord, result_archives
-from lifecycle.results.archive import Coverage, archive_result
+from lifecycle.results.archive import Coverage, archive_pending_results, archive_result
+
+
+def archive_with_results(
+    ledger: Ledger,
+    client: Any,
+    location: ArchiveLocation,
+    cache_ids: Sequence[str],
+    *,
+    with_content: bool,
+    dry_run: bool,
+    progress: Progress | None,
+    workers: int = 8,
+) -> list[ArchiveReport]:
+    """Archive the caches, then every result whose caches' records there now list its boot: a
+    result added after its caches were archived goes with the next archive."""
+    reports = archive_caches(
+        ledger, client, location, cache_ids,
+        with_content=with_content, dry_run=dry_run, progress=progress, workers=workers,
+    )  # fmt: skip
+    if dry_run:
+        return reports
+    store = BlobStore(client, location)
+    done = archive_pending_results(
+        ledger, store, progress or (lambda line: None), host=socket.gethostname(),
+        tool_version=__version__,
+    )  # fmt: skip
+    return [
+        replace(r, results=tuple(sorted(i for i, behind in done.items() if r.cache_id in behind)))
+        for r in reports
+    ]
 
 
 def publish_result(
@@ -40,7 +72,7 @@ def publish_result(
         stale = [c for c in caches if coverage.problem(c, result.boot_id)]
         if stale:
             # Its sweep writes the result's record as soon as the last of them is archived.
-            archive_caches(
+            archive_with_results(
                 ledger,
                 client,
                 location,

@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from lifecycle.errors import LifecycleError
+from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord
 from lifecycle.ledger.journal import TeardownStep, record_step, steps_of
@@ -104,11 +105,11 @@ def unfinished_runs(ledger: Ledger, caches: Iterable[CacheRecord]) -> dict[str, 
 
 
 @contextmanager
-def teardown_lock(home: Path) -> Iterator[None]:
+def teardown_lock(home: Home) -> Iterator[None]:
     """One teardown at a time per host: a second would take the first's half-done caches for a
     crashed run's. The kernel drops the lock when its holder dies, SIGKILL included."""
-    path = home / "teardown.lock"
-    home.mkdir(parents=True, exist_ok=True)
+    path = home.teardown_lock
+    path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
