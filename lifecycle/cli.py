@@ -546,11 +546,17 @@ def restore(ctx: click.Context, cache_id: str, source: str | None, as_json: bool
 
 
 @cli.command()
-def schema() -> None:
-    """Print the manifest JSON Schema (for editors' YAML language servers)."""
-    from lifecycle.commands.schema import manifest_json_schema
+@click.option(
+    "--record",
+    "record_kind",
+    type=click.Choice(["cache", "result"]),
+    help="The JSON Schema of an archive record format instead of the manifest's.",
+)
+def schema(record_kind: str | None) -> None:
+    """Print the manifest JSON Schema (for editors' YAML language servers), or a record's."""
+    from lifecycle.commands.schema import manifest_json_schema, record_json_schema
 
-    _emit_json(manifest_json_schema())
+    _emit_json(record_json_schema(record_kind) if record_kind else manifest_json_schema())
 
 
 @cli.command()

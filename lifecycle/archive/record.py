@@ -51,8 +51,9 @@ from lifecycle.ledger.boots import (
     hook_runs_of,
     tainted_files,
 )
+from lifecycle.records import CACHE_FORMAT, CacheRecordV1, RecordInvalid, parse_cache_record
 
-FORMAT = "lifecycle-cache-record/1"
+FORMAT = CACHE_FORMAT
 _LOCAL_ONLY = ("state", "in_use_by")  # this host's bookkeeping, not facts about the cache
 
 
@@ -153,30 +154,31 @@ def plan_record(
     return RecordPlan(document, sources)
 
 
-def carry_over(plan: RecordPlan, earlier: dict[str, Any] | None) -> RecordPlan:
+def carry_over(plan: RecordPlan, earlier: CacheRecordV1 | None) -> RecordPlan:
     """Keep the boots an earlier record of the cache lists and this ledger does not know.
 
     A cache restored from another host's archive has its boots in that host's ledger only;
     archiving it again here must not forget them. Their blobs stay where they are.
     """
     known = {boot["boot"]["id"] for boot in plan.document["boots"]}
-    kept = [b for b in (earlier or {}).get("boots", []) if b["boot"]["id"] not in known]
+    kept = [b for b in (earlier.boots if earlier else []) if b.boot.id not in known]
     if not kept:
         return plan
     assert earlier is not None
-    listed = {blob["sha256"]: blob for blob in earlier["blobs"]}
+    listed = {blob.sha256: blob for blob in earlier.blobs}
     sources = dict(plan.sources)
     for boot in kept:
-        what = f"evidence of boot {boot['boot']['id']} (archived by {earlier.get('host')})"
-        for ref in [boot["log"] or {}, *boot["evidence"].values()]:
-            if not ref:
-                continue
-            blob = listed.get(ref["sha256"])
+        what = f"evidence of boot {boot.boot.id} (archived by {earlier.host})"
+        for ref in [*([boot.log] if boot.log else []), *boot.evidence.values()]:
+            blob = listed.get(ref.sha256)
             if blob is None:
-                raise ArchiveError(f"the archived record lists no blob {ref['sha256']} ({what})")
-            source = BlobSource(ref["sha256"], blob["size"], what, md5=blob.get("md5"), remote=True)
-            sources.setdefault(ref["sha256"], source)
-    boots = sorted([*plan.document["boots"], *kept], key=lambda boot: boot["boot"]["started_at"])
+                raise ArchiveError(f"the archived record lists no blob {ref.sha256} ({what})")
+            source = BlobSource(ref.sha256, blob.size, what, md5=blob.md5, remote=True)
+            sources.setdefault(ref.sha256, source)
+    boots = sorted(
+        [*plan.document["boots"], *(b.model_dump(mode="json") for b in kept)],
+        key=lambda boot: boot["boot"]["started_at"],
+    )
     return RecordPlan({**plan.document, "boots": boots}, sources)
 
 
@@ -191,27 +193,28 @@ def render_record(plan: RecordPlan, md5s: dict[str, str], archived_at: str) -> b
 
 
 def parse_record(body: bytes, where: str, record_format: str) -> dict[str, Any]:
-    """Parse any archive record, refusing what is not JSON of `record_format`."""
+    """Parse any archive record as JSON, refusing what does not say it is `record_format`."""
     try:
         document = json.loads(body)
-    except ValueError as exc:
-        raise ArchiveError(f"{where}: not a JSON record: {exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise ArchiveError(f"{where}: not a JSON record: {exc}") from None
     if not isinstance(document, dict) or document.get("format") != record_format:
         raise ArchiveError(f"{where}: not a {record_format} record")
     return document
 
 
-def load_record(body: bytes, where: str) -> dict[str, Any]:
-    """Parse a record, refusing anything that is not `lifecycle-cache-record/1`."""
-    document = parse_record(body, where, FORMAT)
-    if not isinstance(document.get("blobs"), list):
-        raise ArchiveError(f"{where}: record has no blob list")
-    return document
+def load_record(body: bytes, where: str) -> CacheRecordV1:
+    """A cache record (`lifecycle-cache-record/1`), checked field by field against its format;
+    anything else is one ArchiveError naming the object and what is wrong."""
+    try:
+        return parse_cache_record(parse_record(body, where, FORMAT))
+    except RecordInvalid as exc:
+        raise ArchiveError(f"{where}: not a valid {FORMAT} record: {exc}") from None
 
 
-def record_blobs(document: dict[str, Any]) -> list[BlobRef]:
-    """Every blob a parsed record refers to."""
-    return [BlobRef(b["sha256"], b["size"], b.get("md5")) for b in document["blobs"]]
+def record_blobs(document: CacheRecordV1) -> list[BlobRef]:
+    """Every blob a record refers to."""
+    return [BlobRef(b.sha256, b.size, b.md5) for b in document.blobs]
 
 
 def same_record(old: bytes, new: bytes) -> bool:
@@ -370,19 +373,18 @@ def read_snapshot(path: Path) -> Any:
     return _snapshot(path)
 
 
-def blob_roles(document: dict[str, Any]) -> dict[str, str]:
+def blob_roles(document: CacheRecordV1) -> dict[str, str]:
     """sha256 -> what a cache record's blob holds, for messages that name the damaged object.
 
     Content files are named by the caller, who has the fingerprint (itself a blob) in hand.
     """
-    cache_id = document.get("cache_id")
-    roles: dict[str, str] = {document["fingerprint"]["sha256"]: f"fingerprint of cache {cache_id}"}
-    for patch in document.get("patches") or []:
-        roles.setdefault(patch["sha256"], f"patch {patch['file']}")
-    for boot in document.get("boots") or []:
-        boot_id = boot["boot"]["id"]
-        if boot.get("log"):
-            roles.setdefault(boot["log"]["sha256"], f"log of boot {boot_id}")
-        for path, ref in (boot.get("evidence") or {}).items():
-            roles.setdefault(ref["sha256"], f"evidence {path} of boot {boot_id}")
+    cache_id = document.cache_id
+    roles: dict[str, str] = {document.fingerprint.sha256: f"fingerprint of cache {cache_id}"}
+    for patch in document.patches:
+        roles.setdefault(patch.sha256, f"patch {patch.file}")
+    for boot in document.boots:
+        if boot.log:
+            roles.setdefault(boot.log.sha256, f"log of boot {boot.boot.id}")
+        for path, ref in boot.evidence.items():
+            roles.setdefault(ref.sha256, f"evidence {path} of boot {boot.boot.id}")
     return roles

@@ -12,13 +12,12 @@ import os
 import re
 import shutil
 import tempfile
-import typing
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.record import load_record
@@ -27,6 +26,7 @@ from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord, Scanned, cache_by_id, record_scan
+from lifecycle.records import CacheRecordV1, CacheRow
 from lifecycle.table import human_bytes
 
 PROGRESS_EVERY = 100  # restored files between two progress lines
@@ -72,7 +72,7 @@ def restore_cache(
         if body is None:
             raise ArchiveError(f"no record {url}")
         document = load_record(body, url)
-        if not document.get("with_content"):
+        if not document.with_content:
             raise ArchiveError(
                 "it was archived without --with-content: the record keeps its evidence,"
                 " not its files, so there is nothing to restore"
@@ -80,10 +80,14 @@ def restore_cache(
         if known is not None and known.in_use_by:
             raise ArchiveError(f"boot {known.in_use_by} is using the cache")
         target = Path(known.host_path) if known else ledger.home.cache_dir(cache_id)
-        row = _cache_row_of(document, cache_id)  # checked before anything is written
-        new_row = None if known else _row_from_record(row, target)
+        if document.cache.id != cache_id or document.cache_id != cache_id:
+            # Checked before anything is written: its row would name another cache.
+            raise ArchiveError(
+                f"the record of {cache_id} has the cache row of {document.cache.id!r}"
+            )
+        new_row = None if known else _row_from_record(document.cache, target)
         archived = _fetch_fingerprint(store, document)
-        withheld = _withheld(document)
+        withheld = {item.path for item in document.withheld}
         wanted = restorable(archived, withheld)
         present = _already_there(target, wanted)
         restored = present or _rebuild(store, wanted, target, workers, say)
@@ -112,16 +116,6 @@ def restore_cache(
     )
 
 
-def _withheld(document: dict[str, Any]) -> set[str]:
-    """The paths the record says the archive left out (a list of {path, sha256, why})."""
-    listed = document.get("withheld") or []
-    if not isinstance(listed, list) or not all(
-        isinstance(item, dict) and isinstance(item.get("path"), str) for item in listed
-    ):
-        raise ArchiveError("the record's `withheld` is not a list of {path, sha256, why}")
-    return {item["path"] for item in listed}
-
-
 def restorable(archived: Fingerprint, withheld: Collection[str]) -> Fingerprint:
     """The tree a restore makes of an archived one: without the files the archive withheld, and
     with no mode a crafted record could abuse (setuid, setgid, sticky, world-writable)."""
@@ -135,23 +129,16 @@ def _safe_mode(e: Entry) -> int:
     return e.mode if e.kind == "symlink" else e.mode & SAFE_MODES
 
 
-def _fetch_fingerprint(store: BlobStore, document: dict[str, Any]) -> Fingerprint:
+def _fetch_fingerprint(store: BlobStore, document: CacheRecordV1) -> Fingerprint:
     """The archived fingerprint, its blob checked by sha256 and its digest by its entries."""
-    described = document.get("fingerprint")
-    if not (
-        isinstance(described, dict)
-        and isinstance(described.get("sha256"), str)
-        and _SHA256.match(described["sha256"])
-        and isinstance(described.get("tree_digest"), str)
-    ):
-        raise ArchiveError("the record does not describe its fingerprint (sha256, tree_digest)")
+    described = document.fingerprint
     sink = io.BytesIO()
-    store.download_blob(described["sha256"], sink)
+    store.download_blob(described.sha256, sink)
     try:
         fingerprint = Fingerprint.from_json(sink.getvalue().decode())
     except (LifecycleError, ValueError) as exc:
         raise ArchiveError(f"archived fingerprint: {exc}") from exc
-    if fingerprint.tree_digest != described["tree_digest"]:
+    if fingerprint.tree_digest != described.tree_digest:
         raise ArchiveError("the archived fingerprint is not the one its record names")
     _check_paths(fingerprint.entries)
     return fingerprint
@@ -267,29 +254,7 @@ def check_cache_id(cache_id: str) -> None:
         )
 
 
-def _cache_row_of(document: dict[str, Any], cache_id: str) -> dict[str, Any]:
-    """The record's cache row, which must be the row of the cache it is the record of."""
-    archived = document.get("cache")
-    if not isinstance(archived, dict):
-        raise ArchiveError("the record has no cache row")
-    if archived.get("id") != cache_id:
-        raise ArchiveError(f"the record of {cache_id} has the cache row of {archived.get('id')!r}")
-    return archived
-
-
-def _row_from_record(archived: dict[str, Any], target: Path) -> CacheRecord:
-    """The cache row a host that never saw the cache makes from its record, every field of
-    the type the ledger keeps (an insert that fails would leave the restored dir unrecorded)."""
+def _row_from_record(archived: CacheRow, target: Path) -> CacheRecord:
+    """The cache row a host that never saw the cache makes from its record."""
     local = {"host_path": str(target), "state": "live", "in_use_by": None}
-    types = get_type_hints(CacheRecord)
-    row: dict[str, Any] = dict(local)
-    for name in (f.name for f in fields(CacheRecord) if f.name not in local):
-        if name not in archived:
-            raise ArchiveError(f"the record's cache row lacks {name}")
-        allowed = typing.get_args(types[name]) or (types[name],)
-        if type(archived[name]) not in allowed:  # type(): a bool is no int here
-            raise ArchiveError(
-                f"the record's cache row has a {type(archived[name]).__name__} {name}"
-            )
-        row[name] = archived[name]
-    return CacheRecord(**row)
+    return CacheRecord(**{**archived.model_dump(), **local})

@@ -38,6 +38,7 @@ from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, archive_of, known_md5s, record_archive
 from lifecycle.ledger.boots import CacheRecord, Scanned, all_caches, cache_by_id, record_scan
+from lifecycle.records import CacheRecordV1
 from lifecycle.table import human_bytes
 
 
@@ -79,7 +80,7 @@ class VerifiedRecord:
     """A cache's record as the server holds it now, and every object of it that does not verify."""
 
     problems: tuple[str, ...]  # () when the record and every blob it names are intact
-    document: dict[str, Any] | None  # the parsed record, when there is one that parses
+    document: CacheRecordV1 | None  # the record, when there is one that parses
     answered: bool = True  # False: the server could not be asked, so nothing is known
 
 
@@ -313,6 +314,7 @@ def _commit_record(store: BlobStore, planned: _Planned, md5s: dict[str, str]) ->
     """Write the record unless the server's says the same; read it back. (body, written)."""
     cache_id, existing = planned.cache.id, planned.existing
     body = render_record(planned.plan, md5s, _stamp())
+    load_record(body, store.url(store.record_key(cache_id)))  # what is written must read back
     if existing is not None and same_record(existing, body):
         return existing, False
     store.put_record(cache_id, body)

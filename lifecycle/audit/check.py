@@ -103,6 +103,6 @@ def verify_archived(store: BlobStore, target: str, checker: BlobChecker) -> Veri
     findings, document = result_record(store, result_key(store, target), None, None, checker)
     if document is None:  # unreadable or altered: the findings say so; nothing to follow
         return VerifyReport(target, "result", url, tuple(findings))
-    for cache_id in document["caches"]:
+    for cache_id in document.caches:
         findings += cache_archive(store, cache_id, None, checker)
     return VerifyReport(target, "result", url, tuple(findings))

@@ -10,13 +10,16 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from pydantic import BaseModel
+
 from lifecycle.archive.record import load_record
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.audit.chain import CacheAuditFacts, CacheFacts, ChainFacts
+from lifecycle.records import CacheRecordV1, ResultRecordV1
 from lifecycle.results.archive import get_object, load_result_record, result_key, results_of_cache
 
 
-def read_result(store: BlobStore, result_id: str) -> tuple[dict[str, Any], bytes]:
+def read_result(store: BlobStore, result_id: str) -> tuple[ResultRecordV1, bytes]:
     """A result's record (checked) and its bytes; an error when there is none."""
     key = result_key(store, result_id)
     body = get_object(store, key)
@@ -27,7 +30,7 @@ def read_result(store: BlobStore, result_id: str) -> tuple[dict[str, Any], bytes
     return load_result_record(body, store.url(key)), body
 
 
-def read_cache(store: BlobStore, cache_id: str) -> tuple[dict[str, Any], bytes]:
+def read_cache(store: BlobStore, cache_id: str) -> tuple[CacheRecordV1, bytes]:
     """A cache's record (checked) and its bytes; an error when there is none."""
     url = store.url(store.record_key(cache_id))
     body = store.get_record(cache_id)
@@ -39,52 +42,56 @@ def read_cache(store: BlobStore, cache_id: str) -> tuple[dict[str, Any], bytes]:
 def result_facts(store: BlobStore, result_id: str) -> ChainFacts:
     """The chain's facts for one result, from its record and its caches' records."""
     document, _ = read_result(store, result_id)
-    boot = document["boot"]
-    boot_id = boot["boot"]["id"]
+    boot = document.boot
     caches = []
-    for cache_id in document["caches"]:
+    for cache_id in document.caches:
         record, body = read_cache(store, cache_id)
-        use = next((b["use"] for b in record["boots"] if b["boot"]["id"] == boot_id), None)
+        use = next((b.use for b in record.boots if b.boot.id == boot.boot.id), None)
         if use is None:
             where = store.url(store.record_key(cache_id))
-            raise ArchiveError(f"{where}: does not list boot {boot_id}: the chain breaks here")
+            raise ArchiveError(f"{where}: does not list boot {boot.boot.id}: the chain breaks here")
+        row = record.cache.model_dump()
         caches.append(
-            CacheFacts(record["cache"], use, archive_facts(store, cache_id, record, body))
+            CacheFacts(row, use.model_dump(), archive_facts(store, cache_id, record, body))
         )
     return ChainFacts(
-        result=document["result"],
-        digest=document["digest"],
-        boot=boot["boot"],
-        hook_runs=boot["hook_runs"],
-        log=boot["log"],
+        result=document.result,
+        digest=document.digest,
+        boot=boot.boot.model_dump(),
+        hook_runs=[run.model_dump() for run in boot.hook_runs],
+        log=boot.log.model_dump() if boot.log else None,
         caches=caches,
-        image=document["image"],
-        manifest=document["manifest"],
+        image=_plain(document.image),
+        manifest=_plain(document.manifest),
     )
+
+
+def _plain(snapshot: BaseModel | None) -> dict[str, Any] | None:
+    return None if snapshot is None else snapshot.model_dump(mode="json")
 
 
 def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
     """A cache, the boots its record lists and the results marked as standing on it."""
     record, body = read_cache(store, cache_id)
-    boots = [(entry["boot"], entry["use"]) for entry in record["boots"]]
+    boots = [(entry.boot.model_dump(), entry.use.model_dump()) for entry in record.boots]
     results = []
     for result_id in results_of_cache(store, cache_id):
         found = get_object(store, result_key(store, result_id))
         if found is None:
             continue  # a marker whose record was never written: that archive did not finish
         document = load_result_record(found, store.url(result_key(store, result_id)))
-        results.append({**document["result"], "digest": document["digest"]})
+        results.append({**document.result, "digest": document.digest})
     archive = archive_facts(store, cache_id, record, body)
-    return CacheAuditFacts(record["cache"], None, archive, boots, results)
+    return CacheAuditFacts(record.cache.model_dump(), None, archive, boots, results)
 
 
 def archive_facts(
-    store: BlobStore, cache_id: str, record: dict[str, Any], body: bytes
+    store: BlobStore, cache_id: str, record: CacheRecordV1, body: bytes
 ) -> dict[str, Any]:
     """Where the cache's record is: as the ledger's archive row would say it."""
     return {
         "location": store.location.url(),
         "record": store.url(store.record_key(cache_id)),
         "record_sha256": hashlib.sha256(body).hexdigest(),
-        "with_content": bool(record["with_content"]),
+        "with_content": record.with_content,
     }

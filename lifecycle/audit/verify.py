@@ -12,13 +12,13 @@ import hashlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from lifecycle.archive.record import blob_roles, load_record
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.audit.blobs import BlobChecker, BlobClaim
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
+from lifecycle.records import CacheRecordV1, ResultRecordV1
 from lifecycle.results.archive import get_object, load_result_record
 
 
@@ -85,10 +85,7 @@ def cache_archive(
             for e in fingerprint.entries:
                 if e.sha256 is not None:
                     roles.setdefault(e.sha256, f"cache file {e.path} of {cache_id}")
-        claims = [
-            BlobClaim(b["sha256"], b["size"], roles.get(b["sha256"], "blob"))
-            for b in record["blobs"]
-        ]
+        claims = [BlobClaim(b.sha256, b.size, roles.get(b.sha256, "blob")) for b in record.blobs]
         problems = checker.check(store, claims)
     except S3Unavailable:  # the environment, not the archive: exit 3
         raise
@@ -116,7 +113,7 @@ def result_document(path: str | None, sha256: str | None, size: int | None) -> l
 
 def result_record(
     store: BlobStore, key: str, record_sha256: str | None, digest: str | None, checker: BlobChecker
-) -> tuple[list[Finding], dict[str, Any] | None]:
+) -> tuple[list[Finding], ResultRecordV1 | None]:
     """A result's record: its bytes, its result's digest, and the blobs it names."""
     url = store.url(key)
     findings: list[Finding] = []
@@ -128,11 +125,10 @@ def result_record(
         if record_sha256 is not None and found != record_sha256:
             findings.append(Finding(url, f"sha256 {found}, not the {record_sha256} recorded"))
         document = load_result_record(body, url)
-        if digest is not None and document["digest"] != digest:
-            findings.append(Finding(url, f"result digest {document['digest']}, not {digest}"))
+        if digest is not None and document.digest != digest:
+            findings.append(Finding(url, f"result digest {document.digest}, not {digest}"))
         claims = [
-            BlobClaim(b["sha256"], b["size"], _result_role(document, b["sha256"]))
-            for b in document["blobs"]
+            BlobClaim(b.sha256, b.size, _result_role(document, b.sha256)) for b in document.blobs
         ]
         problems = checker.check(store, claims)
     except S3Unavailable:  # the environment, not the archive: exit 3
@@ -148,32 +144,30 @@ def result_record(
 
 
 def _archived_fingerprint(
-    store: BlobStore, record: dict[str, Any], findings: list[Finding]
+    store: BlobStore, record: CacheRecordV1, findings: list[Finding]
 ) -> Fingerprint | None:
     """The record's fingerprint blob, read back; its tree digest must be the record's."""
-    described = record["fingerprint"]
+    described = record.fingerprint
     sink = io.BytesIO()
-    key = store.blob_key(described["sha256"])
-    if store.download_sha256(key, sink) != described["sha256"]:
+    key = store.blob_key(described.sha256)
+    if store.download_sha256(key, sink) != described.sha256:
         return None  # the blob check names it
     try:
         fingerprint = Fingerprint.from_json(sink.getvalue().decode())
     except (LifecycleError, UnicodeDecodeError) as exc:
         findings.append(Finding(store.url(key), f"archived fingerprint: {exc}"))
         return None
-    if fingerprint.tree_digest != described["tree_digest"]:
-        problem = (
-            f"tree digest {fingerprint.tree_digest}, the record says {described['tree_digest']}"
-        )
+    if fingerprint.tree_digest != described.tree_digest:
+        problem = f"tree digest {fingerprint.tree_digest}, the record says {described.tree_digest}"
         findings.append(Finding(store.url(key), problem))
     return fingerprint
 
 
-def _result_role(document: dict[str, Any], sha256: str) -> str:
-    log = document["boot"].get("log") or {}
-    if log.get("sha256") == sha256:
-        return f"log of boot {document['boot']['boot']['id']}"
-    return f"document of result {document['result_id']}"
+def _result_role(document: ResultRecordV1, sha256: str) -> str:
+    log = document.boot.log
+    if log is not None and log.sha256 == sha256:
+        return f"log of boot {document.boot.boot.id}"
+    return f"document of result {document.result_id}"
 
 
 def _changed(old: Entry, new: Entry) -> str:

@@ -1,10 +1,14 @@
-"""`lifecycle schema`: the manifest JSON Schema, for editors' YAML language servers."""
+"""`lifecycle schema`: the manifest JSON Schema, for editors' YAML language servers, and with
+`--record KIND` the JSON Schema of an archive record format (lifecycle.records)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from lifecycle.manifest import Manifest
+from lifecycle.records import FORMATS, json_schema
+
+RECORD_KINDS = tuple(FORMATS)
 
 
 def manifest_json_schema() -> dict[str, Any]:
@@ -30,3 +34,8 @@ def _drop_required(node: Any) -> None:
     elif isinstance(node, list):
         for item in node:
             _drop_required(item)
+
+
+def record_json_schema(kind: str) -> dict[str, Any]:
+    """JSON Schema of one archive record format: `cache` or `result`."""
+    return json_schema(kind)

@@ -30,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -55,10 +54,11 @@ from lifecycle.ledger.results import (
     record_result_archive,
     unarchived_results,
 )
+from lifecycle.records import RESULT_FORMAT, RecordInvalid, ResultRecordV1, parse_result_record
 from lifecycle.results.add import find_boot
 from lifecycle.results.model import canonical_result, result_digest
 
-FORMAT = "lifecycle-result-record/1"
+FORMAT = RESULT_FORMAT
 Say = Callable[[str], None]
 
 
@@ -85,7 +85,7 @@ class Coverage:
             body = self.store.get_record(cache_id)
             where = self.store.url(self.store.record_key(cache_id))
             document = None if body is None else load_record(body, where)
-            listed = {b["boot"]["id"] for b in document["boots"]} if document else None
+            listed = document.boot_ids() if document else None
             self.boots[cache_id] = listed
         listed = self.boots[cache_id]
         if listed is None:
@@ -133,6 +133,7 @@ def archive_result(
     md5s = {sha: source.md5 or "" for sha, source in sources.items()}
     body = render_record(RecordPlan(document, sources), md5s, _stamp())
     key = result_key(store, result.id)
+    load_result_record(body, store.url(key))  # what is written must read back
     existing = get_object(store, key)
     if existing is not None and same_record(existing, body):
         body = existing
@@ -174,10 +175,14 @@ def archive_pending_results(
     return done
 
 
-def load_result_record(body: bytes, where: str) -> dict[str, Any]:
-    """Parse a result record, refusing another format or a result that is not its digest."""
-    document = parse_record(body, where, FORMAT)
-    if result_digest(document["result"]) != document.get("digest"):
+def load_result_record(body: bytes, where: str) -> ResultRecordV1:
+    """A result record, checked against its format; refused when its result is not the one
+    its digest names (altered)."""
+    try:
+        document = parse_result_record(parse_record(body, where, FORMAT))
+    except RecordInvalid as exc:
+        raise ArchiveError(f"{where}: not a valid {FORMAT} record: {exc}") from None
+    if result_digest(document.result) != document.digest:
         raise ArchiveError(f"{where}: the result is not the one its digest names (altered)")
     return document
 

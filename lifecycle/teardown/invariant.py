@@ -15,11 +15,11 @@ from collections.abc import Collection
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.ledger.boots import CacheRecord
+from lifecycle.records import CacheRecordV1
 from lifecycle.teardown.journal import Unfinished, trash_path
 
 
@@ -61,7 +61,7 @@ def scan_where_it_is(cache: CacheRecord, resumes: Unfinished | None) -> Tree | N
 
 
 def archive_gaps(
-    record: dict[str, Any], tree: Tree | None, used_by: Collection[str], *, want_content: bool
+    record: CacheRecordV1, tree: Tree | None, used_by: Collection[str], *, want_content: bool
 ) -> list[str]:
     """Why the verified `record` does not cover the cache as it is now; [] when it does.
 
@@ -69,18 +69,17 @@ def archive_gaps(
     gone); that run checked it before it began.
     """
     gaps = []
-    archived = str(record["fingerprint"]["tree_digest"])
+    archived = record.fingerprint.tree_digest
     if tree is None:
         pass
     elif tree.fingerprint is None:
         gaps.append(str(tree.problem))
     elif tree.fingerprint.tree_digest != archived:
         gaps.append(f"changed since archived: {_what_changed(tree, archived)}")
-    listed = {boot["boot"]["id"] for boot in record.get("boots") or []}
-    since = sorted(set(used_by) - listed)
+    since = sorted(set(used_by) - record.boot_ids())
     if since:
         gaps.append(f"booted since archived: {', '.join(since)} not in its record")
-    if want_content and not record.get("with_content"):
+    if want_content and not record.with_content:
         gaps.append("its files are not in the archive (archived without --with-content)")
     return gaps
 

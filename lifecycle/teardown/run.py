@@ -164,7 +164,7 @@ def _carry_out(
         if gaps:
             return Verdict(gaps)
         mark_verified(ledger, cache.id, _stamp(services.now()))
-        digest = checked.document["fingerprint"]["tree_digest"]
+        digest = checked.document.fingerprint.tree_digest
         proof = f"{archive.location.rstrip('/')} {archive.record_key}"
         return Verdict([], f"{proof} sha256:{archive.record_sha256} tree:{digest}")
 
@@ -199,12 +199,8 @@ def _settle(
         archive = archive_of(ledger, cache.id)
         checked = verify(archive) if archive is not None else None
         used_by = {u.boot_id for u in cache_uses(ledger) if u.cache_id == cache.id}
-        listed = (
-            {b["boot"]["id"] for b in (checked.document or {}).get("boots", [])}
-            if checked
-            else set()
-        )
-        safe = checked is not None and not checked.problems and used_by <= listed
+        record = checked.document if checked is not None and not checked.problems else None
+        safe = record is not None and used_by <= record.boot_ids()
         detail = f"its dir {cache.host_path} was gone before this run; nothing removed; " + (
             "its archive verifies" if safe else "its files are lost without a verified archive"
         )
