@@ -1,5 +1,9 @@
 """The `lifecycle` command line: parse, call lifecycle.commands.<verb>, print, exit.
 
+Each verb here parses its arguments, calls its command's `run` with the Context (where
+things are, how to reach the services), prints the report it gets back (its `render`, or
+`--json`), the report's notes on stderr, and exits with the report's exit code. Nothing else.
+
 Verb modules are imported inside each verb so that `lifecycle --help` loads neither
 pydantic nor docker nor boto3: start-up time is paid only by the verb that needs it.
 """
@@ -10,29 +14,23 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from lifecycle import __version__
 from lifecycle.crash import known_secrets
-from lifecycle.errors import (
-    EXIT_CODES,
-    EXIT_ENVIRONMENT,
-    EXIT_INTERNAL,
-    LifecycleError,
-    problem_lines,
-)
+from lifecycle.errors import EXIT_CODES, EXIT_INTERNAL, LifecycleError
 from lifecycle.redact import redact
 
 if TYPE_CHECKING:
-    from lifecycle.boot.run import BootRequest
-    from lifecycle.ledger import Ledger
+    from lifecycle.commands.context import Context
+    from lifecycle.commands.report import Report
+    from lifecycle.teardown.plan import TeardownPlan
 
-EXIT_USAGE = 2
+AnyReport = TypeVar("AnyReport", bound="Report")
 
 
 class _Group(click.Group):
@@ -108,13 +106,32 @@ def _find_manifests_dir(start: Path) -> Path:
     return start / "manifests"
 
 
+def _context(ctx: click.Context) -> Context:
+    from lifecycle.commands.context import Context
+
+    return Context(os.environ, ctx.obj["manifests_dir"], say=_say, note=_note)
+
+
 def _say(line: str) -> None:
     """Progress on stderr, so stdout stays the command's answer."""
     click.echo(f"  | {line}", err=True)
 
 
-def _emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
+def _note(line: str) -> None:
+    click.echo(f"lifecycle: {line}", err=True)
+
+
+def _answer(
+    ctx: click.Context, report: AnyReport, render: Callable[[AnyReport], str], as_json: bool
+) -> None:
+    """Print the report (its human form, or `--json`), its notes on stderr; exit its code."""
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        click.echo(render(report), nl=False)
+    for line in report.notes:
+        click.echo(line, err=True)
+    ctx.exit(report.exit_code)
 
 
 @cli.command()
@@ -122,32 +139,10 @@ def _emit_json(data: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 @click.pass_context
 def validate(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
-    """Validate manifests (default: every manifests/*/manifest.yaml)."""
-    from lifecycle.commands.validate import validate as run
+    """Validate manifests (default: every manifest.yaml under the manifests dir)."""
+    from lifecycle.commands import validate as verb
 
-    files = list(paths) or sorted(ctx.obj["manifests_dir"].glob("*/manifest.yaml"))
-    if not files:
-        raise LifecycleError(f"no manifests found under {ctx.obj['manifests_dir']}")
-    results = run(files)
-    if as_json:
-        _emit_json(
-            [
-                {
-                    "file": str(r.file),
-                    "valid": not r.problems,
-                    "digest": r.digest,
-                    "problems": problem_lines(r.problems),
-                }
-                for r in results
-            ]
-        )
-    for result in results:
-        for line in problem_lines(result.problems):
-            click.echo(line, err=True)
-        if not result.problems and not as_json:
-            click.echo(f"ok {result.file} sha256:{result.digest}")
-    if any(r.problems for r in results):
-        ctx.exit(EXIT_USAGE)
+    _answer(ctx, verb.run(_context(ctx), paths), verb.render, as_json)
 
 
 @cli.command()
@@ -156,14 +151,9 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None
 @click.pass_context
 def show(ctx: click.Context, version: str, as_json: bool) -> None:
     """Print the resolved manifest of VERSION (or a manifest path) and its digest."""
-    from lifecycle.commands.show import render_text
-    from lifecycle.commands.show import show as run
+    from lifecycle.commands import show as verb
 
-    report = run(ctx.obj["manifests_dir"], version)
-    if as_json:
-        _emit_json(report)
-    else:
-        click.echo(render_text(report), nl=False)
+    _answer(ctx, verb.run(_context(ctx), version), verb.render, as_json)
 
 
 @cli.command()
@@ -177,42 +167,12 @@ def build(
     ctx: click.Context, version: str, dry_run: bool, force: bool, push: str | None, as_json: bool
 ) -> None:
     """Build the engine image of VERSION through the Docker Engine API."""
-    from lifecycle.commands.build import build as run
-    from lifecycle.commands.build import describe_plan, make_plan
+    from lifecycle.commands import build as verb
 
-    plan = make_plan(ctx.obj["manifests_dir"], version)
     if dry_run:
-        described = describe_plan(plan)
-        if as_json:
-            _emit_json(described)
-            return
-        click.echo(f"# dry run: nothing is built\n# tag {plan.tag}")
-        for key, value in plan.labels.items():
-            click.echo(f"# label {key}={value}")
-        for name, size in described["context"].items():
-            click.echo(f"# context {name} ({size} bytes)")
-        click.echo(plan.dockerfile, nl=False)
-        return
-    from lifecycle.dockerd import connect
-
-    client = connect(os.environ)  # its settings are checked before the ledger is made
-    with _ledger() as ledger:
-        report = run(
-            plan,
-            client,
-            ledger,
-            force=force,
-            push=push,
-            on_line=_say,
-        )
-    if as_json:
-        _emit_json(report)
-    elif report["outcome"] == "up-to-date":
-        click.echo(f"{report['tag']} is up to date ({report['image_id'][:19]})")
-    else:
-        click.echo(f"built {report['tag']} ({report['image_id'][:19]}) in {report['duration_s']} s")
-    if report.get("pushed"):
-        click.echo(f"pushed {report['pushed']}")
+        _answer(ctx, verb.dry_run(_context(ctx), version), verb.render_plan, as_json)
+    report = verb.run(_context(ctx), version, force=force, push=push)
+    _answer(ctx, report, verb.render, as_json)
 
 
 @cli.command()
@@ -239,73 +199,35 @@ def boot(
     as_json: bool,
 ) -> None:
     """Boot the built engine of VERSION with its JIT caches mounted from tracked host dirs."""
-    from lifecycle.commands.boot import describe_dry_run, make_request, run_boot
-    from lifecycle.faults import crash_checkpoint
+    from lifecycle.commands import boot as verb
 
-    # GPU arch is part of the cache key; set LIFECYCLE_GPU_ARCH (e.g. 90a) on GPU hosts.
-    arch = os.environ.get("LIFECYCLE_GPU_ARCH", "unknown")
-
-    def request(client: Any) -> BootRequest:
-        return make_request(
-            ctx.obj["manifests_dir"],
-            version,
-            client,
-            profile=profile,
-            cold=cold,
-            hook_names=hook_names,
-            arch=arch,
-            timeout_s=timeout,
-        )
-
+    options = verb.BootOptions(version, profile, cold, hook_names, timeout)
     if dry_run:
-        _emit_json(describe_dry_run(request(None), os.environ))
-        return
-    from lifecycle.dockerd import connect
-
-    client = connect(os.environ)
-    boot_request = request(client)
-    with _ledger() as ledger:
-        report = run_boot(
-            client,
-            ledger,
-            boot_request,
-            os.environ,
-            _say,
-            crash_checkpoint(os.environ),  # test-only delay points; a no-op when unset
-        )
-    if as_json:
-        _emit_json(report)
-    else:
-        caches = ", ".join(f"{u['cache_id']} {u['mode']}" for u in report["caches"])
-        flag = " [instrumented]" if report["instrumented"] else ""
-        click.echo(
-            f"boot {report['id']}: {report['outcome']} (exit {report['exit_code']}){flag}\n"
-            f"  caches: {caches}\n  evidence: {report['evidence_path']}"
-        )
-    if report["outcome"] != "ok":
-        ctx.exit(1)
+        _answer(ctx, verb.dry_run(_context(ctx), options), verb.render_spec, as_json)
+    _answer(ctx, verb.run(_context(ctx), options), verb.render, as_json)
 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def caches(as_json: bool) -> None:
+@click.pass_context
+def caches(ctx: click.Context, as_json: bool) -> None:
     """List tracked JIT caches: size, files, boots that used them, state, age."""
     from datetime import UTC, datetime
 
-    from lifecycle.commands.listing import caches_table, list_caches
+    from lifecycle.commands import listing
 
-    rows = _listed(lambda ledger: list_caches(ledger, datetime.now(UTC)))
-    _emit_json(rows) if as_json else click.echo(caches_table(rows), nl=False)
+    report = listing.list_caches(_context(ctx), datetime.now(UTC))
+    _answer(ctx, report, listing.render_caches, as_json)
 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def boots(as_json: bool) -> None:
+@click.pass_context
+def boots(ctx: click.Context, as_json: bool) -> None:
     """List boots: when, which profile, outcome, caches cold/warm, hooks, instrumented."""
-    from lifecycle.commands.listing import boots_table, list_boots
+    from lifecycle.commands import listing
 
-    rows = _listed(list_boots)
-    _emit_json(rows) if as_json else click.echo(boots_table(rows), nl=False)
+    _answer(ctx, listing.list_boots(_context(ctx)), listing.render_boots, as_json)
 
 
 @cli.command()
@@ -338,141 +260,58 @@ def teardown(
     as_json: bool,
 ) -> None:
     """Remove boot caches whose archive verifies in S3 now; kept ones are shown with why."""
-    import sys
-    from contextlib import nullcontext
-
-    from lifecycle.commands.teardown import archive_location, connect_services, make_request
-    from lifecycle.faults import crash_checkpoint
-    from lifecycle.hooks import select
+    from lifecycle.commands import teardown as verb
     from lifecycle.table import human_bytes
-    from lifecycle.teardown.journal import teardown_lock
-    from lifecycle.teardown.report import plan_json, plan_text, result_json, summary_text
-    from lifecycle.teardown.run import run_teardown
-    from lifecycle.teardown.survey import make_plan
+    from lifecycle.teardown.report import plan_json, plan_text
 
-    project = ctx.obj["manifests_dir"].parent
-    where = archive_location(to, os.environ, project, required=archive_first)
-    request = make_request(
-        cache_ids,
-        manifest=manifest,
-        older_than=older_than,
-        state=state,
-        archive_first=archive_first,
-        with_content=with_content,
-        images=images,
-        archive_to=where,
-    )
-    hooks = select(project / "hooks", hook_names)
-    checkpoint = crash_checkpoint(os.environ)  # test-only fault injection; a no-op when unset
-    if _nothing_recorded(f"unknown cache {cache_ids[0]!r}" if cache_ids else None):
-        _emit_json({"plan": None, "result": None}) if as_json else click.echo("nothing to remove")
-        return
-    services = connect_services(os.environ, _say)
-    result = None
-    with _ledger(create=False) as ledger, nullcontext() if dry_run else teardown_lock(ledger.home):
-        plan = make_plan(ledger, services, request, preview=dry_run)
+    options = verb.TeardownOptions(
+        cache_ids, archive_first, with_content, dry_run, images, manifest, older_than, state, to,
+        hook_names,
+    )  # fmt: skip
+
+    def show(plan: TeardownPlan) -> None:
         if not as_json:
             click.echo(plan_text(plan, dry_run=dry_run), nl=False)
-        if not dry_run and plan.has_work:
-            if not yes and not sys.stdin.isatty():
-                if as_json:
-                    _emit_json({"plan": plan_json(plan), "result": None})
-                raise LifecycleError("nothing removed: no terminal to confirm on; pass --yes")
-            if not yes:
-                size = human_bytes(plan.bytes_to_free)
-                question = f"remove {len(plan.removing)} caches ({size})?"
-                click.confirm(question, default=False, abort=True, err=True)
-            result = run_teardown(
-                ledger,
-                services,
-                plan,
-                request,
-                hooks=hooks,
-                checkpoint=checkpoint,
-                progress=_say,
-            )
-    if as_json:
-        _emit_json({"plan": plan_json(plan), "result": result_json(result) if result else None})
-    elif result is not None:
-        click.echo(summary_text(result), nl=False)
-    elif not dry_run:
-        click.echo("nothing to remove")
-    for problem in plan.unreachable:
-        click.echo(f"lifecycle: {problem}; what it guards was kept", err=True)
-    if plan.unreachable:
-        ctx.exit(EXIT_ENVIRONMENT)
-    ctx.exit(1 if plan.has_problems or (result is not None and result.failed) else 0)
+
+    def agree(plan: TeardownPlan) -> None:
+        if yes:
+            return
+        if not sys.stdin.isatty():
+            if as_json:
+                click.echo(json.dumps({"plan": plan_json(plan), "result": None}, indent=2))
+            raise LifecycleError("nothing removed: no terminal to confirm on; pass --yes")
+        question = f"remove {len(plan.removing)} caches ({human_bytes(plan.bytes_to_free)})?"
+        click.confirm(question, default=False, abort=True, err=True)
+
+    report = verb.run(_context(ctx), options, show=show, agree=agree)
+    _answer(ctx, report, verb.render, as_json)
 
 
 @cli.command()
 @click.argument("target", metavar="CACHE|RESULT")
 @click.option("--reason", default=None, help="Why it is kept (default: 'pinned by hand').")
-def pin(target: str, reason: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def pin(ctx: click.Context, target: str, reason: str | None, as_json: bool) -> None:
     """Make CACHE (or every cache behind RESULT) a GC root: teardown keeps it until unpinned."""
     from datetime import UTC, datetime
 
-    from lifecycle.commands.pin import DEFAULT_REASON, pin_target
+    from lifecycle.commands import pin as verb
 
-    with _ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
-        report = pin_target(ledger, target, reason or DEFAULT_REASON, datetime.now(UTC))
-    for cache_id in report.pinned:
-        click.echo(f"pinned {cache_id}: {'; '.join(report.reasons[cache_id])}")
-    for skipped in report.skipped:
-        click.echo(f"skipped {skipped}")
+    report = verb.run_pin(_context(ctx), target, reason, datetime.now(UTC))
+    _answer(ctx, report, verb.render, as_json)
 
 
 @cli.command()
 @click.argument("target", metavar="CACHE|RESULT")
 @click.option("--reason", default=None, help="Remove only the pin with this reason.")
-def unpin(target: str, reason: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def unpin(ctx: click.Context, target: str, reason: str | None, as_json: bool) -> None:
     """Remove CACHE's pins (or RESULT's, or the one with --reason); teardown may then remove it."""
-    from lifecycle.commands.pin import unpin_target
+    from lifecycle.commands import pin as verb
 
-    with _ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
-        report = unpin_target(ledger, target, reason)
-    for cache_id in report.pinned:
-        left = report.reasons[cache_id]
-        click.echo(f"unpinned {cache_id}" + (f"; still pinned: {'; '.join(left)}" if left else ""))
-    for skipped in report.skipped:
-        click.echo(f"skipped {skipped}")
-
-
-@contextmanager
-def _ledger(*, create: bool = True, missing: str | None = None) -> Iterator[Ledger]:
-    """The ledger of LIFECYCLE_HOME. Verbs that only act on what was recorded pass
-    create=False: in a home with no ledger they write nothing and fail with `missing`."""
-    from lifecycle.ledger import Ledger, NoLedger, default_home
-
-    try:
-        ledger = Ledger.open(default_home(dict(os.environ)), create=create)
-    except NoLedger as exc:
-        raise LifecycleError(f"{missing}: {exc}" if missing else str(exc)) from None
-    try:
-        yield ledger
-    finally:
-        ledger.close()
-
-
-def _listed(rows_of: Callable[[Ledger], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """A listing's rows; in a home where nothing was recorded yet, none (and a note)."""
-    if _nothing_recorded():
-        return []
-    with _ledger(create=False) as ledger:
-        return rows_of(ledger)
-
-
-def _nothing_recorded(missing: str | None = None) -> bool:
-    """True, after a note, when LIFECYCLE_HOME holds no ledger yet (with `missing`, the
-    error of a verb that was asked about a recorded thing); nothing is written either way."""
-    from lifecycle.ledger import NoLedger, default_home, has_ledger
-
-    home = default_home(dict(os.environ))
-    if has_ledger(home):
-        return False
-    if missing:
-        raise LifecycleError(f"{missing}: {NoLedger(home)}")
-    click.echo(f"lifecycle: {NoLedger(home)}; nothing is recorded on this host", err=True)
-    return True
+    _answer(ctx, verb.run_unpin(_context(ctx), target, reason), verb.render, as_json)
 
 
 @cli.command()
@@ -493,28 +332,13 @@ def archive(
     as_json: bool,
 ) -> None:
     """Archive caches' evidence (and files, --with-content) to S3, content-addressed, verified."""
-    from lifecycle.archive.config import resolve_location
-    from lifecycle.archive.location import s3_client
-    from lifecycle.commands.archive import archive as run
-    from lifecycle.commands.archive import archive_text, check_selection
+    from lifecycle.commands import archive as verb
 
-    location = resolve_location(to, os.environ, ctx.obj["manifests_dir"].parent)
-    check_selection(cache_ids, every)
-    client = s3_client(os.environ, _say)
-    if _nothing_recorded(f"unknown cache {cache_ids[0]!r}" if cache_ids else None):
-        return
-    with _ledger(create=False) as ledger:
-        report = run(
-            ledger,
-            client,
-            location,
-            cache_ids,
-            every=every,
-            with_content=with_content,
-            dry_run=dry_run,
-            progress=_say,
-        )
-    _emit_json(report) if as_json else click.echo(archive_text(report), nl=False)
+    report = verb.run_archive(
+        _context(ctx), cache_ids, every=every, with_content=with_content, to=to, dry_run=dry_run
+    )
+    if report is not None:  # None: nothing is recorded on this host (a note said so)
+        _answer(ctx, report, verb.render_archive, as_json)
 
 
 @cli.command()
@@ -524,25 +348,10 @@ def archive(
 @click.pass_context
 def restore(ctx: click.Context, cache_id: str, source: str | None, as_json: bool) -> None:
     """Rebuild CACHE's dir from its archived files, verified, and mark it live."""
-    from lifecycle.archive.config import resolve_location
-    from lifecycle.archive.location import s3_client
-    from lifecycle.archive.restore import check_cache_id
-    from lifecycle.commands.archive import restore as run
-    from lifecycle.commands.archive import restore_text
+    from lifecycle.commands import archive as verb
 
-    project = ctx.obj["manifests_dir"].parent
-    location = resolve_location(source, os.environ, project, option="--from")
-    check_cache_id(cache_id)
-    client = s3_client(os.environ, _say)
-    with _ledger() as ledger:
-        report = run(
-            ledger,
-            client,
-            location,
-            cache_id,
-            progress=_say,
-        )
-    _emit_json(report) if as_json else click.echo(restore_text(report), nl=False)
+    report = verb.run_restore(_context(ctx), cache_id, source)
+    _answer(ctx, report, verb.render_restore, as_json)
 
 
 @cli.command()
@@ -556,7 +365,8 @@ def schema(record_kind: str | None) -> None:
     """Print the manifest JSON Schema (for editors' YAML language servers), or a record's."""
     from lifecycle.commands.schema import manifest_json_schema, record_json_schema
 
-    _emit_json(record_json_schema(record_kind) if record_kind else manifest_json_schema())
+    schema = record_json_schema(record_kind) if record_kind else manifest_json_schema()
+    click.echo(json.dumps(schema, indent=2))
 
 
 @cli.command()
@@ -598,7 +408,10 @@ def port(
             raise click.UsageError("--continue and --abort take no other arguments or options")
         if abort:
             message = abort_port(manifests_dir, home)
-            _emit_json({"aborted": True, "message": message}) if as_json else click.echo(message)
+            if as_json:
+                click.echo(json.dumps({"aborted": True, "message": message}, indent=2))
+            else:
+                click.echo(message)
             return
         report = continue_port(manifests_dir, home)
     else:
@@ -609,7 +422,7 @@ def port(
         )
         report = run(request)
     if as_json:
-        _emit_json(report.to_json())
+        click.echo(json.dumps(report.to_json(), indent=2))
     else:
         click.echo(render_text(report), nl=False)
     ctx.exit(report.exit_code)
@@ -657,68 +470,31 @@ def result_add(
     """Record a result against BOOT; archived at once when an archive location is set."""
     from datetime import UTC, datetime
 
-    from lifecycle.archive.location import s3_client
-    from lifecycle.commands.result import add, add_text, read_result_file
-    from lifecycle.commands.teardown import archive_location
+    from lifecycle.commands import result as verb
     from lifecycle.results.add import ResultRequest
     from lifecycle.results.model import parse_metric
 
-    where = archive_location(to, os.environ, ctx.obj["manifests_dir"].parent, required=False)
     request = ResultRequest(
         boot_id,
         name,
         status,
         metrics=dict(parse_metric(text) for text in metrics),
         note=note,
-        document=read_result_file(document) if document else None,
+        document=verb.read_result_file(document) if document else None,
         document_where=str(document),
     )
-    with _ledger(create=False, missing=f"unknown boot {boot_id!r}") as ledger:
-        report, problem = add(
-            ledger,
-            request,
-            datetime.now(UTC),
-            location=where,
-            client_for=lambda: s3_client(os.environ, _say),
-            progress=_say,
-        )
-    _emit_json(report) if as_json else click.echo(add_text(report), nl=False)
-    if problem:
-        click.echo(f"lifecycle: {problem}", err=True)
-        ctx.exit(problem.exit_code)  # 1, or 3 when S3 could not be reached
+    report = verb.run_add(_context(ctx), request, datetime.now(UTC), to=to)
+    _answer(ctx, report, verb.render_add, as_json)
 
 
 @cli.command("results")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def results_list(as_json: bool) -> None:
+@click.pass_context
+def results_list(ctx: click.Context, as_json: bool) -> None:
     """List results: name, status, boot, metrics, archived; instrumented ones are flagged."""
-    from lifecycle.commands.result import list_results, results_table
+    from lifecycle.commands import result as verb
 
-    rows = _listed(list_results)
-    _emit_json(rows) if as_json else click.echo(results_table(rows), nl=False)
-
-
-@contextmanager
-def _ledger_or_archive(source: str | None) -> Iterator[tuple[Ledger | None, Any, str]]:
-    """(ledger, S3 client, where from): with --from, the archive alone and no ledger at all;
-    without, the ledger that must already exist (audit never makes an empty one)."""
-    from lifecycle.archive.location import ArchiveLocation, s3_client
-    from lifecycle.ledger import Ledger, NoLedger, default_home
-
-    if source is not None:
-        where = ArchiveLocation.parse(source, "--from").url()  # the flag first, then the env
-        yield None, s3_client(os.environ, _say), where
-        return
-    home = default_home(dict(os.environ))
-    client = s3_client(os.environ, _say)
-    try:
-        ledger = Ledger.open(home, create=False)
-    except NoLedger as exc:
-        raise LifecycleError(f"{exc}; add --from s3://BUCKET/PREFIX to read the archive") from None
-    try:
-        yield ledger, client, f"the ledger at {home}"
-    finally:
-        ledger.close()
+    _answer(ctx, verb.run_list(_context(ctx)), verb.render_list, as_json)
 
 
 @cli.group("audit")
@@ -735,46 +511,27 @@ def audit_group() -> None:
     help="Also write the chain as an in-toto Statement v1 to this file.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the chain as JSON.")
+@click.pass_context
 def audit_result(
-    result_id: str, source: str | None, provenance: Path | None, as_json: bool
+    ctx: click.Context, result_id: str, source: str | None, provenance: Path | None, as_json: bool
 ) -> None:
     """The chain: result, boot, caches, image, manifest, patches."""
-    from lifecycle.archive.location import ArchiveLocation
-    from lifecycle.archive.store import BlobStore
-    from lifecycle.audit.render import chain_text
-    from lifecycle.commands.audit import audit_result as run
-    from lifecycle.commands.audit import check_output_file, write_provenance
+    from lifecycle.commands import audit as verb
 
-    if provenance is not None:
-        check_output_file(provenance, "--provenance")
-    with _ledger_or_archive(source) as (ledger, client, where):
-        store = BlobStore(client, ArchiveLocation.parse(source, "--from")) if source else None
-        chain = run(result_id, ledger=ledger, store=store)
-    if provenance is not None:
-        write_provenance(chain, provenance)
-    if as_json:
-        _emit_json(chain)
-        return
-    click.echo(chain_text(chain, where), nl=False)
-    if provenance is not None:
-        click.echo(f"provenance: {provenance} (in-toto Statement v1)")
+    report = verb.run_result(_context(ctx), result_id, source, provenance)
+    _answer(ctx, report, verb.render_result, as_json)
 
 
 @audit_group.command("cache")
 @click.argument("cache_id", metavar="CACHE")
 @click.option("--from", "source", metavar="S3_URL", help="Read the archive alone (no ledger).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def audit_cache(cache_id: str, source: str | None, as_json: bool) -> None:
+@click.pass_context
+def audit_cache(ctx: click.Context, cache_id: str, source: str | None, as_json: bool) -> None:
     """Every boot that used CACHE and every result that stands on it."""
-    from lifecycle.archive.location import ArchiveLocation
-    from lifecycle.archive.store import BlobStore
-    from lifecycle.audit.render import cache_text
-    from lifecycle.commands.audit import audit_cache as run
+    from lifecycle.commands import audit as verb
 
-    with _ledger_or_archive(source) as (ledger, client, where):
-        store = BlobStore(client, ArchiveLocation.parse(source, "--from")) if source else None
-        report = run(cache_id, ledger=ledger, store=store)
-    _emit_json(report) if as_json else click.echo(cache_text(report, where), nl=False)
+    _answer(ctx, verb.run_cache(_context(ctx), cache_id, source), verb.render_cache, as_json)
 
 
 @cli.command("verify")
@@ -784,14 +541,9 @@ def audit_cache(cache_id: str, source: str | None, as_json: bool) -> None:
 @click.pass_context
 def verify_target(ctx: click.Context, target: str, source: str | None, as_json: bool) -> None:
     """Hash the live cache and the archived objects again; name whatever differs. Exit 1 if any."""
-    from lifecycle.archive.location import ArchiveLocation
-    from lifecycle.commands.verify import report_json, report_text, verify
+    from lifecycle.commands import verify as verb
 
-    with _ledger_or_archive(source) as (ledger, client, _):
-        location = ArchiveLocation.parse(source, "--from") if source else None
-        report = verify(target, ledger=ledger, client=client, source=location)
-    _emit_json(report_json(report)) if as_json else click.echo(report_text(report), nl=False)
-    ctx.exit(1 if report.problems else 0)
+    _answer(ctx, verb.run(_context(ctx), target, source), verb.render, as_json)
 
 
 def main() -> None:

@@ -53,7 +53,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("lifecycle", "errors", "_rescan"),
     ("home", "limits", "proc", "redact", "table", "faults", "forking", "rescan"),
     ("leases", "crash", "dockerd"),
-    ("ledger", "manifest"),
+    ("ledger", "manifest", "records"),
     ("fingerprint", "evidence", "hooks"),
     ("build", "port", "demo"),
     ("boot",),

@@ -38,6 +38,7 @@ from lifecycle.ledger.boots import CacheRecord, cache_by_id
 from lifecycle.ledger.builds import record_build
 from lifecycle.ledger.journal import TeardownStep, steps_of
 from lifecycle.ledger.rows import insert
+from lifecycle.records import BootRow, CacheBoot, CacheRecordV1, FingerprintBlob
 from lifecycle.table import human_bytes
 from lifecycle.teardown.containers import mounted_by
 from lifecycle.teardown.execute import Verdict, remove_cache
@@ -110,16 +111,16 @@ def _no_scan(cache: CacheRecord) -> Tree:
     raise AssertionError("a kept cache is not scanned")
 
 
-def _record(tree: str, boots: tuple[str, ...] = (), *, content: bool = False) -> dict[str, Any]:
-    """The parts of a cache record the removal invariant reads."""
-    return {
-        "fingerprint": {"tree_digest": tree},
-        "boots": [{"boot": {"id": b}} for b in boots],
-        "with_content": content,
-    }
+def _record(tree: str, boots: tuple[str, ...] = (), *, content: bool = False) -> CacheRecordV1:
+    """A record with only the parts the removal invariant reads (built, not validated)."""
+    return CacheRecordV1.model_construct(
+        fingerprint=FingerprintBlob.model_construct(tree_digest=tree),
+        boots=[CacheBoot.model_construct(boot=BootRow.model_construct(id=b)) for b in boots],
+        with_content=content,
+    )
 
 
-def _verified(document: dict[str, Any]) -> Callable[[ArchiveRecord], VerifiedRecord]:
+def _verified(document: CacheRecordV1) -> Callable[[ArchiveRecord], VerifiedRecord]:
     return lambda archive: VerifiedRecord((), document)
 
 
@@ -221,7 +222,7 @@ def test_the_removal_invariant_names_each_gap(tmp_path: Path) -> None:
     assert tree is not None
     facts = _facts(archives={cache.id: archive}, used_by={cache.id: ["b-1", "b-2"]})
 
-    def why(document: dict[str, Any], *, want_content: bool = False) -> tuple[str, ...]:
+    def why(document: CacheRecordV1, *, want_content: bool = False) -> tuple[str, ...]:
         decision = decide(
             cache, Selection(), facts, archive_first=False, want_content=want_content,
             verify=_verified(document), rescan=_tree_of,

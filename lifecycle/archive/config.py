@@ -81,3 +81,15 @@ def _error(
     mark = located.mark(path, prefer_key=key)
     assert mark is not None, "a document that is a mapping has a mark"
     return ManifestError([Problem(mark.file, mark.line, mark.col, render_key_path(path), message)])
+
+
+def optional_location(
+    flag: str | None, environ: Mapping[str, str], project_root: Path
+) -> ArchiveLocation | None:
+    """`resolve_location`, or None when none is configured anywhere: a verb that archives only
+    if it can (`result add`, a teardown verifying archives where their records say). A location
+    given but wrong is still an error."""
+    try:
+        return resolve_location(flag, environ, project_root)
+    except NoArchiveLocation:
+        return None

@@ -2,19 +2,55 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
-from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.restore import restore_cache
+from lifecycle.archive.config import resolve_location
+from lifecycle.archive.restore import RestoreReport, check_cache_id, restore_cache
 from lifecycle.archive.run import ArchiveReport
+from lifecycle.commands.context import Context
+from lifecycle.commands.report import Report
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_caches
 from lifecycle.results.publish import archive_with_results
 from lifecycle.table import human_bytes
+
+
+@dataclass(frozen=True)
+class ArchiveTotals:
+    """The sums over every cache of a run."""
+
+    caches: int
+    blobs: int
+    blobs_uploaded: int
+    bytes_uploaded: int
+    blobs_present: int
+
+
+@dataclass(frozen=True)
+class ArchiveRunReport(Report):
+    """What one `lifecycle archive` did (or, in a dry run, would do), cache by cache."""
+
+    FORMAT: ClassVar[str] = "lifecycle-archive/1"
+    location: str
+    dry_run: bool
+    caches: tuple[ArchiveReport, ...]
+    skipped: tuple[str, ...]  # caches --all left out, each with why
+    totals: ArchiveTotals
+
+
+@dataclass(frozen=True)
+class RestoreRunReport(Report):
+    """One cache restored from its archive."""
+
+    FORMAT: ClassVar[str] = "lifecycle-restore/1"
+    restore: RestoreReport
+
+    def to_json(self) -> dict[str, object]:
+        return {"format": self.FORMAT, **super().to_json()["restore"]}
 
 
 def check_selection(names: Sequence[str], every: bool) -> None:
@@ -42,103 +78,92 @@ def select_caches(ledger: Ledger, names: Sequence[str], every: bool) -> tuple[li
     return chosen, skipped
 
 
-def archive(
-    ledger: Ledger,
-    client: Any,
-    location: ArchiveLocation,
+def run_archive(
+    ctx: Context,
     names: Sequence[str],
     *,
     every: bool,
     with_content: bool,
+    to: str | None,
     dry_run: bool,
-    progress: Callable[[str], None],
-) -> dict[str, Any]:
-    """Archive the selected caches; the report the CLI prints (as text or JSON)."""
-    cache_ids, skipped = select_caches(ledger, names, every)
-    reports = archive_with_results(
-        ledger,
-        client,
-        location,
-        cache_ids,
-        with_content=with_content,
-        dry_run=dry_run,
-        progress=progress,
+) -> ArchiveRunReport | None:
+    """Archive the selected caches (and the results they complete); None when this home has
+    recorded nothing yet."""
+    location = resolve_location(to, ctx.environ, ctx.project)
+    check_selection(names, every)
+    client = ctx.s3()
+    if not ctx.recorded(f"unknown cache {names[0]!r}" if names else None):
+        return None
+    with ctx.ledger(create=False) as ledger:
+        cache_ids, skipped = select_caches(ledger, names, every)
+        reports = archive_with_results(
+            ledger, client, location, cache_ids,
+            with_content=with_content, dry_run=dry_run, progress=ctx.say,
+        )  # fmt: skip
+    totals = ArchiveTotals(
+        caches=len(reports),
+        blobs=sum(r.blobs for r in reports),
+        blobs_uploaded=sum(r.blobs_uploaded for r in reports),
+        bytes_uploaded=sum(r.bytes_uploaded for r in reports),
+        blobs_present=sum(r.blobs_present for r in reports),
     )
-    return {
-        "location": location.url(),
-        "dry_run": dry_run,
-        "caches": [asdict(report) for report in reports],
-        "skipped": skipped,
-        "totals": _totals(reports),
-    }
+    return ArchiveRunReport(location.url(), dry_run, tuple(reports), tuple(skipped), totals)
 
 
-def _totals(reports: list[ArchiveReport]) -> dict[str, int]:
-    return {
-        "caches": len(reports),
-        "blobs": sum(r.blobs for r in reports),
-        "blobs_uploaded": sum(r.blobs_uploaded for r in reports),
-        "bytes_uploaded": sum(r.bytes_uploaded for r in reports),
-        "blobs_present": sum(r.blobs_present for r in reports),
-    }
-
-
-def archive_text(report: dict[str, Any]) -> str:
-    """The human form: a line per cache, then the summary line."""
-    lines = [f"skipped {why}" for why in report["skipped"]]
-    verb = "would upload" if report["dry_run"] else "uploaded"
-    for cache in report["caches"]:
-        state = "verified" if cache["verified"] else "not verified (dry run)"
+def render_archive(report: ArchiveRunReport) -> str:
+    """A line per cache, then the summary line."""
+    lines = [f"skipped {why}" for why in report.skipped]
+    verb = "would upload" if report.dry_run else "uploaded"
+    for cache in report.caches:
+        state = "verified" if cache.verified else "not verified (dry run)"
         lines.append(
-            f"{cache['cache_id']}: {cache['blobs']} blobs, {verb} {cache['blobs_uploaded']}"
-            f" ({human_bytes(cache['bytes_uploaded'])}); {state}"
+            f"{cache.cache_id}: {cache.blobs} blobs, {verb} {cache.blobs_uploaded}"
+            f" ({human_bytes(cache.bytes_uploaded)}); {state}"
         )
-    totals = report["totals"]
-    plural = "" if totals["caches"] == 1 else "s"
-    if report["dry_run"]:
+    totals = report.totals
+    plural = "" if totals.caches == 1 else "s"
+    if report.dry_run:
         lines.append(
-            f"dry run, nothing written: {totals['caches']} cache{plural}, {totals['blobs']} blobs,"
-            f" {totals['blobs_uploaded']} to upload ({human_bytes(totals['bytes_uploaded'])}),"
-            f" {totals['blobs_present']} already there; {report['location']}"
+            f"dry run, nothing written: {totals.caches} cache{plural}, {totals.blobs} blobs,"
+            f" {totals.blobs_uploaded} to upload ({human_bytes(totals.bytes_uploaded)}),"
+            f" {totals.blobs_present} already there; {report.location}"
         )
     else:
         lines.append(
-            f"archived {totals['caches']} cache{plural}: {totals['blobs']} blobs,"
-            f" {totals['blobs_uploaded']} new ({human_bytes(totals['bytes_uploaded'])} sent);"
-            f" verified; {report['location']}"
+            f"archived {totals.caches} cache{plural}: {totals.blobs} blobs,"
+            f" {totals.blobs_uploaded} new ({human_bytes(totals.bytes_uploaded)} sent);"
+            f" verified; {report.location}"
         )
     return "\n".join(lines) + "\n"
 
 
-def restore(
-    ledger: Ledger,
-    client: Any,
-    location: ArchiveLocation,
-    cache_id: str,
-    *,
-    progress: Callable[[str], None],
-) -> dict[str, Any]:
-    """Restore one cache's files from the archive; the report the CLI prints."""
-    return asdict(restore_cache(ledger, client, location, cache_id, progress=progress))
+def run_restore(ctx: Context, cache_id: str, source: str | None) -> RestoreRunReport:
+    """Restore one cache's files from the archive."""
+    location = resolve_location(source, ctx.environ, ctx.project, option="--from")
+    check_cache_id(cache_id)
+    client = ctx.s3()
+    with ctx.ledger() as ledger:
+        return RestoreRunReport(restore_cache(ledger, client, location, cache_id, progress=ctx.say))
 
 
-def restore_text(report: dict[str, Any]) -> str:
-    """The human form of a restore."""
-    how = "already in place" if report["already_present"] else "restored"
-    origin = "" if report["known"] else " (new to this host: its row was made from the record)"
+def render_restore(report: RestoreRunReport) -> str:
+    """Where it was restored, what it holds, and what was withheld or masked."""
+    done = report.restore
+    how = "already in place" if done.already_present else "restored"
+    origin = "" if done.known else " (new to this host: its row was made from the record)"
     text = (
-        f"{report['cache_id']}: {how} at {report['host_path']}{origin}\n"
-        f"  {report['files']} files, {human_bytes(report['bytes'])},"
-        f" tree digest {report['tree_digest']}; live; from {report['location']}\n"
+        f"{done.cache_id}: {how} at {done.host_path}{origin}\n"
+        f"  {done.files} files, {human_bytes(done.bytes)},"
+        f" tree digest {done.tree_digest}; live; from {done.location}\n"
     )
-    if report["withheld"]:
+    if done.withheld:
         text += (
-            f"  not restored: {', '.join(report['withheld'])} (the archive withheld them: they"
+            f"  not restored: {', '.join(done.withheld)} (the archive withheld them: they"
             " held a secret's value; the engine writes them again)\n"
         )
-    if report["modes_masked"]:
+    if done.modes_masked:
         text += (
             f"  modes masked (no setuid, setgid, sticky or world-writable):"
-            f" {', '.join(report['modes_masked'])}\n"
+            f" {', '.join(done.modes_masked)}\n"
         )
     return text

@@ -8,33 +8,113 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
 from lifecycle.audit import from_ledger, from_s3
 from lifecycle.audit.chain import build_cache_audit, build_chain
 from lifecycle.audit.provenance import statement
+from lifecycle.audit.render import cache_text, chain_text
+from lifecycle.commands.context import Context
+from lifecycle.commands.report import Report
 from lifecycle.errors import LifecycleError
+from lifecycle.home import NoLedger
 from lifecycle.ledger import Ledger
 
 
-def audit_result(
-    result_id: str, *, ledger: Ledger | None, store: BlobStore | None
-) -> dict[str, Any]:
-    """The chain of one result: from the archive when a store is given, else from the ledger."""
-    if store is not None:
-        return build_chain(from_s3.result_facts(store, result_id))
-    assert ledger is not None, "audit reads the ledger or the archive"
-    return build_chain(from_ledger.result_facts(ledger, result_id))
+@dataclass(frozen=True)
+class Source:
+    """Where an audit or a verify reads: this host's ledger, or the archive alone."""
+
+    ledger: Ledger | None
+    client: Any
+    archive: ArchiveLocation | None  # --from
+    where: str  # for the human form: "the ledger at …" or the s3:// URL
+
+    def store(self) -> BlobStore | None:
+        """The archive's store, with --from."""
+        return BlobStore(self.client, self.archive) if self.archive else None
 
 
-def audit_cache(cache_id: str, *, ledger: Ledger | None, store: BlobStore | None) -> dict[str, Any]:
-    """A cache, its boots and its results: from the archive when a store is given."""
-    if store is not None:
-        return build_cache_audit(from_s3.cache_facts(store, cache_id))
-    assert ledger is not None, "audit reads the ledger or the archive"
-    return build_cache_audit(from_ledger.cache_facts(ledger, cache_id))
+@contextmanager
+def reading(ctx: Context, source: str | None) -> Iterator[Source]:
+    """With --from, the archive alone and no ledger at all; without, the ledger that must
+    already exist (audit and verify never make an empty one)."""
+    if source is not None:
+        location = ArchiveLocation.parse(source, "--from")  # the flag first, then the env
+        yield Source(None, ctx.s3(), location, location.url())
+        return
+    client = ctx.s3()
+    try:
+        ledger = Ledger.open(ctx.home, create=False)
+    except NoLedger as exc:
+        raise LifecycleError(f"{exc}; add --from s3://BUCKET/PREFIX to read the archive") from None
+    try:
+        yield Source(ledger, client, None, f"the ledger at {ctx.home}")
+    finally:
+        ledger.close()
+
+
+@dataclass(frozen=True)
+class AuditReport(Report):
+    """A chain (`lifecycle-audit-chain/1`) or a cache's audit (`lifecycle-audit-cache/1`):
+    the formats are the documents', tagged by lifecycle.audit.chain."""
+
+    FORMAT: ClassVar[str] = "lifecycle-audit-chain/1"
+    document: dict[str, Any]
+    where: str
+    provenance: Path | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.document
+
+
+def run_result(
+    ctx: Context, result_id: str, source: str | None, provenance: Path | None
+) -> AuditReport:
+    """The chain of one result; with `provenance`, also written there as an in-toto Statement."""
+    if provenance is not None:
+        check_output_file(provenance, "--provenance")
+    with reading(ctx, source) as read:
+        store = read.store()
+        if store is not None:
+            chain = build_chain(from_s3.result_facts(store, result_id))
+        else:
+            assert read.ledger is not None, "audit reads the ledger or the archive"
+            chain = build_chain(from_ledger.result_facts(read.ledger, result_id))
+    if provenance is not None:
+        write_provenance(chain, provenance)
+    return AuditReport(chain, read.where, provenance)
+
+
+def run_cache(ctx: Context, cache_id: str, source: str | None) -> AuditReport:
+    """A cache, its boots and its results."""
+    with reading(ctx, source) as read:
+        store = read.store()
+        if store is not None:
+            document = build_cache_audit(from_s3.cache_facts(store, cache_id))
+        else:
+            assert read.ledger is not None, "audit reads the ledger or the archive"
+            document = build_cache_audit(from_ledger.cache_facts(read.ledger, cache_id))
+    return AuditReport(document, read.where)
+
+
+def render_result(report: AuditReport) -> str:
+    """The chain, link by link; then where the provenance statement went."""
+    text = chain_text(report.document, report.where)
+    if report.provenance is not None:
+        text += f"provenance: {report.provenance} (in-toto Statement v1)\n"
+    return text
+
+
+def render_cache(report: AuditReport) -> str:
+    """The cache's boots and results."""
+    return cache_text(report.document, report.where)
 
 
 def check_output_file(path: Path, option: str) -> None:

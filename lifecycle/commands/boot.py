@@ -2,37 +2,94 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
-from pathlib import Path
-from typing import Any
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
 from lifecycle.boot.run import BootRequest, dry_run_spec
 from lifecycle.build.engine import find_built
 from lifecycle.build.plan import image_tag
-from lifecycle.errors import LifecycleError
-from lifecycle.faults import Checkpoint
+from lifecycle.commands.context import Context
+from lifecycle.commands.report import Report
+from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.flows import boot_then_accept
 from lifecycle.hooks import select
-from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import cache_uses
+from lifecycle.ledger.boots import BootRecord, CacheUse, cache_uses
 from lifecycle.manifest import find_manifest, load_manifest
 from lifecycle.manifest.digest import manifest_digest
 
 
-def make_request(
-    manifests_dir: Path,
-    ref: str,
-    client: Any | None,
-    *,
-    profile: str | None,
-    cold: bool,
-    hook_names: Sequence[str],
-    arch: str,
-    timeout_s: float | None,
-) -> BootRequest:
+@dataclass(frozen=True)
+class BootOptions:
+    """What the command line asks of a boot."""
+
+    ref: str
+    profile: str | None = None
+    cold: bool = False
+    hook_names: Sequence[str] = ()
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class HookEntry:
+    """A hook attached to a boot, and whether it declared it observes the engine."""
+
+    name: str
+    observing: bool
+
+
+@dataclass(frozen=True)
+class BootReport(Report):
+    """One finished boot: its record, its hooks, how it used each cache."""
+
+    FORMAT: ClassVar[str] = "lifecycle-boot/1"
+    id: str
+    started_at: str
+    ended_at: str | None
+    exit_code_of_engine: int | None
+    outcome: str  # ok | failed | interrupted | aborted
+    error: str | None
+    host: str
+    profile: str
+    manifest_name: str
+    manifest_digest: str
+    image_id: str
+    image_tag: str
+    container_id: str | None
+    hooks: tuple[HookEntry, ...]
+    instrumented: bool
+    secret_names: tuple[str, ...]
+    log_path: str | None
+    evidence_path: str | None
+    caches: tuple[CacheUse, ...]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.outcome == "ok" else EXIT_NO
+
+    def to_json(self) -> dict[str, Any]:
+        document = super().to_json()
+        # The engine's exit code keeps its ledger name in JSON; the field name above only
+        # keeps it apart from the command's own exit code.
+        document["exit_code"] = document.pop("exit_code_of_engine")
+        return document
+
+
+@dataclass(frozen=True)
+class BootSpecReport(Report):
+    """`--dry-run`: the exact container spec that would be sent (secrets named, not shown)."""
+
+    FORMAT: ClassVar[str] = "lifecycle-boot-spec/1"
+    spec: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": self.FORMAT, **self.spec}
+
+
+def request(ctx: Context, options: BootOptions, client: Any | None) -> BootRequest:
     """Resolve manifest, image and hooks; with no client (dry run) the tag is derived."""
-    loaded = load_manifest(find_manifest(manifests_dir, ref))
+    loaded = load_manifest(find_manifest(ctx.manifests_dir, options.ref))
     digest = manifest_digest(loaded)
     tag = image_tag(loaded.manifest.name, loaded.manifest.engine.vllm, digest)
     image: dict[str, Any] = {"id": "(not looked up in a dry run)", "tags": [tag], "labels": {}}
@@ -40,31 +97,55 @@ def make_request(
         built = find_built(client, digest)
         if built is None:
             raise LifecycleError(
-                f"{ref} is not built: no image carries manifest digest {digest[:12]}; "
-                f"run `lifecycle build {ref}` first"
+                f"{options.ref} is not built: no image carries manifest digest {digest[:12]};"
+                f" run `lifecycle build {options.ref}` first"
             )
         image = {"id": built.id, "tags": built.tags, "labels": built.labels}
-    hooks = select(manifests_dir.parent / "hooks", hook_names)
-    return BootRequest(loaded, digest, image, tag, profile, cold, hooks, arch, timeout_s)
-
-
-def describe_dry_run(request: BootRequest, host_env: Mapping[str, str]) -> dict[str, Any]:
-    """The exact container spec that would be sent (secrets named, not shown)."""
-    return dry_run_spec(request, host_env).describe()
-
-
-def run_boot(
-    client: Any,
-    ledger: Ledger,
-    request: BootRequest,
-    host_env: Mapping[str, str],
-    on_line: Callable[[str], None],
-    checkpoint: Checkpoint = lambda point: None,
-) -> dict[str, Any]:
-    """Boot and report: the boot record and how each cache was used."""
-    record = boot_then_accept(
-        client, ledger, request, host_env, on_line=on_line, checkpoint=checkpoint
+    hooks = select(ctx.project / "hooks", options.hook_names)
+    # The GPU arch is part of the cache key; set LIFECYCLE_GPU_ARCH (e.g. 90a) on GPU hosts.
+    arch = ctx.environ.get("LIFECYCLE_GPU_ARCH", "unknown")
+    return BootRequest(
+        loaded, digest, image, tag, options.profile, options.cold, hooks, arch, options.timeout_s
     )
-    report = asdict(record)
-    report["caches"] = [asdict(use) for use in cache_uses(ledger, boot_id=record.id)]
-    return report
+
+
+def run(ctx: Context, options: BootOptions) -> BootReport:
+    """Boot once (then the profile's acceptance, if any); the boot as recorded."""
+    client = ctx.docker()
+    boot_request = request(ctx, options, client)
+    with ctx.ledger() as ledger:
+        record = boot_then_accept(
+            client, ledger, boot_request, ctx.environ, on_line=ctx.say,
+            checkpoint=ctx.checkpoint(),
+        )  # fmt: skip
+        uses = cache_uses(ledger, boot_id=record.id)
+    return report_of(record, uses)
+
+
+def report_of(record: BootRecord, uses: Sequence[CacheUse]) -> BootReport:
+    """A boot's record as its report: hooks and secret names as lists, not JSON text."""
+    row = asdict(record)
+    row["exit_code_of_engine"] = row.pop("exit_code")
+    row["hooks"] = tuple(HookEntry(**hook) for hook in json.loads(record.hooks))
+    row["secret_names"] = tuple(json.loads(record.secret_names))
+    return BootReport(**row, caches=tuple(uses))
+
+
+def dry_run(ctx: Context, options: BootOptions) -> BootSpecReport:
+    """The spec a boot would send; nothing is made, recorded or sent."""
+    return BootSpecReport(dry_run_spec(request(ctx, options, None), ctx.environ).describe())
+
+
+def render(report: BootReport) -> str:
+    """`boot ID: OUTCOME (exit N)`, its caches cold or warm, where its evidence is."""
+    caches = ", ".join(f"{u.cache_id} {u.mode}" for u in report.caches)
+    flag = " [instrumented]" if report.instrumented else ""
+    return (
+        f"boot {report.id}: {report.outcome} (exit {report.exit_code_of_engine}){flag}\n"
+        f"  caches: {caches}\n  evidence: {report.evidence_path}\n"
+    )
+
+
+def render_spec(report: BootSpecReport) -> str:
+    """The dry run's spec, as JSON (it is what dockerd would be sent)."""
+    return json.dumps(report.to_json(), indent=2) + "\n"

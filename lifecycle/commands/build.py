@@ -2,52 +2,91 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 from lifecycle import proc
-from lifecycle.build.engine import build_image, push_image
+from lifecycle.build.engine import BuildResult, build_image, push_image
 from lifecycle.build.plan import BuildPlan, SourceInfo, plan_build
-from lifecycle.ledger import Ledger
+from lifecycle.commands.context import Context
+from lifecycle.commands.report import Report
 from lifecycle.manifest import find_manifest, load_manifest
 
 
-def make_plan(manifests_dir: Path, ref: str) -> BuildPlan:
+@dataclass(frozen=True)
+class BuildReport(Report):
+    """A build done, or found up to date; and where it was pushed."""
+
+    FORMAT: ClassVar[str] = "lifecycle-build/1"
+    outcome: str  # built | up-to-date
+    tag: str
+    image_id: str
+    digest: str
+    duration_s: float
+    record_id: int
+    log_path: str | None
+    pushed: str | None = None
+
+
+@dataclass(frozen=True)
+class BuildPlanReport(Report):
+    """`--dry-run`: what would be sent to dockerd."""
+
+    FORMAT: ClassVar[str] = "lifecycle-build-plan/1"
+    manifest: str
+    digest: str
+    tag: str
+    labels: dict[str, str]
+    dockerfile: str
+    context: dict[str, int]  # path in the build context -> its size in bytes
+
+
+def plan(ctx: Context, ref: str) -> BuildPlan:
     """The plan for VERSION (or a manifest path), with the manifests' git revision if any."""
-    loaded = load_manifest(find_manifest(manifests_dir, ref))
+    loaded = load_manifest(find_manifest(ctx.manifests_dir, ref))
     return plan_build(loaded, created=datetime.now(UTC), source=_source_info(loaded.file.parent))
 
 
-def describe_plan(plan: BuildPlan) -> dict[str, Any]:
-    """`--dry-run` output: what would be sent to dockerd."""
-    return {
-        "manifest": plan.manifest_file,
-        "digest": plan.digest,
-        "tag": plan.tag,
-        "labels": plan.labels,
-        "dockerfile": plan.dockerfile,
-        "context": {name: len(content) for name, content in sorted(plan.context.items())},
-    }
+def run(ctx: Context, ref: str, *, force: bool, push: str | None) -> BuildReport:
+    """Build (or find up to date), optionally push."""
+    build_plan = plan(ctx, ref)
+    client = ctx.docker()  # its settings are checked before the ledger is made
+    with ctx.ledger() as ledger:
+        result: BuildResult = build_image(client, build_plan, ledger, force=force, on_line=ctx.say)
+    pushed = push_image(client, result.tag, push) if push else None
+    return BuildReport(**asdict(result), pushed=pushed)
 
 
-def build(
-    plan: BuildPlan,
-    client: Any,
-    ledger: Ledger,
-    *,
-    force: bool,
-    push: str | None,
-    on_line: Callable[[str], None],
-) -> dict[str, Any]:
-    """Build (or find up to date), optionally push; returns the report `--json` prints."""
-    result = build_image(client, plan, ledger, force=force, on_line=on_line)
-    report = asdict(result)
-    if push:
-        report["pushed"] = push_image(client, result.tag, push)
-    return report
+def dry_run(ctx: Context, ref: str) -> BuildPlanReport:
+    """What `run` would send to dockerd; nothing is built or recorded."""
+    build_plan = plan(ctx, ref)
+    return BuildPlanReport(
+        manifest=build_plan.manifest_file,
+        digest=build_plan.digest,
+        tag=build_plan.tag,
+        labels=build_plan.labels,
+        dockerfile=build_plan.dockerfile,
+        context={name: len(data) for name, data in sorted(build_plan.context.items())},
+    )
+
+
+def render(report: BuildReport) -> str:
+    """`built TAG (ID) in S s`, or `TAG is up to date (ID)`; then where it was pushed."""
+    if report.outcome == "up-to-date":
+        text = f"{report.tag} is up to date ({report.image_id[:19]})\n"
+    else:
+        text = f"built {report.tag} ({report.image_id[:19]}) in {report.duration_s} s\n"
+    return text + (f"pushed {report.pushed}\n" if report.pushed else "")
+
+
+def render_plan(report: BuildPlanReport) -> str:
+    """The Dockerfile, headed by the tag, the labels and the context's files as comments."""
+    lines = ["# dry run: nothing is built", f"# tag {report.tag}"]
+    lines += [f"# label {key}={value}" for key, value in report.labels.items()]
+    lines += [f"# context {name} ({size} bytes)" for name, size in report.context.items()]
+    return "\n".join(lines) + "\n" + report.dockerfile
 
 
 def _source_info(directory: Path) -> SourceInfo:

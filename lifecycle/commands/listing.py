@@ -1,85 +1,150 @@
-"""`lifecycle caches` and `lifecycle boots`: what exists, as rows for a table or JSON."""
+"""`lifecycle caches` and `lifecycle boots`: what exists, as a table or JSON."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
+from lifecycle.commands.boot import BootReport, report_of
+from lifecycle.commands.context import Context
+from lifecycle.commands.report import Report
 from lifecycle.leases import lease_held
-from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_boots, all_caches, cache_uses
 from lifecycle.ledger.pins import pins
 from lifecycle.table import human_age, human_bytes, render
 
 
-def list_caches(ledger: Ledger, now: datetime) -> list[dict[str, Any]]:
-    """Every cache with the boots that used it, cold and warm."""
-    uses = cache_uses(ledger)
-    pinned = pins(ledger)
-    rows = []
-    for cache in all_caches(ledger):
-        mine = [u for u in uses if u.cache_id == cache.id]
-        row = asdict(cache)
-        row["boots_cold"] = [u.boot_id for u in mine if u.mode == "cold"]
-        row["boots_warm"] = [u.boot_id for u in mine if u.mode == "warm"]
-        row["pins"] = pinned.get(cache.id, [])
-        row["age_s"] = (now - datetime.fromisoformat(cache.created_at)).total_seconds()
-        # The ledger never says live for a dir that is not there: such a row is `missing` here
-        # until a teardown records it (lifecycle.teardown settles it).
-        if cache.state in ("live", "archived") and not Path(cache.host_path).is_dir():
-            row["state"] = "missing"
-        rows.append(row)
-    return rows
+@dataclass(frozen=True)
+class CacheRow:
+    """One tracked cache, as `lifecycle caches` lists it."""
+
+    id: str
+    cache_key: str
+    cache_name: str
+    manifest_name: str
+    manifest_digest: str
+    image_id: str
+    arch: str
+    host_path: str
+    container_path: str
+    # live | archived | torn-down | missing: a dir the ledger thinks is there but is not
+    # shows as missing here, never as live, until a teardown records it so.
+    state: str
+    in_use_by: str | None
+    created_at: str
+    tree_digest: str | None
+    files: int | None
+    bytes: int | None
+    scan_path: str | None
+    scanned_at: str | None
+    boots_cold: tuple[str, ...]
+    boots_warm: tuple[str, ...]
+    pins: tuple[str, ...]
+    age_s: float
 
 
-def list_boots(ledger: Ledger) -> list[dict[str, Any]]:
-    """Every boot with the caches it used."""
-    uses = cache_uses(ledger)
-    rows = []
-    for boot in all_boots(ledger):
-        row = asdict(boot)
-        row["hooks"] = json.loads(boot.hooks)
-        row["secret_names"] = json.loads(boot.secret_names)
-        row["caches"] = [asdict(u) for u in uses if u.boot_id == boot.id]
-        # A running boot's process holds its caches' leases while it lives: none held, it died.
-        row["process_gone"] = boot.outcome == "running" and not any(
-            lease_held(ledger.home, u["cache_id"]) for u in row["caches"]
-        )
-        rows.append(row)
-    return rows
+@dataclass(frozen=True)
+class CachesReport(Report):
+    """Every tracked cache, newest first."""
+
+    FORMAT: ClassVar[str] = "lifecycle-caches/1"
+    caches: tuple[CacheRow, ...]
 
 
-def caches_table(rows: list[dict[str, Any]]) -> str:
-    """The human form of `lifecycle caches`."""
+@dataclass(frozen=True)
+class BootRow:
+    """One boot, as `lifecycle boots` lists it."""
+
+    boot: BootReport
+    # A running boot's process holds its caches' leases while it lives: none held, it died.
+    process_gone: bool
+
+
+@dataclass(frozen=True)
+class BootsReport(Report):
+    """Every boot, newest first."""
+
+    FORMAT: ClassVar[str] = "lifecycle-boots/1"
+    boots: tuple[BootRow, ...]
+
+    def to_json(self) -> dict[str, object]:
+        rows = [{**row.boot.to_json(), "process_gone": row.process_gone} for row in self.boots]
+        for row in rows:
+            del row["format"]
+        return {"format": self.FORMAT, "boots": rows}
+
+
+def list_caches(ctx: Context, now: datetime) -> CachesReport:
+    """Every cache with the boots that used it, cold and warm; in a home where nothing is
+    recorded yet, none (and a note)."""
+    if not ctx.recorded():
+        return CachesReport(())
+    with ctx.ledger(create=False) as ledger:
+        uses, pinned = cache_uses(ledger), pins(ledger)
+        rows = []
+        for cache in all_caches(ledger):
+            mine = [u for u in uses if u.cache_id == cache.id]
+            state = cache.state
+            if state in ("live", "archived") and not Path(cache.host_path).is_dir():
+                state = "missing"
+            rows.append(
+                CacheRow(
+                    **{**asdict(cache), "state": state},
+                    boots_cold=tuple(u.boot_id for u in mine if u.mode == "cold"),
+                    boots_warm=tuple(u.boot_id for u in mine if u.mode == "warm"),
+                    pins=tuple(pinned.get(cache.id, [])),
+                    age_s=(now - datetime.fromisoformat(cache.created_at)).total_seconds(),
+                )
+            )
+    return CachesReport(tuple(rows))
+
+
+def list_boots(ctx: Context) -> BootsReport:
+    """Every boot with the caches it used; none in a home where nothing is recorded yet."""
+    if not ctx.recorded():
+        return BootsReport(())
+    with ctx.ledger(create=False) as ledger:
+        uses = cache_uses(ledger)
+        rows = []
+        for boot in all_boots(ledger):
+            mine = [u for u in uses if u.boot_id == boot.id]
+            gone = boot.outcome == "running" and not any(
+                lease_held(ledger.home, u.cache_id) for u in mine
+            )
+            rows.append(BootRow(report_of(boot, mine), gone))
+    return BootsReport(tuple(rows))
+
+
+def render_caches(report: CachesReport) -> str:
+    """The table of `lifecycle caches`."""
     return render(
         ["CACHE", "MANIFEST", "NAME", "SIZE", "FILES", "BOOTS", "STATE", "AGE"],
         [
             [
-                r["id"],
-                r["manifest_name"],
-                r["cache_name"],
-                human_bytes(r["bytes"]),
-                r["files"] if r["files"] is not None else "-",
-                f"{len(r['boots_cold'])} cold, {len(r['boots_warm'])} warm",
-                r["state"]
-                + (f" (in use by {r['in_use_by']})" if r["in_use_by"] else "")
-                + (" pinned" if r["pins"] else ""),
-                human_age(r["age_s"]),
+                r.id,
+                r.manifest_name,
+                r.cache_name,
+                human_bytes(r.bytes),
+                r.files if r.files is not None else "-",
+                f"{len(r.boots_cold)} cold, {len(r.boots_warm)} warm",
+                r.state
+                + (f" (in use by {r.in_use_by})" if r.in_use_by else "")
+                + (" pinned" if r.pins else ""),
+                human_age(r.age_s),
             ]
-            for r in rows
+            for r in report.caches
         ],
     )
 
 
-def boots_table(rows: list[dict[str, Any]]) -> str:
-    """The human form of `lifecycle boots`; instrumented boots are flagged on their row."""
+def render_boots(report: BootsReport) -> str:
+    """The table of `lifecycle boots`; instrumented boots are flagged on their row."""
 
-    def caches(row: dict[str, Any]) -> str:
-        modes = [u["mode"] for u in row["caches"]]
-        grew = sum(u["files_added"] or 0 for u in row["caches"] if u["mode"] == "warm")
+    def caches(boot: BootReport) -> str:
+        modes = [u.mode for u in boot.caches]
+        grew = sum(u.files_added or 0 for u in boot.caches if u.mode == "warm")
         text = ", ".join(f"{modes.count(m)} {m}" for m in ("cold", "warm") if m in modes)
         return text + (f" (+{grew} files while warm)" if grew else "")
 
@@ -87,16 +152,16 @@ def boots_table(rows: list[dict[str, Any]]) -> str:
         ["BOOT", "STARTED", "MANIFEST", "PROFILE", "OUTCOME", "EXIT", "CACHES", "HOOKS"],
         [
             [
-                r["id"],
-                r["started_at"],
-                r["manifest_name"],
-                r["profile"],
-                r["outcome"] + (" (process gone)" if r["process_gone"] else ""),
-                r["exit_code"],
-                caches(r),
-                ", ".join(h["name"] for h in r["hooks"])
-                + (" INSTRUMENTED" if r["instrumented"] else ""),
+                row.boot.id,
+                row.boot.started_at,
+                row.boot.manifest_name,
+                row.boot.profile,
+                row.boot.outcome + (" (process gone)" if row.process_gone else ""),
+                row.boot.exit_code_of_engine,
+                caches(row.boot),
+                ", ".join(h.name for h in row.boot.hooks)
+                + (" INSTRUMENTED" if row.boot.instrumented else ""),
             ]
-            for r in rows
+            for row in report.boots
         ],
     )

@@ -12,7 +12,10 @@ import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import ClassVar
 
+from lifecycle.commands.context import Context
+from lifecycle.commands.report import Report
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id, cache_uses
@@ -24,9 +27,11 @@ DEFAULT_REASON = "pinned by hand"
 
 
 @dataclass(frozen=True)
-class PinReport:
+class PinReport(Report):
     """What a pin or unpin did to each cache the target resolved to."""
 
+    FORMAT: ClassVar[str] = "lifecycle-pin/1"
+    action: str  # pin | unpin
     target: str
     pinned: tuple[str, ...]  # caches now carrying the pin (pin) or that lost pins (unpin)
     skipped: tuple[str, ...]  # caches left alone, each with why
@@ -50,6 +55,33 @@ def resolve_target(ledger: Ledger, target: str) -> list[CacheRecord]:
     raise LifecycleError(f"unknown cache or result {target!r}{hint}")
 
 
+def run_pin(ctx: Context, target: str, reason: str | None, now: datetime) -> PinReport:
+    """`lifecycle pin`."""
+    with ctx.ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
+        return pin_target(ledger, target, reason or DEFAULT_REASON, now)
+
+
+def run_unpin(ctx: Context, target: str, reason: str | None) -> PinReport:
+    """`lifecycle unpin`."""
+    with ctx.ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
+        return unpin_target(ledger, target, reason)
+
+
+def render(report: PinReport) -> str:
+    """A line per cache: pinned (with every reason), or unpinned (with what pins stay)."""
+    lines = []
+    for cache_id in report.pinned:
+        held = report.reasons[cache_id]
+        if report.action == "pin":
+            lines.append(f"pinned {cache_id}: {'; '.join(held)}")
+        else:
+            lines.append(
+                f"unpinned {cache_id}" + (f"; still pinned: {'; '.join(held)}" if held else "")
+            )
+    lines += [f"skipped {skipped}" for skipped in report.skipped]
+    return "".join(f"{line}\n" for line in lines)
+
+
 def pin_target(ledger: Ledger, target: str, reason: str, now: datetime) -> PinReport:
     """Pin every cache behind `target` that is still on this host."""
     caches = resolve_target(ledger, target)
@@ -63,7 +95,7 @@ def pin_target(ledger: Ledger, target: str, reason: str, now: datetime) -> PinRe
     for cache in live:
         pin(ledger, cache.id, reason, at)
     skipped = tuple(f"{c.id}: already torn down" for c in caches if c not in live)
-    return _report(ledger, target, tuple(c.id for c in live), skipped)
+    return _report(ledger, "pin", target, tuple(c.id for c in live), skipped)
 
 
 def unpin_target(ledger: Ledger, target: str, reason: str | None) -> PinReport:
@@ -86,7 +118,7 @@ def unpin_target(ledger: Ledger, target: str, reason: str | None) -> PinReport:
         if gone:
             removed.append(cache.id)
     skipped = tuple(f"{c.id}: was not pinned" for c in caches if c.id not in removed)
-    return _report(ledger, target, tuple(removed), skipped)
+    return _report(ledger, "unpin", target, tuple(removed), skipped)
 
 
 def _matcher(result: ResultRecord | None, reason: str | None) -> Callable[[str], bool]:
@@ -106,8 +138,8 @@ def _result(ledger: Ledger, target: str) -> ResultRecord | None:
 
 
 def _report(
-    ledger: Ledger, target: str, changed: tuple[str, ...], skipped: tuple[str, ...]
+    ledger: Ledger, action: str, target: str, changed: tuple[str, ...], skipped: tuple[str, ...]
 ) -> PinReport:
     current = pins(ledger)
     ids = [*changed, *(s.split(":", 1)[0] for s in skipped)]
-    return PinReport(target, changed, skipped, {i: current.get(i, []) for i in ids})
+    return PinReport(action, target, changed, skipped, {i: current.get(i, []) for i in ids})

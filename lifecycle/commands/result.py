@@ -9,20 +9,25 @@ location, or if S3 fails, the next `lifecycle archive` takes it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from lifecycle.archive.config import optional_location
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import ArchiveError
-from lifecycle.errors import LifecycleError
+from lifecycle.commands.boot import HookEntry
+from lifecycle.commands.context import Context
+from lifecycle.commands.report import Report, plain
+from lifecycle.errors import EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import cache_uses
 from lifecycle.ledger.pins import pins
 from lifecycle.ledger.results import ResultRecord, all_results, result_archives
 from lifecycle.results.add import ResultRequest, add_result, find_boot
 from lifecycle.results.model import (
+    Scalar,
     canonical_result,
     is_pin_of,
     metrics_text,
@@ -52,97 +57,161 @@ def read_result_file(path: Path) -> bytes:
     return data
 
 
-def add(
-    ledger: Ledger,
-    request: ResultRequest,
-    now: datetime,
-    *,
-    location: ArchiveLocation | None,
-    client_for: Callable[[], Any],
-    progress: Callable[[str], None],
-) -> tuple[dict[str, Any], ArchiveError | None]:
-    """Record the result, archive it if a location is set; (its report, why not archived)."""
-    result = add_result(ledger, request, now)
-    problem = None
-    if location is not None:
-        try:
-            publish_result(ledger, client_for(), location, result, progress=progress)
-        except ArchiveError as exc:
-            problem = exc
-    return describe(ledger, result), problem
+@dataclass(frozen=True)
+class ArchivedAt:
+    """Where a result's record was archived."""
+
+    location: str
+    record_key: str
+    record_sha256: str
 
 
-def describe(ledger: Ledger, result: ResultRecord) -> dict[str, Any]:
-    """A result as `results --json` and `result add --json` print it."""
-    boot = find_boot(ledger, result.boot_id)
-    caches = [u.cache_id for u in cache_uses(ledger, boot_id=boot.id)]
-    pinned = pins(ledger)
-    mine = pin_reason(result.id)
-    return {
-        **canonical_result(result),
-        "digest": result.digest,
-        "manifest_name": boot.manifest_name,
-        "profile": boot.profile,
-        "hooks": json.loads(boot.hooks),
-        "document_path": result.document_path,
-        "caches": caches,
-        "pinned": sorted(c for c in caches if any(is_pin_of(r, mine) for r in pinned.get(c, []))),
-        "archives": [
-            {"location": a.location, "record_key": a.record_key, "record_sha256": a.record_sha256}
-            for a in result_archives(ledger, result.id)
-        ],
-    }
+@dataclass(frozen=True)
+class ResultView:
+    """One result as `result add` and `results` show it."""
+
+    id: str
+    boot_id: str
+    name: str
+    status: str
+    metrics: dict[str, Scalar]
+    note: str | None
+    source: str
+    instrumented: bool
+    document: dict[str, Any] | None  # {sha256, size} of the attached JSON
+    created_at: str
+    digest: str
+    manifest_name: str
+    profile: str
+    hooks: tuple[HookEntry, ...]
+    document_path: str | None
+    caches: tuple[str, ...]
+    pinned: tuple[str, ...]  # the caches behind it that this result pinned
+    archives: tuple[ArchivedAt, ...]
 
 
-def list_results(ledger: Ledger) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class ResultAddReport(Report):
+    """A result recorded, and archived when a location was set (else why not)."""
+
+    FORMAT: ClassVar[str] = "lifecycle-result/1"
+    result: ResultView
+    not_archived: str | None = None  # why it was recorded but not archived
+    not_archived_exit: int = EXIT_OK  # 1, or 3 when S3 could not be reached
+
+    @property
+    def exit_code(self) -> int:
+        return self.not_archived_exit
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return (f"lifecycle: {self.not_archived}",) if self.not_archived else ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": self.FORMAT, **plain(self.result), "not_archived": self.not_archived}
+
+
+@dataclass(frozen=True)
+class ResultsReport(Report):
     """Every result, newest first."""
-    return [describe(ledger, result) for result in all_results(ledger)]
+
+    FORMAT: ClassVar[str] = "lifecycle-results/1"
+    results: tuple[ResultView, ...]
 
 
-def results_table(rows: list[dict[str, Any]]) -> str:
-    """The human form of `lifecycle results`; instrumented results are flagged on their row."""
+def run_add(
+    ctx: Context, request: ResultRequest, now: datetime, *, to: str | None
+) -> ResultAddReport:
+    """Record the result; archive it when a location is set (--to, LIFECYCLE_ARCHIVE,
+    lifecycle.yaml)."""
+    where = optional_location(to, ctx.environ, ctx.project)
+    with ctx.ledger(create=False, missing=f"unknown boot {request.boot_id!r}") as ledger:
+        result = add_result(ledger, request, now)
+        problem = None
+        if where is not None:
+            try:
+                publish_result(ledger, ctx.s3(), where, result, progress=ctx.say)
+            except ArchiveError as exc:
+                problem = exc
+        view = describe(ledger, result)
+    if problem is None:
+        return ResultAddReport(view)
+    return ResultAddReport(view, str(problem), problem.exit_code)
+
+
+def run_list(ctx: Context) -> ResultsReport:
+    """Every result; none in a home where nothing is recorded yet."""
+    if not ctx.recorded():
+        return ResultsReport(())
+    with ctx.ledger(create=False) as ledger:
+        return ResultsReport(tuple(describe(ledger, r) for r in all_results(ledger)))
+
+
+def describe(ledger: Ledger, result: ResultRecord) -> ResultView:
+    """A result with its boot's manifest, profile and hooks, its caches, pins and archives."""
+    boot = find_boot(ledger, result.boot_id)
+    caches = tuple(u.cache_id for u in cache_uses(ledger, boot_id=boot.id))
+    held, mine = pins(ledger), pin_reason(result.id)
+    pinned = tuple(sorted(c for c in caches if any(is_pin_of(r, mine) for r in held.get(c, []))))
+    return ResultView(
+        **canonical_result(result),
+        digest=result.digest,
+        manifest_name=boot.manifest_name,
+        profile=boot.profile,
+        hooks=tuple(HookEntry(**hook) for hook in json.loads(boot.hooks)),
+        document_path=result.document_path,
+        caches=caches,
+        pinned=pinned,
+        archives=tuple(
+            ArchivedAt(a.location, a.record_key, a.record_sha256)
+            for a in result_archives(ledger, result.id)
+        ),
+    )
+
+
+def render_list(report: ResultsReport) -> str:
+    """The table of `lifecycle results`; instrumented results are flagged on their row."""
     return render(
         ["RESULT", "CREATED", "NAME", "STATUS", "BOOT", "MANIFEST", "METRICS", "ARCHIVED", "FLAGS"],
         [
             [
-                r["id"],
-                r["created_at"],
-                r["name"],
-                r["status"],
-                r["boot_id"],
-                r["manifest_name"],
-                metrics_text(r["metrics"], METRICS_WIDTH),
-                "yes" if r["archives"] else "no",
+                r.id,
+                r.created_at,
+                r.name,
+                r.status,
+                r.boot_id,
+                r.manifest_name,
+                metrics_text(r.metrics, METRICS_WIDTH),
+                "yes" if r.archives else "no",
                 " ".join(flags(r)),
             ]
-            for r in rows
+            for r in report.results
         ],
     )
 
 
-def add_text(report: dict[str, Any]) -> str:
-    """The human form of `result add`."""
+def render_add(report: ResultAddReport) -> str:
+    """The result recorded: its verdict, digest, what it is instrumented by, where archived."""
+    r = report.result
     lines = [
-        f"result {report['id']} {report['name']!r}: {report['status']} on boot"
-        f" {report['boot_id']} ({report['manifest_name']}, {report['profile']})",
-        f"  digest sha256:{report['digest']}",
+        f"result {r.id} {r.name!r}: {r.status} on boot {r.boot_id}"
+        f" ({r.manifest_name}, {r.profile})",
+        f"  digest sha256:{r.digest}",
     ]
-    if report["instrumented"]:
-        hooks = ", ".join(h["name"] for h in report["hooks"] if h["observing"])
+    if r.instrumented:
+        hooks = ", ".join(h.name for h in r.hooks if h.observing)
         lines.append(
             f"  INSTRUMENTED: the boot ran with observing hook {hooks}, which can change what"
             " it observes; this is a result of the engine plus the hook"
         )
-    if report["metrics"]:
-        lines.append(f"  metrics: {metrics_text(report['metrics'], None)}")
-    for archive in report["archives"]:
-        bucket = ArchiveLocation.parse(archive["location"]).bucket
-        lines.append(f"  archived: s3://{bucket}/{archive['record_key']}")
+    if r.metrics:
+        lines.append(f"  metrics: {metrics_text(r.metrics, None)}")
+    for archive in r.archives:
+        bucket = ArchiveLocation.parse(archive.location).bucket
+        lines.append(f"  archived: s3://{bucket}/{archive.record_key}")
     return "\n".join(lines) + "\n"
 
 
-def flags(row: dict[str, Any]) -> list[str]:
+def flags(result: ResultView) -> list[str]:
     """INSTRUMENTED (a result of the engine plus an observing hook), pinned."""
-    found = ["INSTRUMENTED"] if row["instrumented"] else []
-    found += ["pinned"] if row["pinned"] else []
-    return found
+    return ["INSTRUMENTED"] * result.instrumented + ["pinned"] * bool(result.pinned)

@@ -2,49 +2,75 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import yaml
 
+from lifecycle.commands.context import Context
+from lifecycle.commands.report import Report
 from lifecycle.manifest import find_manifest, load_manifest
 from lifecycle.manifest.digest import canonical_form, manifest_digest, patch_digests
+from lifecycle.manifest.model import TunedValue
 
 
-def show(manifests_dir: Path, ref: str) -> dict[str, Any]:
-    """The report `show --json` prints: file, extends chain, digest, patches, manifest."""
-    loaded = load_manifest(find_manifest(manifests_dir, ref))
+@dataclass(frozen=True)
+class PatchDigest:
+    """A patch of the series and the sha256 of its bytes."""
+
+    file: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ShowReport(Report):
+    """The resolved manifest of one release and what it is made of."""
+
+    FORMAT: ClassVar[str] = "lifecycle-show/1"
+    file: str
+    extends_chain: tuple[str, ...]
+    digest: str
+    name: str
+    pins: dict[str, str]
+    patches: tuple[PatchDigest, ...]
+    tuned: dict[str, TunedValue]
+    manifest: dict[str, Any]  # the canonical resolved manifest
+
+
+def run(ctx: Context, ref: str) -> ShowReport:
+    """VERSION (or a manifest path) resolved: file, extends chain, digest, patches, manifest."""
+    loaded = load_manifest(find_manifest(ctx.manifests_dir, ref))
     manifest = loaded.manifest
-    return {
-        "file": str(loaded.file),
-        "extends_chain": [str(p) for p in loaded.chain[1:]],
-        "digest": manifest_digest(loaded),
-        "name": manifest.name,
-        "pins": {
+    return ShowReport(
+        file=str(loaded.file),
+        extends_chain=tuple(str(p) for p in loaded.chain[1:]),
+        digest=manifest_digest(loaded),
+        name=manifest.name,
+        pins={
             "vllm": manifest.engine.vllm,
             "flashinfer": manifest.engine.flashinfer,
             "base_image": manifest.engine.base_image,
         },
-        "patches": [{"file": f, "sha256": sha} for f, sha in patch_digests(loaded)],
-        "tuned": {k: v.model_dump(mode="json") for k, v in manifest.tuned.items()},
-        "manifest": canonical_form(loaded),
-    }
+        patches=tuple(PatchDigest(f, sha) for f, sha in patch_digests(loaded)),
+        tuned=dict(manifest.tuned),
+        manifest=canonical_form(loaded),
+    )
 
 
-def render_text(report: dict[str, Any]) -> str:
+def render(report: ShowReport) -> str:
     """Human form: a header naming what needs re-validation, then the resolved YAML."""
     lines = [
-        f"# {report['file']}",
-        *(f"#   extends {parent}" for parent in report["extends_chain"]),
-        f"# digest sha256:{report['digest']}",
+        f"# {report.file}",
+        *(f"#   extends {parent}" for parent in report.extends_chain),
+        f"# digest sha256:{report.digest}",
     ]
-    for name, tuned in report["tuned"].items():
-        flag = "" if tuned["status"] == "validated" else "  <- NOT re-validated on this release"
-        origin = f" from {tuned['carried_from']}" if tuned.get("carried_from") else ""
-        lines.append(f"# tuned {name}={tuned['value']} ({tuned['status']}{origin}){flag}")
-    for patch in report["patches"]:
-        lines.append(f"# patch {patch['file']} sha256:{patch['sha256'][:16]}")
-    body = yaml.safe_dump(_without_nulls(report["manifest"]), sort_keys=False, width=100)
+    for name, tuned in report.tuned.items():
+        flag = "" if tuned.status == "validated" else "  <- NOT re-validated on this release"
+        origin = f" from {tuned.carried_from}" if tuned.carried_from else ""
+        lines.append(f"# tuned {name}={tuned.value} ({tuned.status}{origin}){flag}")
+    for patch in report.patches:
+        lines.append(f"# patch {patch.file} sha256:{patch.sha256[:16]}")
+    body = yaml.safe_dump(_without_nulls(report.manifest), sort_keys=False, width=100)
     return "\n".join(lines) + "\n" + body
 
 

@@ -1,62 +1,148 @@
-"""`lifecycle teardown`: the request from the command line, the services from the environment.
+"""`lifecycle teardown`: the plan shown, agreed to, carried out; one teardown at a time.
 
 The work is in lifecycle.teardown: `make_plan` only reads (`--dry-run` stops there),
-`run_teardown` carries the plan out once the user agreed to it.
+`run_teardown` carries the plan out once the user agreed to it. The CLI hands in how to
+show the plan and how to ask for agreement (a terminal prompt, or `--yes`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
-from lifecycle.archive.config import NoArchiveLocation, resolve_location
-from lifecycle.archive.location import ArchiveLocation, s3_client
-from lifecycle.errors import LifecycleError
-from lifecycle.teardown.plan import Selection, parse_duration
-from lifecycle.teardown.survey import Services, TeardownRequest
+from lifecycle.archive.config import optional_location, resolve_location
+from lifecycle.archive.location import s3_client
+from lifecycle.commands.context import Context
+from lifecycle.commands.report import Report
+from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError
+from lifecycle.hooks import select
+from lifecycle.ledger import Ledger
+from lifecycle.teardown.journal import teardown_lock
+from lifecycle.teardown.plan import Selection, TeardownPlan, parse_duration
+from lifecycle.teardown.report import plan_json, result_json, summary_text
+from lifecycle.teardown.run import TeardownResult, run_teardown
+from lifecycle.teardown.survey import Services, TeardownRequest, make_plan
 
 
-def make_request(
-    cache_ids: Sequence[str],
+@dataclass(frozen=True)
+class TeardownOptions:
+    """What the command line asks of a teardown."""
+
+    cache_ids: Sequence[str] = ()
+    archive_first: bool = False
+    with_content: bool = False
+    dry_run: bool = False
+    images: bool = False
+    manifest: str | None = None
+    older_than: str | None = None
+    state: str | None = None
+    to: str | None = None
+    hook_names: Sequence[str] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class TeardownReport(Report):
+    """The plan and, unless it was a dry run or there was nothing to do, what the run did."""
+
+    FORMAT: ClassVar[str] = "lifecycle-teardown/1"
+    plan: TeardownPlan | None  # None: nothing is recorded in this home
+    result: TeardownResult | None
+    dry_run: bool
+
+    @property
+    def exit_code(self) -> int:
+        if self.plan is not None and self.plan.unreachable:
+            return EXIT_ENVIRONMENT
+        failed = self.result is not None and self.result.failed
+        return EXIT_NO if (self.plan is not None and self.plan.has_problems) or failed else EXIT_OK
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        if self.plan is None:
+            return ()
+        return tuple(f"lifecycle: {p}; what it guards was kept" for p in self.plan.unreachable)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": self.FORMAT,
+            "plan": plan_json(self.plan) if self.plan else None,
+            "result": result_json(self.result) if self.result else None,
+        }
+
+
+def run(
+    ctx: Context,
+    options: TeardownOptions,
     *,
-    manifest: str | None,
-    older_than: str | None,
-    state: str | None,
-    archive_first: bool,
-    with_content: bool,
-    images: bool,
-    archive_to: ArchiveLocation | None,
-) -> TeardownRequest:
-    """The filters and switches, checked: a bad duration is a usage error."""
-    if with_content and not archive_first:
+    show: Callable[[TeardownPlan], None],
+    agree: Callable[[TeardownPlan], None],
+) -> TeardownReport:
+    """Plan, `show` the plan, `agree` (raises to stop), carry it out."""
+    request = make_request(ctx, options)
+    hooks = select(ctx.project / "hooks", options.hook_names)
+    checkpoint = ctx.checkpoint()  # test-only fault injection; a no-op when unset
+    named = f"unknown cache {options.cache_ids[0]!r}" if options.cache_ids else None
+    if not ctx.recorded(named):
+        return TeardownReport(None, None, options.dry_run)
+    services = connect_services(ctx.environ, ctx.say)
+    result = None
+    dry_run = options.dry_run
+    with (
+        ctx.ledger(create=False) as ledger,
+        nullcontext() if dry_run else teardown_lock(ledger.home),
+    ):
+        plan = make_plan(ledger, services, request, preview=dry_run)
+        show(plan)
+        if not dry_run and plan.has_work:
+            agree(plan)
+            result = run_teardown(
+                ledger, services, plan, request, hooks=hooks, checkpoint=checkpoint,
+                progress=ctx.say,
+            )  # fmt: skip
+    return TeardownReport(plan, result, options.dry_run)
+
+
+def _locked(ledger: Ledger, dry_run: bool) -> AbstractContextManager[None]:
+    """One teardown at a time; a dry run changes nothing, so it takes no lock."""
+    return nullcontext() if dry_run else teardown_lock(ledger.home)
+
+
+def render(report: TeardownReport) -> str:
+    """After the plan (shown already): what the run did, or that there was nothing to do."""
+    if report.result is not None:
+        return summary_text(report.result)
+    return "" if report.dry_run and report.plan is not None else "nothing to remove\n"
+
+
+def make_request(ctx: Context, options: TeardownOptions) -> TeardownRequest:
+    """The filters and switches, checked: a bad duration is a usage error. Without --archive
+    no location need be configured: each archive is verified where its record says it was
+    written; one given but wrong is an error all the same."""
+    if options.with_content and not options.archive_first:
         raise LifecycleError("--with-content only means something with --archive")
-    selection = Selection(
-        cache_ids=tuple(dict.fromkeys(cache_ids)),
-        manifest=manifest,
-        older_than=parse_duration(older_than) if older_than else None,
-        state=state,
+    archive_to = (
+        resolve_location(options.to, ctx.environ, ctx.project)
+        if options.archive_first
+        else optional_location(options.to, ctx.environ, ctx.project)
     )
-    return TeardownRequest(selection, archive_first, with_content, images, archive_to)
-
-
-def archive_location(
-    flag: str | None, environ: Mapping[str, str], project_root: Path, *, required: bool
-) -> ArchiveLocation | None:
-    """Where --archive writes. Without --archive none need be configured: each archive is
-    verified where its record says it was written. A location given but wrong is an error."""
-    try:
-        return resolve_location(flag, environ, project_root)
-    except NoArchiveLocation:
-        if required:
-            raise
-        return None
+    selection = Selection(
+        cache_ids=tuple(dict.fromkeys(options.cache_ids)),
+        manifest=options.manifest,
+        older_than=parse_duration(options.older_than) if options.older_than else None,
+        state=options.state,
+    )
+    return TeardownRequest(
+        selection, options.archive_first, options.with_content, options.images, archive_to
+    )
 
 
 def connect_services(
     environ: Mapping[str, str], on_slow: Callable[[str], None] | None = None
 ) -> Services:
     """dockerd and S3 where the environment points. dockerd not answering keeps every cache
-    (nobody can say which containers mount them) instead of failing the command."""
+    (nobody can say which containers mount it) instead of failing the command."""
     from lifecycle.dockerd import DockerUnavailable, connect
 
     try:

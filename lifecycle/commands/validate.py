@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
-from lifecycle.errors import ManifestError, Problem
+from lifecycle.commands.context import Context
+from lifecycle.commands.report import Report
+from lifecycle.errors import EXIT_OK, EXIT_USAGE, LifecycleError, ManifestError, problem_lines
 from lifecycle.manifest import LoadedManifest, load_manifest
 from lifecycle.manifest.digest import manifest_digest
 
@@ -16,16 +20,47 @@ class Validation:
 
     file: Path
     digest: str | None
-    problems: tuple[Problem, ...]
+    problems: tuple[str, ...]  # `file:line:col: key: message`, the form editors read
 
 
-def validate(files: list[Path]) -> list[Validation]:
-    """Validate each file independently, so one broken manifest does not hide another."""
-    results = []
+@dataclass(frozen=True)
+class ValidateReport(Report):
+    """Every file given, valid or not."""
+
+    FORMAT: ClassVar[str] = "lifecycle-validate/1"
+    files: tuple[Validation, ...]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_USAGE if any(v.problems for v in self.files) else EXIT_OK
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return tuple(line for v in self.files for line in v.problems)
+
+    def to_json(self) -> dict[str, Any]:
+        document = super().to_json()
+        for entry, validation in zip(document["files"], self.files, strict=True):
+            entry["valid"] = not validation.problems
+        return document
+
+
+def run(ctx: Context, paths: Sequence[Path]) -> ValidateReport:
+    """Validate each file independently (default: every manifest under the manifests dir, nested
+    ones such as `demo/0.2` included), so one broken manifest does not hide another."""
+    files = list(paths) or sorted(ctx.manifests_dir.glob("**/manifest.yaml"))
+    if not files:
+        raise LifecycleError(f"no manifests found under {ctx.manifests_dir}")
+    found = []
     for file in files:
         try:
             loaded: LoadedManifest = load_manifest(file)
-            results.append(Validation(file, manifest_digest(loaded), ()))
+            found.append(Validation(file, manifest_digest(loaded), ()))
         except ManifestError as exc:
-            results.append(Validation(file, None, tuple(exc.problems)))
-    return results
+            found.append(Validation(file, None, tuple(problem_lines(exc.problems))))
+    return ValidateReport(tuple(found))
+
+
+def render(report: ValidateReport) -> str:
+    """`ok FILE sha256:DIGEST` per valid file (the problems go to stderr)."""
+    return "".join(f"ok {v.file} sha256:{v.digest}\n" for v in report.files if not v.problems)

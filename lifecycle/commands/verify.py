@@ -6,16 +6,48 @@ ledger says each was archived. With `--from s3://…`: the archived objects alon
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
 from lifecycle.audit.blobs import BlobChecker
 from lifecycle.audit.check import VerifyReport, verify_archived, verify_cache, verify_result
-from lifecycle.errors import LifecycleError
+from lifecycle.commands.audit import reading
+from lifecycle.commands.context import Context
+from lifecycle.commands.report import Report
+from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import cache_by_id
 from lifecycle.ledger.results import result_by_id
+
+
+@dataclass(frozen=True)
+class VerifyRunReport(Report):
+    """Everything checked, and what differs."""
+
+    FORMAT: ClassVar[str] = "lifecycle-verify/1"
+    report: VerifyReport
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_NO if self.report.problems else EXIT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": self.FORMAT, **report_json(self.report)}
+
+
+def run(ctx: Context, target: str, source: str | None) -> VerifyRunReport:
+    """Verify a cache or a result from the ledger, or (with --from) from the archive alone."""
+    with reading(ctx, source) as read:
+        return VerifyRunReport(
+            verify(target, ledger=read.ledger, client=read.client, source=read.archive)
+        )
+
+
+def render(report: VerifyRunReport) -> str:
+    """What differs first, each naming the file or object; then what was found as recorded."""
+    return report_text(report.report)
 
 
 def verify(

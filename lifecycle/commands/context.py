@@ -1,0 +1,77 @@
+"""What every verb is handed by the CLI: where things are, and how to reach the services.
+
+The CLI makes one Context from the command line and the environment; a verb reads settings,
+opens the ledger and reaches dockerd and S3 only through it. Tests make their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lifecycle.errors import LifecycleError
+from lifecycle.faults import Checkpoint, crash_checkpoint
+from lifecycle.home import NoLedger, default_home
+from lifecycle.ledger import Ledger, has_ledger
+
+
+@dataclass(frozen=True)
+class Context:
+    """The environment of one command."""
+
+    environ: Mapping[str, str]
+    manifests_dir: Path
+    say: Callable[[str], None] = field(default=lambda line: None)  # progress, on stderr
+    note: Callable[[str], None] = field(default=lambda line: None)  # a remark, on stderr
+
+    @property
+    def project(self) -> Path:
+        """The project root: the directory holding `manifests/` (and `hooks/`)."""
+        return self.manifests_dir.parent
+
+    @property
+    def home(self) -> Path:
+        """LIFECYCLE_HOME."""
+        return default_home(self.environ)
+
+    def checkpoint(self) -> Checkpoint:
+        """The test-only fault injection points (a no-op unless the tests set them)."""
+        return crash_checkpoint(self.environ)
+
+    def docker(self) -> Any:
+        """A docker SDK client, checked with a ping (lifecycle.dockerd)."""
+        from lifecycle.dockerd import connect  # the SDK is imported by the verbs that use it
+
+        return connect(self.environ)
+
+    def s3(self) -> Any:
+        """A boto3 S3 client whose long waits are told through `say` (lifecycle.archive)."""
+        from lifecycle.archive.location import s3_client
+
+        return s3_client(self.environ, self.say)
+
+    @contextmanager
+    def ledger(self, *, create: bool = True, missing: str | None = None) -> Iterator[Ledger]:
+        """The ledger. Verbs that only act on what was recorded pass create=False: in a home with
+        no ledger they write nothing and fail with `missing`."""
+        try:
+            ledger = Ledger.open(self.home, create=create)
+        except NoLedger as exc:
+            raise LifecycleError(f"{missing}: {exc}" if missing else str(exc)) from None
+        try:
+            yield ledger
+        finally:
+            ledger.close()
+
+    def recorded(self, missing: str | None = None) -> bool:
+        """Whether this home holds a ledger, read without writing anything. With `missing`, its
+        absence is that error; without, a note says nothing is recorded here yet."""
+        if has_ledger(self.home):
+            return True
+        if missing:
+            raise LifecycleError(f"{missing}: {NoLedger(self.home)}")
+        self.note(f"{NoLedger(self.home)}; nothing is recorded on this host")
+        return False

@@ -1,0 +1,58 @@
+"""What a verb returns: a typed report that says its own exit code and prints as tagged JSON.
+
+Every `--json` output is one object whose `format` names it and its version
+(`lifecycle-<verb>/<n>`), followed by the report's fields; README.md lists them. A field is
+never a JSON string holding JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from enum import Enum
+from pathlib import PurePath
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from lifecycle.errors import EXIT_OK
+
+
+class Report:
+    """Base of the verbs' frozen dataclass reports."""
+
+    FORMAT: ClassVar[str]
+
+    @property
+    def exit_code(self) -> int:
+        """0 unless the report says otherwise (lifecycle.errors has the table)."""
+        return EXIT_OK
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Lines for stderr, whichever form stdout takes (problems, warnings)."""
+        return ()
+
+    def to_json(self) -> dict[str, Any]:
+        """`{"format": FORMAT, …fields}`."""
+        fields = plain(self)
+        assert isinstance(fields, dict), "a report is a dataclass"
+        return {"format": self.FORMAT, **fields}
+
+
+def plain(value: Any) -> Any:
+    """JSON-ready data of a report's field: dataclasses, pydantic models, enums, paths, tuples."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        items = [plain(v) for v in value]
+        return sorted(items) if isinstance(value, set | frozenset) else items
+    return value
