@@ -36,7 +36,7 @@ def _archive(project: Path, target: ArchiveTarget, *args: str) -> dict[str, Any]
 
 
 def _caches(project: Path) -> dict[str, dict[str, Any]]:
-    rows = json.loads(run_lifecycle(project, "caches", "--json").stdout)
+    rows = json.loads(run_lifecycle(project, "caches", "--json").stdout)["caches"]
     return {row["id"]: row for row in rows}
 
 

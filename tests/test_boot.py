@@ -61,7 +61,7 @@ def test_cold_then_warm_reuses_the_same_caches(project: Path) -> None:
     # warm judged from the files too: the warm boot created no compiled artefact
     assert sum(u["files_added"] for u in warm["caches"]) == 0
 
-    listed = json.loads(_lifecycle(project, "caches", "--json").stdout)
+    listed = json.loads(_lifecycle(project, "caches", "--json").stdout)["caches"]
     for cache in listed:
         assert cache["boots_cold"] == [cold["id"]]
         assert cache["boots_warm"] == [warm["id"]]
@@ -84,7 +84,7 @@ def test_tree_digest_stable_on_rescan_and_sensitive_to_a_byte(project: Path) -> 
     _built(project)
     report = _boot(project)
     listed = {
-        c["cache_name"]: c for c in json.loads(_lifecycle(project, "caches", "--json").stdout)
+        c["cache_name"]: c for c in json.loads(_lifecycle(project, "caches", "--json").stdout)["caches"]
     }
     cache = listed["flashinfer"]
     recorded = Fingerprint.from_json(Path(cache["scan_path"]).read_text())
@@ -103,7 +103,7 @@ def test_symlink_and_fifo_are_recorded_never_followed(project: Path) -> None:
     _built(project)
     _boot(project)
     listed = {
-        c["cache_name"]: c for c in json.loads(_lifecycle(project, "caches", "--json").stdout)
+        c["cache_name"]: c for c in json.loads(_lifecycle(project, "caches", "--json").stdout)["caches"]
     }
     root = Path(listed["triton"]["host_path"])
     (root / "etc-link").symlink_to("/etc")
@@ -111,7 +111,7 @@ def test_symlink_and_fifo_are_recorded_never_followed(project: Path) -> None:
     warm = _boot(project)
     triton = next(u for u in warm["caches"] if u["cache_id"] == listed["triton"]["id"])
     assert triton["files_added"] == 2  # the link and the FIFO, nothing from behind the link
-    scan_path = json.loads(_lifecycle(project, "caches", "--json").stdout)
+    scan_path = json.loads(_lifecycle(project, "caches", "--json").stdout)["caches"]
     recorded = Fingerprint.from_json(
         Path(next(c for c in scan_path if c["cache_name"] == "triton")["scan_path"]).read_text()
     )
@@ -180,7 +180,7 @@ def test_failing_pre_boot_hook_aborts_and_on_exit_still_runs(project: Path, tmp_
     result = _lifecycle(project, "boot", "demo/0.2", "--hook", "gate")
     assert result.exit_code != 0
     assert "gate" in result.stderr
-    boots = json.loads(_lifecycle(project, "boots", "--json").stdout)
+    boots = json.loads(_lifecycle(project, "boots", "--json").stdout)["boots"]
     assert boots[0]["outcome"] == "aborted" and boots[0]["container_id"] is None
     assert json.loads(marker.read_text())["outcome"] == "failed"
 

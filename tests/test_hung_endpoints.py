@@ -119,7 +119,7 @@ def test_a_hung_s3_server_fails_every_command_in_bounded_time(
     assert cli(archive_project, "archive", *ids[:2], "--with-content").exit_code == 0
     added = cli(archive_project, "result", "add", report["id"], "--name", "a", "--status", "pass")
     assert added.exit_code == 0, added.output
-    result_id = json.loads(cli(archive_project, "results", "--json").stdout)[0]["id"]
+    result_id = json.loads(cli(archive_project, "results", "--json").stdout)["results"][0]["id"]
     before = _state(s3_client, s3_bucket)
     url = f"s3://{s3_bucket}/test"
     commands = [

@@ -26,7 +26,7 @@ def _home() -> Path:
 
 
 def _caches(project: Path) -> dict[str, dict[str, Any]]:
-    rows = json.loads(run_lifecycle(project, "caches", "--json").stdout)
+    rows = json.loads(run_lifecycle(project, "caches", "--json").stdout)["caches"]
     return {row["id"]: row for row in rows}
 
 

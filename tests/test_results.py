@@ -255,7 +255,7 @@ def _add(project: Path, boot_id: str, *args: str, env: dict[str, str | None] | N
 
 
 def _results(project: Path) -> dict[str, dict[str, Any]]:
-    return {r["id"]: r for r in json.loads(run_lifecycle(project, "results", "--json").stdout)}
+    return {r["id"]: r for r in json.loads(run_lifecycle(project, "results", "--json").stdout)["results"]}
 
 
 @pytest.mark.docker
@@ -368,7 +368,7 @@ def test_a_pinned_results_caches_survive_teardown_until_unpinned(
     for cache_id in behind:
         assert plan[cache_id]["action"] == "keep", plan[cache_id]
         assert f"pinned: {reason}" in plan[cache_id]["why"][0]
-    listed = json.loads(run_lifecycle(project, "caches", "--json").stdout)
+    listed = json.loads(run_lifecycle(project, "caches", "--json").stdout)["caches"]
     states = {c["id"]: c["state"] for c in listed}
     assert all(states[c] != "torn-down" for c in behind)
     assert all(states[u["cache_id"]] == "torn-down" for u in other["caches"])

@@ -148,7 +148,7 @@ def test_a_teardown_holding_a_cache_makes_a_warm_boot_start_that_one_cold(
     assert now[held].state == "torn-down" and gone(now[held])
     for cache_id in others:
         assert now[cache_id].state == "live" and Path(now[cache_id].host_path).is_dir()
-    listed = json.loads(cli(archive_project, "caches", "--json").stdout)
+    listed = json.loads(cli(archive_project, "caches", "--json").stdout)["caches"]
     assert not [c for c in listed if c["state"] == "live" and not Path(c["host_path"]).is_dir()]
     final = cli(archive_project, "teardown", "--archive", "--yes")
     assert final.exit_code == 0, final.output
@@ -175,7 +175,7 @@ def test_a_dir_gone_behind_the_ledgers_back_shows_missing_and_teardown_settles_i
     shutil.rmtree(caches()[archived[0]].host_path)
     shutil.rmtree(caches()[lost[0]].host_path)
 
-    listed = {c["id"]: c for c in json.loads(cli(archive_project, "caches", "--json").stdout)}
+    listed = {c["id"]: c for c in json.loads(cli(archive_project, "caches", "--json").stdout)["caches"]}
     assert listed[archived[0]]["state"] == "missing" and listed[lost[0]]["state"] == "missing"
     assert listed[archived[1]]["state"] == "archived" and listed[lost[1]]["state"] == "live"
 

@@ -41,7 +41,7 @@ def _night(project: Path, target: ArchiveTarget, *archive: str) -> tuple[str, di
     assert added.exit_code == 0, added.output
     done = run_lifecycle(project, "archive", "--all", "--to", target.url, *archive)
     assert done.exit_code == 0, done.output
-    rows = json.loads(run_lifecycle(project, "caches", "--json").stdout)
+    rows = json.loads(run_lifecycle(project, "caches", "--json").stdout)["caches"]
     [cache] = [r for r in rows if r["cache_name"] == "flashinfer"]
     return json.loads(added.stdout)["id"], cache
 
