@@ -15,7 +15,7 @@ from lifecycle.manifest import load_manifest
 from lifecycle.port.manifest_out import carry_tuned, manifest_data, render
 from lifecycle.port.mirror import mirror_path, upstream_source
 from lifecycle.port.pins import base_image_pin, release_candidates
-from tests.test_port_support import PatchSpec, Project, Upstream, change_mix, git
+from tests.port_support import PatchSpec, Project, Upstream, change_mix, git
 
 
 @pytest.fixture

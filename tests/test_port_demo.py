@@ -15,7 +15,7 @@ from lifecycle.demo.setup import ensure_demo
 from lifecycle.demo.upstream import ensure_upstream_repo
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.digest import canonical_form
-from tests.test_port_support import git
+from tests.port_support import git
 
 
 @pytest.fixture

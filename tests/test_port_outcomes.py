@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.port_support import SUBDIR, PatchSpec, Project, Upstream, change_mix, git
 from tests.test_gitbinary import git as git_bytes
 from tests.test_gitbinary import gitbinary
-from tests.test_port_support import SUBDIR, PatchSpec, Project, Upstream, change_mix, git
 
 
 @pytest.fixture

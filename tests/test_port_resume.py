@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_port_support import PatchSpec, Project, Upstream, change_mix, git, snapshot
+from tests.port_support import PatchSpec, Project, Upstream, change_mix, git, snapshot
 
 
 @pytest.fixture

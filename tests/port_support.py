@@ -1,7 +1,8 @@
 """Builders for the port tests: a real upstream git repository and a project holding manifests/.
 
-Not a test module by content: the port tests import from it. Every repository is real git in a
-tmp dir, built commit by commit, so each scenario is exactly the upstream history it names.
+Not a test module (no `test_` prefix, so pytest does not collect it): the port tests import
+from it. Every repository is real git in a tmp dir, built commit by commit, so each scenario
+is exactly the upstream history it names.
 """
 
 from __future__ import annotations
