@@ -590,10 +590,10 @@ def port(
         if (resume and abort) or old or new or dry_run or keep_going or branch or release:
             raise click.UsageError("--continue and --abort take no other arguments or options")
         if abort:
-            message = abort_port(manifests_dir, home)
+            message = abort_port(manifests_dir, home, Path.cwd())
             _emit_json({"aborted": True, "message": message}) if as_json else click.echo(message)
             return
-        report = continue_port(manifests_dir, home)
+        report = continue_port(manifests_dir, home, Path.cwd())
     else:
         if not (old and new):
             raise click.UsageError("give OLD and NEW (e.g. `lifecycle port 0.30 0.31`)")

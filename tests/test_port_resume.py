@@ -6,8 +6,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from tests.port_support import PatchSpec, Project, Upstream, change_mix, git, snapshot
+from lifecycle.cli import cli
+from tests.port_support import (
+    PatchSpec,
+    PortRun,
+    Project,
+    Upstream,
+    change_mix,
+    git,
+    snapshot,
+)
 
 
 @pytest.fixture
@@ -297,3 +307,63 @@ def test_a_cherry_pick_aborted_by_hand_is_refused_not_half_committed(
     assert "no longer holds patches/mix.patch, patches/tail.patch" in run.stderr
     assert git(project.path, "branch", "--list", "port/*") == ""
     assert project.port("--abort").exit_code == 0
+
+
+def _lifecycle_in(directory: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> PortRun:
+    """`lifecycle ARGS` run from `directory`, with no --manifests: found from there, if at all."""
+    monkeypatch.chdir(directory)
+    result = CliRunner().invoke(cli, list(args))
+    return PortRun(result.exit_code, result.stdout, result.stderr)
+
+
+def test_continue_works_from_the_worktree_it_printed(
+    up: Upstream, project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _conflicting_release(up, project)
+    stopped = project.port("1.0", "2.0")
+    worktree = Path(stopped.stdout.split("resolve patches/mix.patch in ", 1)[1].split(":", 1)[0])
+    git(worktree, "checkout", "--theirs", "--", "pkg/serve.py")
+
+    done = _lifecycle_in(worktree / "pkg", monkeypatch, "port", "--continue", "--json")
+
+    assert done.exit_code == 0, done.stderr
+    assert done.outcomes() == {"patches/mix.patch": "RESOLVED"}
+    assert b"+MIX = 37" in project.shown("port/2.0", "manifests/2.0/patches/mix.patch")
+
+
+def test_abort_works_from_a_directory_with_no_manifests_above(
+    up: Upstream, project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _conflicting_release(up, project)
+    assert project.port("1.0", "2.0").exit_code == 1
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    aborted = _lifecycle_in(elsewhere, monkeypatch, "port", "--abort")
+
+    assert aborted.exit_code == 0, aborted.stderr
+    assert "aborted the port 1.0 -> 2.0" in aborted.stdout
+    nothing = _lifecycle_in(elsewhere, monkeypatch, "port", "--continue")
+    assert nothing.exit_code == 2
+    assert nothing.stderr.startswith("no port in progress") and "Traceback" not in nothing.stderr
+
+
+def test_continue_from_elsewhere_with_two_ports_in_progress_names_them(
+    up: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = Project(tmp_path / "first", up), Project(tmp_path / "second", up)
+    _conflicting_release(up, first)
+    second.manifest("1.0", [PatchSpec("mix.patch", up.patch("v1.0.0", change_mix("37")))])
+    assert (first.port("1.0", "2.0").exit_code, second.port("1.0", "2.0").exit_code) == (1, 1)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    ambiguous = _lifecycle_in(elsewhere, monkeypatch, "port", "--continue")
+
+    assert ambiguous.exit_code == 2
+    assert len(ambiguous.stderr.splitlines()) == 1
+    assert str(first.path) in ambiguous.stderr and str(second.path) in ambiguous.stderr
+    # From inside a repository, that repository's port is the one meant.
+    aborted = _lifecycle_in(second.path, monkeypatch, "port", "--abort")
+    assert aborted.exit_code == 0, aborted.stderr
+    assert _lifecycle_in(first.manifests, monkeypatch, "port", "--abort").exit_code == 0

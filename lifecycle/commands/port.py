@@ -25,16 +25,16 @@ def port(request: PortRequest) -> PortReport:
         return session.start(request)
 
 
-def continue_port(manifests_dir: Path, home: Path) -> PortReport:
-    """`--continue`: take the worktree as the resolution and go on."""
+def continue_port(manifests_dir: Path, home: Path, cwd: Path) -> PortReport:
+    """`--continue` run from `cwd`: take the worktree as the resolution and go on."""
     with _git_failures():
-        return session.resume(manifests_dir, home)
+        return session.resume(session.locate(manifests_dir, home, cwd), home)
 
 
-def abort_port(manifests_dir: Path, home: Path) -> str:
-    """`--abort`: forget the stopped port; a line saying what was removed."""
+def abort_port(manifests_dir: Path, home: Path, cwd: Path) -> str:
+    """`--abort` run from `cwd`: forget the stopped port; a line saying what was removed."""
     with _git_failures():
-        return session.abort(manifests_dir, home)
+        return session.abort(session.locate(manifests_dir, home, cwd))
 
 
 @contextmanager

@@ -55,6 +55,23 @@ def state_dir(home: Path, repo_root: Path) -> Path:
     return home / "port" / key
 
 
+def in_progress(home: Path) -> list[Path]:
+    """The state dirs of every port in progress (or left over by a killed one) under `home`."""
+    ports = home / "port"
+    return sorted(d for d in ports.iterdir() if d.is_dir()) if ports.is_dir() else []
+
+
+def describe(directory: Path) -> str:
+    """`1.0 -> 2.0 of /path/to/manifests`, or what is known of a port that saved nothing."""
+    if not (directory / "state.json").is_file():
+        return f"an interrupted port ({directory})"
+    try:
+        saved = load(directory)
+    except NoPortInProgress as exc:
+        return str(exc)
+    return f"{saved.old_ref} -> {saved.new_ref} of {saved.manifests_dir}"
+
+
 def worktree(directory: Path) -> Path:
     """The scratch clone inside a state dir."""
     return directory / "worktree"
