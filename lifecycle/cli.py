@@ -561,6 +561,9 @@ def schema() -> None:
 @click.option("--abort", is_flag=True, help="Forget the stopped port, restoring everything.")
 @click.option("--branch", metavar="NAME", help="Branch to commit on (default: port/NEW).")
 @click.option("--release", metavar="VERSION", help="Upstream release (default: from NEW).")
+@click.option(
+    "--allow-dirty", is_flag=True, help="Port OLD as in the working tree though HEAD differs."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def port(
@@ -573,6 +576,7 @@ def port(
     abort: bool,
     branch: str | None,
     release: str | None,
+    allow_dirty: bool,
     as_json: bool,
 ) -> None:
     """Port the patch series of OLD to the upstream release NEW, on branch port/NEW.
@@ -587,7 +591,8 @@ def port(
     home = default_home(dict(os.environ))
     manifests_dir = ctx.obj["manifests_dir"]
     if resume or abort:
-        if (resume and abort) or old or new or dry_run or keep_going or branch or release:
+        others = (old, new, dry_run, keep_going, branch, release, allow_dirty)
+        if (resume and abort) or any(others):
             raise click.UsageError("--continue and --abort take no other arguments or options")
         if abort:
             message = abort_port(manifests_dir, home, Path.cwd())
@@ -598,7 +603,15 @@ def port(
         if not (old and new):
             raise click.UsageError("give OLD and NEW (e.g. `lifecycle port 0.30 0.31`)")
         request = PortRequest(
-            manifests_dir, old, new, home, dry_run, keep_going, branch=branch, release=release
+            manifests_dir,
+            old,
+            new,
+            home,
+            dry_run,
+            keep_going,
+            branch=branch,
+            release=release,
+            allow_dirty=allow_dirty,
         )
         report = run(request)
     if as_json:

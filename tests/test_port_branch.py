@@ -325,3 +325,78 @@ def test_a_port_of_the_production_031_manifest_would_extend_030(
     assert (value.value, value.status, value.carried_from) == (0.94, "carried", "0.31")
     assert value.margin == loaded.manifest.tuned["gpu_memory_utilization"].margin
     assert ported.profiles == loaded.manifest.profiles
+
+
+def _show_digest(manifests: Path, ref: str) -> str:
+    shown = CliRunner().invoke(cli, ["--manifests", str(manifests), "show", ref, "--json"])
+    assert shown.exit_code == 0, shown.stderr
+    digest: str = json.loads(shown.stdout)["digest"]
+    return digest
+
+
+def test_the_report_records_the_digest_of_the_old_manifest(up: Upstream, project: Project) -> None:
+    project.manifest("1.0", [PatchSpec("mix.patch", up.patch("v1.0.0", change_mix("37")))])
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0", "--json")
+
+    assert run.exit_code == 0, run.stderr
+    recorded = json.loads(project.shown("port/2.0", "manifests/2.0/port-report.json"))
+    assert recorded["from"]["digest"] == _show_digest(project.manifests, "1.0")
+    assert recorded["from"]["uncommitted"] == []
+    message = git(project.path, "log", "-1", "--format=%B", "port/2.0")
+    assert f"sha256:{recorded['from']['digest']}" in message
+
+
+def test_uncommitted_changes_to_old_are_refused_unless_allow_dirty(
+    up: Upstream, project: Project
+) -> None:
+    mix, other = up.patch("v1.0.0", change_mix("37")), up.patch("v1.0.0", _other)
+    project.manifest("1.0", [PatchSpec("mix.patch", mix), PatchSpec("other.patch", other)])
+    up.tag("2.0.0")
+    manifest = project.manifests / "1.0/manifest.yaml"
+    text = manifest.read_text()
+    entry = "  - file: patches/other.patch\n    reason: test patch other.patch\n"
+    manifest.write_text(text.replace(entry, ""))  # a patch taken out, not committed
+
+    refused = project.port("1.0", "2.0")
+
+    assert refused.exit_code == 2
+    assert refused.stderr.splitlines() == [refused.stderr.strip()]  # one line
+    assert "manifests/1.0/manifest.yaml" in refused.stderr and "--allow-dirty" in refused.stderr
+    assert git(project.path, "branch", "--list", "port/*") == ""
+    dry = project.port("1.0", "2.0", "--dry-run", "--json")
+    assert dry.exit_code == 0 and any("--allow-dirty" in w for w in dry.report["warnings"])
+
+    # A patch file changed alone is refused the same way.
+    manifest.write_text(text)
+    (project.manifests / "1.0/patches/mix.patch").write_bytes(mix.replace(b"MIX = 37", b"MIX = 38"))
+    assert "manifests/1.0/patches/mix.patch" in project.port("1.0", "2.0").stderr
+
+    manifest.write_text(text.replace(entry, ""))
+    allowed = project.port("1.0", "2.0", "--allow-dirty", "--json")
+
+    assert allowed.exit_code == 0, allowed.stderr
+    assert allowed.outcomes() == {"patches/mix.patch": "CLEAN"}  # the working tree's series
+    recorded = json.loads(project.shown("port/2.0", "manifests/2.0/port-report.json"))
+    assert recorded["from"]["uncommitted"] == [
+        "manifests/1.0/manifest.yaml",
+        "manifests/1.0/patches/mix.patch",
+    ]
+    assert recorded["from"]["digest"] == _show_digest(project.manifests, "1.0")
+    message = git(project.path, "log", "-1", "--format=%B", "port/2.0")
+    assert "working tree" in message and "manifests/1.0/manifest.yaml" in message
+
+
+def test_an_old_manifest_never_committed_is_refused(up: Upstream, project: Project) -> None:
+    project.manifest("1.0", [], commit=False)
+    (project.path / "README").write_text("a first commit without manifests\n")
+    git(project.path, "add", "README")
+    git(project.path, "commit", "-q", "-m", "readme")
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0")
+
+    assert run.exit_code == 2
+    assert "manifests/1.0/manifest.yaml differ from HEAD" in run.stderr
+    assert project.port("1.0", "2.0", "--allow-dirty").exit_code == 0

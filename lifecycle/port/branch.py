@@ -58,6 +58,34 @@ def check_branch_name(repo: Repository, branch: str) -> None:
         raise BranchError(f"{branch!r} is not a valid branch name")
 
 
+def differs_from(repo: Repository, commit: str | None, files: list[Path]) -> list[str]:
+    """Which of `files` (as repository paths, sorted) the commit lacks or holds other bytes of.
+
+    Bytes as they are on disk (`--no-filters`): what the port reads is what is compared."""
+    inside: dict[str, Path] = {}
+    outside = []
+    root = repo.root.resolve()
+    for file in files:
+        resolved = file.resolve()
+        if resolved.is_relative_to(root):
+            inside[resolved.relative_to(root).as_posix()] = resolved
+        else:
+            outside.append(str(resolved))
+    if commit is None or not inside:
+        return sorted([*inside, *outside])
+    git = Git.user(repo.root)
+    committed = {}
+    for entry in git.out("ls-tree", "-z", commit, "--", *inside).split("\0"):
+        if entry:
+            info, path = entry.split("\t", 1)
+            committed[path] = info.split()[2]
+    names = sorted(inside)
+    paths = "".join(f"{inside[name]}\n" for name in names)
+    blobs = git.out("hash-object", "--no-filters", "--stdin-paths", input=paths).split()
+    changed = [n for n, blob in zip(names, blobs, strict=True) if committed.get(n) != blob]
+    return sorted([*changed, *outside])
+
+
 def commit_files(
     repo: Repository,
     branch: str,

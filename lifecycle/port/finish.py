@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -76,9 +75,11 @@ def finish(
         pins=(vllm, fi, image),
         tuned={name: value.carried_from or plan.old_label for name, value in tuned.items()},
         status=PortStatus.COMPLETE,
+        old_digest=plan.digest,
+        uncommitted=plan.uncommitted,
         dry_run=plan.request.dry_run,
         branch=plan.branch,
-        digest=_validated_digest(plan, files),
+        digest=_validated_digest(plan, files, base),
         warnings=_warnings(plan, results, (fi, image)),
     )
     files[REPORT_FILE] = (json.dumps(report.record(), indent=2) + "\n").encode()
@@ -106,6 +107,8 @@ def stopped(plan: PortPlan, git: Git, replayed: Replayed) -> PortReport:
         pins=(),
         tuned={},
         status=PortStatus.CONFLICTS_PENDING,
+        old_digest=plan.digest,
+        uncommitted=plan.uncommitted,
         dry_run=plan.request.dry_run,
         branch=plan.branch,
         warnings=_warnings(plan, results, ()),
@@ -116,19 +119,31 @@ def _bases(plan: PortPlan) -> Bases:
     return Bases(plan.old.commit, plan.new.commit, plan.new.tag, plan.subdir)
 
 
-def _validated_digest(plan: PortPlan, files: dict[str, bytes]) -> str:
-    """Load the new manifest the way every verb will, from a copy laid out like manifests/."""
+def _validated_digest(plan: PortPlan, files: dict[str, bytes], base: str | None) -> str:
+    """Load the new manifest the way every verb will, from a copy laid out like manifests/,
+    with the root it extends as the branch holds it (HEAD's, when only the working tree's
+    copy was changed and ported with --allow-dirty)."""
     root = plan.loaded.chain[-1].resolve()
     common = Path(os.path.commonpath([root.parent, plan.new_dir]))
     with tempfile.TemporaryDirectory(prefix="lifecycle-port-check-") as temp:
         copy_root = Path(temp) / root.relative_to(common)
         copy_root.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(root, copy_root)
+        copy_root.write_bytes(_as_on_branch(plan, root, base))
         new_dir = Path(temp) / plan.new_dir.relative_to(common)
         for name, content in files.items():
             (new_dir / name).parent.mkdir(parents=True, exist_ok=True)
             (new_dir / name).write_bytes(content)
         return manifest_digest(load_manifest(new_dir / "manifest.yaml"))
+
+
+def _as_on_branch(plan: PortPlan, file: Path, base: str | None) -> bytes:
+    if plan.repo is None or base is None:
+        return file.read_bytes()
+    name = file.relative_to(plan.repo.root.resolve()).as_posix()
+    if name not in plan.uncommitted:
+        return file.read_bytes()  # the same bytes as HEAD's
+    done = Git.user(plan.repo.root).run("cat-file", "blob", f"{base}:{name}", check=False)
+    return done.out.encode("utf-8", "surrogateescape") if done.rc == 0 else file.read_bytes()
 
 
 def _range_diff(plan: PortPlan, git: Git, replayed: Replayed) -> str:
@@ -175,10 +190,17 @@ def _header(plan: PortPlan, fi: pins.PinChange, image: pins.PinChange) -> list[s
 def _warnings(
     plan: PortPlan, results: list[PatchResult], changes: tuple[pins.PinChange, ...]
 ) -> tuple[str, ...]:
-    found = [plan.mirror.warning] if plan.mirror.warning else []
+    found = [w for w in (plan.mirror.warning, plan.dirty_warning) if w]
     found += [f"{c.name} {c.new}: {c.source}" for c in changes if c.flagged]
     found += [f"{r.file}: {r.note}" for r in results if r.note and r.outcome.kept]
     return tuple(found)
+
+
+def _old_manifest(plan: PortPlan) -> str:
+    file = plan.loaded.file.resolve()
+    if plan.repo and file.is_relative_to(plan.repo.root.resolve()):
+        return file.relative_to(plan.repo.root.resolve()).as_posix()
+    return str(file)
 
 
 def _message(plan: PortPlan, results: list[PatchResult]) -> str:
@@ -188,6 +210,8 @@ def _message(plan: PortPlan, results: list[PatchResult]) -> str:
         "",
         *(f"{r.file}: {r.outcome.value} {r.detail()}".rstrip() for r in results),
         "",
+        f"Old manifest: {_old_manifest(plan)} sha256:{plan.digest}",
+        *([f"Ported from the working tree: {plan.dirty_warning}."] if plan.uncommitted else []),
         f"Written by `lifecycle port`; see {REPORT_FILE} and {RANGE_DIFF_FILE}.",
     ]
     return "\n".join(lines) + "\n"

@@ -15,7 +15,13 @@ from pathlib import Path, PurePosixPath
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.manifest.digest import manifest_digest
-from lifecycle.port.branch import Repository, branch_exists, check_branch_name, find_repository
+from lifecycle.port.branch import (
+    Repository,
+    branch_exists,
+    check_branch_name,
+    differs_from,
+    find_repository,
+)
 from lifecycle.port.mirror import (
     Mirror,
     UpstreamError,
@@ -43,6 +49,7 @@ class PortRequest:
     keep_going: bool = False
     branch: str | None = None
     release: str | None = None
+    allow_dirty: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,10 +69,25 @@ class PortPlan:
     patches: list[SeriesPatch]
     repo: Repository | None
     branch: str
+    uncommitted: tuple[str, ...] = ()  # OLD's files that differ from HEAD (--allow-dirty)
+
+    @property
+    def dirty_warning(self) -> str | None:
+        """What a port of a working tree that differs from HEAD must say, if it does."""
+        if not self.uncommitted:
+            return None
+        files = ", ".join(self.uncommitted)
+        if self.request.allow_dirty:
+            return f"ported the working tree (--allow-dirty): {files} differ from HEAD"
+        return f"{files} differ from HEAD: a real port refuses this without --allow-dirty"
 
 
-def make_plan(request: PortRequest, *, fetch: bool = True) -> PortPlan:
-    """Check the request and fetch the upstream; PortUsageError or UpstreamError if it cannot go."""
+def make_plan(
+    request: PortRequest, *, fetch: bool = True, uncommitted: tuple[str, ...] | None = None
+) -> PortPlan:
+    """Check the request and fetch the upstream; PortUsageError or UpstreamError if it cannot go.
+
+    `uncommitted`, when given, is what the port found dirty when it started (`--continue`)."""
     manifests_dir = request.manifests_dir.resolve()
     loaded = load_manifest(find_manifest(request.manifests_dir, request.old_ref))
     old_dir = loaded.file.parent.resolve()
@@ -93,6 +115,14 @@ def make_plan(request: PortRequest, *, fetch: bool = True) -> PortPlan:
                 f"branch {branch} already exists (at {existing[:12]}): delete it "
                 f"(git branch -D {branch}) or name another with --branch"
             )
+    if uncommitted is None:
+        uncommitted = _uncommitted(loaded, repo)
+    if uncommitted and not (request.allow_dirty or request.dry_run):
+        raise PortUsageError(
+            f"{', '.join(uncommitted)} differ from HEAD: the port reads the working tree but "
+            "commits on HEAD; commit them first, or pass --allow-dirty to port the working tree "
+            "(the report records it)"
+        )
     source = upstream_source(loaded)
     mirror = (
         ensure_mirror(request.home, source)
@@ -123,7 +153,15 @@ def make_plan(request: PortRequest, *, fetch: bool = True) -> PortPlan:
         patches=patches,
         repo=repo,
         branch=branch,
+        uncommitted=uncommitted,
     )
+
+
+def _uncommitted(loaded: LoadedManifest, repo: Repository | None) -> tuple[str, ...]:
+    """OLD's manifests and patch files whose bytes HEAD does not hold."""
+    if repo is None:
+        return ()
+    return tuple(differs_from(repo, repo.head, [*loaded.chain, *loaded.patch_files]))
 
 
 def _label(directory: Path, manifests_dir: Path) -> str:

@@ -34,6 +34,8 @@ class PortReport:
     pins: tuple[PinChange, ...]
     tuned: dict[str, str]  # name → the release it was measured on
     status: PortStatus
+    old_digest: str = ""  # OLD's manifest digest, as ported
+    uncommitted: tuple[str, ...] = ()  # OLD's files ported from the working tree, not HEAD
     dry_run: bool = False
     branch: str | None = None
     commit: str | None = None
@@ -53,7 +55,12 @@ class PortReport:
         return {
             "schema": REPORT_SCHEMA,
             "tool": f"lifecycle {__version__}",
-            "from": {"manifest": self.old_ref, **_release(self.old)},
+            "from": {
+                "manifest": self.old_ref,
+                **_release(self.old),
+                "digest": self.old_digest,
+                "uncommitted": list(self.uncommitted),
+            },
             "to": {"manifest": self.new_ref, **_release(self.new)},
             "upstream": self.upstream,
             "package_subdir": self.subdir,

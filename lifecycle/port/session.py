@@ -108,8 +108,9 @@ def resume(directory: Path, home: Path) -> PortReport:
         home,
         branch=saved.branch,
         release=saved.release,
+        allow_dirty=saved.allow_dirty,
     )
-    plan = make_plan(request, fetch=False)
+    plan = make_plan(request, fetch=False, uncommitted=tuple(saved.uncommitted))
     if plan.digest != saved.old_manifest_digest:
         raise PortUsageError(
             f"{plan.loaded.file} changed since the port started: `lifecycle port --abort` and "
@@ -223,6 +224,8 @@ def _save(
             },
             resolved={str(i): c.to_json() for i, c in resolved.items()},
             stop={"index": stop.index, "conflict": stop.conflict.to_json(), "head": stop.head},
+            allow_dirty=plan.request.allow_dirty,
+            uncommitted=list(plan.uncommitted),
         ),
     )
 

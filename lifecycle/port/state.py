@@ -46,6 +46,8 @@ class PortState:
     pre_dropped: dict[str, dict[str, str]] = field(default_factory=dict)
     resolved: dict[str, dict[str, Any]] = field(default_factory=dict)
     stop: dict[str, Any] | None = None
+    allow_dirty: bool = False
+    uncommitted: list[str] = field(default_factory=list)
     version: int = STATE_VERSION
 
 
