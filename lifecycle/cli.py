@@ -564,6 +564,7 @@ def schema() -> None:
 @click.option(
     "--allow-dirty", is_flag=True, help="Port OLD as in the working tree though HEAD differs."
 )
+@click.option("--force", is_flag=True, help="Replace a NEW that exists (keeps what it validated).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def port(
@@ -577,6 +578,7 @@ def port(
     branch: str | None,
     release: str | None,
     allow_dirty: bool,
+    force: bool,
     as_json: bool,
 ) -> None:
     """Port the patch series of OLD to the upstream release NEW, on branch port/NEW.
@@ -591,7 +593,7 @@ def port(
     home = default_home(dict(os.environ))
     manifests_dir = ctx.obj["manifests_dir"]
     if resume or abort:
-        others = (old, new, dry_run, keep_going, branch, release, allow_dirty)
+        others = (old, new, dry_run, keep_going, branch, release, allow_dirty, force)
         if (resume and abort) or any(others):
             raise click.UsageError("--continue and --abort take no other arguments or options")
         if abort:
@@ -612,6 +614,7 @@ def port(
             branch=branch,
             release=release,
             allow_dirty=allow_dirty,
+            force=force,
         )
         report = run(request)
     if as_json:

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from lifecycle.cli import cli
@@ -228,14 +229,31 @@ def test_port_of_a_derived_manifest_extends_the_same_root(
     assert loaded.manifest.engine.base_image == "toy/engine:v2.0.0"
 
 
-def test_port_into_an_existing_directory_replaces_it_on_the_branch_only(
+def test_port_onto_an_existing_new_needs_force_and_keeps_what_it_validated(
     up: Upstream, project: Project
 ) -> None:
     project.manifest("1.0", [PatchSpec("mix.patch", up.patch("v1.0.0", change_mix("37")))])
     up.tag("2.0.0")
-    project.manifest("2.0", [PatchSpec("by-hand.patch", up.patch("v2.0.0", _other))], vllm="2.0.0")
+    existing = project.manifest(
+        "2.0", [PatchSpec("by-hand.patch", up.patch("v2.0.0", _other))], vllm="2.0.0"
+    )
+    text = (existing / "manifest.yaml").read_text()
+    (existing / "manifest.yaml").write_text(
+        text.replace("    value: 0.9\n", "    value: 0.88\n")
+        + "  max_num_seqs:\n    value: 64\n    status: validated\n"
+        "    measured_on: toy 2.0.0\n    method: burst\n"
+    )
+    git(project.path, "commit", "-q", "-am", "2.0 measured")
 
-    run = project.port("1.0", "2.0")
+    refused = project.port("1.0", "2.0")
+
+    assert refused.exit_code == 2
+    assert "2.0 already exists" in refused.stderr and "--force" in refused.stderr
+    assert len(refused.stderr.splitlines()) == 1
+    assert git(project.path, "branch", "--list", "port/*") == ""
+    dry = project.port("1.0", "2.0", "--dry-run", "--json")
+    assert dry.exit_code == 0 and any("without --force" in w for w in dry.report["warnings"])
+    run = project.port("1.0", "2.0", "--force", "--json")
 
     assert run.exit_code == 0, run.stderr
     assert sorted(_branch_files(project, "port/2.0", "manifests/2.0")) == [
@@ -248,6 +266,20 @@ def test_port_into_an_existing_directory_replaces_it_on_the_branch_only(
     assert _branch_files(project, "port/2.0", "manifests/1.0") == _branch_files(
         project, "main", "manifests/1.0"
     )
+    # What 2.0 validated stays validated, with its own measurement; nothing becomes carried.
+    assert run.report["tuned"] == {
+        "gpu_memory_utilization": {"status": "validated", "kept_from": "2.0"},
+        "max_num_seqs": {"status": "validated", "kept_from": "2.0"},
+    }
+    written = yaml.safe_load(project.shown("port/2.0", "manifests/2.0/manifest.yaml"))
+    assert written["tuned"]["gpu_memory_utilization"] == {
+        "value": 0.88,
+        "status": "validated",
+        "measured_on": "toy 2.0.0",
+        "method": "utilization ladder",
+        "margin": "1 GiB at the 64-prompt step",
+    }
+    assert written["tuned"]["max_num_seqs"]["status"] == "validated"
 
 
 def test_the_new_series_applies_the_way_the_build_applies_it(

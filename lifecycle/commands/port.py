@@ -68,9 +68,13 @@ def render_text(report: PortReport) -> str:
                 ],
             ).rstrip("\n"),
         ]
-    if report.tuned:
+    carried = {n: f.origin for n, f in report.tuned.items() if f.status == "carried"}
+    kept = [n for n, f in report.tuned.items() if f.status == "validated"]
+    if carried:
         lines += ["", f"tuned values carried, NOT re-validated on {report.new.version}:"]
-        lines += [f"  {name} (measured on {origin})" for name, origin in report.tuned.items()]
+        lines += [f"  {name} (measured on {origin})" for name, origin in carried.items()]
+    if kept:
+        lines += ["", f"tuned values {report.new_ref} had validated, kept: {', '.join(kept)}"]
     lines += [f"warning: {w}" for w in report.warnings]
     lines.append("")
     lines += _where(report)

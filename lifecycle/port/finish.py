@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.digest import manifest_digest
+from lifecycle.manifest.model import TunedValue
 from lifecycle.port import branch as port_branch
 from lifecycle.port import export, manifest_out, pins
 from lifecycle.port.classify import Bases, Replayed, classify
@@ -19,7 +20,7 @@ from lifecycle.port.git import Git
 from lifecycle.port.outcome import PatchResult
 from lifecycle.port.plan import PortPlan
 from lifecycle.port.replay import ReplayError
-from lifecycle.port.report import PortReport, PortStatus
+from lifecycle.port.report import PortReport, PortStatus, TunedFate
 
 REPORT_FILE = "port-report.json"
 RANGE_DIFF_FILE = "port-range-diff.txt"
@@ -57,10 +58,13 @@ def finish(
     new_engine = {"vllm": vllm.new, "flashinfer": fi.new}
     if image.new != image.old:
         new_engine["base_image"] = image.new
-    tuned = manifest_out.carry_tuned(plan.loaded.manifest.tuned, plan.old_label)
+    validated = plan.existing.validated if plan.existing else {}
+    tuned = manifest_out.carry_tuned(plan.loaded.manifest.tuned, plan.old_label, validated)
     series = [plan.loaded.manifest.patches[r.index] for r in results if r.outcome.kept]
     data = manifest_out.manifest_data(plan.loaded, plan.new_dir, new_engine, series, tuned)
-    files = {"manifest.yaml": manifest_out.render(data, _header(plan, fi, image)).encode()}
+    fates = _fates(plan, tuned)
+    header = _header(plan, fi, image, fates)
+    files = {"manifest.yaml": manifest_out.render(data, header).encode()}
     for result in results:
         if result.outcome.kept:
             files[plan.patches[result.index].file] = kept[result.index]
@@ -73,7 +77,7 @@ def finish(
         subdir=plan.subdir,
         results=tuple(results),
         pins=(vllm, fi, image),
-        tuned={name: value.carried_from or plan.old_label for name, value in tuned.items()},
+        tuned=fates,
         status=PortStatus.COMPLETE,
         old_digest=plan.digest,
         uncommitted=plan.uncommitted,
@@ -113,6 +117,15 @@ def stopped(plan: PortPlan, git: Git, replayed: Replayed) -> PortReport:
         branch=plan.branch,
         warnings=_warnings(plan, results, ()),
     )
+
+
+def _fates(plan: PortPlan, tuned: dict[str, TunedValue]) -> dict[str, TunedFate]:
+    return {
+        name: TunedFate("validated", plan.new_label)
+        if value.status == "validated"
+        else TunedFate("carried", value.carried_from or plan.old_label)
+        for name, value in tuned.items()
+    }
 
 
 def _bases(plan: PortPlan) -> Bases:
@@ -171,7 +184,9 @@ def _reasons(plan: PortPlan, results: list[PatchResult]) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def _header(plan: PortPlan, fi: pins.PinChange, image: pins.PinChange) -> list[str]:
+def _header(
+    plan: PortPlan, fi: pins.PinChange, image: pins.PinChange, tuned: dict[str, TunedFate]
+) -> list[str]:
     header = [
         f"Ported from {plan.old_label} by `lifecycle port` ({plan.old.tag} -> {plan.new.tag});"
         f" see {REPORT_FILE}.",
@@ -179,18 +194,21 @@ def _header(plan: PortPlan, fi: pins.PinChange, image: pins.PinChange) -> list[s
     ]
     if image.flagged:
         header.append(f"base_image: {image.source}.")
-    if plan.loaded.manifest.tuned:
+    carried = [name for name, fate in tuned.items() if fate.status == "carried"]
+    if carried:
         header.append(
-            f"Tuned values are carried from {plan.old_label}: NOT re-validated on "
+            f"Tuned values carried ({', '.join(carried)}) are NOT re-validated on "
             f"{plan.new.version}."
         )
+    if len(carried) < len(tuned):
+        header.append(f"Tuned values {plan.new_label} had validated are kept as they were.")
     return header
 
 
 def _warnings(
     plan: PortPlan, results: list[PatchResult], changes: tuple[pins.PinChange, ...]
 ) -> tuple[str, ...]:
-    found = [w for w in (plan.mirror.warning, plan.dirty_warning) if w]
+    found = [w for w in (plan.mirror.warning, plan.dirty_warning, plan.existing_warning) if w]
     found += [f"{c.name} {c.new}: {c.source}" for c in changes if c.flagged]
     found += [f"{r.file}: {r.note}" for r in results if r.note and r.outcome.kept]
     return tuple(found)

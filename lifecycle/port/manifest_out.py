@@ -31,14 +31,20 @@ _VERSIONISH = re.compile(r"[0-9][0-9A-Za-z.+!_-]*")
 _REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/]+:")
 
 
-def carry_tuned(tuned: dict[str, TunedValue], old_label: str) -> dict[str, TunedValue]:
-    """Every tuned value as `carried`, from `old_label` unless it was carried already."""
-    return {
-        name: value.model_copy(
+def carry_tuned(
+    tuned: dict[str, TunedValue], old_label: str, validated: dict[str, TunedValue] | None = None
+) -> dict[str, TunedValue]:
+    """Every tuned value as `carried`, from `old_label` unless it was carried already; but a
+    value the existing NEW `validated` is kept as it is, never turned into a carried one."""
+    kept = validated or {}
+    carried = {
+        name: kept.get(name)
+        or value.model_copy(
             update={"status": "carried", "carried_from": value.carried_from or old_label}
         )
         for name, value in tuned.items()
     }
+    return {**carried, **{name: value for name, value in kept.items() if name not in carried}}
 
 
 def manifest_data(

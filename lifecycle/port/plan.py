@@ -22,6 +22,7 @@ from lifecycle.port.branch import (
     differs_from,
     find_repository,
 )
+from lifecycle.port.existing import Existing, ExistingRelease, find_existing
 from lifecycle.port.mirror import (
     Mirror,
     UpstreamError,
@@ -50,6 +51,7 @@ class PortRequest:
     branch: str | None = None
     release: str | None = None
     allow_dirty: bool = False
+    force: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class PortPlan:
     repo: Repository | None
     branch: str
     uncommitted: tuple[str, ...] = ()  # OLD's files that differ from HEAD (--allow-dirty)
+    existing: Existing | None = None  # NEW, if it is there already (--force)
 
     @property
     def dirty_warning(self) -> str | None:
@@ -80,6 +83,15 @@ class PortPlan:
         if self.request.allow_dirty:
             return f"ported the working tree (--allow-dirty): {files} differ from HEAD"
         return f"{files} differ from HEAD: a real port refuses this without --allow-dirty"
+
+    @property
+    def existing_warning(self) -> str | None:
+        """What a port onto a NEW that exists must say, if it does."""
+        if self.existing is None:
+            return None
+        if self.request.force:
+            return f"replaced {self.existing.where} (--force), keeping the values it validated"
+        return f"{self.existing.where} exists: a real port refuses this without --force"
 
 
 def make_plan(
@@ -109,10 +121,10 @@ def make_plan(
         )
     if repo is not None:
         check_branch_name(repo, branch)
-        existing = branch_exists(repo, branch)
-        if existing and not request.dry_run:
+        at = branch_exists(repo, branch)
+        if at and not request.dry_run:
             raise PortUsageError(
-                f"branch {branch} already exists (at {existing[:12]}): delete it "
+                f"branch {branch} already exists (at {at[:12]}): delete it "
                 f"(git branch -D {branch}) or name another with --branch"
             )
     if uncommitted is None:
@@ -122,6 +134,13 @@ def make_plan(
             f"{', '.join(uncommitted)} differ from HEAD: the port reads the working tree but "
             "commits on HEAD; commit them first, or pass --allow-dirty to port the working tree "
             "(the report records it)"
+        )
+    existing = find_existing(new_dir, repo)
+    if existing and not (request.force or request.dry_run):
+        raise ExistingRelease(
+            f"{new_label} already exists ({existing.where}): the port would replace it on "
+            f"{branch}; pass --force to replace it (the tuned values it validated are kept), "
+            "or name another NEW"
         )
     source = upstream_source(loaded)
     mirror = (
@@ -154,6 +173,7 @@ def make_plan(
         repo=repo,
         branch=branch,
         uncommitted=uncommitted,
+        existing=existing,
     )
 
 

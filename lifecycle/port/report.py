@@ -13,6 +13,20 @@ from lifecycle.port.pins import PinChange, Release
 REPORT_SCHEMA = 1
 
 
+@dataclass(frozen=True)
+class TunedFate:
+    """What the new manifest says of one tuned value: carried from the release it was
+    measured on, or kept `validated` because the NEW being replaced had measured it."""
+
+    status: str  # "carried" or "validated"
+    origin: str  # carried: the release it was measured on; validated: the NEW it was kept from
+
+    def to_json(self) -> dict[str, str]:
+        """Plain data for the report."""
+        key = "carried_from" if self.status == "carried" else "kept_from"
+        return {"status": self.status, key: self.origin}
+
+
 class PortStatus(StrEnum):
     """Where the port ended."""
 
@@ -32,7 +46,7 @@ class PortReport:
     subdir: str
     results: tuple[PatchResult, ...]
     pins: tuple[PinChange, ...]
-    tuned: dict[str, str]  # name → the release it was measured on
+    tuned: dict[str, TunedFate]
     status: PortStatus
     old_digest: str = ""  # OLD's manifest digest, as ported
     uncommitted: tuple[str, ...] = ()  # OLD's files ported from the working tree, not HEAD
@@ -76,10 +90,7 @@ class PortReport:
                 }
                 for p in self.pins
             ],
-            "tuned": {
-                name: {"status": "carried", "carried_from": origin}
-                for name, origin in self.tuned.items()
-            },
+            "tuned": {name: fate.to_json() for name, fate in self.tuned.items()},
             "digest": self.digest,
         }
 
