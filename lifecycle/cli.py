@@ -136,6 +136,7 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None
                     "valid": not r.problems,
                     "digest": r.digest,
                     "problems": problem_lines(r.problems),
+                    "warnings": list(r.warnings),
                 }
                 for r in results
             ]
@@ -145,6 +146,8 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None
             click.echo(line, err=True)
         if not result.problems and not as_json:
             click.echo(f"ok {result.file} sha256:{result.digest}")
+        for warning in () if as_json else result.warnings:
+            click.echo(f"warning: {warning}", err=True)
     if any(r.problems for r in results):
         ctx.exit(EXIT_USAGE)
 

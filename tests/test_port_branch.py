@@ -191,6 +191,85 @@ def test_flashinfer_pin_missing_upstream_is_carried_and_flagged(
     assert header.startswith("# flashinfer 1.0.0: carried")
 
 
+def _lifecycle(manifests: Path, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["--manifests", str(manifests), *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_a_pin_the_port_could_not_derive_blocks_the_build_until_confirmed(
+    up: Upstream, project: Project, tmp_path: Path
+) -> None:
+    project.manifest("1.0", [])
+    git(up.path, "rm", "-q", "requirements.txt")
+    up.commit("No requirements file")
+    up.tag("2.0.0")
+    run = project.port("1.0", "2.0", "--json")
+    assert run.exit_code == 0, run.stderr
+    manifests = _checkout(project, "port/2.0", tmp_path / "checkout")
+    file = manifests / "2.0/manifest.yaml"
+    unconfirmed = yaml.safe_load(file.read_text())["engine"]["unconfirmed"]
+    assert (
+        list(unconfirmed) == ["flashinfer"] and "no requirement naming" in unconfirmed["flashinfer"]
+    )
+
+    code, out, err = _lifecycle(manifests, "validate", str(file))
+    assert code == 0 and out.startswith("ok ")
+    (warning,) = err.splitlines()
+    assert warning.startswith("warning: ") and "engine.unconfirmed.flashinfer" in warning
+    code, out, _ = _lifecycle(manifests, "show", "2.0")
+    assert "# pin flashinfer=1.0.0 UNCONFIRMED" in out
+    code, out, _ = _lifecycle(manifests, "show", "2.0", "--json")
+    assert json.loads(out)["unconfirmed"] == unconfirmed
+    for build in (["build", "2.0", "--dry-run"], ["build", "2.0"]):
+        code, out, err = _lifecycle(manifests, *build)
+        assert code == 2 and out == ""
+        (line,) = err.splitlines()
+        assert "flashinfer 1.0.0 is not confirmed" in line
+        assert "delete engine.unconfirmed.flashinfer" in line
+
+    # A person checks the pin and deletes the entry: the manifest builds.
+    lines = file.read_text().splitlines(keepends=True)
+    start = lines.index("  unconfirmed:\n")
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("    "))
+    file.write_text("".join(lines[:start] + lines[end:]))
+    assert "unconfirmed" not in file.read_text()
+    code, _, err = _lifecycle(manifests, "build", "2.0", "--dry-run", "--json")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    ("where", "text"),
+    [
+        (
+            "toy-2.0.0.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: toy\nVersion: 2.0.0\nRequires-Dist: numpy>=1\n"
+            "Requires-Dist: fakeinfer==2.1.0.post1\n",
+        ),
+        (
+            "PKG-INFO",
+            "Metadata-Version: 2.1\nName: toy\nRequires-Dist: fakeinfer (==2.1.0.post1)\n",
+        ),
+        ("setup.cfg", "[options]\ninstall_requires =\n    numpy>=1\n    fakeinfer==2.1.0.post1\n"),
+    ],
+)
+def test_flashinfer_pin_is_read_from_package_metadata(
+    up: Upstream, project: Project, where: str, text: str
+) -> None:
+    project.manifest("1.0", [])
+    git(up.path, "rm", "-q", "requirements.txt")
+    up.write(where, text)
+    up.commit("A tree made from the release's wheel")
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0", "--json")
+
+    flashinfer = next(p for p in run.report["pins"] if p["name"] == "flashinfer")
+    assert (flashinfer["new"], flashinfer["flagged"]) == ("2.1.0.post1", False)
+    assert flashinfer["source"] == f"{where} at v2.0.0"
+    manifest = yaml.safe_load(project.shown("port/2.0", "manifests/2.0/manifest.yaml"))
+    assert "unconfirmed" not in manifest["engine"]
+
+
 def test_port_of_a_derived_manifest_extends_the_same_root(
     up: Upstream, project: Project, tmp_path: Path
 ) -> None:

@@ -25,6 +25,7 @@ def show(manifests_dir: Path, ref: str) -> dict[str, Any]:
             "flashinfer": manifest.engine.flashinfer,
             "base_image": manifest.engine.base_image,
         },
+        "unconfirmed": dict(manifest.engine.unconfirmed),
         "patches": [{"file": f, "sha256": sha} for f, sha in patch_digests(loaded)],
         "tuned": {k: v.model_dump(mode="json") for k, v in manifest.tuned.items()},
         "manifest": canonical_form(loaded),
@@ -38,6 +39,9 @@ def render_text(report: dict[str, Any]) -> str:
         *(f"#   extends {parent}" for parent in report["extends_chain"]),
         f"# digest sha256:{report['digest']}",
     ]
+    for name, why in report["unconfirmed"].items():
+        value = report["pins"][name]
+        lines.append(f"# pin {name}={value} UNCONFIRMED ({why})  <- build refuses it until checked")
     for name, tuned in report["tuned"].items():
         flag = "" if tuned["status"] == "validated" else "  <- NOT re-validated on this release"
         origin = f" from {tuned['carried_from']}" if tuned.get("carried_from") else ""

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.digest import manifest_digest
@@ -55,9 +56,17 @@ def finish(
     scratch_done()
     image = pins.base_image_pin(engine.base_image, plan.old.version, plan.new.version)
     vllm = pins.PinChange("vllm", engine.vllm, plan.new.version, f"tag {plan.new.tag}")
-    new_engine = {"vllm": vllm.new, "flashinfer": fi.new}
+    new_engine: dict[str, Any] = {"vllm": vllm.new, "flashinfer": fi.new}
     if image.new != image.old:
         new_engine["base_image"] = image.new
+    unconfirmed = {
+        pin.name: f"{pin.new} carried from {plan.old_label}: {pin.reason}; check it, then "
+        "delete this entry"
+        for pin in (fi, image)
+        if pin.flagged
+    }
+    if unconfirmed:
+        new_engine["unconfirmed"] = unconfirmed
     validated = plan.existing.validated if plan.existing else {}
     tuned = manifest_out.carry_tuned(plan.loaded.manifest.tuned, plan.old_label, validated)
     series = [plan.loaded.manifest.patches[r.index] for r in results if r.outcome.kept]

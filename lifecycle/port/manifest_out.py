@@ -50,7 +50,7 @@ def carry_tuned(
 def manifest_data(
     loaded: LoadedManifest,
     new_dir: Path,
-    engine: dict[str, str],
+    engine: dict[str, Any],
     patches: list[Patch],
     tuned: dict[str, TunedValue],
 ) -> dict[str, Any]:
@@ -65,12 +65,17 @@ def manifest_data(
         **own,
         "schema_version": loaded.manifest.schema_version,
         "extends": Path(os.path.relpath(root, new_dir)).as_posix(),
-        "engine": {**own.get("engine", {}), **engine},
+        # OLD's own unconfirmed pins were about OLD's values: NEW lists only its own.
+        "engine": {**_without(own.get("engine", {}), "unconfirmed"), **engine},
         "patches": [p.model_dump(mode="json", exclude_none=True) for p in patches],
         "tuned": {name: _tuned_data(value) for name, value in tuned.items()},
     }
     ordered = {key: data[key] for key in _ORDER if key in data}
     return {**ordered, **{k: v for k, v in data.items() if k not in ordered}}
+
+
+def _without(data: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k != key}
 
 
 def _tuned_data(value: TunedValue) -> dict[str, Any]:
