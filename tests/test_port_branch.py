@@ -367,7 +367,11 @@ def test_the_new_series_applies_the_way_the_build_applies_it(
     def add_plugin(u: Upstream) -> None:
         u.write("pkg/plugins/extra.py", "ENABLED = True\n")
 
-    mix, plugin, other = up.series("v1.0.0", [change_mix("37"), add_plugin, _other])
+    other = up.patch("v1.0.0", _other)
+    # Mails too, as `git format-patch` writes them (diffstat, signature): one moves, one not.
+    author = "Ada Patcher <ada@downstream.invalid>"
+    mix = up.mail("v1.0.0", change_mix("37"), author, "serve: mix with 37\n")
+    plugin = up.mail("v1.0.0", add_plugin, author, "plugins: extra\n")
     names = ["mix.patch", "plugin.patch", "other.patch"]
     project.manifest(
         "1.0", [PatchSpec(n, c) for n, c in zip(names, (mix, plugin, other), strict=True)]

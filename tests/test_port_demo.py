@@ -62,11 +62,13 @@ def test_port_between_the_demo_releases_gives_a_buildable_manifest(
     git(project, "worktree", "add", "-q", str(checkout), "port/demo/0.2")
     manifests = checkout / "manifests"
     ported = manifests / "demo/0.2"
-    # The port reproduces the hand-ported patch of the repository byte for byte...
+    # The port reproduces the hand-ported patch of the repository byte for byte, below the
+    # line that records the port (the hunk moved)...
     hand_ported = repo_root / "manifests/demo/0.2"
     assert (ported / "patches/kernel-mix.patch").read_bytes() == (
-        hand_ported / "patches/kernel-mix.patch"
-    ).read_bytes()
+        b"Ported-From: demo/0.1 -> demo/0.2 (CLEAN)\n\n"
+        + (hand_ported / "patches/kernel-mix.patch").read_bytes()
+    )
     # ...and its manifest resolves to the hand-written one, but for the tuned value's provenance.
     ours = canonical_form(load_manifest(ported / "manifest.yaml"))
     theirs = canonical_form(load_manifest(hand_ported / "manifest.yaml"))

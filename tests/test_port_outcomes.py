@@ -156,7 +156,9 @@ def test_file_renamed_upstream(up: Upstream, project: Project) -> None:
     assert result["outcome"] == "RENAMED"
     assert result["renamed"] == [{"old": "serve.py", "new": "server.py"}]
     exported = project.shown("port/2.0", "manifests/2.0/patches/mix.patch").decode()
-    assert exported.startswith("diff --git a/server.py b/server.py\n")
+    assert exported.startswith(
+        "Ported-From: 1.0 -> 2.0 (RENAMED)\n\ndiff --git a/server.py b/server.py\n"
+    )
 
 
 def test_new_file_added_by_the_patch_is_clean(up: Upstream, project: Project) -> None:

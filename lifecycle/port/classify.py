@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lifecycle.errors import LifecycleError
-from lifecycle.port import export, history
+from lifecycle.port import export, history, patchfile
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import (
     Conflict,
@@ -44,6 +44,7 @@ class Bases:
     new_commit: str
     new_tag: str
     subdir: str
+    port: str = ""  # `OLD -> NEW`, as a moved patch's Ported-From trailer says
 
 
 @dataclass(frozen=True)
@@ -203,8 +204,13 @@ def _applied(git: Git, bases: Bases, moved: _Moved) -> tuple[PatchResult, bytes]
         unchanged=unchanged,
         note=note,
     )
-    # A patch whose change did not move keeps its bytes, whatever tool first wrote them.
-    return result, patch.path.read_bytes() if unchanged else moved.new
+    # A patch whose change did not move keeps its bytes, whatever tool first wrote them; one
+    # that moved keeps its author and message, and says it was ported.
+    original = patch.path.read_bytes()
+    if unchanged:
+        return result, original
+    trailer = f"Ported-From: {bases.port} ({outcome.value})"
+    return result, patchfile.with_port(original, moved.new, trailer)
 
 
 def _recorded(git: Git, bases: Bases, patch: SeriesPatch) -> str | None:

@@ -138,7 +138,8 @@ def _fates(plan: PortPlan, tuned: dict[str, TunedValue]) -> dict[str, TunedFate]
 
 
 def _bases(plan: PortPlan) -> Bases:
-    return Bases(plan.old.commit, plan.new.commit, plan.new.tag, plan.subdir)
+    port = f"{plan.old_label} -> {plan.new_label}"
+    return Bases(plan.old.commit, plan.new.commit, plan.new.tag, plan.subdir, port)
 
 
 def _validated_digest(plan: PortPlan, files: dict[str, bytes], base: str | None) -> str:

@@ -258,6 +258,9 @@ class StillConflicted(LifecycleError):
 
 
 def _message(patch: SeriesPatch) -> bytes:
+    # The whole file goes below the `---`, so git apply gets it all and skips whatever is
+    # above its first diff (a mail's own headers, message and diffstat): the scratch commits
+    # are named by the series position, and the file's message is kept by the export.
     # mboxrd: a body line that looks like a message boundary gets one more '>', and git am
     # (--patch-format=mboxrd) takes it off again; the patch reaches git apply byte for byte.
     body = patch.path.read_bytes()
