@@ -60,6 +60,13 @@ def test_identical_change_upstream_is_dropped_by_patch_id(up: Upstream, project:
     manifest = project.shown("port/2.0", "manifests/2.0/manifest.yaml").decode()
     assert "patches: []" in manifest
     assert "manifests/2.0/patches/mix.patch" not in run.report["files"]
+    # DEP-3's field says where the change went, in the report and in the branch's history.
+    assert patch["applied_upstream"] == fixed
+    trailers = "%(trailers:key=Applied-Upstream,valueonly)"
+    recorded = git(project.path, "log", "-1", f"--format={trailers}", "port/2.0")
+    assert recorded.strip() == f"{fixed} (patches/mix.patch, patch-id)"
+    reasons = project.shown("port/2.0", "manifests/2.0/port-range-diff.txt").decode()
+    assert f"#   Applied-Upstream: {fixed} (patch-id)\n" in reasons
 
 
 def test_backport_on_a_release_branch_is_dropped_by_reverse_apply(
@@ -104,6 +111,8 @@ def test_recorded_upstream_commit_in_the_new_tag_is_dropped_by_ancestor(
     assert result["outcome"] == "DROPPED_UPSTREAM"
     assert result["dropped"]["method"] == "ancestor"
     assert result["dropped"]["commit"] == fixed
+    message = git(project.path, "log", "-1", "--format=%B", "port/2.0")
+    assert f"\nApplied-Upstream: {fixed} (patches/mix.patch, ancestor)\n" in message
 
 
 def test_upstream_superset_fix_is_a_conflict_with_a_hint_not_a_drop(

@@ -187,6 +187,8 @@ def _reasons(plan: PortPlan, results: list[PatchResult]) -> str:
     for result in results:
         why = result.detail()
         lines.append(f"# {result.file}: {result.outcome.value}{f' ({why})' if why else ''}")
+        if result.drop:
+            lines.append(f"#   Applied-Upstream: {result.drop.commit} ({result.drop.method.value})")
         if result.conflict and result.conflict.hint:
             lines.append(f"#   hint: {result.conflict.hint}")
         if result.note:
@@ -242,4 +244,10 @@ def _message(plan: PortPlan, results: list[PatchResult]) -> str:
         *([f"Ported from the working tree: {plan.dirty_warning}."] if plan.uncommitted else []),
         f"Written by `lifecycle port`; see {REPORT_FILE} and {RANGE_DIFF_FILE}.",
     ]
-    return "\n".join(lines) + "\n"
+    # Trailers, so `git log --format=%(trailers:key=Applied-Upstream)` finds why patches went.
+    applied = [
+        f"Applied-Upstream: {r.drop.commit} ({r.file}, {r.drop.method.value})"
+        for r in results
+        if r.drop
+    ]
+    return "\n".join(lines + (["", *applied] if applied else [])) + "\n"

@@ -164,6 +164,7 @@ class PatchResult:
                 "commit": self.drop.commit,
                 "subject": self.drop.subject,
             }
+            data["applied_upstream"] = self.drop.commit  # DEP-3's name for it
         if self.conflict:
             data["conflict"] = self.conflict.to_json()
         if self.renames:
