@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -204,6 +205,91 @@ def test_file_deleted_upstream_is_a_modify_delete_conflict(up: Upstream, project
     assert result["conflict"]["kind"] == "modify/delete"
     assert result["conflict"]["files"] == [{"path": "other.py", "kind": "modify/delete"}]
     assert "Remove other.py" in result["conflict"]["hint"]
+    assert result["conflict"]["hint"].startswith("upstream deleted other.py in ")
+
+
+def test_a_modify_delete_hint_names_the_file_that_replaced_it(
+    up: Upstream, project: Project
+) -> None:
+    def edit_other(u: Upstream) -> None:
+        u.edit("pkg/other.py", lambda t: t.replace("OTHER_5 = 5\n", "OTHER_5 = 55\n"))
+
+    project.manifest("1.0", [PatchSpec("other.patch", up.patch("v1.0.0", edit_other))])
+    # Moved and rewritten too much for git to call it a rename (under 50 % alike).
+    kept = "".join(f"OTHER_{n} = {n}\n" for n in range(1, 13))
+    up.write("pkg/others/base.py", kept + "".join(f"NEW_{n} = {n}\n" for n in range(13, 31)))
+    git(up.path, "rm", "-q", "pkg/other.py")
+    moved = up.commit("Split other.py into a package")
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0", "--json")
+
+    (result,) = run.report["patches"]
+    assert result["conflict"]["kind"] == "modify/delete"
+    hint = result["conflict"]["hint"]
+    assert hint.startswith(f"upstream deleted other.py in {moved[:12]} 'Split other.py")
+    assert "others/base.py" in hint and "% alike" in hint
+
+
+def test_an_add_add_hint_says_upstream_added_the_file(up: Upstream, project: Project) -> None:
+    def add_plugin(u: Upstream) -> None:
+        u.write("pkg/plugins/extra.py", '"""Ours."""\n\nENABLED = True\n')
+
+    project.manifest("1.0", [PatchSpec("extra.patch", up.patch("v1.0.0", add_plugin))])
+    up.write("pkg/plugins/extra.py", '"""Upstream\'s."""\n\nENABLED = False\n')
+    added = up.commit("Add the extra plugin")
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0", "--json")
+
+    (result,) = run.report["patches"]
+    assert result["conflict"]["kind"] == "add/add"
+    assert result["conflict"]["hint"].startswith(
+        f"upstream added plugins/extra.py in {added[:12]} 'Add the extra plugin'"
+    )
+
+
+def test_the_range_diff_shows_patches_that_left_as_gone_not_as_added(
+    up: Upstream, project: Project
+) -> None:
+    def other(number: int, value: str) -> Callable[[Upstream], None]:
+        def change(u: Upstream) -> None:
+            u.edit(
+                "pkg/other.py",
+                lambda t: t.replace(f"_{number} = {number}\n", f"_{number} = {value}\n"),
+            )
+
+        return change
+
+    project.manifest(
+        "1.0",
+        [
+            PatchSpec("first.patch", up.patch("v1.0.0", other(5, "55"))),
+            PatchSpec("emptied.patch", up.patch("v1.0.0", change_mix("37"))),
+            PatchSpec("dropped.patch", up.patch("v1.0.0", other(9, "99"))),
+            PatchSpec("last.patch", up.patch("v1.0.0", other(25, "250"))),
+        ],
+    )
+    _lines({18: "VALUE_18 = 180\n", 20: "MIX = 37\n", 23: "VALUE_23 = 230\n"})(up)
+    up.commit("Rework")
+    other(9, "99")(up)
+    up.commit("Use 99")
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0", "--json")
+
+    assert run.outcomes() == {
+        "patches/first.patch": "CLEAN",
+        "patches/emptied.patch": "EMPTIED",
+        "patches/dropped.patch": "DROPPED_UPSTREAM",
+        "patches/last.patch": "CLEAN",
+    }
+    text = project.shown("port/2.0", "manifests/2.0/port-range-diff.txt").decode()
+    pairs = [line for line in text.splitlines() if re.match(r"\d+: ", line)]
+    assert [line.split()[2] for line in pairs] == ["=", "<", "<", "="]
+    assert pairs[1].endswith("patches/emptied.patch (EMPTIED)")
+    assert pairs[2].endswith("patches/dropped.patch (DROPPED_UPSTREAM)")
+    assert pairs[3].split()[3] == "2:"  # the new series holds two patches, numbered 1 and 2
 
 
 def _flip_bytes(u: Upstream) -> None:
@@ -261,7 +347,9 @@ def test_change_already_there_without_a_commit_to_name_is_emptied(
     # Upstream makes the same change inside a larger rewrite of the context: the 3-way replay
     # comes out empty, yet neither patch-id nor a strict reverse-apply ties it to a commit.
     _lines({18: "VALUE_18 = 180\n", 20: "MIX = 37\n", 23: "VALUE_23 = 230\n"})(up)
-    up.commit("Rework")
+    rework = up.commit("Rework")
+    up.edit("pkg/serve.py", lambda t: t.replace("VALUE_35 = 35\n", "VALUE_35 = 350\n"))
+    up.commit("Later work on the same file")
     up.tag("2.0.0")
 
     run = project.port("1.0", "2.0", "--json")
@@ -269,4 +357,10 @@ def test_change_already_there_without_a_commit_to_name_is_emptied(
     assert run.exit_code == 0, run.stderr
     (result,) = run.report["patches"]
     assert result["outcome"] == "EMPTIED"
-    assert "no upstream commit" in result["note"]
+    # Not evidence enough to call it dropped, but the commit that wrote the lines is named.
+    assert result["related_upstream"] == {
+        "commit": rework,
+        "subject": "Rework",
+        "how": "wrote the lines the patch adds",
+    }
+    assert f"upstream {rework[:12]} 'Rework' wrote the lines the patch adds" in result["note"]

@@ -65,6 +65,8 @@ def test_conflict_stops_then_continue_finishes_with_the_resolution(
 
     assert stopped.exit_code == 1
     assert stopped.outcomes() == {"patches/mix.patch": "CONFLICT", "patches/tail.patch": "PENDING"}
+    text = project.port("1.0", "2.0", "--dry-run").stdout
+    assert "conflicts pending: patches/mix.patch\nnot tried yet: patches/tail.patch\n" in text
     worktree = Path(stopped.report["worktree"])
     conflicted = (worktree / "pkg/serve.py").read_text()
     assert "<<<<<<<" in conflicted and "MIX = 41" in conflicted and "MIX = 37" in conflicted
@@ -160,6 +162,15 @@ def test_keep_going_reports_every_conflict_and_what_they_block(
         "patches/clean.patch": "CLEAN",
     }
     assert run.report["patches"][1]["blocked_by"] == "patches/mix.patch"
+    # A survey says what the finished port would write for pins and tuned values too.
+    assert [(p["name"], p["new"]) for p in run.report["pins"]] == [
+        ("vllm", "2.0.0"),
+        ("flashinfer", "1.0.0"),
+        ("base_image", "toy/engine:v2.0.0"),
+    ]
+    assert run.report["tuned"] == {
+        "gpu_memory_utilization": {"status": "carried", "carried_from": "1.0"}
+    }
     # Left stopped at the first conflict, ready for --continue.
     worktree = Path(run.report["worktree"])
     assert "<<<<<<<" in (worktree / "pkg/serve.py").read_text()
@@ -248,6 +259,7 @@ def test_text_report_names_the_conflict_and_where_to_resolve_it(
     assert lines[3].split()[:4] == ["patches/mix.patch", "CONFLICT", "content:", "serve.py"]
     assert "hint: upstream changed these files in" in run.stdout
     assert "resolve patches/mix.patch in " in run.stdout and ": pkg/serve.py (edit" in run.stdout
+    assert "conflicts pending: patches/mix.patch\n" in run.stdout
     aborted = project.port("--abort", "--json")
     assert aborted.report["aborted"] is True
 

@@ -14,6 +14,8 @@ from lifecycle.port.report import PortReport, PortStatus
 from lifecycle.proc import CommandFailed
 from lifecycle.table import render
 
+_STOPPED = (PatchOutcome.CONFLICT, PatchOutcome.BLOCKED_BY)
+
 
 class PortFailed(LifecycleError):
     """git failed in a way a port does not expect (exit 2: exit 1 means conflicts pending)."""
@@ -83,8 +85,10 @@ def render_text(report: PortReport) -> str:
 
 def _where(report: PortReport) -> list[str]:
     if report.status is PortStatus.CONFLICTS_PENDING:
-        waiting = [r.file for r in report.results if r.outcome.needs_person]
+        waiting = [r.file for r in report.results if r.outcome in _STOPPED]
+        untried = [r.file for r in report.results if r.outcome is PatchOutcome.PENDING]
         lines = [f"conflicts pending: {', '.join(waiting)}"]
+        lines += [f"not tried yet: {', '.join(untried)}"] if untried else []
         if report.dry_run:
             return [*lines, "dry run: nothing was written"]
         current = next(r for r in report.results if r.outcome is PatchOutcome.CONFLICT)

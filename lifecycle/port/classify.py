@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lifecycle.errors import LifecycleError
-from lifecycle.port import export, history, patchfile
+from lifecycle.port import export, hints, history, patchfile
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import (
     Conflict,
@@ -158,12 +158,30 @@ def _emptied(git: Git, bases: Bases, moved: _Moved) -> PatchResult:
     if drop:
         outcome = PatchOutcome.DROPPED_UPSTREAM
         return PatchResult(patch.index, patch.file, outcome, drop, moved.resolved, note=note)
+    related = (
+        None
+        if moved.resolved
+        else hints.related_commit(
+            git, bases.old_commit, bases.new_commit, bases.subdir, moved.old, moved.old_paths
+        )
+    )
     why = note or (
         "its change is already in the tree it was moved onto, "
-        "but no upstream commit between the tags explains it"
+        + (
+            f"and upstream {related.commit[:12]} {related.subject!r} {related.how}, but "
+            if related
+            else "but "
+        )
+        + "neither patch-id nor a reverse-apply proves the change is upstream's: check it"
     )
     return PatchResult(
-        patch.index, patch.file, PatchOutcome.EMPTIED, None, moved.resolved, note=why
+        patch.index,
+        patch.file,
+        PatchOutcome.EMPTIED,
+        None,
+        moved.resolved,
+        note=why,
+        related=related,
     )
 
 
@@ -237,21 +255,14 @@ def _renames(
 
 
 def _with_hint(git: Git, bases: Bases, patch: SeriesPatch, conflict: Conflict) -> Conflict:
-    repo_paths = [f.path for f in conflict.files]
-    hints = []
-    touching = history.commits_touching(git, bases.old_commit, bases.new_commit, repo_paths, 3)
-    if touching:
-        named = "; ".join(f"{c[:12]} {s!r}" for c, _, s in (t.partition(" ") for t in touching))
-        hints.append(
-            f"upstream changed these files in {named}: if that change supersedes "
-            "this patch, resolve by keeping upstream's side (the patch then drops out)"
-        )
+    found = hints.conflict_hint(git, bases.old_commit, bases.new_commit, bases.subdir, conflict)
+    said = [found] if found else []
     recorded = _recorded(git, bases, patch)
     if recorded:
-        hints.append(f"the recorded upstream_commit {recorded[:12]} is in {bases.new_tag}")
+        said.append(f"the recorded upstream_commit {recorded[:12]} is in {bases.new_tag}")
     if patch.drop_when:
-        hints.append(f"drop_when: {patch.drop_when}")
-    return Conflict(_in_package(conflict, bases).files, " | ".join(hints) or None)
+        said.append(f"drop_when: {patch.drop_when}")
+    return Conflict(_in_package(conflict, bases).files, " | ".join(said) or None)
 
 
 def _in_package(conflict: Conflict, bases: Bases) -> Conflict:

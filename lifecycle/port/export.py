@@ -1,4 +1,4 @@
-"""Deterministic patch export, and the range-diff of the old series against the new.
+"""Deterministic patch export: the diff of each replayed commit, as the build applies it.
 
 Every patch's diff is printed by git with the same pinned options, in the form the build
 applies (`patch -p1 --fuzz=0` inside the package dir): a plain `git diff` per patch, paths
@@ -96,11 +96,6 @@ def touched(git: Git, commits: list[str]) -> dict[str, list[str]]:
         elif commit:
             found[commit].append(field)
     return found
-
-
-def range_diff(git: Git, old_range: str, new_range: str) -> str:
-    """`git range-diff` of the two series (commit ids are deterministic: fixed identities)."""
-    return git.out("range-diff", "--no-color", old_range, new_range)
 
 
 def _log_patches(git: Git, commits: list[str], subdir: str, *, binary: bool) -> dict[str, bytes]:

@@ -9,19 +9,17 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.digest import manifest_digest
-from lifecycle.manifest.model import TunedValue
 from lifecycle.port import branch as port_branch
-from lifecycle.port import export, manifest_out, pins
+from lifecycle.port import manifest_out, pins, rangediff
 from lifecycle.port.classify import Bases, Replayed, classify
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import PatchResult
 from lifecycle.port.plan import PortPlan
 from lifecycle.port.replay import ReplayError
-from lifecycle.port.report import PortReport, PortStatus, TunedFate
+from lifecycle.port.report import PortReport, PortStatus
 
 REPORT_FILE = "port-report.json"
 RANGE_DIFF_FILE = "port-range-diff.txt"
@@ -37,12 +35,9 @@ def finish(
     """Classify, write the new manifest, series, report and range-diff; commit them on the port
     branch on top of `base` (unless a dry run). `scratch_done` is called once the scratch
     repository is no longer read, so it can be removed while the branch is written."""
-    engine = plan.loaded.manifest.engine
     # Three independent readers of the scratch repository: they overlap their git processes.
     with ThreadPoolExecutor(max_workers=2) as pool:
-        flashinfer = pool.submit(
-            pins.flashinfer_pin, git, plan.new, engine.flashinfer_dist, engine.flashinfer
-        )
+        flashinfer = pool.submit(_flashinfer, plan, git)
         range_diff = pool.submit(_range_diff, plan, git, replayed)
         results, kept = classify(git, _bases(plan), plan.patches, replayed)
         fi, diff = flashinfer.result(), range_diff.result()
@@ -54,25 +49,12 @@ def finish(
             "or aborted by hand?): `lifecycle port --abort` and start again"
         )
     scratch_done()
-    image = pins.base_image_pin(engine.base_image, plan.old.version, plan.new.version)
-    vllm = pins.PinChange("vllm", engine.vllm, plan.new.version, f"tag {plan.new.tag}")
-    new_engine: dict[str, Any] = {"vllm": vllm.new, "flashinfer": fi.new}
-    if image.new != image.old:
-        new_engine["base_image"] = image.new
-    unconfirmed = {
-        pin.name: f"{pin.new} carried from {plan.old_label}: {pin.reason}; check it, then "
-        "delete this entry"
-        for pin in (fi, image)
-        if pin.flagged
-    }
-    if unconfirmed:
-        new_engine["unconfirmed"] = unconfirmed
-    validated = plan.existing.validated if plan.existing else {}
-    tuned = manifest_out.carry_tuned(plan.loaded.manifest.tuned, plan.old_label, validated)
+    values = manifest_out.new_values(plan, fi)
     series = [plan.loaded.manifest.patches[r.index] for r in results if r.outcome.kept]
-    data = manifest_out.manifest_data(plan.loaded, plan.new_dir, new_engine, series, tuned)
-    fates = _fates(plan, tuned)
-    header = _header(plan, fi, image, fates)
+    data = manifest_out.manifest_data(
+        plan.loaded, plan.new_dir, values.engine, series, values.tuned
+    )
+    header = _header(plan, values)
     files = {"manifest.yaml": manifest_out.render(data, header).encode()}
     for result in results:
         if result.outcome.kept:
@@ -85,18 +67,19 @@ def finish(
         upstream=plan.loaded.manifest.upstream.repository,
         subdir=plan.subdir,
         results=tuple(results),
-        pins=(vllm, fi, image),
-        tuned=fates,
+        pins=values.pins,
+        tuned=values.fates,
         status=PortStatus.COMPLETE,
         old_digest=plan.digest,
         uncommitted=plan.uncommitted,
         dry_run=plan.request.dry_run,
         branch=plan.branch,
         digest=_validated_digest(plan, files, base),
-        warnings=_warnings(plan, results, (fi, image)),
+        warnings=_warnings(plan, results, values.pins),
     )
     files[REPORT_FILE] = (json.dumps(report.record(), indent=2) + "\n").encode()
-    files[RANGE_DIFF_FILE] = (_reasons(plan, results) + diff).encode()
+    outcomes = {r.file: r.outcome.value for r in results}
+    files[RANGE_DIFF_FILE] = (_reasons(plan, results) + rangediff.annotate(diff, outcomes)).encode()
     if plan.request.dry_run or plan.repo is None:
         return replace(report, files=tuple(sorted(files)))
     directory = plan.new_dir.relative_to(plan.repo.root.resolve()).as_posix()
@@ -107,8 +90,10 @@ def finish(
 
 
 def stopped(plan: PortPlan, git: Git, replayed: Replayed) -> PortReport:
-    """The report of a port stopped on conflicts: every patch's outcome so far."""
+    """The report of a port stopped on conflicts: every patch's outcome so far, and the pins
+    and tuned values the finished port would write."""
     results, _ = classify(git, _bases(plan), plan.patches, replayed)
+    values = manifest_out.new_values(plan, _flashinfer(plan, git))
     return PortReport(
         old_ref=plan.old_label,
         new_ref=plan.new_label,
@@ -117,24 +102,20 @@ def stopped(plan: PortPlan, git: Git, replayed: Replayed) -> PortReport:
         upstream=plan.loaded.manifest.upstream.repository,
         subdir=plan.subdir,
         results=tuple(results),
-        pins=(),
-        tuned={},
+        pins=values.pins,
+        tuned=values.fates,
         status=PortStatus.CONFLICTS_PENDING,
         old_digest=plan.digest,
         uncommitted=plan.uncommitted,
         dry_run=plan.request.dry_run,
         branch=plan.branch,
-        warnings=_warnings(plan, results, ()),
+        warnings=_warnings(plan, results, values.pins),
     )
 
 
-def _fates(plan: PortPlan, tuned: dict[str, TunedValue]) -> dict[str, TunedFate]:
-    return {
-        name: TunedFate("validated", plan.new_label)
-        if value.status == "validated"
-        else TunedFate("carried", value.carried_from or plan.old_label)
-        for name, value in tuned.items()
-    }
+def _flashinfer(plan: PortPlan, git: Git) -> pins.PinChange:
+    engine = plan.loaded.manifest.engine
+    return pins.flashinfer_pin(git, plan.new, engine.flashinfer_dist, engine.flashinfer)
 
 
 def _bases(plan: PortPlan) -> Bases:
@@ -172,9 +153,9 @@ def _as_on_branch(plan: PortPlan, file: Path, base: str | None) -> bytes:
 def _range_diff(plan: PortPlan, git: Git, replayed: Replayed) -> str:
     if replayed.old and replayed.new:
         last_old = replayed.old[len(replayed.old) - 1]
-        return export.range_diff(git, f"{plan.old.commit}..{last_old}", f"{plan.new.commit}..HEAD")
+        return rangediff.range_diff(git, plan.old.commit, last_old, plan.new.commit, "HEAD")
     if replayed.old:
-        return "(the new series is empty: every patch left it, for the reasons above)\n"
+        return rangediff.EMPTY_SERIES
     return ""
 
 
@@ -196,9 +177,8 @@ def _reasons(plan: PortPlan, results: list[PatchResult]) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def _header(
-    plan: PortPlan, fi: pins.PinChange, image: pins.PinChange, tuned: dict[str, TunedFate]
-) -> list[str]:
+def _header(plan: PortPlan, values: manifest_out.NewValues) -> list[str]:
+    _, fi, image = values.pins
     header = [
         f"Ported from {plan.old_label} by `lifecycle port` ({plan.old.tag} -> {plan.new.tag});"
         f" see {REPORT_FILE}.",
@@ -206,13 +186,13 @@ def _header(
     ]
     if image.flagged:
         header.append(f"base_image: {image.source}.")
-    carried = [name for name, fate in tuned.items() if fate.status == "carried"]
+    carried = [name for name, fate in values.fates.items() if fate.status == "carried"]
     if carried:
         header.append(
             f"Tuned values carried ({', '.join(carried)}) are NOT re-validated on "
             f"{plan.new.version}."
         )
-    if len(carried) < len(tuned):
+    if len(carried) < len(values.fates):
         header.append(f"Tuned values {plan.new_label} had validated are kept as they were.")
     return header
 

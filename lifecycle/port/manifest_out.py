@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,50 @@ from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.merge import deep_merge
 from lifecycle.manifest.model import Patch, TunedValue
 from lifecycle.manifest.source import read_yaml
+from lifecycle.port.pins import PinChange, base_image_pin
+from lifecycle.port.plan import PortPlan
+from lifecycle.port.report import TunedFate
 
 _ORDER = ("schema_version", "extends", "name", "engine", "upstream", "patches", "tuned")
 _VERSIONISH = re.compile(r"[0-9][0-9A-Za-z.+!_-]*")
 _REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/]+:")
+
+
+@dataclass(frozen=True)
+class NewValues:
+    """The new release's pins, engine keys and tuned values, as the new manifest writes them."""
+
+    pins: tuple[PinChange, ...]  # vllm, flashinfer, base_image
+    engine: dict[str, Any]
+    tuned: dict[str, TunedValue]
+    fates: dict[str, TunedFate]
+
+
+def new_values(plan: PortPlan, flashinfer: PinChange) -> NewValues:
+    """The pins (FlashInfer's read from the release by the caller) and tuned values of NEW."""
+    engine = plan.loaded.manifest.engine
+    image = base_image_pin(engine.base_image, plan.old.version, plan.new.version)
+    vllm = PinChange("vllm", engine.vllm, plan.new.version, f"tag {plan.new.tag}")
+    new_engine: dict[str, Any] = {"vllm": vllm.new, "flashinfer": flashinfer.new}
+    if image.new != image.old:
+        new_engine["base_image"] = image.new
+    unconfirmed = {
+        pin.name: f"{pin.new} carried from {plan.old_label}: {pin.reason}; check it, then "
+        "delete this entry"
+        for pin in (flashinfer, image)
+        if pin.flagged
+    }
+    if unconfirmed:
+        new_engine["unconfirmed"] = unconfirmed
+    validated = plan.existing.validated if plan.existing else {}
+    tuned = carry_tuned(plan.loaded.manifest.tuned, plan.old_label, validated)
+    fates = {
+        name: TunedFate("validated", plan.new_label)
+        if value.status == "validated"
+        else TunedFate("carried", value.carried_from or plan.old_label)
+        for name, value in tuned.items()
+    }
+    return NewValues((vllm, flashinfer, image), new_engine, tuned, fates)
 
 
 def carry_tuned(

@@ -112,6 +112,15 @@ class Drop:
 
 
 @dataclass(frozen=True)
+class RelatedCommit:
+    """An upstream commit that likely explains a patch, without proving it (a hint)."""
+
+    commit: str
+    subject: str
+    how: str  # e.g. "wrote the lines the patch adds"
+
+
+@dataclass(frozen=True)
 class Rename:
     """A file the patch touches that upstream moved, paths in the package dir."""
 
@@ -132,6 +141,7 @@ class PatchResult:
     blocked_by: str | None = None
     unchanged: bool = False  # the exported bytes are the old file's bytes
     note: str | None = None
+    related: RelatedCommit | None = None  # EMPTIED: the upstream commit that likely did it
 
     def detail(self) -> str:
         """The evidence in one line, e.g. `patch-id 1a2b3c4d5e6f "Fix the mix"`."""
@@ -148,6 +158,10 @@ class PatchResult:
             return f"{kind.value}: {files}"
         if self.renames:
             return ", ".join(f"{r.old} -> {r.new}" for r in self.renames)
+        if self.related:
+            return (
+                f"likely {self.related.commit[:12]} {self.related.subject!r} ({self.related.how})"
+            )
         return "byte-identical" if self.unchanged else ""
 
     def to_json(self) -> dict[str, Any]:
@@ -173,4 +187,10 @@ class PatchResult:
             data["blocked_by"] = self.blocked_by
         if self.note:
             data["note"] = self.note
+        if self.related:
+            data["related_upstream"] = {
+                "commit": self.related.commit,
+                "subject": self.related.subject,
+                "how": self.related.how,
+            }
         return data
