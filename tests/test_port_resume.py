@@ -177,6 +177,63 @@ def test_keep_going_reports_every_conflict_and_what_they_block(
     assert "<<<<<<<" not in (worktree / "pkg/other.py").read_text()
 
 
+def test_blocked_by_needs_proof_not_just_a_shared_file(up: Upstream, project: Project) -> None:
+    def value(number: int, new: str) -> Callable[[Upstream], None]:
+        def change(u: Upstream) -> None:
+            u.edit(
+                "pkg/serve.py",
+                lambda t: t.replace(f"_{number:02d} = {number}\n", f"_{number:02d} = {new}\n"),
+            )
+
+        return change
+
+    def mix_38(u: Upstream) -> None:
+        u.edit("pkg/serve.py", lambda t: t.replace("MIX = 37\n", "MIX = 38\n"))
+
+    mix, builds_on_mix, own = up.series("v1.0.0", [change_mix("37"), mix_38, value(5, "55")])
+    project.manifest(
+        "1.0",
+        [
+            PatchSpec("mix.patch", mix),
+            PatchSpec("mix-38.patch", builds_on_mix),
+            PatchSpec("five.patch", own),  # the same file as mix.patch, lines of its own
+        ],
+    )
+    change_mix("41")(up)
+    value(5, "56")(up)
+    up.commit("Upstream changes the mix and VALUE_05")
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0", "--keep-going", "--json")
+
+    assert run.outcomes() == {
+        "patches/mix.patch": "CONFLICT",
+        "patches/mix-38.patch": "BLOCKED_BY",  # applies once mix.patch is forced in
+        "patches/five.patch": "CONFLICT",  # conflicts with upstream's 56 whatever mix.patch does
+    }
+    assert run.report["patches"][1]["blocked_by"] == "patches/mix.patch"
+    assert "blocked_by" not in run.report["patches"][2]
+
+
+def test_blocked_by_a_patch_whose_file_upstream_deleted(up: Upstream, project: Project) -> None:
+    first, second = up.series(
+        "v1.0.0",
+        [_edit_other("OTHER_5 = 5", "OTHER_5 = 55"), _edit_other("OTHER_5 = 55", "OTHER_5 = 555")],
+    )
+    project.manifest("1.0", [PatchSpec("first.patch", first), PatchSpec("second.patch", second)])
+    git(up.path, "rm", "-q", "pkg/other.py")
+    up.commit("Remove other.py")
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0", "--keep-going", "--json")
+
+    assert run.outcomes() == {
+        "patches/first.patch": "CONFLICT",
+        "patches/second.patch": "BLOCKED_BY",
+    }
+    assert run.report["patches"][0]["conflict"]["kind"] == "modify/delete"
+
+
 def test_dry_run_writes_nothing(up: Upstream, project: Project, isolated_home: Path) -> None:
     project.manifest("1.0", [PatchSpec("mix.patch", up.patch("v1.0.0", change_mix("37")))])
     up.edit("pkg/other.py", lambda t: t + "OTHER_31 = 31\n")

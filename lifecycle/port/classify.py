@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lifecycle.errors import LifecycleError
-from lifecycle.port import export, hints, history, patchfile
+from lifecycle.port import blocking, export, hints, history, patchfile
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import (
     Conflict,
@@ -109,10 +109,16 @@ def _outcomes(
             drop = replayed.pre_dropped[i]
             results.append(PatchResult(i, patch.file, PatchOutcome.DROPPED_UPSTREAM, drop=drop))
         elif i in stopped:
-            # In a --keep-going survey, a conflict on a file an earlier stopped patch touches is
-            # put down to that patch: it may well apply once the earlier one is resolved.
+            # In a --keep-going survey, a conflict is put down to an earlier stopped patch only
+            # if forcing that one in makes this one apply (blocking.py); those that share no
+            # file with it cannot, and are not tried.
             mine = set(old_paths.get(replayed.old[i], []))
-            blocker = next((patches[j].file for j, ps in blockers.items() if mine & ps), None)
+            earlier = [
+                (patches[j].file, replayed.old[j])
+                for j, theirs in reversed(blockers.items())
+                if mine & theirs
+            ]
+            blocker = blocking.blocker(git, replayed.old[i], stopped[i].head, earlier)
             blockers[i] = mine
             conflict = _with_hint(git, bases, patch, stopped[i].conflict)
             outcome = PatchOutcome.BLOCKED_BY if blocker else PatchOutcome.CONFLICT
