@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -300,6 +301,28 @@ def test_a_series_broken_on_its_own_release_names_the_patch(up: Upstream, projec
     assert run.exit_code == 2
     assert "patches/broken.patch does not apply (fuzz 0) to the old release" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_a_patch_with_repository_paths_is_refused_naming_the_package_dir_rule(
+    up: Upstream, project: Project
+) -> None:
+    # Written from the repository's top (`git diff` without --relative): a/pkg/serve.py.
+    change_mix("37")(up)
+    repository_relative = subprocess.run(
+        ["git", "diff", "--", "pkg/serve.py"], cwd=up.path, capture_output=True, check=True
+    ).stdout
+    git(up.path, "checkout", "-q", "--", "pkg/serve.py")
+    assert repository_relative.startswith(b"diff --git a/pkg/serve.py b/pkg/serve.py\n")
+    project.manifest("1.0", [PatchSpec("mix.patch", repository_relative)])
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0")
+
+    assert run.exit_code == 2
+    (line,) = run.stderr.splitlines()
+    assert line.startswith("patches/mix.patch does not apply to the old release")
+    assert "relative to engine.package_dir" in line and "a/serve.py, not a/pkg/serve.py" in line
+    assert "--relative=pkg/" in line
 
 
 def test_text_report_names_the_conflict_and_where_to_resolve_it(
