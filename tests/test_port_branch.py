@@ -464,7 +464,7 @@ def test_the_report_records_the_digest_of_the_old_manifest(up: Upstream, project
 
 
 def test_uncommitted_changes_to_old_are_refused_unless_allow_dirty(
-    up: Upstream, project: Project
+    up: Upstream, project: Project, tmp_path: Path
 ) -> None:
     mix, other = up.patch("v1.0.0", change_mix("37")), up.patch("v1.0.0", _other)
     project.manifest("1.0", [PatchSpec("mix.patch", mix), PatchSpec("other.patch", other)])
@@ -488,7 +488,8 @@ def test_uncommitted_changes_to_old_are_refused_unless_allow_dirty(
     (project.manifests / "1.0/patches/mix.patch").write_bytes(mix.replace(b"MIX = 37", b"MIX = 38"))
     assert "manifests/1.0/patches/mix.patch" in project.port("1.0", "2.0").stderr
 
-    manifest.write_text(text.replace(entry, ""))
+    # Also a value NEW inherits from OLD (its root): the branch holds HEAD's, not this one.
+    manifest.write_text(text.replace(entry, "").replace("vllm_dist: toy", "vllm_dist: toy-dirty"))
     allowed = project.port("1.0", "2.0", "--allow-dirty", "--json")
 
     assert allowed.exit_code == 0, allowed.stderr
@@ -501,6 +502,9 @@ def test_uncommitted_changes_to_old_are_refused_unless_allow_dirty(
     assert recorded["from"]["digest"] == _show_digest(project.manifests, "1.0")
     message = git(project.path, "log", "-1", "--format=%B", "port/2.0")
     assert "working tree" in message and "manifests/1.0/manifest.yaml" in message
+    # The new manifest's digest is the one it has on the branch.
+    manifests = _checkout(project, "port/2.0", tmp_path / "checkout")
+    assert allowed.report["digest"] == _show_digest(manifests, "2.0")
 
 
 def test_an_old_manifest_never_committed_is_refused(up: Upstream, project: Project) -> None:

@@ -141,7 +141,7 @@ def _validated_digest(plan: PortPlan, files: dict[str, bytes], base: str | None)
 
 
 def _as_on_branch(plan: PortPlan, file: Path, base: str | None) -> bytes:
-    if plan.repo is None or base is None:
+    if plan.repo is None or base is None or not file.is_relative_to(plan.repo.root.resolve()):
         return file.read_bytes()
     name = file.relative_to(plan.repo.root.resolve()).as_posix()
     if name not in plan.uncommitted:
@@ -221,7 +221,11 @@ def _message(plan: PortPlan, results: list[PatchResult]) -> str:
         *(f"{r.file}: {r.outcome.value} {r.detail()}".rstrip() for r in results),
         "",
         f"Old manifest: {_old_manifest(plan)} sha256:{plan.digest}",
-        *([f"Ported from the working tree: {plan.dirty_warning}."] if plan.uncommitted else []),
+        *(
+            [f"Ported from the working tree (--allow-dirty): {', '.join(plan.uncommitted)}."]
+            if plan.uncommitted
+            else []
+        ),
         f"Written by `lifecycle port`; see {REPORT_FILE} and {RANGE_DIFF_FILE}.",
     ]
     # Trailers, so `git log --format=%(trailers:key=Applied-Upstream)` finds why patches went.
