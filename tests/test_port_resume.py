@@ -110,6 +110,26 @@ def test_resolving_to_upstreams_side_drops_the_patch(up: Upstream, project: Proj
     assert b"patches: []" in project.shown("port/2.0", "manifests/2.0/manifest.yaml")
 
 
+def test_continue_keeps_the_options_the_port_started_with(up: Upstream, project: Project) -> None:
+    _conflicting_release(up, project)
+    project.manifest("2.0", [], vllm="2.0.0")  # NEW exists and validated its value
+    (project.manifests / "1.0/patches/mix.patch").write_bytes(
+        up.patch("v1.0.0", change_mix("38"))  # and OLD differs from HEAD
+    )
+    stopped = project.port("1.0", "2.0", "--force", "--allow-dirty", "--json")
+    assert stopped.exit_code == 1, stopped.stderr
+    git(Path(stopped.report["worktree"]), "checkout", "--theirs", "--", "pkg/serve.py")
+
+    done = project.port("--continue", "--json")
+
+    assert done.exit_code == 0, done.stderr
+    assert done.report["from"]["uncommitted"] == ["manifests/1.0/patches/mix.patch"]
+    assert done.report["tuned"] == {
+        "gpu_memory_utilization": {"status": "validated", "kept_from": "2.0"}
+    }
+    assert b"+MIX = 38" in project.shown("port/2.0", "manifests/2.0/patches/mix.patch")
+
+
 def test_abort_restores_everything_byte_for_byte(
     up: Upstream, project: Project, isolated_home: Path
 ) -> None:

@@ -109,6 +109,7 @@ def resume(directory: Path, home: Path) -> PortReport:
         branch=saved.branch,
         release=saved.release,
         allow_dirty=saved.allow_dirty,
+        force=saved.force,
     )
     plan = make_plan(request, fetch=False, uncommitted=tuple(saved.uncommitted))
     if plan.digest != saved.old_manifest_digest:
@@ -225,6 +226,7 @@ def _save(
             resolved={str(i): c.to_json() for i, c in resolved.items()},
             stop={"index": stop.index, "conflict": stop.conflict.to_json(), "head": stop.head},
             allow_dirty=plan.request.allow_dirty,
+            force=plan.request.force,
             uncommitted=list(plan.uncommitted),
         ),
     )

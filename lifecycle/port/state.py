@@ -47,6 +47,7 @@ class PortState:
     resolved: dict[str, dict[str, Any]] = field(default_factory=dict)
     stop: dict[str, Any] | None = None
     allow_dirty: bool = False
+    force: bool = False
     uncommitted: list[str] = field(default_factory=list)
     version: int = STATE_VERSION
 
