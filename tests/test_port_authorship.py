@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from lifecycle.port import patchfile
 from tests.port_support import PatchSpec, Project, Upstream, change_mix, git
 
 AUTHOR = "Ada Patcher <ada@downstream.invalid>"
@@ -162,3 +163,22 @@ def test_a_moved_plain_diff_stays_a_plain_diff_with_the_port_recorded_above_it(
             capture_output=True,
         )
         assert checked.returncode == 0, checked.stderr
+
+
+def test_a_header_without_a_blank_line_or_message_keeps_its_fields() -> None:
+    # DEP-3 written as mail headers straight above `---`, and a mail with no body at all.
+    dep3 = b"From: Ada <ada@x.invalid>\nSubject: mix\n---\ndiff --git a/f b/f\n"
+    bare = (
+        b"From: Ada <ada@x.invalid>\nSubject: [PATCH] mix\n\n---\n f | 2 +-\n\ndiff --git a/f b/f\n"
+    )
+
+    for original in (dep3, bare):
+        ported = patchfile.with_port(
+            original, b"diff --git a/f b/f\nNEW\n", "Ported-From: 1 -> 2 (X)"
+        )
+
+        assert ported == (
+            patchfile.ZERO_MBOX
+            + original[: original.index(b"\n", original.index(b"Subject")) + 1]
+            + b"\nPorted-From: 1 -> 2 (X)\n---\ndiff --git a/f b/f\nNEW\n"
+        )

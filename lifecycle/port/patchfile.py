@@ -22,6 +22,7 @@ from dataclasses import dataclass
 ZERO_MBOX = b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
 _MBOX = re.compile(rb"From \S+ \w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\r?\n")
 _HEADER = re.compile(rb"(From|Date|Subject): ")
+_HEADER_LINE = re.compile(rb"[A-Za-z0-9-]+: ")
 _DIFF_START = re.compile(rb"(?m)^(?:diff --git |Index: |--- .*\n\+\+\+ )")
 _SEPARATOR = re.compile(rb"(?m)^---[ \t]*\r?\n")
 _TRAILER = re.compile(rb"[A-Za-z0-9][A-Za-z0-9-]*: \S")
@@ -48,8 +49,16 @@ def parse(content: bytes) -> PatchText:
     mail = bool(mbox or _HEADER.match(rest))
     headers = b""
     if mail:
-        headers, _, rest = rest.partition(b"\n\n")
-        headers += b"\n"
+        # RFC 822: the headers are the lines up to the first that is neither a header nor the
+        # continuation of one; a blank line after them is the mail's, not the message's.
+        lines = rest.splitlines(keepends=True)
+        count = 0
+        while count < len(lines) and (
+            _HEADER_LINE.match(lines[count]) or (count and _CONTINUATION.match(lines[count]))
+        ):
+            count += 1
+        headers, rest = b"".join(lines[:count]), b"".join(lines[count:])
+        rest = rest[1:] if rest.startswith(b"\n") else rest
     separator = _SEPARATOR.search(rest)
     message = rest[: separator.start()] if separator else rest
     return PatchText(mail, headers, message, separator is not None, diff)
