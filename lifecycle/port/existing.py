@@ -41,8 +41,9 @@ def find_existing(new_dir: Path, repo: Repository | None) -> Existing | None:
     text: str | None = None
     where = label = None
     if new_dir.is_dir() and any(new_dir.iterdir()):
-        where = label = str(new_dir / MANIFEST)
+        where = label = str(new_dir)
         if (new_dir / MANIFEST).is_file():
+            where = label = str(new_dir / MANIFEST)
             text = (new_dir / MANIFEST).read_text()
     if repo is not None and repo.head is not None:
         git = Git.user(repo.root)

@@ -14,10 +14,10 @@ class PatchOutcome(StrEnum):
     CLEAN_3WAY = "CLEAN_3WAY"  # applied by the 3-way merge; the hunks' context changed
     RENAMED = "RENAMED"  # applied to files upstream renamed
     DROPPED_UPSTREAM = "DROPPED_UPSTREAM"  # the new release already has the change
-    EMPTIED = "EMPTIED"  # the change is already there, but no upstream commit explains it
+    EMPTIED = "EMPTIED"  # the change is already there, but nothing proves it upstream's
     CONFLICT = "CONFLICT"  # the merge stopped; a person decides
     RESOLVED = "RESOLVED"  # stopped on a conflict that a person resolved (--continue)
-    BLOCKED_BY = "BLOCKED_BY"  # does not apply because an earlier patch did not
+    BLOCKED_BY = "BLOCKED_BY"  # fails alone, applies once an earlier conflicting one is in
     PENDING = "PENDING"  # not tried: the port stopped at an earlier conflict
 
     @property
