@@ -58,29 +58,43 @@ def check_branch_name(repo: Repository, branch: str) -> None:
         raise BranchError(f"{branch!r} is not a valid branch name")
 
 
-def differs_from(repo: Repository, commit: str | None, files: list[Path]) -> list[str]:
-    """Which of `files` (as repository paths, sorted) the commit lacks or holds other bytes of.
+def in_repository(repo: Repository, path: Path) -> str | None:
+    """`path` as a path inside the repository, or None when it is outside."""
+    resolved, root = path.resolve(), repo.root.resolve()
+    return resolved.relative_to(root).as_posix() if resolved.is_relative_to(root) else None
 
-    Bytes as they are on disk (`--no-filters`): what the port reads is what is compared."""
+
+def head_entries(repo: Repository, paths: list[Path]) -> dict[str, str]:
+    """Repository path → object id at HEAD, for those of `paths` HEAD has (files or trees)."""
+    names = [name for name in (in_repository(repo, p) for p in paths) if name is not None]
+    if repo.head is None or not names:
+        return {}
+    listed = Git.user(repo.root).out("ls-tree", "-z", repo.head, "--", *names)
+    entries = {}
+    for entry in listed.split("\0"):
+        if entry:
+            info, name = entry.split("\t", 1)
+            entries[name] = info.split()[2]
+    return entries
+
+
+def differs_from(repo: Repository, committed: dict[str, str], files: list[Path]) -> list[str]:
+    """Which of `files` (as repository paths, sorted) HEAD (`committed`, from head_entries)
+    lacks or holds other bytes of. Bytes as they are on disk (`--no-filters`): what the port
+    reads is what is compared."""
     inside: dict[str, Path] = {}
     outside = []
-    root = repo.root.resolve()
     for file in files:
-        resolved = file.resolve()
-        if resolved.is_relative_to(root):
-            inside[resolved.relative_to(root).as_posix()] = resolved
+        name = in_repository(repo, file)
+        if name is None:
+            outside.append(str(file.resolve()))
         else:
-            outside.append(str(resolved))
-    if commit is None or not inside:
-        return sorted([*inside, *outside])
-    git = Git.user(repo.root)
-    committed = {}
-    for entry in git.out("ls-tree", "-z", commit, "--", *inside).split("\0"):
-        if entry:
-            info, path = entry.split("\t", 1)
-            committed[path] = info.split()[2]
+            inside[name] = file.resolve()
     names = sorted(inside)
+    if not names:
+        return sorted(outside)
     paths = "".join(f"{inside[name]}\n" for name in names)
+    git = Git.user(repo.root)
     blobs = git.out("hash-object", "--no-filters", "--stdin-paths", input=paths).split()
     changed = [n for n, blob in zip(names, blobs, strict=True) if committed.get(n) != blob]
     return sorted([*changed, *outside])

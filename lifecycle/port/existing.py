@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest.model import TunedValue
-from lifecycle.port.branch import Repository
+from lifecycle.port.branch import Repository, in_repository
 from lifecycle.port.git import Git
 
 MANIFEST = "manifest.yaml"
@@ -36,8 +36,11 @@ class Existing:
     validated: dict[str, TunedValue]
 
 
-def find_existing(new_dir: Path, repo: Repository | None) -> Existing | None:
-    """NEW's directory in the working tree or at HEAD, if either has it."""
+def find_existing(
+    new_dir: Path, repo: Repository | None, committed: dict[str, str]
+) -> Existing | None:
+    """NEW's directory in the working tree or at HEAD (`committed`: branch.head_entries of
+    it), if either has it."""
     text: str | None = None
     where = label = None
     if new_dir.is_dir() and any(new_dir.iterdir()):
@@ -45,15 +48,15 @@ def find_existing(new_dir: Path, repo: Repository | None) -> Existing | None:
         if (new_dir / MANIFEST).is_file():
             where = label = str(new_dir / MANIFEST)
             text = (new_dir / MANIFEST).read_text()
-    if repo is not None and repo.head is not None:
-        git = Git.user(repo.root)
-        name = new_dir.relative_to(repo.root.resolve()).as_posix()
-        if git.run("cat-file", "-e", f"{repo.head}:{name}", check=False).rc == 0:
-            where = where or f"{name}/ at HEAD"
-            if text is None:
-                label = f"{name}/{MANIFEST} at HEAD"
-                shown = git.run("cat-file", "blob", f"{repo.head}:{name}/{MANIFEST}", check=False)
-                text = shown.out if shown.rc == 0 else None
+    name = in_repository(repo, new_dir) if repo is not None else None
+    if repo is not None and name is not None and name in committed:
+        where = where or f"{name}/ at HEAD"
+        if text is None:
+            label = f"{name}/{MANIFEST} at HEAD"
+            shown = Git.user(repo.root).run(
+                "cat-file", "blob", f"{repo.head}:{name}/{MANIFEST}", check=False
+            )
+            text = shown.out if shown.rc == 0 else None
     if where is None:
         return None
     return Existing(where, _validated(text, str(label)) if text is not None else {})

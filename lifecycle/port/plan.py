@@ -21,6 +21,7 @@ from lifecycle.port.branch import (
     check_branch_name,
     differs_from,
     find_repository,
+    head_entries,
 )
 from lifecycle.port.existing import Existing, ExistingRelease, find_existing
 from lifecycle.port.mirror import (
@@ -127,15 +128,17 @@ def make_plan(
                 f"branch {branch} already exists (at {at[:12]}): delete it "
                 f"(git branch -D {branch}) or name another with --branch"
             )
+    old_files = [*loaded.chain, *loaded.patch_files]
+    committed = head_entries(repo, [*old_files, new_dir]) if repo else {}
     if uncommitted is None:
-        uncommitted = _uncommitted(loaded, repo)
+        uncommitted = tuple(differs_from(repo, committed, old_files)) if repo else ()
     if uncommitted and not (request.allow_dirty or request.dry_run):
         raise PortUsageError(
             f"{', '.join(uncommitted)} differ from HEAD: the port reads the working tree but "
             "commits on HEAD; commit them first, or pass --allow-dirty to port the working tree "
             "(the report records it)"
         )
-    existing = find_existing(new_dir, repo)
+    existing = find_existing(new_dir, repo, committed)
     if existing and not (request.force or request.dry_run):
         raise ExistingRelease(
             f"{new_label} already exists ({existing.where}): the port would replace it on "
@@ -175,13 +178,6 @@ def make_plan(
         uncommitted=uncommitted,
         existing=existing,
     )
-
-
-def _uncommitted(loaded: LoadedManifest, repo: Repository | None) -> tuple[str, ...]:
-    """OLD's manifests and patch files whose bytes HEAD does not hold."""
-    if repo is None:
-        return ()
-    return tuple(differs_from(repo, repo.head, [*loaded.chain, *loaded.patch_files]))
 
 
 def _label(directory: Path, manifests_dir: Path) -> str:

@@ -28,11 +28,14 @@ def range_diff(git: Git, old_base: str, old_tip: str, new_base: str, new_tip: st
 
 def without_empty(git: Git, base: str, tip: str) -> str:
     """The tip of a chain on `base` holding `base..tip`'s non-empty commits, in order."""
-    listed = git.out("log", "--reverse", "--format=%H %T", f"{base}..{tip}").split()
-    chain = list(zip(listed[::2], listed[1::2], strict=True))
-    previous = git.out("rev-parse", f"{base}^{{tree}}").strip()
+    # One listing, `base` included as the boundary (`-`) for the tree the first commit follows.
+    listed = git.out("log", "--boundary", "--reverse", "--format=%m %H %T", f"{base}..{tip}")
+    rows = [line.split() for line in listed.splitlines()]
+    previous = next((tree for mark, _, tree in rows if mark == "-"), None)
+    if previous is None:
+        return tip  # nothing between them
     parent, remade = base, False
-    for commit, tree in chain:
+    for _, commit, tree in (row for row in rows if row[0] != "-"):
         if tree == previous:
             remade = True  # empty: every commit after it needs a new parent
             continue
