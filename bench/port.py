@@ -9,7 +9,9 @@ One run generates, under a new temp dir (deleted afterwards unless `--keep`):
   v1.0.0, then a release v2.0.0 that inserts two lines at the top of every third module (so
   hunks move) and rewrites a line next to some patched lines (so those need the 3-way merge);
 - a project repository holding manifests/1.0 with a `--patches` series, one patch per module,
-  each changing one line, made with `git diff` the way people write patches.
+  each changing one line, made with `git diff` the way people write patches (`--mails`: with
+  `git format-patch`, each with its own author, message and trailer, which a moved patch
+  keeps).
 
 Then it times, in the same run, interleaved, median of `--repeat`, wall and CPU seconds (this
 process and its children, user + system: less at the mercy of a shared machine than wall):
@@ -21,7 +23,9 @@ process and its children, user + system: less at the mercy of a shared machine t
   range-diff, manifest, branch commit, scratch clean-up;
 - `warm`: the same with the old series' commits found in the mirror (a port after a dry run);
 - `dry`: `--dry-run`, warm;
-- `lifecycle port` as a command once (Python start-up and imports included), for reference.
+- `lifecycle port` as a command once (Python start-up and imports included), for reference;
+- and, untimed, how many processes (all git) a cold, a warm and a dry-run port start: a
+  figure of the work that the load of a shared machine does not move.
 Every port must report every patch CLEAN, CLEAN_3WAY or RENAMED, or the benchmark fails.
 """
 
@@ -40,6 +44,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -71,12 +76,18 @@ def git(cwd: Path, *args: str) -> str:
     return done.stdout
 
 
+def _stdout(cwd: Path, *args: str) -> bytes:
+    """git's stdout as bytes (a patch is bytes)."""
+    env = {**os.environ, **GIT_ENV}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=True).stdout
+
+
 def module(index: int) -> str:
     """Module `index` at v1.0.0: 80 distinct lines."""
     return "".join(f"VALUE_{index}_{line} = {line}\n" for line in range(1, 81))
 
 
-def generate(root: Path, files: int, patches: int) -> tuple[Path, Path]:
+def generate(root: Path, files: int, patches: int, *, mails: bool = False) -> tuple[Path, Path]:
     """The upstream (v1.0.0, v2.0.0) and a project with manifests/1.0; their paths."""
     upstream = root / "upstream"
     (upstream / "pkg").mkdir(parents=True)
@@ -95,16 +106,11 @@ def generate(root: Path, files: int, patches: int) -> tuple[Path, Path]:
         lines[39] = f"VALUE_PATCHED_{k} = {k}  # ours\n"
         path.write_text("".join(lines))
         git(upstream, "add", "-A")
-        series.append(
-            subprocess.run(
-                ["git", "diff", "--cached", "--abbrev=12", "--relative=pkg/"],
-                cwd=upstream,
-                env={**os.environ, **GIT_ENV},
-                capture_output=True,
-                check=True,
-            ).stdout
-        )
-        git(upstream, "commit", "-q", "-m", f"patch {k}")
+        plain = _stdout(upstream, "diff", "--cached", "--abbrev=12", "--relative=pkg/")
+        message = f"mod {k}: ours\n\nWhy we carry patch {k}.\n\nDownstream-Ticket: BENCH-{k}\n"
+        git(upstream, "commit", "-q", f"--author=Dev {k} <dev{k}@bench.invalid>", "-m", message)
+        mail = _stdout(upstream, "format-patch", "--stdout", "--relative=pkg/", "-1", "HEAD")
+        series.append(mail if mails else plain)
     git(upstream, "checkout", "-q", "main")
     git(upstream, "branch", "-q", "-D", "series")
     for i in range(files):
@@ -187,13 +193,36 @@ def time_rebase(root: Path, series: Path, run: int) -> Timing:
     return timing
 
 
+def count_processes(action: Callable[[], object]) -> int:
+    """How many processes `action` starts (every one goes through subprocess.run): a figure
+    of the work a port does that the load of a shared machine does not move."""
+    real = subprocess.run
+    started = []
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        started.append(1)
+        return real(*args, **kwargs)
+
+    subprocess.run = counting
+    try:
+        action()
+    finally:
+        subprocess.run = real
+    return len(started)
+
+
+def forget_series(home: Path) -> None:
+    """Delete the old-series commits cached in the mirror: the next port is cold."""
+    for mirror in (home / "mirrors").glob("*.git"):
+        refs = git(mirror, "for-each-ref", "--format=%(refname)", SERIES_REFS).split()
+        for ref in refs:
+            git(mirror, "update-ref", "-d", ref)
+
+
 def time_port(project: Path, home: Path, name: str, *, dry_run: bool, cold: bool) -> Timing:
     """One port, in process; `cold` forgets the cached old-series commits first."""
     if cold:
-        for mirror in (home / "mirrors").glob("*.git"):
-            refs = git(mirror, "for-each-ref", "--format=%(refname)", SERIES_REFS).split()
-            for ref in refs:
-                git(mirror, "update-ref", "-d", ref)
+        forget_series(home)
     request = PortRequest(
         project / "manifests", "1.0", "2.0", home, dry_run=dry_run, branch=f"port/{name}"
     )
@@ -215,6 +244,7 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, default=None, help="parent of the temp dir")
     parser.add_argument("--keep", action="store_true", help="keep the generated repositories")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--mails", action="store_true", help="write the series as mails")
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="lifecycle-bench-port-", dir=args.dir))
@@ -233,7 +263,7 @@ def main() -> int:
 
 def run(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Generate, warm up, time; the figures."""
-    upstream, project = generate(root, args.files, args.patches)
+    upstream, project = generate(root, args.files, args.patches, mails=args.mails)
     series = series_commits(root, upstream, project)
     home = root / "home"
     start(PortRequest(project / "manifests", "1.0", "2.0", home, dry_run=True))  # the mirror
@@ -253,6 +283,13 @@ def run(root: Path, args: argparse.Namespace) -> dict[str, Any]:
             check=True,
         )
     )
+    forget_series(home)
+    processes = {}
+    for kind, dry in (("cold", False), ("warm", False), ("dry", True)):
+        request = PortRequest(
+            project / "manifests", "1.0", "2.0", home, dry_run=dry, branch=f"port/n-{kind}"
+        )
+        processes[kind] = count_processes(partial(start, request))
     outcomes = start(PortRequest(project / "manifests", "1.0", "2.0", home, dry_run=True))
     counts: dict[str, int] = {}
     for result in outcomes.results:
@@ -261,6 +298,7 @@ def run(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     cpu = {k: statistics.median(t.cpu for t in v) for k, v in runs.items()}
     return {
         "patches": args.patches,
+        "series": "mails" if args.mails else "plain diffs",
         "upstream_files": args.files,
         "repeat": args.repeat,
         "outcomes": counts,
@@ -280,6 +318,7 @@ def run(root: Path, args: argparse.Namespace) -> dict[str, Any]:
             )
             for k in ("cold", "warm", "dry")
         },
+        "processes_per_port": processes,
         "cli_port_wall_s": round(cli.wall, 3),
         "runs_wall_s": {k: [round(t.wall, 3) for t in v] for k, v in runs.items()},
         "git": git(root, "--version").strip(),

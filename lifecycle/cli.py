@@ -378,6 +378,10 @@ def schema(record_kind: str | None) -> None:
 @click.option("--abort", is_flag=True, help="Forget the stopped port, restoring everything.")
 @click.option("--branch", metavar="NAME", help="Branch to commit on (default: port/NEW).")
 @click.option("--release", metavar="VERSION", help="Upstream release (default: from NEW).")
+@click.option(
+    "--allow-dirty", is_flag=True, help="Port OLD as in the working tree though HEAD differs."
+)
+@click.option("--force", is_flag=True, help="Replace a NEW that exists (keeps what it validated).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def port(
@@ -390,42 +394,20 @@ def port(
     abort: bool,
     branch: str | None,
     release: str | None,
+    allow_dirty: bool,
+    force: bool,
     as_json: bool,
 ) -> None:
     """Port the patch series of OLD to the upstream release NEW, on branch port/NEW.
 
     Exit 0 when the port is complete, 1 while conflicts are pending, 2 on usage errors.
     """
-    from lifecycle.commands.port import abort_port, continue_port, render_text
-    from lifecycle.commands.port import port as run
-    from lifecycle.ledger import default_home
-    from lifecycle.port.plan import PortRequest
+    from lifecycle.commands import port as verb
 
-    home = default_home(dict(os.environ))
-    manifests_dir = ctx.obj["manifests_dir"]
-    if resume or abort:
-        if (resume and abort) or old or new or dry_run or keep_going or branch or release:
-            raise click.UsageError("--continue and --abort take no other arguments or options")
-        if abort:
-            message = abort_port(manifests_dir, home)
-            if as_json:
-                click.echo(json.dumps({"aborted": True, "message": message}, indent=2))
-            else:
-                click.echo(message)
-            return
-        report = continue_port(manifests_dir, home)
-    else:
-        if not (old and new):
-            raise click.UsageError("give OLD and NEW (e.g. `lifecycle port 0.30 0.31`)")
-        request = PortRequest(
-            manifests_dir, old, new, home, dry_run, keep_going, branch=branch, release=release
-        )
-        report = run(request)
-    if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
-    else:
-        click.echo(render_text(report), nl=False)
-    ctx.exit(report.exit_code)
+    options = verb.PortOptions(
+        old, new, dry_run, keep_going, resume, abort, branch, release, allow_dirty, force
+    )
+    _answer(ctx, verb.run(_context(ctx), options, Path.cwd()), verb.render, as_json)
 
 
 @cli.group("result")

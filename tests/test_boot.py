@@ -84,7 +84,8 @@ def test_tree_digest_stable_on_rescan_and_sensitive_to_a_byte(project: Path) -> 
     _built(project)
     report = _boot(project)
     listed = {
-        c["cache_name"]: c for c in json.loads(_lifecycle(project, "caches", "--json").stdout)["caches"]
+        c["cache_name"]: c
+        for c in json.loads(_lifecycle(project, "caches", "--json").stdout)["caches"]
     }
     cache = listed["flashinfer"]
     recorded = Fingerprint.from_json(Path(cache["scan_path"]).read_text())
@@ -103,7 +104,8 @@ def test_symlink_and_fifo_are_recorded_never_followed(project: Path) -> None:
     _built(project)
     _boot(project)
     listed = {
-        c["cache_name"]: c for c in json.loads(_lifecycle(project, "caches", "--json").stdout)["caches"]
+        c["cache_name"]: c
+        for c in json.loads(_lifecycle(project, "caches", "--json").stdout)["caches"]
     }
     root = Path(listed["triton"]["host_path"])
     (root / "etc-link").symlink_to("/etc")

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from lifecycle.cli import cli
@@ -15,7 +16,7 @@ from lifecycle.manifest import load_manifest
 from lifecycle.port.manifest_out import carry_tuned, manifest_data, render
 from lifecycle.port.mirror import mirror_path, upstream_source
 from lifecycle.port.pins import base_image_pin, release_candidates
-from tests.test_port_support import PatchSpec, Project, Upstream, change_mix, git
+from tests.port_support import PatchSpec, Project, Upstream, change_mix, git
 
 
 @pytest.fixture
@@ -190,6 +191,85 @@ def test_flashinfer_pin_missing_upstream_is_carried_and_flagged(
     assert header.startswith("# flashinfer 1.0.0: carried")
 
 
+def _lifecycle(manifests: Path, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["--manifests", str(manifests), *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_a_pin_the_port_could_not_derive_blocks_the_build_until_confirmed(
+    up: Upstream, project: Project, tmp_path: Path
+) -> None:
+    project.manifest("1.0", [])
+    git(up.path, "rm", "-q", "requirements.txt")
+    up.commit("No requirements file")
+    up.tag("2.0.0")
+    run = project.port("1.0", "2.0", "--json")
+    assert run.exit_code == 0, run.stderr
+    manifests = _checkout(project, "port/2.0", tmp_path / "checkout")
+    file = manifests / "2.0/manifest.yaml"
+    unconfirmed = yaml.safe_load(file.read_text())["engine"]["unconfirmed"]
+    assert (
+        list(unconfirmed) == ["flashinfer"] and "no requirement naming" in unconfirmed["flashinfer"]
+    )
+
+    code, out, err = _lifecycle(manifests, "validate", str(file))
+    assert code == 0 and out.startswith("ok ")
+    (warning,) = err.splitlines()
+    assert warning.startswith("warning: ") and "engine.unconfirmed.flashinfer" in warning
+    code, out, _ = _lifecycle(manifests, "show", "2.0")
+    assert "# pin flashinfer=1.0.0 UNCONFIRMED" in out
+    code, out, _ = _lifecycle(manifests, "show", "2.0", "--json")
+    assert json.loads(out)["unconfirmed"] == unconfirmed
+    for build in (["build", "2.0", "--dry-run"], ["build", "2.0"]):
+        code, out, err = _lifecycle(manifests, *build)
+        assert code == 2 and out == ""
+        (line,) = err.splitlines()
+        assert "flashinfer 1.0.0 is not confirmed" in line
+        assert "delete engine.unconfirmed.flashinfer" in line
+
+    # A person checks the pin and deletes the entry: the manifest builds.
+    lines = file.read_text().splitlines(keepends=True)
+    start = lines.index("  unconfirmed:\n")
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("    "))
+    file.write_text("".join(lines[:start] + lines[end:]))
+    assert "unconfirmed" not in file.read_text()
+    code, _, err = _lifecycle(manifests, "build", "2.0", "--dry-run", "--json")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    ("where", "text"),
+    [
+        (
+            "toy-2.0.0.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: toy\nVersion: 2.0.0\nRequires-Dist: numpy>=1\n"
+            "Requires-Dist: fakeinfer==2.1.0.post1\n",
+        ),
+        (
+            "PKG-INFO",
+            "Metadata-Version: 2.1\nName: toy\nRequires-Dist: fakeinfer (==2.1.0.post1)\n",
+        ),
+        ("setup.cfg", "[options]\ninstall_requires =\n    numpy>=1\n    fakeinfer==2.1.0.post1\n"),
+    ],
+)
+def test_flashinfer_pin_is_read_from_package_metadata(
+    up: Upstream, project: Project, where: str, text: str
+) -> None:
+    project.manifest("1.0", [])
+    git(up.path, "rm", "-q", "requirements.txt")
+    up.write(where, text)
+    up.commit("A tree made from the release's wheel")
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0", "--json")
+
+    flashinfer = next(p for p in run.report["pins"] if p["name"] == "flashinfer")
+    assert (flashinfer["new"], flashinfer["flagged"]) == ("2.1.0.post1", False)
+    assert flashinfer["source"] == f"{where} at v2.0.0"
+    manifest = yaml.safe_load(project.shown("port/2.0", "manifests/2.0/manifest.yaml"))
+    assert "unconfirmed" not in manifest["engine"]
+
+
 def test_port_of_a_derived_manifest_extends_the_same_root(
     up: Upstream, project: Project, tmp_path: Path
 ) -> None:
@@ -228,14 +308,31 @@ def test_port_of_a_derived_manifest_extends_the_same_root(
     assert loaded.manifest.engine.base_image == "toy/engine:v2.0.0"
 
 
-def test_port_into_an_existing_directory_replaces_it_on_the_branch_only(
+def test_port_onto_an_existing_new_needs_force_and_keeps_what_it_validated(
     up: Upstream, project: Project
 ) -> None:
     project.manifest("1.0", [PatchSpec("mix.patch", up.patch("v1.0.0", change_mix("37")))])
     up.tag("2.0.0")
-    project.manifest("2.0", [PatchSpec("by-hand.patch", up.patch("v2.0.0", _other))], vllm="2.0.0")
+    existing = project.manifest(
+        "2.0", [PatchSpec("by-hand.patch", up.patch("v2.0.0", _other))], vllm="2.0.0"
+    )
+    text = (existing / "manifest.yaml").read_text()
+    (existing / "manifest.yaml").write_text(
+        text.replace("    value: 0.9\n", "    value: 0.88\n")
+        + "  max_num_seqs:\n    value: 64\n    status: validated\n"
+        "    measured_on: toy 2.0.0\n    method: burst\n"
+    )
+    git(project.path, "commit", "-q", "-am", "2.0 measured")
 
-    run = project.port("1.0", "2.0")
+    refused = project.port("1.0", "2.0")
+
+    assert refused.exit_code == 2
+    assert "2.0 already exists" in refused.stderr and "--force" in refused.stderr
+    assert len(refused.stderr.splitlines()) == 1
+    assert git(project.path, "branch", "--list", "port/*") == ""
+    dry = project.port("1.0", "2.0", "--dry-run", "--json")
+    assert dry.exit_code == 0 and any("without --force" in w for w in dry.report["warnings"])
+    run = project.port("1.0", "2.0", "--force", "--json")
 
     assert run.exit_code == 0, run.stderr
     assert sorted(_branch_files(project, "port/2.0", "manifests/2.0")) == [
@@ -248,6 +345,20 @@ def test_port_into_an_existing_directory_replaces_it_on_the_branch_only(
     assert _branch_files(project, "port/2.0", "manifests/1.0") == _branch_files(
         project, "main", "manifests/1.0"
     )
+    # What 2.0 validated stays validated, with its own measurement; nothing becomes carried.
+    assert run.report["tuned"] == {
+        "gpu_memory_utilization": {"status": "validated", "kept_from": "2.0"},
+        "max_num_seqs": {"status": "validated", "kept_from": "2.0"},
+    }
+    written = yaml.safe_load(project.shown("port/2.0", "manifests/2.0/manifest.yaml"))
+    assert written["tuned"]["gpu_memory_utilization"] == {
+        "value": 0.88,
+        "status": "validated",
+        "measured_on": "toy 2.0.0",
+        "method": "utilization ladder",
+        "margin": "1 GiB at the 64-prompt step",
+    }
+    assert written["tuned"]["max_num_seqs"]["status"] == "validated"
 
 
 def test_the_new_series_applies_the_way_the_build_applies_it(
@@ -256,7 +367,11 @@ def test_the_new_series_applies_the_way_the_build_applies_it(
     def add_plugin(u: Upstream) -> None:
         u.write("pkg/plugins/extra.py", "ENABLED = True\n")
 
-    mix, plugin, other = up.series("v1.0.0", [change_mix("37"), add_plugin, _other])
+    other = up.patch("v1.0.0", _other)
+    # Mails too, as `git format-patch` writes them (diffstat, signature): one moves, one not.
+    author = "Ada Patcher <ada@downstream.invalid>"
+    mix = up.mail("v1.0.0", change_mix("37"), author, "serve: mix with 37\n")
+    plugin = up.mail("v1.0.0", add_plugin, author, "plugins: extra\n")
     names = ["mix.patch", "plugin.patch", "other.patch"]
     project.manifest(
         "1.0", [PatchSpec(n, c) for n, c in zip(names, (mix, plugin, other), strict=True)]
@@ -325,3 +440,82 @@ def test_a_port_of_the_production_031_manifest_would_extend_030(
     assert (value.value, value.status, value.carried_from) == (0.94, "carried", "0.31")
     assert value.margin == loaded.manifest.tuned["gpu_memory_utilization"].margin
     assert ported.profiles == loaded.manifest.profiles
+
+
+def _show_digest(manifests: Path, ref: str) -> str:
+    shown = CliRunner().invoke(cli, ["--manifests", str(manifests), "show", ref, "--json"])
+    assert shown.exit_code == 0, shown.stderr
+    digest: str = json.loads(shown.stdout)["digest"]
+    return digest
+
+
+def test_the_report_records_the_digest_of_the_old_manifest(up: Upstream, project: Project) -> None:
+    project.manifest("1.0", [PatchSpec("mix.patch", up.patch("v1.0.0", change_mix("37")))])
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0", "--json")
+
+    assert run.exit_code == 0, run.stderr
+    recorded = json.loads(project.shown("port/2.0", "manifests/2.0/port-report.json"))
+    assert recorded["from"]["digest"] == _show_digest(project.manifests, "1.0")
+    assert recorded["from"]["uncommitted"] == []
+    message = git(project.path, "log", "-1", "--format=%B", "port/2.0")
+    assert f"sha256:{recorded['from']['digest']}" in message
+
+
+def test_uncommitted_changes_to_old_are_refused_unless_allow_dirty(
+    up: Upstream, project: Project, tmp_path: Path
+) -> None:
+    mix, other = up.patch("v1.0.0", change_mix("37")), up.patch("v1.0.0", _other)
+    project.manifest("1.0", [PatchSpec("mix.patch", mix), PatchSpec("other.patch", other)])
+    up.tag("2.0.0")
+    manifest = project.manifests / "1.0/manifest.yaml"
+    text = manifest.read_text()
+    entry = "  - file: patches/other.patch\n    reason: test patch other.patch\n"
+    manifest.write_text(text.replace(entry, ""))  # a patch taken out, not committed
+
+    refused = project.port("1.0", "2.0")
+
+    assert refused.exit_code == 2
+    assert refused.stderr.splitlines() == [refused.stderr.strip()]  # one line
+    assert "manifests/1.0/manifest.yaml" in refused.stderr and "--allow-dirty" in refused.stderr
+    assert git(project.path, "branch", "--list", "port/*") == ""
+    dry = project.port("1.0", "2.0", "--dry-run", "--json")
+    assert dry.exit_code == 0 and any("--allow-dirty" in w for w in dry.report["warnings"])
+
+    # A patch file changed alone is refused the same way.
+    manifest.write_text(text)
+    (project.manifests / "1.0/patches/mix.patch").write_bytes(mix.replace(b"MIX = 37", b"MIX = 38"))
+    assert "manifests/1.0/patches/mix.patch" in project.port("1.0", "2.0").stderr
+
+    # Also a value NEW inherits from OLD (its root): the branch holds HEAD's, not this one.
+    manifest.write_text(text.replace(entry, "").replace("vllm_dist: toy", "vllm_dist: toy-dirty"))
+    allowed = project.port("1.0", "2.0", "--allow-dirty", "--json")
+
+    assert allowed.exit_code == 0, allowed.stderr
+    assert allowed.outcomes() == {"patches/mix.patch": "CLEAN"}  # the working tree's series
+    recorded = json.loads(project.shown("port/2.0", "manifests/2.0/port-report.json"))
+    assert recorded["from"]["uncommitted"] == [
+        "manifests/1.0/manifest.yaml",
+        "manifests/1.0/patches/mix.patch",
+    ]
+    assert recorded["from"]["digest"] == _show_digest(project.manifests, "1.0")
+    message = git(project.path, "log", "-1", "--format=%B", "port/2.0")
+    assert "working tree" in message and "manifests/1.0/manifest.yaml" in message
+    # The new manifest's digest is the one it has on the branch.
+    manifests = _checkout(project, "port/2.0", tmp_path / "checkout")
+    assert allowed.report["digest"] == _show_digest(manifests, "2.0")
+
+
+def test_an_old_manifest_never_committed_is_refused(up: Upstream, project: Project) -> None:
+    project.manifest("1.0", [], commit=False)
+    (project.path / "README").write_text("a first commit without manifests\n")
+    git(project.path, "add", "README")
+    git(project.path, "commit", "-q", "-m", "readme")
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0")
+
+    assert run.exit_code == 2
+    assert "manifests/1.0/manifest.yaml differ from HEAD" in run.stderr
+    assert project.port("1.0", "2.0", "--allow-dirty").exit_code == 0

@@ -15,7 +15,7 @@ from lifecycle.demo.setup import ensure_demo
 from lifecycle.demo.upstream import ensure_upstream_repo
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.digest import canonical_form
-from tests.test_port_support import git
+from tests.port_support import git
 
 
 @pytest.fixture
@@ -62,11 +62,13 @@ def test_port_between_the_demo_releases_gives_a_buildable_manifest(
     git(project, "worktree", "add", "-q", str(checkout), "port/demo/0.2")
     manifests = checkout / "manifests"
     ported = manifests / "demo/0.2"
-    # The port reproduces the hand-ported patch of the repository byte for byte...
+    # The port reproduces the hand-ported patch of the repository byte for byte, below the
+    # line that records the port (the hunk moved)...
     hand_ported = repo_root / "manifests/demo/0.2"
     assert (ported / "patches/kernel-mix.patch").read_bytes() == (
-        hand_ported / "patches/kernel-mix.patch"
-    ).read_bytes()
+        b"Ported-From: demo/0.1 -> demo/0.2 (CLEAN)\n\n"
+        + (hand_ported / "patches/kernel-mix.patch").read_bytes()
+    )
     # ...and its manifest resolves to the hand-written one, but for the tuned value's provenance.
     ours = canonical_form(load_manifest(ported / "manifest.yaml"))
     theirs = canonical_form(load_manifest(hand_ported / "manifest.yaml"))
@@ -107,3 +109,28 @@ def test_ported_demo_manifest_builds_and_boots_for_real(project: Path, docker_cl
         assert "demo patch: kernel-mix applied" in logs
     finally:
         docker_client.images.remove(built["tag"], force=True)
+
+
+def test_port_onto_the_existing_validated_demo_release_keeps_it_validated(
+    project: Path, repo_root: Path
+) -> None:
+    shutil.copytree(repo_root / "manifests/demo/0.2", project / "manifests/demo/0.2")
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "demo 0.2, validated")
+    manifests = project / "manifests"
+
+    refused = CliRunner().invoke(
+        cli, ["--manifests", str(manifests), "port", "demo/0.1", "demo/0.2"]
+    )
+    assert refused.exit_code == 2
+    assert "demo/0.2 already exists" in refused.stderr
+    report = _lifecycle(manifests, "port", "demo/0.1", "demo/0.2", "--force", "--json")
+
+    assert report["tuned"] == {
+        "gpu_memory_utilization": {"status": "validated", "kept_from": "demo/0.2"}
+    }
+    checkout = project.parent / "checkout"
+    git(project, "worktree", "add", "-q", str(checkout), "port/demo/0.2")
+    ported = load_manifest(checkout / "manifests/demo/0.2/manifest.yaml").manifest
+    hand = load_manifest(repo_root / "manifests/demo/0.2/manifest.yaml").manifest
+    assert ported.tuned == hand.tuned  # validated, with 0.2's own measurement and margin

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.port_support import SUBDIR, PatchSpec, Project, Upstream, change_mix, git
 from tests.test_gitbinary import git as git_bytes
 from tests.test_gitbinary import gitbinary
-from tests.test_port_support import SUBDIR, PatchSpec, Project, Upstream, change_mix, git
 
 
 @pytest.fixture
@@ -60,6 +61,13 @@ def test_identical_change_upstream_is_dropped_by_patch_id(up: Upstream, project:
     manifest = project.shown("port/2.0", "manifests/2.0/manifest.yaml").decode()
     assert "patches: []" in manifest
     assert "manifests/2.0/patches/mix.patch" not in run.report["files"]
+    # DEP-3's field says where the change went, in the report and in the branch's history.
+    assert patch["applied_upstream"] == fixed
+    trailers = "%(trailers:key=Applied-Upstream,valueonly)"
+    recorded = git(project.path, "log", "-1", f"--format={trailers}", "port/2.0")
+    assert recorded.strip() == f"{fixed} (patches/mix.patch, patch-id)"
+    reasons = project.shown("port/2.0", "manifests/2.0/port-range-diff.txt").decode()
+    assert f"#   Applied-Upstream: {fixed} (patch-id)\n" in reasons
 
 
 def test_backport_on_a_release_branch_is_dropped_by_reverse_apply(
@@ -104,6 +112,8 @@ def test_recorded_upstream_commit_in_the_new_tag_is_dropped_by_ancestor(
     assert result["outcome"] == "DROPPED_UPSTREAM"
     assert result["dropped"]["method"] == "ancestor"
     assert result["dropped"]["commit"] == fixed
+    message = git(project.path, "log", "-1", "--format=%B", "port/2.0")
+    assert f"\nApplied-Upstream: {fixed} (patches/mix.patch, ancestor)\n" in message
 
 
 def test_upstream_superset_fix_is_a_conflict_with_a_hint_not_a_drop(
@@ -156,7 +166,9 @@ def test_file_renamed_upstream(up: Upstream, project: Project) -> None:
     assert result["outcome"] == "RENAMED"
     assert result["renamed"] == [{"old": "serve.py", "new": "server.py"}]
     exported = project.shown("port/2.0", "manifests/2.0/patches/mix.patch").decode()
-    assert exported.startswith("diff --git a/server.py b/server.py\n")
+    assert exported.startswith(
+        "Ported-From: 1.0 -> 2.0 (RENAMED)\n\ndiff --git a/server.py b/server.py\n"
+    )
 
 
 def test_new_file_added_by_the_patch_is_clean(up: Upstream, project: Project) -> None:
@@ -193,6 +205,91 @@ def test_file_deleted_upstream_is_a_modify_delete_conflict(up: Upstream, project
     assert result["conflict"]["kind"] == "modify/delete"
     assert result["conflict"]["files"] == [{"path": "other.py", "kind": "modify/delete"}]
     assert "Remove other.py" in result["conflict"]["hint"]
+    assert result["conflict"]["hint"].startswith("upstream deleted other.py in ")
+
+
+def test_a_modify_delete_hint_names_the_file_that_replaced_it(
+    up: Upstream, project: Project
+) -> None:
+    def edit_other(u: Upstream) -> None:
+        u.edit("pkg/other.py", lambda t: t.replace("OTHER_5 = 5\n", "OTHER_5 = 55\n"))
+
+    project.manifest("1.0", [PatchSpec("other.patch", up.patch("v1.0.0", edit_other))])
+    # Moved and rewritten too much for git to call it a rename (under 50 % alike).
+    kept = "".join(f"OTHER_{n} = {n}\n" for n in range(1, 13))
+    up.write("pkg/others/base.py", kept + "".join(f"NEW_{n} = {n}\n" for n in range(13, 31)))
+    git(up.path, "rm", "-q", "pkg/other.py")
+    moved = up.commit("Split other.py into a package")
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0", "--json")
+
+    (result,) = run.report["patches"]
+    assert result["conflict"]["kind"] == "modify/delete"
+    hint = result["conflict"]["hint"]
+    assert hint.startswith(f"upstream deleted other.py in {moved[:12]} 'Split other.py")
+    assert "others/base.py" in hint and "% alike" in hint
+
+
+def test_an_add_add_hint_says_upstream_added_the_file(up: Upstream, project: Project) -> None:
+    def add_plugin(u: Upstream) -> None:
+        u.write("pkg/plugins/extra.py", '"""Ours."""\n\nENABLED = True\n')
+
+    project.manifest("1.0", [PatchSpec("extra.patch", up.patch("v1.0.0", add_plugin))])
+    up.write("pkg/plugins/extra.py", '"""Upstream\'s."""\n\nENABLED = False\n')
+    added = up.commit("Add the extra plugin")
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0", "--json")
+
+    (result,) = run.report["patches"]
+    assert result["conflict"]["kind"] == "add/add"
+    assert result["conflict"]["hint"].startswith(
+        f"upstream added plugins/extra.py in {added[:12]} 'Add the extra plugin'"
+    )
+
+
+def test_the_range_diff_shows_patches_that_left_as_gone_not_as_added(
+    up: Upstream, project: Project
+) -> None:
+    def other(number: int, value: str) -> Callable[[Upstream], None]:
+        def change(u: Upstream) -> None:
+            u.edit(
+                "pkg/other.py",
+                lambda t: t.replace(f"_{number} = {number}\n", f"_{number} = {value}\n"),
+            )
+
+        return change
+
+    project.manifest(
+        "1.0",
+        [
+            PatchSpec("first.patch", up.patch("v1.0.0", other(5, "55"))),
+            PatchSpec("emptied.patch", up.patch("v1.0.0", change_mix("37"))),
+            PatchSpec("dropped.patch", up.patch("v1.0.0", other(9, "99"))),
+            PatchSpec("last.patch", up.patch("v1.0.0", other(25, "250"))),
+        ],
+    )
+    _lines({18: "VALUE_18 = 180\n", 20: "MIX = 37\n", 23: "VALUE_23 = 230\n"})(up)
+    up.commit("Rework")
+    other(9, "99")(up)
+    up.commit("Use 99")
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0", "--json")
+
+    assert run.outcomes() == {
+        "patches/first.patch": "CLEAN",
+        "patches/emptied.patch": "EMPTIED",
+        "patches/dropped.patch": "DROPPED_UPSTREAM",
+        "patches/last.patch": "CLEAN",
+    }
+    text = project.shown("port/2.0", "manifests/2.0/port-range-diff.txt").decode()
+    pairs = [line for line in text.splitlines() if re.match(r"\d+: ", line)]
+    assert [line.split()[2] for line in pairs] == ["=", "<", "<", "="]
+    assert pairs[1].endswith("patches/emptied.patch (EMPTIED)")
+    assert pairs[2].endswith("patches/dropped.patch (DROPPED_UPSTREAM)")
+    assert pairs[3].split()[3] == "2:"  # the new series holds two patches, numbered 1 and 2
 
 
 def _flip_bytes(u: Upstream) -> None:
@@ -250,7 +347,9 @@ def test_change_already_there_without_a_commit_to_name_is_emptied(
     # Upstream makes the same change inside a larger rewrite of the context: the 3-way replay
     # comes out empty, yet neither patch-id nor a strict reverse-apply ties it to a commit.
     _lines({18: "VALUE_18 = 180\n", 20: "MIX = 37\n", 23: "VALUE_23 = 230\n"})(up)
-    up.commit("Rework")
+    rework = up.commit("Rework")
+    up.edit("pkg/serve.py", lambda t: t.replace("VALUE_35 = 35\n", "VALUE_35 = 350\n"))
+    up.commit("Later work on the same file")
     up.tag("2.0.0")
 
     run = project.port("1.0", "2.0", "--json")
@@ -258,4 +357,10 @@ def test_change_already_there_without_a_commit_to_name_is_emptied(
     assert run.exit_code == 0, run.stderr
     (result,) = run.report["patches"]
     assert result["outcome"] == "EMPTIED"
-    assert "no upstream commit" in result["note"]
+    # Not evidence enough to call it dropped, but the commit that wrote the lines is named.
+    assert result["related_upstream"] == {
+        "commit": rework,
+        "subject": "Rework",
+        "how": "wrote the lines the patch adds",
+    }
+    assert f"upstream {rework[:12]} 'Rework' wrote the lines the patch adds" in result["note"]

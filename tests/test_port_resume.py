@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from tests.test_port_support import PatchSpec, Project, Upstream, change_mix, git, snapshot
+from lifecycle.cli import cli
+from tests.port_support import (
+    PatchSpec,
+    PortRun,
+    Project,
+    Upstream,
+    change_mix,
+    git,
+    snapshot,
+)
 
 
 @pytest.fixture
@@ -55,6 +66,8 @@ def test_conflict_stops_then_continue_finishes_with_the_resolution(
 
     assert stopped.exit_code == 1
     assert stopped.outcomes() == {"patches/mix.patch": "CONFLICT", "patches/tail.patch": "PENDING"}
+    text = project.port("1.0", "2.0", "--dry-run").stdout
+    assert "conflicts pending: patches/mix.patch\nnot tried yet: patches/tail.patch\n" in text
     worktree = Path(stopped.report["worktree"])
     conflicted = (worktree / "pkg/serve.py").read_text()
     assert "<<<<<<<" in conflicted and "MIX = 41" in conflicted and "MIX = 37" in conflicted
@@ -95,6 +108,26 @@ def test_resolving_to_upstreams_side_drops_the_patch(up: Upstream, project: Proj
     assert result["outcome"] == "EMPTIED"
     assert result["note"] == "resolved to no change"
     assert b"patches: []" in project.shown("port/2.0", "manifests/2.0/manifest.yaml")
+
+
+def test_continue_keeps_the_options_the_port_started_with(up: Upstream, project: Project) -> None:
+    _conflicting_release(up, project)
+    project.manifest("2.0", [], vllm="2.0.0")  # NEW exists and validated its value
+    (project.manifests / "1.0/patches/mix.patch").write_bytes(
+        up.patch("v1.0.0", change_mix("38"))  # and OLD differs from HEAD
+    )
+    stopped = project.port("1.0", "2.0", "--force", "--allow-dirty", "--json")
+    assert stopped.exit_code == 1, stopped.stderr
+    git(Path(stopped.report["worktree"]), "checkout", "--theirs", "--", "pkg/serve.py")
+
+    done = project.port("--continue", "--json")
+
+    assert done.exit_code == 0, done.stderr
+    assert done.report["from"]["uncommitted"] == ["manifests/1.0/patches/mix.patch"]
+    assert done.report["tuned"] == {
+        "gpu_memory_utilization": {"status": "validated", "kept_from": "2.0"}
+    }
+    assert b"+MIX = 38" in project.shown("port/2.0", "manifests/2.0/patches/mix.patch")
 
 
 def test_abort_restores_everything_byte_for_byte(
@@ -150,10 +183,76 @@ def test_keep_going_reports_every_conflict_and_what_they_block(
         "patches/clean.patch": "CLEAN",
     }
     assert run.report["patches"][1]["blocked_by"] == "patches/mix.patch"
+    # A survey says what the finished port would write for pins and tuned values too.
+    assert [(p["name"], p["new"]) for p in run.report["pins"]] == [
+        ("vllm", "2.0.0"),
+        ("flashinfer", "1.0.0"),
+        ("base_image", "toy/engine:v2.0.0"),
+    ]
+    assert run.report["tuned"] == {
+        "gpu_memory_utilization": {"status": "carried", "carried_from": "1.0"}
+    }
     # Left stopped at the first conflict, ready for --continue.
     worktree = Path(run.report["worktree"])
     assert "<<<<<<<" in (worktree / "pkg/serve.py").read_text()
     assert "<<<<<<<" not in (worktree / "pkg/other.py").read_text()
+
+
+def test_blocked_by_needs_proof_not_just_a_shared_file(up: Upstream, project: Project) -> None:
+    def value(number: int, new: str) -> Callable[[Upstream], None]:
+        def change(u: Upstream) -> None:
+            u.edit(
+                "pkg/serve.py",
+                lambda t: t.replace(f"_{number:02d} = {number}\n", f"_{number:02d} = {new}\n"),
+            )
+
+        return change
+
+    def mix_38(u: Upstream) -> None:
+        u.edit("pkg/serve.py", lambda t: t.replace("MIX = 37\n", "MIX = 38\n"))
+
+    mix, builds_on_mix, own = up.series("v1.0.0", [change_mix("37"), mix_38, value(5, "55")])
+    project.manifest(
+        "1.0",
+        [
+            PatchSpec("mix.patch", mix),
+            PatchSpec("mix-38.patch", builds_on_mix),
+            PatchSpec("five.patch", own),  # the same file as mix.patch, lines of its own
+        ],
+    )
+    change_mix("41")(up)
+    value(5, "56")(up)
+    up.commit("Upstream changes the mix and VALUE_05")
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0", "--keep-going", "--json")
+
+    assert run.outcomes() == {
+        "patches/mix.patch": "CONFLICT",
+        "patches/mix-38.patch": "BLOCKED_BY",  # applies once mix.patch is forced in
+        "patches/five.patch": "CONFLICT",  # conflicts with upstream's 56 whatever mix.patch does
+    }
+    assert run.report["patches"][1]["blocked_by"] == "patches/mix.patch"
+    assert "blocked_by" not in run.report["patches"][2]
+
+
+def test_blocked_by_a_patch_whose_file_upstream_deleted(up: Upstream, project: Project) -> None:
+    first, second = up.series(
+        "v1.0.0",
+        [_edit_other("OTHER_5 = 5", "OTHER_5 = 55"), _edit_other("OTHER_5 = 55", "OTHER_5 = 555")],
+    )
+    project.manifest("1.0", [PatchSpec("first.patch", first), PatchSpec("second.patch", second)])
+    git(up.path, "rm", "-q", "pkg/other.py")
+    up.commit("Remove other.py")
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0", "--keep-going", "--json")
+
+    assert run.outcomes() == {
+        "patches/first.patch": "CONFLICT",
+        "patches/second.patch": "BLOCKED_BY",
+    }
+    assert run.report["patches"][0]["conflict"]["kind"] == "modify/delete"
 
 
 def test_dry_run_writes_nothing(up: Upstream, project: Project, isolated_home: Path) -> None:
@@ -224,6 +323,28 @@ def test_a_series_broken_on_its_own_release_names_the_patch(up: Upstream, projec
     assert "Traceback" not in run.stderr
 
 
+def test_a_patch_with_repository_paths_is_refused_naming_the_package_dir_rule(
+    up: Upstream, project: Project
+) -> None:
+    # Written from the repository's top (`git diff` without --relative): a/pkg/serve.py.
+    change_mix("37")(up)
+    repository_relative = subprocess.run(
+        ["git", "diff", "--", "pkg/serve.py"], cwd=up.path, capture_output=True, check=True
+    ).stdout
+    git(up.path, "checkout", "-q", "--", "pkg/serve.py")
+    assert repository_relative.startswith(b"diff --git a/pkg/serve.py b/pkg/serve.py\n")
+    project.manifest("1.0", [PatchSpec("mix.patch", repository_relative)])
+    up.tag("2.0.0")
+
+    run = project.port("1.0", "2.0")
+
+    assert run.exit_code == 2
+    (line,) = run.stderr.splitlines()
+    assert line.startswith("patches/mix.patch does not apply to the old release")
+    assert "relative to engine.package_dir" in line and "a/serve.py, not a/pkg/serve.py" in line
+    assert "--relative=pkg/" in line
+
+
 def test_text_report_names_the_conflict_and_where_to_resolve_it(
     up: Upstream, project: Project
 ) -> None:
@@ -238,6 +359,7 @@ def test_text_report_names_the_conflict_and_where_to_resolve_it(
     assert lines[3].split()[:4] == ["patches/mix.patch", "CONFLICT", "content:", "serve.py"]
     assert "hint: upstream changed these files in" in run.stdout
     assert "resolve patches/mix.patch in " in run.stdout and ": pkg/serve.py (edit" in run.stdout
+    assert "conflicts pending: patches/mix.patch\n" in run.stdout
     aborted = project.port("--abort", "--json")
     assert aborted.report["aborted"] is True
 
@@ -297,3 +419,63 @@ def test_a_cherry_pick_aborted_by_hand_is_refused_not_half_committed(
     assert "no longer holds patches/mix.patch, patches/tail.patch" in run.stderr
     assert git(project.path, "branch", "--list", "port/*") == ""
     assert project.port("--abort").exit_code == 0
+
+
+def _lifecycle_in(directory: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> PortRun:
+    """`lifecycle ARGS` run from `directory`, with no --manifests: found from there, if at all."""
+    monkeypatch.chdir(directory)
+    result = CliRunner().invoke(cli, list(args))
+    return PortRun(result.exit_code, result.stdout, result.stderr)
+
+
+def test_continue_works_from_the_worktree_it_printed(
+    up: Upstream, project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _conflicting_release(up, project)
+    stopped = project.port("1.0", "2.0")
+    worktree = Path(stopped.stdout.split("resolve patches/mix.patch in ", 1)[1].split(":", 1)[0])
+    git(worktree, "checkout", "--theirs", "--", "pkg/serve.py")
+
+    done = _lifecycle_in(worktree / "pkg", monkeypatch, "port", "--continue", "--json")
+
+    assert done.exit_code == 0, done.stderr
+    assert done.outcomes() == {"patches/mix.patch": "RESOLVED"}
+    assert b"+MIX = 37" in project.shown("port/2.0", "manifests/2.0/patches/mix.patch")
+
+
+def test_abort_works_from_a_directory_with_no_manifests_above(
+    up: Upstream, project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _conflicting_release(up, project)
+    assert project.port("1.0", "2.0").exit_code == 1
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    aborted = _lifecycle_in(elsewhere, monkeypatch, "port", "--abort")
+
+    assert aborted.exit_code == 0, aborted.stderr
+    assert "aborted the port 1.0 -> 2.0" in aborted.stdout
+    nothing = _lifecycle_in(elsewhere, monkeypatch, "port", "--continue")
+    assert nothing.exit_code == 2
+    assert nothing.stderr.startswith("no port in progress") and "Traceback" not in nothing.stderr
+
+
+def test_continue_from_elsewhere_with_two_ports_in_progress_names_them(
+    up: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = Project(tmp_path / "first", up), Project(tmp_path / "second", up)
+    _conflicting_release(up, first)
+    second.manifest("1.0", [PatchSpec("mix.patch", up.patch("v1.0.0", change_mix("37")))])
+    assert (first.port("1.0", "2.0").exit_code, second.port("1.0", "2.0").exit_code) == (1, 1)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    ambiguous = _lifecycle_in(elsewhere, monkeypatch, "port", "--continue")
+
+    assert ambiguous.exit_code == 2
+    assert len(ambiguous.stderr.splitlines()) == 1
+    assert str(first.path) in ambiguous.stderr and str(second.path) in ambiguous.stderr
+    # From inside a repository, that repository's port is the one meant.
+    aborted = _lifecycle_in(second.path, monkeypatch, "port", "--abort")
+    assert aborted.exit_code == 0, aborted.stderr
+    assert _lifecycle_in(first.manifests, monkeypatch, "port", "--abort").exit_code == 0

@@ -255,7 +255,10 @@ def _add(project: Path, boot_id: str, *args: str, env: dict[str, str | None] | N
 
 
 def _results(project: Path) -> dict[str, dict[str, Any]]:
-    return {r["id"]: r for r in json.loads(run_lifecycle(project, "results", "--json").stdout)["results"]}
+    return {
+        r["id"]: r
+        for r in json.loads(run_lifecycle(project, "results", "--json").stdout)["results"]
+    }
 
 
 @pytest.mark.docker

@@ -175,7 +175,9 @@ def test_a_dir_gone_behind_the_ledgers_back_shows_missing_and_teardown_settles_i
     shutil.rmtree(caches()[archived[0]].host_path)
     shutil.rmtree(caches()[lost[0]].host_path)
 
-    listed = {c["id"]: c for c in json.loads(cli(archive_project, "caches", "--json").stdout)["caches"]}
+    listed = {
+        c["id"]: c for c in json.loads(cli(archive_project, "caches", "--json").stdout)["caches"]
+    }
     assert listed[archived[0]]["state"] == "missing" and listed[lost[0]]["state"] == "missing"
     assert listed[archived[1]]["state"] == "archived" and listed[lost[1]]["state"] == "live"
 

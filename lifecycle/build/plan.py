@@ -9,7 +9,9 @@ from datetime import datetime
 from importlib import resources
 
 from lifecycle import __version__
+from lifecycle.errors import LifecycleError
 from lifecycle.manifest import LoadedManifest
+from lifecycle.manifest.checks import unconfirmed_pins
 from lifecycle.manifest.digest import manifest_digest, patch_digests
 
 LABEL_PREFIX = "lifecycle."
@@ -42,8 +44,18 @@ def image_tag(name: str, vllm: str, digest: str) -> str:
     return f"lifecycle/{name}:{vllm}-{digest[:12]}"
 
 
+class UnconfirmedPin(LifecycleError):
+    """The manifest lists a pin nobody has confirmed: no image is built from it (exit 2)."""
+
+
 def plan_build(loaded: LoadedManifest, *, created: datetime, source: SourceInfo) -> BuildPlan:
     """Turn a resolved manifest into the exact build that would be sent."""
+    unconfirmed = [
+        f"{message}; check it, then delete engine.unconfirmed.{path[-1]} from the manifest"
+        for path, message in unconfirmed_pins(loaded.manifest)
+    ]
+    if unconfirmed:
+        raise UnconfirmedPin(f"{loaded.file}: {'; '.join(unconfirmed)}")
     manifest = loaded.manifest
     engine = manifest.engine
     digest = manifest_digest(loaded)

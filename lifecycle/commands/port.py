@@ -4,19 +4,89 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
-from lifecycle.errors import LifecycleError
+from lifecycle.commands.context import Context
+from lifecycle.commands.report import Report
+from lifecycle.errors import EXIT_OK, LifecycleError
 from lifecycle.port import session
 from lifecycle.port.outcome import PatchOutcome
 from lifecycle.port.plan import PortRequest
 from lifecycle.port.report import PortReport, PortStatus
 from lifecycle.proc import CommandFailed
-from lifecycle.table import render
+from lifecycle.table import render as table
+
+_STOPPED = (PatchOutcome.CONFLICT, PatchOutcome.BLOCKED_BY)
 
 
 class PortFailed(LifecycleError):
     """git failed in a way a port does not expect (exit 2: exit 1 means conflicts pending)."""
+
+
+@dataclass(frozen=True)
+class PortOptions:
+    """What the command line asks of a port."""
+
+    old: str | None = None
+    new: str | None = None
+    dry_run: bool = False
+    keep_going: bool = False
+    resume: bool = False  # --continue
+    abort: bool = False
+    branch: str | None = None
+    release: str | None = None
+    allow_dirty: bool = False
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class PortCommandReport(Report):
+    """A port's report (started, continued, or computed in a dry run), or an abort's message."""
+
+    FORMAT: ClassVar[str] = "lifecycle-port/1"
+    report: PortReport | None
+    aborted: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return self.report.exit_code if self.report is not None else EXIT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        if self.report is None:
+            return {"format": self.FORMAT, "aborted": True, "message": self.aborted}
+        return {"format": self.FORMAT, **self.report.to_json()}
+
+
+def run(ctx: Context, options: PortOptions, cwd: Path) -> PortCommandReport:
+    """Start, continue (`--continue`, from `cwd`) or abort a port."""
+    home = ctx.home
+    if options.resume or options.abort:
+        others = (
+            options.old, options.new, options.dry_run, options.keep_going, options.branch,
+            options.release, options.allow_dirty, options.force,
+        )  # fmt: skip
+        if (options.resume and options.abort) or any(others):
+            raise LifecycleError("--continue and --abort take no other arguments or options")
+        if options.abort:
+            return PortCommandReport(None, abort_port(ctx.manifests_dir, home, cwd))
+        return PortCommandReport(continue_port(ctx.manifests_dir, home, cwd))
+    if not (options.old and options.new):
+        raise LifecycleError("give OLD and NEW (e.g. `lifecycle port 0.30 0.31`)")
+    request = PortRequest(
+        ctx.manifests_dir, options.old, options.new, home, options.dry_run, options.keep_going,
+        branch=options.branch, release=options.release, allow_dirty=options.allow_dirty,
+        force=options.force,
+    )  # fmt: skip
+    return PortCommandReport(port(request))
+
+
+def render(report: PortCommandReport) -> str:
+    """The port's human report, or what an abort removed."""
+    if report.report is None:
+        return f"{report.aborted}\n"
+    return render_text(report.report)
 
 
 def port(request: PortRequest) -> PortReport:
@@ -25,16 +95,16 @@ def port(request: PortRequest) -> PortReport:
         return session.start(request)
 
 
-def continue_port(manifests_dir: Path, home: Path) -> PortReport:
-    """`--continue`: take the worktree as the resolution and go on."""
+def continue_port(manifests_dir: Path, home: Path, cwd: Path) -> PortReport:
+    """`--continue` run from `cwd`: take the worktree as the resolution and go on."""
     with _git_failures():
-        return session.resume(manifests_dir, home)
+        return session.resume(session.locate(manifests_dir, home, cwd), home)
 
 
-def abort_port(manifests_dir: Path, home: Path) -> str:
-    """`--abort`: forget the stopped port; a line saying what was removed."""
+def abort_port(manifests_dir: Path, home: Path, cwd: Path) -> str:
+    """`--abort` run from `cwd`: forget the stopped port; a line saying what was removed."""
     with _git_failures():
-        return session.abort(manifests_dir, home)
+        return session.abort(session.locate(manifests_dir, home, cwd))
 
 
 @contextmanager
@@ -53,14 +123,14 @@ def render_text(report: PortReport) -> str:
         "",
     ]
     rows = [(r.file, r.outcome.value, r.detail()) for r in report.results]
-    lines.append(render(["PATCH", "OUTCOME", "EVIDENCE"], rows).rstrip("\n"))
+    lines.append(table(["PATCH", "OUTCOME", "EVIDENCE"], rows).rstrip("\n"))
     for result in report.results:
         if result.outcome is PatchOutcome.CONFLICT and result.conflict and result.conflict.hint:
             lines.append(f"  {result.file}: hint: {result.conflict.hint}")
     if report.pins:
         lines += [
             "",
-            render(
+            table(
                 ["PIN", "OLD", "NEW", "FROM"],
                 [
                     (p.name + (" (!)" if p.flagged else ""), p.old, p.new, p.source)
@@ -68,9 +138,13 @@ def render_text(report: PortReport) -> str:
                 ],
             ).rstrip("\n"),
         ]
-    if report.tuned:
+    carried = {n: f.origin for n, f in report.tuned.items() if f.status == "carried"}
+    kept = [n for n, f in report.tuned.items() if f.status == "validated"]
+    if carried:
         lines += ["", f"tuned values carried, NOT re-validated on {report.new.version}:"]
-        lines += [f"  {name} (measured on {origin})" for name, origin in report.tuned.items()]
+        lines += [f"  {name} (measured on {origin})" for name, origin in carried.items()]
+    if kept:
+        lines += ["", f"tuned values {report.new_ref} had validated, kept: {', '.join(kept)}"]
     lines += [f"warning: {w}" for w in report.warnings]
     lines.append("")
     lines += _where(report)
@@ -79,8 +153,10 @@ def render_text(report: PortReport) -> str:
 
 def _where(report: PortReport) -> list[str]:
     if report.status is PortStatus.CONFLICTS_PENDING:
-        waiting = [r.file for r in report.results if r.outcome.needs_person]
+        waiting = [r.file for r in report.results if r.outcome in _STOPPED]
+        untried = [r.file for r in report.results if r.outcome is PatchOutcome.PENDING]
         lines = [f"conflicts pending: {', '.join(waiting)}"]
+        lines += [f"not tried yet: {', '.join(untried)}"] if untried else []
         if report.dry_run:
             return [*lines, "dry run: nothing was written"]
         current = next(r for r in report.results if r.outcome is PatchOutcome.CONFLICT)

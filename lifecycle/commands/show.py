@@ -32,6 +32,7 @@ class ShowReport(Report):
     digest: str
     name: str
     pins: dict[str, str]
+    unconfirmed: dict[str, str]  # pin -> why the port could not derive it; build refuses it
     patches: tuple[PatchDigest, ...]
     tuned: dict[str, TunedValue]
     manifest: dict[str, Any]  # the canonical resolved manifest
@@ -51,6 +52,7 @@ def run(ctx: Context, ref: str) -> ShowReport:
             "flashinfer": manifest.engine.flashinfer,
             "base_image": manifest.engine.base_image,
         },
+        unconfirmed={str(pin): why for pin, why in manifest.engine.unconfirmed.items()},
         patches=tuple(PatchDigest(f, sha) for f, sha in patch_digests(loaded)),
         tuned=dict(manifest.tuned),
         manifest=canonical_form(loaded),
@@ -64,6 +66,9 @@ def render(report: ShowReport) -> str:
         *(f"#   extends {parent}" for parent in report.extends_chain),
         f"# digest sha256:{report.digest}",
     ]
+    for name, why in report.unconfirmed.items():
+        value = report.pins[name]
+        lines.append(f"# pin {name}={value} UNCONFIRMED ({why})  <- build refuses it until checked")
     for name, tuned in report.tuned.items():
         flag = "" if tuned.status == "validated" else "  <- NOT re-validated on this release"
         origin = f" from {tuned.carried_from}" if tuned.carried_from else ""

@@ -11,16 +11,20 @@ from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
 from lifecycle.errors import EXIT_OK, EXIT_USAGE, LifecycleError, ManifestError, problem_lines
 from lifecycle.manifest import LoadedManifest, load_manifest
+from lifecycle.manifest.checks import unconfirmed_pins
 from lifecycle.manifest.digest import manifest_digest
+from lifecycle.manifest.source import render_key_path
 
 
 @dataclass(frozen=True)
 class Validation:
-    """What one file's validation found: its digest when valid, else its problems."""
+    """What one file's validation found: its digest when valid, else its problems; and what
+    is valid but needs a person (a pin nobody confirmed)."""
 
     file: Path
     digest: str | None
     problems: tuple[str, ...]  # `file:line:col: key: message`, the form editors read
+    warnings: tuple[str, ...] = ()  # a pin the port could not derive, still unconfirmed
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,11 @@ class ValidateReport(Report):
 
     @property
     def notes(self) -> tuple[str, ...]:
-        return tuple(line for v in self.files for line in v.problems)
+        return tuple(
+            line
+            for v in self.files
+            for line in (*v.problems, *(f"warning: {w}" for w in v.warnings))
+        )
 
     def to_json(self) -> dict[str, Any]:
         document = super().to_json()
@@ -55,7 +63,12 @@ def run(ctx: Context, paths: Sequence[Path]) -> ValidateReport:
     for file in files:
         try:
             loaded: LoadedManifest = load_manifest(file)
-            found.append(Validation(file, manifest_digest(loaded), ()))
+            warnings = tuple(
+                f"{file}: {render_key_path(path)}: {message}; `build` refuses it until you check "
+                "the pin and delete this entry"
+                for path, message in unconfirmed_pins(loaded.manifest)
+            )
+            found.append(Validation(file, manifest_digest(loaded), (), warnings))
         except ManifestError as exc:
             found.append(Validation(file, None, tuple(problem_lines(exc.problems))))
     return ValidateReport(tuple(found))

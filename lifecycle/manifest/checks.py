@@ -84,3 +84,9 @@ def check_profiles(manifest: Manifest) -> Iterator[Finding]:
                 )
             elif name in profile.secrets[:index]:
                 yield where, f"{name} is listed twice"
+
+
+def unconfirmed_pins(manifest: Manifest) -> Iterator[Finding]:
+    """The pins listed under `engine.unconfirmed`: `validate` warns, `build` refuses."""
+    for name, value, why in manifest.engine.unconfirmed_pins():
+        yield ("engine", "unconfirmed", name), f"{name} {value} is not confirmed ({why})"

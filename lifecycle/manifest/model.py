@@ -86,6 +86,7 @@ Slug = Annotated[str, AfterValidator(_slug)]
 CommitId = Annotated[str, AfterValidator(_commit)]
 Text = Annotated[str, Field(min_length=1)]
 PortKey = Annotated[str, BeforeValidator(_port_number_as_text), AfterValidator(_port_key)]
+PinName = Literal["vllm", "flashinfer", "base_image"]
 
 
 class _Strict(BaseModel):
@@ -105,6 +106,29 @@ class EnginePins(_Strict):
     flashinfer_dist: Text = Field(
         default="flashinfer-python", description="Distribution name the flashinfer pin checks."
     )
+    unconfirmed: dict[PinName, Text] = Field(
+        default_factory=dict,
+        description=(
+            "Pins nobody has confirmed yet, pin name -> why (`lifecycle port` writes one when "
+            "it cannot read a pin from the new release). `validate` warns and `build` refuses "
+            "while a pin is listed here: check the pin, correct it if needed, then delete its "
+            "entry."
+        ),
+    )
+
+    @model_serializer(mode="wrap")
+    def _no_empty_unconfirmed(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The digest is taken over the dumped manifest: with nothing unconfirmed it must dump as
+        # it did before the key existed, or every manifest's digest (and image tag) moves.
+        data: dict[str, Any] = handler(self)
+        if not data.get("unconfirmed"):
+            data.pop("unconfirmed", None)
+        return data
+
+    def unconfirmed_pins(self) -> list[tuple[str, str, str]]:
+        """(pin name, its value, why) for each pin listed under `unconfirmed`."""
+        values = {"vllm": self.vllm, "flashinfer": self.flashinfer, "base_image": self.base_image}
+        return [(name, values[name], why) for name, why in self.unconfirmed.items()]
 
 
 class Upstream(_Strict):

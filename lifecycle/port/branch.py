@@ -58,6 +58,48 @@ def check_branch_name(repo: Repository, branch: str) -> None:
         raise BranchError(f"{branch!r} is not a valid branch name")
 
 
+def in_repository(repo: Repository, path: Path) -> str | None:
+    """`path` as a path inside the repository, or None when it is outside."""
+    resolved, root = path.resolve(), repo.root.resolve()
+    return resolved.relative_to(root).as_posix() if resolved.is_relative_to(root) else None
+
+
+def head_entries(repo: Repository, paths: list[Path]) -> dict[str, str]:
+    """Repository path → object id at HEAD, for those of `paths` HEAD has (files or trees)."""
+    names = [name for name in (in_repository(repo, p) for p in paths) if name is not None]
+    if repo.head is None or not names:
+        return {}
+    listed = Git.user(repo.root).out("ls-tree", "-z", repo.head, "--", *names)
+    entries = {}
+    for entry in listed.split("\0"):
+        if entry:
+            info, name = entry.split("\t", 1)
+            entries[name] = info.split()[2]
+    return entries
+
+
+def differs_from(repo: Repository, committed: dict[str, str], files: list[Path]) -> list[str]:
+    """Which of `files` (as repository paths, sorted) HEAD (`committed`, from head_entries)
+    lacks or holds other bytes of. Bytes as they are on disk (`--no-filters`): what the port
+    reads is what is compared."""
+    inside: dict[str, Path] = {}
+    outside = []
+    for file in files:
+        name = in_repository(repo, file)
+        if name is None:
+            outside.append(str(file.resolve()))
+        else:
+            inside[name] = file.resolve()
+    names = sorted(inside)
+    if not names:
+        return sorted(outside)
+    paths = "".join(f"{inside[name]}\n" for name in names)
+    git = Git.user(repo.root)
+    blobs = git.out("hash-object", "--no-filters", "--stdin-paths", input=paths).split()
+    changed = [n for n, blob in zip(names, blobs, strict=True) if committed.get(n) != blob]
+    return sorted([*changed, *outside])
+
+
 def commit_files(
     repo: Repository,
     branch: str,

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lifecycle.errors import LifecycleError
-from lifecycle.port import export, history
+from lifecycle.port import blocking, export, hints, history, patchfile
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import (
     Conflict,
@@ -44,6 +44,7 @@ class Bases:
     new_commit: str
     new_tag: str
     subdir: str
+    port: str = ""  # `OLD -> NEW`, as a moved patch's Ported-From trailer says
 
 
 @dataclass(frozen=True)
@@ -108,10 +109,16 @@ def _outcomes(
             drop = replayed.pre_dropped[i]
             results.append(PatchResult(i, patch.file, PatchOutcome.DROPPED_UPSTREAM, drop=drop))
         elif i in stopped:
-            # In a --keep-going survey, a conflict on a file an earlier stopped patch touches is
-            # put down to that patch: it may well apply once the earlier one is resolved.
+            # In a --keep-going survey, a conflict is put down to an earlier stopped patch only
+            # if forcing that one in makes this one apply (blocking.py); those that share no
+            # file with it cannot, and are not tried.
             mine = set(old_paths.get(replayed.old[i], []))
-            blocker = next((patches[j].file for j, ps in blockers.items() if mine & ps), None)
+            earlier = [
+                (patches[j].file, replayed.old[j])
+                for j, theirs in reversed(blockers.items())
+                if mine & theirs
+            ]
+            blocker = blocking.blocker(git, replayed.old[i], stopped[i].head, earlier)
             blockers[i] = mine
             conflict = _with_hint(git, bases, patch, stopped[i].conflict)
             outcome = PatchOutcome.BLOCKED_BY if blocker else PatchOutcome.CONFLICT
@@ -157,12 +164,30 @@ def _emptied(git: Git, bases: Bases, moved: _Moved) -> PatchResult:
     if drop:
         outcome = PatchOutcome.DROPPED_UPSTREAM
         return PatchResult(patch.index, patch.file, outcome, drop, moved.resolved, note=note)
+    related = (
+        None
+        if moved.resolved
+        else hints.related_commit(
+            git, bases.old_commit, bases.new_commit, bases.subdir, moved.old, moved.old_paths
+        )
+    )
     why = note or (
         "its change is already in the tree it was moved onto, "
-        "but no upstream commit between the tags explains it"
+        + (
+            f"and upstream {related.commit[:12]} {related.subject!r} {related.how}, but "
+            if related
+            else "but "
+        )
+        + "neither patch-id nor a reverse-apply proves the change is upstream's: check it"
     )
     return PatchResult(
-        patch.index, patch.file, PatchOutcome.EMPTIED, None, moved.resolved, note=why
+        patch.index,
+        patch.file,
+        PatchOutcome.EMPTIED,
+        None,
+        moved.resolved,
+        note=why,
+        related=related,
     )
 
 
@@ -203,8 +228,13 @@ def _applied(git: Git, bases: Bases, moved: _Moved) -> tuple[PatchResult, bytes]
         unchanged=unchanged,
         note=note,
     )
-    # A patch whose change did not move keeps its bytes, whatever tool first wrote them.
-    return result, patch.path.read_bytes() if unchanged else moved.new
+    # A patch whose change did not move keeps its bytes, whatever tool first wrote them; one
+    # that moved keeps its author and message, and says it was ported.
+    original = patch.path.read_bytes()
+    if unchanged:
+        return result, original
+    trailer = f"Ported-From: {bases.port} ({outcome.value})"
+    return result, patchfile.with_port(original, moved.new, trailer)
 
 
 def _recorded(git: Git, bases: Bases, patch: SeriesPatch) -> str | None:
@@ -231,21 +261,14 @@ def _renames(
 
 
 def _with_hint(git: Git, bases: Bases, patch: SeriesPatch, conflict: Conflict) -> Conflict:
-    repo_paths = [f.path for f in conflict.files]
-    hints = []
-    touching = history.commits_touching(git, bases.old_commit, bases.new_commit, repo_paths, 3)
-    if touching:
-        named = "; ".join(f"{c[:12]} {s!r}" for c, _, s in (t.partition(" ") for t in touching))
-        hints.append(
-            f"upstream changed these files in {named}: if that change supersedes "
-            "this patch, resolve by keeping upstream's side (the patch then drops out)"
-        )
+    found = hints.conflict_hint(git, bases.old_commit, bases.new_commit, bases.subdir, conflict)
+    said = [found] if found else []
     recorded = _recorded(git, bases, patch)
     if recorded:
-        hints.append(f"the recorded upstream_commit {recorded[:12]} is in {bases.new_tag}")
+        said.append(f"the recorded upstream_commit {recorded[:12]} is in {bases.new_tag}")
     if patch.drop_when:
-        hints.append(f"drop_when: {patch.drop_when}")
-    return Conflict(_in_package(conflict, bases).files, " | ".join(hints) or None)
+        said.append(f"drop_when: {patch.drop_when}")
+    return Conflict(_in_package(conflict, bases).files, " | ".join(said) or None)
 
 
 def _in_package(conflict: Conflict, bases: Bases) -> Conflict:

@@ -1,12 +1,13 @@
-"""Deterministic patch export, and the range-diff of the old series against the new.
+"""Deterministic patch export: the diff of each replayed commit, as the build applies it.
 
-Every patch is printed by git with the same pinned options, in the form the build applies
-(`patch -p1 --fuzz=0` inside the package dir): a plain `git diff` per patch, paths relative
-to the package dir (`--relative=<subdir>/`), `a/` and `b/` prefixes, renames detected, index
-lines abbreviated to 12 hex digits, 3 lines of context, the myers algorithm with the indent
-heuristic; no commit ids, dates, signatures or diffstat, since no mail header is written at
-all. Only a binary file's block carries full object ids (`--binary` needs them to apply);
-the text files of the same patch keep the abbreviated form.
+Every patch's diff is printed by git with the same pinned options, in the form the build
+applies (`patch -p1 --fuzz=0` inside the package dir): a plain `git diff` per patch, paths
+relative to the package dir (`--relative=<subdir>/`), `a/` and `b/` prefixes, renames
+detected, index lines abbreviated to 12 hex digits, 3 lines of context, the myers algorithm
+with the indent heuristic; no commit ids, dates, signatures or diffstat. Only a binary
+file's block carries full object ids (`--binary` needs them to apply); the text files of the
+same patch keep the abbreviated form. The patch file's own message (a mail's headers and
+body, or the text above a plain diff) is put back above it by `patchfile.with_port`.
 
 An unchanged patch keeps its bytes: when the new diff equals the old one except for `index`
 lines (blob ids move whenever upstream edits the file elsewhere; `patch` ignores them), the
@@ -95,11 +96,6 @@ def touched(git: Git, commits: list[str]) -> dict[str, list[str]]:
         elif commit:
             found[commit].append(field)
     return found
-
-
-def range_diff(git: Git, old_range: str, new_range: str) -> str:
-    """`git range-diff` of the two series (commit ids are deterministic: fixed identities)."""
-    return git.out("range-diff", "--no-color", old_range, new_range)
 
 
 def _log_patches(git: Git, commits: list[str], subdir: str, *, binary: bool) -> dict[str, bytes]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +13,7 @@ from pathlib import Path
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.digest import manifest_digest
 from lifecycle.port import branch as port_branch
-from lifecycle.port import export, manifest_out, pins
+from lifecycle.port import manifest_out, pins, rangediff
 from lifecycle.port.classify import Bases, Replayed, classify
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import PatchResult
@@ -36,12 +35,9 @@ def finish(
     """Classify, write the new manifest, series, report and range-diff; commit them on the port
     branch on top of `base` (unless a dry run). `scratch_done` is called once the scratch
     repository is no longer read, so it can be removed while the branch is written."""
-    engine = plan.loaded.manifest.engine
     # Three independent readers of the scratch repository: they overlap their git processes.
     with ThreadPoolExecutor(max_workers=2) as pool:
-        flashinfer = pool.submit(
-            pins.flashinfer_pin, git, plan.new, engine.flashinfer_dist, engine.flashinfer
-        )
+        flashinfer = pool.submit(_flashinfer, plan, git)
         range_diff = pool.submit(_range_diff, plan, git, replayed)
         results, kept = classify(git, _bases(plan), plan.patches, replayed)
         fi, diff = flashinfer.result(), range_diff.result()
@@ -53,15 +49,13 @@ def finish(
             "or aborted by hand?): `lifecycle port --abort` and start again"
         )
     scratch_done()
-    image = pins.base_image_pin(engine.base_image, plan.old.version, plan.new.version)
-    vllm = pins.PinChange("vllm", engine.vllm, plan.new.version, f"tag {plan.new.tag}")
-    new_engine = {"vllm": vllm.new, "flashinfer": fi.new}
-    if image.new != image.old:
-        new_engine["base_image"] = image.new
-    tuned = manifest_out.carry_tuned(plan.loaded.manifest.tuned, plan.old_label)
+    values = manifest_out.new_values(plan, fi)
     series = [plan.loaded.manifest.patches[r.index] for r in results if r.outcome.kept]
-    data = manifest_out.manifest_data(plan.loaded, plan.new_dir, new_engine, series, tuned)
-    files = {"manifest.yaml": manifest_out.render(data, _header(plan, fi, image)).encode()}
+    data = manifest_out.manifest_data(
+        plan.loaded, plan.new_dir, values.engine, series, values.tuned
+    )
+    header = _header(plan, values)
+    files = {"manifest.yaml": manifest_out.render(data, header).encode()}
     for result in results:
         if result.outcome.kept:
             files[plan.patches[result.index].file] = kept[result.index]
@@ -73,16 +67,19 @@ def finish(
         upstream=plan.loaded.manifest.upstream.repository,
         subdir=plan.subdir,
         results=tuple(results),
-        pins=(vllm, fi, image),
-        tuned={name: value.carried_from or plan.old_label for name, value in tuned.items()},
+        pins=values.pins,
+        tuned=values.fates,
         status=PortStatus.COMPLETE,
+        old_digest=plan.digest,
+        uncommitted=plan.uncommitted,
         dry_run=plan.request.dry_run,
         branch=plan.branch,
-        digest=_validated_digest(plan, files),
-        warnings=_warnings(plan, results, (fi, image)),
+        digest=_validated_digest(plan, files, base),
+        warnings=_warnings(plan, results, values.pins),
     )
     files[REPORT_FILE] = (json.dumps(report.record(), indent=2) + "\n").encode()
-    files[RANGE_DIFF_FILE] = (_reasons(plan, results) + diff).encode()
+    outcomes = {r.file: r.outcome.value for r in results}
+    files[RANGE_DIFF_FILE] = (_reasons(plan, results) + rangediff.annotate(diff, outcomes)).encode()
     if plan.request.dry_run or plan.repo is None:
         return replace(report, files=tuple(sorted(files)))
     directory = plan.new_dir.relative_to(plan.repo.root.resolve()).as_posix()
@@ -93,8 +90,10 @@ def finish(
 
 
 def stopped(plan: PortPlan, git: Git, replayed: Replayed) -> PortReport:
-    """The report of a port stopped on conflicts: every patch's outcome so far."""
+    """The report of a port stopped on conflicts: every patch's outcome so far, and the pins
+    and tuned values the finished port would write."""
     results, _ = classify(git, _bases(plan), plan.patches, replayed)
+    values = manifest_out.new_values(plan, _flashinfer(plan, git))
     return PortReport(
         old_ref=plan.old_label,
         new_ref=plan.new_label,
@@ -103,27 +102,37 @@ def stopped(plan: PortPlan, git: Git, replayed: Replayed) -> PortReport:
         upstream=plan.loaded.manifest.upstream.repository,
         subdir=plan.subdir,
         results=tuple(results),
-        pins=(),
-        tuned={},
+        pins=values.pins,
+        tuned=values.fates,
         status=PortStatus.CONFLICTS_PENDING,
+        old_digest=plan.digest,
+        uncommitted=plan.uncommitted,
         dry_run=plan.request.dry_run,
         branch=plan.branch,
-        warnings=_warnings(plan, results, ()),
+        warnings=_warnings(plan, results, values.pins),
     )
 
 
+def _flashinfer(plan: PortPlan, git: Git) -> pins.PinChange:
+    engine = plan.loaded.manifest.engine
+    return pins.flashinfer_pin(git, plan.new, engine.flashinfer_dist, engine.flashinfer)
+
+
 def _bases(plan: PortPlan) -> Bases:
-    return Bases(plan.old.commit, plan.new.commit, plan.new.tag, plan.subdir)
+    port = f"{plan.old_label} -> {plan.new_label}"
+    return Bases(plan.old.commit, plan.new.commit, plan.new.tag, plan.subdir, port)
 
 
-def _validated_digest(plan: PortPlan, files: dict[str, bytes]) -> str:
-    """Load the new manifest the way every verb will, from a copy laid out like manifests/."""
+def _validated_digest(plan: PortPlan, files: dict[str, bytes], base: str | None) -> str:
+    """Load the new manifest the way every verb will, from a copy laid out like manifests/,
+    with the root it extends as the branch holds it (HEAD's, when only the working tree's
+    copy was changed and ported with --allow-dirty)."""
     root = plan.loaded.chain[-1].resolve()
     common = Path(os.path.commonpath([root.parent, plan.new_dir]))
     with tempfile.TemporaryDirectory(prefix="lifecycle-port-check-") as temp:
         copy_root = Path(temp) / root.relative_to(common)
         copy_root.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(root, copy_root)
+        copy_root.write_bytes(_as_on_branch(plan, root, base))
         new_dir = Path(temp) / plan.new_dir.relative_to(common)
         for name, content in files.items():
             (new_dir / name).parent.mkdir(parents=True, exist_ok=True)
@@ -131,12 +140,22 @@ def _validated_digest(plan: PortPlan, files: dict[str, bytes]) -> str:
         return manifest_digest(load_manifest(new_dir / "manifest.yaml"))
 
 
+def _as_on_branch(plan: PortPlan, file: Path, base: str | None) -> bytes:
+    if plan.repo is None or base is None or not file.is_relative_to(plan.repo.root.resolve()):
+        return file.read_bytes()
+    name = file.relative_to(plan.repo.root.resolve()).as_posix()
+    if name not in plan.uncommitted:
+        return file.read_bytes()  # the same bytes as HEAD's
+    done = Git.user(plan.repo.root).run("cat-file", "blob", f"{base}:{name}", check=False)
+    return done.out.encode("utf-8", "surrogateescape") if done.rc == 0 else file.read_bytes()
+
+
 def _range_diff(plan: PortPlan, git: Git, replayed: Replayed) -> str:
     if replayed.old and replayed.new:
         last_old = replayed.old[len(replayed.old) - 1]
-        return export.range_diff(git, f"{plan.old.commit}..{last_old}", f"{plan.new.commit}..HEAD")
+        return rangediff.range_diff(git, plan.old.commit, last_old, plan.new.commit, "HEAD")
     if replayed.old:
-        return "(the new series is empty: every patch left it, for the reasons above)\n"
+        return rangediff.EMPTY_SERIES
     return ""
 
 
@@ -149,6 +168,8 @@ def _reasons(plan: PortPlan, results: list[PatchResult]) -> str:
     for result in results:
         why = result.detail()
         lines.append(f"# {result.file}: {result.outcome.value}{f' ({why})' if why else ''}")
+        if result.drop:
+            lines.append(f"#   Applied-Upstream: {result.drop.commit} ({result.drop.method.value})")
         if result.conflict and result.conflict.hint:
             lines.append(f"#   hint: {result.conflict.hint}")
         if result.note:
@@ -156,7 +177,8 @@ def _reasons(plan: PortPlan, results: list[PatchResult]) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def _header(plan: PortPlan, fi: pins.PinChange, image: pins.PinChange) -> list[str]:
+def _header(plan: PortPlan, values: manifest_out.NewValues) -> list[str]:
+    _, fi, image = values.pins
     header = [
         f"Ported from {plan.old_label} by `lifecycle port` ({plan.old.tag} -> {plan.new.tag});"
         f" see {REPORT_FILE}.",
@@ -164,21 +186,31 @@ def _header(plan: PortPlan, fi: pins.PinChange, image: pins.PinChange) -> list[s
     ]
     if image.flagged:
         header.append(f"base_image: {image.source}.")
-    if plan.loaded.manifest.tuned:
+    carried = [name for name, fate in values.fates.items() if fate.status == "carried"]
+    if carried:
         header.append(
-            f"Tuned values are carried from {plan.old_label}: NOT re-validated on "
+            f"Tuned values carried ({', '.join(carried)}) are NOT re-validated on "
             f"{plan.new.version}."
         )
+    if len(carried) < len(values.fates):
+        header.append(f"Tuned values {plan.new_label} had validated are kept as they were.")
     return header
 
 
 def _warnings(
     plan: PortPlan, results: list[PatchResult], changes: tuple[pins.PinChange, ...]
 ) -> tuple[str, ...]:
-    found = [plan.mirror.warning] if plan.mirror.warning else []
+    found = [w for w in (plan.mirror.warning, plan.dirty_warning, plan.existing_warning) if w]
     found += [f"{c.name} {c.new}: {c.source}" for c in changes if c.flagged]
     found += [f"{r.file}: {r.note}" for r in results if r.note and r.outcome.kept]
     return tuple(found)
+
+
+def _old_manifest(plan: PortPlan) -> str:
+    file = plan.loaded.file.resolve()
+    if plan.repo and file.is_relative_to(plan.repo.root.resolve()):
+        return file.relative_to(plan.repo.root.resolve()).as_posix()
+    return str(file)
 
 
 def _message(plan: PortPlan, results: list[PatchResult]) -> str:
@@ -188,6 +220,18 @@ def _message(plan: PortPlan, results: list[PatchResult]) -> str:
         "",
         *(f"{r.file}: {r.outcome.value} {r.detail()}".rstrip() for r in results),
         "",
+        f"Old manifest: {_old_manifest(plan)} sha256:{plan.digest}",
+        *(
+            [f"Ported from the working tree (--allow-dirty): {', '.join(plan.uncommitted)}."]
+            if plan.uncommitted
+            else []
+        ),
         f"Written by `lifecycle port`; see {REPORT_FILE} and {RANGE_DIFF_FILE}.",
     ]
-    return "\n".join(lines) + "\n"
+    # Trailers, so `git log --format=%(trailers:key=Applied-Upstream)` finds why patches went.
+    applied = [
+        f"Applied-Upstream: {r.drop.commit} ({r.file}, {r.drop.method.value})"
+        for r in results
+        if r.drop
+    ]
+    return "\n".join(lines + (["", *applied] if applied else [])) + "\n"

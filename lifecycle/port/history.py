@@ -83,3 +83,58 @@ def renames(git: Git, old: str, new: str, paths: list[str]) -> dict[str, str]:
         if status.startswith("R") and source in paths:
             moved[source] = target
     return moved
+
+
+def last_change(git: Git, old: str, new: str, path: str, kind: str) -> tuple[str, str] | None:
+    """(commit, subject) of the newest upstream commit between the tags that added (`A`) or
+    deleted (`D`) `path`."""
+    out = git.out(
+        "log", "-1", f"--diff-filter={kind}", "--format=%H %s", f"{old}..{new}", "--", path
+    )
+    commit, _, subject = out.strip().partition(" ")
+    return (commit, subject) if commit else None
+
+
+def successors(git: Git, commit: str, path: str, under: str) -> list[tuple[str, int]]:
+    """Where `commit` moved the `path` it deleted: (new path, % alike) for a rename git finds
+    at a low threshold (20 %), else every file it added under `under` (% alike 0)."""
+    out = git.out("diff", "--name-status", "-z", "--find-renames=20%", f"{commit}^", commit)
+    fields = out.split("\0")
+    renamed, added = [], []
+    at = 0
+    while at < len(fields) - 1:
+        status = fields[at]
+        if status.startswith(("R", "C")):
+            source, target = fields[at + 1], fields[at + 2]
+            if source == path:
+                renamed.append((target, int(status[1:] or 0)))
+            at += 3
+            continue
+        if status == "A" and fields[at + 1].startswith(under):
+            added.append((fields[at + 1], 0))
+        at += 2
+    return renamed or added
+
+
+def blame(git: Git, old: str, new: str, path: str, lines: list[int]) -> list[tuple[str, str]]:
+    """(commit, subject) of the upstream commit between the tags that last wrote each of
+    `lines` (1-based) of `path` at `new`; lines older than `old` are left out."""
+    if not lines:
+        return []
+    ranges = [arg for number in lines for arg in ("-L", f"{number},{number}")]
+    out = git.out("blame", "--line-porcelain", *ranges, f"{old}..{new}", "--", path)
+    found: list[tuple[str, str]] = []
+    commit = subject = ""
+    boundary = False
+    for line in out.splitlines():
+        if line.startswith("\t"):
+            if not boundary:
+                found.append((commit, subject))
+            commit, subject, boundary = "", "", False
+        elif not commit:
+            commit = line.split(" ", 1)[0]
+        elif line.startswith("summary "):
+            subject = line.removeprefix("summary ")
+        elif line == "boundary":
+            boundary = True
+    return found

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,26 +26,72 @@ from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.merge import deep_merge
 from lifecycle.manifest.model import Patch, TunedValue
 from lifecycle.manifest.source import read_yaml
+from lifecycle.port.pins import PinChange, base_image_pin
+from lifecycle.port.plan import PortPlan
+from lifecycle.port.report import TunedFate
 
 _ORDER = ("schema_version", "extends", "name", "engine", "upstream", "patches", "tuned")
 _VERSIONISH = re.compile(r"[0-9][0-9A-Za-z.+!_-]*")
 _REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/]+:")
 
 
-def carry_tuned(tuned: dict[str, TunedValue], old_label: str) -> dict[str, TunedValue]:
-    """Every tuned value as `carried`, from `old_label` unless it was carried already."""
-    return {
-        name: value.model_copy(
+@dataclass(frozen=True)
+class NewValues:
+    """The new release's pins, engine keys and tuned values, as the new manifest writes them."""
+
+    pins: tuple[PinChange, ...]  # vllm, flashinfer, base_image
+    engine: dict[str, Any]
+    tuned: dict[str, TunedValue]
+    fates: dict[str, TunedFate]
+
+
+def new_values(plan: PortPlan, flashinfer: PinChange) -> NewValues:
+    """The pins (FlashInfer's read from the release by the caller) and tuned values of NEW."""
+    engine = plan.loaded.manifest.engine
+    image = base_image_pin(engine.base_image, plan.old.version, plan.new.version)
+    vllm = PinChange("vllm", engine.vllm, plan.new.version, f"tag {plan.new.tag}")
+    new_engine: dict[str, Any] = {"vllm": vllm.new, "flashinfer": flashinfer.new}
+    if image.new != image.old:
+        new_engine["base_image"] = image.new
+    unconfirmed = {
+        pin.name: f"{pin.new} carried from {plan.old_label}: {pin.reason}; check it, then "
+        "delete this entry"
+        for pin in (flashinfer, image)
+        if pin.flagged
+    }
+    if unconfirmed:
+        new_engine["unconfirmed"] = unconfirmed
+    validated = plan.existing.validated if plan.existing else {}
+    tuned = carry_tuned(plan.loaded.manifest.tuned, plan.old_label, validated)
+    fates = {
+        name: TunedFate("validated", plan.new_label)
+        if value.status == "validated"
+        else TunedFate("carried", value.carried_from or plan.old_label)
+        for name, value in tuned.items()
+    }
+    return NewValues((vllm, flashinfer, image), new_engine, tuned, fates)
+
+
+def carry_tuned(
+    tuned: dict[str, TunedValue], old_label: str, validated: dict[str, TunedValue] | None = None
+) -> dict[str, TunedValue]:
+    """Every tuned value as `carried`, from `old_label` unless it was carried already; but a
+    value the existing NEW `validated` is kept as it is, never turned into a carried one."""
+    kept = validated or {}
+    carried = {
+        name: kept.get(name)
+        or value.model_copy(
             update={"status": "carried", "carried_from": value.carried_from or old_label}
         )
         for name, value in tuned.items()
     }
+    return {**carried, **{name: value for name, value in kept.items() if name not in carried}}
 
 
 def manifest_data(
     loaded: LoadedManifest,
     new_dir: Path,
-    engine: dict[str, str],
+    engine: dict[str, Any],
     patches: list[Patch],
     tuned: dict[str, TunedValue],
 ) -> dict[str, Any]:
@@ -59,12 +106,17 @@ def manifest_data(
         **own,
         "schema_version": loaded.manifest.schema_version,
         "extends": Path(os.path.relpath(root, new_dir)).as_posix(),
-        "engine": {**own.get("engine", {}), **engine},
+        # OLD's own unconfirmed pins were about OLD's values: NEW lists only its own.
+        "engine": {**_without(own.get("engine", {}), "unconfirmed"), **engine},
         "patches": [p.model_dump(mode="json", exclude_none=True) for p in patches],
         "tuned": {name: _tuned_data(value) for name, value in tuned.items()},
     }
     ordered = {key: data[key] for key in _ORDER if key in data}
     return {**ordered, **{k: v for k, v in data.items() if k not in ordered}}
+
+
+def _without(data: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k != key}
 
 
 def _tuned_data(value: TunedValue) -> dict[str, Any]:

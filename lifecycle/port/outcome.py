@@ -14,10 +14,10 @@ class PatchOutcome(StrEnum):
     CLEAN_3WAY = "CLEAN_3WAY"  # applied by the 3-way merge; the hunks' context changed
     RENAMED = "RENAMED"  # applied to files upstream renamed
     DROPPED_UPSTREAM = "DROPPED_UPSTREAM"  # the new release already has the change
-    EMPTIED = "EMPTIED"  # the change is already there, but no upstream commit explains it
+    EMPTIED = "EMPTIED"  # the change is already there, but nothing proves it upstream's
     CONFLICT = "CONFLICT"  # the merge stopped; a person decides
     RESOLVED = "RESOLVED"  # stopped on a conflict that a person resolved (--continue)
-    BLOCKED_BY = "BLOCKED_BY"  # does not apply because an earlier patch did not
+    BLOCKED_BY = "BLOCKED_BY"  # fails alone, applies once an earlier conflicting one is in
     PENDING = "PENDING"  # not tried: the port stopped at an earlier conflict
 
     @property
@@ -112,6 +112,15 @@ class Drop:
 
 
 @dataclass(frozen=True)
+class RelatedCommit:
+    """An upstream commit that likely explains a patch, without proving it (a hint)."""
+
+    commit: str
+    subject: str
+    how: str  # e.g. "wrote the lines the patch adds"
+
+
+@dataclass(frozen=True)
 class Rename:
     """A file the patch touches that upstream moved, paths in the package dir."""
 
@@ -132,6 +141,7 @@ class PatchResult:
     blocked_by: str | None = None
     unchanged: bool = False  # the exported bytes are the old file's bytes
     note: str | None = None
+    related: RelatedCommit | None = None  # EMPTIED: the upstream commit that likely did it
 
     def detail(self) -> str:
         """The evidence in one line, e.g. `patch-id 1a2b3c4d5e6f "Fix the mix"`."""
@@ -148,6 +158,10 @@ class PatchResult:
             return f"{kind.value}: {files}"
         if self.renames:
             return ", ".join(f"{r.old} -> {r.new}" for r in self.renames)
+        if self.related:
+            return (
+                f"likely {self.related.commit[:12]} {self.related.subject!r} ({self.related.how})"
+            )
         return "byte-identical" if self.unchanged else ""
 
     def to_json(self) -> dict[str, Any]:
@@ -164,6 +178,7 @@ class PatchResult:
                 "commit": self.drop.commit,
                 "subject": self.drop.subject,
             }
+            data["applied_upstream"] = self.drop.commit  # DEP-3's name for it
         if self.conflict:
             data["conflict"] = self.conflict.to_json()
         if self.renames:
@@ -172,4 +187,10 @@ class PatchResult:
             data["blocked_by"] = self.blocked_by
         if self.note:
             data["note"] = self.note
+        if self.related:
+            data["related_upstream"] = {
+                "commit": self.related.commit,
+                "subject": self.related.subject,
+                "how": self.related.how,
+            }
         return data

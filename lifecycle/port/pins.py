@@ -1,15 +1,20 @@
 """The new release's pins: its tag, the FlashInfer version it requires, its base image.
 
 FlashInfer is read from the new tag itself: the lines of `requirements/cuda.txt`,
-`requirements/*.txt`, `requirements*.txt`, `pyproject.toml`, `setup.py` or `setup.cfg` that
-name the manifest's `engine.flashinfer_dist` (flashinfer-python for vLLM, demoinfer for the
-demo engine) with an exact `==` pin. Without one the old pin is carried and flagged.
+`requirements/*.txt`, `requirements*.txt`, `pyproject.toml`, `setup.py`, `setup.cfg`, or of
+the package metadata a tree made from wheels or sdists holds instead (`Requires-Dist:` in
+`*.dist-info/METADATA` and `PKG-INFO`, lines of `*.egg-info/requires.txt`), that name the
+manifest's `engine.flashinfer_dist` (flashinfer-python for vLLM, demoinfer for the demo
+engine) with an exact `==` pin. Without one the old pin is carried and flagged, and the new
+manifest lists it under `engine.unconfirmed` so that `build` refuses it until a person
+checks it.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -29,7 +34,12 @@ REQUIREMENT_FILES = (
     "pyproject.toml",
     "setup.py",
     "setup.cfg",
+    "*.dist-info/METADATA",
+    "PKG-INFO",
+    "*/PKG-INFO",
+    "*.egg-info/requires.txt",
 )
+_REQUIRES_DIST = re.compile(r"^\s*Requires-Dist:\s*", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,7 @@ class PinChange:
     new: str
     source: str
     flagged: bool = False
+    reason: str = ""  # why a flagged pin could not be derived
 
 
 def find_release(mirror: Git, upstream: Upstream, candidates: list[str]) -> Release:
@@ -120,7 +131,7 @@ def flashinfer_pin(mirror: Git, release: Release, dist: str, old: str) -> PinCha
         why = f"{file} at {release.tag} says {loose[file]!r}, not an exact pin"
     else:
         why = f"no requirement naming {dist} at {release.tag}"
-    return PinChange("flashinfer", old, old, f"carried: {why}; check it", flagged=True)
+    return PinChange("flashinfer", old, old, f"carried: {why}; check it", True, why)
 
 
 def base_image_pin(base_image: str, old_version: str, new_version: str) -> PinChange:
@@ -131,13 +142,14 @@ def base_image_pin(base_image: str, old_version: str, new_version: str) -> PinCh
         return PinChange("base_image", base_image, bumped, "tag names the release")
     if old_version == new_version:
         return PinChange("base_image", base_image, base_image, "same release")
-    why = f"carried: its tag does not name {old_version}; check it"
-    return PinChange("base_image", base_image, base_image, why, flagged=True)
+    why = f"its tag does not name {old_version}"
+    return PinChange("base_image", base_image, base_image, f"carried: {why}; check it", True, why)
 
 
 def _requirement(line: str) -> Requirement | None:
-    # A requirements line, a pyproject/setup.py list item ("name==1.0",) or a setup.cfg line.
-    text = line.split("#", 1)[0].strip().strip(",").strip().strip("'\"")
+    # A requirements line, a pyproject/setup.py list item ("name==1.0",), a setup.cfg line or
+    # a metadata field (`Requires-Dist: name==1.0; marker`).
+    text = _REQUIRES_DIST.sub("", line.split("#", 1)[0]).strip().strip(",").strip().strip("'\"")
     try:
         return Requirement(text)
     except InvalidRequirement:
@@ -146,8 +158,9 @@ def _requirement(line: str) -> Requirement | None:
 
 def _by_preference(found: dict[str, str]) -> list[str]:
     def rank(file: str) -> tuple[int, str]:
+        # fnmatch's `*` also matches `/`, as git's pathspecs do: the same files rank as matched.
         for position, pattern in enumerate(REQUIREMENT_FILES):
-            if re.fullmatch(re.escape(pattern).replace(r"\*", "[^/]*"), file):
+            if fnmatchcase(file, pattern):
                 return position, file
         return len(REQUIREMENT_FILES), file
 

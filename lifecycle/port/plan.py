@@ -15,7 +15,15 @@ from pathlib import Path, PurePosixPath
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.manifest.digest import manifest_digest
-from lifecycle.port.branch import Repository, branch_exists, check_branch_name, find_repository
+from lifecycle.port.branch import (
+    Repository,
+    branch_exists,
+    check_branch_name,
+    differs_from,
+    find_repository,
+    head_entries,
+)
+from lifecycle.port.existing import Existing, ExistingRelease, find_existing
 from lifecycle.port.mirror import (
     Mirror,
     UpstreamError,
@@ -43,6 +51,8 @@ class PortRequest:
     keep_going: bool = False
     branch: str | None = None
     release: str | None = None
+    allow_dirty: bool = False
+    force: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,10 +72,35 @@ class PortPlan:
     patches: list[SeriesPatch]
     repo: Repository | None
     branch: str
+    uncommitted: tuple[str, ...] = ()  # OLD's files that differ from HEAD (--allow-dirty)
+    existing: Existing | None = None  # NEW, if it is there already (--force)
+
+    @property
+    def dirty_warning(self) -> str | None:
+        """What a port of a working tree that differs from HEAD must say, if it does."""
+        if not self.uncommitted:
+            return None
+        files = ", ".join(self.uncommitted)
+        if self.request.allow_dirty:
+            return f"ported the working tree (--allow-dirty): {files} differ from HEAD"
+        return f"{files} differ from HEAD: a real port refuses this without --allow-dirty"
+
+    @property
+    def existing_warning(self) -> str | None:
+        """What a port onto a NEW that exists must say, if it does."""
+        if self.existing is None:
+            return None
+        if self.request.force:
+            return f"replaced {self.existing.where} (--force), keeping the values it validated"
+        return f"{self.existing.where} exists: a real port refuses this without --force"
 
 
-def make_plan(request: PortRequest, *, fetch: bool = True) -> PortPlan:
-    """Check the request and fetch the upstream; PortUsageError or UpstreamError if it cannot go."""
+def make_plan(
+    request: PortRequest, *, fetch: bool = True, uncommitted: tuple[str, ...] | None = None
+) -> PortPlan:
+    """Check the request and fetch the upstream; PortUsageError or UpstreamError if it cannot go.
+
+    `uncommitted`, when given, is what the port found dirty when it started (`--continue`)."""
     manifests_dir = request.manifests_dir.resolve()
     loaded = load_manifest(find_manifest(request.manifests_dir, request.old_ref))
     old_dir = loaded.file.parent.resolve()
@@ -87,12 +122,29 @@ def make_plan(request: PortRequest, *, fetch: bool = True) -> PortPlan:
         )
     if repo is not None:
         check_branch_name(repo, branch)
-        existing = branch_exists(repo, branch)
-        if existing and not request.dry_run:
+        at = branch_exists(repo, branch)
+        if at and not request.dry_run:
             raise PortUsageError(
-                f"branch {branch} already exists (at {existing[:12]}): delete it "
+                f"branch {branch} already exists (at {at[:12]}): delete it "
                 f"(git branch -D {branch}) or name another with --branch"
             )
+    old_files = [*loaded.chain, *loaded.patch_files]
+    committed = head_entries(repo, [*old_files, new_dir]) if repo else {}
+    if uncommitted is None:
+        uncommitted = tuple(differs_from(repo, committed, old_files)) if repo else ()
+    if uncommitted and not (request.allow_dirty or request.dry_run):
+        raise PortUsageError(
+            f"{', '.join(uncommitted)} differ from HEAD: the port reads the working tree but "
+            "commits on HEAD; commit them first, or pass --allow-dirty to port the working tree "
+            "(the report records it)"
+        )
+    existing = find_existing(new_dir, repo, committed)
+    if existing and not (request.force or request.dry_run):
+        raise ExistingRelease(
+            f"{new_label} already exists ({existing.where}): the port would replace it on "
+            f"{branch}; pass --force to replace it (the tuned values it validated are kept), "
+            "or name another NEW"
+        )
     source = upstream_source(loaded)
     mirror = (
         ensure_mirror(request.home, source)
@@ -123,6 +175,8 @@ def make_plan(request: PortRequest, *, fetch: bool = True) -> PortPlan:
         patches=patches,
         repo=repo,
         branch=branch,
+        uncommitted=uncommitted,
+        existing=existing,
     )
 
 

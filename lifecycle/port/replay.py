@@ -28,6 +28,7 @@ _MBOX_FROM = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 
 _CONFLICT = re.compile(r"^CONFLICT \(([^)]+)\): (.*)$", re.MULTILINE)
 _BINARY = re.compile(r"Cannot merge binary files: (.+?) \(", re.MULTILINE)
 _MARKERS = ("<<<<<<< ", ">>>>>>> ", "||||||| ")
+_PATHS = re.compile(r"^diff --git a/(\S+) b/", re.MULTILINE)
 
 
 class SeriesBroken(LifecycleError):
@@ -130,6 +131,7 @@ def apply_series(git: Git, old_commit: str, subdir: str, patches: list[SeriesPat
     if done.rc != 0:
         failed = _am_failed_patch(git, patches)
         git.run("am", "--abort", check=False)
+        _refuse_repository_paths(failed, subdir)
         output = "\n".join(f"  {line}" for line in (done.err or done.out).strip().splitlines())
         raise SeriesBroken(
             f"{failed.file} does not apply (fuzz 0) to the old release: the series is broken "
@@ -258,6 +260,9 @@ class StillConflicted(LifecycleError):
 
 
 def _message(patch: SeriesPatch) -> bytes:
+    # The whole file goes below the `---`, so git apply gets it all and skips whatever is
+    # above its first diff (a mail's own headers, message and diffstat): the scratch commits
+    # are named by the series position, and the file's message is kept by the export.
     # mboxrd: a body line that looks like a message boundary gets one more '>', and git am
     # (--patch-format=mboxrd) takes it off again; the patch reaches git apply byte for byte.
     body = patch.path.read_bytes()
@@ -271,6 +276,20 @@ def _message(patch: SeriesPatch) -> bytes:
         + f"Subject: [PATCH] {patch.file}\n\n{TRAILER}: {patch.index}\n---\n"
     )
     return header.encode() + escaped + b"\n"
+
+
+def _refuse_repository_paths(patch: SeriesPatch, subdir: str) -> None:
+    """Say so when a patch that failed names its files from the repository's top."""
+    paths = _PATHS.findall(patch.path.read_bytes().decode("utf-8", "surrogateescape"))
+    prefix = f"{subdir}/"
+    if paths and all(path.startswith(prefix) for path in paths):
+        first = paths[0].removeprefix(prefix)
+        raise SeriesBroken(
+            f"{patch.file} does not apply to the old release: its paths start with {prefix} "
+            f"(the upstream repository's layout), but patch paths are relative to "
+            f"engine.package_dir, whose basename is {subdir}: write a/{first}, not "
+            f"a/{prefix}{first} (e.g. `git diff --relative={prefix}`)"
+        )
 
 
 def _am_failed_patch(git: Git, patches: list[SeriesPatch]) -> SeriesPatch:

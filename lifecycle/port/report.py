@@ -13,6 +13,20 @@ from lifecycle.port.pins import PinChange, Release
 REPORT_SCHEMA = 1
 
 
+@dataclass(frozen=True)
+class TunedFate:
+    """What the new manifest says of one tuned value: carried from the release it was
+    measured on, or kept `validated` because the NEW being replaced had measured it."""
+
+    status: str  # "carried" or "validated"
+    origin: str  # carried: the release it was measured on; validated: the NEW it was kept from
+
+    def to_json(self) -> dict[str, str]:
+        """Plain data for the report."""
+        key = "carried_from" if self.status == "carried" else "kept_from"
+        return {"status": self.status, key: self.origin}
+
+
 class PortStatus(StrEnum):
     """Where the port ended."""
 
@@ -32,8 +46,10 @@ class PortReport:
     subdir: str
     results: tuple[PatchResult, ...]
     pins: tuple[PinChange, ...]
-    tuned: dict[str, str]  # name → the release it was measured on
+    tuned: dict[str, TunedFate]
     status: PortStatus
+    old_digest: str = ""  # OLD's manifest digest, as ported
+    uncommitted: tuple[str, ...] = ()  # OLD's files ported from the working tree, not HEAD
     dry_run: bool = False
     branch: str | None = None
     commit: str | None = None
@@ -53,7 +69,12 @@ class PortReport:
         return {
             "schema": REPORT_SCHEMA,
             "tool": f"lifecycle {__version__}",
-            "from": {"manifest": self.old_ref, **_release(self.old)},
+            "from": {
+                "manifest": self.old_ref,
+                **_release(self.old),
+                "digest": self.old_digest,
+                "uncommitted": list(self.uncommitted),
+            },
             "to": {"manifest": self.new_ref, **_release(self.new)},
             "upstream": self.upstream,
             "package_subdir": self.subdir,
@@ -69,10 +90,7 @@ class PortReport:
                 }
                 for p in self.pins
             ],
-            "tuned": {
-                name: {"status": "carried", "carried_from": origin}
-                for name, origin in self.tuned.items()
-            },
+            "tuned": {name: fate.to_json() for name, fate in self.tuned.items()},
             "digest": self.digest,
         }
 

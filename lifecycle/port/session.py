@@ -66,9 +66,41 @@ def start(request: PortRequest) -> PortReport:
     raise AssertionError("unreachable")
 
 
-def resume(manifests_dir: Path, home: Path) -> PortReport:
+def locate(manifests_dir: Path, home: Path, cwd: Path) -> Path:
+    """The state dir of the port `--continue` and `--abort` mean, run from `cwd`.
+
+    The port whose worktree `cwd` is in; else the port of the repository holding
+    `manifests_dir`; else, outside any such repository, the one port in progress.
+    """
+    ports = state.in_progress(home)
+    here = cwd.resolve()
+    for directory in ports:
+        if here.is_relative_to(directory.resolve()):
+            return directory
+    repo = port_branch.find_repository(manifests_dir) if manifests_dir.is_dir() else None
+    if repo is not None:
+        mine = state.state_dir(home, repo.root)
+        if mine.is_dir():
+            return mine
+        elsewhere = f": in progress elsewhere: {_listed(ports)}" if ports else ""
+        raise state.NoPortInProgress(f"no port in progress in {repo.root}{elsewhere}")
+    if len(ports) == 1:
+        return ports[0]
+    if not ports:
+        raise state.NoPortInProgress(f"no port in progress (nothing in {home / 'port'})")
+    raise PortUsageError(
+        f"{len(ports)} ports are in progress ({_listed(ports)}): run from the repository "
+        "of the one you mean, or from its worktree"
+    )
+
+
+def _listed(ports: list[Path]) -> str:
+    return "; ".join(state.describe(directory) for directory in ports)
+
+
+def resume(directory: Path, home: Path) -> PortReport:
     """`--continue`: the worktree is the resolution of the stopped patch; go on from there."""
-    directory, saved = _saved(manifests_dir, home)
+    saved = state.load(directory)
     request = PortRequest(
         Path(saved.manifests_dir),
         saved.old_manifest,
@@ -76,8 +108,10 @@ def resume(manifests_dir: Path, home: Path) -> PortReport:
         home,
         branch=saved.branch,
         release=saved.release,
+        allow_dirty=saved.allow_dirty,
+        force=saved.force,
     )
-    plan = make_plan(request, fetch=False)
+    plan = make_plan(request, fetch=False, uncommitted=tuple(saved.uncommitted))
     if plan.digest != saved.old_manifest_digest:
         raise PortUsageError(
             f"{plan.loaded.file} changed since the port started: `lifecycle port --abort` and "
@@ -110,16 +144,12 @@ def resume(manifests_dir: Path, home: Path) -> PortReport:
     return replace(stopped(plan, git, replayed), worktree=str(git.cwd))
 
 
-def abort(manifests_dir: Path, home: Path) -> str:
+def abort(directory: Path) -> str:
     """`--abort`: forget the stopped port (nothing outside its state dir was written)."""
-    try:
-        directory, saved = _saved(manifests_dir, home)
-    except state.NoPortInProgress:
-        leftover = _state_dir(manifests_dir, home)
-        if leftover is None or not leftover.is_dir():
-            raise
-        state.remove(leftover)  # a port killed before it could save or clean up
-        return f"removed the leftovers of an interrupted port: {leftover}"
+    if not (directory / "state.json").is_file():
+        state.remove(directory)  # a port killed before it could save or clean up
+        return f"removed the leftovers of an interrupted port: {directory}"
+    saved = state.load(directory)
     state.remove(directory)
     return f"aborted the port {saved.old_ref} -> {saved.new_ref}; removed {directory}"
 
@@ -195,24 +225,15 @@ def _save(
             },
             resolved={str(i): c.to_json() for i, c in resolved.items()},
             stop={"index": stop.index, "conflict": stop.conflict.to_json(), "head": stop.head},
+            allow_dirty=plan.request.allow_dirty,
+            force=plan.request.force,
+            uncommitted=list(plan.uncommitted),
         ),
     )
 
 
 def _drop(data: dict[str, str]) -> Drop:
     return Drop(DropMethod(data["method"]), data["commit"], data["subject"])
-
-
-def _saved(manifests_dir: Path, home: Path) -> tuple[Path, state.PortState]:
-    directory = _state_dir(manifests_dir, home)
-    if directory is None:
-        raise state.NoPortInProgress(f"{manifests_dir} is not in a git repository: no port")
-    return directory, state.load(directory)
-
-
-def _state_dir(manifests_dir: Path, home: Path) -> Path | None:
-    repo = port_branch.find_repository(manifests_dir.resolve())
-    return state.state_dir(home, repo.root) if repo else None
 
 
 def _finish_and_remove(

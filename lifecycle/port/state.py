@@ -46,6 +46,9 @@ class PortState:
     pre_dropped: dict[str, dict[str, str]] = field(default_factory=dict)
     resolved: dict[str, dict[str, Any]] = field(default_factory=dict)
     stop: dict[str, Any] | None = None
+    allow_dirty: bool = False
+    force: bool = False
+    uncommitted: list[str] = field(default_factory=list)
     version: int = STATE_VERSION
 
 
@@ -53,6 +56,23 @@ def state_dir(home: Path, repo_root: Path) -> Path:
     """Where the port state of the repository at `repo_root` lives."""
     key = hashlib.sha256(str(repo_root.resolve()).encode()).hexdigest()[:16]
     return home / "port" / key
+
+
+def in_progress(home: Path) -> list[Path]:
+    """The state dirs of every port in progress (or left over by a killed one) under `home`."""
+    ports = home / "port"
+    return sorted(d for d in ports.iterdir() if d.is_dir()) if ports.is_dir() else []
+
+
+def describe(directory: Path) -> str:
+    """`1.0 -> 2.0 of /path/to/manifests`, or what is known of a port that saved nothing."""
+    if not (directory / "state.json").is_file():
+        return f"an interrupted port ({directory})"
+    try:
+        saved = load(directory)
+    except NoPortInProgress as exc:
+        return str(exc)
+    return f"{saved.old_ref} -> {saved.new_ref} of {saved.manifests_dir}"
 
 
 def worktree(directory: Path) -> Path:

@@ -1,7 +1,8 @@
 """Builders for the port tests: a real upstream git repository and a project holding manifests/.
 
-Not a test module by content: the port tests import from it. Every repository is real git in a
-tmp dir, built commit by commit, so each scenario is exactly the upstream history it names.
+Not a test module (no `test_` prefix, so pytest does not collect it): the port tests import
+from it. Every repository is real git in a tmp dir, built commit by commit, so each scenario
+is exactly the upstream history it names.
 """
 
 from __future__ import annotations
@@ -108,6 +109,27 @@ class Upstream:
             git(self.path, "commit", "-q", "-m", "patch")
         git(self.path, "checkout", "-q", "-f", current)
         return patches
+
+    def mail(
+        self, base: str, change: Callable[[Upstream], None], author: str, message: str
+    ) -> bytes:
+        """The patch `change` makes on `base` as `git format-patch` writes it (diffstat and
+        version signature included), committed by `author` ("Name <email>") with `message`."""
+        current = git(self.path, "symbolic-ref", "-q", "--short", "HEAD").strip()
+        git(self.path, "checkout", "-q", "--detach", base)
+        change(self)
+        git(self.path, "add", "-A")
+        date = "--date=2025-06-01T12:00:00+02:00"
+        git(self.path, "commit", "-q", f"--author={author}", date, "-m", message)
+        mail = subprocess.run(
+            ["git", "format-patch", "--stdout", f"--relative={SUBDIR}/", "-1", "HEAD"],
+            cwd=self.path,
+            env={**os.environ, **GIT_ENV},
+            capture_output=True,
+            check=True,
+        ).stdout
+        git(self.path, "checkout", "-q", "-f", current)
+        return mail
 
 
 @dataclass(frozen=True)
