@@ -14,47 +14,162 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
+
+from lifecycle.records import (
+    BootRow,
+    CacheRow,
+    CacheUseRow,
+    FileBlob,
+    HookRun,
+    ImageSnapshot,
+    ManifestSnapshot,
+)
 
 CHAIN_FORMAT = "lifecycle-audit-chain/1"
 CACHE_FORMAT = "lifecycle-audit-cache/1"
+Json = Any  # values as JSON has them (metrics, labels, the canonical manifest's parts)
+
+
+class ArchiveFacts(TypedDict):
+    """Where a cache's record is."""
+
+    location: str
+    record: str  # s3://bucket/key
+    record_sha256: str
+    with_content: bool
 
 
 @dataclass(frozen=True)
 class CacheFacts:
     """One cache as one boot used it."""
 
-    row: dict[str, Any]  # the cache's row (less this host's bookkeeping)
-    use: dict[str, Any]  # the boot's use of it: mode, tree digests before and after
-    archive: dict[str, Any] | None  # {location, record, record_sha256, with_content}
+    row: CacheRow  # the cache's row (less this host's bookkeeping)
+    use: CacheUseRow  # the boot's use of it: mode, tree digests before and after
+    archive: ArchiveFacts | None
 
 
 @dataclass(frozen=True)
 class ChainFacts:
     """Everything a result's chain is made of."""
 
-    result: dict[str, Any]  # the canonical result
+    result: dict[str, Json]  # the canonical result
     digest: str  # sha256 of its canonical JSON
-    boot: dict[str, Any]  # the boot's row
-    hook_runs: list[dict[str, Any]]
-    log: dict[str, Any] | None  # {sha256, size} of the boot's (redacted) log
+    boot: BootRow
+    hook_runs: list[HookRun]
+    log: FileBlob | None  # the boot's (redacted) log
     caches: list[CacheFacts]
-    image: dict[str, Any] | None  # snapshot: {id, tags, labels}
-    manifest: dict[str, Any] | None  # snapshot: {digest, file, canonical, patches}
+    image: ImageSnapshot | None
+    manifest: ManifestSnapshot | None
 
 
 @dataclass(frozen=True)
 class CacheAuditFacts:
     """A cache, every boot that used it and every result that stands on it."""
 
-    row: dict[str, Any]
+    row: CacheRow
     state: str | None  # live / archived / torn-down; None when read from S3
-    archive: dict[str, Any] | None
-    boots: list[tuple[dict[str, Any], dict[str, Any]]]  # (boot row, its use of the cache)
-    results: list[dict[str, Any]]  # canonical results, each with its digest
+    archive: ArchiveFacts | None
+    boots: list[tuple[BootRow, CacheUseRow]]
+    results: list[dict[str, Json]]  # canonical results, each with its digest
 
 
-def build_chain(facts: ChainFacts) -> dict[str, Any]:
+class ChainHook(TypedDict):
+    name: str
+    observing: bool
+
+
+class ChainHookRun(TypedDict):
+    name: str
+    event: str
+    exit_code: int | None
+
+
+class ChainBoot(TypedDict):
+    id: str
+    started_at: str
+    ended_at: str | None
+    host: str
+    profile: str
+    outcome: str
+    exit_code: int | None
+    hooks: list[ChainHook]
+    instrumented: bool
+
+
+class ChainResultBoot(ChainBoot):
+    hook_runs: list[ChainHookRun]
+    image_tag: str
+    container_id: str | None
+    secret_names: list[str]
+    error: str | None
+    log: dict[str, Json] | None  # {sha256, size}
+
+
+class ChainCache(TypedDict):
+    id: str
+    name: str
+    mode: str
+    tree_digest: str | None  # what the cache held when the boot ended
+    tree_digest_before: str | None  # warm: what the boot started from
+    files_added: int | None
+    files_changed: int | None
+    files_removed: int | None
+    arch: str
+    host_path: str
+    container_path: str
+    archive: ArchiveFacts | None
+
+
+class ChainImage(TypedDict):
+    id: str
+    tags: list[str] | None
+    labels: dict[str, str] | None
+
+
+class ChainManifest(TypedDict):
+    name: str
+    digest: str
+    file: str | None
+    pins: dict[str, Json] | None
+    tuned: dict[str, Json]
+    not_revalidated: list[str]  # carried values: measured on another release
+
+
+class ChainPatch(TypedDict):
+    file: str
+    sha256: str
+
+
+class Chain(TypedDict):
+    """`lifecycle-audit-chain/1`: what `audit result --json` prints."""
+
+    format: str
+    result: dict[str, Json]
+    boot: ChainResultBoot
+    caches: list[ChainCache]
+    image: ChainImage
+    manifest: ChainManifest
+    patches: list[ChainPatch] | None
+
+
+class CacheAuditBoot(ChainBoot):
+    mode: str
+    tree_digest_before: str | None
+    tree_digest_after: str | None
+
+
+class CacheAudit(TypedDict):
+    """`lifecycle-audit-cache/1`: what `audit cache --json` prints."""
+
+    format: str
+    cache: dict[str, Json]
+    archive: ArchiveFacts | None
+    boots: list[CacheAuditBoot]
+    results: list[dict[str, Json]]
+
+
+def build_chain(facts: ChainFacts) -> Chain:
     """The chain of one result, as `audit result --json` prints it."""
     boot = facts.boot
     return {
@@ -63,43 +178,41 @@ def build_chain(facts: ChainFacts) -> dict[str, Any]:
         "boot": {
             **_boot(boot),
             "hook_runs": [
-                {"name": run["name"], "event": run["event"], "exit_code": run["exit_code"]}
+                {"name": run.name, "event": run.event, "exit_code": run.exit_code}
                 for run in facts.hook_runs
             ],
-            "image_tag": boot["image_tag"],
-            "container_id": boot["container_id"],
-            "secret_names": json.loads(boot["secret_names"]),
-            "error": boot["error"],
-            "log": facts.log,
+            "image_tag": boot.image_tag,
+            "container_id": boot.container_id,
+            "secret_names": json.loads(boot.secret_names),
+            "error": boot.error,
+            "log": facts.log.model_dump() if facts.log else None,
         },
         "caches": [
-            _cache(c)
-            for c in sorted(facts.caches, key=lambda c: (c.row["cache_name"], c.row["id"]))
+            _cache(c) for c in sorted(facts.caches, key=lambda c: (c.row.cache_name, c.row.id))
         ],
-        "image": _image(facts.image, boot["image_id"]),
-        **_manifest(facts.manifest, boot["manifest_name"], boot["manifest_digest"]),
+        "image": _image(facts.image, boot.image_id),
+        **_manifest(facts.manifest, boot.manifest_name, boot.manifest_digest),
     }
 
 
-def build_cache_audit(facts: CacheAuditFacts) -> dict[str, Any]:
+def build_cache_audit(facts: CacheAuditFacts) -> CacheAudit:
     """What `audit cache --json` prints: the cache, the boots that used it, its results."""
     row = facts.row
-    boots = sorted(facts.boots, key=lambda pair: (pair[0]["started_at"], pair[0]["id"]))
+    boots = sorted(facts.boots, key=lambda pair: (pair[0].started_at, pair[0].id))
+    shown = (
+        *("id", "cache_name", "manifest_name", "manifest_digest", "image_id", "arch"),
+        *("host_path", "container_path", "created_at", "tree_digest", "files", "bytes"),
+    )
     return {
         "format": CACHE_FORMAT,
-        "cache": {
-            **{k: row.get(k) for k in ("id", "cache_name", "manifest_name", "manifest_digest")},
-            **{k: row.get(k) for k in ("image_id", "arch", "host_path", "container_path")},
-            **{k: row.get(k) for k in ("created_at", "tree_digest", "files", "bytes")},
-            "state": facts.state,
-        },
+        "cache": {**{k: getattr(row, k) for k in shown}, "state": facts.state},
         "archive": facts.archive,
         "boots": [
             {
                 **_boot(boot),
-                "mode": use["mode"],
-                "tree_digest_before": use["tree_digest_before"],
-                "tree_digest_after": use["tree_digest_after"],
+                "mode": use.mode,
+                "tree_digest_before": use.tree_digest_before,
+                "tree_digest_after": use.tree_digest_after,
             }
             for boot, use in boots
         ],
@@ -114,7 +227,7 @@ def build_cache_audit(facts: CacheAuditFacts) -> dict[str, Any]:
     }
 
 
-def _result(result: dict[str, Any], digest: str) -> dict[str, Any]:
+def _result(result: dict[str, Json], digest: str) -> dict[str, Json]:
     # Keys in one order whatever the source: the ledger builds the dict, a record sorts it.
     keys = ("id", "name", "status", "boot_id", "metrics", "note", "source", "instrumented")
     return {
@@ -126,7 +239,7 @@ def _result(result: dict[str, Any], digest: str) -> dict[str, Any]:
     }
 
 
-def _sorted(data: Any) -> Any:
+def _sorted(data: Json) -> Json:
     """Mappings with their keys sorted, at every depth (lists keep their order)."""
     if isinstance(data, dict):
         return {key: _sorted(data[key]) for key in sorted(data)}
@@ -135,59 +248,63 @@ def _sorted(data: Any) -> Any:
     return data
 
 
-def _boot(boot: dict[str, Any]) -> dict[str, Any]:
+def _boot(boot: BootRow) -> ChainBoot:
     return {
-        "id": boot["id"],
-        "started_at": boot["started_at"],
-        "ended_at": boot["ended_at"],
-        "host": boot["host"],
-        "profile": boot["profile"],
-        "outcome": boot["outcome"],
-        "exit_code": boot["exit_code"],
-        "hooks": json.loads(boot["hooks"]),
-        "instrumented": bool(boot["instrumented"]),
+        "id": boot.id,
+        "started_at": boot.started_at,
+        "ended_at": boot.ended_at,
+        "host": boot.host,
+        "profile": boot.profile,
+        "outcome": boot.outcome,
+        "exit_code": boot.exit_code,
+        "hooks": json.loads(boot.hooks),
+        "instrumented": bool(boot.instrumented),
     }
 
 
-def _cache(cache: CacheFacts) -> dict[str, Any]:
+def _cache(cache: CacheFacts) -> ChainCache:
     row, use = cache.row, cache.use
     return {
-        "id": row["id"],
-        "name": row["cache_name"],
-        "mode": use["mode"],
-        "tree_digest": use["tree_digest_after"],  # what the cache held when the boot ended
-        "tree_digest_before": use["tree_digest_before"],  # warm: what the boot started from
-        "files_added": use["files_added"],
-        "files_changed": use["files_changed"],
-        "files_removed": use["files_removed"],
-        "arch": row["arch"],
-        "host_path": row["host_path"],
-        "container_path": row["container_path"],
+        "id": row.id,
+        "name": row.cache_name,
+        "mode": use.mode,
+        "tree_digest": use.tree_digest_after,
+        "tree_digest_before": use.tree_digest_before,
+        "files_added": use.files_added,
+        "files_changed": use.files_changed,
+        "files_removed": use.files_removed,
+        "arch": row.arch,
+        "host_path": row.host_path,
+        "container_path": row.container_path,
         "archive": cache.archive,
     }
 
 
-def _image(snapshot: dict[str, Any] | None, image_id: str) -> dict[str, Any]:
+def _image(snapshot: ImageSnapshot | None, image_id: str) -> ChainImage:
     if snapshot is None:  # the boot kept no snapshot: only the id is known
         return {"id": image_id, "tags": None, "labels": None}
-    return {"id": snapshot["id"], "tags": snapshot["tags"], "labels": _sorted(snapshot["labels"])}
+    return {"id": snapshot.id, "tags": list(snapshot.tags), "labels": _sorted(snapshot.labels)}
 
 
-def _manifest(snapshot: dict[str, Any] | None, name: str, digest: str) -> dict[str, Any]:
+class _ManifestSteps(TypedDict):
+    manifest: ChainManifest
+    patches: list[ChainPatch] | None
+
+
+def _manifest(snapshot: ManifestSnapshot | None, name: str, digest: str) -> _ManifestSteps:
     """The `manifest` and `patches` steps of the chain."""
-    canonical = (snapshot or {}).get("canonical") or {}
+    canonical = snapshot.canonical if snapshot else {}
     tuned = canonical.get("tuned") or {}
-    manifest = {
+    manifest: ChainManifest = {
         "name": name,
         "digest": digest,
-        "file": (snapshot or {}).get("file"),
+        "file": snapshot.file if snapshot else None,
         "pins": _sorted(canonical.get("engine")),
         "tuned": _sorted(tuned),
         # Carried values were measured on another release: flagged wherever they are shown.
         "not_revalidated": sorted(k for k, v in tuned.items() if v.get("status") != "validated"),
     }
-    patches = [
-        {"file": patch["file"], "sha256": patch["sha256"]}
-        for patch in (snapshot or {}).get("patches", [])
-    ]
-    return {"manifest": manifest, "patches": patches if snapshot is not None else None}
+    if snapshot is None:
+        return {"manifest": manifest, "patches": None}
+    patches: list[ChainPatch] = [{"file": p.file, "sha256": p.sha256} for p in snapshot.patches]
+    return {"manifest": manifest, "patches": patches}

@@ -6,20 +6,26 @@ import difflib
 import hashlib
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.record import read_snapshot
-from lifecycle.audit.chain import CacheAuditFacts, CacheFacts, ChainFacts
+from lifecycle.audit.chain import ArchiveFacts, CacheAuditFacts, CacheFacts, ChainFacts
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of
-from lifecycle.ledger.boots import all_caches, cache_by_id, cache_uses, hook_runs_of
+from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id, cache_uses, hook_runs_of
 from lifecycle.ledger.results import ResultRecord, all_results, result_by_id, results_of_cache
+from lifecycle.records import (
+    BootRow,
+    CacheRow,
+    CacheUseRow,
+    FileBlob,
+    HookRun,
+    ImageSnapshot,
+    ManifestSnapshot,
+)
 from lifecycle.results.add import find_boot
 from lifecycle.results.model import canonical_result
-
-_LOCAL_ONLY = ("state", "in_use_by")  # as the archive record leaves them out
 
 
 def find_result(ledger: Ledger, result_id: str) -> ResultRecord:
@@ -43,23 +49,30 @@ def result_facts(ledger: Ledger, result_id: str) -> ChainFacts:
     for use in cache_uses(ledger, boot_id=boot.id):
         cache = cache_by_id(ledger, use.cache_id)
         assert cache is not None, "a cache use refers to a cache row (foreign key)"
-        row = {k: v for k, v in asdict(cache).items() if k not in _LOCAL_ONLY}
-        caches.append(CacheFacts(row, asdict(use), archive_facts(ledger, cache.id)))
+        row, facts = _row(cache), CacheUseRow.model_validate(asdict(use))
+        caches.append(CacheFacts(row, facts, archive_facts(ledger, cache.id)))
     runs = [
-        {"name": run.name, "event": run.event, "exit_code": run.exit_code}
+        HookRun(name=run.name, event=run.event, exit_code=run.exit_code)
         for run in hook_runs_of(ledger, boot.id)
     ]
     home = ledger.home
+    image = read_snapshot(home.image_snapshot(boot.image_id))
+    manifest = read_snapshot(home.manifest_snapshot(boot.manifest_digest))
     return ChainFacts(
         result=canonical_result(result),
         digest=result.digest,
-        boot=asdict(boot),
+        boot=BootRow.model_validate(asdict(boot)),
         hook_runs=runs,
         log=_file_digest(Path(boot.log_path)) if boot.log_path else None,
         caches=caches,
-        image=read_snapshot(home.image_snapshot(boot.image_id)),
-        manifest=read_snapshot(home.manifest_snapshot(boot.manifest_digest)),
+        image=None if image is None else ImageSnapshot.model_validate(image),
+        manifest=None if manifest is None else ManifestSnapshot.model_validate(manifest),
     )
+
+
+def _row(cache: CacheRecord) -> CacheRow:
+    """The cache's row as records carry it: this host's bookkeeping is left out."""
+    return CacheRow.model_validate(asdict(cache))
 
 
 def cache_facts(ledger: Ledger, cache_id: str) -> CacheAuditFacts:
@@ -74,15 +87,16 @@ def cache_facts(ledger: Ledger, cache_id: str) -> CacheAuditFacts:
         )
     boots = []
     for use in (u for u in cache_uses(ledger) if u.cache_id == cache.id):
-        boots.append((asdict(find_boot(ledger, use.boot_id)), asdict(use)))
+        boot = BootRow.model_validate(asdict(find_boot(ledger, use.boot_id)))
+        boots.append((boot, CacheUseRow.model_validate(asdict(use))))
     results = []
     for result in results_of_cache(ledger, cache.id):
         results.append({**canonical_result(result), "digest": result.digest})
-    row = {k: v for k, v in asdict(cache).items() if k not in _LOCAL_ONLY}
-    return CacheAuditFacts(row, cache.state, archive_facts(ledger, cache.id), boots, results)
+    archive = archive_facts(ledger, cache.id)
+    return CacheAuditFacts(_row(cache), cache.state, archive, boots, results)
 
 
-def archive_facts(ledger: Ledger, cache_id: str) -> dict[str, Any] | None:
+def archive_facts(ledger: Ledger, cache_id: str) -> ArchiveFacts | None:
     """Where the cache's record is (as this ledger last archived and verified it)."""
     archive = archive_of(ledger, cache_id)
     if archive is None:
@@ -96,9 +110,9 @@ def archive_facts(ledger: Ledger, cache_id: str) -> dict[str, Any] | None:
     }
 
 
-def _file_digest(path: Path) -> dict[str, Any] | None:
-    """{sha256, size} of a kept evidence file, as the archive names its blob."""
+def _file_digest(path: Path) -> FileBlob | None:
+    """A kept evidence file as the archive names its blob."""
     if not path.is_file():
         return None
     data = path.read_bytes()  # a boot's log: small enough to read whole
-    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    return FileBlob(sha256=hashlib.sha256(data).hexdigest(), size=len(data))

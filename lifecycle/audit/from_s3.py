@@ -8,13 +8,10 @@ result against its digest) and a break in the chain is an error naming the objec
 from __future__ import annotations
 
 import hashlib
-from typing import Any
-
-from pydantic import BaseModel
 
 from lifecycle.archive.record import load_record
 from lifecycle.archive.store import ArchiveError, BlobStore
-from lifecycle.audit.chain import CacheAuditFacts, CacheFacts, ChainFacts
+from lifecycle.audit.chain import ArchiveFacts, CacheAuditFacts, CacheFacts, ChainFacts
 from lifecycle.records import CacheRecordV1, ResultRecordV1
 from lifecycle.results.archive import get_object, load_result_record, result_key, results_of_cache
 
@@ -50,30 +47,23 @@ def result_facts(store: BlobStore, result_id: str) -> ChainFacts:
         if use is None:
             where = store.url(store.record_key(cache_id))
             raise ArchiveError(f"{where}: does not list boot {boot.boot.id}: the chain breaks here")
-        row = record.cache.model_dump()
-        caches.append(
-            CacheFacts(row, use.model_dump(), archive_facts(store, cache_id, record, body))
-        )
+        caches.append(CacheFacts(record.cache, use, archive_facts(store, cache_id, record, body)))
     return ChainFacts(
         result=document.result,
         digest=document.digest,
-        boot=boot.boot.model_dump(),
-        hook_runs=[run.model_dump() for run in boot.hook_runs],
-        log=boot.log.model_dump() if boot.log else None,
+        boot=boot.boot,
+        hook_runs=list(boot.hook_runs),
+        log=boot.log,
         caches=caches,
-        image=_plain(document.image),
-        manifest=_plain(document.manifest),
+        image=document.image,
+        manifest=document.manifest,
     )
-
-
-def _plain(snapshot: BaseModel | None) -> dict[str, Any] | None:
-    return None if snapshot is None else snapshot.model_dump(mode="json")
 
 
 def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
     """A cache, the boots its record lists and the results marked as standing on it."""
     record, body = read_cache(store, cache_id)
-    boots = [(entry.boot.model_dump(), entry.use.model_dump()) for entry in record.boots]
+    boots = [(entry.boot, entry.use) for entry in record.boots]
     results = []
     for result_id in results_of_cache(store, cache_id):
         found = get_object(store, result_key(store, result_id))
@@ -82,12 +72,12 @@ def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
         document = load_result_record(found, store.url(result_key(store, result_id)))
         results.append({**document.result, "digest": document.digest})
     archive = archive_facts(store, cache_id, record, body)
-    return CacheAuditFacts(record.cache.model_dump(), None, archive, boots, results)
+    return CacheAuditFacts(record.cache, None, archive, boots, results)
 
 
 def archive_facts(
     store: BlobStore, cache_id: str, record: CacheRecordV1, body: bytes
-) -> dict[str, Any]:
+) -> ArchiveFacts:
     """Where the cache's record is: as the ledger's archive row would say it."""
     return {
         "location": store.location.url(),

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from lifecycle.audit.chain import Chain, ChainCache, ChainImage, ChainManifest
+
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "urn:lifecycle:provenance:v1"
 
 
-def statement(chain: dict[str, Any]) -> dict[str, Any]:
+def statement(chain: Chain) -> dict[str, Any]:
     """The in-toto Statement v1 of a chain built by lifecycle.audit.chain.build_chain."""
     result = chain["result"]
     boot = chain["boot"]
@@ -70,7 +72,7 @@ def _digest(sha256: str) -> dict[str, Any]:
     return {"digest": {"sha256": sha256}}
 
 
-def _cache(cache: dict[str, Any]) -> dict[str, Any]:
+def _cache(cache: ChainCache) -> dict[str, Any]:
     archive = cache["archive"]
     return {
         "id": cache["id"],
@@ -84,7 +86,7 @@ def _cache(cache: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _image(image: dict[str, Any]) -> dict[str, Any]:
+def _image(image: ChainImage) -> dict[str, Any]:
     algorithm, _, value = image["id"].partition(":")
     return {
         "name": (image["tags"] or [image["id"]])[0],
@@ -94,7 +96,7 @@ def _image(image: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+def _manifest(manifest: ChainManifest) -> dict[str, Any]:
     return {
         "name": manifest["name"],
         **_digest(manifest["digest"]),

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from lifecycle.audit.chain import CacheAudit, Chain, ChainHook, ChainManifest
 from lifecycle.results.model import metrics_text
 
 INSTRUMENTED = (
@@ -12,7 +11,7 @@ INSTRUMENTED = (
 )
 
 
-def chain_text(chain: dict[str, Any], source: str) -> str:
+def chain_text(chain: Chain, source: str) -> str:
     """result -> boot -> caches -> image -> manifest -> patches, one step per paragraph."""
     result, boot = chain["result"], chain["boot"]
     lines = [f"# audit of result {result['id']}, from {source}"]
@@ -55,7 +54,7 @@ def chain_text(chain: dict[str, Any], source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cache_text(audit: dict[str, Any], source: str) -> str:
+def cache_text(audit: CacheAudit, source: str) -> str:
     """The cache, then every boot that used it, then every result standing on it."""
     cache = audit["cache"]
     state = f", {cache['state']}" if cache["state"] else ""
@@ -84,12 +83,12 @@ def cache_text(audit: dict[str, Any], source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def hooks_text(hooks: list[dict[str, Any]]) -> str:
+def hooks_text(hooks: list[ChainHook]) -> str:
     """`memory-snapshot (observing), log-event`."""
     return ", ".join(h["name"] + (" (observing)" if h["observing"] else "") for h in hooks)
 
 
-def _manifest_lines(manifest: dict[str, Any]) -> list[str]:
+def _manifest_lines(manifest: ChainManifest) -> list[str]:
     lines = [f"<- manifest {manifest['name']} sha256:{manifest['digest']}"]
     if manifest["file"]:
         lines.append(f"  file {manifest['file']}")

@@ -17,7 +17,14 @@ from typing import Any, ClassVar
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
 from lifecycle.audit import from_ledger, from_s3
-from lifecycle.audit.chain import build_cache_audit, build_chain
+from lifecycle.audit.chain import (
+    CACHE_FORMAT,
+    CHAIN_FORMAT,
+    CacheAudit,
+    Chain,
+    build_cache_audit,
+    build_chain,
+)
 from lifecycle.audit.provenance import statement
 from lifecycle.audit.render import cache_text, chain_text
 from lifecycle.commands.context import Context
@@ -61,22 +68,33 @@ def reading(ctx: Context, source: str | None) -> Iterator[Source]:
 
 
 @dataclass(frozen=True)
-class AuditReport(Report):
-    """A chain (`lifecycle-audit-chain/1`) or a cache's audit (`lifecycle-audit-cache/1`):
-    the formats are the documents', tagged by lifecycle.audit.chain."""
+class ChainReport(Report):
+    """The chain behind a result (`lifecycle-audit-chain/1`, built by lifecycle.audit.chain)."""
 
-    FORMAT: ClassVar[str] = "lifecycle-audit-chain/1"
-    document: dict[str, Any]
+    FORMAT: ClassVar[str] = CHAIN_FORMAT
+    chain: Chain
     where: str
     provenance: Path | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return self.document
+        return dict(self.chain)
+
+
+@dataclass(frozen=True)
+class CacheAuditReport(Report):
+    """Everything on a cache (`lifecycle-audit-cache/1`)."""
+
+    FORMAT: ClassVar[str] = CACHE_FORMAT
+    audit: CacheAudit
+    where: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.audit)
 
 
 def run_result(
     ctx: Context, result_id: str, source: str | None, provenance: Path | None
-) -> AuditReport:
+) -> ChainReport:
     """The chain of one result; with `provenance`, also written there as an in-toto Statement."""
     if provenance is not None:
         check_output_file(provenance, "--provenance")
@@ -89,10 +107,10 @@ def run_result(
             chain = build_chain(from_ledger.result_facts(read.ledger, result_id))
     if provenance is not None:
         write_provenance(chain, provenance)
-    return AuditReport(chain, read.where, provenance)
+    return ChainReport(chain, read.where, provenance)
 
 
-def run_cache(ctx: Context, cache_id: str, source: str | None) -> AuditReport:
+def run_cache(ctx: Context, cache_id: str, source: str | None) -> CacheAuditReport:
     """A cache, its boots and its results."""
     with reading(ctx, source) as read:
         store = read.store()
@@ -101,20 +119,20 @@ def run_cache(ctx: Context, cache_id: str, source: str | None) -> AuditReport:
         else:
             assert read.ledger is not None, "audit reads the ledger or the archive"
             document = build_cache_audit(from_ledger.cache_facts(read.ledger, cache_id))
-    return AuditReport(document, read.where)
+    return CacheAuditReport(document, read.where)
 
 
-def render_result(report: AuditReport) -> str:
+def render_result(report: ChainReport) -> str:
     """The chain, link by link; then where the provenance statement went."""
-    text = chain_text(report.document, report.where)
+    text = chain_text(report.chain, report.where)
     if report.provenance is not None:
         text += f"provenance: {report.provenance} (in-toto Statement v1)\n"
     return text
 
 
-def render_cache(report: AuditReport) -> str:
+def render_cache(report: CacheAuditReport) -> str:
     """The cache's boots and results."""
-    return cache_text(report.document, report.where)
+    return cache_text(report.audit, report.where)
 
 
 def check_output_file(path: Path, option: str) -> None:
@@ -127,7 +145,7 @@ def check_output_file(path: Path, option: str) -> None:
         raise LifecycleError(f"{option} {path}: {path.parent} is not writable")
 
 
-def write_provenance(chain: dict[str, Any], path: Path) -> dict[str, Any]:
+def write_provenance(chain: Chain, path: Path) -> dict[str, Any]:
     """Write the chain's in-toto Statement v1 to `path` (replacing it whole); the statement."""
     document = statement(chain)
     temp = path.with_name(f".{path.name}.tmp")
