@@ -142,7 +142,7 @@ def test_secret_passed_by_name_is_nowhere_in_the_state_dir(project: Path) -> Non
     home = Path(os.environ["LIFECYCLE_HOME"])
     found = subprocess.run(["grep", "-rl", "secret-value", str(home)], capture_output=True)
     assert found.stdout == b"", found.stdout  # …and nothing kept it
-    assert json.loads(report["secret_names"]) == ["HF_TOKEN"]
+    assert report["secret_names"] == ["HF_TOKEN"]  # a list, as every --json field is
 
 
 def test_missing_secret_is_a_clear_error(project: Path) -> None:
