@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lifecycle.demo.upstream import ensure_upstream_repo
 from lifecycle.evidence import (
     EVIDENCE_JSON,
     EvidenceBundle,
@@ -21,10 +22,9 @@ from lifecycle.evidence import (
     parse_boot_log,
     parse_ninja_log,
 )
+from tests.test_demo_engine import checkout
 
-REPO = Path(__file__).resolve().parent.parent
 BOOT_LOGS = Path(__file__).parent / "data" / "boot_logs"
-DEMO = REPO / "lifecycle" / "demo" / "upstream" / "0.2.0"
 CACHE_ENV = {
     "vllm": "VLLM_CACHE_ROOT",
     "flashinfer": "FLASHINFER_WORKSPACE_BASE",
@@ -212,12 +212,18 @@ def test_evidence_file_names() -> None:
 # --- bundles from the real demo engine --------------------------------------------------
 
 
-def boot_demo(caches: Path) -> str:
+def demo_release(root: Path) -> Path:
+    """The demo engine's 0.2.0 sources, as its upstream repo tags them."""
+    upstream = ensure_upstream_repo(root / "upstream.git")
+    return checkout(upstream, "v0.2.0", root / "demo-0.2.0")
+
+
+def boot_demo(engine: Path, caches: Path) -> str:
     """One demo engine boot with host python on the four caches under `caches`; its log."""
     env = {k: v for k, v in os.environ.items() if k not in CACHE_ENV.values()}
     env.update({var: str(caches / name) for name, var in CACHE_ENV.items()})
     env.update(
-        PYTHONPATH=str(DEMO),
+        PYTHONPATH=str(engine),
         PYTHONDONTWRITEBYTECODE="1",
         HOME=str(caches / "home"),
         # Folded into cache_key_factors.json: a secret the engine writes into its cache.
@@ -253,11 +259,12 @@ def cache_map(caches: Path) -> dict[str, Path]:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoBoots:
     """Boot the demo engine cold then warm, collecting a bundle after each boot."""
     root = tmp_path_factory.mktemp("demo")
+    engine = demo_release(root)
     caches = root / "caches"
     secrets = {"DEMOLLM_GRAPH_BATCH": SECRET}
-    cold_log = boot_demo(caches)
+    cold_log = boot_demo(engine, caches)
     cold = collect_evidence(cache_map(caches), cold_log, root / "cold", secret_values=secrets)
-    warm_log = boot_demo(caches)
+    warm_log = boot_demo(engine, caches)
     warm = collect_evidence(cache_map(caches), warm_log, root / "warm", secret_values=secrets)
     return DemoBoots(caches, cold_log, warm_log, cold, warm)
 
