@@ -119,6 +119,8 @@ class Fingerprint:
 
     def diff(self, other: Fingerprint) -> FingerprintDiff:
         """What changed going from `self` to `other` (added = only in `other`)."""
+        if other is self:  # what an unchanged re-scan gives back: nothing to compare
+            return FingerprintDiff((), (), ())
         mine = {e.path: _digest_fields(e) for e in self.entries}
         theirs = {e.path: _digest_fields(e) for e in other.entries}
         return FingerprintDiff(

@@ -398,6 +398,27 @@ def test_caps_keep_the_smallest_and_record_the_rest(tmp_path: Path) -> None:
     assert leftovers == []
 
 
+def test_many_copies_are_written_whole_and_two_names_redacted_alike_keep_the_last(
+    tmp_path: Path,
+) -> None:
+    """The copies are written on several threads: each one whole, every one before
+    evidence.json; two paths that redact to one name give one copy, as one after the other."""
+    cache = tmp_path / "triton"
+    kernels = {
+        f"k{i:03d}/kernel.json": f'{{"name": "k{i}", "pad": "{"x" * i}"}}' for i in range(200)
+    }
+    for relative, text in kernels.items():
+        write(cache / relative, text)
+    write(cache / "s" / "tok-one-1234.json", '{"a": 1}')
+    write(cache / "s" / "tok-two-1234.json", '{"b": 2}')  # same size, sorts after
+    secrets = ["tok-one-1234", "tok-two-1234"]
+    bundle = collect_evidence({"triton": cache}, "", tmp_path / "out", secret_values=secrets)
+    for relative, text in kernels.items():
+        assert (bundle.directory / "triton" / relative).read_text() == text
+    assert (bundle.directory / "triton" / "s" / "<redacted>.json").read_text() == '{"b": 2}'
+    assert len(list((bundle.directory / "triton").rglob("*.json"))) == 201
+
+
 def test_symlinks_and_fifos_are_never_followed_or_opened(tmp_path: Path) -> None:
     outside = write(tmp_path / "outside" / "build.ninja", "OUTSIDE-MARKER\n")
     cache = tmp_path / "triton"
