@@ -1,9 +1,10 @@
 """Fingerprint a JIT cache directory byte for byte: every entry, its content hash, one tree digest.
 
-The tree digest names one build of a cache (two cold builds differ, DESIGN §3), so it covers what
-a restore must reproduce (paths, kinds, sizes, modes, contents, link targets) and nothing a restore
-cannot (mtimes, inodes). Never scan a cache while a boot writes it: a file that changes under the
-scan is an error, not a silently wrong hash.
+The tree digest names one build of a cache (two cold builds of one configuration differ: compiled
+graphs embed compile times and addresses), so it covers what a restore must reproduce (paths,
+kinds, sizes, modes, contents, link targets) and nothing a restore cannot (mtimes, inodes). Never
+scan a cache while a boot writes it: a file that changes under the scan is an error, not a
+silently wrong hash.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from operator import attrgetter, is_
 from pathlib import Path
 
 from lifecycle.errors import LifecycleError
-from lifecycle.rescan import unchanged
 
 CHUNK = 1 << 20  # read size; also the largest file read in one go
 # Small files go to the pool in batches, not one task each; bench/README.md has the figures.
@@ -119,6 +119,8 @@ class Fingerprint:
 
     def diff(self, other: Fingerprint) -> FingerprintDiff:
         """What changed going from `self` to `other` (added = only in `other`)."""
+        if other is self:  # what an unchanged re-scan gives back: nothing to compare
+            return FingerprintDiff((), (), ())
         mine = {e.path: _digest_fields(e) for e in self.entries}
         theirs = {e.path: _digest_fields(e) for e in other.entries}
         return FingerprintDiff(
@@ -130,10 +132,10 @@ class Fingerprint:
 
 def is_transient(name: str, parent: str) -> bool:
     """True for a non-directory a JIT build creates and deletes on its own (never fingerprinted)."""
-    # Exactly two patterns, both seen coming and going in a real TorchInductor cache (DESIGN §3):
-    # `*.lock` directly inside a directory named `locks` (empty FileLock files), and dot files
-    # ending in `.tmp` such as `.<pid>.<tid>.tmp` (a writer's file before os.replace). Directories
-    # are never transient, so a `locks` dir itself stays in the fingerprint.
+    # Exactly two patterns, both seen coming and going in a real TorchInductor cache while it
+    # compiles: `*.lock` directly inside a directory named `locks` (empty FileLock files), and dot
+    # files ending in `.tmp` such as `.<pid>.<tid>.tmp` (a writer's file before os.replace).
+    # Directories are never transient, so a `locks` dir itself stays in the fingerprint.
     return (parent == "locks" and name.endswith(".lock")) or (
         name.startswith(".") and name.endswith(".tmp")
     )
@@ -155,8 +157,7 @@ def scan(
 ) -> Fingerprint:
     """Fingerprint the tree under `root`; with `previous`, unchanged files are not read again.
 
-    An unchanged tree gives back `previous` itself. `workers` threads hash, or check a tree for
-    changes (default: one per CPU).
+    An unchanged tree gives back `previous` itself. `workers` threads hash (default: one per CPU).
     """
     # The root itself may be a symlink (a cache dir moved to a bigger disk); nothing below it is.
     if not root.exists():
@@ -168,12 +169,6 @@ def scan(
     if workers < 1:
         raise ValueError(f"workers must be at least 1, not {workers}")
     top = os.fspath(root)
-    # The usual re-scan finds nothing changed; rescan.unchanged confirms that on threaded
-    # listings in a fraction of the walk's time. Anything it cannot vouch for takes the walk.
-    if previous is not None and unchanged(
-        top, previous, workers, kinds=_KINDS, transient=(TRANSIENT_SUFFIXES, is_transient)
-    ):
-        return previous
     # Re-use a hash when size, mtime_ns and inode all match: the trade-off git's index makes.
     # Unlike git (core.trustctime) ctime is left out: chmod, chown or a new hard link bump it
     # without touching content, and mode is compared anyway. A same-size rewrite within one

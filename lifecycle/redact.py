@@ -12,6 +12,7 @@ Values shorter than MIN_SECRET_LEN characters are not replaced by value: a 2-cha
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import mmap
@@ -48,6 +49,9 @@ _KEY_WORDS = frozenset(
     {"token", "secret", "password", "passwd", "credential", "credentials", "auth", "apikey"}
 )
 _KEY_PAIRS = frozenset({("api", "key"), ("access", "key")})
+# Every key is_sensitive_key accepts holds one of these once lowercased: a text holding none
+# skips the two passes that call back into Python per `key: value` (most of a JSON file's cost).
+_KEY_HINTS = tuple(sorted(_KEY_WORDS | {first for first, _ in _KEY_PAIRS}))
 # `token_file: /run/x`, `auth_type: none`: the key is about a credential, the value is not one.
 _HARMLESS_LAST = frozenset(
     {"file", "path", "dir", "url", "uri", "endpoint", "type", "mode", "method", "name", "len"}
@@ -65,8 +69,10 @@ def redact(text: str, secret_values: Secrets) -> str:
     text = _BEARER.sub(r"\1 <redacted:bearer>", text)
     text = _HF_TOKEN.sub("<redacted:hf-token>", text)
     text = _AWS_KEY_ID.sub("<redacted:aws-key-id>", text)
-    text = _redact_pairs(text)
-    text = _FLAG.sub(_flag, text)
+    lowered = text.lower()
+    if any(hint in lowered for hint in _KEY_HINTS):
+        text = _redact_pairs(text)
+        text = _FLAG.sub(_flag, text)
     return _drop_survivors(text, [value for value, _ in pairs])
 
 
@@ -81,6 +87,7 @@ def redact_bytes(data: bytes, secret_values: Secrets) -> bytes:
     return redact(text, secret_values).encode("utf-8")
 
 
+@functools.lru_cache(maxsize=4096)  # evidence files repeat the same few keys thousands of times
 def is_sensitive_key(key: str) -> bool:
     """Whether a `key=value` key names a credential (`HF_TOKEN`, `apiKey`, `--api-key`)."""
     words = [w for w in re.split(r"[_.\-]+", _CAMEL.sub("_", key).lower()) if w]
@@ -140,8 +147,8 @@ def _pair(match: re.Match[str]) -> str:
     key, value = match["key"], match["value"]
     head = match[0][: match.start("value") - match.start()]
     if not is_sensitive_key(key):
-        # The value may itself hold a pair: `url: http://h/?token=abc`.
-        return head + _redact_pairs(value)
+        # The value may itself hold a pair: `url: http://h/?token=abc` (no separator, no pair).
+        return head + (_redact_pairs(value) if ":" in value or "=" in value else value)
     return head + _placeholder(value, quoted_key=bool(match["q"]))
 
 

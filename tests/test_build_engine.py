@@ -72,6 +72,10 @@ def test_build_labels_then_up_to_date(manifests: Path, docker_client: Any) -> No
         assert labels[f"lifecycle.patch.{index:02d}.file"] == file
         assert labels[f"lifecycle.patch.{index:02d}.sha256"] == sha256
     assert labels["lifecycle.pin.vllm"] == "0.2.0"
+    # All in one LABEL step, not one step (a layer and a container) per label.
+    history = [step["CreatedBy"] for step in docker_client.images.get(tag[1]).history()]
+    [label_step] = [step for step in history if "lifecycle.manifest.digest" in step]
+    assert all(name in label_step for name in labels if name.startswith("lifecycle."))
 
     code, out, err, second = _build(manifests)
     assert code == 0, err

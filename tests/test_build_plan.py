@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import tarfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,6 +66,35 @@ def test_labels_carry_digest_pins_and_each_patch(repo_root: Path) -> None:
     assert json.loads(plan.labels["lifecycle.tuned"]) == {
         "gpu_memory_utilization": {"value": 0.94, "status": "validated"}
     }
+
+
+def _labels_read_back(label_instruction: str) -> dict[str, str]:
+    """The labels of a LABEL instruction as dockerd reads them: inside double quotes a
+    backslash escapes `"`, `$` and itself only."""
+    word = r'"((?:[^"\\]|\\.)*)"'
+    unescape = functools.partial(re.sub, r'\\(["$\\])', r"\1")
+    pairs = re.findall(rf"{word}={word}", label_instruction)
+    return {unescape(key): unescape(value) for key, value in pairs}
+
+
+def test_all_labels_go_in_one_label_instruction(repo_root: Path) -> None:
+    """dockerd turns labels sent beside the build into one LABEL step each (a layer and a
+    container apiece); one instruction at the end of the Dockerfile is one step."""
+    loaded = load_manifest(repo_root / "manifests/0.31/manifest.yaml")
+    odd = SourceInfo('https://example/ops.git?a="b"&c=$HOME\\', "caf\u00e9")
+    plan = plan_build(loaded, created=WHEN, source=odd)
+    steps, _, instruction = plan.dockerfile.partition("\nLABEL ")
+    assert steps.endswith("RUN python3 /opt/lifecycle/build/pins.py check")
+    one_line = instruction.replace(" \\\n", " ")
+    assert one_line.endswith("\n") and "\n" not in one_line[:-1]
+    assert _labels_read_back(one_line) == plan.labels
+    assert plan.context["Dockerfile"] == plan.dockerfile.encode()
+
+
+def test_a_label_with_a_line_break_is_refused(repo_root: Path) -> None:
+    loaded = load_manifest(repo_root / "manifests/0.31/manifest.yaml")
+    with pytest.raises(ValueError, match="line break"):
+        plan_build(loaded, created=WHEN, source=SourceInfo("url", "abc\ndef"))
 
 
 def test_context_tar_is_reproducible(repo_root: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lifecycle.demo.upstream import ensure_upstream_repo
 from lifecycle.evidence import (
     EVIDENCE_JSON,
     EvidenceBundle,
@@ -21,10 +22,9 @@ from lifecycle.evidence import (
     parse_boot_log,
     parse_ninja_log,
 )
+from tests.test_demo_engine import checkout
 
-REPO = Path(__file__).resolve().parent.parent
 BOOT_LOGS = Path(__file__).parent / "data" / "boot_logs"
-DEMO = REPO / "lifecycle" / "demo" / "upstream" / "0.2.0"
 CACHE_ENV = {
     "vllm": "VLLM_CACHE_ROOT",
     "flashinfer": "FLASHINFER_WORKSPACE_BASE",
@@ -212,12 +212,18 @@ def test_evidence_file_names() -> None:
 # --- bundles from the real demo engine --------------------------------------------------
 
 
-def boot_demo(caches: Path) -> str:
+def demo_release(root: Path) -> Path:
+    """The demo engine's 0.2.0 sources, as its upstream repo tags them."""
+    upstream = ensure_upstream_repo(root / "upstream.git")
+    return checkout(upstream, "v0.2.0", root / "demo-0.2.0")
+
+
+def boot_demo(engine: Path, caches: Path) -> str:
     """One demo engine boot with host python on the four caches under `caches`; its log."""
     env = {k: v for k, v in os.environ.items() if k not in CACHE_ENV.values()}
     env.update({var: str(caches / name) for name, var in CACHE_ENV.items()})
     env.update(
-        PYTHONPATH=str(DEMO),
+        PYTHONPATH=str(engine),
         PYTHONDONTWRITEBYTECODE="1",
         HOME=str(caches / "home"),
         # Folded into cache_key_factors.json: a secret the engine writes into its cache.
@@ -253,11 +259,12 @@ def cache_map(caches: Path) -> dict[str, Path]:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoBoots:
     """Boot the demo engine cold then warm, collecting a bundle after each boot."""
     root = tmp_path_factory.mktemp("demo")
+    engine = demo_release(root)
     caches = root / "caches"
     secrets = {"DEMOLLM_GRAPH_BATCH": SECRET}
-    cold_log = boot_demo(caches)
+    cold_log = boot_demo(engine, caches)
     cold = collect_evidence(cache_map(caches), cold_log, root / "cold", secret_values=secrets)
-    warm_log = boot_demo(caches)
+    warm_log = boot_demo(engine, caches)
     warm = collect_evidence(cache_map(caches), warm_log, root / "warm", secret_values=secrets)
     return DemoBoots(caches, cold_log, warm_log, cold, warm)
 
@@ -389,6 +396,27 @@ def test_caps_keep_the_smallest_and_record_the_rest(tmp_path: Path) -> None:
     assert bundle.summary["caches"]["flashinfer"]["files_seen"] == 7
     leftovers = [p for p in bundle.directory.rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == []
+
+
+def test_many_copies_are_written_whole_and_two_names_redacted_alike_keep_the_last(
+    tmp_path: Path,
+) -> None:
+    """The copies are written on several threads: each one whole, every one before
+    evidence.json; two paths that redact to one name give one copy, as one after the other."""
+    cache = tmp_path / "triton"
+    kernels = {
+        f"k{i:03d}/kernel.json": f'{{"name": "k{i}", "pad": "{"x" * i}"}}' for i in range(200)
+    }
+    for relative, text in kernels.items():
+        write(cache / relative, text)
+    write(cache / "s" / "tok-one-1234.json", '{"a": 1}')
+    write(cache / "s" / "tok-two-1234.json", '{"b": 2}')  # same size, sorts after
+    secrets = ["tok-one-1234", "tok-two-1234"]
+    bundle = collect_evidence({"triton": cache}, "", tmp_path / "out", secret_values=secrets)
+    for relative, text in kernels.items():
+        assert (bundle.directory / "triton" / relative).read_text() == text
+    assert (bundle.directory / "triton" / "s" / "<redacted>.json").read_text() == '{"b": 2}'
+    assert len(list((bundle.directory / "triton").rglob("*.json"))) == 201
 
 
 def test_symlinks_and_fifos_are_never_followed_or_opened(tmp_path: Path) -> None:

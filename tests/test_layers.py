@@ -50,8 +50,8 @@ def test_the_check_finds_sql_where_it_is() -> None:
 # own, never one above nor a neighbour on its floor: steps do not call each other sideways, and
 # work that spans steps (boot, then acceptance) lives in `flows`, above them all.
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("lifecycle", "errors", "_rescan"),
-    ("home", "limits", "proc", "redact", "table", "faults", "forking", "rescan"),
+    ("lifecycle", "errors"),
+    ("home", "limits", "proc", "redact", "table", "faults", "forking"),
     ("leases", "crash", "dockerd"),
     ("ledger", "manifest", "records"),
     ("fingerprint", "evidence", "hooks"),

@@ -224,3 +224,14 @@ def test_redact_bytes_text_and_binary() -> None:
 )
 def test_sensitive_keys(key: str, sensitive: bool) -> None:
     assert is_sensitive_key(key) is sensitive
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["HF_TOKEN", "hfToken", "myApiKey", "--api-key", "accessKey", "DB_PASSWD", "Credentials"],
+)
+def test_every_sensitive_key_is_redacted_on_its_own(key: str) -> None:
+    """redact skips its pair passes for a text that holds no key word: a sensitive key alone
+    in a text must not be skipped."""
+    assert is_sensitive_key(key)
+    assert redact(f"{key}=hunter2-xyz", {}) == f"{key}=<redacted>"

@@ -1,4 +1,5 @@
-"""Smoke tests: the S3 server verifies SHA-256 checksums, which archive integrity relies on."""
+"""Smoke tests: the archive's S3 client and blob store against the server, which verifies the
+SHA-256 checksum of every PUT: the archive's integrity rests on that."""
 
 from __future__ import annotations
 
@@ -8,67 +9,56 @@ import os
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
 
-from lifecycle.archive.location import s3_client
+from lifecycle.archive.location import ArchiveLocation, s3_client
+from lifecycle.archive.store import ArchiveError, BlobStore, b64_sha256
 
 pytestmark = pytest.mark.s3
 
 BODY = b"lifecycle smoke object\n" * 100
+SHA = hashlib.sha256(BODY).hexdigest()
 
 
-def _sha256_b64(data: bytes) -> str:
-    return base64.b64encode(hashlib.sha256(data).digest()).decode()
+@pytest.fixture
+def store(s3_bucket: str) -> BlobStore:
+    """The archive's blob store, through the client the archive itself makes."""
+    return BlobStore(s3_client(os.environ), ArchiveLocation(s3_bucket, "smoke"))
 
 
-def test_put_and_get_with_sha256_checksum(s3_client: Any, s3_bucket: str) -> None:
-    checksum = _sha256_b64(BODY)
-    s3_client.put_object(
-        Bucket=s3_bucket,
-        Key="smoke/object",
-        Body=BODY,
-        ChecksumAlgorithm="SHA256",
-        ChecksumSHA256=checksum,
+def test_a_blob_goes_up_once_and_verifies_by_the_servers_checksum(
+    store: BlobStore, s3_client: Any
+) -> None:
+    assert store.put_blob(SHA, BODY) == len(BODY)
+    assert store.put_blob(SHA, BODY) == 0  # already there: not sent again
+    assert store.verify_blob(SHA, size=len(BODY)) is None
+    assert store.download_sha256(store.blob_key(SHA)) == SHA
+    # The server kept the checksum it checked the PUT against (what verify_blob relies on).
+    key = store.blob_key(SHA)
+    head = s3_client.head_object(Bucket=store.location.bucket, Key=key, ChecksumMode="ENABLED")
+    assert (
+        head["ChecksumSHA256"] == b64_sha256(SHA) == base64.b64encode(bytes.fromhex(SHA)).decode()
     )
-    got = s3_client.get_object(Bucket=s3_bucket, Key="smoke/object", ChecksumMode="ENABLED")
-    assert got["Body"].read() == BODY
-    assert got["ChecksumSHA256"] == checksum
 
 
-def test_put_with_wrong_sha256_checksum_is_rejected(s3_client: Any, s3_bucket: str) -> None:
-    with pytest.raises(ClientError) as raised:
-        s3_client.put_object(
-            Bucket=s3_bucket,
-            Key="smoke/corrupt",
-            Body=BODY,
-            ChecksumAlgorithm="SHA256",
-            ChecksumSHA256=_sha256_b64(BODY + b"tampered"),
-        )
-    error = raised.value.response
-    assert error["Error"]["Code"] == "BadDigest"
-    assert error["ResponseMetadata"]["HTTPStatusCode"] == 400
-    # Nothing may be stored under the key when the digest did not match.
-    assert "Contents" not in s3_client.list_objects_v2(Bucket=s3_bucket, Prefix="smoke/corrupt")
+def test_bytes_that_are_not_the_ones_hashed_are_refused_and_not_stored(
+    store: BlobStore, s3_client: Any
+) -> None:
+    other = hashlib.sha256(BODY + b"tampered").hexdigest()
+    with pytest.raises(ArchiveError, match="not the ones hashed"):
+        store.upload_blob(other, BODY)
+    assert store.verify_blob(other) == f"{store.url(store.blob_key(other))}: missing"
+    listing = s3_client.list_objects_v2(Bucket=store.location.bucket, Prefix="smoke/")
+    assert "Contents" not in listing
 
 
-def test_archive_client_sends_unsigned_payloads_the_server_still_checks(s3_bucket: str) -> None:
+def test_archive_client_sends_unsigned_payloads_the_server_still_checks(store: BlobStore) -> None:
     """The archive's client does not sign bodies; the signed ChecksumSHA256 still guards them."""
-    client = s3_client(os.environ)
     sent: list[str] = []
-    client.meta.events.register(
+    store.client.meta.events.register(
         "before-send.s3.PutObject",
         lambda request, **_: sent.append(request.headers["x-amz-content-sha256"].decode()),
     )
-    client.put_object(
-        Bucket=s3_bucket, Key="smoke/unsigned", Body=BODY, ChecksumSHA256=_sha256_b64(BODY)
-    )
+    store.upload_blob(SHA, BODY)
     assert sent == ["UNSIGNED-PAYLOAD"]
-    with pytest.raises(ClientError) as raised:
-        client.put_object(
-            Bucket=s3_bucket,
-            Key="smoke/unsigned-corrupt",
-            Body=BODY,
-            ChecksumSHA256=_sha256_b64(BODY + b"tampered"),
-        )
-    assert raised.value.response["Error"]["Code"] == "BadDigest"
-    assert "Contents" not in client.list_objects_v2(Bucket=s3_bucket, Prefix="smoke/unsigned-c")
+    with pytest.raises(ArchiveError, match="not the ones hashed"):
+        store.upload_blob(hashlib.sha256(b"other").hexdigest(), BODY)

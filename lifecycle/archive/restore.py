@@ -1,6 +1,6 @@
 """Restore a cache from its archive: rebuilt beside its place, verified, then renamed into it.
 
-A half-written `.so` crashes an engine (DESIGN §3), so nothing appears at the cache's path
+A half-written `.so` crashes the engine that loads it, so nothing appears at the cache's path
 until the whole tree is down, every file matched its sha256 while downloading, and the tree
 digest of what was rebuilt equals the archived one; then one rename puts it in place.
 """

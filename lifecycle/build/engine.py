@@ -63,8 +63,7 @@ def build_image(
     for chunk in client.api.build(
         fileobj=_context_tar(plan),
         custom_context=True,
-        tag=plan.tag,
-        labels=plan.labels,
+        tag=plan.tag,  # the labels are in the Dockerfile, as one LABEL instruction
         rm=True,
         forcerm=True,
         pull=False,

@@ -74,19 +74,20 @@ def plan_build(loaded: LoadedManifest, *, created: datetime, source: SourceInfo)
     context["lifecycle/pins.json"] = json.dumps(pins, indent=2).encode()
     for helper in ("pins.py", "apply-series.sh", "gitbinary.py"):
         context[f"lifecycle/{helper}"] = _in_image(helper)
-    dockerfile = _dockerfile(loaded, digest)
+    labels = _labels(loaded, digest, patches, created, source)
+    dockerfile = _dockerfile(loaded, digest, labels)
     context["Dockerfile"] = dockerfile.encode()
     return BuildPlan(
         manifest_file=str(loaded.file),
         digest=digest,
         tag=image_tag(manifest.name, engine.vllm, digest),
-        labels=_labels(loaded, digest, patches, created, source),
+        labels=labels,
         dockerfile=dockerfile,
         context=context,
     )
 
 
-def _dockerfile(loaded: LoadedManifest, digest: str) -> str:
+def _dockerfile(loaded: LoadedManifest, digest: str, labels: dict[str, str]) -> str:
     engine = loaded.manifest.engine
     apply = f"sh {IN_IMAGE_DIR}/apply-series.sh {shlex.quote(engine.package_dir)}"
     return "\n".join(
@@ -98,9 +99,26 @@ def _dockerfile(loaded: LoadedManifest, digest: str) -> str:
             f"RUN python3 {IN_IMAGE_DIR}/pins.py install",
             f"RUN {apply}",
             f"RUN python3 {IN_IMAGE_DIR}/pins.py check",
+            _label_instruction(labels),
             "",
         ]
     )
+
+
+def _label_instruction(labels: dict[str, str]) -> str:
+    """One LABEL instruction for all labels. Labels passed to dockerd's build API instead
+    become one LABEL step each, a layer and a container apiece."""
+    pairs = [f"{_quoted(key)}={_quoted(value)}" for key, value in labels.items()]
+    return "LABEL " + " \\\n      ".join(pairs)
+
+
+def _quoted(text: str) -> str:
+    """`text` as a double-quoted Dockerfile word, read back exactly: inside double quotes a
+    backslash escapes only `"`, `$` and itself; a line break cannot be written at all."""
+    if "\n" in text or "\r" in text:
+        raise ValueError(f"a label cannot hold a line break: {text!r}")
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{escaped}"'
 
 
 def _labels(

@@ -1,6 +1,9 @@
 """The demo engine's upstream: a real git repo with releases v0.1.0 and v0.2.0.
 
-Author, committer and dates are fixed, so commit ids are the same on every machine.
+The first release is stored as its tree (`upstream/0.1.0/`), each later one as a patch on the
+release before (`upstream/0.2.0.patch`), so every file is kept once and a release reads as
+what changed. Author, committer and dates are fixed, so commit ids are the same on every
+machine.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ def _release_files(tree: Path) -> list[str]:
 
 
 def _commit_release(git_dir: Path, version: str) -> None:
-    tree = SOURCES / version
+    first = SOURCES / RELEASES[0]
     date = _DATES[version]
     env = {
         "GIT_AUTHOR_NAME": _IDENTITY["name"],
@@ -45,10 +48,13 @@ def _commit_release(git_dir: Path, version: str) -> None:
         "GIT_COMMITTER_EMAIL": _IDENTITY["email"],
         "GIT_COMMITTER_DATE": date,
     }
-    # The release tree itself is the work tree: nothing is copied, nothing written into it.
-    work = ["--work-tree", str(tree)]
-    git([*work, "read-tree", "--empty"], git_dir)
-    git([*work, "add", "--", *_release_files(tree)], git_dir)
+    # The first release's tree is the work tree: nothing is copied, nothing written into it.
+    work = ["--work-tree", str(first)]
+    if version == RELEASES[0]:
+        git([*work, "read-tree", "--empty"], git_dir)
+        git([*work, "add", "--", *_release_files(first)], git_dir)
+    else:  # the index holds the release before; its patch moves the index alone on
+        git([*work, "apply", "--cached", "--", str(SOURCES / f"{version}.patch")], git_dir)
     git([*work, "commit", "--quiet", "--no-verify", "-m", f"Release {version}"], git_dir, env=env)
     git(["tag", "-a", f"v{version}", "-m", f"demollm {version}"], git_dir, env=env)
 
