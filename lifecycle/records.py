@@ -6,7 +6,9 @@ Two kinds of record live in S3 beside the content-addressed blobs (lifecycle.arc
   boot that used it with its log and evidence, what was built and booted;
 - `lifecycle-result-record/1` at `results/<result id>.json`: one result and the boot behind it.
 
-Every record is one JSON object, keys sorted, written last as the commit marker of its
+The rows a record carries (a cache's, a boot's, a boot's use of a cache) are the ledger's own
+dataclasses, checked the same way. Every record is one JSON object, keys sorted, written last
+as the commit marker of its
 archive. `lifecycle schema --record cache|result` prints each format as JSON Schema. A record
 read back is checked against its model here, so a record that does not parse (another tool, a
 hand edit, a crafted object) is one line naming the object, never a KeyError three calls
@@ -20,8 +22,11 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
+
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
-Count = Annotated[int, Field(ge=0)]
+Count = Annotated[int, Field(ge=0, strict=True)]
+Flag = Annotated[bool, Field(strict=True)]
 Scalar = int | float | str | bool | None
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -31,7 +36,9 @@ RESULT_FORMAT = "lifecycle-result-record/1"
 
 
 class _Part(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+    # Not strict as a whole: the rows a record carries are the ledger's own dataclasses, which
+    # strict mode would take only as instances, never from JSON. Flags and sizes are strict.
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 class BlobEntry(_Part):
@@ -72,62 +79,6 @@ class Withheld(_Part):
     why: str
 
 
-class CacheRow(_Part):
-    """The ledger's row of the cache (less this host's bookkeeping: state, in_use_by)."""
-
-    id: str
-    cache_key: str
-    cache_name: str
-    manifest_name: str
-    manifest_digest: str
-    image_id: str
-    arch: str
-    host_path: str
-    container_path: str
-    created_at: str
-    tree_digest: str | None = None
-    files: int | None = None
-    bytes: int | None = None
-    scan_path: str | None = None
-    scanned_at: str | None = None
-
-
-class BootRow(_Part):
-    """The ledger's row of a boot."""
-
-    id: str
-    started_at: str
-    ended_at: str | None
-    exit_code: int | None
-    outcome: str
-    error: str | None
-    host: str
-    profile: str
-    manifest_name: str
-    manifest_digest: str
-    image_id: str
-    image_tag: str
-    container_id: str | None
-    hooks: str  # JSON list of {"name", "observing"}
-    instrumented: bool
-    secret_names: str  # JSON list of names; values are never stored
-    log_path: str | None
-    evidence_path: str | None
-
-
-class CacheUseRow(_Part):
-    """How one boot used one cache."""
-
-    boot_id: str
-    cache_id: str
-    mode: Literal["cold", "warm"]
-    tree_digest_before: str | None = None
-    tree_digest_after: str | None = None
-    files_added: int | None = None
-    files_changed: int | None = None
-    files_removed: int | None = None
-
-
 class HookRun(_Part):
     """One hook run at one event of a boot."""
 
@@ -140,8 +91,8 @@ class HookRun(_Part):
 class CacheBoot(_Part):
     """A boot as a cache's record tells it."""
 
-    boot: BootRow
-    use: CacheUseRow
+    boot: BootRecord
+    use: CacheUse
     hook_runs: list[HookRun]
     log: FileBlob | None
     evidence: dict[str, FileBlob]  # path under evidence/boots/<boot>/ -> its blob
@@ -188,8 +139,8 @@ class CacheRecordV1(_Part):
     host: str
     tool_version: str
     archived_at: str
-    with_content: bool
-    cache: CacheRow
+    with_content: Flag
+    cache: CacheRow  # the ledger's row of the cache, less this host's bookkeeping
     fingerprint: FingerprintBlob
     content: Content | None
     withheld: list[Withheld] = Field(default_factory=list)
@@ -214,7 +165,7 @@ class CanonicalResult(_Part):
     metrics: dict[str, Scalar]
     note: str | None
     source: str
-    instrumented: bool
+    instrumented: Flag
     document: FileBlob | None
     created_at: str
 
@@ -222,7 +173,7 @@ class CanonicalResult(_Part):
 class ResultBoot(_Part):
     """The boot behind a result."""
 
-    boot: BootRow
+    boot: BootRecord
     hook_runs: list[HookRun]
     log: FileBlob | None
 

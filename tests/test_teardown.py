@@ -34,11 +34,11 @@ from lifecycle.home import Home
 from lifecycle.leases import try_lease
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, record_archive
-from lifecycle.ledger.boots import CacheRecord, cache_by_id
+from lifecycle.ledger.boots import BootRecord, CacheRecord, cache_by_id
 from lifecycle.ledger.builds import record_build
 from lifecycle.ledger.journal import TeardownStep, steps_of
 from lifecycle.ledger.rows import insert
-from lifecycle.records import BootRow, CacheBoot, CacheRecordV1, FingerprintBlob
+from lifecycle.records import CacheBoot, CacheRecordV1, FingerprintBlob
 from lifecycle.table import human_bytes
 from lifecycle.teardown.containers import mounted_by
 from lifecycle.teardown.execute import Verdict, remove_cache
@@ -115,9 +115,16 @@ def _record(tree: str, boots: tuple[str, ...] = (), *, content: bool = False) ->
     """A record with only the parts the removal invariant reads (built, not validated)."""
     return CacheRecordV1.model_construct(
         fingerprint=FingerprintBlob.model_construct(tree_digest=tree),
-        boots=[CacheBoot.model_construct(boot=BootRow.model_construct(id=b)) for b in boots],
+        boots=[CacheBoot.model_construct(boot=_boot_row(b)) for b in boots],
         with_content=content,
     )
+
+
+def _boot_row(boot_id: str) -> BootRecord:
+    return BootRecord(
+        boot_id, "2026-10-10T00:00:00", None, 0, "ok", None, "h", "serve", "demo", "d" * 64,
+        "sha256:i", "t", None, "[]", False, "[]", None, None,
+    )  # fmt: skip
 
 
 def _verified(document: CacheRecordV1) -> Callable[[ArchiveRecord], VerifiedRecord]:

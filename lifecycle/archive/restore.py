@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,8 +25,8 @@ from lifecycle.archive.store import ArchiveError, BlobStore, os_problem
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import CacheRecord, Scanned, cache_by_id, record_scan
-from lifecycle.records import CacheRecordV1, CacheRow
+from lifecycle.ledger.boots import CacheRecord, CacheRow, Scanned, cache_by_id, record_scan
+from lifecycle.records import CacheRecordV1
 from lifecycle.table import human_bytes
 
 PROGRESS_EVERY = 100  # restored files between two progress lines
@@ -257,4 +257,4 @@ def check_cache_id(cache_id: str) -> None:
 def _row_from_record(archived: CacheRow, target: Path) -> CacheRecord:
     """The cache row a host that never saw the cache makes from its record."""
     local = {"host_path": str(target), "state": "live", "in_use_by": None}
-    return CacheRecord(**{**archived.model_dump(), **local})
+    return CacheRecord(**{**asdict(archived), **local})

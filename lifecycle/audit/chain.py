@@ -16,15 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from lifecycle.records import (
-    BootRow,
-    CacheRow,
-    CacheUseRow,
-    FileBlob,
-    HookRun,
-    ImageSnapshot,
-    ManifestSnapshot,
-)
+from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
+from lifecycle.records import FileBlob, HookRun, ImageSnapshot, ManifestSnapshot
 
 CHAIN_FORMAT = "lifecycle-audit-chain/1"
 CACHE_FORMAT = "lifecycle-audit-cache/1"
@@ -45,7 +38,7 @@ class CacheFacts:
     """One cache as one boot used it."""
 
     row: CacheRow  # the cache's row (less this host's bookkeeping)
-    use: CacheUseRow  # the boot's use of it: mode, tree digests before and after
+    use: CacheUse  # the boot's use of it: mode, tree digests before and after
     archive: ArchiveFacts | None
 
 
@@ -55,7 +48,7 @@ class ChainFacts:
 
     result: dict[str, Json]  # the canonical result
     digest: str  # sha256 of its canonical JSON
-    boot: BootRow
+    boot: BootRecord
     hook_runs: list[HookRun]
     log: FileBlob | None  # the boot's (redacted) log
     caches: list[CacheFacts]
@@ -70,7 +63,7 @@ class CacheAuditFacts:
     row: CacheRow
     state: str | None  # live / archived / torn-down; None when read from S3
     archive: ArchiveFacts | None
-    boots: list[tuple[BootRow, CacheUseRow]]
+    boots: list[tuple[BootRecord, CacheUse]]
     results: list[dict[str, Json]]  # canonical results, each with its digest
 
 
@@ -248,7 +241,7 @@ def _sorted(data: Json) -> Json:
     return data
 
 
-def _boot(boot: BootRow) -> ChainBoot:
+def _boot(boot: BootRecord) -> ChainBoot:
     return {
         "id": boot.id,
         "started_at": boot.started_at,

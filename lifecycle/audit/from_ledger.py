@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-from dataclasses import asdict
 from pathlib import Path
 
 from lifecycle.archive.location import ArchiveLocation
@@ -13,17 +12,14 @@ from lifecycle.audit.chain import ArchiveFacts, CacheAuditFacts, CacheFacts, Cha
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of
-from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id, cache_uses, hook_runs_of
-from lifecycle.ledger.results import ResultRecord, all_results, result_by_id, results_of_cache
-from lifecycle.records import (
-    BootRow,
-    CacheRow,
-    CacheUseRow,
-    FileBlob,
-    HookRun,
-    ImageSnapshot,
-    ManifestSnapshot,
+from lifecycle.ledger.boots import (
+    all_caches,
+    cache_by_id,
+    cache_uses,
+    hook_runs_of,
 )
+from lifecycle.ledger.results import ResultRecord, all_results, result_by_id, results_of_cache
+from lifecycle.records import FileBlob, HookRun, ImageSnapshot, ManifestSnapshot
 from lifecycle.results.add import find_boot
 from lifecycle.results.model import canonical_result
 
@@ -49,8 +45,7 @@ def result_facts(ledger: Ledger, result_id: str) -> ChainFacts:
     for use in cache_uses(ledger, boot_id=boot.id):
         cache = cache_by_id(ledger, use.cache_id)
         assert cache is not None, "a cache use refers to a cache row (foreign key)"
-        row, facts = _row(cache), CacheUseRow.model_validate(asdict(use))
-        caches.append(CacheFacts(row, facts, archive_facts(ledger, cache.id)))
+        caches.append(CacheFacts(cache.row(), use, archive_facts(ledger, cache.id)))
     runs = [
         HookRun(name=run.name, event=run.event, exit_code=run.exit_code)
         for run in hook_runs_of(ledger, boot.id)
@@ -61,18 +56,13 @@ def result_facts(ledger: Ledger, result_id: str) -> ChainFacts:
     return ChainFacts(
         result=canonical_result(result),
         digest=result.digest,
-        boot=BootRow.model_validate(asdict(boot)),
+        boot=boot,
         hook_runs=runs,
         log=_file_digest(Path(boot.log_path)) if boot.log_path else None,
         caches=caches,
         image=None if image is None else ImageSnapshot.model_validate(image),
         manifest=None if manifest is None else ManifestSnapshot.model_validate(manifest),
     )
-
-
-def _row(cache: CacheRecord) -> CacheRow:
-    """The cache's row as records carry it: this host's bookkeeping is left out."""
-    return CacheRow.model_validate(asdict(cache))
 
 
 def cache_facts(ledger: Ledger, cache_id: str) -> CacheAuditFacts:
@@ -87,13 +77,12 @@ def cache_facts(ledger: Ledger, cache_id: str) -> CacheAuditFacts:
         )
     boots = []
     for use in (u for u in cache_uses(ledger) if u.cache_id == cache.id):
-        boot = BootRow.model_validate(asdict(find_boot(ledger, use.boot_id)))
-        boots.append((boot, CacheUseRow.model_validate(asdict(use))))
+        boots.append((find_boot(ledger, use.boot_id), use))
     results = []
     for result in results_of_cache(ledger, cache.id):
         results.append({**canonical_result(result), "digest": result.digest})
     archive = archive_facts(ledger, cache.id)
-    return CacheAuditFacts(_row(cache), cache.state, archive, boots, results)
+    return CacheAuditFacts(cache.row(), cache.state, archive, boots, results)
 
 
 def archive_facts(ledger: Ledger, cache_id: str) -> ArchiveFacts | None:

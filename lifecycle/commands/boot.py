@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from lifecycle.boot.run import BootRequest, dry_run_spec
 from lifecycle.build.engine import find_built
 from lifecycle.build.plan import image_tag
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report
+from lifecycle.commands.report import Report, plain
 from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.flows import boot_then_accept
 from lifecycle.hooks import select
@@ -41,39 +41,27 @@ class HookEntry:
 
 @dataclass(frozen=True)
 class BootReport(Report):
-    """One finished boot: its record, its hooks, how it used each cache."""
+    """One finished boot: its record and how it used each cache."""
 
     FORMAT: ClassVar[str] = "lifecycle-boot/1"
-    id: str
-    started_at: str
-    ended_at: str | None
-    exit_code_of_engine: int | None
-    outcome: str  # ok | failed | interrupted | aborted
-    error: str | None
-    host: str
-    profile: str
-    manifest_name: str
-    manifest_digest: str
-    image_id: str
-    image_tag: str
-    container_id: str | None
-    hooks: tuple[HookEntry, ...]
-    instrumented: bool
-    secret_names: tuple[str, ...]
-    log_path: str | None
-    evidence_path: str | None
+    boot: BootRecord
     caches: tuple[CacheUse, ...]
 
     @property
     def exit_code(self) -> int:
-        return EXIT_OK if self.outcome == "ok" else EXIT_NO
+        return EXIT_OK if self.boot.outcome == "ok" else EXIT_NO
+
+    @property
+    def hooks(self) -> tuple[HookEntry, ...]:
+        """The hooks it ran with (the ledger keeps them as JSON text)."""
+        return tuple(HookEntry(**hook) for hook in json.loads(self.boot.hooks))
 
     def to_json(self) -> dict[str, Any]:
-        document = super().to_json()
-        # The engine's exit code keeps its ledger name in JSON; the field name above only
-        # keeps it apart from the command's own exit code.
-        document["exit_code"] = document.pop("exit_code_of_engine")
-        return document
+        """The boot's row, with its hooks and secret names as lists, then its caches."""
+        row = plain(self.boot)
+        row["hooks"] = plain(self.hooks)
+        row["secret_names"] = json.loads(self.boot.secret_names)
+        return {"format": self.FORMAT, **row, "caches": plain(self.caches)}
 
 
 @dataclass(frozen=True)
@@ -123,12 +111,8 @@ def run(ctx: Context, options: BootOptions) -> BootReport:
 
 
 def report_of(record: BootRecord, uses: Sequence[CacheUse]) -> BootReport:
-    """A boot's record as its report: hooks and secret names as lists, not JSON text."""
-    row = asdict(record)
-    row["exit_code_of_engine"] = row.pop("exit_code")
-    row["hooks"] = tuple(HookEntry(**hook) for hook in json.loads(record.hooks))
-    row["secret_names"] = tuple(json.loads(record.secret_names))
-    return BootReport(**row, caches=tuple(uses))
+    """A boot's record and its uses of caches as its report."""
+    return BootReport(record, tuple(uses))
 
 
 def dry_run(ctx: Context, options: BootOptions) -> BootSpecReport:
@@ -138,11 +122,12 @@ def dry_run(ctx: Context, options: BootOptions) -> BootSpecReport:
 
 def render(report: BootReport) -> str:
     """`boot ID: OUTCOME (exit N)`, its caches cold or warm, where its evidence is."""
+    boot = report.boot
     caches = ", ".join(f"{u.cache_id} {u.mode}" for u in report.caches)
-    flag = " [instrumented]" if report.instrumented else ""
+    flag = " [instrumented]" if boot.instrumented else ""
     return (
-        f"boot {report.id}: {report.outcome} (exit {report.exit_code_of_engine}){flag}\n"
-        f"  caches: {caches}\n  evidence: {report.evidence_path}\n"
+        f"boot {boot.id}: {boot.outcome} (exit {boot.exit_code}){flag}\n"
+        f"  caches: {caches}\n  evidence: {boot.evidence_path}\n"
     )
 
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from lifecycle import proc
 from lifecycle.build.engine import BuildResult, build_image, push_image
 from lifecycle.build.plan import BuildPlan, SourceInfo, plan_build
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report
+from lifecycle.commands.report import Report, plain
 from lifecycle.manifest import find_manifest, load_manifest
 
 
@@ -20,14 +20,11 @@ class BuildReport(Report):
     """A build done, or found up to date; and where it was pushed."""
 
     FORMAT: ClassVar[str] = "lifecycle-build/1"
-    outcome: str  # built | up-to-date
-    tag: str
-    image_id: str
-    digest: str
-    duration_s: float
-    record_id: int
-    log_path: str | None
+    build: BuildResult
     pushed: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": self.FORMAT, **plain(self.build), "pushed": self.pushed}
 
 
 @dataclass(frozen=True)
@@ -56,7 +53,7 @@ def run(ctx: Context, ref: str, *, force: bool, push: str | None) -> BuildReport
     with ctx.ledger() as ledger:
         result: BuildResult = build_image(client, build_plan, ledger, force=force, on_line=ctx.say)
     pushed = push_image(client, result.tag, push) if push else None
-    return BuildReport(**asdict(result), pushed=pushed)
+    return BuildReport(result, pushed)
 
 
 def dry_run(ctx: Context, ref: str) -> BuildPlanReport:
@@ -74,10 +71,11 @@ def dry_run(ctx: Context, ref: str) -> BuildPlanReport:
 
 def render(report: BuildReport) -> str:
     """`built TAG (ID) in S s`, or `TAG is up to date (ID)`; then where it was pushed."""
-    if report.outcome == "up-to-date":
-        text = f"{report.tag} is up to date ({report.image_id[:19]})\n"
+    built = report.build
+    if built.outcome == "up-to-date":
+        text = f"{built.tag} is up to date ({built.image_id[:19]})\n"
     else:
-        text = f"built {report.tag} ({report.image_id[:19]}) in {report.duration_s} s\n"
+        text = f"built {built.tag} ({built.image_id[:19]}) in {built.duration_s} s\n"
     return text + (f"pushed {report.pushed}\n" if report.pushed else "")
 
 

@@ -2,43 +2,28 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from lifecycle.commands.boot import BootReport, report_of
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report
+from lifecycle.commands.report import Report, plain
 from lifecycle.leases import lease_held
-from lifecycle.ledger.boots import all_boots, all_caches, cache_uses
+from lifecycle.ledger.boots import CacheRecord, all_boots, all_caches, cache_uses
 from lifecycle.ledger.pins import pins
 from lifecycle.table import human_age, human_bytes, render
 
 
 @dataclass(frozen=True)
-class CacheRow:
+class ListedCache:
     """One tracked cache, as `lifecycle caches` lists it."""
 
-    id: str
-    cache_key: str
-    cache_name: str
-    manifest_name: str
-    manifest_digest: str
-    image_id: str
-    arch: str
-    host_path: str
-    container_path: str
-    # live | archived | torn-down | missing: a dir the ledger thinks is there but is not
-    # shows as missing here, never as live, until a teardown records it so.
+    cache: CacheRecord
+    # live | archived | torn-down | missing: a dir the ledger thinks is there but is not shows
+    # as missing here, never as live, until a teardown records it so.
     state: str
-    in_use_by: str | None
-    created_at: str
-    tree_digest: str | None
-    files: int | None
-    bytes: int | None
-    scan_path: str | None
-    scanned_at: str | None
     boots_cold: tuple[str, ...]
     boots_warm: tuple[str, ...]
     pins: tuple[str, ...]
@@ -50,11 +35,19 @@ class CachesReport(Report):
     """Every tracked cache, newest first."""
 
     FORMAT: ClassVar[str] = "lifecycle-caches/1"
-    caches: tuple[CacheRow, ...]
+    caches: tuple[ListedCache, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """Each cache's row, its state as shown, the boots that used it, its pins, its age."""
+        rows = [
+            {**plain(c.cache), **{k: v for k, v in plain(c).items() if k != "cache"}}
+            for c in self.caches
+        ]
+        return {"format": self.FORMAT, "caches": rows}
 
 
 @dataclass(frozen=True)
-class BootRow:
+class ListedBoot:
     """One boot, as `lifecycle boots` lists it."""
 
     boot: BootReport
@@ -67,7 +60,7 @@ class BootsReport(Report):
     """Every boot, newest first."""
 
     FORMAT: ClassVar[str] = "lifecycle-boots/1"
-    boots: tuple[BootRow, ...]
+    boots: tuple[ListedBoot, ...]
 
     def to_json(self) -> dict[str, object]:
         rows = [{**row.boot.to_json(), "process_gone": row.process_gone} for row in self.boots]
@@ -90,8 +83,9 @@ def list_caches(ctx: Context, now: datetime) -> CachesReport:
             if state in ("live", "archived") and not Path(cache.host_path).is_dir():
                 state = "missing"
             rows.append(
-                CacheRow(
-                    **{**asdict(cache), "state": state},
+                ListedCache(
+                    cache,
+                    state,
                     boots_cold=tuple(u.boot_id for u in mine if u.mode == "cold"),
                     boots_warm=tuple(u.boot_id for u in mine if u.mode == "warm"),
                     pins=tuple(pinned.get(cache.id, [])),
@@ -113,7 +107,7 @@ def list_boots(ctx: Context) -> BootsReport:
             gone = boot.outcome == "running" and not any(
                 lease_held(ledger.home, u.cache_id) for u in mine
             )
-            rows.append(BootRow(report_of(boot, mine), gone))
+            rows.append(ListedBoot(report_of(boot, mine), gone))
     return BootsReport(tuple(rows))
 
 
@@ -123,14 +117,14 @@ def render_caches(report: CachesReport) -> str:
         ["CACHE", "MANIFEST", "NAME", "SIZE", "FILES", "BOOTS", "STATE", "AGE"],
         [
             [
-                r.id,
-                r.manifest_name,
-                r.cache_name,
-                human_bytes(r.bytes),
-                r.files if r.files is not None else "-",
+                r.cache.id,
+                r.cache.manifest_name,
+                r.cache.cache_name,
+                human_bytes(r.cache.bytes),
+                r.cache.files if r.cache.files is not None else "-",
                 f"{len(r.boots_cold)} cold, {len(r.boots_warm)} warm",
                 r.state
-                + (f" (in use by {r.in_use_by})" if r.in_use_by else "")
+                + (f" (in use by {r.cache.in_use_by})" if r.cache.in_use_by else "")
                 + (" pinned" if r.pins else ""),
                 human_age(r.age_s),
             ]
@@ -152,15 +146,15 @@ def render_boots(report: BootsReport) -> str:
         ["BOOT", "STARTED", "MANIFEST", "PROFILE", "OUTCOME", "EXIT", "CACHES", "HOOKS"],
         [
             [
-                row.boot.id,
-                row.boot.started_at,
-                row.boot.manifest_name,
-                row.boot.profile,
-                row.boot.outcome + (" (process gone)" if row.process_gone else ""),
-                row.boot.exit_code_of_engine,
+                row.boot.boot.id,
+                row.boot.boot.started_at,
+                row.boot.boot.manifest_name,
+                row.boot.boot.profile,
+                row.boot.boot.outcome + (" (process gone)" if row.process_gone else ""),
+                row.boot.boot.exit_code,
                 caches(row.boot),
                 ", ".join(h.name for h in row.boot.hooks)
-                + (" INSTRUMENTED" if row.boot.instrumented else ""),
+                + (" INSTRUMENTED" if row.boot.boot.instrumented else ""),
             ]
             for row in report.boots
         ],

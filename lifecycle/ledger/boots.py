@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, fields
 
 from lifecycle.ledger.core import Ledger
 from lifecycle.ledger.rows import from_row, insert, update
 
 
 @dataclass(frozen=True)
-class CacheRecord:
-    """One tracked JIT cache directory on this host."""
+class CacheRow:
+    """What a cache is, wherever it is told: the part of its row the archive's records carry."""
 
     id: str
     cache_key: str
@@ -22,14 +22,24 @@ class CacheRecord:
     arch: str
     host_path: str
     container_path: str
-    state: str  # live | archived | torn-down
-    in_use_by: str | None
     created_at: str
     tree_digest: str | None = None
     files: int | None = None
     bytes: int | None = None
     scan_path: str | None = None
     scanned_at: str | None = None
+
+
+@dataclass(frozen=True)
+class CacheRecord(CacheRow):
+    """One tracked JIT cache directory on this host: its row and this host's bookkeeping."""
+
+    state: str = "live"  # live | archived | torn-down | missing
+    in_use_by: str | None = None  # the boot holding it
+
+    def row(self) -> CacheRow:
+        """The row without this host's bookkeeping, as records carry it."""
+        return CacheRow(**{f.name: getattr(self, f.name) for f in fields(CacheRow)})
 
 
 @dataclass(frozen=True)
