@@ -7,30 +7,23 @@ finds is a result of the boot (lifecycle.results), not part of it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from lifecycle.boot.run import BootRequest, boot
-from lifecycle.faults import Checkpoint
+from lifecycle.boot.run import BootRequest, Watch, boot
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord
 from lifecycle.results.acceptance import accept
 
 
 def boot_then_accept(
-    client: Any,
-    ledger: Ledger,
-    request: BootRequest,
-    host_env: Mapping[str, str],
-    *,
-    on_line: Callable[[str], None] = lambda line: None,
-    checkpoint: Checkpoint = lambda point: None,
+    client: Any, ledger: Ledger, request: BootRequest, host_env: Mapping[str, str], watch: Watch
 ) -> BootRecord:
     """Boot once; then, if the profile declares one, run its acceptance and record its result."""
-    record = boot(client, ledger, request, host_env, on_line=on_line, checkpoint=checkpoint)
+    record = boot(client, ledger, request, host_env, watch)
     acceptance = request.loaded.manifest.profiles[record.profile].acceptance
     if acceptance is not None:
         result = accept(ledger, record, acceptance, request.loaded.file, host_env)
         flag = " [instrumented]" if result.instrumented else ""
-        on_line(f"acceptance {result.name}: {result.status}{flag}, result {result.id}")
+        watch.on_line(f"acceptance {result.name}: {result.status}{flag}, result {result.id}")
     return record

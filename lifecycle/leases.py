@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from lifecycle.home import Home
 
@@ -35,6 +38,17 @@ class CacheLease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+@contextmanager
+def exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (made if need be) for the block; waits for it."""
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def try_lease(home: Home, cache_id: str) -> CacheLease | None:

@@ -67,20 +67,21 @@ def cache_text(audit: CacheAudit, source: str) -> str:
     archive = audit["archive"]
     lines.append(f"  archive: {archive['record'] if archive else 'not archived'}")
     lines.append(f"boots ({len(audit['boots'])}):")
-    for boot in audit["boots"]:
-        flag = " INSTRUMENTED" if boot["instrumented"] else ""
-        lines.append(
-            f"  {boot['id']} {boot['mode']} {boot['started_at']} on {boot['host']},"
-            f" {boot['profile']}: {boot['outcome']}{flag}"
-        )
+    lines += [
+        f"  {b['id']} {b['mode']} {b['started_at']} on {b['host']}, {b['profile']}:"
+        f" {b['outcome']}{_flag(b['instrumented'])}"
+        for b in audit["boots"]
+    ]
     lines.append(f"results ({len(audit['results'])}):")
-    for result in audit["results"]:
-        flag = " INSTRUMENTED" if result["instrumented"] else ""
-        lines.append(
-            f"  {result['id']} {result['name']!r}: {result['status']}"
-            f" (boot {result['boot_id']}){flag}"
-        )
+    lines += [
+        f"  {r['id']} {r['name']!r}: {r['status']} (boot {r['boot_id']}){_flag(r['instrumented'])}"
+        for r in audit["results"]
+    ]
     return "\n".join(lines) + "\n"
+
+
+def _flag(instrumented: bool) -> str:
+    return " INSTRUMENTED" if instrumented else ""
 
 
 def hooks_text(hooks: list[ChainHook]) -> str:

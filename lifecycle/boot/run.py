@@ -96,16 +96,20 @@ def dry_run_spec(request: BootRequest, host_env: Mapping[str, str]) -> Container
     return build_spec(manifest, profile, request.image_tag, mounts, host_env, labels)
 
 
+@dataclass(frozen=True)
+class Watch:
+    """Who is told what while a boot runs: each line of the engine's output (redacted), and the
+    test-only checkpoints (lifecycle.faults)."""
+
+    on_line: Callable[[str], None] = lambda line: None
+    checkpoint: Checkpoint = lambda point: None
+
+
 def boot(
-    client: Any,
-    ledger: Ledger,
-    request: BootRequest,
-    host_env: Mapping[str, str],
-    *,
-    on_line: Callable[[str], None] = lambda line: None,
-    checkpoint: Checkpoint = lambda point: None,
+    client: Any, ledger: Ledger, request: BootRequest, host_env: Mapping[str, str], watch: Watch
 ) -> BootRecord:
     """Run the engine once with its caches; returns the finished boot record."""
+    on_line, checkpoint = watch.on_line, watch.checkpoint
     manifest = request.loaded.manifest
     profile = pick_profile(manifest, request.profile)
     check_secrets(manifest, profile, host_env)  # before any cache dir is made

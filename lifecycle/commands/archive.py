@@ -9,13 +9,13 @@ from typing import ClassVar
 
 from lifecycle.archive.config import resolve_location
 from lifecycle.archive.restore import RestoreReport, check_cache_id, restore_cache
-from lifecycle.archive.run import ArchiveReport
+from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_caches
-from lifecycle.results.publish import archive_with_results
+from lifecycle.results.publish import with_results
 from lifecycle.table import human_bytes
 
 
@@ -96,10 +96,11 @@ def run_archive(
         return None
     with ctx.ledger(create=False) as ledger:
         cache_ids, skipped = select_caches(ledger, names, every)
-        reports = archive_with_results(
+        archived = archive_caches(
             ledger, client, location, cache_ids,
             with_content=with_content, dry_run=dry_run, progress=ctx.say,
         )  # fmt: skip
+        reports = with_results(ledger, client, location, archived, ctx.say)
     totals = ArchiveTotals(
         caches=len(reports),
         blobs=sum(r.blobs for r in reports),

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
@@ -33,6 +33,8 @@ from lifecycle.errors import LifecycleError
 from lifecycle.home import NoLedger
 from lifecycle.ledger import Ledger
 
+Facts = TypeVar("Facts")
+
 
 @dataclass(frozen=True)
 class Source:
@@ -46,6 +48,19 @@ class Source:
     def store(self) -> BlobStore | None:
         """The archive's store, with --from."""
         return BlobStore(self.client, self.archive) if self.archive else None
+
+    def facts(
+        self,
+        of_archive: Callable[[BlobStore, str], Facts],
+        of_ledger: Callable[[Ledger, str], Facts],
+        target: str,
+    ) -> Facts:
+        """What the archive (with --from) or else the ledger knows of `target`."""
+        store = self.store()
+        if store is not None:
+            return of_archive(store, target)
+        assert self.ledger is not None, "a source is the archive or the ledger"
+        return of_ledger(self.ledger, target)
 
 
 @contextmanager
@@ -99,12 +114,8 @@ def run_result(
     if provenance is not None:
         check_output_file(provenance, "--provenance")
     with reading(ctx, source) as read:
-        store = read.store()
-        if store is not None:
-            chain = build_chain(from_s3.result_facts(store, result_id))
-        else:
-            assert read.ledger is not None, "audit reads the ledger or the archive"
-            chain = build_chain(from_ledger.result_facts(read.ledger, result_id))
+        facts = read.facts(from_s3.result_facts, from_ledger.result_facts, result_id)
+    chain = build_chain(facts)
     if provenance is not None:
         write_provenance(chain, provenance)
     return ChainReport(chain, read.where, provenance)
@@ -113,13 +124,8 @@ def run_result(
 def run_cache(ctx: Context, cache_id: str, source: str | None) -> CacheAuditReport:
     """A cache, its boots and its results."""
     with reading(ctx, source) as read:
-        store = read.store()
-        if store is not None:
-            document = build_cache_audit(from_s3.cache_facts(store, cache_id))
-        else:
-            assert read.ledger is not None, "audit reads the ledger or the archive"
-            document = build_cache_audit(from_ledger.cache_facts(read.ledger, cache_id))
-    return CacheAuditReport(document, read.where)
+        facts = read.facts(from_s3.cache_facts, from_ledger.cache_facts, cache_id)
+    return CacheAuditReport(build_cache_audit(facts), read.where)
 
 
 def render_result(report: ChainReport) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from lifecycle.boot.run import BootRequest, dry_run_spec
+from lifecycle.boot.run import BootRequest, Watch, dry_run_spec
 from lifecycle.build.engine import find_built
 from lifecycle.build.plan import image_tag
 from lifecycle.commands.context import Context
@@ -102,10 +102,8 @@ def run(ctx: Context, options: BootOptions) -> BootReport:
     client = ctx.docker()
     boot_request = request(ctx, options, client)
     with ctx.ledger() as ledger:
-        record = boot_then_accept(
-            client, ledger, boot_request, ctx.environ, on_line=ctx.say,
-            checkpoint=ctx.checkpoint(),
-        )  # fmt: skip
+        watch = Watch(on_line=ctx.say, checkpoint=ctx.checkpoint())
+        record = boot_then_accept(client, ledger, boot_request, ctx.environ, watch)
         uses = cache_uses(ledger, boot_id=record.id)
     return report_of(record, uses)
 

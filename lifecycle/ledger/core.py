@@ -7,7 +7,6 @@ row that points at nothing.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sqlite3
 import tempfile
@@ -16,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lifecycle.home import Home, HomeUnusable, NoLedger, check_home, check_writable, default_home
+from lifecycle.leases import exclusive
 from lifecycle.ledger.schema import MIGRATIONS
 
 __all__ = ["HomeUnusable", "Ledger", "NoLedger", "default_home", "has_ledger"]
@@ -62,7 +62,9 @@ class Ledger:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One writer across processes: a file lock, then BEGIN IMMEDIATE, then all or nothing."""
-        with _writer_lock(self.home.ledger_lock):
+        # SQLite's own lock is taken per transaction; the file lock also orders the evidence
+        # writes that go with it, and waits instead of failing with "database is locked".
+        with exclusive(self.home.ledger_lock):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
@@ -157,15 +159,3 @@ def _newer(path: Path, version: int) -> str:
         f"the ledger {path} has schema {version}; this lifecycle knows schemas up to "
         f"{len(MIGRATIONS)}: use a newer lifecycle with this LIFECYCLE_HOME"
     )
-
-
-@contextmanager
-def _writer_lock(path: Path) -> Iterator[None]:
-    # SQLite's own lock is taken per transaction; the file lock also orders the evidence
-    # writes that go with it, and waits instead of failing with "database is locked".
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

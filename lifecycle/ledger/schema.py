@@ -2,6 +2,32 @@
 
 from __future__ import annotations
 
+
+def _caches_table(name: str, states: str) -> str:
+    """The caches table as migration 2 made it, and as migration 6 rebuilds it (named `name`,
+    its state one of `states`): one text, so the two cannot drift apart."""
+    return f"""CREATE TABLE {name} (
+        id TEXT PRIMARY KEY,
+        cache_key TEXT NOT NULL,
+        cache_name TEXT NOT NULL,
+        manifest_name TEXT NOT NULL,
+        manifest_digest TEXT NOT NULL,
+        image_id TEXT NOT NULL,
+        arch TEXT NOT NULL,
+        host_path TEXT NOT NULL,
+        container_path TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ({states})),
+        in_use_by TEXT,
+        created_at TEXT NOT NULL,
+        tree_digest TEXT,
+        files INTEGER,
+        bytes INTEGER,
+        scan_path TEXT,
+        scanned_at TEXT
+    );
+"""
+
+
 # Each entry moves the schema from version N to N+1; never edit one that has shipped.
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -22,26 +48,9 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 2: boot caches, boots, which boot used which cache (cold or warm), hook runs.
     """
-    CREATE TABLE caches (
-        id TEXT PRIMARY KEY,
-        cache_key TEXT NOT NULL,
-        cache_name TEXT NOT NULL,
-        manifest_name TEXT NOT NULL,
-        manifest_digest TEXT NOT NULL,
-        image_id TEXT NOT NULL,
-        arch TEXT NOT NULL,
-        host_path TEXT NOT NULL,
-        container_path TEXT NOT NULL,
-        state TEXT NOT NULL CHECK (state IN ('live', 'archived', 'torn-down')),
-        in_use_by TEXT,
-        created_at TEXT NOT NULL,
-        tree_digest TEXT,
-        files INTEGER,
-        bytes INTEGER,
-        scan_path TEXT,
-        scanned_at TEXT
-    );
-    CREATE INDEX caches_key ON caches (cache_key, state);
+    """
+    + _caches_table("caches", "'live', 'archived', 'torn-down'")
+    + """    CREATE INDEX caches_key ON caches (cache_key, state);
     CREATE TABLE boots (
         id TEXT PRIMARY KEY,
         started_at TEXT NOT NULL,
@@ -153,26 +162,9 @@ MIGRATIONS: tuple[str, ...] = (
     # migrates with foreign keys off, as SQLite's own procedure for this asks). And the cache
     # files a boot wrote a secret's value into (by the secret's name): never archived.
     """
-    CREATE TABLE caches_v6 (
-        id TEXT PRIMARY KEY,
-        cache_key TEXT NOT NULL,
-        cache_name TEXT NOT NULL,
-        manifest_name TEXT NOT NULL,
-        manifest_digest TEXT NOT NULL,
-        image_id TEXT NOT NULL,
-        arch TEXT NOT NULL,
-        host_path TEXT NOT NULL,
-        container_path TEXT NOT NULL,
-        state TEXT NOT NULL CHECK (state IN ('live', 'archived', 'torn-down', 'missing')),
-        in_use_by TEXT,
-        created_at TEXT NOT NULL,
-        tree_digest TEXT,
-        files INTEGER,
-        bytes INTEGER,
-        scan_path TEXT,
-        scanned_at TEXT
-    );
-    INSERT INTO caches_v6 SELECT * FROM caches;
+    """
+    + _caches_table("caches_v6", "'live', 'archived', 'torn-down', 'missing'")
+    + """    INSERT INTO caches_v6 SELECT * FROM caches;
     DROP TABLE caches;
     ALTER TABLE caches_v6 RENAME TO caches;
     CREATE INDEX caches_key ON caches (cache_key, state);

@@ -59,23 +59,8 @@ def finish(
     for result in results:
         if result.outcome.kept:
             files[plan.patches[result.index].file] = kept[result.index]
-    report = PortReport(
-        old_ref=plan.old_label,
-        new_ref=plan.new_label,
-        old=plan.old,
-        new=plan.new,
-        upstream=plan.loaded.manifest.upstream.repository,
-        subdir=plan.subdir,
-        results=tuple(results),
-        pins=values.pins,
-        tuned=values.fates,
-        status=PortStatus.COMPLETE,
-        old_digest=plan.digest,
-        uncommitted=plan.uncommitted,
-        dry_run=plan.request.dry_run,
-        branch=plan.branch,
-        digest=_validated_digest(plan, files, base),
-        warnings=_warnings(plan, results, values.pins),
+    report = _report(
+        plan, results, values, PortStatus.COMPLETE, digest=_validated_digest(plan, files, base)
     )
     files[REPORT_FILE] = (json.dumps(report.record(), indent=2) + "\n").encode()
     outcomes = {r.file: r.outcome.value for r in results}
@@ -94,6 +79,18 @@ def stopped(plan: PortPlan, git: Git, replayed: Replayed) -> PortReport:
     and tuned values the finished port would write."""
     results, _ = classify(git, _bases(plan), plan.patches, replayed)
     values = manifest_out.new_values(plan, _flashinfer(plan, git))
+    return _report(plan, results, values, PortStatus.CONFLICTS_PENDING)
+
+
+def _report(
+    plan: PortPlan,
+    results: list[PatchResult],
+    values: manifest_out.NewValues,
+    status: PortStatus,
+    *,
+    digest: str | None = None,
+) -> PortReport:
+    """The report of a port as far as it got."""
     return PortReport(
         old_ref=plan.old_label,
         new_ref=plan.new_label,
@@ -104,11 +101,12 @@ def stopped(plan: PortPlan, git: Git, replayed: Replayed) -> PortReport:
         results=tuple(results),
         pins=values.pins,
         tuned=values.fates,
-        status=PortStatus.CONFLICTS_PENDING,
+        status=status,
         old_digest=plan.digest,
         uncommitted=plan.uncommitted,
         dry_run=plan.request.dry_run,
         branch=plan.branch,
+        digest=digest,
         warnings=_warnings(plan, results, values.pins),
     )
 

@@ -9,17 +9,15 @@ mirror is used as it is, and the port says so; the tags it needs must already be
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.errors import LifecycleError
+from lifecycle.leases import exclusive
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.source import read_yaml
 from lifecycle.port.git import Git
@@ -76,7 +74,7 @@ def ensure_mirror(home: Path, source: str) -> Mirror:
     """Create the mirror if needed and fetch every branch and tag of `source` into it."""
     path = mirror_path(home, source)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(path.with_suffix(".lock")):
+    with exclusive(path.with_suffix(".lock")):
         if not (path / "HEAD").is_file():
             _init_bare(path)
         fetched = Git.user(path).run(
@@ -110,13 +108,3 @@ def _init_bare(path: Path) -> None:
         temp.rename(path)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _locked(lock_file: Path) -> Iterator[None]:
-    with lock_file.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -9,7 +9,7 @@ or booted again since) is archived first, exactly as `lifecycle archive CACHE` w
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -25,24 +25,17 @@ from lifecycle.ledger.results import ResultArchiveRecord, ResultRecord, result_a
 from lifecycle.results.archive import Coverage, archive_pending_results, archive_result
 
 
-def archive_with_results(
+def with_results(
     ledger: Ledger,
     client: Any,
     location: ArchiveLocation,
-    cache_ids: Sequence[str],
-    *,
-    with_content: bool,
-    dry_run: bool,
+    reports: list[ArchiveReport],
     progress: Progress | None,
-    workers: int = 8,
 ) -> list[ArchiveReport]:
-    """Archive the caches, then every result whose caches' records there now list its boot: a
-    result added after its caches were archived goes with the next archive."""
-    reports = archive_caches(
-        ledger, client, location, cache_ids,
-        with_content=with_content, dry_run=dry_run, progress=progress, workers=workers,
-    )  # fmt: skip
-    if dry_run:
+    """After an archive of caches: archive every result whose caches' records there now list
+    its boot (a result added after its caches were archived goes with the next archive), and
+    say in each cache's report which of its results went."""
+    if not reports or reports[0].dry_run:
         return reports
     store = BlobStore(client, location)
     done = archive_pending_results(
@@ -72,15 +65,11 @@ def publish_result(
         stale = [c for c in caches if coverage.problem(c, result.boot_id)]
         if stale:
             # Its sweep writes the result's record as soon as the last of them is archived.
-            archive_with_results(
-                ledger,
-                client,
-                location,
-                stale,
-                with_content=False,
-                dry_run=False,
+            archived = archive_caches(
+                ledger, client, location, stale, with_content=False, dry_run=False,
                 progress=progress,
-            )
+            )  # fmt: skip
+            with_results(ledger, client, location, archived, progress)
         for done in result_archives(ledger, result.id):
             if done.location == url:
                 return done

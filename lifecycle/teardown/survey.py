@@ -16,7 +16,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.run import ArchiveReport
+from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.transfer import Progress
 from lifecycle.errors import LifecycleError
 from lifecycle.leases import lease_held
@@ -26,7 +26,7 @@ from lifecycle.ledger.boots import CacheRecord, all_caches, cache_uses
 from lifecycle.ledger.builds import all_builds
 from lifecycle.ledger.pins import pins
 from lifecycle.ledger.results import results_not_archived_on
-from lifecycle.results.publish import archive_with_results
+from lifecycle.results.publish import with_results
 from lifecycle.table import human_bytes
 from lifecycle.teardown.containers import (
     BootContainer,
@@ -142,7 +142,7 @@ def archive_one(
     """Archive one cache where --archive writes (a dry run only reads, and reports)."""
     if request.archive_to is None or services.s3 is None:
         raise LifecycleError(f"cannot archive: {services.s3_problem or 'no archive location'}")
-    (report,) = archive_with_results(
+    archived = archive_caches(
         ledger,
         services.s3,
         request.archive_to,
@@ -151,6 +151,7 @@ def archive_one(
         dry_run=dry_run,
         progress=progress,
     )
+    (report,) = with_results(ledger, services.s3, request.archive_to, archived, progress)
     return report
 
 
