@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout, not whatever copy of lifecycle is installed
 
 from lifecycle.port.git import Git  # noqa: E402
-from lifecycle.port.plan import PortRequest  # noqa: E402
+from lifecycle.port.plan import PortFlags, PortRequest  # noqa: E402
 from lifecycle.port.replay import SeriesPatch, apply_series  # noqa: E402
 from lifecycle.port.session import SERIES_REFS, start  # noqa: E402
 
@@ -224,7 +224,7 @@ def time_port(project: Path, home: Path, name: str, *, dry_run: bool, cold: bool
     if cold:
         forget_series(home)
     request = PortRequest(
-        project / "manifests", "1.0", "2.0", home, dry_run=dry_run, branch=f"port/{name}"
+        project / "manifests", "1.0", "2.0", home, PortFlags(dry_run, branch=f"port/{name}")
     )
     reports = []
     timing = _timed(lambda: reports.append(start(request)))
@@ -266,7 +266,9 @@ def run(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     upstream, project = generate(root, args.files, args.patches, mails=args.mails)
     series = series_commits(root, upstream, project)
     home = root / "home"
-    start(PortRequest(project / "manifests", "1.0", "2.0", home, dry_run=True))  # the mirror
+    start(
+        PortRequest(project / "manifests", "1.0", "2.0", home, PortFlags(dry_run=True))
+    )  # the mirror
     runs: dict[str, list[Timing]] = {k: [] for k in ("rebase", "cold", "warm", "dry")}
     for i in range(args.repeat):  # interleaved, so drift on a shared machine hits all alike
         runs["rebase"].append(time_rebase(root, series, i))
@@ -287,10 +289,12 @@ def run(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     processes = {}
     for kind, dry in (("cold", False), ("warm", False), ("dry", True)):
         request = PortRequest(
-            project / "manifests", "1.0", "2.0", home, dry_run=dry, branch=f"port/n-{kind}"
+            project / "manifests", "1.0", "2.0", home, PortFlags(dry, branch=f"port/n-{kind}")
         )
         processes[kind] = count_processes(partial(start, request))
-    outcomes = start(PortRequest(project / "manifests", "1.0", "2.0", home, dry_run=True))
+    outcomes = start(
+        PortRequest(project / "manifests", "1.0", "2.0", home, PortFlags(dry_run=True))
+    )
     counts: dict[str, int] = {}
     for result in outcomes.results:
         counts[result.outcome.value] = counts.get(result.outcome.value, 0) + 1

@@ -32,6 +32,13 @@ if TYPE_CHECKING:
 
 AnyReport = TypeVar("AnyReport", bound="Report")
 
+# Every verb's --json prints its report with a format tag (lifecycle-<verb>/1, see README).
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+# Audit and verify can work from an archive alone, with no ledger on this host.
+archive_only_option = click.option(
+    "--from", "source", metavar="S3_URL", help="Read the archive alone (no ledger)."
+)
+
 
 class _Group(click.Group):
     """Renders a LifecycleError as its lines on stderr with its family's exit code; any other
@@ -136,7 +143,7 @@ def _answer(
 
 @cli.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@json_option
 @click.pass_context
 def validate(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
     """Validate manifests (default: every manifest.yaml under the manifests dir)."""
@@ -147,7 +154,7 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None
 
 @cli.command()
 @click.argument("version")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option
 @click.pass_context
 def show(ctx: click.Context, version: str, as_json: bool) -> None:
     """Print the resolved manifest of VERSION (or a manifest path) and its digest."""
@@ -161,7 +168,7 @@ def show(ctx: click.Context, version: str, as_json: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the plan (Dockerfile, context, tag, labels).")
 @click.option("--force", is_flag=True, help="Build even if an image of this digest exists.")
 @click.option("--push", metavar="REGISTRY", help="Tag and push the image to REGISTRY.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option
 @click.pass_context
 def build(
     ctx: click.Context, version: str, dry_run: bool, force: bool, push: str | None, as_json: bool
@@ -186,7 +193,7 @@ def build(
     help="Stop the engine after this many seconds.",
 )
 @click.option("--dry-run", is_flag=True, help="Print the exact container spec; run nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the boot record as JSON.")
+@json_option
 @click.pass_context
 def boot(
     ctx: click.Context,
@@ -208,20 +215,18 @@ def boot(
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option
 @click.pass_context
 def caches(ctx: click.Context, as_json: bool) -> None:
     """List tracked JIT caches: size, files, boots that used them, state, age."""
-    from datetime import UTC, datetime
-
     from lifecycle.commands import listing
 
-    report = listing.list_caches(_context(ctx), datetime.now(UTC))
+    report = listing.list_caches(_context(ctx))
     _answer(ctx, report, listing.render_caches, as_json)
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option
 @click.pass_context
 def boots(ctx: click.Context, as_json: bool) -> None:
     """List boots: when, which profile, outcome, caches cold/warm, hooks, instrumented."""
@@ -242,7 +247,7 @@ def boots(ctx: click.Context, as_json: bool) -> None:
 @click.option("--state", type=click.Choice(["live", "archived"]), help="Only caches in this state.")
 @click.option("--to", metavar="S3_URL", help="Where --archive writes (s3://BUCKET/PREFIX).")
 @click.option("--hook", "hook_names", multiple=True, metavar="NAME", help="Attach hooks/NAME.")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan and the result as JSON.")
+@json_option
 @click.pass_context
 def teardown(
     ctx: click.Context,
@@ -289,26 +294,31 @@ def teardown(
 
 @cli.command()
 @click.argument("target", metavar="CACHE|RESULT")
-@click.option("--reason", default=None, help="Why it is kept (default: 'pinned by hand').")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--reason", help="Why it is kept.", show_default="pinned by hand; for RESULT: result <id>"
+)
+@json_option
 @click.pass_context
 def pin(ctx: click.Context, target: str, reason: str | None, as_json: bool) -> None:
-    """Make CACHE (or every cache behind RESULT) a GC root: teardown keeps it until unpinned."""
-    from datetime import UTC, datetime
+    """Make CACHE (or every cache behind RESULT) a GC root: teardown keeps it until unpinned.
 
+    A pin is this host's: it keeps the caches still here and is kept in this host's ledger.
+    """
     from lifecycle.commands import pin as verb
 
-    report = verb.run_pin(_context(ctx), target, reason, datetime.now(UTC))
-    _answer(ctx, report, verb.render, as_json)
+    _answer(ctx, verb.run_pin(_context(ctx), target, reason), verb.render, as_json)
 
 
 @cli.command()
 @click.argument("target", metavar="CACHE|RESULT")
-@click.option("--reason", default=None, help="Remove only the pin with this reason.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--reason", help="Remove only the pin with this reason.")
+@json_option
 @click.pass_context
 def unpin(ctx: click.Context, target: str, reason: str | None, as_json: bool) -> None:
-    """Remove CACHE's pins (or RESULT's, or the one with --reason); teardown may then remove it."""
+    """Remove CACHE's pins (or the one with --reason); teardown may then remove it.
+
+    For RESULT, only the pins that result put on its caches come off; other pins stay.
+    """
     from lifecycle.commands import pin as verb
 
     _answer(ctx, verb.run_unpin(_context(ctx), target, reason), verb.render, as_json)
@@ -320,7 +330,7 @@ def unpin(ctx: click.Context, target: str, reason: str | None, as_json: bool) ->
 @click.option("--with-content", is_flag=True, help="Archive the cache's files too (restorable).")
 @click.option("--to", metavar="S3_URL", help="Archive location (default: LIFECYCLE_ARCHIVE).")
 @click.option("--dry-run", is_flag=True, help="Show what would be uploaded; write nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option
 @click.pass_context
 def archive(
     ctx: click.Context,
@@ -344,7 +354,7 @@ def archive(
 @cli.command()
 @click.argument("cache_id", metavar="CACHE")
 @click.option("--from", "source", metavar="S3_URL", help="Archive location (as for archive --to).")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option
 @click.pass_context
 def restore(ctx: click.Context, cache_id: str, source: str | None, as_json: bool) -> None:
     """Rebuild CACHE's dir from its archived files, verified, and mark it live."""
@@ -382,7 +392,7 @@ def schema(record_kind: str | None) -> None:
     "--allow-dirty", is_flag=True, help="Port OLD as in the working tree though HEAD differs."
 )
 @click.option("--force", is_flag=True, help="Replace a NEW that exists (keeps what it validated).")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option
 @click.pass_context
 def port(
     ctx: click.Context,
@@ -403,10 +413,10 @@ def port(
     Exit 0 when the port is complete, 1 while conflicts are pending, 2 on usage errors.
     """
     from lifecycle.commands import port as verb
+    from lifecycle.port.plan import PortFlags
 
-    options = verb.PortOptions(
-        old, new, dry_run, keep_going, resume, abort, branch, release, allow_dirty, force
-    )
+    flags = PortFlags(dry_run, keep_going, branch, release, allow_dirty, force)
+    options = verb.PortOptions(old, new, resume, abort, flags)
     _answer(ctx, verb.run(_context(ctx), options, Path.cwd()), verb.render, as_json)
 
 
@@ -436,7 +446,7 @@ def result_group() -> None:
 )
 @click.option("--note", help="Free text kept with the result.")
 @click.option("--to", metavar="S3_URL", help="Archive it there now (default: LIFECYCLE_ARCHIVE).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option
 @click.pass_context
 def result_add(
     ctx: click.Context,
@@ -450,8 +460,6 @@ def result_add(
     as_json: bool,
 ) -> None:
     """Record a result against BOOT; archived at once when an archive location is set."""
-    from datetime import UTC, datetime
-
     from lifecycle.commands import result as verb
     from lifecycle.results.add import ResultRequest
     from lifecycle.results.model import parse_metric
@@ -465,12 +473,12 @@ def result_add(
         document=verb.read_result_file(document) if document else None,
         document_where=str(document),
     )
-    report = verb.run_add(_context(ctx), request, datetime.now(UTC), to=to)
+    report = verb.run_add(_context(ctx), request, to=to)
     _answer(ctx, report, verb.render_add, as_json)
 
 
 @cli.command("results")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option
 @click.pass_context
 def results_list(ctx: click.Context, as_json: bool) -> None:
     """List results: name, status, boot, metrics, archived; instrumented ones are flagged."""
@@ -486,13 +494,13 @@ def audit_group() -> None:
 
 @audit_group.command("result")
 @click.argument("result_id", metavar="RESULT")
-@click.option("--from", "source", metavar="S3_URL", help="Read the archive alone (no ledger).")
+@archive_only_option
 @click.option(
     "--provenance",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also write the chain as an in-toto Statement v1 to this file.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the chain as JSON.")
+@json_option
 @click.pass_context
 def audit_result(
     ctx: click.Context, result_id: str, source: str | None, provenance: Path | None, as_json: bool
@@ -506,8 +514,8 @@ def audit_result(
 
 @audit_group.command("cache")
 @click.argument("cache_id", metavar="CACHE")
-@click.option("--from", "source", metavar="S3_URL", help="Read the archive alone (no ledger).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@archive_only_option
+@json_option
 @click.pass_context
 def audit_cache(ctx: click.Context, cache_id: str, source: str | None, as_json: bool) -> None:
     """Every boot that used CACHE and every result that stands on it."""
@@ -516,13 +524,16 @@ def audit_cache(ctx: click.Context, cache_id: str, source: str | None, as_json: 
     _answer(ctx, verb.run_cache(_context(ctx), cache_id, source), verb.render_cache, as_json)
 
 
-@cli.command("verify")
+@cli.command()
 @click.argument("target", metavar="CACHE|RESULT")
-@click.option("--from", "source", metavar="S3_URL", help="Verify the archive alone (no ledger).")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@archive_only_option
+@json_option
 @click.pass_context
-def verify_target(ctx: click.Context, target: str, source: str | None, as_json: bool) -> None:
-    """Hash the live cache and the archived objects again; name whatever differs. Exit 1 if any."""
+def verify(ctx: click.Context, target: str, source: str | None, as_json: bool) -> None:
+    """Hash the live cache and the archived objects again; name whatever differs.
+
+    Exit 1 when anything differs, 3 when the archive cannot be reached.
+    """
     from lifecycle.commands import verify as verb
 
     _answer(ctx, verb.run(_context(ctx), target, source), verb.render, as_json)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lifecycle.errors import EnvironmentFailure, LifecycleError
@@ -39,39 +39,27 @@ class NoLedger(LifecycleError):
 
 @dataclass(frozen=True)
 class Home:
-    """The layout of one LIFECYCLE_HOME."""
+    """The layout of one LIFECYCLE_HOME (pictured above), rooted at `root`."""
 
     root: Path
+    ledger_file: Path = field(init=False)  # the ledger's SQLite file
+    ledger_lock: Path = field(init=False)  # every ledger writer takes it
+    teardown_lock: Path = field(init=False)  # held by a teardown while it runs
+    crashes: Path = field(init=False)  # unexpected errors' tracebacks
+    mirrors: Path = field(init=False)  # upstream repositories mirrored for `port`
+    ports: Path = field(init=False)  # the state of stopped ports
 
-    @property
-    def ledger_file(self) -> Path:
-        """The ledger's SQLite file."""
-        return self.root / "ledger.sqlite3"
-
-    @property
-    def ledger_lock(self) -> Path:
-        """The lock every ledger writer takes."""
-        return self.root / "ledger.lock"
-
-    @property
-    def teardown_lock(self) -> Path:
-        """The lock a teardown holds while it runs."""
-        return self.root / "teardown.lock"
-
-    @property
-    def crashes(self) -> Path:
-        """Where unexpected errors' tracebacks go."""
-        return self.root / "crashes"
-
-    @property
-    def mirrors(self) -> Path:
-        """Upstream repositories mirrored for `port`."""
-        return self.root / "mirrors"
-
-    @property
-    def ports(self) -> Path:
-        """The state of stopped ports."""
-        return self.root / "port"
+    def __post_init__(self) -> None:
+        fixed = {
+            "ledger_file": "ledger.sqlite3",
+            "ledger_lock": "ledger.lock",
+            "teardown_lock": "teardown.lock",
+            "crashes": "crashes",
+            "mirrors": "mirrors",
+            "ports": "port",
+        }
+        for name, relative in fixed.items():
+            object.__setattr__(self, name, self.root / relative)  # frozen: set once, here
 
     def cache_dir(self, cache_id: str) -> Path:
         """A cache's dir, made by the boot that creates the cache."""

@@ -54,7 +54,7 @@ class Hook:
     """One executable under hooks/, and whether it declares that it changes what it watches."""
 
     name: str
-    path: Path
+    path: Path  # resolved: a hook linked into hooks/ runs as the file it points to
     observing: bool
 
 

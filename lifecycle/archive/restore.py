@@ -42,7 +42,7 @@ class RestoreReport:
 
     cache_id: str
     location: str
-    host_path: str
+    host_path: str  # the ledger's dir for a cache it knows, else a new one under caches/
     tree_digest: str
     files: int
     bytes: int

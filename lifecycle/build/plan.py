@@ -32,8 +32,8 @@ class BuildPlan:
     """Everything sent to dockerd for one build; `--dry-run` prints it."""
 
     manifest_file: str
-    digest: str
-    tag: str
+    digest: str  # the manifest's digest: resolved manifest plus every patch's bytes
+    tag: str  # lifecycle/<name>:<vllm>-<digest[:12]>, the same for the same manifest
     labels: dict[str, str]
     dockerfile: str
     context: dict[str, bytes]  # path inside the build context -> bytes (Dockerfile included)

@@ -35,7 +35,7 @@ class ArchiveRunReport(Report):
     """What one `lifecycle archive` did (or, in a dry run, would do), cache by cache."""
 
     FORMAT: ClassVar[str] = "lifecycle-archive/1"
-    location: str
+    location: str  # s3://bucket/prefix
     dry_run: bool
     caches: tuple[ArchiveReport, ...]
     skipped: tuple[str, ...]  # caches --all left out, each with why

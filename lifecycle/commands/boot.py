@@ -36,7 +36,7 @@ class HookEntry:
     """A hook attached to a boot, and whether it declared it observes the engine."""
 
     name: str
-    observing: bool
+    observing: bool  # it declared that it changes what it watches
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ class Context:
     manifests_dir: Path
     say: Callable[[str], None] = field(default=lambda line: None)  # progress, on stderr
     note: Callable[[str], None] = field(default=lambda line: None)  # a remark, on stderr
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))  # the clock
 
     @property
     def project(self) -> Path:

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from lifecycle.commands.boot import BootReport, report_of
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report, plain
+from lifecycle.commands.report import Report, Row, fields_of, plain
 from lifecycle.leases import lease_held
 from lifecycle.ledger.boots import CacheRecord, all_boots, all_caches, cache_uses
 from lifecycle.ledger.pins import pins
@@ -17,7 +17,7 @@ from lifecycle.table import human_age, human_bytes, render
 
 
 @dataclass(frozen=True)
-class ListedCache:
+class ListedCache(Row):
     """One tracked cache, as `lifecycle caches` lists it."""
 
     cache: CacheRecord
@@ -29,6 +29,11 @@ class ListedCache:
     pins: tuple[str, ...]
     age_s: float
 
+    def to_json(self) -> dict[str, Any]:
+        """The cache's row, its state as shown, the boots that used it, its pins, its age."""
+        listed = {k: v for k, v in fields_of(self).items() if k != "cache"}
+        return {**plain(self.cache), **listed}
+
 
 @dataclass(frozen=True)
 class CachesReport(Report):
@@ -37,22 +42,19 @@ class CachesReport(Report):
     FORMAT: ClassVar[str] = "lifecycle-caches/1"
     caches: tuple[ListedCache, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        """Each cache's row, its state as shown, the boots that used it, its pins, its age."""
-        rows = [
-            {**plain(c.cache), **{k: v for k, v in plain(c).items() if k != "cache"}}
-            for c in self.caches
-        ]
-        return {"format": self.FORMAT, "caches": rows}
-
 
 @dataclass(frozen=True)
-class ListedBoot:
+class ListedBoot(Row):
     """One boot, as `lifecycle boots` lists it."""
 
     boot: BootReport
     # A running boot's process holds its caches' leases while it lives: none held, it died.
     process_gone: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """The boot's report, less its format tag, and whether its process is gone."""
+        boot = {k: v for k, v in self.boot.to_json().items() if k != "format"}
+        return {**boot, "process_gone": self.process_gone}
 
 
 @dataclass(frozen=True)
@@ -62,18 +64,13 @@ class BootsReport(Report):
     FORMAT: ClassVar[str] = "lifecycle-boots/1"
     boots: tuple[ListedBoot, ...]
 
-    def to_json(self) -> dict[str, object]:
-        rows = [{**row.boot.to_json(), "process_gone": row.process_gone} for row in self.boots]
-        for row in rows:
-            del row["format"]
-        return {"format": self.FORMAT, "boots": rows}
 
-
-def list_caches(ctx: Context, now: datetime) -> CachesReport:
+def list_caches(ctx: Context) -> CachesReport:
     """Every cache with the boots that used it, cold and warm; in a home where nothing is
     recorded yet, none (and a note)."""
     if not ctx.recorded():
         return CachesReport(())
+    now = ctx.now()
     with ctx.ledger(create=False) as ledger:
         uses, pinned = cache_uses(ledger), pins(ledger)
         rows = []

@@ -55,10 +55,10 @@ def resolve_target(ledger: Ledger, target: str) -> list[CacheRecord]:
     raise LifecycleError(f"unknown cache or result {target!r}{hint}")
 
 
-def run_pin(ctx: Context, target: str, reason: str | None, now: datetime) -> PinReport:
+def run_pin(ctx: Context, target: str, reason: str | None) -> PinReport:
     """`lifecycle pin`."""
     with ctx.ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
-        return pin_target(ledger, target, reason or DEFAULT_REASON, now)
+        return pin_target(ledger, target, reason or DEFAULT_REASON, ctx.now())
 
 
 def run_unpin(ctx: Context, target: str, reason: str | None) -> PinReport:

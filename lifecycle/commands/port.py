@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,7 +13,7 @@ from lifecycle.commands.report import Report
 from lifecycle.errors import EXIT_OK, LifecycleError
 from lifecycle.port import session
 from lifecycle.port.outcome import PatchOutcome
-from lifecycle.port.plan import PortRequest
+from lifecycle.port.plan import PortFlags, PortRequest
 from lifecycle.port.report import PortReport, PortStatus
 from lifecycle.proc import CommandFailed
 from lifecycle.table import render as table
@@ -31,14 +31,9 @@ class PortOptions:
 
     old: str | None = None
     new: str | None = None
-    dry_run: bool = False
-    keep_going: bool = False
     resume: bool = False  # --continue
     abort: bool = False
-    branch: str | None = None
-    release: str | None = None
-    allow_dirty: bool = False
-    force: bool = False
+    flags: PortFlags = field(default_factory=PortFlags)  # for a port that starts
 
 
 @dataclass(frozen=True)
@@ -63,22 +58,15 @@ def run(ctx: Context, options: PortOptions, cwd: Path) -> PortCommandReport:
     """Start, continue (`--continue`, from `cwd`) or abort a port."""
     home = ctx.home
     if options.resume or options.abort:
-        others = (
-            options.old, options.new, options.dry_run, options.keep_going, options.branch,
-            options.release, options.allow_dirty, options.force,
-        )  # fmt: skip
-        if (options.resume and options.abort) or any(others):
+        others = options.old or options.new or options.flags != PortFlags()
+        if (options.resume and options.abort) or others:
             raise LifecycleError("--continue and --abort take no other arguments or options")
         if options.abort:
             return PortCommandReport(None, abort_port(ctx.manifests_dir, home, cwd))
         return PortCommandReport(continue_port(ctx.manifests_dir, home, cwd))
     if not (options.old and options.new):
         raise LifecycleError("give OLD and NEW (e.g. `lifecycle port 0.30 0.31`)")
-    request = PortRequest(
-        ctx.manifests_dir, options.old, options.new, home, options.dry_run, options.keep_going,
-        branch=options.branch, release=options.release, allow_dirty=options.allow_dirty,
-        force=options.force,
-    )  # fmt: skip
+    request = PortRequest(ctx.manifests_dir, options.old, options.new, home, options.flags)
     return PortCommandReport(port(request))
 
 

@@ -11,11 +11,14 @@ import dataclasses
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import PurePath
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
 from lifecycle.errors import EXIT_OK
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 class Report:
@@ -40,10 +43,20 @@ class Report:
         return {"format": self.FORMAT, **fields}
 
 
+class Row:
+    """An item of a listing that prints as one flat JSON object: its record's fields and
+    what the listing adds to them."""
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
 def plain(value: Any) -> Any:
     """JSON-ready data of a report's field: dataclasses, pydantic models, enums, paths, tuples."""
+    if isinstance(value, Row):
+        return value.to_json()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return fields_of(value)
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, Enum):
@@ -56,3 +69,8 @@ def plain(value: Any) -> Any:
         items = [plain(v) for v in value]
         return sorted(items) if isinstance(value, set | frozenset) else items
     return value
+
+
+def fields_of(value: DataclassInstance) -> dict[str, Any]:
+    """A dataclass's fields, each as plain data (a Row's own to_json starts from these)."""
+    return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}

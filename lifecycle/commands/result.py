@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,7 +23,12 @@ from lifecycle.errors import EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import cache_uses
 from lifecycle.ledger.pins import pins
-from lifecycle.ledger.results import ResultRecord, all_results, result_archives
+from lifecycle.ledger.results import (
+    ResultArchiveRecord,
+    ResultRecord,
+    all_results,
+    result_archives,
+)
 from lifecycle.results.add import ResultRequest, add_result, find_boot
 from lifecycle.results.model import (
     Scalar,
@@ -58,15 +62,6 @@ def read_result_file(path: Path) -> bytes:
 
 
 @dataclass(frozen=True)
-class ArchivedAt:
-    """Where a result's record was archived."""
-
-    location: str
-    record_key: str
-    record_sha256: str
-
-
-@dataclass(frozen=True)
 class ResultView:
     """One result as `result add` and `results` show it."""
 
@@ -87,7 +82,7 @@ class ResultView:
     document_path: str | None
     caches: tuple[str, ...]
     pinned: tuple[str, ...]  # the caches behind it that this result pinned
-    archives: tuple[ArchivedAt, ...]
+    archives: tuple[ResultArchiveRecord, ...]  # where its record is in S3, verified
 
 
 @dataclass(frozen=True)
@@ -119,14 +114,12 @@ class ResultsReport(Report):
     results: tuple[ResultView, ...]
 
 
-def run_add(
-    ctx: Context, request: ResultRequest, now: datetime, *, to: str | None
-) -> ResultAddReport:
+def run_add(ctx: Context, request: ResultRequest, *, to: str | None) -> ResultAddReport:
     """Record the result; archive it when a location is set (--to, LIFECYCLE_ARCHIVE,
     lifecycle.yaml)."""
     where = optional_location(to, ctx.environ, ctx.project)
     with ctx.ledger(create=False, missing=f"unknown boot {request.boot_id!r}") as ledger:
-        result = add_result(ledger, request, now)
+        result = add_result(ledger, request, ctx.now())
         problem = None
         if where is not None:
             try:
@@ -162,10 +155,7 @@ def describe(ledger: Ledger, result: ResultRecord) -> ResultView:
         document_path=result.document_path,
         caches=caches,
         pinned=pinned,
-        archives=tuple(
-            ArchivedAt(a.location, a.record_key, a.record_sha256)
-            for a in result_archives(ledger, result.id)
-        ),
+        archives=tuple(result_archives(ledger, result.id)),
     )
 
 

@@ -18,7 +18,7 @@ from lifecycle.manifest.model import TunedValue
 class PatchDigest:
     """A patch of the series and the sha256 of its bytes."""
 
-    file: str
+    file: str  # as the manifest names it
     sha256: str
 
 
@@ -28,7 +28,7 @@ class ShowReport(Report):
 
     FORMAT: ClassVar[str] = "lifecycle-show/1"
     file: str
-    extends_chain: tuple[str, ...]
+    extends_chain: tuple[str, ...]  # the manifests it extends, its parent first
     digest: str
     name: str
     pins: dict[str, str]

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from lifecycle.ledger.core import Ledger
-from lifecycle.ledger.rows import from_row, insert
+from lifecycle.ledger.rows import insert
 
 
 @dataclass(frozen=True)
@@ -15,8 +15,8 @@ class ArchiveRecord:
 
     cache_id: str
     location: str  # s3://bucket/prefix
-    record_key: str
-    record_sha256: str
+    record_key: str  # PREFIX/caches/<cache id>.json
+    record_sha256: str  # of the record's bytes as read back after the upload
     with_content: bool
     blobs: int
     bytes_uploaded: int
@@ -57,8 +57,7 @@ _IN_BATCH = 500  # parameters per query: under SQLite's 999 of older builds
 
 def archive_of(ledger: Ledger, cache_id: str) -> ArchiveRecord | None:
     """The cache's archive, if it was archived from this host."""
-    rows = ledger.query("SELECT * FROM archives WHERE cache_id = ?", (cache_id,))
-    return from_row(ArchiveRecord, rows[0]) if rows else None
+    return ledger.record(ArchiveRecord, "SELECT * FROM archives WHERE cache_id = ?", (cache_id,))
 
 
 def mark_verified(ledger: Ledger, cache_id: str, at: str) -> None:

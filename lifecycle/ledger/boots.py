@@ -6,15 +6,15 @@ from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
 
 from lifecycle.ledger.core import Ledger
-from lifecycle.ledger.rows import from_row, insert, update
+from lifecycle.ledger.rows import insert, update
 
 
 @dataclass(frozen=True)
 class CacheRow:
     """What a cache is, wherever it is told: the part of its row the archive's records carry."""
 
-    id: str
-    cache_key: str
+    id: str  # <cache name>-<12 hex>, also the dir's name under caches/
+    cache_key: str  # sha256 of image id, cache name and GPU arch: what a warm boot must match
     cache_name: str
     manifest_name: str
     manifest_digest: str
@@ -23,7 +23,7 @@ class CacheRow:
     host_path: str
     container_path: str
     created_at: str
-    tree_digest: str | None = None
+    tree_digest: str | None = None  # of the last scan; None until a boot has ended
     files: int | None = None
     bytes: int | None = None
     scan_path: str | None = None
@@ -73,9 +73,9 @@ class CacheUse:
     boot_id: str
     cache_id: str
     mode: str  # cold | warm
-    tree_digest_before: str | None = None
+    tree_digest_before: str | None = None  # warm: the scan the boot started from
     tree_digest_after: str | None = None
-    files_added: int | None = None
+    files_added: int | None = None  # cold: every file, since the dir started empty
     files_changed: int | None = None
     files_removed: int | None = None
 
@@ -85,8 +85,8 @@ class TaintedFile:
     """A cache file a boot wrote a secret's value into: kept on this host, never archived."""
 
     cache_id: str
-    path: str
-    sha256: str
+    path: str  # relative to the cache's dir
+    sha256: str  # of the bytes as found: the file is withheld while it still holds them
     secret: str  # the secret's name; its value is never stored
     boot_id: str
 
@@ -109,7 +109,8 @@ def warm_candidates(ledger: Ledger, cache_key: str) -> list[CacheRecord]:
     A boot that failed or timed out may have left a half-built cache (a truncated `.so` crashes
     the engine that loads it); a cache restored from another host has no boot here yet.
     """
-    rows = ledger.query(
+    return ledger.records(
+        CacheRecord,
         "SELECT c.* FROM caches c WHERE c.cache_key = ? AND c.state IN ('live', 'archived')"
         " AND c.in_use_by IS NULL AND c.tree_digest IS NOT NULL"
         " AND COALESCE((SELECT b.outcome FROM boot_caches u JOIN boots b ON b.id = u.boot_id"
@@ -118,7 +119,6 @@ def warm_candidates(ledger: Ledger, cache_key: str) -> list[CacheRecord]:
         " ORDER BY c.created_at DESC, c.rowid DESC",
         (cache_key,),
     )
-    return [from_row(CacheRecord, row) for row in rows]
 
 
 def start_boot(
@@ -180,30 +180,25 @@ def finish_boot(
 
 def all_caches(ledger: Ledger) -> list[CacheRecord]:
     """Every cache, newest first."""
-    rows = ledger.query("SELECT * FROM caches ORDER BY created_at DESC, rowid DESC")
-    return [from_row(CacheRecord, row) for row in rows]
+    return ledger.records(CacheRecord, "SELECT * FROM caches ORDER BY created_at DESC, rowid DESC")
 
 
 def all_boots(ledger: Ledger) -> list[BootRecord]:
     """Every boot, newest first."""
-    rows = ledger.query("SELECT * FROM boots ORDER BY started_at DESC, rowid DESC")
-    return [from_row(BootRecord, row) for row in rows]
+    return ledger.records(BootRecord, "SELECT * FROM boots ORDER BY started_at DESC, rowid DESC")
 
 
 def cache_uses(ledger: Ledger, *, boot_id: str | None = None) -> list[CacheUse]:
     """Which boot used which cache, and how; all of them, or those of one boot."""
     if boot_id is None:
-        rows = ledger.query("SELECT * FROM boot_caches ORDER BY rowid")
-    else:
-        sql = "SELECT * FROM boot_caches WHERE boot_id = ? ORDER BY rowid"
-        rows = ledger.query(sql, (boot_id,))
-    return [from_row(CacheUse, row) for row in rows]
+        return ledger.records(CacheUse, "SELECT * FROM boot_caches ORDER BY rowid")
+    sql = "SELECT * FROM boot_caches WHERE boot_id = ? ORDER BY rowid"
+    return ledger.records(CacheUse, sql, (boot_id,))
 
 
 def cache_by_id(ledger: Ledger, cache_id: str) -> CacheRecord | None:
     """One cache, or None."""
-    rows = ledger.query("SELECT * FROM caches WHERE id = ?", (cache_id,))
-    return from_row(CacheRecord, rows[0]) if rows else None
+    return ledger.record(CacheRecord, "SELECT * FROM caches WHERE id = ?", (cache_id,))
 
 
 def settle_boot(ledger: Ledger, boot_id: str, at: str, why: str) -> None:
@@ -219,22 +214,19 @@ def settle_boot(ledger: Ledger, boot_id: str, at: str, why: str) -> None:
 
 def tainted_files(ledger: Ledger, cache_id: str) -> list[TaintedFile]:
     """The cache's files known to hold a secret's value, by path."""
-    rows = ledger.query(
-        "SELECT * FROM tainted_files WHERE cache_id = ? ORDER BY path, secret", (cache_id,)
-    )
-    return [from_row(TaintedFile, row) for row in rows]
+    sql = "SELECT * FROM tainted_files WHERE cache_id = ? ORDER BY path, secret"
+    return ledger.records(TaintedFile, sql, (cache_id,))
 
 
 def hook_runs_of(ledger: Ledger, boot_id: str) -> list[HookRunRecord]:
     """The hook runs of one boot, in the order they ran."""
-    rows = ledger.query("SELECT * FROM hook_runs WHERE boot_id = ? ORDER BY rowid", (boot_id,))
-    return [from_row(HookRunRecord, row) for row in rows]
+    sql = "SELECT * FROM hook_runs WHERE boot_id = ? ORDER BY rowid"
+    return ledger.records(HookRunRecord, sql, (boot_id,))
 
 
 def boot_by_id(ledger: Ledger, boot_id: str) -> BootRecord | None:
     """One boot, or None."""
-    rows = ledger.query("SELECT * FROM boots WHERE id = ?", (boot_id,))
-    return from_row(BootRecord, rows[0]) if rows else None
+    return ledger.record(BootRecord, "SELECT * FROM boots WHERE id = ?", (boot_id,))
 
 
 def boot_ids(ledger: Ledger) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lifecycle.ledger.core import Ledger
-from lifecycle.ledger.rows import from_row, insert
+from lifecycle.ledger.rows import insert
 
 
 @dataclass(frozen=True)
@@ -34,4 +34,4 @@ def record_build(ledger: Ledger, record: BuildRecord) -> int:
 
 def all_builds(ledger: Ledger) -> list[BuildRecord]:
     """Every build, oldest first."""
-    return [from_row(BuildRecord, row) for row in ledger.query("SELECT * FROM builds ORDER BY id")]
+    return ledger.records(BuildRecord, "SELECT * FROM builds ORDER BY id")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from lifecycle.home import Home, HomeUnusable, NoLedger, check_home, check_writable, default_home
 from lifecycle.leases import exclusive
+from lifecycle.ledger.rows import Record, from_row
 from lifecycle.ledger.schema import MIGRATIONS
 
 __all__ = ["HomeUnusable", "Ledger", "NoLedger", "default_home", "has_ledger"]
@@ -76,6 +77,15 @@ class Ledger:
     def query(self, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
         """Rows of a read-only query."""
         return self._conn.execute(sql, params).fetchall()
+
+    def records(self, cls: type[Record], sql: str, params: tuple[object, ...] = ()) -> list[Record]:
+        """A read-only query's rows as `cls` records."""
+        return [from_row(cls, row) for row in self.query(sql, params)]
+
+    def record(self, cls: type[Record], sql: str, params: tuple[object, ...] = ()) -> Record | None:
+        """The first row of a read-only query as a `cls` record, or None when there is none."""
+        rows = self.query(sql, params)
+        return from_row(cls, rows[0]) if rows else None
 
     def _migrate(self) -> None:
         # A migration that rebuilds a table needs foreign keys off while it runs, which SQLite

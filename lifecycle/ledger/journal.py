@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lifecycle.ledger.core import Ledger
-from lifecycle.ledger.rows import from_row, insert
+from lifecycle.ledger.rows import insert
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,8 @@ class TeardownStep:
 
     run_id: str
     cache_id: str
-    step: str
+    step: str  # intent | verified | deleted | done | refused
+    # intent: the dir, or what a re-run resumes; verified: the proof; deleted: the trash dir
     detail: str | None
     bytes_freed: int | None
     at: str
@@ -30,9 +31,6 @@ def record_step(ledger: Ledger, step: TeardownStep, *, cache_state: str | None =
 
 def steps_of(ledger: Ledger, cache_id: str) -> list[TeardownStep]:
     """Every teardown step journalled for a cache, oldest first."""
-    rows = ledger.query(
-        "SELECT run_id, cache_id, step, detail, bytes_freed, at FROM teardown_steps"
-        " WHERE cache_id = ? ORDER BY id",
-        (cache_id,),
-    )
-    return [from_row(TeardownStep, row) for row in rows]
+    columns = "run_id, cache_id, step, detail, bytes_freed, at"  # all but the rowid alias `id`
+    sql = f"SELECT {columns} FROM teardown_steps WHERE cache_id = ? ORDER BY id"
+    return ledger.records(TeardownStep, sql, (cache_id,))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lifecycle.ledger.core import Ledger
-from lifecycle.ledger.rows import from_row, insert
+from lifecycle.ledger.rows import insert
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class ResultArchiveRecord:
 
     result_id: str
     location: str  # s3://bucket/prefix
-    record_key: str
+    record_key: str  # PREFIX/results/<result id>.json
     record_sha256: str
     archived_at: str
 
@@ -51,31 +51,30 @@ def insert_result(ledger: Ledger, result: ResultRecord) -> None:
 
 def result_by_id(ledger: Ledger, result_id: str) -> ResultRecord | None:
     """One result, or None."""
-    rows = ledger.query("SELECT * FROM results WHERE id = ?", (result_id,))
-    return from_row(ResultRecord, rows[0]) if rows else None
+    return ledger.record(ResultRecord, "SELECT * FROM results WHERE id = ?", (result_id,))
 
 
 def result_named(ledger: Ledger, boot_id: str, name: str) -> ResultRecord | None:
     """The boot's result of that name, or None."""
     sql = "SELECT * FROM results WHERE boot_id = ? AND name = ?"
-    rows = ledger.query(sql, (boot_id, name))
-    return from_row(ResultRecord, rows[0]) if rows else None
+    return ledger.record(ResultRecord, sql, (boot_id, name))
 
 
 def all_results(ledger: Ledger) -> list[ResultRecord]:
     """Every result, newest first."""
-    rows = ledger.query("SELECT * FROM results ORDER BY created_at DESC, rowid DESC")
-    return [from_row(ResultRecord, row) for row in rows]
+    return ledger.records(
+        ResultRecord, "SELECT * FROM results ORDER BY created_at DESC, rowid DESC"
+    )
 
 
 def results_of_cache(ledger: Ledger, cache_id: str) -> list[ResultRecord]:
     """Every result of a boot that used the cache, oldest first."""
-    rows = ledger.query(
+    return ledger.records(
+        ResultRecord,
         "SELECT results.* FROM results JOIN boot_caches ON boot_caches.boot_id = results.boot_id"
         " WHERE boot_caches.cache_id = ? ORDER BY results.created_at, results.rowid",
         (cache_id,),
     )
-    return [from_row(ResultRecord, row) for row in rows]
 
 
 def record_result_archive(ledger: Ledger, archive: ResultArchiveRecord) -> None:
@@ -90,11 +89,11 @@ def record_result_archive(ledger: Ledger, archive: ResultArchiveRecord) -> None:
 
 def result_archives(ledger: Ledger, result_id: str) -> list[ResultArchiveRecord]:
     """Where the result was archived, oldest first."""
-    rows = ledger.query(
+    return ledger.records(
+        ResultArchiveRecord,
         "SELECT * FROM result_archives WHERE result_id = ? ORDER BY archived_at, rowid",
         (result_id,),
     )
-    return [from_row(ResultArchiveRecord, row) for row in rows]
 
 
 # A result with no record at the location (the one `?`) yet.
@@ -115,8 +114,8 @@ def results_not_archived_on(ledger: Ledger, cache_id: str, location: str) -> lis
 
 def unarchived_results(ledger: Ledger, location: str) -> list[ResultRecord]:
     """Results with no record at `location` yet, oldest first."""
-    rows = ledger.query(
+    return ledger.records(
+        ResultRecord,
         f"SELECT * FROM results WHERE {_NOT_ARCHIVED_AT} ORDER BY created_at, rowid",
         (location,),
     )
-    return [from_row(ResultRecord, row) for row in rows]

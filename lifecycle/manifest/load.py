@@ -28,7 +28,7 @@ class LoadedManifest:
 
     file: Path
     manifest: Manifest
-    chain: tuple[Path, ...]
+    chain: tuple[Path, ...]  # this file, then each file it extends, nearest first
     patch_files: tuple[Path, ...]
 
 

@@ -65,7 +65,7 @@ def finish(
     files[REPORT_FILE] = (json.dumps(report.record(), indent=2) + "\n").encode()
     outcomes = {r.file: r.outcome.value for r in results}
     files[RANGE_DIFF_FILE] = (_reasons(plan, results) + rangediff.annotate(diff, outcomes)).encode()
-    if plan.request.dry_run or plan.repo is None:
+    if plan.request.flags.dry_run or plan.repo is None:
         return replace(report, files=tuple(sorted(files)))
     directory = plan.new_dir.relative_to(plan.repo.root.resolve()).as_posix()
     in_repo = {f"{directory}/{name}": content for name, content in sorted(files.items())}
@@ -104,7 +104,7 @@ def _report(
         status=status,
         old_digest=plan.digest,
         uncommitted=plan.uncommitted,
-        dry_run=plan.request.dry_run,
+        dry_run=plan.request.flags.dry_run,
         branch=plan.branch,
         digest=digest,
         warnings=_warnings(plan, results, values.pins),

@@ -71,7 +71,7 @@ class ConflictedFile:
     """One file the merge could not settle, by its path in the package dir."""
 
     path: str
-    kind: ConflictKind
+    kind: ConflictKind  # what each side did to the file: content, modify/delete, rename...
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class Drop:
     """The evidence a patch's change is upstream."""
 
     method: DropMethod
-    commit: str
+    commit: str  # upstream's commit with the change (reverse-apply: the last to touch its files)
     subject: str
 
 
@@ -132,7 +132,7 @@ class Rename:
 class PatchResult:
     """One patch of the old series: what happened, and why."""
 
-    index: int
+    index: int  # position in the old series, from 0
     file: str
     outcome: PatchOutcome
     drop: Drop | None = None

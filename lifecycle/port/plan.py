@@ -9,7 +9,7 @@ to (`0.31`, `demo/0.2`). The new release is `--release`, else NEW's last path co
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from lifecycle.errors import LifecycleError
@@ -40,19 +40,26 @@ class PortUsageError(LifecycleError):
 
 
 @dataclass(frozen=True)
+class PortFlags:
+    """How to port, as the command line's options say."""
+
+    dry_run: bool = False
+    keep_going: bool = False  # try every patch and report every conflict
+    branch: str | None = None  # default port/<new>
+    release: str | None = None  # the upstream release; default from NEW's name
+    allow_dirty: bool = False  # port OLD as in the working tree though HEAD differs
+    force: bool = False  # replace a NEW manifest that exists
+
+
+@dataclass(frozen=True)
 class PortRequest:
-    """What the CLI asked for."""
+    """What the CLI asked for: which manifests, from which release to which, and how."""
 
     manifests_dir: Path
     old_ref: str
     new_ref: str
     home: Path
-    dry_run: bool = False
-    keep_going: bool = False
-    branch: str | None = None
-    release: str | None = None
-    allow_dirty: bool = False
-    force: bool = False
+    flags: PortFlags = field(default_factory=PortFlags)
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,7 @@ class PortPlan:
         if not self.uncommitted:
             return None
         files = ", ".join(self.uncommitted)
-        if self.request.allow_dirty:
+        if self.request.flags.allow_dirty:
             return f"ported the working tree (--allow-dirty): {files} differ from HEAD"
         return f"{files} differ from HEAD: a real port refuses this without --allow-dirty"
 
@@ -90,7 +97,7 @@ class PortPlan:
         """What a port onto a NEW that exists must say, if it does."""
         if self.existing is None:
             return None
-        if self.request.force:
+        if self.request.flags.force:
             return f"replaced {self.existing.where} (--force), keeping the values it validated"
         return f"{self.existing.where} exists: a real port refuses this without --force"
 
@@ -114,8 +121,8 @@ def make_plan(
             "there; name a new directory"
         )
     repo = find_repository(manifests_dir)
-    branch = request.branch or f"port/{new_label}"
-    if repo is None and not request.dry_run:
+    branch = request.flags.branch or f"port/{new_label}"
+    if repo is None and not request.flags.dry_run:
         raise PortUsageError(
             f"{manifests_dir} is not in a git repository: the port is committed on a branch "
             "there (use --dry-run to only see the report)"
@@ -123,7 +130,7 @@ def make_plan(
     if repo is not None:
         check_branch_name(repo, branch)
         at = branch_exists(repo, branch)
-        if at and not request.dry_run:
+        if at and not request.flags.dry_run:
             raise PortUsageError(
                 f"branch {branch} already exists (at {at[:12]}): delete it "
                 f"(git branch -D {branch}) or name another with --branch"
@@ -132,14 +139,14 @@ def make_plan(
     committed = head_entries(repo, [*old_files, new_dir]) if repo else {}
     if uncommitted is None:
         uncommitted = tuple(differs_from(repo, committed, old_files)) if repo else ()
-    if uncommitted and not (request.allow_dirty or request.dry_run):
+    if uncommitted and not (request.flags.allow_dirty or request.flags.dry_run):
         raise PortUsageError(
             f"{', '.join(uncommitted)} differ from HEAD: the port reads the working tree but "
             "commits on HEAD; commit them first, or pass --allow-dirty to port the working tree "
             "(the report records it)"
         )
     existing = find_existing(new_dir, repo, committed)
-    if existing and not (request.force or request.dry_run):
+    if existing and not (request.flags.force or request.flags.dry_run):
         raise ExistingRelease(
             f"{new_label} already exists ({existing.where}): the port would replace it on "
             f"{branch}; pass --force to replace it (the tuned values it validated are kept), "
@@ -154,7 +161,9 @@ def make_plan(
     upstream = loaded.manifest.upstream
     try:
         old = find_release(mirror.git, upstream, [loaded.manifest.engine.vllm])
-        new = find_release(mirror.git, upstream, release_candidates(new_label, request.release))
+        new = find_release(
+            mirror.git, upstream, release_candidates(new_label, request.flags.release)
+        )
     except UpstreamError as exc:
         raise UpstreamError(f"{exc} ({mirror.warning})" if mirror.warning else str(exc)) from None
     patches = [

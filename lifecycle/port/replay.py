@@ -44,10 +44,11 @@ class SeriesPatch:
     """One patch to replay: its position in the series, manifest path and file on disk."""
 
     index: int
-    file: str
+    file: str  # as the manifest names it
     path: Path
-    upstream_commit: str | None = None
-    drop_when: str | None = None
+    # From the manifest, both only explain a drop; the replay alone decides one.
+    upstream_commit: str | None = None  # the upstream commit said to land this change
+    drop_when: str | None = None  # prose: when the patch may go
 
 
 @dataclass(frozen=True)

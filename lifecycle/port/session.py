@@ -21,7 +21,7 @@ from lifecycle.port.classify import Replayed
 from lifecycle.port.finish import finish, stopped
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import Conflict, Drop, DropMethod
-from lifecycle.port.plan import PortPlan, PortRequest, PortUsageError, make_plan
+from lifecycle.port.plan import PortFlags, PortPlan, PortRequest, PortUsageError, make_plan
 from lifecycle.port.replay import Stop
 from lifecycle.port.report import PortReport
 
@@ -33,7 +33,7 @@ def start(request: PortRequest) -> PortReport:
     plan = make_plan(request)
     base = plan.repo.head if plan.repo else None
     with ExitStack() as cleanup:
-        if request.dry_run:
+        if request.flags.dry_run:
             directory = Path(tempfile.mkdtemp(prefix="lifecycle-port-"))
             cleanup.callback(shutil.rmtree, directory, ignore_errors=True)
         else:
@@ -50,15 +50,15 @@ def start(request: PortRequest) -> PortReport:
             pre_dropped = _patch_id_drops(git, plan, old_commits)
             checkout.result()
         picks = [c for c in old_commits if by_commit[c] not in pre_dropped]
-        stops = replay.cherry_pick(git, picks, by_commit, keep_going=request.keep_going)
+        stops = replay.cherry_pick(git, picks, by_commit, keep_going=request.flags.keep_going)
         old = dict(enumerate(old_commits))
         replayed = Replayed(old, _new_commits(git, plan), pre_dropped, {}, stops)
         if not stops:
             return _finish_and_remove(plan, git, replayed, base, directory)
         report = stopped(plan, git, replayed)
-        if request.dry_run:
+        if request.flags.dry_run:
             return report
-        if request.keep_going:
+        if request.flags.keep_going:
             replay.restart_at(git, stops[0], picks, by_commit)
         replay.full_checkout(git)
         _save(directory, plan, base, old_commits, picks, pre_dropped, {}, stops[0])
@@ -106,10 +106,12 @@ def resume(directory: Path, home: Path) -> PortReport:
         saved.old_manifest,
         saved.new_ref,
         home,
-        branch=saved.branch,
-        release=saved.release,
-        allow_dirty=saved.allow_dirty,
-        force=saved.force,
+        PortFlags(
+            branch=saved.branch,
+            release=saved.release,
+            allow_dirty=saved.allow_dirty,
+            force=saved.force,
+        ),
     )
     plan = make_plan(request, fetch=False, uncommitted=tuple(saved.uncommitted))
     if plan.digest != saved.old_manifest_digest:
@@ -225,8 +227,8 @@ def _save(
             },
             resolved={str(i): c.to_json() for i, c in resolved.items()},
             stop={"index": stop.index, "conflict": stop.conflict.to_json(), "head": stop.head},
-            allow_dirty=plan.request.allow_dirty,
-            force=plan.request.force,
+            allow_dirty=plan.request.flags.allow_dirty,
+            force=plan.request.flags.force,
             uncommitted=list(plan.uncommitted),
         ),
     )
@@ -243,7 +245,7 @@ def _finish_and_remove(
     per id prefix) while the branch is written, once nothing reads the clone any more."""
 
     def remove() -> None:
-        if plan.request.dry_run:
+        if plan.request.flags.dry_run:
             shutil.rmtree(directory)
         else:
             state.remove(directory)

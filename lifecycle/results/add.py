@@ -31,7 +31,7 @@ class ResultRequest:
     """A result as asked for: flags win over what the attached document says."""
 
     boot_id: str
-    name: str
+    name: str  # unique per boot: a second result of that name is refused
     status: str
     metrics: dict[str, Scalar] = field(default_factory=dict)
     note: str | None = None

@@ -98,7 +98,7 @@ class CacheDecision:
 
     cache: CacheRecord
     action: Action
-    why: tuple[str, ...]
+    why: tuple[str, ...]  # the reasons, a line each as the plan shows them
     archive: ArchiveRecord | None
     archive_state: str  # not archived | verified | does not verify | archived (not checked)
     problem: bool = False  # kept because its archive did not verify or could not be checked
