@@ -23,6 +23,7 @@ import click
 from lifecycle import __version__
 from lifecycle.crash import known_secrets
 from lifecycle.errors import EXIT_CODES, EXIT_INTERNAL, LifecycleError
+from lifecycle.formats import RECORD_KINDS
 from lifecycle.redact import redact
 
 if TYPE_CHECKING:
@@ -193,6 +194,9 @@ def build(
     help="Stop the engine after this many seconds.",
 )
 @click.option("--dry-run", is_flag=True, help="Print the exact container spec; run nothing.")
+@click.option(
+    "--pull", is_flag=True, help="Pull the image by digest if this host has none (see README)."
+)
 @json_option
 @click.pass_context
 def boot(
@@ -203,12 +207,13 @@ def boot(
     hook_names: tuple[str, ...],
     timeout: float | None,
     dry_run: bool,
+    pull: bool,
     as_json: bool,
 ) -> None:
     """Boot the built engine of VERSION with its JIT caches mounted from tracked host dirs."""
     from lifecycle.commands import boot as verb
 
-    options = verb.BootOptions(version, profile, cold, hook_names, timeout)
+    options = verb.BootOptions(version, profile, cold, hook_names, timeout, pull)
     if dry_run:
         _answer(ctx, verb.dry_run(_context(ctx), options), verb.render_spec, as_json)
     _answer(ctx, verb.run(_context(ctx), options), verb.render, as_json)
@@ -368,8 +373,8 @@ def restore(ctx: click.Context, cache_id: str, source: str | None, as_json: bool
 @click.option(
     "--record",
     "record_kind",
-    type=click.Choice(["cache", "result"]),
-    help="The JSON Schema of an archive record format instead of the manifest's.",
+    type=click.Choice(sorted(RECORD_KINDS)),
+    help="The JSON Schema of an archive record format (or a format's full name) instead.",
 )
 def schema(record_kind: str | None) -> None:
     """Print the manifest JSON Schema (for editors' YAML language servers), or a record's."""

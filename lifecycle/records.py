@@ -1,28 +1,66 @@
 """The archive's record formats, versioned by name, checked whenever one is read.
 
-Two kinds of record live in S3 beside the content-addressed blobs (lifecycle.archive.store):
+Every record is one JSON object, keys sorted, immutable once written, and named by what it
+holds: its key ends in the sha256 of its bytes, so a reader checks that too. Current formats:
 
+- `lifecycle-cache-version/1` at `caches/<cache>/versions/<tree digest>.<sha256>.json`: a
+  cache's state at one point in time (its fingerprint, files with --with-content, the tree it
+  grew from);
+- `lifecycle-boot-record/1` at `boots/<boot>/<sha256>.json`: one boot, its log and evidence,
+  which tree of each cache it started from and left, what image and manifest it ran;
+- `lifecycle-result-record/2` at `results/<result>/<sha256>.json`: one result, the boot record
+  it stands on and the exact version (tree digest and record) of each cache behind it;
+- `lifecycle-image-record/1` at `images/<manifest digest>/<sha256>.json`: an image pushed to a
+  registry, by digest;
+- `lifecycle-pin/1` at `pins/<result>/<sha256>.json`: a result pinned for the whole team.
+
+The previous release wrote one mutable record per cache and per result; they are still read:
 - `lifecycle-cache-record/1` at `caches/<cache id>.json`: one cache, its fingerprint, every
   boot that used it with its log and evidence, what was built and booted;
 - `lifecycle-result-record/1` at `results/<result id>.json`: one result and the boot behind it.
 
 The rows a record carries (a cache's, a boot's, a boot's use of a cache) are the ledger's own
-dataclasses, checked the same way. Every record is one JSON object, keys sorted, written last
-as the commit marker of its
-archive. `lifecycle schema --record cache|result` prints each format as JSON Schema. A record
-read back is checked against its model here, so a record that does not parse (another tool, a
-hand edit, a crafted object) is one line naming the object, never a KeyError three calls
-later. Unknown keys are ignored, so a newer writer's additions do not break an older reader;
-a change a reader must understand gets a new format name.
+dataclasses, checked the same way. `lifecycle schema --record KIND` prints each format as JSON
+Schema. A record read back is checked against its model here, so a record that does not parse
+(another tool, a hand edit, a crafted object) is one line naming the object, never a KeyError
+three calls later. Unknown keys are ignored, so a newer writer's additions do not break an
+older reader; a change a reader must understand gets a new format name.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
+from lifecycle.formats import (
+    BOOT_FORMAT,
+    CACHE_FORMAT,
+    CURRENT,
+    IMAGE_FORMAT,
+    PIN_FORMAT,
+    RESULT_FORMAT,
+    RESULT_FORMAT_2,
+    VERSION_FORMAT,
+)
 from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
+
+__all__ = [
+    "BOOT_FORMAT",
+    "CACHE_FORMAT",
+    "IMAGE_FORMAT",
+    "PIN_FORMAT",
+    "RESULT_FORMAT",
+    "RESULT_FORMAT_2",
+    "VERSION_FORMAT",
+]
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Count = Annotated[int, Field(ge=0, strict=True)]
@@ -30,9 +68,6 @@ Flag = Annotated[bool, Field(strict=True)]
 Scalar = int | float | str | bool | None
 
 Model = TypeVar("Model", bound=BaseModel)
-
-CACHE_FORMAT = "lifecycle-cache-record/1"
-RESULT_FORMAT = "lifecycle-result-record/1"
 
 
 class _Part(BaseModel):
@@ -104,6 +139,9 @@ class ImageSnapshot(_Part):
     id: str
     tags: list[str]
     labels: dict[str, str]
+    # REGISTRY/REPOSITORY@sha256:… the engine knew it by (pushed or pulled); absent in
+    # snapshots taken before they were kept.
+    repo_digests: list[str] = Field(default_factory=list)
 
 
 class PatchEntry(_Part):
@@ -199,11 +237,162 @@ class ResultRecordV1(_Part):
         return CanonicalResult.model_validate(self.result)
 
 
-# `lifecycle schema --record KIND` -> (format name, model)
-FORMATS: dict[str, tuple[str, type[CacheRecordV1] | type[ResultRecordV1]]] = {
-    "cache": (CACHE_FORMAT, CacheRecordV1),
-    "result": (RESULT_FORMAT, ResultRecordV1),
+class KeyFactors(_Part):
+    """What decides whether a cache's compiled artefacts are valid, hashed into its key."""
+
+    cache_name: str
+    manifest_digest: str  # the resolved manifest and every patch byte
+    base_digest: str | None  # the base image's id; None: an image built before it was kept
+    vllm: str
+    flashinfer: str
+    arch: str  # LIFECYCLE_GPU_ARCH of the host that booted it
+
+
+class MadeBy(_Part):
+    """The last boot that used a cache before one of its versions was archived."""
+
+    id: str
+    outcome: str  # a version left by a boot that did not end `ok` may hold a half-built .so
+
+
+class CacheVersionV1(_Part):
+    """`lifecycle-cache-version/1`: a cache's state at one point in time."""
+
+    format: Literal["lifecycle-cache-version/1"]
+    cache_id: str
+    tree_digest: Sha256
+    parent: Sha256 | None  # the tree this version grew from; None: the first archived
+    made_by: MadeBy | None
+    host: str
+    tool_version: str
+    archived_at: str
+    with_content: Flag
+    cache: CacheRow  # the row of the cache where it was archived, less that host's bookkeeping
+    key: KeyFactors | None
+    fingerprint: FingerprintBlob
+    content: Content | None
+    withheld: list[Withheld] = Field(default_factory=list)
+    blobs: list[BlobEntry]
+
+    @model_validator(mode="after")
+    def _one_tree(self) -> CacheVersionV1:
+        if self.fingerprint.tree_digest != self.tree_digest:
+            raise ValueError("fingerprint.tree_digest is not the version's tree_digest")
+        return self
+
+
+class BootRecordV1(_Part):
+    """`lifecycle-boot-record/1`: one boot, whichever caches it used."""
+
+    format: Literal["lifecycle-boot-record/1"]
+    boot_id: str
+    boot: BootRecord
+    arch: str
+    caches: list[CacheRow]  # the row of each cache it used, as this host keeps it
+    uses: list[CacheUse]  # each cache: cold or warm, the tree it started from and left
+    hook_runs: list[HookRun]
+    log: FileBlob | None
+    evidence: dict[str, FileBlob]  # path under evidence/boots/<boot>/ -> its blob
+    image: ImageSnapshot | None
+    manifest: ManifestSnapshot | None
+    patches: list[PatchBlob]
+    host: str
+    tool_version: str
+    archived_at: str
+    blobs: list[BlobEntry]
+
+
+class RecordRef(_Part):
+    """Another record, by key (under the archive's prefix) and the sha256 of its bytes."""
+
+    key: str
+    sha256: Sha256
+
+
+class VersionRef(_Part):
+    """The exact version of one cache a result stands on."""
+
+    cache_id: str
+    tree_digest: Sha256 | None  # what the boot left the cache holding
+    # Its record; None when the cache changed again before that tree was archived.
+    record: RecordRef | None
+
+
+class ResultRecordV2(_Part):
+    """`lifecycle-result-record/2`: one result, the boot record and the cache versions."""
+
+    format: Literal["lifecycle-result-record/2"]
+    result_id: str
+    result: dict[str, Any]  # canonical JSON, kept verbatim: its digest is taken over it
+    digest: Sha256
+    boot: RecordRef
+    manifest_name: str
+    manifest_digest: str
+    arch: str
+    caches: list[VersionRef]
+    host: str
+    tool_version: str
+    archived_at: str
+    blobs: list[BlobEntry]
+
+    def canonical(self) -> CanonicalResult:
+        """The result itself, checked."""
+        return CanonicalResult.model_validate(self.result)
+
+
+class ImageRecordV1(_Part):
+    """`lifecycle-image-record/1`: an engine image pushed to a registry, found by digest."""
+
+    format: Literal["lifecycle-image-record/1"]
+    manifest_digest: str
+    image_id: str
+    reference: str  # REGISTRY/REPOSITORY@sha256:…: what `boot --pull` pulls
+    tag: str  # REGISTRY/REPOSITORY:TAG it was pushed as
+    labels: dict[str, str]
+    host: str
+    tool_version: str
+    pushed_at: str
+
+
+class PinV1(_Part):
+    """`lifecycle-pin/1`: a result kept, with everything behind it, by `gc --remote`."""
+
+    format: Literal["lifecycle-pin/1"]
+    target: str  # a result id
+    reason: str
+    host: str
+    pinned_at: str
+
+
+Record = (
+    CacheRecordV1
+    | ResultRecordV1
+    | CacheVersionV1
+    | BootRecordV1
+    | ResultRecordV2
+    | ImageRecordV1
+    | PinV1
+)
+
+_MODELS: dict[str, type[Record]] = {
+    VERSION_FORMAT: CacheVersionV1,
+    BOOT_FORMAT: BootRecordV1,
+    RESULT_FORMAT_2: ResultRecordV2,
+    IMAGE_FORMAT: ImageRecordV1,
+    PIN_FORMAT: PinV1,
+    CACHE_FORMAT: CacheRecordV1,
+    RESULT_FORMAT: ResultRecordV1,
 }
+# `lifecycle schema --record KIND` -> (format name, model): a kind, or a format's full name.
+FORMATS: dict[str, tuple[str, type[Record]]] = {
+    **{name: (name, model) for name, model in _MODELS.items()},
+    **{kind: (name, _MODELS[name]) for kind, name in CURRENT.items()},
+}
+
+
+def format_name(model: type[BaseModel]) -> str:
+    """The format name a record model reads and writes."""
+    return next(name for name, known in FORMATS.values() if known is model)
 
 
 class RecordInvalid(ValueError):
@@ -223,6 +412,16 @@ def parse_result_record(document: object) -> ResultRecordV1:
     """A result record from parsed JSON; RecordInvalid naming what is wrong."""
     record = _parse(ResultRecordV1, document)
     _parse(CanonicalResult, record.result, "result.")
+    return record
+
+
+def parse_as(model: type[Model], document: object) -> Model:
+    """Any record from parsed JSON (a result's canonical part checked too); RecordInvalid
+    naming what is wrong."""
+    record = _parse(model, document)
+    result = getattr(record, "result", None)
+    if isinstance(result, dict):
+        _parse(CanonicalResult, result, "result.")
     return record
 
 

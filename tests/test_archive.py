@@ -15,10 +15,11 @@ import boto3
 import pytest
 
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.record import FORMAT
-from lifecycle.archive.run import archive_caches, verify_archive
+from lifecycle.archive.run import archive_caches
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore
 from lifecycle.ledger import Ledger
+from lifecycle.records import BOOT_FORMAT, VERSION_FORMAT
+from tests.archive_support import boot_records, newest_version, verify_key
 from tests.services import ArchiveTarget, WeedServer, boot_demo, run_lifecycle
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
@@ -41,9 +42,19 @@ def _caches(project: Path) -> dict[str, dict[str, Any]]:
 
 
 def _record(target: ArchiveTarget, cache_id: str) -> dict[str, Any]:
-    body = _store(target).get_record(cache_id)
-    assert body is not None, f"no record of {cache_id}"
-    record: dict[str, Any] = json.loads(body)
+    """The cache's newest version record."""
+    record = newest_version(target.client, target.bucket, target.prefix, cache_id)
+    assert record is not None, f"no version of {cache_id}"
+    return record
+
+
+def _verified(target: ArchiveTarget, report: dict[str, Any]) -> list[str]:
+    """Problems with the version an archive report names (its record and blobs)."""
+    return verify_key(_store(target), report["record_key"], report["record_sha256"])
+
+
+def _boot(target: ArchiveTarget, boot_id: str) -> dict[str, Any]:
+    [record] = boot_records(target.client, target.bucket, target.prefix, boot_id)
     return record
 
 
@@ -60,16 +71,18 @@ def test_second_cache_uploads_only_its_new_blobs(
 ) -> None:
     # Two cold builds of one image: same .so, .o, build.ninja and source; their JIT and ninja
     # logs (timestamps) differ, and each has its own boot's log and evidence.
-    first = _flashinfer(boot_demo(demo_project))
-    second = _flashinfer(boot_demo(demo_project, "--cold"))
+    one_boot, two_boot = boot_demo(demo_project), boot_demo(demo_project, "--cold")
+    first, second = _flashinfer(one_boot), _flashinfer(two_boot)
 
     one = _archive(demo_project, archive_target, first, "--with-content")
     after_one = archive_target.objects()
     two = _archive(demo_project, archive_target, second, "--with-content")
     after_two = archive_target.objects()
 
-    blobs_one = {b["sha256"]: b["size"] for b in _record(archive_target, first)["blobs"]}
-    blobs_two = {b["sha256"]: b["size"] for b in _record(archive_target, second)["blobs"]}
+    records_one = [_record(archive_target, first), _boot(archive_target, one_boot["id"])]
+    records_two = [_record(archive_target, second), _boot(archive_target, two_boot["id"])]
+    blobs_one = {b["sha256"]: b["size"] for r in records_one for b in r["blobs"]}
+    blobs_two = {b["sha256"]: b["size"] for r in records_two for b in r["blobs"]}
     new = set(blobs_two) - set(blobs_one)
     content = _content_shas(archive_target, second)
     shared = content & set(blobs_one)  # what the second archive did not send again
@@ -77,19 +90,25 @@ def test_second_cache_uploads_only_its_new_blobs(
     assert sum(blobs_two[sha] for sha in shared) > 0.8 * sum(blobs_two[sha] for sha in content)
     assert two["caches"][0]["blobs_uploaded"] == len(new)
     assert two["caches"][0]["bytes_uploaded"] == sum(blobs_two[sha] for sha in new)
-    # From the server: exactly the new blobs and one record appeared, and nothing else.
+    # From the server: exactly the new blobs, the two new records (the cache's version, the
+    # boot's) and the boot's markers (one per cache it used) appeared, and nothing else.
     store = _store(archive_target)
     appeared = set(after_two) - set(after_one)
-    assert appeared == {store.blob_key(sha) for sha in new} | {store.record_key(second)}
-    assert (
-        sum(after_two.values()) - sum(after_one.values())
-        == sum(blobs_two[sha] for sha in new) + after_two[store.record_key(second)]
-    )
-    assert len(after_one) == len(blobs_one) + 1
+    records = {r["object_key"] for r in records_two}
+    markers = {
+        f"{archive_target.prefix}/caches/{u['cache_id']}/boots/{two_boot['id']}"
+        for u in two_boot["caches"]
+    }
+    assert appeared == {store.blob_key(sha) for sha in new} | records | markers
+    assert sum(after_two.values()) - sum(after_one.values()) == sum(
+        blobs_two[sha] for sha in new
+    ) + sum(after_two[key] for key in records)
+    assert len(after_one) == len(blobs_one) + 2 + len(one_boot["caches"])
 
-    assert verify_archive(store, first, one["caches"][0]["record_sha256"]) == []
-    assert verify_archive(store, second, two["caches"][0]["record_sha256"]) == []
-    assert store.list_cache_ids() == sorted([first, second])
+    assert _verified(archive_target, one["caches"][0]) == []
+    assert _verified(archive_target, two["caches"][0]) == []
+    listed = {k.split("/")[2] for k in after_two if "/versions/" in k}
+    assert listed == {first, second}
     assert _caches(demo_project)[first]["state"] == "archived"
     assert one["totals"]["blobs_uploaded"] == len(blobs_one)
 
@@ -112,7 +131,7 @@ def test_rearchive_reads_only_the_files_it_never_read(
     # none of the files already archived is read at all.
     assert len(opened) == len(set(opened))
     assert not set(opened) & shared_files
-    assert verify_archive(_store(archive_target), second, two["caches"][0]["record_sha256"]) == []
+    assert _verified(archive_target, two["caches"][0]) == []
     assert _record_blobs(archive_target, second) == _server_md5s(archive_target, second)
 
 
@@ -137,7 +156,7 @@ def test_blobs_on_the_server_of_unknown_md5_are_read_and_verified(
     appeared = set(archive_target.objects()) - set(before)
     assert {store.blob_key(files[path]) for path in new_files} <= appeared
     assert not {store.blob_key(files[path]) for path in set(files) - new_files} & appeared
-    assert verify_archive(store, second, two["caches"][0]["record_sha256"]) == []
+    assert _verified(archive_target, two["caches"][0]) == []
     assert _record_blobs(archive_target, second) == _server_md5s(archive_target, second)
 
 
@@ -160,8 +179,7 @@ def test_a_large_file_streams_up_hashed_on_the_way(
         Bucket=archive_target.bucket, Key=_store(archive_target).blob_key(sha)
     )
     assert got["ETag"].strip('"') == md5 and got["Body"].read() == big
-    record_sha256 = report["caches"][0]["record_sha256"]
-    assert verify_archive(_store(archive_target), cache_id, record_sha256) == []
+    assert _verified(archive_target, report["caches"][0]) == []
 
 
 def _two_caches_first_archived(project: Path, target: ArchiveTarget) -> tuple[str, str]:
@@ -173,7 +191,7 @@ def _two_caches_first_archived(project: Path, target: ArchiveTarget) -> tuple[st
 
 
 def _spy_on_cache_file_opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from lifecycle.archive.record import BlobSource
+    from lifecycle.archive.sources import BlobSource
 
     opened: list[str] = []
     real_open = BlobSource.open
@@ -223,40 +241,60 @@ def _content_shas(target: ArchiveTarget, cache_id: str) -> set[str]:
     return {e.sha256 for e in Fingerprint.from_json(body.decode()).entries if e.sha256}
 
 
-def test_record_is_self_describing(demo_project: Path, archive_target: ArchiveTarget) -> None:
+def test_records_are_self_describing_and_named_by_their_bytes(
+    demo_project: Path, archive_target: ArchiveTarget
+) -> None:
     boot = boot_demo(demo_project)
     cache_id = _flashinfer(boot)
     report = _archive(demo_project, archive_target, cache_id)  # evidence only
     record = _record(archive_target, cache_id)
+    done = report["caches"][0]
 
-    assert record["format"] == FORMAT and record["cache_id"] == cache_id
+    assert record["format"] == VERSION_FORMAT and record["cache_id"] == cache_id
     assert record["with_content"] is False and record["content"] is None
-    assert record["cache"]["tree_digest"] == record["fingerprint"]["tree_digest"]
+    assert record["tree_digest"] == record["fingerprint"]["tree_digest"]
+    assert record["cache"]["tree_digest"] == record["tree_digest"] == done["tree_digest"]
+    assert record["parent"] is None and record["made_by"] == {"id": boot["id"], "outcome": "ok"}
+    assert record["key"]["cache_name"] == "flashinfer" and record["key"]["base_digest"]
     assert "state" not in record["cache"] and "in_use_by" not in record["cache"]
-    [used] = record["boots"]
-    assert used["boot"]["id"] == boot["id"] and used["use"]["mode"] == "cold"
-    assert "bundle/evidence.json" in used["evidence"] and used["log"]["size"] > 0
-    assert record["image"]["id"] == record["cache"]["image_id"]
-    assert record["manifest"]["digest"] == record["cache"]["manifest_digest"]
-    assert [p["file"] for p in record["patches"]] == ["patches/kernel-mix.patch"]
-    referenced = {record["fingerprint"]["sha256"], used["log"]["sha256"]}
-    referenced |= {ref["sha256"] for ref in used["evidence"].values()}
-    referenced |= {p["sha256"] for p in record["patches"]}
-    assert {b["sha256"] for b in record["blobs"]} == referenced  # no cache file without content
-    assert list(record) == sorted(record)  # stable key order
-    store = _store(archive_target)
-    body = store.get_record(cache_id)
-    assert body is not None
-    assert hashlib.sha256(body).hexdigest() == report["caches"][0]["record_sha256"]
-    head = archive_target.client.head_object(
-        Bucket=archive_target.bucket, Key=store.record_key(cache_id), ChecksumMode="ENABLED"
-    )
-    assert head["ChecksumSHA256"] == base64.b64encode(hashlib.sha256(body).digest()).decode()
+    assert {b["sha256"] for b in record["blobs"]} == {record["fingerprint"]["sha256"]}
+    fields = [name for name in record if name != "object_key"]  # added by the test's reader
+    assert fields == sorted(fields)  # stable key order
 
+    booted = _boot(archive_target, boot["id"])
+    assert booted["format"] == BOOT_FORMAT and booted["boot"]["id"] == boot["id"]
+    assert {u["cache_id"] for u in booted["uses"]} == {u["cache_id"] for u in boot["caches"]}
+    assert {c["id"] for c in booted["caches"]} == {u["cache_id"] for u in boot["caches"]}
+    assert "bundle/evidence.json" in booted["evidence"] and booted["log"]["size"] > 0
+    assert booted["image"]["id"] == record["cache"]["image_id"]
+    assert booted["manifest"]["digest"] == record["cache"]["manifest_digest"]
+    assert [p["file"] for p in booted["patches"]] == ["patches/kernel-mix.patch"]
+    referenced = {booted["log"]["sha256"]}
+    referenced |= {ref["sha256"] for ref in booted["evidence"].values()}
+    referenced |= {p["sha256"] for p in booted["patches"]}
+    assert {b["sha256"] for b in booted["blobs"]} == referenced
+
+    store = _store(archive_target)
+    for key in (record["object_key"], booted["object_key"]):
+        body = archive_target.client.get_object(Bucket=archive_target.bucket, Key=key)
+        body = body["Body"].read()
+        sha = hashlib.sha256(body).hexdigest()
+        assert key.endswith(f"{sha}.json")  # named by what it holds
+        head = archive_target.client.head_object(
+            Bucket=archive_target.bucket, Key=key, ChecksumMode="ENABLED"
+        )
+        assert head["ChecksumSHA256"] == base64.b64encode(hashlib.sha256(body).digest()).decode()
+    assert done["record_key"] == record["object_key"]
+    assert done["record_sha256"] in record["object_key"]
+    assert _verified(archive_target, done) == []
+    assert verify_key(store, booted["object_key"]) == []
+
+    before = archive_target.objects()
     again = _archive(demo_project, archive_target, cache_id)  # nothing changed: nothing sent
     assert again["caches"][0]["blobs_uploaded"] == 0
     assert again["caches"][0]["record_written"] is False
-    assert again["caches"][0]["record_sha256"] == report["caches"][0]["record_sha256"]
+    assert again["caches"][0]["record_sha256"] == done["record_sha256"]
+    assert archive_target.objects() == before  # not one object written, none rewritten
 
 
 def test_corrupted_and_deleted_blobs_are_named(
@@ -272,19 +310,24 @@ def test_corrupted_and_deleted_blobs_are_named(
     archive_target.client.put_object(Bucket=archive_target.bucket, Key=corrupted, Body=b"bitrot")
     archive_target.client.delete_object(Bucket=archive_target.bucket, Key=deleted)
 
-    problems = verify_archive(store, cache_id, sha)
+    key = report["caches"][0]["record_key"]
+    problems = verify_key(store, key, sha)
     assert len(problems) == 2
     assert any(p.startswith(f"s3://{archive_target.bucket}/{corrupted}: ") for p in problems)
     assert any(p == f"s3://{archive_target.bucket}/{deleted}: missing" for p in problems)
     assert store.verify_blob(content[0]) is not None and store.verify_blob(content[2]) is None
-    wrong_record = verify_archive(store, cache_id, "0" * 64)
-    assert wrong_record[0].startswith(f"s3://{archive_target.bucket}/{store.record_key(cache_id)}")
+    wrong_record = verify_key(store, key, "0" * 64)
+    assert wrong_record[0].startswith(f"s3://{archive_target.bucket}/{key}: sha256 ")
 
-    # The cache is still here: archiving again puts back exactly the two bad blobs.
+    # The cache is still here: archiving again puts back exactly the two bad blobs (the bad
+    # one removed first: If-None-Match would keep it otherwise) and writes the same tree's
+    # version anew, since the one there no longer verifies.
     repaired = _archive(demo_project, archive_target, cache_id)
     assert repaired["caches"][0]["blobs_uploaded"] == 2
     assert repaired["caches"][0]["with_content"] is True  # never downgraded
-    assert verify_archive(store, cache_id, repaired["caches"][0]["record_sha256"]) == []
+    assert repaired["caches"][0]["tree_digest"] == report["caches"][0]["tree_digest"]
+    assert _verified(archive_target, repaired["caches"][0]) == []
+    assert verify_key(store, key, sha) == []  # the first record verifies again too
 
 
 def _ledger_dump() -> list[tuple[Any, ...]]:
@@ -378,7 +421,7 @@ def test_server_refusals_are_one_clear_line(
         store = BlobStore(client, location)
         with pytest.raises(ArchiveError, match="the bytes sent are not the ones hashed"):
             store.put_blob(hashlib.sha256(b"what was hashed").hexdigest(), b"what was sent")
-        assert store.list_cache_ids() == [] and not store.has_blob("0" * 64)
+        assert list(store.list()) == [] and not store.has_blob("0" * 64)
         return
     if fault == "no-such-bucket":
         location, expected = ArchiveLocation("no-such-bucket", "x"), "does not exist on"
@@ -418,17 +461,20 @@ def forked_uploads(monkeypatch: pytest.MonkeyPatch, forks: list[int]) -> list[in
 def test_forked_uploaders_send_every_blob_once_and_it_verifies(
     demo_project: Path, archive_target: ArchiveTarget, forked_uploads: list[int]
 ) -> None:
-    cache_id = _flashinfer(boot_demo(demo_project))
+    boot = boot_demo(demo_project)
+    cache_id = _flashinfer(boot)
     before = archive_target.objects()
     report = _archive(demo_project, archive_target, cache_id, "--with-content")["caches"][0]
     assert len(forked_uploads) == 1  # one uploader forked beside this process
     blobs = _record_blobs(archive_target, cache_id)
+    booted = _boot(archive_target, boot["id"])
     store = _store(archive_target)
-    appeared = set(archive_target.objects()) - set(before)
-    assert appeared == {store.blob_key(sha) for sha in blobs} | {store.record_key(cache_id)}
-    assert report["blobs_uploaded"] == len(blobs)
+    appeared = {k for k in set(archive_target.objects()) - set(before) if "/blobs/" in k}
+    every = set(blobs) | {b["sha256"] for b in booted["blobs"]}
+    assert appeared == {store.blob_key(sha) for sha in every}
+    assert report["blobs_uploaded"] == len(every)
     assert blobs == _server_md5s(archive_target, cache_id)  # each md5 from the bytes it sent
-    assert verify_archive(store, cache_id, report["record_sha256"]) == []
+    assert _verified(archive_target, report) == []
 
 
 @pytest.mark.parametrize("forked", [False, True], ids=["one-process", "forked-uploaders"])
@@ -471,15 +517,17 @@ def test_server_stopped_mid_archive_then_rerun_completes(
 
     weed_server.start()
     store = BlobStore(weed_server.client(), location)
-    assert store.get_record(cache_id) is None  # the record is written last: there is none
-    there = [key for key in _keys(weed_server.client(), "lab/") if "/blobs/" in key]
+    written = _keys(weed_server.client(), "lab/")
+    assert not [key for key in written if key.endswith(".json")]  # records go last: none
+    there = [key for key in written if "/blobs/" in key]
     [report] = archive_caches(
         ledger, weed_server.client(), location, [cache_id], with_content=True, dry_run=False,
         progress=lines.append,
     )  # fmt: skip
     assert 100 <= len(there) < report.blobs
     assert report.blobs_uploaded == report.blobs - len(there)  # only what was missing
-    assert report.verified and verify_archive(store, cache_id, report.record_sha256) == []
+    assert report.verified
+    assert verify_key(store, report.record_key, report.record_sha256) == []
     assert ledger.query("SELECT cache_id FROM archives")[0][0] == cache_id
     ledger.close()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.record import BlobSource
+from lifecycle.archive.sources import BlobSource
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.archive.transfer import HashingReader, digest_all
 from lifecycle.archive.uploaders import forked_uploads

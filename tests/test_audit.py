@@ -136,7 +136,24 @@ def test_the_chain_runs_from_result_to_patches(night: Night) -> None:
     for cache in warm["caches"]:
         assert cache["tree_digest_before"] == after_cold[cache["id"]]
         assert cache["archive"]["location"] == night.url
-        assert cache["archive"]["record"] == f"{night.url}/caches/{cache['id']}.json"
+        # The exact version the result stood on: the record of that tree, named by its bytes.
+        version = f"{night.url}/caches/{cache['id']}/versions/{cache['tree_digest']}."
+        assert cache["archive"]["record"].startswith(version)
+        assert cache["archive"]["record"].endswith(f".{cache['archive']['record_sha256']}.json")
+        assert cache["archive"]["tree_digest"] == cache["tree_digest"]
+    # The warm boot changed some caches (a JIT log grows on every boot) before the night was
+    # archived: the trees the cold result stood on in those is gone, and its audit says so.
+    assert warm["warnings"] == []
+    changed = sorted(
+        u["cache_id"] for u in boot["caches"] if u["files_added"] or u["files_changed"]
+    )
+    assert changed and [w.split(":")[0] for w in cold["warnings"]] == [
+        f"cache {c}" for c in changed
+    ]
+    assert all(w.endswith("is not archived; it cannot be restored") for w in cold["warnings"])
+    assert {c["id"]: c["archive"] for c in cold["caches"] if c["id"] in changed} == {
+        c: None for c in changed
+    }
     uses = {u["cache_id"]: u for u in boot["caches"]}
     assert {c["id"]: c["tree_digest"] for c in warm["caches"]} == {
         i: u["tree_digest_after"] for i, u in uses.items()
@@ -173,6 +190,7 @@ def test_audit_cache_from_s3_lists_every_boot_and_result(night: Night) -> None:
         )
         assert report["boots"] == before["boots"] and report["results"] == before["results"]
         assert report["archive"] == before["archive"]
+        assert report["versions"] == before["versions"] and len(report["versions"]) == 1
         assert before["cache"]["state"] == "archived" and report["cache"]["state"] is None
 
 
@@ -213,5 +231,5 @@ def test_without_a_ledger_audit_says_where_else_to_look(night: Night) -> None:
     assert result.exit_code == 2 and "--from s3://" in result.stderr
     missing = _from_s3(night, "audit", "result", "r-20990101T000000-000000")
     assert missing.exit_code == 1
-    assert f"{night.url}/results/r-20990101T000000-000000.json: missing" in missing.stderr
+    assert f"{night.url}/results/r-20990101T000000-000000/: missing" in missing.stderr
     assert not night.home.exists()

@@ -50,7 +50,7 @@ def test_the_check_finds_sql_where_it_is() -> None:
 # own, never one above nor a neighbour on its floor: steps do not call each other sideways, and
 # work that spans steps (boot, then acceptance) lives in `flows`, above them all.
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("lifecycle", "errors"),
+    ("lifecycle", "errors", "formats"),
     ("home", "limits", "proc", "redact", "table", "faults", "forking"),
     ("leases", "crash", "dockerd"),
     ("ledger", "manifest"),

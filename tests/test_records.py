@@ -12,7 +12,17 @@ from click.testing import CliRunner
 from lifecycle.archive.record import load_record
 from lifecycle.archive.store import ArchiveError
 from lifecycle.cli import cli
-from lifecycle.records import CACHE_FORMAT, RESULT_FORMAT, RecordInvalid, parse_cache_record
+from lifecycle.records import (
+    BOOT_FORMAT,
+    CACHE_FORMAT,
+    IMAGE_FORMAT,
+    PIN_FORMAT,
+    RESULT_FORMAT,
+    RESULT_FORMAT_2,
+    VERSION_FORMAT,
+    RecordInvalid,
+    parse_cache_record,
+)
 from lifecycle.results.archive import load_result_record
 
 SHA = "ab" * 32
@@ -84,7 +94,7 @@ def test_other_formats_and_broken_json_are_refused_by_name() -> None:
         (json.dumps({"format": RESULT_FORMAT}).encode(), "not a valid"),
     ]:
         with pytest.raises(ArchiveError, match=f"^{where}: {words}"):
-            load_result_record(body, where)
+            load_result_record(body, "results/r-1.json", where)
 
 
 def test_too_many_problems_are_counted_not_listed() -> None:
@@ -93,12 +103,23 @@ def test_too_many_problems_are_counted_not_listed() -> None:
     assert len(refused.value.problems) == 4 and refused.value.problems[-1].startswith("and ")
 
 
-@pytest.mark.parametrize(("kind", "name"), [("cache", CACHE_FORMAT), ("result", RESULT_FORMAT)])
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [
+        ("cache", VERSION_FORMAT),
+        ("boot", BOOT_FORMAT),
+        ("result", RESULT_FORMAT_2),
+        ("image", IMAGE_FORMAT),
+        ("pin", PIN_FORMAT),
+        (CACHE_FORMAT, CACHE_FORMAT),  # the previous release's, still read
+        (RESULT_FORMAT, RESULT_FORMAT),
+    ],
+)
 def test_schema_prints_each_record_format(kind: str, name: str) -> None:
     result = CliRunner().invoke(cli, ["schema", "--record", kind])
     assert result.exit_code == 0, result.output
     schema = json.loads(result.stdout)
     assert schema["$id"] == name and schema["properties"]["format"]["const"] == name
-    assert "blobs" in schema["required"]
-    wrong = CliRunner().invoke(cli, ["schema", "--record", "boot"])
+    assert "format" in schema["required"]
+    wrong = CliRunner().invoke(cli, ["schema", "--record", "blob"])
     assert wrong.exit_code == 2

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from lifecycle.ledger import Ledger
+from tests.archive_support import newest_version
 from tests.services import ArchiveTarget, boot_demo, run_lifecycle
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
@@ -104,12 +105,17 @@ def test_restore_on_another_host_makes_the_cache_row(
     assert {u["mode"] for u in warm["caches"]} == {"warm"}
     assert HIT in Path(warm["log_path"]).read_text()
 
-    # Archiving it again from here keeps the first host's boot in the record.
+    # Archiving it again from here: the warm boot changed nothing, so the version this host
+    # restored is its archive still (nothing rewritten); the boot gets its own record, and the
+    # cache's index lists the first host's boot and this one.
+    before = archive_target.objects()
     _archive(demo_project, archive_target, cache_ids[0])
-    body = archive_target.client.get_object(
-        Bucket=archive_target.bucket, Key=f"{archive_target.prefix}/caches/{cache_ids[0]}.json"
-    )["Body"].read()
-    assert [b["boot"]["id"] for b in json.loads(body)["boots"]] == [cold["id"], warm["id"]]
+    prefix = f"{archive_target.prefix}/caches/{cache_ids[0]}"
+    appeared = set(archive_target.objects()) - set(before)
+    assert not [key for key in appeared if key.startswith(f"{prefix}/versions/")]
+    assert [k for k in appeared if k.startswith(f"{archive_target.prefix}/boots/")]
+    booted = {key.rsplit("/", 1)[1] for key in archive_target.objects() if "/boots/" in key}
+    assert {cold["id"], warm["id"]} <= booted
 
 
 def test_links_and_fifos_are_never_followed_and_come_back_as_they_were(
@@ -127,11 +133,10 @@ def test_links_and_fifos_are_never_followed_and_come_back_as_they_were(
     outside = {hashlib.sha256(p.read_bytes()).hexdigest() for p in etc if p.is_file()}
     keys = archive_target.objects()
     assert not [key for key in keys if key.rsplit("/", 1)[-1] in outside]
-    record = json.loads(
-        archive_target.client.get_object(
-            Bucket=archive_target.bucket, Key=f"{archive_target.prefix}/caches/{cache_id}.json"
-        )["Body"].read()
+    record = newest_version(
+        archive_target.client, archive_target.bucket, archive_target.prefix, cache_id
     )
+    assert record is not None
     assert not {b["sha256"] for b in record["blobs"]} & outside
 
     [digest] = _tear_down(demo_project, [cache_id]).values()
@@ -161,7 +166,8 @@ def test_refusals(demo_project: Path, archive_target: ArchiveTarget) -> None:
     assert (root / "changed-since").is_file()  # left as it was
 
     result = run_lifecycle(demo_project, "restore", "vllm-000000000000", "--from", url)
-    assert result.exit_code == 1 and "no record s3://" in result.stderr
+    assert result.exit_code == 1
+    assert f"no cache vllm-000000000000 archived at {url}" in result.stderr
 
 
 def test_no_mode_a_record_asks_for_is_dangerous_after_restore(

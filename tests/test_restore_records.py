@@ -1,6 +1,7 @@
 """`lifecycle restore` of crafted records: each refusal is one line, made before anything is
 written (no dir under LIFECYCLE_HOME/caches, no cache row). The records are written to a real
-S3 server by hand, as someone with write access to the bucket could."""
+S3 server by hand, as someone with write access to the bucket could, in the current format (a
+cache version, named by its bytes) and in the previous release's (one record per cache)."""
 
 from __future__ import annotations
 
@@ -13,20 +14,28 @@ from typing import Any
 
 import pytest
 
+from lifecycle.archive.layout import legacy_cache_key, version_key
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.record import FORMAT
 from lifecycle.archive.store import BlobStore
 from lifecycle.fingerprint import FORMAT as FINGERPRINT_FORMAT
 from lifecycle.fingerprint import Entry, tree_digest
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord
 from lifecycle.ledger.rows import insert
+from lifecycle.records import CACHE_FORMAT, VERSION_FORMAT
 from tests.services import ArchiveTarget, run_lifecycle
 
 pytestmark = pytest.mark.s3
 
 CACHE_ID = "vllm-0123456789ab"
 CONTENT = b"compiled\n"  # the one file of every crafted tree, uploaded: a rebuild would succeed
+
+
+@pytest.fixture(params=[VERSION_FORMAT, CACHE_FORMAT])
+def record_format(request: pytest.FixtureRequest) -> str:
+    """Each test crafts its record in the current format and in the previous release's."""
+    name: str = request.param
+    return name
 
 
 def _row(cache_id: str, home: Path) -> CacheRecord:
@@ -47,7 +56,11 @@ def _row(cache_id: str, home: Path) -> CacheRecord:
 
 
 def _publish(
-    target: ArchiveTarget, cache_id: str, row: dict[str, Any], entries: list[Entry]
+    target: ArchiveTarget,
+    cache_id: str,
+    row: dict[str, Any],
+    entries: list[Entry],
+    record_format: str,
 ) -> None:
     """A record of `cache_id` with this cache row and a fingerprint of these entries."""
     store = BlobStore(target.client, ArchiveLocation(target.bucket, target.prefix))
@@ -63,25 +76,40 @@ def _publish(
     store.put_blob(hashlib.sha256(CONTENT).hexdigest(), CONTENT)
     files = [e for e in entries if e.kind == "file"]
     fingerprint_blob = {"sha256": sha, "size": len(fingerprint), "tree_digest": digest}
-    record = _complete(cache_id, row) | {
+    record = _complete(cache_id, row, record_format, digest) | {
         "fingerprint": fingerprint_blob
         | {"files": len(files), "bytes": sum(e.size for e in files)},
         "blobs": [{"sha256": sha, "size": len(fingerprint)}],
     }
-    store.put_record(cache_id, json.dumps(record).encode())
+    _write(store, record, record_format)
 
 
-def _complete(cache_id: str, row: dict[str, Any]) -> dict[str, Any]:
+def _write(store: BlobStore, record: dict[str, Any], record_format: str) -> None:
+    """Put the record where its format lives: a version by its tree and bytes, or the
+    previous release's one key per cache."""
+    body = json.dumps(record).encode()
+    if record_format == CACHE_FORMAT:
+        store.create(legacy_cache_key(record["cache_id"]), body)
+        return
+    sha = hashlib.sha256(body).hexdigest()
+    store.create(version_key(record["cache_id"], record["tree_digest"], sha), body)
+
+
+def _complete(
+    cache_id: str, row: dict[str, Any], record_format: str, tree: str = "0" * 64
+) -> dict[str, Any]:
     """Every field a record of its format has, but the fingerprint and the blobs: the crafted
     part of each test is exactly what it changes."""
     local = ("state", "in_use_by")
-    return {
-        "format": FORMAT, "cache_id": cache_id, "host": "h", "tool_version": "0",
+    common = {
+        "format": record_format, "cache_id": cache_id, "host": "h", "tool_version": "0",
         "archived_at": "2026-10-10T06:00:00+00:00", "with_content": True,
         "cache": {k: v for k, v in row.items() if k not in local},
-        "content": {"files": 1, "bytes": len(CONTENT)}, "boots": [], "image": None,
-        "manifest": None, "patches": [],
+        "content": {"files": 1, "bytes": len(CONTENT)},
     }  # fmt: skip
+    if record_format == CACHE_FORMAT:
+        return common | {"boots": [], "image": None, "manifest": None, "patches": []}
+    return common | {"tree_digest": tree, "parent": None, "made_by": None, "key": None}
 
 
 def _restore(tmp_path: Path, target: ArchiveTarget, cache_id: str) -> Any:
@@ -97,10 +125,12 @@ def _entries(name: str) -> list[Entry]:
 
 
 def test_a_nul_in_an_archived_path_is_refused_before_anything_is_written(
-    tmp_path: Path, archive_target: ArchiveTarget
+    tmp_path: Path, archive_target: ArchiveTarget, record_format: str
 ) -> None:
     home = Path(os.environ["LIFECYCLE_HOME"])
-    _publish(archive_target, CACHE_ID, asdict(_row(CACHE_ID, home)), _entries("x\0.so"))
+    _publish(
+        archive_target, CACHE_ID, asdict(_row(CACHE_ID, home)), _entries("x\0.so"), record_format
+    )
 
     result = _restore(tmp_path, archive_target, CACHE_ID)
 
@@ -113,7 +143,7 @@ def test_a_nul_in_an_archived_path_is_refused_before_anything_is_written(
 
 
 def test_a_record_whose_row_names_another_cache_is_refused_before_anything_is_written(
-    tmp_path: Path, archive_target: ArchiveTarget
+    tmp_path: Path, archive_target: ArchiveTarget, record_format: str
 ) -> None:
     home = Path(os.environ["LIFECYCLE_HOME"])
     existing = "vllm-aaaaaaaaaaaa"
@@ -122,7 +152,9 @@ def test_a_record_whose_row_names_another_cache_is_refused_before_anything_is_wr
         insert(conn, "caches", _row(existing, home))
     ledger.close()
     # The record at caches/<CACHE_ID>.json carries the row of the cache this host already has.
-    _publish(archive_target, CACHE_ID, asdict(_row(existing, home)), _entries("x.so"))
+    _publish(
+        archive_target, CACHE_ID, asdict(_row(existing, home)), _entries("x.so"), record_format
+    )
 
     result = _restore(tmp_path, archive_target, CACHE_ID)
 
@@ -132,27 +164,28 @@ def test_a_record_whose_row_names_another_cache_is_refused_before_anything_is_wr
 
 
 def test_a_record_row_of_the_wrong_types_is_refused_before_anything_is_written(
-    tmp_path: Path, archive_target: ArchiveTarget
+    tmp_path: Path, archive_target: ArchiveTarget, record_format: str
 ) -> None:
     home = Path(os.environ["LIFECYCLE_HOME"])
     row = asdict(_row(CACHE_ID, home)) | {"files": {"a": 1}}
-    _publish(archive_target, CACHE_ID, row, _entries("x.so"))
+    _publish(archive_target, CACHE_ID, row, _entries("x.so"), record_format)
 
     result = _restore(tmp_path, archive_target, CACHE_ID)
 
     assert result.exit_code == 1, result.output
-    assert f"not a valid {FORMAT} record: cache.files: Input should be a valid integer" in (
-        result.stderr
+    assert (
+        f"not a valid {record_format} record: cache.files: Input should be a valid integer"
+        in result.stderr
     )
     assert not (home / "caches" / CACHE_ID).exists()
 
 
 def test_a_mode_no_file_can_have_is_refused_before_anything_is_written(
-    tmp_path: Path, archive_target: ArchiveTarget
+    tmp_path: Path, archive_target: ArchiveTarget, record_format: str
 ) -> None:
     home = Path(os.environ["LIFECYCLE_HOME"])
     entries = [Entry("a", "dir", 0, 2**40, None, None, 0, 1)]
-    _publish(archive_target, CACHE_ID, asdict(_row(CACHE_ID, home)), entries)
+    _publish(archive_target, CACHE_ID, asdict(_row(CACHE_ID, home)), entries, record_format)
 
     result = _restore(tmp_path, archive_target, CACHE_ID)
 
@@ -162,16 +195,59 @@ def test_a_mode_no_file_can_have_is_refused_before_anything_is_written(
 
 
 def test_a_record_without_its_fingerprint_is_one_line(
-    tmp_path: Path, archive_target: ArchiveTarget
+    tmp_path: Path, archive_target: ArchiveTarget, record_format: str
 ) -> None:
     home = Path(os.environ["LIFECYCLE_HOME"])
     location = ArchiveLocation(archive_target.bucket, archive_target.prefix)
     store = BlobStore(archive_target.client, location)
-    record = _complete(CACHE_ID, asdict(_row(CACHE_ID, home)))
-    store.put_record(CACHE_ID, json.dumps(record | {"blobs": []}).encode())
+    record = _complete(CACHE_ID, asdict(_row(CACHE_ID, home)), record_format)
+    _write(store, record | {"blobs": []}, record_format)
 
     result = _restore(tmp_path, archive_target, CACHE_ID)
 
     assert result.exit_code == 1, result.output
-    assert f"not a valid {FORMAT} record: fingerprint: Field required" in result.stderr
+    assert f"not a valid {record_format} record: fingerprint: Field required" in result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_version_whose_bytes_are_not_the_ones_its_key_names_is_refused(
+    tmp_path: Path, archive_target: ArchiveTarget
+) -> None:
+    # Someone with write access replaced a version record in place: the key still names the
+    # sha256 of the bytes it was written with, so a reader tells.
+    home = Path(os.environ["LIFECYCLE_HOME"])
+    _publish(
+        archive_target, CACHE_ID, asdict(_row(CACHE_ID, home)), _entries("x.so"), VERSION_FORMAT
+    )
+    key = next(k for k in archive_target.objects() if "/versions/" in k)
+    body = archive_target.client.get_object(Bucket=archive_target.bucket, Key=key)["Body"].read()
+    altered = body.replace(b'"host": "h"', b'"host": "x"')
+    archive_target.client.put_object(Bucket=archive_target.bucket, Key=key, Body=altered)
+
+    result = _restore(tmp_path, archive_target, CACHE_ID)
+
+    assert result.exit_code == 1, result.output
+    found = hashlib.sha256(altered).hexdigest()
+    assert f"its bytes have sha256 {found}, not the one its key names" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert not (home / "caches" / CACHE_ID).exists()
+
+
+def test_a_version_whose_fingerprint_holds_another_tree_is_refused(
+    tmp_path: Path, archive_target: ArchiveTarget
+) -> None:
+    home = Path(os.environ["LIFECYCLE_HOME"])
+    location = ArchiveLocation(archive_target.bucket, archive_target.prefix)
+    record = _complete(CACHE_ID, asdict(_row(CACHE_ID, home)), VERSION_FORMAT, "1" * 64)
+    fingerprint = {"sha256": "2" * 64, "size": 1, "tree_digest": "3" * 64, "files": 0, "bytes": 0}
+    _write(
+        BlobStore(archive_target.client, location),
+        record | {"fingerprint": fingerprint, "blobs": []},
+        VERSION_FORMAT,
+    )
+
+    result = _restore(tmp_path, archive_target, CACHE_ID)
+
+    assert result.exit_code == 1, result.output
+    assert "fingerprint.tree_digest is not the version's tree_digest" in result.stderr
+    assert not (home / "caches" / CACHE_ID).exists()

@@ -31,6 +31,7 @@ from lifecycle.results.model import (
     parse_metric,
     result_digest,
 )
+from tests.archive_support import read_json
 from tests.services import ArchiveTarget, boot_demo, run_lifecycle
 
 NOW = datetime(2026, 10, 10, 9, 0, tzinfo=UTC)
@@ -312,12 +313,20 @@ def test_result_add_archives_at_once_and_again_after_a_warm_boot(
     prefix = archive_target.prefix
     objects = archive_target.objects()
     caches = sorted(u["cache_id"] for u in cold["caches"])
-    assert f"{prefix}/results/{first['id']}.json" in objects
-    assert {f"{prefix}/caches/{c}.json" for c in caches} <= set(objects)
-    assert {f"{prefix}/results-by-cache/{c}/{first['id']}" for c in caches} <= set(objects)
     [archived] = first["archives"]
-    record = objects[archived["record_key"]]
-    assert archived["location"] == archive_target.url and record > 0
+    assert archived["record_key"].startswith(f"{prefix}/results/{first['id']}/")
+    assert all(any(k.startswith(f"{prefix}/caches/{c}/versions/") for k in objects) for c in caches)
+    assert {f"{prefix}/caches/{c}/results/{first['id']}" for c in caches} <= set(objects)
+    assert any(k.startswith(f"{prefix}/boots/{cold['id']}/") for k in objects)
+    record = read_json(archive_target.client, archive_target.bucket, archived["record_key"])
+    assert archived["location"] == archive_target.url and objects[archived["record_key"]] > 0
+    # The result names the exact version of each cache it stood on, and its boot's record.
+    stood_on = {ref["cache_id"]: ref for ref in record["caches"]}
+    for use in cold["caches"]:
+        ref = stood_on[use["cache_id"]]
+        assert ref["tree_digest"] == use["tree_digest_after"]
+        assert f"/versions/{use['tree_digest_after']}." in ref["record"]["key"]
+    assert record["boot"]["key"].startswith(f"boots/{cold['id']}/")
 
     warm = boot_demo(project)  # the caches are live again: their records predate this boot
     second = _add(project, warm["id"], "--name", "smoke", "--status", "pass", env=env)
@@ -343,7 +352,8 @@ def test_a_result_added_after_its_caches_were_archived_goes_with_the_next_archiv
     assert again.exit_code == 0, again.output
     reports = json.loads(again.stdout)["caches"]
     assert all(r["results"] == [late["id"]] for r in reports) and len(reports) == 4
-    assert f"{archive_target.prefix}/results/{late['id']}.json" in archive_target.objects()
+    prefix = f"{archive_target.prefix}/results/{late['id']}/"
+    assert [key for key in archive_target.objects() if key.startswith(prefix)]
     assert _results(project)[late["id"]]["archives"][0]["location"] == archive_target.url
 
 

@@ -26,19 +26,18 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from lifecycle.archive.run import VerifiedRecord
+from lifecycle.archive.verify import Covered, VerifiedRecord
 from lifecycle.cli import cli
 from lifecycle.errors import LifecycleError
 from lifecycle.faults import CRASH_ENV, CRASH_POINTS, crash_checkpoint
 from lifecycle.home import Home
 from lifecycle.leases import try_lease
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import ArchiveRecord, record_archive
-from lifecycle.ledger.boots import BootRecord, CacheRecord, cache_by_id
+from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version
+from lifecycle.ledger.boots import CacheRecord, cache_by_id
 from lifecycle.ledger.builds import record_build
 from lifecycle.ledger.journal import TeardownStep, steps_of
 from lifecycle.ledger.rows import insert
-from lifecycle.records import CacheBoot, CacheRecordV1, FingerprintBlob
 from lifecycle.table import human_bytes
 from lifecycle.teardown.containers import mounted_by
 from lifecycle.teardown.execute import Verdict, remove_cache
@@ -51,6 +50,7 @@ from lifecycle.teardown.journal import (
     unfinished_runs,
 )
 from lifecycle.teardown.plan import Action, Facts, Selection, decide, parse_duration
+from tests.archive_support import keys, newest_version, read_json
 
 NOW = datetime(2026, 10, 10, 9, 0, tzinfo=UTC)
 CONTENT = {"cached_ops/mix/mix.so": b"\x7fELF" + b"k" * 4000, "flashinfer_jit.log": b"built\n"}
@@ -90,11 +90,12 @@ def _tracked(ledger: Ledger, **changes: Any) -> tuple[CacheRecord, ArchiveRecord
     cache = replace(cache, **changes)
     with ledger.transaction() as conn:
         insert(conn, "caches", cache)
+    tree, key = "a" * 64, f"test/caches/{cache.id}/versions/{'a' * 64}.{'f' * 64}.json"
     archive = ArchiveRecord(
-        cache.id, "s3://bucket/test", f"test/caches/{cache.id}.json", "f" * 64, False, 2, SIZE,
-        _stamp(), None,
+        cache.id, "s3://bucket/test", key, "f" * 64, False, 2, SIZE, _stamp(), None, tree
     )  # fmt: skip
-    record_archive(ledger, archive)
+    version = VersionRow(cache.id, tree, archive.location, key, "f" * 64, False, None, _stamp())
+    record_version(ledger, version, archive)
     return replace(cache, state="archived"), archive
 
 
@@ -111,23 +112,12 @@ def _no_scan(cache: CacheRecord) -> Tree:
     raise AssertionError("a kept cache is not scanned")
 
 
-def _record(tree: str, boots: tuple[str, ...] = (), *, content: bool = False) -> CacheRecordV1:
-    """A record with only the parts the removal invariant reads (built, not validated)."""
-    return CacheRecordV1.model_construct(
-        fingerprint=FingerprintBlob.model_construct(tree_digest=tree),
-        boots=[CacheBoot.model_construct(boot=_boot_row(b)) for b in boots],
-        with_content=content,
-    )
+def _record(tree: str, boots: tuple[str, ...] = (), *, content: bool = False) -> Covered:
+    """What a verified archive covers: its tree, its content or not, the boots recorded."""
+    return Covered(tree, content, frozenset(boots))
 
 
-def _boot_row(boot_id: str) -> BootRecord:
-    return BootRecord(
-        boot_id, "2026-10-10T00:00:00", None, 0, "ok", None, "h", "serve", "demo", "d" * 64,
-        "sha256:i", "t", None, "[]", False, "[]", None, None,
-    )  # fmt: skip
-
-
-def _verified(document: CacheRecordV1) -> Callable[[ArchiveRecord], VerifiedRecord]:
+def _verified(document: Covered) -> Callable[[ArchiveRecord], VerifiedRecord]:
     return lambda archive: VerifiedRecord((), document)
 
 
@@ -229,7 +219,7 @@ def test_the_removal_invariant_names_each_gap(tmp_path: Path) -> None:
     assert tree is not None
     facts = _facts(archives={cache.id: archive}, used_by={cache.id: ["b-1", "b-2"]})
 
-    def why(document: CacheRecordV1, *, want_content: bool = False) -> tuple[str, ...]:
+    def why(document: Covered, *, want_content: bool = False) -> tuple[str, ...]:
         decision = decide(
             cache, Selection(), facts, archive_first=False, want_content=want_content,
             verify=_verified(document), rescan=_tree_of,
@@ -243,7 +233,7 @@ def test_the_removal_invariant_names_each_gap(tmp_path: Path) -> None:
         " (--archive archives it first)",
     )
     assert why(_record(tree.tree_digest, ("b-1",))) == (
-        "booted since archived: b-2 not in its record (--archive archives it first)",
+        "booted since archived: b-2 has no record there (--archive archives it first)",
     )
     assert why(_record(tree.tree_digest, ("b-1", "b-2")), want_content=True) == (
         "its files are not in the archive (archived without --with-content)"
@@ -571,8 +561,8 @@ def test_a_result_not_archived_yet_keeps_its_caches_until_archive_takes_it(
     done = _cli(project, "teardown", "--archive", "--yes")
     assert done.exit_code == 0, done.output
     assert all(c.state == "torn-down" for c in _caches().values())
-    record = s3_client.get_object(Bucket=s3_bucket, Key=f"{PREFIX}/results/{result_id}.json")
-    assert json.loads(record["Body"].read())["result_id"] == result_id
+    [key] = keys(s3_client, s3_bucket, f"{PREFIX}/results/{result_id}/")
+    assert read_json(s3_client, s3_bucket, key)["result_id"] == result_id
 
 
 def _result_ids() -> list[str]:
@@ -594,17 +584,11 @@ def test_a_blob_corrupted_or_deleted_on_the_server_is_caught_and_named(
 ) -> None:
     _, ids = _boot(project)
     _archive(s3_bucket, ids)
-    records = {
-        cache_id: json.loads(
-            s3_client.get_object(Bucket=s3_bucket, Key=f"{PREFIX}/caches/{cache_id}.json")[
-                "Body"
-            ].read()
-        )
-        for cache_id in ids
-    }
+    records = {cache_id: newest_version(s3_client, s3_bucket, PREFIX, cache_id) for cache_id in ids}
     # A blob only one cache's record names, so each fault belongs to exactly one cache.
     holders: dict[str, list[str]] = {}
     for cache_id, record in records.items():
+        assert record is not None
         for blob in record["blobs"]:
             holders.setdefault(blob["sha256"], []).append(cache_id)
     own = {ids[0]: "", ids[1]: ""}

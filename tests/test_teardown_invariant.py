@@ -104,7 +104,7 @@ def test_a_boot_that_takes_a_cache_after_the_plan_keeps_it(archive_project: Path
         # Refused because the boot holds it still, or because it used it since the record.
         refusal = next(line for line in out.splitlines() if line.startswith(f"kept {cache_id}:"))
         assert (
-            f"booted since archived: {warm['id']} not in its record" in refusal
+            f"booted since archived: {warm['id']} has no record there" in refusal
             or "a boot holds it" in refusal
         ), out
         assert Path(caches()[cache_id].host_path).is_dir()

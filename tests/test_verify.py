@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -61,7 +62,11 @@ def test_a_flipped_byte_and_an_altered_blob_are_each_named(
         code, report = _verify(project, target)
         assert (code, report["ok"], report["problems"]) == (0, True, []), report
     checked = {c["subject"] for c in _verify(project, result_id)[1]["checked"]}
-    assert f"{archive_target.url}/results/{result_id}.json" in checked
+    assert any(c.startswith(f"{archive_target.url}/results/{result_id}/") for c in checked)
+    assert any(c.startswith(f"{archive_target.url}/boots/") for c in checked)
+    assert any(
+        c.startswith(f"{archive_target.url}/caches/{cache['id']}/versions/") for c in checked
+    )
 
     root = Path(cache["host_path"])
     files = [e for e in Fingerprint.from_json(Path(cache["scan_path"]).read_text()).entries]
@@ -107,20 +112,20 @@ def test_after_teardown_the_archive_is_verified_and_an_altered_record_named(
     code, report = _verify(project, result_id, "--from", archive_target.url)
     assert code == 0 and report["source"] == archive_target.url, report["problems"]
 
-    key = f"{archive_target.prefix}/results/{result_id}.json"
+    [key] = [k for k in archive_target.objects() if f"/results/{result_id}/" in k]
     body = archive_target.client.get_object(Bucket=archive_target.bucket, Key=key)["Body"].read()
     record = json.loads(body)
-    record["result"]["status"] = "fail"  # rewritten after the fact
-    archive_target.client.put_object(
-        Bucket=archive_target.bucket, Key=key, Body=json.dumps(record).encode()
-    )
+    record["result"]["status"] = "fail"  # rewritten after the fact, in place
+    altered = json.dumps(record).encode()
+    archive_target.client.put_object(Bucket=archive_target.bucket, Key=key, Body=altered)
     url = f"s3://{archive_target.bucket}/{key}"
+    found = hashlib.sha256(altered).hexdigest()
     code, report = _verify(project, result_id, "--from", archive_target.url)
     assert code == 1 and report["problems"] == [
-        f"{url}: the result is not the one its digest names (altered)"
+        f"{url}: its bytes have sha256 {found}, not the one its key names"
     ]
     code, report = _verify(project, result_id)
-    assert code == 1 and any(p.startswith(f"{url}: sha256 ") for p in report["problems"])
+    assert code == 1 and any(p.startswith(f"{url}: sha256 {found}") for p in report["problems"])
 
     ledger = Path(os.environ["LIFECYCLE_HOME"]) / "ledger.sqlite3"
     with sqlite3.connect(ledger) as conn:

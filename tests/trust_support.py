@@ -17,6 +17,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, CacheRecord, all_boots, all_caches
 from lifecycle.ledger.journal import TeardownStep, steps_of
 from lifecycle.teardown.journal import trash_path
+from tests.archive_support import versions
 
 PREFIX = "test"  # archive_project archives to s3://<its bucket>/test
 
@@ -116,12 +117,14 @@ def gone(cache: CacheRecord) -> bool:
     return not Path(cache.host_path).exists() and not trash_path(cache).exists()
 
 
-def record(s3_client: Any, bucket: str, cache_id: str) -> dict[str, Any] | None:
-    """The cache's record in S3, or None."""
-    key = f"{PREFIX}/caches/{cache_id}.json"
-    try:
-        body = s3_client.get_object(Bucket=bucket, Key=key)["Body"].read()
-    except s3_client.exceptions.NoSuchKey:
-        return None
-    document: dict[str, Any] = json.loads(body)
-    return document
+def record(
+    s3_client: Any, bucket: str, cache_id: str, tree: str | None = None
+) -> dict[str, Any] | None:
+    """The cache's newest version record in S3 (of that tree, if given; one holding the
+    cache's files preferred), or None."""
+    found = [
+        v
+        for v in versions(s3_client, bucket, PREFIX, cache_id)
+        if tree is None or v["tree_digest"] == tree
+    ]
+    return max(found, key=lambda v: (v["with_content"], v["archived_at"])) if found else None

@@ -1,8 +1,12 @@
 """Restore a cache from its archive: rebuilt beside its place, verified, then renamed into it.
 
-A half-written `.so` crashes the engine that loads it, so nothing appears at the cache's path
-until the whole tree is down, every file matched its sha256 while downloading, and the tree
-digest of what was rebuilt equals the archived one; then one rename puts it in place.
+A cache has a version per archived state (lifecycle.archive.layout): a restore takes the one
+asked for by its tree digest, else the newest one holding the cache's files. A half-written
+`.so` crashes the engine that loads it, so nothing appears at the cache's path until the whole
+tree is down, every file matched its sha256 while downloading, and the tree digest of what was
+rebuilt equals the archived one; then one rename puts it in place. The ledger then knows the
+version it came from, so a teardown can remove it again at once, and the next archive of it
+names that version as its parent.
 """
 
 from __future__ import annotations
@@ -19,14 +23,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from lifecycle.archive.layout import legacy_cache_key, parse_key, versions_prefix
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.record import load_record
+from lifecycle.archive.record import load_record, read_as
 from lifecycle.archive.store import ArchiveError, BlobStore, os_problem
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.ledger import Ledger
+from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version
 from lifecycle.ledger.boots import CacheRecord, CacheRow, Scanned, cache_by_id, record_scan
-from lifecycle.records import CacheRecordV1
+from lifecycle.records import CacheRecordV1, CacheVersionV1
 from lifecycle.table import human_bytes
 
 PROGRESS_EVERY = 100  # restored files between two progress lines
@@ -34,6 +40,7 @@ PROGRESS_EVERY = 100  # restored files between two progress lines
 SAFE_MODES = 0o775
 _CACHE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*-[0-9a-f]{12}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_TREE_PREFIX = re.compile(r"^[0-9a-f]{8,64}$")
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,7 @@ class RestoreReport:
     bytes: int
     known: bool  # the ledger knew the cache (else its row was made from the record)
     already_present: bool  # the cache dir already held exactly the archived tree
+    record: str = ""  # s3:// URL of the version record it was restored from
     withheld: tuple[str, ...] = ()  # files the archive left out (they held a secret's value)
     modes_masked: tuple[str, ...] = ()  # entries restored without setuid/setgid/sticky/o+w
 
@@ -58,20 +66,18 @@ def restore_cache(
     location: ArchiveLocation,
     cache_id: str,
     *,
+    tree: str | None = None,
     progress: Callable[[str], None] | None = None,
     workers: int = 8,
 ) -> RestoreReport:
-    """Rebuild the cache dir from its archived content and mark the cache live."""
+    """Rebuild the cache dir from an archived version's content (the one of `tree`, a tree
+    digest or a prefix of one; else the newest with content) and mark the cache live."""
     say = progress or (lambda line: None)
     check_cache_id(cache_id)  # it names a dir under LIFECYCLE_HOME/caches
     store = BlobStore(client, location)
-    url = store.url(store.record_key(cache_id))
     known = cache_by_id(ledger, cache_id)
     try:
-        body = store.get_record(cache_id)
-        if body is None:
-            raise ArchiveError(f"no record {url}")
-        document = load_record(body, url)
+        relative, document = pick_version(store, cache_id, tree)
         if not document.with_content:
             raise ArchiveError(
                 "it was archived without --with-content: the record keeps its evidence,"
@@ -102,6 +108,8 @@ def restore_cache(
     kept = ledger.keep_evidence(f"scans/{cache_id}", name, restored.to_json().encode())
     facts = Scanned(restored.tree_digest, restored.files, restored.bytes, str(kept), now)
     record_scan(ledger, cache_id, facts, live=True, new_row=new_row)
+    if isinstance(document, CacheVersionV1):
+        _remember_version(ledger, store, relative, document)
     return RestoreReport(
         cache_id=cache_id,
         location=location.url(),
@@ -113,7 +121,55 @@ def restore_cache(
         already_present=present is not None,
         withheld=tuple(sorted(withheld)),
         modes_masked=tuple(e.path for e in archived.entries if e.mode != _safe_mode(e)),
+        record=store.where(relative),
     )
+
+
+def pick_version(
+    store: BlobStore, cache_id: str, tree: str | None
+) -> tuple[str, CacheVersionV1 | CacheRecordV1]:
+    """(key, record) of the version to restore: of `tree` (a digest or a prefix of at least 8
+    hex digits) if given, preferring one with the cache's files; else the newest with them. A
+    cache archived only by the previous release has its one record at `caches/<cache>.json`."""
+    if tree is not None and not _TREE_PREFIX.match(tree):
+        raise LifecycleError(f"{tree!r} is not a tree digest (8 to 64 hex digits)")
+    keys = [parse_key(item.key) for item in store.list(versions_prefix(cache_id))]
+    found = [k for k in keys if k is not None and (tree is None or str(k.tree).startswith(tree))]
+    if not found:
+        if tree is None and (body := store.read(legacy_cache_key(cache_id))) is not None:
+            return legacy_cache_key(cache_id), load_record(
+                body, store.where(legacy_cache_key(cache_id))
+            )
+        what = f"version {tree} of cache {cache_id}" if tree else f"cache {cache_id}"
+        raise ArchiveError(f"no {what} archived at {store.location.url()}")
+    trees = {k.tree for k in found}
+    if tree is not None and len(trees) > 1:
+        raise LifecycleError(
+            f"{tree!r} names {len(trees)} versions of {cache_id}: give more digits"
+        )
+    records = [(k.key, read_as(store, CacheVersionV1, k.key)) for k in found]
+    records.sort(key=lambda pair: (pair[1].with_content, pair[1].archived_at, pair[0]))
+    return records[-1]
+
+
+def _remember_version(
+    ledger: Ledger, store: BlobStore, relative: str, document: CacheVersionV1
+) -> None:
+    """The version a restore came from, as this host's newest archive of the cache."""
+    url = store.location.url()
+    key = parse_key(relative)
+    assert key is not None and key.sha256 is not None, "a version's key names its sha256"
+    sha = key.sha256
+    row = VersionRow(
+        document.cache_id, document.tree_digest, url, store.key(relative), sha,
+        document.with_content, document.parent, document.archived_at,
+    )  # fmt: skip
+    archive = ArchiveRecord(
+        document.cache_id, url, store.key(relative), sha, document.with_content,
+        len(document.blobs), 0, document.archived_at, verified_at=None,
+        tree_digest=document.tree_digest,
+    )  # fmt: skip
+    record_version(ledger, row, archive, mark_archived=False)
 
 
 def restorable(archived: Fingerprint, withheld: Collection[str]) -> Fingerprint:
@@ -129,7 +185,7 @@ def _safe_mode(e: Entry) -> int:
     return e.mode if e.kind == "symlink" else e.mode & SAFE_MODES
 
 
-def _fetch_fingerprint(store: BlobStore, document: CacheRecordV1) -> Fingerprint:
+def _fetch_fingerprint(store: BlobStore, document: CacheVersionV1 | CacheRecordV1) -> Fingerprint:
     """The archived fingerprint, its blob checked by sha256 and its digest by its entries."""
     described = document.fingerprint
     sink = io.BytesIO()

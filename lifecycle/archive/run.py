@@ -1,16 +1,22 @@
-"""Archive caches: fresh scan, blobs uploaded and verified, the record last, then the ledger.
+"""Archive caches: a fresh scan; each boot that used the cache, its own record; then the
+cache's version, its own record; every one verified, then the ledger.
 
 The order is the safety argument. Blobs are content-addressed, so uploading one twice is
-harmless and a re-run after an interruption sends only what is missing. The record is written
-only after every blob it names is verified on the server, so a record's existence means its
-archive is complete; the ledger row (which lets teardown consider the cache) is written only
-after the record itself is read back. A failure at any point leaves no record and no row.
+harmless and a re-run after an interruption sends only what is missing. A record is written
+only after every blob it names is verified on the server, so a record's existence means it is
+complete; the ledger rows (which let teardown consider the cache) are written only after the
+records themselves are in place. A failure at any point leaves no row, and at most objects no
+record names yet (which `gc --remote` removes).
+
+Nothing is ever overwritten: a record is a new object named by the sha256 of its bytes, so a
+cache archived by two hosts at once becomes two versions, each of which verifies as its host
+wrote it. An unchanged cache archived again re-uses (and re-verifies) the version this host
+already wrote.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import socket
 from collections.abc import Sequence
 from contextlib import suppress
@@ -20,25 +26,40 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle import __version__
+from lifecycle.archive.bootrecord import plan_boot_record
+from lifecycle.archive.layout import boot_key, boot_marker, version_key
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.record import (
-    BlobSource,
-    RecordPlan,
-    carry_over,
-    load_record,
-    plan_record,
-    record_blobs,
-    render_record,
-    same_record,
-)
-from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, S3Unavailable, os_problem
+from lifecycle.archive.record import load_as
+from lifecycle.archive.sources import BlobSource, RecordPlan, render_record
+from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, os_problem
 from lifecycle.archive.transfer import Progress, digest_all, upload_all
+from lifecycle.archive.verify import check_record
+from lifecycle.archive.version import plan_version
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import ArchiveRecord, archive_of, known_md5s, record_archive
-from lifecycle.ledger.boots import CacheRecord, Scanned, all_caches, cache_by_id, record_scan
-from lifecycle.records import CacheRecordV1
+from lifecycle.ledger.archives import (
+    ArchiveRecord,
+    BootArchiveRow,
+    VersionRow,
+    archive_of,
+    boot_archive,
+    known_md5s,
+    record_boot_archive,
+    record_version,
+    versions_of,
+)
+from lifecycle.ledger.boots import (
+    BootRecord,
+    CacheRecord,
+    Scanned,
+    all_caches,
+    boot_by_id,
+    cache_by_id,
+    cache_uses,
+    record_scan,
+)
+from lifecycle.records import BootRecordV1, CacheVersionV1
 from lifecycle.table import human_bytes
 
 
@@ -48,63 +69,23 @@ class ArchiveReport:
 
     cache_id: str
     location: str  # s3://bucket/prefix
-    record_key: str
-    blobs: int  # every blob the record refers to
+    record_key: str  # the version's record
+    blobs: int  # every blob the records of this run refer to
     blobs_uploaded: int  # sent by this run (dry run: would be sent)
     bytes_uploaded: int
     with_content: bool
     verified: bool
     dry_run: bool
     blobs_present: int = 0  # on the server intact (dry run: or sent for an earlier cache)
-    bytes_total: int = 0  # of every blob the record refers to
+    bytes_total: int = 0  # of every blob the records refer to
     tree_digest: str | None = None
     record_sha256: str | None = None
-    record_written: bool = False  # False when the server's record already said the same
+    record_written: bool = False  # False when an intact version of this tree was there
+    parent: str | None = None  # the tree this version grew from
+    boots: tuple[str, ...] = ()  # boots whose records this run wrote
     to_upload: tuple[tuple[str, int, str], ...] = ()  # dry run: (sha256, size, what) of each
     # Results standing on this cache whose records the same run wrote (lifecycle.results).
     results: tuple[str, ...] = ()
-
-
-def verify_archive(
-    store: BlobStore, cache_id: str, expected_record_sha256: str | None, *, workers: int = 8
-) -> list[str]:
-    """[] when the record (matching the ledger's sha256, if given) and all its blobs are intact.
-
-    Otherwise one line per bad object, naming it; a server that cannot be asked is one line too.
-    """
-    return list(fetch_verified(store, cache_id, expected_record_sha256, workers=workers).problems)
-
-
-@dataclass(frozen=True)
-class VerifiedRecord:
-    """A cache's record as the server holds it now, and every object of it that does not verify."""
-
-    problems: tuple[str, ...]  # () when the record and every blob it names are intact
-    document: CacheRecordV1 | None  # the record, when there is one that parses
-    answered: bool = True  # False: the server could not be asked, so nothing is known
-
-
-def fetch_verified(
-    store: BlobStore, cache_id: str, expected_record_sha256: str | None, *, workers: int = 8
-) -> VerifiedRecord:
-    """Read the cache's record and check it and every blob it names against the server."""
-    url = store.url(store.record_key(cache_id))
-    try:
-        body = store.get_record(cache_id)
-        if body is None:
-            return VerifiedRecord((f"{url}: missing",), None)
-        problems = []
-        found = hashlib.sha256(body).hexdigest()
-        if expected_record_sha256 and found != expected_record_sha256:
-            problems.append(f"{url}: sha256 {found}, not the {expected_record_sha256} recorded")
-        document = load_record(body, url)
-        checked = store.check_blobs(record_blobs(document), workers)
-    except S3Unavailable:
-        raise
-    except ArchiveError as exc:
-        return VerifiedRecord((f"{url}: cannot verify: {exc}",), None)
-    problems += sorted(problem for problem in checked.values() if problem)
-    return VerifiedRecord(tuple(problems), document)
 
 
 def archive_caches(
@@ -125,13 +106,12 @@ def archive_caches(
     # A dry run uploads nothing, so what an earlier cache of the run would send is counted
     # as there for the later ones, as it would be.
     sent: set[str] = set()
-    reports = [
+    return [
         _archive(
             ledger, store, cache, with_content, dry_run=dry_run, say=say, workers=workers, sent=sent
         )
         for cache in caches
     ]
-    return reports
 
 
 def archivable(ledger: Ledger, cache_id: str) -> CacheRecord:
@@ -156,13 +136,16 @@ def archivable(ledger: Ledger, cache_id: str) -> CacheRecord:
 
 @dataclass(frozen=True)
 class _Planned:
-    """One cache's archive worked out: its record, its blobs, what the server lacks."""
+    """One cache's archive worked out: its records, their blobs, what the server lacks."""
 
     cache: CacheRecord
-    plan: RecordPlan
+    tree_digest: str
+    boots: list[tuple[BootRecord, RecordPlan]]  # boots with no record at the location yet
+    version: RecordPlan | None  # None: an intact version of this tree is there already
+    reused: VersionRow | None
     md5s: dict[str, str]  # known before the upload; the uploads add the rest
     todo: list[BlobSource]  # missing or damaged on the server
-    existing: bytes | None  # the server's record of the cache, if any
+    damaged: list[str]  # sha256 of blobs there with other bytes: removed, then sent again
     report: ArchiveReport
 
 
@@ -188,7 +171,10 @@ def _archive(
             f" {report.blobs_present} already on the server, {report.blobs_uploaded} to upload"
         )
         if dry_run:
-            return planned.report
+            return report
+        # A blob whose bytes are not the ones its name says is not that blob: it goes, and
+        # the right bytes take its place (the one deletion an archive ever makes).
+        store.delete([store.relative(store.blob_key(sha)) for sha in planned.damaged])
         md5s = planned.md5s | upload_all(store, cache.id, planned.todo, workers, say)
         # The rest were verified on the server by the survey a moment ago, in this same run.
         uploaded = [BlobRef(s.sha256, s.size, md5s[s.sha256]) for s in planned.todo]
@@ -196,20 +182,21 @@ def _archive(
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ArchiveError(f"not verified after upload: {problems[0]}{more}")
-        body, written = _commit_record(store, planned, md5s)
+        for boot, plan in planned.boots:
+            _commit_boot(ledger, store, boot, plan, md5s)
+        version, written = _commit_version(ledger, store, planned, md5s)
     except ArchiveError as exc:
         raise exc.within(f"archive of {cache.id} to {url} failed") from exc
     except OSError as exc:  # reading the cache or the evidence
         raise ArchiveError(f"archive of {cache.id} to {url} failed: {os_problem(exc)}") from exc
-    sha = hashlib.sha256(body).hexdigest()
-    archived_at = json.loads(body)["archived_at"]
-    record = ArchiveRecord(
-        cache.id, url, report.record_key, sha, report.with_content, report.blobs,
-        report.bytes_uploaded, archived_at, verified_at=_stamp(),
-    )  # fmt: skip
-    record_archive(ledger, record, md5s)
-    say(f"{cache.id}: verified; record {store.url(report.record_key)}")
-    return replace(report, verified=True, record_sha256=sha, record_written=written)
+    say(f"{cache.id}: verified; version {store.url(version.record_key)}")
+    return replace(
+        report,
+        record_key=version.record_key,
+        verified=True,
+        record_sha256=version.record_sha256,
+        record_written=written,
+    )
 
 
 def _plan(
@@ -222,26 +209,31 @@ def _plan(
     workers: int,
     sent: set[str],
 ) -> _Planned:
-    """Scan, collect the record and its blobs, and ask the server which it already holds."""
+    """Scan, collect the records and their blobs, and ask the server which it already holds."""
     url = store.location.url()
     previous = archive_of(ledger, cache.id)
-    # Never downgrade: once a cache's files were archived, every later record of it holds them
-    # too (wherever it goes), so a teardown that relies on the newest record never loses them.
+    # Never downgrade: once a cache's files were archived, every later version of it holds
+    # them too (wherever it goes), so a teardown that relies on the newest never loses them.
     with_content = with_content or bool(previous and previous.with_content)
     fingerprint, cache = _fresh_scan(ledger, cache, keep=not dry_run)
-    existing = store.get_record(cache.id)
-    where = store.url(store.record_key(cache.id))
-    earlier = None if existing is None else load_record(existing, where)
-    plan = plan_record(
-        ledger,
-        cache,
-        fingerprint,
-        with_content=with_content,
-        host=socket.gethostname(),
-        tool_version=__version__,
-    )
-    plan = carry_over(plan, earlier)
-    sources = plan.sources
+    tree = fingerprint.tree_digest
+    host = socket.gethostname()
+    boots = [
+        (boot, plan_boot_record(ledger, boot, host=host, tool_version=__version__))
+        for boot in _unarchived_boots(ledger, cache.id, url)
+    ]
+    rows = versions_of(ledger, cache.id)
+    reused = _intact_version(store, rows, tree, url, with_content, workers)
+    version = None
+    if reused is None:
+        version = plan_version(
+            ledger, cache, fingerprint, with_content=with_content, parent=_parent(rows, tree),
+            host=host, tool_version=__version__,
+        )  # fmt: skip
+    sources: dict[str, BlobSource] = {}
+    for plan in [*(plan for _, plan in boots), *([version] if version else [])]:
+        for sha, source in plan.sources.items():
+            sources.setdefault(sha, source)
     md5s = {sha: source.md5 for sha, source in sources.items() if source.md5 is not None}
     md5s |= known_md5s(ledger, (sha for sha in sources if sha not in md5s))
     listed = store.survey(sources, workers)
@@ -252,12 +244,13 @@ def _plan(
     refs = [BlobRef(sha, source.size, md5s.get(sha)) for sha, source in sources.items()]
     found = store.check_blobs(refs, workers, listed)
     todo = [sources[sha] for sha, problem in found.items() if problem and sha not in sent]
+    damaged = [s.sha256 for s in todo if not str(found[s.sha256]).endswith(": missing")]
     if dry_run:
         sent.update(source.sha256 for source in todo)
     report = ArchiveReport(
         cache_id=cache.id,
         location=url,
-        record_key=store.record_key(cache.id),
+        record_key=reused.record_key if reused else "",
         blobs=len(refs),
         blobs_uploaded=len(todo),
         bytes_uploaded=sum(source.size for source in todo),
@@ -266,10 +259,60 @@ def _plan(
         dry_run=dry_run,
         blobs_present=len(refs) - len(todo),
         bytes_total=sum(ref.size for ref in refs),
-        tree_digest=fingerprint.tree_digest,
+        tree_digest=tree,
+        parent=reused.parent if reused else _parent(rows, tree),
+        boots=tuple(boot.id for boot, _ in boots),
         to_upload=tuple((s.sha256, s.size, s.what) for s in todo) if dry_run else (),
     )
-    return _Planned(cache, plan, md5s, todo, existing, report)
+    return _Planned(cache, tree, boots, version, reused, md5s, todo, damaged, report)
+
+
+def _unarchived_boots(ledger: Ledger, cache_id: str, url: str) -> list[BootRecord]:
+    """The finished boots that used the cache and have no record at `url` yet."""
+    found = []
+    for use in cache_uses(ledger):
+        boot = boot_by_id(ledger, use.boot_id) if use.cache_id == cache_id else None
+        if (
+            boot is not None
+            and boot.outcome != "running"
+            and not boot_archive(ledger, boot.id, url)
+        ):
+            found.append(boot)
+    return sorted(found, key=lambda boot: boot.started_at)
+
+
+def _intact_version(
+    store: BlobStore,
+    rows: Sequence[VersionRow],
+    tree: str,
+    url: str,
+    with_content: bool,
+    workers: int,
+) -> VersionRow | None:
+    """A version of this very tree at `url` that holds what is wanted and verifies now."""
+    for row in rows:
+        if (
+            row.tree_digest != tree
+            or row.location != url
+            or (with_content and not row.with_content)
+        ):
+            continue
+        problems, _ = check_record(
+            store, store.relative(row.record_key), row.record_sha256, workers
+        )
+        if not problems:
+            return row
+    return None
+
+
+def _parent(rows: Sequence[VersionRow], tree: str) -> str | None:
+    """The tree a version of `tree` grew from: the parent of an earlier record of the same
+    tree, else the newest other tree this host archived or restored."""
+    same = [row for row in rows if row.tree_digest == tree]
+    if same:
+        return same[0].parent
+    others = [row for row in rows if row.tree_digest != tree]
+    return others[-1].tree_digest if others else None
 
 
 def _fresh_scan(
@@ -310,19 +353,47 @@ def _fresh_scan(
     return fingerprint, updated
 
 
-def _commit_record(store: BlobStore, planned: _Planned, md5s: dict[str, str]) -> tuple[bytes, bool]:
-    """Write the record unless the server's says the same; read it back. (body, written)."""
-    cache_id, existing = planned.cache.id, planned.existing
-    body = render_record(planned.plan, md5s, _stamp())
-    load_record(body, store.url(store.record_key(cache_id)))  # what is written must read back
-    if existing is not None and same_record(existing, body):
-        return existing, False
-    store.put_record(cache_id, body)
-    # Read back whole: the record is small, and this checks it whatever checksum the server
-    # keeps for it.
-    if store.get_record(cache_id) != body:
-        raise ArchiveError(f"{store.url(store.record_key(cache_id))}: reads back different")
-    return body, True
+def _commit_boot(
+    ledger: Ledger, store: BlobStore, boot: BootRecord, plan: RecordPlan, md5s: dict[str, str]
+) -> None:
+    """The boot's markers (one per cache it used), then its record; then the ledger row."""
+    body = render_record(plan, md5s, _stamp())
+    sha = hashlib.sha256(body).hexdigest()
+    relative = boot_key(boot.id, sha)
+    load_as(BootRecordV1, body, store.where(relative))  # what is written must read back
+    for use in plan.document["uses"]:
+        store.create(boot_marker(use["cache_id"], boot.id), b"", "text/plain")
+    store.create(relative, body)
+    url = store.location.url()
+    record_boot_archive(ledger, BootArchiveRow(boot.id, url, store.key(relative), sha, _stamp()))
+
+
+def _commit_version(
+    ledger: Ledger, store: BlobStore, planned: _Planned, md5s: dict[str, str]
+) -> tuple[VersionRow, bool]:
+    """Write the version record (unless an intact one of this tree is there); the ledger."""
+    cache, report = planned.cache, planned.report
+    if planned.version is None:
+        assert planned.reused is not None, "a plan writes a version or re-uses one"
+        version, written = planned.reused, False
+    else:
+        now = _stamp()
+        body = render_record(planned.version, md5s, now)
+        sha = hashlib.sha256(body).hexdigest()
+        relative = version_key(cache.id, planned.tree_digest, sha)
+        load_as(CacheVersionV1, body, store.where(relative))  # what is written must read back
+        written = store.create(relative, body)
+        version = VersionRow(
+            cache.id, planned.tree_digest, store.location.url(), store.key(relative), sha,
+            report.with_content, report.parent, now,
+        )  # fmt: skip
+    archive = ArchiveRecord(
+        cache.id, version.location, version.record_key, version.record_sha256,
+        version.with_content, report.blobs, report.bytes_uploaded, version.archived_at,
+        verified_at=_stamp(), tree_digest=version.tree_digest,
+    )  # fmt: skip
+    record_version(ledger, version, archive, md5s)
+    return version, written
 
 
 def _stamp() -> str:

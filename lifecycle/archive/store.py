@@ -1,39 +1,48 @@
-"""The archive's objects in S3: content-addressed blobs and one record per cache.
+"""The archive's blobs in S3: content-addressed, stored once however many records hold them.
 
-Layout under `s3://BUCKET/PREFIX/`: `blobs/sha256/ab/<sha256>` (stored once however many
-caches hold it) and `caches/<cache_id>.json`, the record, written last as the commit marker of
-a cache's archive. Listing `caches/` is the index another host reads.
-
-Every PUT carries ChecksumSHA256, so the server refuses a body that is not what we hashed
-(BadDigest) instead of storing it. Uploads are one streamed PUT per blob: measured here, a
-300 MiB PUT from an open file kept the process at its start-up RSS (54 MiB), so memory is
-bounded by the pool's buffers, not by file sizes. S3 caps a single PUT at 5 GiB; a bigger file
-is refused by name (no JIT cache file comes near it; multipart would lift the cap).
+A blob lives at `blobs/sha256/ab/<sha256>` (lifecycle.archive.layout). Every PUT carries
+ChecksumSHA256, so the server refuses a body that is not what we hashed (BadDigest) instead of
+storing it, and If-None-Match (lifecycle.archive.objects), so it never replaces one. Uploads
+are one streamed PUT per blob: measured here, a 300 MiB PUT from an open file kept the process
+at its start-up RSS (54 MiB), so memory is bounded by the pool's buffers, not by file sizes.
+S3 caps a single PUT at 5 GiB; a bigger file is refused by name (no JIT cache file comes near
+it; multipart would lift the cap).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import BinaryIO, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lifecycle.archive.location import ArchiveLocation
-from lifecycle.errors import EXIT_ENVIRONMENT, AnswerNo
+from lifecycle.archive.layout import blob_key
+from lifecycle.archive.objects import (
+    READ_CHUNK,
+    ArchiveError,
+    ObjectStore,
+    S3Unavailable,
+    b64_sha256,
+    os_problem,
+)
+
+__all__ = [
+    "READ_CHUNK",
+    "ArchiveError",
+    "BlobRef",
+    "BlobStore",
+    "S3Unavailable",
+    "b64_sha256",
+    "open_regular",
+    "os_problem",
+]
 
 MAX_SINGLE_PUT = 5 << 30  # S3's limit for one PUT
-READ_CHUNK = 1 << 20
-_TIMEOUTS = ("ConnectTimeoutError", "ReadTimeoutError")
-_CONNECTION_ERRORS = ("EndpointConnectionError", "ConnectionClosedError", "ProxyConnectionError")
-_AUTH_CODES = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403")
-_MISSING = ("404", "NoSuchKey", "NotFound")
 
 
 class Body(Protocol):
@@ -45,30 +54,6 @@ class Body(Protocol):
 Listed = tuple[int, str]  # what a LIST page says of an object: (size, ETag without quotes)
 
 
-class ArchiveError(AnswerNo):
-    """An archive, verification or restore that could not complete; one line, exit 1."""
-
-    def within(self, context: str) -> ArchiveError:
-        """The same error, of the same family (so the same exit code), with its context first."""
-        return type(self)(f"{context}: {self}")
-
-
-class S3Unavailable(ArchiveError):
-    """The S3 server did not answer in time, refused our credentials, or lacks the bucket."""
-
-    exit_code = EXIT_ENVIRONMENT
-
-
-def os_problem(exc: OSError) -> str:
-    """An OSError in one line: `path: reason` when it names a file, else its own words."""
-    return f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
-
-
-def b64_sha256(sha256: str) -> str:
-    """The ChecksumSHA256 form of a hex digest: base64 of its 32 bytes."""
-    return base64.b64encode(bytes.fromhex(sha256)).decode()
-
-
 @dataclass(frozen=True)
 class BlobRef:
     """A blob a record refers to: its name, its size, and the md5 its ETag should be."""
@@ -78,31 +63,16 @@ class BlobRef:
     md5: str | None = None
 
 
-class BlobStore:
-    """Blobs and records at one archive location, through one (thread-safe) boto3 client."""
-
-    list_page = 1000  # keys per LIST page (S3's maximum)
-
-    def __init__(self, client: Any, location: ArchiveLocation) -> None:
-        self.client = client
-        self.location = location
-        self.endpoint = str(getattr(getattr(client, "meta", None), "endpoint_url", "") or "S3")
+class BlobStore(ObjectStore):
+    """Blobs (and, through ObjectStore, every other object) at one archive location."""
 
     def blob_key(self, sha256: str) -> str:
         """`PREFIX/blobs/sha256/ab/<sha256>`."""
-        return self.location.key("blobs", "sha256", sha256[:2], sha256)
-
-    def record_key(self, cache_id: str) -> str:
-        """`PREFIX/caches/<cache_id>.json`."""
-        return self.location.key("caches", f"{cache_id}.json")
-
-    def url(self, key: str) -> str:
-        """`s3://bucket/key`, for messages."""
-        return f"s3://{self.location.bucket}/{key}"
+        return self.key(blob_key(sha256))
 
     def has_blob(self, sha256: str) -> bool:
         """True when an object exists under the blob's key (its content is not checked)."""
-        return self._head(self.blob_key(sha256), checksum=False) is not None
+        return self.head(self.blob_key(sha256), checksum=False) is not None
 
     def put_blob(self, sha256: str, source: Path | bytes | BinaryIO) -> int:
         """Upload unless present; bytes sent (0 when it was already there)."""
@@ -111,7 +81,7 @@ class BlobStore:
         return self.upload_blob(sha256, source)
 
     def upload_blob(self, sha256: str, source: Path | bytes | BinaryIO) -> int:
-        """PUT the blob (present or not), streamed, with its ChecksumSHA256; bytes sent."""
+        """PUT the blob unless one is there, streamed, with its ChecksumSHA256; bytes sent."""
         if isinstance(source, bytes):
             self._put(self.blob_key(sha256), sha256, source, len(source))
             return len(source)
@@ -134,7 +104,7 @@ class BlobStore:
         # HEAD with ChecksumMode=ENABLED returns the ChecksumSHA256 the server checked at PUT
         # (SeaweedFS and AWS both do, confirmed against `weed mini`); an object stored without
         # one (another tool, an overwrite) is downloaded and hashed instead.
-        head = self._head(key, checksum=True)
+        head = self.head(key, checksum=True)
         if head is None:
             return f"{self.url(key)}: missing"
         if size is not None and head.get("ContentLength") != size:
@@ -213,54 +183,6 @@ class BlobStore:
                 pool.shutdown(wait=True, cancel_futures=True)
         return results
 
-    def put_record(self, cache_id: str, body: bytes) -> str:
-        """Write a cache's record (the commit marker); returns the sha256 of `body`."""
-        sha256 = hashlib.sha256(body).hexdigest()
-        self._put(self.record_key(cache_id), sha256, body, len(body), "application/json")
-        return sha256
-
-    def get_record(self, cache_id: str) -> bytes | None:
-        """The record's bytes, or None when there is none."""
-        key = self.record_key(cache_id)
-        try:
-            response = self.client.get_object(Bucket=self.location.bucket, Key=key)
-            body: bytes = response["Body"].read()
-        except (BotoCoreError, ClientError) as exc:
-            if _code(exc) in _MISSING:
-                return None
-            raise self.error(exc, key) from exc
-        return body
-
-    def list_cache_ids(self) -> list[str]:
-        """Every cache with a record here: the index another host lists."""
-        prefix = self.location.key("caches") + "/"
-        ids = []
-        try:
-            pages = self.client.get_paginator("list_objects_v2")
-            for page in pages.paginate(Bucket=self.location.bucket, Prefix=prefix):
-                for item in page.get("Contents", []):
-                    name = item["Key"][len(prefix) :]
-                    if name.endswith(".json") and "/" not in name:
-                        ids.append(name.removesuffix(".json"))
-        except (BotoCoreError, ClientError) as exc:
-            raise self.error(exc, prefix) from exc
-        return sorted(ids)
-
-    def download_sha256(self, key: str, sink: BinaryIO | None = None) -> str | None:
-        """sha256 of an object's bytes, streamed (into `sink` if given); None when it is absent."""
-        digest = hashlib.sha256()
-        try:
-            response = self.client.get_object(Bucket=self.location.bucket, Key=key)
-            for chunk in response["Body"].iter_chunks(READ_CHUNK):
-                digest.update(chunk)
-                if sink is not None:
-                    sink.write(chunk)
-        except (BotoCoreError, ClientError) as exc:
-            if _code(exc) in _MISSING:
-                return None
-            raise self.error(exc, key) from exc
-        return digest.hexdigest()
-
     def download_blob(self, sha256: str, sink: BinaryIO) -> None:
         """Stream a blob into `sink`; raises unless its bytes have the sha256 it is named by."""
         key = self.blob_key(sha256)
@@ -270,53 +192,10 @@ class BlobStore:
         if found != sha256:
             raise ArchiveError(f"{self.url(key)}: downloaded bytes have sha256 {found}")
 
-    def error(self, exc: BaseException, key: str) -> ArchiveError:
-        """One line a user can act on, naming the object, the server and what went wrong."""
-        where = f"{self.url(key)} on {self.endpoint}"
-        name = type(exc).__name__
-        code = _code(exc)
-        if name in _TIMEOUTS:
-            return S3Unavailable(
-                f"the S3 server {self.endpoint} did not answer in time ({name}; see"
-                " LIFECYCLE_S3_TIMEOUT)"
-            )
-        if name in _CONNECTION_ERRORS or "Connection" in name:
-            return S3Unavailable(f"the S3 server {self.endpoint} is not answering ({name})")
-        if name in ("NoCredentialsError", "PartialCredentialsError"):
-            return S3Unavailable(f"no usable AWS credentials for {self.endpoint} ({exc})")
-        if code == "NoSuchBucket":
-            return S3Unavailable(
-                f"bucket {self.location.bucket!r} does not exist on {self.endpoint}"
-            )
-        if code in _AUTH_CODES:
-            return S3Unavailable(
-                f"{where}: access denied ({code}); check the credentials and the bucket policy"
-            )
-        if code == "BadDigest":
-            return ArchiveError(
-                f"{where}: the bytes sent are not the ones hashed (changed or corrupted)"
-            )
-        return ArchiveError(f"{where}: {code or name}: {_message(exc)}")
-
-    def _put(
-        self,
-        key: str,
-        sha256: str,
-        body: bytes | Body,
-        size: int,
-        content_type: str = "application/octet-stream",
-    ) -> None:
-        try:
-            self.client.put_object(
-                Bucket=self.location.bucket,
-                Key=key,
-                Body=body,
-                ContentLength=size,
-                ContentType=content_type,
-                ChecksumSHA256=b64_sha256(sha256),
-            )
-        except (BotoCoreError, ClientError) as exc:
-            raise self.error(exc, key) from exc
+    def _put(self, key: str, sha256: str, body: bytes | Body, size: int) -> None:
+        # A blob already there (another host's upload, or a retry of ours) is no error: the
+        # check after the upload reads what the server holds.
+        self.put(key, sha256, body, size)
 
     def _list_shard(self, shas: Sequence[str]) -> dict[str, Listed | None]:
         """Listing (or None: proven absent) of each wanted blob the listing reached."""
@@ -348,18 +227,6 @@ class BlobStore:
             raise self.error(exc, prefix) from exc
         return {sha: found.get(sha) for sha in wanted if sha <= covered}
 
-    def _head(self, key: str, *, checksum: bool) -> dict[str, Any] | None:
-        extra = {"ChecksumMode": "ENABLED"} if checksum else {}
-        try:
-            head: dict[str, Any] = self.client.head_object(
-                Bucket=self.location.bucket, Key=key, **extra
-            )
-        except (BotoCoreError, ClientError) as exc:
-            if _code(exc) in _MISSING:
-                return None
-            raise self.error(exc, key) from exc
-        return head
-
 
 def open_regular(path: Path) -> BinaryIO:
     """Open a regular file for reading; a symlink or FIFO in its place is refused, not followed."""
@@ -371,15 +238,3 @@ def open_regular(path: Path) -> BinaryIO:
         os.close(fd)
         raise ArchiveError(f"{path}: not a regular file")
     return os.fdopen(fd, "rb")
-
-
-def _code(exc: BaseException) -> str:
-    if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Code", ""))
-    return ""
-
-
-def _message(exc: BaseException) -> str:
-    if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Message", "")) or str(exc)
-    return str(exc)

@@ -17,7 +17,7 @@ from functools import partial
 from typing import BinaryIO
 
 from lifecycle.archive.parallel import bounded_map
-from lifecycle.archive.record import BlobSource
+from lifecycle.archive.sources import BlobSource
 from lifecycle.archive.store import READ_CHUNK, ArchiveError, BlobStore
 from lifecycle.archive.uploaders import forked_uploads
 from lifecycle.forking import fork_when_safe

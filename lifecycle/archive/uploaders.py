@@ -17,7 +17,7 @@ from functools import partial
 from typing import IO
 
 from lifecycle.archive.parallel import bounded_map
-from lifecycle.archive.record import BlobSource
+from lifecycle.archive.sources import BlobSource
 from lifecycle.archive.store import ArchiveError, BlobStore, os_problem
 from lifecycle.forking import kill_and_reap, spawn
 

@@ -25,12 +25,14 @@ Json = Any  # values as JSON has them (metrics, labels, the canonical manifest's
 
 
 class ArchiveFacts(TypedDict):
-    """Where a cache's record is."""
+    """Where a cache's record is, and which version of the cache it holds."""
 
     location: str
     record: str  # s3://bucket/key
     record_sha256: str
     with_content: bool
+    tree_digest: str | None  # the version's tree (None: a previous-format record, unread)
+    parent: str | None  # the tree that version grew from
 
 
 @dataclass(frozen=True)
@@ -58,13 +60,14 @@ class ChainFacts:
 
 @dataclass(frozen=True)
 class CacheAuditFacts:
-    """A cache, every boot that used it and every result that stands on it."""
+    """A cache, its archived versions, every boot that used it and every result on it."""
 
     row: CacheRow
     state: str | None  # live / archived / torn-down; None when read from S3
-    archive: ArchiveFacts | None
+    archive: ArchiveFacts | None  # its newest version
     boots: list[tuple[BootRecord, CacheUse]]
     results: list[dict[str, Json]]  # canonical results, each with its digest
+    versions: list[ArchiveFacts]  # every archived version, oldest first
 
 
 class ChainHook(TypedDict):
@@ -118,6 +121,7 @@ class ChainImage(TypedDict):
     id: str
     tags: list[str] | None
     labels: dict[str, str] | None
+    repo_digests: list[str]  # REGISTRY/REPOSITORY@sha256:… it was pushed to or pulled from
 
 
 class ChainManifest(TypedDict):
@@ -144,6 +148,7 @@ class Chain(TypedDict):
     image: ChainImage
     manifest: ChainManifest
     patches: list[ChainPatch] | None
+    warnings: list[str]  # a tree behind the result that the archive cannot give back
 
 
 class CacheAuditBoot(ChainBoot):
@@ -158,6 +163,7 @@ class CacheAudit(TypedDict):
     format: str
     cache: dict[str, Json]
     archive: ArchiveFacts | None
+    versions: list[ArchiveFacts]
     boots: list[CacheAuditBoot]
     results: list[dict[str, Json]]
 
@@ -165,6 +171,7 @@ class CacheAudit(TypedDict):
 def build_chain(facts: ChainFacts) -> Chain:
     """The chain of one result, as `audit result --json` prints it."""
     boot = facts.boot
+    caches = sorted(facts.caches, key=lambda c: (c.row.cache_name, c.row.id))
     return {
         "format": CHAIN_FORMAT,
         "result": _result(facts.result, facts.digest),
@@ -180,12 +187,28 @@ def build_chain(facts: ChainFacts) -> Chain:
             "error": boot.error,
             "log": facts.log.model_dump() if facts.log else None,
         },
-        "caches": [
-            _cache(c) for c in sorted(facts.caches, key=lambda c: (c.row.cache_name, c.row.id))
-        ],
+        "caches": [_cache(c) for c in caches],
         "image": _image(facts.image, boot.image_id),
         **_manifest(facts.manifest, boot.manifest_name, boot.manifest_digest),
+        "warnings": [w for c in caches if (w := _not_restorable(c))],
     }
+
+
+def _not_restorable(cache: CacheFacts) -> str | None:
+    """Why the tree a result stood on cannot be had back from the archive, or None."""
+    stood_on, archive = cache.use.tree_digest_after, cache.archive
+    if stood_on is None or (archive is not None and archive["tree_digest"] == stood_on):
+        return None
+    if archive is not None and archive["tree_digest"] is None:
+        return (
+            f"cache {cache.row.id}: archived in the previous format, one record per cache that"
+            " a later archive rewrites: the tree this result stood on may not be restorable"
+        )
+    held = f"; its record there holds {str(archive['tree_digest'])[:12]}" if archive else ""
+    return (
+        f"cache {cache.row.id}: the tree this result stood on ({stood_on[:12]}) is not"
+        f" archived{held}; it cannot be restored"
+    )
 
 
 def build_cache_audit(facts: CacheAuditFacts) -> CacheAudit:
@@ -200,6 +223,7 @@ def build_cache_audit(facts: CacheAuditFacts) -> CacheAudit:
         "format": CACHE_FORMAT,
         "cache": {**{k: getattr(row, k) for k in shown}, "state": facts.state},
         "archive": facts.archive,
+        "versions": facts.versions,
         "boots": [
             {
                 **_boot(boot),
@@ -275,8 +299,13 @@ def _cache(cache: CacheFacts) -> ChainCache:
 
 def _image(snapshot: ImageSnapshot | None, image_id: str) -> ChainImage:
     if snapshot is None:  # the boot kept no snapshot: only the id is known
-        return {"id": image_id, "tags": None, "labels": None}
-    return {"id": snapshot.id, "tags": list(snapshot.tags), "labels": _sorted(snapshot.labels)}
+        return {"id": image_id, "tags": None, "labels": None, "repo_digests": []}
+    return {
+        "id": snapshot.id,
+        "tags": list(snapshot.tags),
+        "labels": _sorted(snapshot.labels),
+        "repo_digests": sorted(snapshot.repo_digests),
+    }
 
 
 class _ManifestSteps(TypedDict):

@@ -6,20 +6,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from lifecycle.archive.layout import (
+    legacy_cache_key,
+    legacy_result_key,
+    results_prefix,
+    versions_prefix,
+)
 from lifecycle.archive.store import BlobStore
 from lifecycle.audit.blobs import BlobChecker
 from lifecycle.audit.verify import (
     Finding,
-    cache_archive,
+    archived_record,
+    behind_result,
     live_cache,
     result_document,
     result_record,
 )
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import archive_of
+from lifecycle.ledger.archives import archive_of, boot_archives, versions_of
 from lifecycle.ledger.boots import CacheRecord, cache_by_id, cache_uses
 from lifecycle.ledger.results import ResultRecord, result_archives
-from lifecycle.results.archive import get_object, result_key
 from lifecycle.results.model import canonical_result, result_digest
 
 StoreFor = Callable[[str], BlobStore]  # an archive location (s3://bucket/prefix) -> its store
@@ -47,7 +53,9 @@ class VerifyReport:
 def verify_cache(
     ledger: Ledger, cache: CacheRecord, store_for: StoreFor, checker: BlobChecker
 ) -> list[Finding]:
-    """The live cache (if still here) and its archive (if archived)."""
+    """The live cache (if still here), every version of it this host archived or restored,
+    and the record of every boot of it this host archived: each exactly as this host wrote or
+    read it, whatever other hosts archived since."""
     subject = f"live cache {cache.id}"
     findings = []
     if cache.state == "torn-down" or not Path(cache.host_path).exists():
@@ -57,19 +65,32 @@ def verify_cache(
         findings.append(Finding(subject, None, note))
     else:
         findings += live_cache(cache.id, cache.host_path, cache.scan_path, cache.tree_digest)
+    versions = versions_of(ledger, cache.id)
+    for version in versions:
+        store = store_for(version.location)
+        relative = store.relative(version.record_key)
+        findings += archived_record(store, relative, version.record_sha256, checker)
     archive = archive_of(ledger, cache.id)
-    if archive is None:
-        findings.append(Finding(f"archive of cache {cache.id}", None, "not archived"))
-    else:
+    if archive is not None and archive.tree_digest is None:  # the previous release's record
         store = store_for(archive.location)
-        findings += cache_archive(store, cache.id, archive.record_sha256, checker)
+        relative = store.relative(archive.record_key)
+        findings += archived_record(store, relative, archive.record_sha256, checker)
+    elif archive is None and not versions:
+        findings.append(Finding(f"archive of cache {cache.id}", None, "not archived"))
+    for use in (u for u in cache_uses(ledger) if u.cache_id == cache.id):
+        for row in boot_archives(ledger, use.boot_id):
+            store = store_for(row.location)
+            findings += archived_record(
+                store, store.relative(row.record_key), row.record_sha256, checker
+            )
     return findings
 
 
 def verify_result(
     ledger: Ledger, result: ResultRecord, store_for: StoreFor, checker: BlobChecker
 ) -> list[Finding]:
-    """The result's digest and document, its archived record, then every cache behind it."""
+    """The result's digest and document, its archived records and the records they name,
+    then every cache behind it."""
     # An instrumented result says so here too: its verdict is the engine's plus a hook's.
     subject = f"result {result.id}" + (" [INSTRUMENTED]" if result.instrumented else "")
     digest = result_digest(canonical_result(result))
@@ -81,10 +102,13 @@ def verify_result(
     archives = result_archives(ledger, result.id)
     for archive in archives:
         store = store_for(archive.location)
-        found, _ = result_record(
-            store, archive.record_key, archive.record_sha256, result.digest, checker
+        relative = store.relative(archive.record_key)
+        found, document = result_record(
+            store, relative, archive.record_sha256, result.digest, checker
         )
         findings += found
+        if document is not None:
+            findings += behind_result(store, document, checker)
     if not archives:
         findings.append(Finding(f"archive of result {result.id}", None, "not archived"))
     for use in cache_uses(ledger, boot_id=result.boot_id):
@@ -97,12 +121,23 @@ def verify_result(
 def verify_archived(store: BlobStore, target: str, checker: BlobChecker) -> VerifyReport:
     """A result or a cache from the archive alone: every record and blob behind it."""
     url = store.location.url()
-    if get_object(store, result_key(store, target)) is None:
-        findings = cache_archive(store, target, None, checker)
-        return VerifyReport(target, "cache", url, tuple(findings))
-    findings, document = result_record(store, result_key(store, target), None, None, checker)
-    if document is None:  # unreadable or altered: the findings say so; nothing to follow
-        return VerifyReport(target, "result", url, tuple(findings))
-    for cache_id in document.caches:
-        findings += cache_archive(store, cache_id, None, checker)
+    keys = [item.key for item in store.list(results_prefix(target))]
+    if not keys and store.head(store.key(legacy_result_key(target)), checksum=False):
+        keys = [legacy_result_key(target)]
+    if not keys:
+        return VerifyReport(target, "cache", url, tuple(_archived_cache(store, target, checker)))
+    findings: list[Finding] = []
+    for relative in keys:
+        found, document = result_record(store, relative, None, None, checker)
+        findings += found
+        if document is not None:  # else unreadable or altered: the findings say so
+            findings += behind_result(store, document, checker)
     return VerifyReport(target, "result", url, tuple(findings))
+
+
+def _archived_cache(store: BlobStore, cache_id: str, checker: BlobChecker) -> list[Finding]:
+    """Every version of a cache the archive holds (or its previous-format record)."""
+    keys = [item.key for item in store.list(versions_prefix(cache_id))]
+    if not keys:
+        return archived_record(store, legacy_cache_key(cache_id), None, checker)
+    return [f for key in keys for f in archived_record(store, key, None, checker)]

@@ -6,19 +6,27 @@ import difflib
 import hashlib
 from pathlib import Path
 
+from lifecycle.archive.bootrecord import image_snapshot
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.record import read_snapshot
+from lifecycle.archive.sources import read_snapshot
 from lifecycle.audit.chain import ArchiveFacts, CacheAuditFacts, CacheFacts, ChainFacts
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import archive_of
+from lifecycle.ledger.archives import ArchiveRecord, VersionRow, archive_of, versions_of
 from lifecycle.ledger.boots import (
+    CacheUse,
     all_caches,
     cache_by_id,
     cache_uses,
     hook_runs_of,
 )
-from lifecycle.ledger.results import ResultRecord, all_results, result_by_id, results_of_cache
+from lifecycle.ledger.results import (
+    ResultRecord,
+    all_results,
+    result_archives,
+    result_by_id,
+    results_of_cache,
+)
 from lifecycle.records import FileBlob, HookRun, ImageSnapshot, ManifestSnapshot
 from lifecycle.results.add import find_boot
 from lifecycle.results.model import canonical_result
@@ -41,18 +49,18 @@ def result_facts(ledger: Ledger, result_id: str) -> ChainFacts:
     """The chain's facts for one result, as this ledger knows them."""
     result = find_result(ledger, result_id)
     boot = find_boot(ledger, result.boot_id)
+    where = [a.location for a in result_archives(ledger, result.id)]
     caches = []
     for use in cache_uses(ledger, boot_id=boot.id):
         cache = cache_by_id(ledger, use.cache_id)
         assert cache is not None, "a cache use refers to a cache row (foreign key)"
-        caches.append(CacheFacts(cache.row(), use, archive_facts(ledger, cache.id)))
+        caches.append(CacheFacts(cache.row(), use, _stood_on(ledger, use, where)))
     runs = [
         HookRun(name=run.name, event=run.event, exit_code=run.exit_code)
         for run in hook_runs_of(ledger, boot.id)
     ]
-    home = ledger.home
-    image = read_snapshot(home.image_snapshot(boot.image_id))
-    manifest = read_snapshot(home.manifest_snapshot(boot.manifest_digest))
+    image = image_snapshot(ledger, boot.image_id)
+    manifest = read_snapshot(ledger.home.manifest_snapshot(boot.manifest_digest))
     return ChainFacts(
         result=canonical_result(result),
         digest=result.digest,
@@ -81,21 +89,41 @@ def cache_facts(ledger: Ledger, cache_id: str) -> CacheAuditFacts:
     results = []
     for result in results_of_cache(ledger, cache.id):
         results.append({**canonical_result(result), "digest": result.digest})
-    archive = archive_facts(ledger, cache.id)
-    return CacheAuditFacts(cache.row(), cache.state, archive, boots, results)
+    rows = versions_of(ledger, cache.id)
+    archive = archive_of(ledger, cache.id)
+    newest = _facts(archive, _parent_of(rows, archive)) if archive else None
+    versions = [_facts(row, row.parent) for row in rows]
+    return CacheAuditFacts(cache.row(), cache.state, newest, boots, results, versions)
 
 
-def archive_facts(ledger: Ledger, cache_id: str) -> ArchiveFacts | None:
-    """Where the cache's record is (as this ledger last archived and verified it)."""
-    archive = archive_of(ledger, cache_id)
-    if archive is None:
-        return None
-    bucket = ArchiveLocation.parse(archive.location).bucket
+def _stood_on(ledger: Ledger, use: CacheUse, where: list[str]) -> ArchiveFacts | None:
+    """The archived version of the tree a boot left a cache holding: the first record of it
+    where the result was archived (the one its record names), else the first anywhere; for a
+    cache archived only in the previous format, that one record."""
+    same = [r for r in versions_of(ledger, use.cache_id) if r.tree_digest == use.tree_digest_after]
+    preferred = [row for location in where for row in same if row.location == location] + same
+    if preferred:
+        return _facts(preferred[0], preferred[0].parent)
+    archive = archive_of(ledger, use.cache_id)
+    if archive is not None and archive.tree_digest is None:
+        return _facts(archive, None)
+    return None
+
+
+def _parent_of(rows: list[VersionRow], archive: ArchiveRecord) -> str | None:
+    return next((r.parent for r in rows if r.record_key == archive.record_key), None)
+
+
+def _facts(row: ArchiveRecord | VersionRow, parent: str | None) -> ArchiveFacts:
+    """Where a cache's record is, as this ledger keeps it."""
+    bucket = ArchiveLocation.parse(row.location).bucket
     return {
-        "location": archive.location,
-        "record": f"s3://{bucket}/{archive.record_key}",
-        "record_sha256": archive.record_sha256,
-        "with_content": archive.with_content,
+        "location": row.location,
+        "record": f"s3://{bucket}/{row.record_key}",
+        "record_sha256": row.record_sha256,
+        "with_content": row.with_content,
+        "tree_digest": row.tree_digest,
+        "parent": parent,
     }
 
 

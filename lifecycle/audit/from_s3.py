@@ -1,53 +1,167 @@
 """Audit facts from the archive alone: no ledger, no evidence dir, not even this host.
 
-A result's record gives the result, its boot, the image and the manifest; each cache's record
-gives that cache and how the boot used it. Every record read is checked (format, and a
-result against its digest) and a break in the chain is an error naming the object.
+A result's record names its boot's record and the exact version of each cache behind it,
+each by key and sha256; every record read is checked (format, its own name, and a result
+against its digest) and a break in the chain is an error naming the object. Records of the
+previous release (one per cache, one per result) are read too.
 """
 
 from __future__ import annotations
 
 import hashlib
 
-from lifecycle.archive.record import load_record
+from lifecycle.archive.layout import (
+    boots_prefix,
+    legacy_cache_key,
+    parse_key,
+    versions_prefix,
+)
+from lifecycle.archive.record import follow, load_record, read_as
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.audit.chain import ArchiveFacts, CacheAuditFacts, CacheFacts, ChainFacts
-from lifecycle.records import CacheRecordV1, ResultRecordV1
-from lifecycle.results.archive import get_object, load_result_record, result_key, results_of_cache
-
-
-def read_result(store: BlobStore, result_id: str) -> tuple[ResultRecordV1, bytes]:
-    """A result's record (checked) and its bytes; an error when there is none."""
-    key = result_key(store, result_id)
-    body = get_object(store, key)
-    if body is None:
-        raise ArchiveError(
-            f"{store.url(key)}: missing: no result {result_id!r} archived at {store.location.url()}"
-        )
-    return load_result_record(body, store.url(key)), body
-
-
-def read_cache(store: BlobStore, cache_id: str) -> tuple[CacheRecordV1, bytes]:
-    """A cache's record (checked) and its bytes; an error when there is none."""
-    url = store.url(store.record_key(cache_id))
-    body = store.get_record(cache_id)
-    if body is None:
-        raise ArchiveError(f"{url}: missing: no cache {cache_id!r} archived there")
-    return load_record(body, url), body
+from lifecycle.records import (
+    BootRecordV1,
+    CacheRecordV1,
+    CacheVersionV1,
+    ResultRecordV1,
+)
+from lifecycle.results.archive import read_result, results_of_cache
 
 
 def result_facts(store: BlobStore, result_id: str) -> ChainFacts:
-    """The chain's facts for one result, from its record and its caches' records."""
-    document, _ = read_result(store, result_id)
+    """The chain's facts for one result, from its record and the records it names."""
+    _, document = read_result(store, result_id)
+    if isinstance(document, ResultRecordV1):
+        return _legacy_result_facts(store, document)
+    boot = follow(store, BootRecordV1, document.boot)
+    if boot.boot_id != document.canonical().boot_id:
+        raise ArchiveError(f"{store.where(document.boot.key)}: not the record of the result's boot")
+    rows = {row.id: row for row in boot.caches}
+    uses = {use.cache_id: use for use in boot.uses}
+    caches = []
+    for ref in document.caches:
+        if ref.cache_id not in uses or ref.cache_id not in rows:
+            where = store.where(document.boot.key)
+            raise ArchiveError(
+                f"{where}: does not list cache {ref.cache_id}: the chain breaks here"
+            )
+        archive = None
+        if ref.record is not None:
+            version = follow(store, CacheVersionV1, ref.record)
+            archive = version_facts(store, ref.record.key, ref.record.sha256, version)
+        caches.append(CacheFacts(rows[ref.cache_id], uses[ref.cache_id], archive))
+    return ChainFacts(
+        result=document.result,
+        digest=document.digest,
+        boot=boot.boot,
+        hook_runs=list(boot.hook_runs),
+        log=boot.log,
+        caches=caches,
+        image=boot.image,
+        manifest=boot.manifest,
+    )
+
+
+def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
+    """A cache, its versions, the boots that used it and the results standing on it."""
+    versions = _versions(store, cache_id)
+    if not versions:
+        return _legacy_cache_facts(store, cache_id)
+    key, newest = versions[-1]
+    boots = []
+    for boot_id in _boot_ids(store, cache_id):
+        record = _first_boot_record(store, boot_id)
+        use = next((u for u in record.uses if u.cache_id == cache_id), None) if record else None
+        if record is not None and use is not None:
+            boots.append((record.boot, use))
+    return CacheAuditFacts(
+        newest.cache,
+        None,
+        version_facts(store, key, _sha(key), newest),
+        boots,
+        _results(store, cache_id),
+        [version_facts(store, k, _sha(k), v) for k, v in versions],
+    )
+
+
+def version_facts(
+    store: BlobStore, relative: str, sha256: str, version: CacheVersionV1 | CacheRecordV1
+) -> ArchiveFacts:
+    """Where a cache's record is and what it holds: as the ledger's rows would say it."""
+    return {
+        "location": store.location.url(),
+        "record": store.where(relative),
+        "record_sha256": sha256,
+        "with_content": version.with_content,
+        "tree_digest": version.fingerprint.tree_digest,
+        "parent": version.parent if isinstance(version, CacheVersionV1) else None,
+    }
+
+
+def _versions(store: BlobStore, cache_id: str) -> list[tuple[str, CacheVersionV1]]:
+    """Every version record of the cache, oldest first."""
+    found = [
+        (item.key, read_as(store, CacheVersionV1, item.key))
+        for item in store.list(versions_prefix(cache_id))
+    ]
+    return sorted(found, key=lambda pair: (pair[1].archived_at, pair[0]))
+
+
+def _boot_ids(store: BlobStore, cache_id: str) -> list[str]:
+    prefix = f"caches/{cache_id}/boots/"
+    return sorted(item.key[len(prefix) :] for item in store.list(prefix))
+
+
+def _first_boot_record(store: BlobStore, boot_id: str) -> BootRecordV1 | None:
+    """A boot's record (the first written: any other says the same); None when its marker
+    was written and its record not (that archive did not finish)."""
+    keys = sorted(item.key for item in store.list(boots_prefix(boot_id)))
+    records = [read_as(store, BootRecordV1, key) for key in keys]
+    return min(records, key=lambda r: r.archived_at) if records else None
+
+
+def _results(store: BlobStore, cache_id: str) -> list[dict[str, object]]:
+    results = []
+    for result_id in results_of_cache(store, cache_id):
+        try:
+            _, document = read_result(store, result_id)
+        except ArchiveError:
+            continue  # a marker whose record was never written: that archive did not finish
+        results.append({**document.result, "digest": document.digest})
+    return results
+
+
+def _sha(relative: str) -> str:
+    key = parse_key(relative)
+    assert key is not None and key.sha256 is not None, "a record's key names its sha256"
+    return key.sha256
+
+
+# --- the previous release's records: one per cache, one per result ------------------------
+
+
+def _legacy_cache(store: BlobStore, cache_id: str) -> tuple[CacheRecordV1, bytes]:
+    relative = legacy_cache_key(cache_id)
+    body = store.read(relative)
+    if body is None:
+        raise ArchiveError(
+            f"{store.where(relative)}: missing: no cache {cache_id!r} archived there"
+        )
+    return load_record(body, store.where(relative)), body
+
+
+def _legacy_result_facts(store: BlobStore, document: ResultRecordV1) -> ChainFacts:
     boot = document.boot
     caches = []
     for cache_id in document.caches:
-        record, body = read_cache(store, cache_id)
+        record, body = _legacy_cache(store, cache_id)
         use = next((b.use for b in record.boots if b.boot.id == boot.boot.id), None)
         if use is None:
-            where = store.url(store.record_key(cache_id))
+            where = store.where(legacy_cache_key(cache_id))
             raise ArchiveError(f"{where}: does not list boot {boot.boot.id}: the chain breaks here")
-        caches.append(CacheFacts(record.cache, use, archive_facts(store, cache_id, record, body)))
+        sha = hashlib.sha256(body).hexdigest()
+        archive = version_facts(store, legacy_cache_key(cache_id), sha, record)
+        caches.append(CacheFacts(record.cache, use, archive))
     return ChainFacts(
         result=document.result,
         digest=document.digest,
@@ -60,28 +174,9 @@ def result_facts(store: BlobStore, result_id: str) -> ChainFacts:
     )
 
 
-def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
-    """A cache, the boots its record lists and the results marked as standing on it."""
-    record, body = read_cache(store, cache_id)
+def _legacy_cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
+    record, body = _legacy_cache(store, cache_id)
     boots = [(entry.boot, entry.use) for entry in record.boots]
-    results = []
-    for result_id in results_of_cache(store, cache_id):
-        found = get_object(store, result_key(store, result_id))
-        if found is None:
-            continue  # a marker whose record was never written: that archive did not finish
-        document = load_result_record(found, store.url(result_key(store, result_id)))
-        results.append({**document.result, "digest": document.digest})
-    archive = archive_facts(store, cache_id, record, body)
-    return CacheAuditFacts(record.cache, None, archive, boots, results)
-
-
-def archive_facts(
-    store: BlobStore, cache_id: str, record: CacheRecordV1, body: bytes
-) -> ArchiveFacts:
-    """Where the cache's record is: as the ledger's archive row would say it."""
-    return {
-        "location": store.location.url(),
-        "record": store.url(store.record_key(cache_id)),
-        "record_sha256": hashlib.sha256(body).hexdigest(),
-        "with_content": record.with_content,
-    }
+    sha = hashlib.sha256(body).hexdigest()
+    archive = version_facts(store, legacy_cache_key(cache_id), sha, record)
+    return CacheAuditFacts(record.cache, None, archive, boots, _results(store, cache_id), [archive])

@@ -44,13 +44,17 @@ def chain_text(chain: Chain, source: str) -> str:
             f"{archive['record']} (sha256:{archive['record_sha256'][:16]}…)" if archive else None
         )
         lines.append(f"  archive: {where or 'not archived'}")
+        if archive and archive["parent"]:
+            lines.append(f"  (that version grew from {archive['parent']})")
     image = chain["image"]
     lines.append(f"<- image {image['id']} {' '.join(image['tags'] or [])}".rstrip())
+    lines += [f"  registry {reference}" for reference in image["repo_digests"]]
     for key, value in sorted((image["labels"] or {}).items()):
         lines.append(f"  label {key}={value}")
     lines.extend(_manifest_lines(chain["manifest"]))
     for patch in chain["patches"] or []:
         lines.append(f"<- patch {patch['file']} sha256:{patch['sha256']}")
+    lines += [f"WARNING {warning}" for warning in chain["warnings"]]
     return "\n".join(lines) + "\n"
 
 
@@ -66,6 +70,14 @@ def cache_text(audit: CacheAudit, source: str) -> str:
     ]
     archive = audit["archive"]
     lines.append(f"  archive: {archive['record'] if archive else 'not archived'}")
+    lines.append(f"versions ({len(audit['versions'])}):")
+    lines += [
+        f"  {v['tree_digest'] or '(previous format)'}"
+        + (f" from {v['parent'][:12]}" if v["parent"] else "")
+        + (" with content" if v["with_content"] else " evidence only")
+        + f": {v['record']}"
+        for v in audit["versions"]
+    ]
     lines.append(f"boots ({len(audit['boots'])}):")
     lines += [
         f"  {b['id']} {b['mode']} {b['started_at']} on {b['host']}, {b['profile']}:"

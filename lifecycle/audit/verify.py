@@ -13,13 +13,20 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from lifecycle.archive.record import blob_roles, load_record
+from lifecycle.archive.layout import legacy_cache_key
+from lifecycle.archive.record import CacheOrBoot, blob_roles, load_by_key
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.audit.blobs import BlobChecker, BlobClaim
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
-from lifecycle.records import CacheRecordV1, ResultRecordV1
-from lifecycle.results.archive import get_object, load_result_record
+from lifecycle.records import (
+    BootRecordV1,
+    CacheRecordV1,
+    CacheVersionV1,
+    ResultRecordV1,
+    ResultRecordV2,
+)
+from lifecycle.results.archive import load_result_record
 
 
 @dataclass(frozen=True)
@@ -65,26 +72,24 @@ def live_cache(
     return findings
 
 
-def cache_archive(
-    store: BlobStore, cache_id: str, record_sha256: str | None, checker: BlobChecker
+def archived_record(
+    store: BlobStore, relative: str, record_sha256: str | None, checker: BlobChecker
 ) -> list[Finding]:
-    """The cache's record (against the sha256 the ledger kept, if any) and every blob it names."""
-    url = store.url(store.record_key(cache_id))
+    """A cache's or a boot's record by its key under the prefix, against the sha256 the ledger
+    kept (if any) and its own name, and every blob it names, downloaded and hashed (a cache's
+    files named by their path, found in its archived fingerprint)."""
+    url = store.where(relative)
     findings: list[Finding] = []
     try:
-        body = store.get_record(cache_id)
-        if body is None:
-            return [Finding(url, "missing")]
-        found = hashlib.sha256(body).hexdigest()
-        if record_sha256 is not None and found != record_sha256:
-            findings.append(Finding(url, f"sha256 {found}, not the {record_sha256} recorded"))
-        record = load_record(body, url)
+        record = _record(store, relative, record_sha256, findings)
+        if record is None:
+            return findings
         roles = blob_roles(record)
-        fingerprint = _archived_fingerprint(store, record, findings)
-        if fingerprint is not None:
-            for e in fingerprint.entries:
+        if not isinstance(record, BootRecordV1):
+            fingerprint = _archived_fingerprint(store, record, findings)
+            for e in fingerprint.entries if fingerprint else ():
                 if e.sha256 is not None:
-                    roles.setdefault(e.sha256, f"cache file {e.path} of {cache_id}")
+                    roles.setdefault(e.sha256, f"cache file {e.path} of {record.cache_id}")
         claims = [BlobClaim(b.sha256, b.size, roles.get(b.sha256, "blob")) for b in record.blobs]
         problems = checker.check(store, claims)
     except S3Unavailable:  # the environment, not the archive: exit 3
@@ -112,19 +117,23 @@ def result_document(path: str | None, sha256: str | None, size: int | None) -> l
 
 
 def result_record(
-    store: BlobStore, key: str, record_sha256: str | None, digest: str | None, checker: BlobChecker
-) -> tuple[list[Finding], ResultRecordV1 | None]:
-    """A result's record: its bytes, its result's digest, and the blobs it names."""
-    url = store.url(key)
+    store: BlobStore,
+    relative: str,
+    record_sha256: str | None,
+    digest: str | None,
+    checker: BlobChecker,
+) -> tuple[list[Finding], ResultRecordV1 | ResultRecordV2 | None]:
+    """A result's record: its bytes, its own name, its result's digest, the blobs it names."""
+    url = store.where(relative)
     findings: list[Finding] = []
     try:
-        body = get_object(store, key)
+        body = store.read(relative)
         if body is None:
             return [Finding(url, "missing")], None
         found = hashlib.sha256(body).hexdigest()
         if record_sha256 is not None and found != record_sha256:
             findings.append(Finding(url, f"sha256 {found}, not the {record_sha256} recorded"))
-        document = load_result_record(body, url)
+        document = load_result_record(body, relative, url)
         if digest is not None and document.digest != digest:
             findings.append(Finding(url, f"result digest {document.digest}, not {digest}"))
         claims = [
@@ -143,8 +152,46 @@ def result_record(
     return findings, document
 
 
+def behind_result(
+    store: BlobStore, document: ResultRecordV1 | ResultRecordV2, checker: BlobChecker
+) -> list[Finding]:
+    """The records a result's record names (its boot's, each cache's exact version), each
+    checked against the sha256 the result's record gives it; the previous release's result
+    names its caches' one record each."""
+    if isinstance(document, ResultRecordV1):
+        return [
+            f
+            for cache_id in document.caches
+            for f in archived_record(store, legacy_cache_key(cache_id), None, checker)
+        ]
+    findings = archived_record(store, document.boot.key, document.boot.sha256, checker)
+    for ref in document.caches:
+        if ref.record is None:
+            note = f"tree {ref.tree_digest} was not archived before the cache changed again"
+            findings.append(Finding(f"version of cache {ref.cache_id}", None, note))
+        else:
+            findings += archived_record(store, ref.record.key, ref.record.sha256, checker)
+    return findings
+
+
+def _record(
+    store: BlobStore, relative: str, record_sha256: str | None, findings: list[Finding]
+) -> CacheOrBoot | None:
+    """Read a cache's or a boot's record, noting in `findings` what differs from the ledger's
+    sha256; None (and a finding) when it is not there."""
+    url = store.where(relative)
+    body = store.read(relative)
+    if body is None:
+        findings.append(Finding(url, "missing"))
+        return None
+    found = hashlib.sha256(body).hexdigest()
+    if record_sha256 is not None and found != record_sha256:
+        findings.append(Finding(url, f"sha256 {found}, not the {record_sha256} recorded"))
+    return load_by_key(body, relative, url)
+
+
 def _archived_fingerprint(
-    store: BlobStore, record: CacheRecordV1, findings: list[Finding]
+    store: BlobStore, record: CacheRecordV1 | CacheVersionV1, findings: list[Finding]
 ) -> Fingerprint | None:
     """The record's fingerprint blob, read back; its tree digest must be the record's."""
     described = record.fingerprint
@@ -163,10 +210,11 @@ def _archived_fingerprint(
     return fingerprint
 
 
-def _result_role(document: ResultRecordV1, sha256: str) -> str:
-    log = document.boot.log
-    if log is not None and log.sha256 == sha256:
-        return f"log of boot {document.boot.boot.id}"
+def _result_role(document: ResultRecordV1 | ResultRecordV2, sha256: str) -> str:
+    if isinstance(document, ResultRecordV1):
+        log = document.boot.log
+        if log is not None and log.sha256 == sha256:
+            return f"log of boot {document.boot.boot.id}"
     return f"document of result {document.result_id}"
 
 

@@ -7,12 +7,13 @@ cache whose dir a teardown has already moved away is never mounted.
 
 from __future__ import annotations
 
-import hashlib
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.boot.spec import CacheMount
+from lifecycle.build.keys import cache_key, key_factors
 from lifecycle.leases import CacheLease, try_lease
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord, CacheUse, cache_by_id, warm_candidates
@@ -35,32 +36,27 @@ class CachePlan:
             lease.release()
 
 
-def cache_key(image_id: str, cache_name: str, arch: str) -> str:
-    """What must match for a cache to be reused: the exact image, the cache, the GPU arch.
-
-    The image id covers the engine, its patches and its compiler; a JIT cache built for
-    another of those is at best useless and at worst loads stale kernels.
-    """
-    return hashlib.sha256(f"{image_id}\0{cache_name}\0{arch}".encode()).hexdigest()
-
-
 def plan_caches(
     ledger: Ledger,
     manifest: Manifest,
     manifest_digest: str,
     image_id: str,
     *,
+    labels: Mapping[str, str],
     arch: str,
     boot_id: str,
     cold: bool,
     now: str,
 ) -> CachePlan:
     """Pick or create one host dir per declared cache, each under its lease (dirs are made
-    before they are recorded); on any failure the leases taken so far are given back."""
+    before they are recorded); on any failure the leases taken so far are given back.
+
+    A cache is reused when its key matches (lifecycle.build.keys): what decides whether its
+    compiled artefacts are valid, read from the image's labels, never the image's own id."""
     plan = CachePlan([], [], [], {}, [])
     try:
         for name, declared in manifest.active_caches().items():
-            key = cache_key(image_id, name, arch)
+            key = cache_key(key_factors(labels, name, manifest_digest, arch))
             taken = None if cold else _take_warm(ledger, key)
             if taken is None:
                 cache_id = f"{name}-{secrets.token_hex(6)}"

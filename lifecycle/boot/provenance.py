@@ -19,7 +19,7 @@ from lifecycle.manifest.digest import canonical_form, patch_digests
 def keep_provenance(
     ledger: Ledger, loaded: LoadedManifest, digest: str, image: dict[str, Any]
 ) -> None:
-    """Write the snapshots once (they are content-named, so an existing one is the same)."""
+    """Write the snapshots (the manifest's and the patches' once: they are content-named)."""
     home = ledger.home
     patches = patch_digests(loaded)
     for (_, sha256), source in zip(patches, loaded.patch_files, strict=True):
@@ -33,9 +33,11 @@ def keep_provenance(
             "patches": [{"file": file, "sha256": sha} for file, sha in patches],
         }
         ledger.keep_evidence("manifests", f"{digest}.json", _dumps(snapshot))
-    if not home.image_snapshot(image["id"]).is_file():
-        name = home.image_snapshot(image["id"]).name
-        ledger.keep_evidence("images", name, _dumps(image))
+    # Named by the image's id, but what dockerd knows of it grows (a push, a pull by digest):
+    # the snapshot follows it.
+    kept = home.image_snapshot(image["id"])
+    if not kept.is_file() or kept.read_bytes() != _dumps(image):
+        ledger.keep_evidence("images", kept.name, _dumps(image))
 
 
 def _dumps(data: Any) -> bytes:

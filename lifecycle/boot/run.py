@@ -120,6 +120,7 @@ def boot(
         manifest,
         request.digest,
         request.image["id"],
+        labels=request.image["labels"],
         arch=request.arch,
         boot_id=boot_id,
         cold=request.cold,

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from lifecycle.build.plan import DIGEST_LABEL, BuildPlan
+from lifecycle.build.plan import BASE_DIGEST_LABEL, DIGEST_LABEL, BuildPlan
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.builds import BuildRecord, record_build
+from lifecycle.ledger.builds import BuildRecord, images_of, record_build
 
 FAIL_MARKERS = ("lifecycle: PATCH FAILED:", "lifecycle: PIN MISMATCH:", "lifecycle: PIN INSTALL")
 
@@ -35,12 +35,40 @@ class BuildResult:
     duration_s: float
     record_id: int
     log_path: str | None
+    base_digest: str | None  # the base image's id it was built on
 
 
-def find_built(client: Any, digest: str) -> Any | None:
-    """The image already built from this manifest digest, found through its label."""
-    images = client.images.list(filters={"label": f"{DIGEST_LABEL}={digest}"})
-    return images[0] if images else None
+def find_built(
+    client: Any, ledger: Ledger, digest: str, *, base_digest: str | None = None
+) -> Any | None:
+    """The image of this manifest digest (built on `base_digest`, when given) to use: the
+    newest this host built or pulled, by its ledger; else the newest the engine has, by its
+    `created` label then its id, so that the choice never depends on dockerd's list order."""
+    labels = [f"{DIGEST_LABEL}={digest}"]
+    if base_digest is not None:
+        labels.append(f"{BASE_DIGEST_LABEL}={base_digest}")
+    images = {image.id: image for image in client.images.list(filters={"label": labels})}
+    for image_id in images_of(ledger, digest):
+        if image_id in images:
+            return images[image_id]
+    newest = sorted(
+        images.values(),
+        key=lambda image: (image.labels.get("org.opencontainers.image.created", ""), image.id),
+    )
+    return newest[-1] if newest else None
+
+
+def base_image_digest(client: Any, base_image: str) -> str:
+    """The id of the base image as this engine has it (builds pull nothing)."""
+    from docker.errors import ImageNotFound
+
+    try:
+        return str(client.images.get(base_image).id)
+    except ImageNotFound:
+        raise BuildFailed(
+            f"base image {base_image} is not on this Docker engine (builds pull nothing):"
+            " load or pull it first"
+        ) from None
 
 
 def build_image(
@@ -51,10 +79,12 @@ def build_image(
     force: bool = False,
     on_line: Callable[[str], None] = lambda line: None,
 ) -> BuildResult:
-    """Build unless an image with this digest exists (or `force`); record every attempt."""
+    """Build unless an image of this digest on this very base exists (or `force`); record
+    every attempt. An image built on what the base tag named before it moved is not it."""
     started = datetime.now(UTC)
     clock = time.monotonic()
-    existing = None if force else find_built(client, plan.digest)
+    base = plan.labels.get(BASE_DIGEST_LABEL)
+    existing = None if force else find_built(client, ledger, plan.digest, base_digest=base)
     if existing is not None:
         record = _record(plan, started, time.monotonic() - clock, "up-to-date", existing.id)
         return _result(record_build(ledger, record), record, None)
@@ -91,17 +121,6 @@ def build_image(
         raise BuildFailed(f"build of {plan.manifest_file} failed: {reason}\nfull log: {log_path}")
     record = _record(plan, started, duration, "built", image_id, None, str(log_path))
     return _result(record_build(ledger, record), record, str(log_path))
-
-
-def push_image(client: Any, tag: str, registry: str) -> str:
-    """Tag the image as REGISTRY/name:tag and push it; returns the pushed reference."""
-    repository, _, version = tag.rpartition(":")
-    target = f"{registry.rstrip('/')}/{repository}"
-    client.images.get(tag).tag(target, version)
-    for chunk in client.api.push(target, version, stream=True, decode=True):
-        if "error" in chunk:
-            raise BuildFailed(f"push of {target}:{version} failed: {chunk['error']}")
-    return f"{target}:{version}"
 
 
 def _explain_failure(lines: list[str], docker_error: str) -> str:
@@ -151,6 +170,7 @@ def _record(
         outcome=outcome,
         error=error,
         log_path=log_path,
+        base_digest=plan.labels.get(BASE_DIGEST_LABEL),
     )
 
 
@@ -163,4 +183,5 @@ def _result(record_id: int, record: BuildRecord, log_path: str | None) -> BuildR
         duration_s=record.duration_s,
         record_id=record_id,
         log_path=log_path,
+        base_digest=record.base_digest,
     )

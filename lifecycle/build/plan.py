@@ -16,6 +16,11 @@ from lifecycle.manifest.digest import manifest_digest, patch_digests
 
 LABEL_PREFIX = "lifecycle."
 DIGEST_LABEL = "lifecycle.manifest.digest"
+# The base image's id (its config digest) the image was built on: `build` rebuilds when the
+# base image's tag has moved to other content, and cache keys carry it (lifecycle.build.keys).
+BASE_DIGEST_LABEL = "lifecycle.base.digest"
+VLLM_LABEL = "lifecycle.pin.vllm"
+FLASHINFER_LABEL = "lifecycle.pin.flashinfer"
 IN_IMAGE_DIR = "/opt/lifecycle/build"
 
 
@@ -48,8 +53,15 @@ class UnconfirmedPin(LifecycleError):
     """The manifest lists a pin nobody has confirmed: no image is built from it (exit 2)."""
 
 
-def plan_build(loaded: LoadedManifest, *, created: datetime, source: SourceInfo) -> BuildPlan:
-    """Turn a resolved manifest into the exact build that would be sent."""
+def plan_build(
+    loaded: LoadedManifest,
+    *,
+    created: datetime,
+    source: SourceInfo,
+    base_digest: str | None = None,
+) -> BuildPlan:
+    """Turn a resolved manifest into the exact build that would be sent; `base_digest` is the
+    base image's id as dockerd has it (None in a dry run, which asks no dockerd)."""
     unconfirmed = [
         f"{message}; check it, then delete engine.unconfirmed.{path[-1]} from the manifest"
         for path, message in unconfirmed_pins(loaded.manifest)
@@ -75,6 +87,8 @@ def plan_build(loaded: LoadedManifest, *, created: datetime, source: SourceInfo)
     for helper in ("pins.py", "apply-series.sh", "gitbinary.py"):
         context[f"lifecycle/{helper}"] = _in_image(helper)
     labels = _labels(loaded, digest, patches, created, source)
+    if base_digest is not None:
+        labels[BASE_DIGEST_LABEL] = base_digest
     dockerfile = _dockerfile(loaded, digest, labels)
     context["Dockerfile"] = dockerfile.encode()
     return BuildPlan(
@@ -132,8 +146,8 @@ def _labels(
     labels = {
         DIGEST_LABEL: digest,
         "lifecycle.manifest.name": manifest.name,
-        "lifecycle.pin.vllm": manifest.engine.vllm,
-        "lifecycle.pin.flashinfer": manifest.engine.flashinfer,
+        VLLM_LABEL: manifest.engine.vllm,
+        FLASHINFER_LABEL: manifest.engine.flashinfer,
         "lifecycle.base-image": manifest.engine.base_image,
         "lifecycle.tool.version": __version__,
         "lifecycle.patch.count": str(len(patches)),

@@ -7,16 +7,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from lifecycle.archive.config import optional_location
+from lifecycle.archive.images import pushed_images
+from lifecycle.archive.store import BlobStore
+from lifecycle.boot.image import engine_image
 from lifecycle.boot.run import BootRequest, Watch, dry_run_spec
-from lifecycle.build.engine import find_built
 from lifecycle.build.plan import image_tag
+from lifecycle.build.registry import RegistryFailed, registry_digest
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report, plain
-from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
+from lifecycle.errors import EXIT_NO, EXIT_OK
 from lifecycle.flows import boot_then_accept
 from lifecycle.hooks import select
+from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, CacheUse, cache_uses
-from lifecycle.manifest import find_manifest, load_manifest
+from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.manifest.digest import manifest_digest
 
 
@@ -29,6 +34,7 @@ class BootOptions:
     cold: bool = False
     hook_names: Sequence[str] = ()
     timeout_s: float | None = None
+    pull: bool = False  # pull the image by digest when this host has none
 
 
 @dataclass(frozen=True)
@@ -75,20 +81,26 @@ class BootSpecReport(Report):
         return {"format": self.FORMAT, **self.spec}
 
 
-def request(ctx: Context, options: BootOptions, client: Any | None) -> BootRequest:
-    """Resolve manifest, image and hooks; with no client (dry run) the tag is derived."""
+def request(
+    ctx: Context, options: BootOptions, client: Any | None, ledger: Ledger | None
+) -> BootRequest:
+    """Resolve manifest, image and hooks; with no client (dry run) the tag is derived. The
+    image is found (or, with --pull or a manifest `registry:`, pulled by digest) and run by
+    its id."""
     loaded = load_manifest(find_manifest(ctx.manifests_dir, options.ref))
     digest = manifest_digest(loaded)
     tag = image_tag(loaded.manifest.name, loaded.manifest.engine.vllm, digest)
     image: dict[str, Any] = {"id": "(not looked up in a dry run)", "tags": [tag], "labels": {}}
-    if client is not None:
-        built = find_built(client, digest)
-        if built is None:
-            raise LifecycleError(
-                f"{options.ref} is not built: no image carries manifest digest {digest[:12]};"
-                f" run `lifecycle build {options.ref}` first"
-            )
-        image = {"id": built.id, "tags": built.tags, "labels": built.labels}
+    if client is not None and ledger is not None:
+        pulls = options.pull or loaded.manifest.registry is not None
+        pull_from = (lambda: _references(ctx, client, loaded, digest, tag)) if pulls else None
+        built = engine_image(client, ledger, digest, options.ref, pull_from=pull_from)
+        image = {
+            "id": built.id,
+            "tags": built.tags,
+            "labels": built.labels,
+            "repo_digests": built.attrs.get("RepoDigests") or [],
+        }
     hooks = select(ctx.project / "hooks", options.hook_names)
     # The GPU arch is part of the cache key; set LIFECYCLE_GPU_ARCH (e.g. 90a) on GPU hosts.
     arch = ctx.environ.get("LIFECYCLE_GPU_ARCH", "unknown")
@@ -100,8 +112,8 @@ def request(ctx: Context, options: BootOptions, client: Any | None) -> BootReque
 def run(ctx: Context, options: BootOptions) -> BootReport:
     """Boot once (then the profile's acceptance, if any); the boot as recorded."""
     client = ctx.docker()
-    boot_request = request(ctx, options, client)
     with ctx.ledger() as ledger:
+        boot_request = request(ctx, options, client, ledger)
         watch = Watch(on_line=ctx.say, checkpoint=ctx.checkpoint())
         record = boot_then_accept(client, ledger, boot_request, ctx.environ, watch)
         uses = cache_uses(ledger, boot_id=record.id)
@@ -115,7 +127,31 @@ def report_of(record: BootRecord, uses: Sequence[CacheUse]) -> BootReport:
 
 def dry_run(ctx: Context, options: BootOptions) -> BootSpecReport:
     """The spec a boot would send; nothing is made, recorded or sent."""
-    return BootSpecReport(dry_run_spec(request(ctx, options, None), ctx.environ).describe())
+    return BootSpecReport(dry_run_spec(request(ctx, options, None, None), ctx.environ).describe())
+
+
+def _references(
+    ctx: Context, client: Any, loaded: LoadedManifest, digest: str, tag: str
+) -> list[tuple[str, str]]:
+    """Where this manifest's image can be pulled by digest: what the archive recorded of its
+    pushes, newest first; then the digest the manifest's `registry:` has for its tag now."""
+    found = []
+    location = optional_location(None, ctx.environ, ctx.project)
+    if location is not None:
+        store = BlobStore(ctx.s3(), location)
+        found += [
+            (r.reference, f"pushed, as {location.url()} records")
+            for r in pushed_images(store, digest)
+        ]
+    registry = loaded.manifest.registry
+    if registry is not None:
+        tagged = f"{registry.rstrip('/')}/{tag}"
+        try:
+            reference = f"{tagged.rpartition(':')[0]}@{registry_digest(client, tagged)}"
+        except RegistryFailed:
+            return found
+        found.append((reference, f"the digest of {tagged} now"))
+    return found
 
 
 def render(report: BootReport) -> str:

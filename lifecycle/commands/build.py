@@ -1,30 +1,57 @@
-"""`lifecycle build`: manifest → labelled image, recorded in the ledger with its log."""
+"""`lifecycle build`: manifest → labelled image, recorded in the ledger with its log; with
+`--push`, the image in a registry, recorded by digest (the ledger, and the archive when one is
+set, so another host can pull it by the manifest it has)."""
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lifecycle import proc
-from lifecycle.build.engine import BuildResult, build_image, push_image
+from lifecycle import __version__, proc
+from lifecycle.archive.config import optional_location
+from lifecycle.archive.images import publish_image
+from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.build.engine import BuildResult, base_image_digest, build_image
 from lifecycle.build.plan import BuildPlan, SourceInfo, plan_build
+from lifecycle.build.registry import Pushed, push_image
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report, plain
-from lifecycle.manifest import find_manifest, load_manifest
+from lifecycle.errors import EXIT_NO, EXIT_OK
+from lifecycle.ledger.builds import RegistryImage, record_registry_image
+from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
+from lifecycle.records import IMAGE_FORMAT, ImageRecordV1
 
 
 @dataclass(frozen=True)
 class BuildReport(Report):
-    """A build done, or found up to date; and where it was pushed."""
+    """A build done, or found up to date; and where it was pushed, by digest."""
 
     FORMAT: ClassVar[str] = "lifecycle-build/1"
     build: BuildResult
-    pushed: str | None = None
+    pushed: Pushed | None = None
+    image_record: str | None = None  # the archive's record of the push
+    not_recorded: str | None = None  # why the push is not in the archive
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_NO if self.not_recorded else EXIT_OK
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return (f"lifecycle: {self.not_recorded}",) if self.not_recorded else ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": self.FORMAT, **plain(self.build), "pushed": self.pushed}
+        pushed = self.pushed
+        return {
+            "format": self.FORMAT,
+            **plain(self.build),
+            "pushed": pushed.tag if pushed else None,
+            "pushed_reference": pushed.reference if pushed else None,
+            "pushed_digest": pushed.digest if pushed else None,
+            "image_record": self.image_record,
+        }
 
 
 @dataclass(frozen=True)
@@ -40,25 +67,58 @@ class BuildPlanReport(Report):
     context: dict[str, int]  # path in the build context -> its size in bytes
 
 
-def plan(ctx: Context, ref: str) -> BuildPlan:
-    """The plan for VERSION (or a manifest path), with the manifests' git revision if any."""
-    loaded = load_manifest(find_manifest(ctx.manifests_dir, ref))
-    return plan_build(loaded, created=datetime.now(UTC), source=_source_info(loaded.file.parent))
+def plan(ctx: Context, loaded: LoadedManifest, base_digest: str | None = None) -> BuildPlan:
+    """The plan for a loaded manifest, with the manifests' git revision if any."""
+    return plan_build(
+        loaded,
+        created=ctx.now(),
+        source=_source_info(loaded.file.parent),
+        base_digest=base_digest,
+    )
 
 
 def run(ctx: Context, ref: str, *, force: bool, push: str | None) -> BuildReport:
-    """Build (or find up to date), optionally push."""
-    build_plan = plan(ctx, ref)
+    """Build (or find up to date: same manifest, same base image), optionally push."""
+    loaded = load_manifest(find_manifest(ctx.manifests_dir, ref))
+    plan(ctx, loaded)  # refuses what cannot be built (an unconfirmed pin) before dockerd is asked
+    where = optional_location(None, ctx.environ, ctx.project) if push else None
     client = ctx.docker()  # its settings are checked before the ledger is made
+    base = base_image_digest(client, loaded.manifest.engine.base_image)
+    build_plan = plan(ctx, loaded, base)
     with ctx.ledger() as ledger:
         result: BuildResult = build_image(client, build_plan, ledger, force=force, on_line=ctx.say)
-    pushed = push_image(client, result.tag, push) if push else None
-    return BuildReport(result, pushed)
+        if not push:
+            return BuildReport(result)
+        pushed = push_image(client, result.image_id, result.tag, push)
+        at = ctx.now().isoformat(timespec="seconds")
+        row = RegistryImage(result.image_id, result.digest, pushed.reference, "pushed", at)
+        record_registry_image(ledger, row)
+    if where is None:
+        return BuildReport(result, pushed)
+    record = ImageRecordV1(
+        format=IMAGE_FORMAT,
+        manifest_digest=result.digest,
+        image_id=result.image_id,
+        reference=pushed.reference,
+        tag=pushed.tag,
+        labels=dict(client.images.get(result.image_id).labels or {}),
+        host=socket.gethostname(),
+        tool_version=__version__,
+        pushed_at=at,
+    )
+    store = BlobStore(ctx.s3(), where)
+    try:
+        key = publish_image(store, record)
+    except ArchiveError as exc:
+        why = f"pushed {pushed.reference}, but not recorded at {where.url()}: {exc}"
+        return BuildReport(result, pushed, not_recorded=why)
+    return BuildReport(result, pushed, store.where(key))
 
 
 def dry_run(ctx: Context, ref: str) -> BuildPlanReport:
-    """What `run` would send to dockerd; nothing is built or recorded."""
-    build_plan = plan(ctx, ref)
+    """What `run` would send to dockerd; nothing is built or recorded (and no dockerd is
+    asked, so the base image's digest label is left out)."""
+    build_plan = plan(ctx, load_manifest(find_manifest(ctx.manifests_dir, ref)))
     return BuildPlanReport(
         manifest=build_plan.manifest_file,
         digest=build_plan.digest,
@@ -76,13 +136,18 @@ def render(report: BuildReport) -> str:
         text = f"{built.tag} is up to date ({built.image_id[:19]})\n"
     else:
         text = f"built {built.tag} ({built.image_id[:19]}) in {built.duration_s} s\n"
-    return text + (f"pushed {report.pushed}\n" if report.pushed else "")
+    if report.pushed:
+        text += f"pushed {report.pushed.tag}\n  as {report.pushed.reference}\n"
+    if report.image_record:
+        text += f"  recorded at {report.image_record}\n"
+    return text
 
 
 def render_plan(report: BuildPlanReport) -> str:
     """The Dockerfile, headed by the tag, the labels and the context's files as comments."""
     lines = ["# dry run: nothing is built", f"# tag {report.tag}"]
     lines += [f"# label {key}={value}" for key, value in report.labels.items()]
+    lines.append("# label lifecycle.base.digest: the base image's id, read from dockerd at build")
     lines += [f"# context {name} ({size} bytes)" for name, size in report.context.items()]
     return "\n".join(lines) + "\n" + report.dockerfile
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from lifecycle.manifest import Manifest
-from lifecycle.records import FORMATS, json_schema
-
-RECORD_KINDS = tuple(FORMATS)
+from lifecycle.records import json_schema
 
 
 def manifest_json_schema() -> dict[str, Any]:
@@ -37,5 +35,6 @@ def _drop_required(node: Any) -> None:
 
 
 def record_json_schema(kind: str) -> dict[str, Any]:
-    """JSON Schema of one archive record format: `cache` or `result`."""
+    """JSON Schema of one archive record format: `cache`, `boot`, `result`, `image`, `pin`
+    (the current ones) or any format's full name (the previous release's too)."""
     return json_schema(kind)

@@ -1,4 +1,9 @@
-"""Archives in the ledger: where each cache's verified record is, and the md5s of blobs sent."""
+"""Archives in the ledger: the versions of each cache and the boots this host archived (or
+restored from), the newest version of each cache, and the md5s of blobs sent.
+
+Every record these rows name is immutable in S3 (its key holds its sha256), so what a row
+says can be verified again at any time, whatever other hosts archived since.
+"""
 
 from __future__ import annotations
 
@@ -11,33 +16,111 @@ from lifecycle.ledger.rows import insert
 
 @dataclass(frozen=True)
 class ArchiveRecord:
-    """A cache's record in S3, written last as the commit marker of its archive."""
+    """The newest version of a cache this host archived or restored: what teardown checks."""
 
     cache_id: str
     location: str  # s3://bucket/prefix
-    record_key: str  # PREFIX/caches/<cache id>.json
+    record_key: str  # PREFIX/caches/<cache id>/versions/<tree>.<sha256>.json
     record_sha256: str  # of the record's bytes as read back after the upload
     with_content: bool
     blobs: int
     bytes_uploaded: int
     archived_at: str
     verified_at: str | None
+    # The tree the record holds; None for a record of the previous format (one mutable
+    # `caches/<cache id>.json` per cache), written before versions existed.
+    tree_digest: str | None = None
 
 
-def record_archive(
-    ledger: Ledger, archive: ArchiveRecord, md5s: Mapping[str, str] | None = None
+@dataclass(frozen=True)
+class VersionRow:
+    """One archived state of a cache: a record in S3 holding one tree."""
+
+    cache_id: str
+    tree_digest: str
+    location: str
+    record_key: str  # with the prefix, as ArchiveRecord.record_key
+    record_sha256: str
+    with_content: bool
+    parent: str | None  # the tree this version grew from, None for the first
+    archived_at: str
+
+
+@dataclass(frozen=True)
+class BootArchiveRow:
+    """A boot's record in S3 (`boots/<boot id>/<sha256>.json`)."""
+
+    boot_id: str
+    location: str
+    record_key: str
+    record_sha256: str
+    archived_at: str
+
+
+def record_version(
+    ledger: Ledger,
+    version: VersionRow,
+    archive: ArchiveRecord,
+    md5s: Mapping[str, str] | None = None,
+    *,
+    mark_archived: bool = True,
 ) -> None:
-    """Record a verified archive, mark a live cache archived and remember its blobs' md5s."""
+    """One transaction: the version (once), the cache's newest archive, the blobs' md5s, and a
+    live cache marked archived (not when it is restored: a restore marks it live itself)."""
     with ledger.transaction() as conn:
+        exists = conn.execute(
+            "SELECT 1 FROM cache_versions WHERE location = ? AND record_key = ?",
+            (version.location, version.record_key),
+        ).fetchone()
+        if exists is None:
+            insert(conn, "cache_versions", version)
         conn.execute("DELETE FROM archives WHERE cache_id = ?", (archive.cache_id,))
         insert(conn, "archives", archive)
         conn.executemany(
             "INSERT OR IGNORE INTO blob_md5s (sha256, md5) VALUES (?, ?)", (md5s or {}).items()
         )
+        if mark_archived:
+            conn.execute(
+                "UPDATE caches SET state = 'archived' WHERE id = ? AND state = 'live'",
+                (archive.cache_id,),
+            )
+
+
+def versions_of(ledger: Ledger, cache_id: str) -> list[VersionRow]:
+    """Every version of the cache this host knows, oldest first."""
+    sql = "SELECT * FROM cache_versions WHERE cache_id = ? ORDER BY archived_at, rowid"
+    return ledger.records(VersionRow, sql, (cache_id,))
+
+
+def version_of(ledger: Ledger, cache_id: str, tree_digest: str, location: str) -> VersionRow | None:
+    """The first record of that tree at that location: the one a result names, forever."""
+    sql = (
+        "SELECT * FROM cache_versions WHERE cache_id = ? AND tree_digest = ? AND location = ?"
+        " ORDER BY archived_at, rowid LIMIT 1"
+    )
+    return ledger.record(VersionRow, sql, (cache_id, tree_digest, location))
+
+
+def record_boot_archive(ledger: Ledger, row: BootArchiveRow) -> None:
+    """Record that the boot's record is in S3 at that location (read back and verified)."""
+    with ledger.transaction() as conn:
         conn.execute(
-            "UPDATE caches SET state = 'archived' WHERE id = ? AND state = 'live'",
-            (archive.cache_id,),
+            "DELETE FROM boot_archives WHERE boot_id = ? AND location = ?",
+            (row.boot_id, row.location),
         )
+        insert(conn, "boot_archives", row)
+
+
+def boot_archive(ledger: Ledger, boot_id: str, location: str) -> BootArchiveRow | None:
+    """Where the boot's record is at that location, if it was archived there."""
+    sql = "SELECT * FROM boot_archives WHERE boot_id = ? AND location = ?"
+    return ledger.record(BootArchiveRow, sql, (boot_id, location))
+
+
+def boot_archives(ledger: Ledger, boot_id: str) -> list[BootArchiveRow]:
+    """Every location the boot's record was archived to, oldest first."""
+    sql = "SELECT * FROM boot_archives WHERE boot_id = ? ORDER BY archived_at, rowid"
+    return ledger.records(BootArchiveRow, sql, (boot_id,))
 
 
 def known_md5s(ledger: Ledger, shas: Iterable[str]) -> dict[str, str]:
@@ -56,7 +139,7 @@ _IN_BATCH = 500  # parameters per query: under SQLite's 999 of older builds
 
 
 def archive_of(ledger: Ledger, cache_id: str) -> ArchiveRecord | None:
-    """The cache's archive, if it was archived from this host."""
+    """The cache's newest archive, if it was archived from (or restored to) this host."""
     return ledger.record(ArchiveRecord, "SELECT * FROM archives WHERE cache_id = ?", (cache_id,))
 
 

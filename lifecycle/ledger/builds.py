@@ -1,4 +1,5 @@
-"""Builds in the ledger: every attempt, and where its full log is kept."""
+"""Builds in the ledger: every attempt and where its full log is kept; the images this host
+pushed to or pulled from a registry, by digest."""
 
 from __future__ import annotations
 
@@ -22,7 +23,21 @@ class BuildRecord:
     outcome: str
     error: str | None
     log_path: str | None
+    # The base image's id (`sha256:…`, its config digest: the same on every host that has
+    # it) the image was built on; None for builds recorded before it was kept.
+    base_digest: str | None = None
     id: int | None = None
+
+
+@dataclass(frozen=True)
+class RegistryImage:
+    """An image this host pushed to a registry, or pulled from one, by digest."""
+
+    image_id: str
+    manifest_digest: str
+    reference: str  # REGISTRY/REPOSITORY@sha256:…
+    how: str  # pushed | pulled
+    at: str
 
 
 def record_build(ledger: Ledger, record: BuildRecord) -> int:
@@ -35,3 +50,33 @@ def record_build(ledger: Ledger, record: BuildRecord) -> int:
 def all_builds(ledger: Ledger) -> list[BuildRecord]:
     """Every build, oldest first."""
     return ledger.records(BuildRecord, "SELECT * FROM builds ORDER BY id")
+
+
+def record_registry_image(ledger: Ledger, image: RegistryImage) -> None:
+    """Record a push or a pull (once per image, reference and direction)."""
+    with ledger.transaction() as conn:
+        conn.execute(
+            "DELETE FROM registry_images WHERE image_id = ? AND reference = ? AND how = ?",
+            (image.image_id, image.reference, image.how),
+        )
+        insert(conn, "registry_images", image)
+
+
+def registry_images(ledger: Ledger, image_id: str) -> list[RegistryImage]:
+    """Where an image was pushed to or pulled from, oldest first."""
+    sql = "SELECT * FROM registry_images WHERE image_id = ? ORDER BY at, rowid"
+    return ledger.records(RegistryImage, sql, (image_id,))
+
+
+def images_of(ledger: Ledger, manifest_digest: str) -> list[str]:
+    """The image ids this host built (or found up to date) or pulled for a manifest digest,
+    newest first, each once: the order in which `boot` prefers them."""
+    rows = ledger.query(
+        "SELECT image_id, started_at AS at, id AS seq FROM builds WHERE manifest_digest = ?"
+        " AND image_id IS NOT NULL AND outcome IN ('built', 'up-to-date')"
+        " UNION ALL SELECT image_id, at, rowid AS seq FROM registry_images"
+        " WHERE manifest_digest = ? AND how = 'pulled'"
+        " ORDER BY at DESC, seq DESC",
+        (manifest_digest, manifest_digest),
+    )
+    return list(dict.fromkeys(str(row["image_id"]) for row in rows))

@@ -177,4 +177,57 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (cache_id, path, sha256, secret)
     );
     """,
+    # 7: many hosts on one archive. Every archived state of a cache is its own immutable record
+    # (a version, by tree digest, with the version it grew from), each boot and each result
+    # too; `archives` keeps pointing at the newest version this host wrote (tree_digest NULL:
+    # a record of the previous, one-per-cache format). Builds record their base image's
+    # digest; images pushed and pulled by digest; and the journal of `gc --remote`.
+    """
+    ALTER TABLE archives ADD COLUMN tree_digest TEXT;
+    CREATE TABLE cache_versions (
+        cache_id TEXT NOT NULL REFERENCES caches (id),
+        tree_digest TEXT NOT NULL,
+        location TEXT NOT NULL,
+        record_key TEXT NOT NULL,
+        record_sha256 TEXT NOT NULL,
+        with_content INTEGER NOT NULL,
+        parent TEXT,
+        archived_at TEXT NOT NULL,
+        PRIMARY KEY (location, record_key)
+    );
+    CREATE INDEX cache_versions_tree ON cache_versions (cache_id, tree_digest);
+    CREATE TABLE boot_archives (
+        boot_id TEXT NOT NULL REFERENCES boots (id),
+        location TEXT NOT NULL,
+        record_key TEXT NOT NULL,
+        record_sha256 TEXT NOT NULL,
+        archived_at TEXT NOT NULL,
+        PRIMARY KEY (boot_id, location)
+    );
+    ALTER TABLE builds ADD COLUMN base_digest TEXT;
+    CREATE TABLE registry_images (
+        image_id TEXT NOT NULL,
+        manifest_digest TEXT NOT NULL,
+        reference TEXT NOT NULL,
+        how TEXT NOT NULL CHECK (how IN ('pushed', 'pulled')),
+        at TEXT NOT NULL,
+        PRIMARY KEY (image_id, reference, how)
+    );
+    CREATE TABLE gc_runs (
+        run_id TEXT PRIMARY KEY,
+        location TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        policy TEXT NOT NULL,
+        finished_at TEXT
+    );
+    CREATE TABLE gc_objects (
+        run_id TEXT NOT NULL REFERENCES gc_runs (run_id),
+        key TEXT NOT NULL,
+        phase INTEGER NOT NULL,
+        size INTEGER NOT NULL,
+        removed_at TEXT,
+        spared TEXT,
+        PRIMARY KEY (run_id, key)
+    );
+    """,
 )

@@ -12,8 +12,9 @@ _DOMAIN = b"lifecycle/manifest/v1\n"
 
 
 def canonical_form(loaded: LoadedManifest) -> dict[str, Any]:
-    """The resolved manifest as JSON data; `extends` is where it came from, not what it is."""
-    return loaded.manifest.model_dump(mode="json", exclude={"extends"})
+    """The resolved manifest as JSON data; `extends` is where it came from and `registry` where
+    its images are kept, not what it is."""
+    return loaded.manifest.model_dump(mode="json", exclude={"extends", "registry"})
 
 
 def manifest_digest(loaded: LoadedManifest) -> str:

@@ -232,6 +232,14 @@ class Manifest(_Strict):
     schema_version: Literal[1]
     name: Slug
     extends: Text | None = None
+    registry: Text | None = Field(
+        default=None,
+        description=(
+            "Where the engine's images are pushed and pulled (HOST[:PORT][/PATH]): `boot` pulls"
+            " the image by digest from here when this host has none. Not part of the digest:"
+            " where an image is kept is not what it is."
+        ),
+    )
     engine: EnginePins
     upstream: Upstream
     patches: list[Patch] = Field(default_factory=list)

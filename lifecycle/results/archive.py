@@ -1,149 +1,134 @@
-"""A result's record in S3 (`lifecycle-result-record/1`), next to the caches' records.
+"""A result's record in S3 (`lifecycle-result-record/2`), beside the boot and cache records.
 
-Two kinds of object join the archive layout (lifecycle.archive.store):
+Two kinds of object join the archive layout (lifecycle.archive.layout):
 
-- `results/<result>.json`: the record, written **last** as the commit marker, and only once
-  the record of every cache the result's boot used lists that boot, so the chain an audit
-  follows from it is whole in S3;
-- `results-by-cache/<cache>/<result>`: one empty marker per cache, written before the
-  record, so `audit cache --from` lists a cache's results without reading every record.
+- `results/<result>/<sha256>.json`: the record, written **last**, and only once the record of
+  its boot and the record of the exact version of each cache behind it are at that location,
+  so the chain an audit follows from it is whole in S3;
+- `caches/<cache>/results/<result>`: one empty marker per cache, written before the record, so
+  a cache's results are found by listing its index.
 
 The record is one JSON object, keys sorted:
 
-    format        "lifecycle-result-record/1"
-    result_id     the result's id; digest: sha256 of `result` in canonical JSON
-    result        the canonical result (lifecycle.results.model.canonical_result)
-    boot          {boot (row), hook_runs, log: {sha256, size} | null}
-    caches        the ids of the caches the boot used, sorted
-    image         the image snapshot (id, tags, labels) or null
-    manifest      the resolved-manifest snapshot (digest, file, canonical, patches) or null
-    blobs         [{sha256, size, md5}]: the result's document and the boot's log
+    format          "lifecycle-result-record/2"
+    result_id       the result's id; digest: sha256 of `result` in canonical JSON
+    result          the canonical result (lifecycle.results.model.canonical_result)
+    boot            {key, sha256} of its boot's record
+    manifest_name, manifest_digest, arch   what the boot ran, for listings
+    caches          per cache the boot used: {cache_id, tree_digest (what the boot left it
+                    holding), record: {key, sha256} of that version, or null when the cache
+                    changed again before that tree was archived}
+    blobs           [{sha256, size, md5}]: the result's document
     host, tool_version, archived_at
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from lifecycle.archive.record import (
-    BlobSource,
-    RecordPlan,
-    boot_facts,
-    evidence_blob,
-    load_record,
-    parse_record,
-    read_snapshot,
-    render_record,
-    same_record,
+from lifecycle.archive.layout import (
+    cache_prefix,
+    legacy_marker_prefix,
+    legacy_result_key,
+    parse_key,
+    result_key,
+    result_marker,
+    results_prefix,
 )
-from lifecycle.archive.store import ArchiveError, BlobStore, b64_sha256
+from lifecycle.archive.record import load_as, named_by_content, read_as
+from lifecycle.archive.sources import BlobSource, RecordPlan, file_blob, render_record
+from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import archive_of
-from lifecycle.ledger.boots import cache_uses
+from lifecycle.ledger.archives import archive_of, boot_archive, version_of
+from lifecycle.ledger.boots import CacheUse, cache_by_id, cache_uses
 from lifecycle.ledger.results import (
     ResultArchiveRecord,
     ResultRecord,
     record_result_archive,
     unarchived_results,
 )
-from lifecycle.records import RESULT_FORMAT, RecordInvalid, ResultRecordV1, parse_result_record
+from lifecycle.records import RESULT_FORMAT_2, ResultRecordV1, ResultRecordV2
 from lifecycle.results.add import find_boot
 from lifecycle.results.model import canonical_result, result_digest
 
-FORMAT = RESULT_FORMAT
 Say = Callable[[str], None]
 
 
-def result_key(store: BlobStore, result_id: str) -> str:
-    """`PREFIX/results/<result>.json`."""
-    return store.location.key("results", f"{result_id}.json")
-
-
-def marker_prefix(store: BlobStore, cache_id: str) -> str:
-    """`PREFIX/results-by-cache/<cache>/`: one empty object per result of the cache."""
-    return store.location.key("results-by-cache", cache_id) + "/"
-
-
-@dataclass
-class Coverage:
-    """Which boots each cache's record in S3 lists, asked once per cache per run."""
-
-    store: BlobStore
-    boots: dict[str, set[str] | None] = field(default_factory=dict)  # None: no record there
-
-    def problem(self, cache_id: str, boot_id: str) -> str | None:
-        """None when the cache's record lists the boot; else why the chain breaks there."""
-        if cache_id not in self.boots:
-            body = self.store.get_record(cache_id)
-            where = self.store.url(self.store.record_key(cache_id))
-            document = None if body is None else load_record(body, where)
-            listed = document.boot_ids() if document else None
-            self.boots[cache_id] = listed
-        listed = self.boots[cache_id]
-        if listed is None:
-            return f"cache {cache_id} has no record at {self.store.location.url()}"
-        if boot_id not in listed:
-            return f"the archived record of cache {cache_id} predates boot {boot_id}"
-        return None
+def chain_gaps(ledger: Ledger, boot_id: str, url: str) -> dict[str, str]:
+    """What is missing at `url` for a result of this boot to be archived, that archiving a
+    cache would write: cache id -> why (the boot's record, or the tree the boot left)."""
+    gaps = {}
+    uses = cache_uses(ledger, boot_id=boot_id)
+    for use in uses:
+        cache = cache_by_id(ledger, use.cache_id)
+        if cache is None or use.tree_digest_after is None:
+            continue
+        if version_of(ledger, use.cache_id, use.tree_digest_after, url) is None and (
+            cache.tree_digest == use.tree_digest_after and cache.state != "torn-down"
+        ):
+            gaps[cache.id] = f"the tree boot {boot_id} left in cache {cache.id} is not at {url}"
+    if boot_archive(ledger, boot_id, url) is None and not gaps:
+        # Archiving any cache the boot used writes the boot's record.
+        live = [u.cache_id for u in uses if _on_disk(ledger, u.cache_id)]
+        gaps.update({cache_id: f"boot {boot_id} has no record at {url}" for cache_id in live[:1]})
+        if not live:
+            gaps[""] = f"boot {boot_id} has no record at {url}, and none of its caches is here"
+    return gaps
 
 
 def archive_result(
     ledger: Ledger, store: BlobStore, result: ResultRecord, *, host: str, tool_version: str
 ) -> ResultArchiveRecord:
-    """Upload the result's blobs, its markers, then its record; read back; record it."""
+    """Upload the result's document, its markers, then its record; record it in the ledger."""
     boot = find_boot(ledger, result.boot_id)
-    cache_ids = sorted(u.cache_id for u in cache_uses(ledger, boot_id=boot.id))
+    url = store.location.url()
+    boot_row = boot_archive(ledger, boot.id, url)
+    if boot_row is None:
+        raise ArchiveError(f"boot {boot.id} has no record at {url}: archive its caches first")
+    uses = cache_uses(ledger, boot_id=boot.id)
     sources: dict[str, BlobSource] = {}
     if result.document_path is not None:
-        ref = evidence_blob(Path(result.document_path), f"document of {result.id}", sources)
+        ref = file_blob(Path(result.document_path), f"document of {result.id}", sources)
         if ref["sha256"] != result.document_sha256:
             raise ArchiveError(f"{result.document_path}: changed since result {result.id} took it")
     canonical = canonical_result(result)
+    arches = {c.arch for u in uses if (c := cache_by_id(ledger, u.cache_id)) is not None}
     document = {
-        "format": FORMAT,
+        "format": RESULT_FORMAT_2,
         "result_id": result.id,
         "result": canonical,
         "digest": result_digest(canonical),
-        "boot": boot_facts(ledger, boot, sources),
-        "caches": cache_ids,
-        "image": read_snapshot(ledger.home.image_snapshot(boot.image_id)),
-        "manifest": read_snapshot(ledger.home.manifest_snapshot(boot.manifest_digest)),
+        "boot": {"key": store.relative(boot_row.record_key), "sha256": boot_row.record_sha256},
+        "manifest_name": boot.manifest_name,
+        "manifest_digest": boot.manifest_digest,
+        "arch": ", ".join(sorted(arches)) or "unknown",
+        "caches": [_version_ref(ledger, store, use) for use in uses],
         "host": host,
         "tool_version": tool_version,
     }
     for source in sources.values():
-        if source.data is not None:
-            store.put_blob(source.sha256, source.data)
-        elif not store.has_blob(source.sha256):
-            with source.open() as handle:
-                store.upload_blob(source.sha256, handle)
+        with source.open() as handle:
+            store.upload_blob(source.sha256, handle)
         problem = store.verify_blob(source.sha256, size=source.size)
         if problem:
             raise ArchiveError(f"not verified after upload: {problem} ({source.what})")
-    for cache_id in cache_ids:
-        _put(store, marker_prefix(store, cache_id) + result.id, b"")
-    md5s = {sha: source.md5 or "" for sha, source in sources.items()}
-    body = render_record(RecordPlan(document, sources), md5s, _stamp())
-    key = result_key(store, result.id)
-    load_result_record(body, store.url(key))  # what is written must read back
-    existing = get_object(store, key)
-    if existing is not None and same_record(existing, body):
-        body = existing
-    else:
-        _put(store, key, body, "application/json")
-        if get_object(store, key) != body:
-            raise ArchiveError(f"{store.url(key)}: reads back different")
+    for use in uses:
+        store.create(result_marker(use.cache_id, result.id), b"", "text/plain")
+    relative, body = _same_record_there(store, result.id, document)
+    if body is None:
+        md5s = {sha: source.md5 for sha, source in sources.items() if source.md5}
+        body = render_record(RecordPlan(document, sources), md5s, _stamp())
+        relative = result_key(result.id, hashlib.sha256(body).hexdigest())
+        load_result_record(body, relative, store.where(relative))  # must read back
+        store.create(relative, body)
     archived_at = json.loads(body)["archived_at"]
     sha = hashlib.sha256(body).hexdigest()
-    record = ResultArchiveRecord(result.id, store.location.url(), key, sha, archived_at)
+    record = ResultArchiveRecord(result.id, url, store.key(relative), sha, archived_at)
     record_result_archive(ledger, record)
     return record
 
@@ -151,23 +136,23 @@ def archive_result(
 def archive_pending_results(
     ledger: Ledger, store: BlobStore, say: Say, *, host: str, tool_version: str
 ) -> dict[str, tuple[str, ...]]:
-    """Archive every result not yet here whose caches' records here list its boot.
+    """Archive every result not yet here whose chain is whole here.
 
     Results whose caches were never archived here are left alone without a word (they may go
-    elsewhere); one whose caches were, but before its boot, is named with what it waits for.
+    elsewhere); one whose chain is not whole here yet is named with what it waits for.
     Returns result id -> the caches behind it, for each result archived.
     """
     url = store.location.url()
-    coverage = Coverage(store)
     done: dict[str, tuple[str, ...]] = {}
     for result in unarchived_results(ledger, url):
         caches = [u.cache_id for u in cache_uses(ledger, boot_id=result.boot_id)]
         archives = [archive_of(ledger, cache_id) for cache_id in caches]
         if any(a is None or a.location != url for a in archives):
             continue
-        problems = [p for c in caches if (p := coverage.problem(c, result.boot_id))]
-        if problems:
-            say(f"result {result.id}: not archived yet: {problems[0]}; archive that cache again")
+        gaps = chain_gaps(ledger, result.boot_id, url)
+        if gaps:
+            first = next(iter(gaps.values()))
+            say(f"result {result.id}: not archived yet: {first}; archive that cache again")
             continue
         record = archive_result(ledger, store, result, host=host, tool_version=tool_version)
         say(f"result {result.id}: record {store.url(record.record_key)}")
@@ -175,50 +160,81 @@ def archive_pending_results(
     return done
 
 
-def load_result_record(body: bytes, where: str) -> ResultRecordV1:
-    """A result record, checked against its format; refused when its result is not the one
-    its digest names (altered)."""
-    try:
-        document = parse_result_record(parse_record(body, where, FORMAT))
-    except RecordInvalid as exc:
-        raise ArchiveError(f"{where}: not a valid {FORMAT} record: {exc}") from None
+def load_result_record(body: bytes, relative: str, where: str) -> ResultRecordV1 | ResultRecordV2:
+    """A result record of either format, checked against its name and its format; refused when
+    its result is not the one its digest names (altered)."""
+    named_by_content(body, relative, where)
+    key = parse_key(relative)
+    document: ResultRecordV1 | ResultRecordV2
+    if key is not None and key.kind == "legacy-result":
+        document = load_as(ResultRecordV1, body, where)
+    else:
+        document = load_as(ResultRecordV2, body, where)
     if result_digest(document.result) != document.digest:
         raise ArchiveError(f"{where}: the result is not the one its digest names (altered)")
     return document
 
 
+def read_result(store: BlobStore, result_id: str) -> tuple[str, ResultRecordV1 | ResultRecordV2]:
+    """(key, record) of a result at this location, checked: the first written of its records
+    (a run stopped after writing one may write a second, which says the same), else the
+    previous release's `results/<result>.json`; an ArchiveError when there is none."""
+    found = []
+    for item in store.list(results_prefix(result_id)):
+        body = store.read(item.key)
+        if body is not None:
+            found.append((item.key, load_result_record(body, item.key, store.where(item.key))))
+    if found:
+        return min(found, key=lambda pair: (pair[1].archived_at, pair[0]))
+    legacy = legacy_result_key(result_id)
+    body = store.read(legacy)
+    if body is None:
+        where = store.where(results_prefix(result_id))
+        raise ArchiveError(
+            f"{where}: missing: no result {result_id!r} archived at {store.location.url()}"
+        )
+    return legacy, load_result_record(body, legacy, store.where(legacy))
+
+
 def results_of_cache(store: BlobStore, cache_id: str) -> list[str]:
-    """The ids of every result whose record marks it as standing on the cache."""
-    prefix = marker_prefix(store, cache_id)
-    found: list[str] = []
-    try:
-        pages = store.client.get_paginator("list_objects_v2")
-        for page in pages.paginate(Bucket=store.location.bucket, Prefix=prefix):
-            found.extend(item["Key"][len(prefix) :] for item in page.get("Contents", []))
-    except (BotoCoreError, ClientError) as exc:
-        raise store.error(exc, prefix) from exc
+    """The ids of every result marked as standing on the cache (either release's markers)."""
+    found = set()
+    for prefix in (f"{cache_prefix(cache_id)}results/", legacy_marker_prefix(cache_id)):
+        found |= {item.key[len(prefix) :] for item in store.list(prefix)}
     return sorted(name for name in found if name and "/" not in name)
 
 
-def get_object(store: BlobStore, key: str) -> bytes | None:
-    """A small object's bytes, or None when it is absent."""
-    sink = io.BytesIO()
-    return None if store.download_sha256(key, sink) is None else sink.getvalue()
+def _version_ref(ledger: Ledger, store: BlobStore, use: CacheUse) -> dict[str, Any]:
+    """The exact version of one cache a result stands on, at this store's location."""
+    tree = use.tree_digest_after
+    row = version_of(ledger, use.cache_id, tree, store.location.url()) if tree else None
+    record = None
+    if row is not None:
+        record = {"key": store.relative(row.record_key), "sha256": row.record_sha256}
+    return {"cache_id": use.cache_id, "tree_digest": tree, "record": record}
 
 
-def _put(store: BlobStore, key: str, body: bytes, content_type: str = "text/plain") -> None:
-    # With ChecksumSHA256, as every write to the archive: the server refuses a damaged body.
-    try:
-        store.client.put_object(
-            Bucket=store.location.bucket,
-            Key=key,
-            Body=body,
-            ContentLength=len(body),
-            ContentType=content_type,
-            ChecksumSHA256=b64_sha256(hashlib.sha256(body).hexdigest()),
-        )
-    except (BotoCoreError, ClientError) as exc:
-        raise store.error(exc, key) from exc
+def _same_record_there(
+    store: BlobStore, result_id: str, document: dict[str, Any]
+) -> tuple[str, bytes | None]:
+    """A record of this result already at the location that says what `document` says (a run
+    stopped after writing it): (its key, its bytes); else ("", None)."""
+    for item in store.list(results_prefix(result_id)):
+        existing = read_as(store, ResultRecordV2, item.key)
+        said = existing.model_dump(mode="json", exclude={"archived_at", "blobs"})
+        wanted = ResultRecordV2.model_validate(
+            {**document, "archived_at": "", "blobs": []}
+        ).model_dump(mode="json", exclude={"archived_at", "blobs"})
+        if said == wanted:
+            body = store.read(item.key)
+            assert body is not None, "read a moment ago"
+            return item.key, body
+    return "", None
+
+
+def _on_disk(ledger: Ledger, cache_id: str) -> bool:
+    cache = cache_by_id(ledger, cache_id)
+    return cache is not None and cache.state not in ("torn-down", "missing")
 
 
 def _stamp() -> str:

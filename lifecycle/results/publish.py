@@ -1,9 +1,9 @@
 """Archive one result now (`lifecycle result add` with an archive location configured).
 
 A result record in S3 is only worth having if the chain behind it can be followed from S3
-alone, so each cache whose record there does not list the result's boot yet (never archived,
-or booted again since) is archived first, exactly as `lifecycle archive CACHE` would
-(evidence; content too where it was archived with content before).
+alone, so each cache whose version after the result's boot is not there yet (never archived
+since that boot) is archived first, exactly as `lifecycle archive CACHE` would (evidence;
+content too where it was archived with content before), which writes the boot's record too.
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.archive.transfer import Progress
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import cache_uses
 from lifecycle.ledger.results import ResultArchiveRecord, ResultRecord, result_archives
-from lifecycle.results.archive import Coverage, archive_pending_results, archive_result
+from lifecycle.results.archive import archive_pending_results, archive_result, chain_gaps
 
 
 def with_results(
@@ -59,10 +58,8 @@ def publish_result(
     """Archive the result (and first whichever of its caches need it); its archive row."""
     store = BlobStore(client, location)
     url = location.url()
-    caches = [u.cache_id for u in cache_uses(ledger, boot_id=result.boot_id)]
     try:
-        coverage = Coverage(store)
-        stale = [c for c in caches if coverage.problem(c, result.boot_id)]
+        stale = [c for c in chain_gaps(ledger, result.boot_id, url) if c]
         if stale:
             # Its sweep writes the result's record as soon as the last of them is archived.
             archived = archive_caches(
@@ -73,10 +70,9 @@ def publish_result(
         for done in result_archives(ledger, result.id):
             if done.location == url:
                 return done
-        fresh = Coverage(store)
-        problems = [p for c in caches if (p := fresh.problem(c, result.boot_id))]
-        if problems:
-            raise ArchiveError(problems[0])
+        gaps = chain_gaps(ledger, result.boot_id, url)
+        if gaps:
+            raise ArchiveError(next(iter(gaps.values())))
         return archive_result(
             ledger, store, result, host=socket.gethostname(), tool_version=__version__
         )

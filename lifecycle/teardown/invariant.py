@@ -1,9 +1,9 @@
 """The removal invariant: what must hold for a cache dir to go.
 
 A cache dir is removed only if, under its lease (lifecycle.leases), which a boot also takes:
-  (a) its tree, scanned again at that moment, is the tree its verified archive record holds;
-  (b) the record holds the cache's files when they were asked for or archived before;
-  (c) no boot used the cache since that record was written.
+  (a) its tree, scanned again at that moment, is the tree its verified archived version holds;
+  (b) that version holds the cache's files when they were asked for or archived before;
+  (c) every boot that used the cache has a verified record where that version is.
 The plan checks the same when it is made, so that it says why a cache stays; the removal checks
 again because a boot, a hand edit or another host may have changed things in between.
 """
@@ -16,10 +16,10 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from lifecycle.archive.verify import Covered
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.ledger.boots import CacheRecord
-from lifecycle.records import CacheRecordV1
 from lifecycle.teardown.journal import Unfinished, trash_path
 
 
@@ -61,24 +61,24 @@ def scan_where_it_is(cache: CacheRecord, resumes: Unfinished | None) -> Tree | N
 
 
 def archive_gaps(
-    record: CacheRecordV1, tree: Tree | None, used_by: Collection[str], *, want_content: bool
+    record: Covered, tree: Tree | None, used_by: Collection[str], *, want_content: bool
 ) -> list[str]:
-    """Why the verified `record` does not cover the cache as it is now; [] when it does.
+    """Why the verified archive `record` does not cover the cache as it is now; [] when it does.
 
     `tree` None: not scanned, because a crashed run had begun removing the dir (it may be half
     gone); that run checked it before it began.
     """
     gaps = []
-    archived = record.fingerprint.tree_digest
+    archived = record.tree_digest
     if tree is None:
         pass
     elif tree.fingerprint is None:
         gaps.append(str(tree.problem))
     elif tree.fingerprint.tree_digest != archived:
         gaps.append(f"changed since archived: {_what_changed(tree, archived)}")
-    since = sorted(set(used_by) - record.boot_ids())
+    since = sorted(set(used_by) - record.boot_ids)
     if since:
-        gaps.append(f"booted since archived: {', '.join(since)} not in its record")
+        gaps.append(f"booted since archived: {', '.join(since)} has no record there")
     if want_content and not record.with_content:
         gaps.append("its files are not in the archive (archived without --with-content)")
     return gaps

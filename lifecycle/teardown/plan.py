@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.run import VerifiedRecord
+from lifecycle.archive.verify import VerifiedRecord
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger.archives import ArchiveRecord
 from lifecycle.ledger.boots import CacheRecord

@@ -41,7 +41,7 @@ from lifecycle.teardown.survey import (
     current_mounts,
     images_going,
 )
-from lifecycle.teardown.verify import ArchiveVerifier
+from lifecycle.teardown.verify import ArchiveVerifier, archived_boots
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def run_teardown(
         checkpoint("teardown-planned")
         settle_dead_boots(ledger, plan, _stamp(services.now()))
         problems = _archive_first(ledger, services, plan, request, progress)
-        verify = ArchiveVerifier(services.s3, services.s3_problem)
+        verify = ArchiveVerifier(services.s3, services.s3_problem, archived_boots(ledger))
         outcomes = []
         for decision in plan.decisions:
             outcome = _carry_out(
@@ -164,7 +164,7 @@ def _carry_out(
         if gaps:
             return Verdict(gaps)
         mark_verified(ledger, cache.id, _stamp(services.now()))
-        digest = checked.document.fingerprint.tree_digest
+        digest = checked.document.tree_digest
         proof = f"{archive.location.rstrip('/')} {archive.record_key}"
         return Verdict([], f"{proof} sha256:{archive.record_sha256} tree:{digest}")
 
@@ -200,7 +200,7 @@ def _settle(
         checked = verify(archive) if archive is not None else None
         used_by = {u.boot_id for u in cache_uses(ledger) if u.cache_id == cache.id}
         record = checked.document if checked is not None and not checked.problems else None
-        safe = record is not None and used_by <= record.boot_ids()
+        safe = record is not None and used_by <= record.boot_ids
         detail = f"its dir {cache.host_path} was gone before this run; nothing removed; " + (
             "its archive verifies" if safe else "its files are lost without a verified archive"
         )

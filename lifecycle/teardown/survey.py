@@ -39,7 +39,7 @@ from lifecycle.teardown.containers import (
 from lifecycle.teardown.invariant import scan_where_it_is
 from lifecycle.teardown.journal import trash_path, unfinished_runs
 from lifecycle.teardown.plan import Action, Facts, Selection, TeardownPlan, decide
-from lifecycle.teardown.verify import ArchiveVerifier
+from lifecycle.teardown.verify import ArchiveVerifier, archived_boots
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def make_plan(
     used_by: dict[str, list[str]] = {}
     for use in cache_uses(ledger):
         used_by.setdefault(use.cache_id, []).append(use.boot_id)
-    verify = ArchiveVerifier(services.s3, services.s3_problem)
+    verify = ArchiveVerifier(services.s3, services.s3_problem, archived_boots(ledger))
     to = request.archive_to
     facts = Facts(
         now=services.now(),

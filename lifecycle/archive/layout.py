@@ -1,0 +1,149 @@
+"""Where each object of the archive lives, under `s3://BUCKET/PREFIX/`, and what a key says.
+
+    blobs/sha256/ab/<sha256>                        bytes, named by their sha256
+    caches/<cache>/versions/<tree>.<sha256>.json    a cache version (lifecycle-cache-version/1)
+    caches/<cache>/boots/<boot>                     empty: that boot used the cache
+    caches/<cache>/results/<result>                 empty: that result stands on the cache
+    boots/<boot>/<sha256>.json                      a boot (lifecycle-boot-record/1)
+    results/<result>/<sha256>.json                  a result (lifecycle-result-record/2)
+    images/<manifest digest>/<sha256>.json          an image pushed (lifecycle-image-record/1)
+    pins/<result>/<sha256>.json                     a team pin (lifecycle-pin/1)
+
+Nothing is ever written twice: every record's key ends in the sha256 of its bytes and every
+marker's key is the pair it records, so two hosts writing at once write two objects, never
+one over the other. A cache's index is what listing `caches/<cache>/` returns.
+
+The previous release's objects, read but no longer written: `caches/<cache>.json` (one
+record per cache, rewritten on each archive), `results/<result>.json`, and
+`results-by-cache/<cache>/<result>` markers.
+
+Keys here are relative to the prefix; records name each other by these relative keys, so an
+archive copied under another prefix or bucket still reads.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_SHA = "[0-9a-f]{64}"
+_ID = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+_PATTERNS = {
+    "blob": re.compile(rf"^blobs/sha256/[0-9a-f]{{2}}/(?P<sha>{_SHA})$"),
+    "version": re.compile(
+        rf"^caches/(?P<id>{_ID})/versions/(?P<tree>{_SHA})\.(?P<sha>{_SHA})\.json$"
+    ),
+    "boot-marker": re.compile(rf"^caches/(?P<id>{_ID})/boots/(?P<other>{_ID})$"),
+    "result-marker": re.compile(rf"^caches/(?P<id>{_ID})/results/(?P<other>{_ID})$"),
+    "boot": re.compile(rf"^boots/(?P<id>{_ID})/(?P<sha>{_SHA})\.json$"),
+    "result": re.compile(rf"^results/(?P<id>{_ID})/(?P<sha>{_SHA})\.json$"),
+    "image": re.compile(rf"^images/(?P<id>{_SHA})/(?P<sha>{_SHA})\.json$"),
+    "pin": re.compile(rf"^pins/(?P<id>{_ID})/(?P<sha>{_SHA})\.json$"),
+    "legacy-cache": re.compile(rf"^caches/(?P<id>{_ID})\.json$"),
+    "legacy-result": re.compile(rf"^results/(?P<id>{_ID})\.json$"),
+    "legacy-marker": re.compile(rf"^results-by-cache/(?P<id>{_ID})/(?P<other>{_ID})$"),
+}
+KINDS = tuple(_PATTERNS)
+
+
+@dataclass(frozen=True)
+class Key:
+    """What a key of the archive's layout names."""
+
+    key: str  # relative to the prefix
+    kind: str  # one of KINDS
+    id: str  # the cache, boot, result or manifest digest it belongs to (a blob: its sha256)
+    sha256: str | None = None  # of the object's bytes, where the key says
+    tree: str | None = None  # a version's tree digest
+    other: str | None = None  # a marker's boot or result
+
+
+def parse_key(key: str) -> Key | None:
+    """The layout's reading of a relative key; None for a key that is not ours."""
+    for kind, pattern in _PATTERNS.items():
+        match = pattern.match(key)
+        if match:
+            found = match.groupdict()
+            ident = found.get("id") or found["sha"]
+            return Key(key, kind, ident, found.get("sha"), found.get("tree"), found.get("other"))
+    return None
+
+
+def blob_key(sha256: str) -> str:
+    """`blobs/sha256/ab/<sha256>`."""
+    return f"blobs/sha256/{sha256[:2]}/{sha256}"
+
+
+def version_key(cache_id: str, tree_digest: str, sha256: str) -> str:
+    """`caches/<cache>/versions/<tree>.<sha256>.json`."""
+    return f"caches/{cache_id}/versions/{tree_digest}.{sha256}.json"
+
+
+def versions_prefix(cache_id: str) -> str:
+    """Where a cache's versions are listed."""
+    return f"caches/{cache_id}/versions/"
+
+
+def cache_prefix(cache_id: str) -> str:
+    """A cache's whole index: its versions, its boots, its results."""
+    return f"caches/{cache_id}/"
+
+
+def boot_marker(cache_id: str, boot_id: str) -> str:
+    """`caches/<cache>/boots/<boot>`."""
+    return f"caches/{cache_id}/boots/{boot_id}"
+
+
+def result_marker(cache_id: str, result_id: str) -> str:
+    """`caches/<cache>/results/<result>`."""
+    return f"caches/{cache_id}/results/{result_id}"
+
+
+def boots_prefix(boot_id: str) -> str:
+    """Where a boot's records are listed."""
+    return f"boots/{boot_id}/"
+
+
+def results_prefix(result_id: str) -> str:
+    """Where a result's records are listed."""
+    return f"results/{result_id}/"
+
+
+def boot_key(boot_id: str, sha256: str) -> str:
+    """`boots/<boot>/<sha256>.json`."""
+    return f"boots/{boot_id}/{sha256}.json"
+
+
+def result_key(result_id: str, sha256: str) -> str:
+    """`results/<result>/<sha256>.json`."""
+    return f"results/{result_id}/{sha256}.json"
+
+
+def image_key(manifest_digest: str, sha256: str) -> str:
+    """`images/<manifest digest>/<sha256>.json`."""
+    return f"images/{manifest_digest}/{sha256}.json"
+
+
+def images_prefix(manifest_digest: str) -> str:
+    """Where the images of a manifest are listed."""
+    return f"images/{manifest_digest}/"
+
+
+def pin_key(target: str, sha256: str) -> str:
+    """`pins/<result>/<sha256>.json`."""
+    return f"pins/{target}/{sha256}.json"
+
+
+def legacy_cache_key(cache_id: str) -> str:
+    """The previous release's `caches/<cache>.json`."""
+    return f"caches/{cache_id}.json"
+
+
+def legacy_result_key(result_id: str) -> str:
+    """The previous release's `results/<result>.json`."""
+    return f"results/{result_id}.json"
+
+
+def legacy_marker_prefix(cache_id: str) -> str:
+    """The previous release's `results-by-cache/<cache>/`."""
+    return f"results-by-cache/{cache_id}/"

@@ -1,0 +1,275 @@
+"""The archive's objects in S3, one at a time: created once, read, listed, deleted by gc.
+
+Every write carries ChecksumSHA256, so the server refuses a body that is not what we hashed
+(BadDigest) instead of storing it, and `If-None-Match: *`, so it never replaces an object
+already there. SeaweedFS (4.48, `weed mini`) honours it: a second PUT of a key gets 412
+PreconditionFailed, and of 8 hosts' threads creating one new key at once exactly one wins
+(60 races of 60, tests/test_archive_objects.py). A 412 is not proof that another writer was
+first: botocore retries a PUT whose answer it lost, and the retry finds the first attempt's
+object. So a 412 reads the object back: the same bytes are success. A server that does not
+implement conditional writes (501 NotImplemented) gets a look, then a plain PUT: the keys
+make that safe too, since every record's key holds the sha256 of its bytes and a marker's is
+the fact it records, so a write that loses a race writes the very same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, BinaryIO
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.errors import EXIT_ENVIRONMENT, AnswerNo
+
+READ_CHUNK = 1 << 20
+_TIMEOUTS = ("ConnectTimeoutError", "ReadTimeoutError")
+_CONNECTION_ERRORS = ("EndpointConnectionError", "ConnectionClosedError", "ProxyConnectionError")
+_AUTH_CODES = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403")
+_MISSING = ("404", "NoSuchKey", "NotFound")
+_EXISTS = ("PreconditionFailed", "412")
+_RACING = ("ConditionalRequestConflict", "409")  # AWS: another conditional PUT in flight
+_UNSUPPORTED = ("NotImplemented", "501")
+DELETE_BATCH = 1000  # keys per DeleteObjects request (S3's maximum)
+
+
+class ArchiveError(AnswerNo):
+    """An archive, verification or restore that could not complete; one line, exit 1."""
+
+    def within(self, context: str) -> ArchiveError:
+        """The same error, of the same family (so the same exit code), with its context first."""
+        return type(self)(f"{context}: {self}")
+
+
+class S3Unavailable(ArchiveError):
+    """The S3 server did not answer in time, refused our credentials, or lacks the bucket."""
+
+    exit_code = EXIT_ENVIRONMENT
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One object as a LIST page shows it."""
+
+    key: str  # relative to the prefix
+    size: int
+    etag: str  # without quotes
+    modified: datetime
+
+
+def os_problem(exc: OSError) -> str:
+    """An OSError in one line: `path: reason` when it names a file, else its own words."""
+    return f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+
+
+def b64_sha256(sha256: str) -> str:
+    """The ChecksumSHA256 form of a hex digest: base64 of its 32 bytes."""
+    return base64.b64encode(bytes.fromhex(sha256)).decode()
+
+
+class ObjectStore:
+    """Objects at one archive location, through one (thread-safe) boto3 client."""
+
+    list_page = 1000  # keys per LIST page (S3's maximum)
+
+    def __init__(self, client: Any, location: ArchiveLocation) -> None:
+        self.client = client
+        self.location = location
+        self.endpoint = str(getattr(getattr(client, "meta", None), "endpoint_url", "") or "S3")
+        self.conditional = True  # False once the server said it has no conditional writes
+
+    def key(self, relative: str) -> str:
+        """The full key of a key of the layout (lifecycle.archive.layout)."""
+        return self.location.key(relative)
+
+    def relative(self, key: str) -> str:
+        """A full key's part under the prefix."""
+        return key[len(self.location.prefix) + 1 :] if self.location.prefix else key
+
+    def url(self, key: str) -> str:
+        """`s3://bucket/key` of a full key, for messages."""
+        return f"s3://{self.location.bucket}/{key}"
+
+    def where(self, relative: str) -> str:
+        """`s3://bucket/prefix/relative`, for messages."""
+        return self.url(self.key(relative))
+
+    def create(self, relative: str, body: bytes, content_type: str = "application/json") -> bool:
+        """Write an object that must not exist yet. True when this call wrote it, False when it
+        was there already with these very bytes; there with other bytes is an ArchiveError."""
+        sha256 = hashlib.sha256(body).hexdigest()
+        key = self.key(relative)
+        if self.conditional:
+            try:
+                return self.put(key, sha256, body, len(body), content_type, if_absent=True)
+            except ArchiveError as exc:
+                if not isinstance(exc.__cause__, ClientError):
+                    raise
+                code = _code(exc.__cause__)
+                if code in _UNSUPPORTED:
+                    self.conditional = False  # look first, then write: the keys make it safe
+                elif code not in _RACING:
+                    raise
+        existing = self.read(relative)
+        if existing is None:
+            self.put(key, sha256, body, len(body), content_type, if_absent=self.conditional)
+            return True
+        if existing != body:
+            raise ArchiveError(f"{self.url(key)}: already there with other bytes")
+        return False
+
+    def put(
+        self,
+        key: str,
+        sha256: str,
+        body: bytes | Any,
+        size: int,
+        content_type: str = "application/octet-stream",
+        *,
+        if_absent: bool = True,
+    ) -> bool:
+        """PUT with its ChecksumSHA256 (and If-None-Match: *); False when the key was taken.
+
+        A 412 for a blob or a record says only that an object is there: the caller checks its
+        bytes (a blob by its checksum, a record read back)."""
+        extra = {"IfNoneMatch": "*"} if if_absent and self.conditional else {}
+        try:
+            self.client.put_object(
+                Bucket=self.location.bucket,
+                Key=key,
+                Body=body,
+                ContentLength=size,
+                ContentType=content_type,
+                ChecksumSHA256=b64_sha256(sha256),
+                **extra,
+            )
+        except (BotoCoreError, ClientError) as exc:
+            if extra and _code(exc) in _EXISTS:
+                return False
+            raise self.error(exc, key) from exc
+        return True
+
+    def read(self, relative: str) -> bytes | None:
+        """A small object's bytes, or None when it is absent."""
+        sink = io.BytesIO()
+        return None if self.download_sha256(self.key(relative), sink) is None else sink.getvalue()
+
+    def download_sha256(self, key: str, sink: BinaryIO | None = None) -> str | None:
+        """sha256 of an object's bytes, streamed (into `sink` if given); None when it is absent."""
+        digest = hashlib.sha256()
+        try:
+            response = self.client.get_object(Bucket=self.location.bucket, Key=key)
+            for chunk in response["Body"].iter_chunks(READ_CHUNK):
+                digest.update(chunk)
+                if sink is not None:
+                    sink.write(chunk)
+        except (BotoCoreError, ClientError) as exc:
+            if _code(exc) in _MISSING:
+                return None
+            raise self.error(exc, key) from exc
+        return digest.hexdigest()
+
+    def list(self, relative_prefix: str = "") -> Iterator[Listing]:
+        """Every object under a prefix of the layout, in key order."""
+        if relative_prefix:
+            prefix = self.key(relative_prefix)
+        else:
+            prefix = f"{self.location.prefix}/" if self.location.prefix else ""
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.location.bucket,
+                Prefix=prefix,
+                PaginationConfig={"PageSize": self.list_page},
+            )
+            for page in pages:
+                for item in page.get("Contents", []):
+                    yield Listing(
+                        self.relative(item["Key"]),
+                        int(item["Size"]),
+                        str(item.get("ETag", "")).strip('"'),
+                        item["LastModified"],
+                    )
+        except (BotoCoreError, ClientError) as exc:
+            raise self.error(exc, prefix) from exc
+
+    def delete(self, relatives: Sequence[str]) -> None:
+        """Delete these objects (an absent one is no error), a thousand per request."""
+        for start in range(0, len(relatives), DELETE_BATCH):
+            batch = [{"Key": self.key(r)} for r in relatives[start : start + DELETE_BATCH]]
+            try:
+                answer = self.client.delete_objects(
+                    Bucket=self.location.bucket, Delete={"Objects": batch, "Quiet": True}
+                )
+            except (BotoCoreError, ClientError) as exc:
+                raise self.error(exc, batch[0]["Key"]) from exc
+            errors = answer.get("Errors") or []
+            if errors:
+                first = errors[0]
+                raise ArchiveError(
+                    f"{self.url(first.get('Key', '?'))}: not deleted:"
+                    f" {first.get('Code')}: {first.get('Message')}"
+                    + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
+                )
+
+    def head(self, key: str, *, checksum: bool) -> dict[str, Any] | None:
+        """HEAD of a full key (with its stored checksum if asked); None when it is absent."""
+        extra = {"ChecksumMode": "ENABLED"} if checksum else {}
+        try:
+            head: dict[str, Any] = self.client.head_object(
+                Bucket=self.location.bucket, Key=key, **extra
+            )
+        except (BotoCoreError, ClientError) as exc:
+            if _code(exc) in _MISSING:
+                return None
+            raise self.error(exc, key) from exc
+        return head
+
+    def error(self, exc: BaseException, key: str) -> ArchiveError:
+        """One line a user can act on, naming the object, the server and what went wrong."""
+        where = f"{self.url(key)} on {self.endpoint}"
+        name = type(exc).__name__
+        code = _code(exc)
+        if name in _TIMEOUTS:
+            return S3Unavailable(
+                f"the S3 server {self.endpoint} did not answer in time ({name}; see"
+                " LIFECYCLE_S3_TIMEOUT)"
+            )
+        if name in _CONNECTION_ERRORS or "Connection" in name:
+            return S3Unavailable(f"the S3 server {self.endpoint} is not answering ({name})")
+        if name in ("NoCredentialsError", "PartialCredentialsError"):
+            return S3Unavailable(f"no usable AWS credentials for {self.endpoint} ({exc})")
+        if code == "NoSuchBucket":
+            return S3Unavailable(
+                f"bucket {self.location.bucket!r} does not exist on {self.endpoint}"
+            )
+        if code in _AUTH_CODES:
+            return S3Unavailable(
+                f"{where}: access denied ({code}); check the credentials and the bucket policy"
+            )
+        if code == "BadDigest":
+            return ArchiveError(
+                f"{where}: the bytes sent are not the ones hashed (changed or corrupted)"
+            )
+        return ArchiveError(f"{where}: {code or name}: {_message(exc)}")
+
+
+def missing(exc: BaseException) -> bool:
+    """Whether an S3 error says the object is not there."""
+    return _code(exc) in _MISSING
+
+
+def _code(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Message", "")) or str(exc)
+    return str(exc)

@@ -1,0 +1,108 @@
+"""Verify what this host archived: the records its ledger names, and every blob they name.
+
+Each record is read by the key the ledger kept, checked against the sha256 the ledger kept
+and against its own name, and every blob it names is checked on the server (listing, ETag,
+stored checksum). Records are never rewritten, so what one host wrote verifies the same
+whatever other hosts archived since.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lifecycle.archive.layout import versions_prefix
+from lifecycle.archive.record import CacheOrBoot, load_by_key, record_blobs
+from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
+from lifecycle.ledger.archives import ArchiveRecord, BootArchiveRow
+from lifecycle.records import BootRecordV1, CacheRecordV1
+
+
+@dataclass(frozen=True)
+class Covered:
+    """What a verified archive of a cache holds: its tree, its files or not, and the boots
+    whose records verify there (or, in a record of the previous format, that it lists)."""
+
+    tree_digest: str
+    with_content: bool
+    boot_ids: frozenset[str]
+
+
+@dataclass(frozen=True)
+class VerifiedRecord:
+    """A cache's archive as the server holds it now, and every object of it that does not verify."""
+
+    problems: tuple[str, ...]  # () when the record and every blob it names are intact
+    document: Covered | None  # what it covers, when there is a record that parses
+    answered: bool = True  # False: the server could not be asked, so nothing is known
+
+
+def fetch_verified(
+    store: BlobStore,
+    archive: ArchiveRecord,
+    boots: Sequence[BootArchiveRow] = (),
+    *,
+    workers: int = 8,
+) -> VerifiedRecord:
+    """Read the cache's archived record (and the records of `boots` at the same location) and
+    check them and every blob they name against the server."""
+    relative = store.relative(archive.record_key)
+    try:
+        problems, document = check_record(store, relative, archive.record_sha256, workers)
+        if document is None:
+            return VerifiedRecord(tuple(problems), None)
+        if isinstance(document, BootRecordV1):
+            raise ArchiveError(f"{archive.record_key} is a boot's record, not a cache's")
+        if isinstance(document, CacheRecordV1):
+            covered = Covered(
+                document.fingerprint.tree_digest,
+                document.with_content,
+                frozenset(document.boot_ids()),
+            )
+            return VerifiedRecord(tuple(problems), covered)
+        verified = set()
+        for row in boots:
+            found, boot = check_record(store, store.relative(row.record_key), row.record_sha256)
+            problems += found
+            if boot is not None and not found:
+                verified.add(row.boot_id)
+    except S3Unavailable:
+        raise
+    except ArchiveError as exc:
+        return VerifiedRecord((f"{store.url(archive.record_key)}: cannot verify: {exc}",), None)
+    covered = Covered(document.tree_digest, document.with_content, frozenset(verified))
+    return VerifiedRecord(tuple(problems), covered)
+
+
+def check_record(
+    store: BlobStore, relative: str, expected_sha256: str | None, workers: int = 8
+) -> tuple[list[str], CacheOrBoot | None]:
+    """A record (by its key under the prefix) and every blob it names: the problems, one line
+    each naming the object, and the record when it could be read."""
+    where = store.where(relative)
+    body = store.read(relative)
+    if body is None:
+        return [f"{where}: missing"], None
+    problems = []
+    found = hashlib.sha256(body).hexdigest()
+    if expected_sha256 and found != expected_sha256:
+        problems.append(f"{where}: sha256 {found}, not the {expected_sha256} recorded")
+    try:
+        document = load_by_key(body, relative, where)
+    except ArchiveError as exc:
+        return [*problems, str(exc)], None
+    checked = store.check_blobs(record_blobs(document), workers)
+    return problems + sorted(p for p in checked.values() if p), document
+
+
+def verify_versions(store: BlobStore, cache_id: str, *, workers: int = 8) -> list[str]:
+    """Every version record the archive holds of a cache, and their blobs; [] when all verify
+    (and there is at least one)."""
+    keys = [item.key for item in store.list(versions_prefix(cache_id))]
+    if not keys:
+        return [f"{store.where(versions_prefix(cache_id))}: no version of {cache_id} there"]
+    problems: list[str] = []
+    for key in keys:
+        problems += check_record(store, key, None, workers)[0]
+    return problems
