@@ -219,25 +219,74 @@ def boot(
     _answer(ctx, verb.run(_context(ctx), options), verb.render, as_json)
 
 
+def _listing_options(states: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """--from and the filters every listing takes (`states`: what --state may say)."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        for option in reversed(
+            [
+                click.option(
+                    "--from", "source", metavar="S3_URL",
+                    help="List what this archive holds, whichever host archived it (no ledger).",
+                ),
+                click.option("--manifest", metavar="NAME", help="Only of this manifest."),
+                click.option("--arch", metavar="ARCH", help="Only of this GPU arch (e.g. 90a)."),
+                click.option("--state", metavar="STATE", help=f"Only in this state: {states}."),
+                click.option("--older-than", metavar="DURATION", help="Only older (2h, 3d)."),
+                click.option("--newer-than", metavar="DURATION", help="Only newer (2h, 3d)."),
+            ]
+        ):  # fmt: skip
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def _filters(params: dict[str, Any]) -> Any:
+    from lifecycle.commands.filters import Filters
+    from lifecycle.teardown.plan import parse_duration
+
+    def duration(name: str) -> Any:
+        text = params[name]
+        return None if text is None else parse_duration(text, f"--{name.replace('_', '-')}")
+
+    return Filters(
+        params["manifest"], params["arch"], params["state"],
+        duration("older_than"), duration("newer_than"),
+    )  # fmt: skip
+
+
 @cli.command()
+@_listing_options("live, archived, torn-down, missing; with --from: restorable, evidence")
 @json_option
 @click.pass_context
-def caches(ctx: click.Context, as_json: bool) -> None:
-    """List tracked JIT caches: size, files, boots that used them, state, age."""
+def caches(ctx: click.Context, /, source: str | None, as_json: bool, **filters: Any) -> None:
+    """List tracked JIT caches: size, files, boots that used them, state, age; with --from,
+    every cache an archive holds and its versions."""
     from lifecycle.commands import listing
 
-    report = listing.list_caches(_context(ctx))
+    if source is not None:
+        found = listing.list_archived_caches(_context(ctx), source, _filters(filters))
+        _answer(ctx, found, listing.render_archived_caches, as_json)
+    report = listing.list_caches(_context(ctx), _filters(filters))
     _answer(ctx, report, listing.render_caches, as_json)
 
 
 @cli.command()
+@_listing_options("running, ok, failed, interrupted, aborted")
 @json_option
 @click.pass_context
-def boots(ctx: click.Context, as_json: bool) -> None:
-    """List boots: when, which profile, outcome, caches cold/warm, hooks, instrumented."""
+def boots(ctx: click.Context, /, source: str | None, as_json: bool, **filters: Any) -> None:
+    """List boots: when, which profile, outcome, caches cold/warm, hooks, instrumented; with
+    --from, every boot an archive holds."""
     from lifecycle.commands import listing
 
-    _answer(ctx, listing.list_boots(_context(ctx)), listing.render_boots, as_json)
+    if source is not None:
+        found = listing.list_archived_boots(_context(ctx), source, _filters(filters))
+        _answer(ctx, found, listing.render_archived_boots, as_json)
+    _answer(
+        ctx, listing.list_boots(_context(ctx), _filters(filters)), listing.render_boots, as_json
+    )
 
 
 @cli.command()
@@ -298,35 +347,99 @@ def teardown(
 
 
 @cli.command()
+@click.option("--remote", is_flag=True, help="Collect in the archive (the only kind there is).")
+@click.option(
+    "--from", "source", metavar="S3_URL", help="The archive (default: LIFECYCLE_ARCHIVE)."
+)
+@click.option(
+    "--keep-last", type=int, metavar="N", help="Keep each cache's N newest versions (trees)."
+)
+@click.option("--older-than", metavar="DURATION", help="Remove only what is older (3d, 2w).")
+@click.option(
+    "--grace", metavar="DURATION", default="1h", show_default=True,
+    help="Never remove what was written this recently (another host may be archiving).",
+)  # fmt: skip
+@click.option("--dry-run", is_flag=True, help="Print the plan; remove nothing.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@click.pass_context
+def gc(
+    ctx: click.Context,
+    remote: bool,
+    source: str | None,
+    keep_last: int | None,
+    older_than: str | None,
+    grace: str,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Remove from an archive every object no kept record needs; never what is behind a pinned
+    result. The plan is shown first; a stopped run is completed by the next."""
+    from lifecycle.commands import gc as verb
+    from lifecycle.teardown.plan import parse_duration
+
+    if not remote:
+        raise click.UsageError("only `gc --remote` exists: teardown removes this host's caches")
+    options = verb.GcOptions(
+        source, keep_last,
+        parse_duration(older_than, "--older-than") if older_than else None,
+        parse_duration(grace, "--grace"), dry_run,
+    )  # fmt: skip
+
+    def show(report: verb.GcReport) -> None:
+        if not as_json:
+            click.echo(verb.plan_text(report), nl=False)
+
+    def agree(report: verb.GcReport) -> None:
+        if yes:
+            return
+        if not sys.stdin.isatty():
+            if as_json:
+                click.echo(json.dumps(report.to_json(), indent=2))
+            raise LifecycleError("nothing removed: no terminal to confirm on; pass --yes")
+        count = len(report.plan.remove)
+        click.confirm(f"remove {count} objects from {report.location}?", abort=True, err=True)
+
+    _answer(ctx, verb.run(_context(ctx), options, show=show, agree=agree), verb.render, as_json)
+
+
+@cli.command()
 @click.argument("target", metavar="CACHE|RESULT")
 @click.option(
     "--reason", help="Why it is kept.", show_default="pinned by hand; for RESULT: result <id>"
 )
+@click.option(
+    "--to", metavar="S3_URL", help="Pin a RESULT in this archive too (default: LIFECYCLE_ARCHIVE)."
+)
 @json_option
 @click.pass_context
-def pin(ctx: click.Context, target: str, reason: str | None, as_json: bool) -> None:
+def pin(ctx: click.Context, target: str, reason: str | None, to: str | None, as_json: bool) -> None:
     """Make CACHE (or every cache behind RESULT) a GC root: teardown keeps it until unpinned.
 
     A pin is this host's: it keeps the caches still here and is kept in this host's ledger.
     """
     from lifecycle.commands import pin as verb
 
-    _answer(ctx, verb.run_pin(_context(ctx), target, reason), verb.render, as_json)
+    _answer(ctx, verb.run_pin(_context(ctx), target, reason, to), verb.render, as_json)
 
 
 @cli.command()
 @click.argument("target", metavar="CACHE|RESULT")
 @click.option("--reason", help="Remove only the pin with this reason.")
+@click.option("--to", metavar="S3_URL", help="Unpin a RESULT in this archive too.")
 @json_option
 @click.pass_context
-def unpin(ctx: click.Context, target: str, reason: str | None, as_json: bool) -> None:
+def unpin(
+    ctx: click.Context, target: str, reason: str | None, to: str | None, as_json: bool
+) -> None:
     """Remove CACHE's pins (or the one with --reason); teardown may then remove it.
 
     For RESULT, only the pins that result put on its caches come off; other pins stay.
     """
     from lifecycle.commands import pin as verb
 
-    _answer(ctx, verb.run_unpin(_context(ctx), target, reason), verb.render, as_json)
+    _answer(ctx, verb.run_unpin(_context(ctx), target, reason, to), verb.render, as_json)
 
 
 @cli.command()
@@ -357,15 +470,35 @@ def archive(
 
 
 @cli.command()
-@click.argument("cache_id", metavar="CACHE")
+@click.argument("target", metavar="CACHE[@TREE]", required=False)
 @click.option("--from", "source", metavar="S3_URL", help="Archive location (as for archive --to).")
+@click.option(
+    "--best",
+    metavar="MANIFEST",
+    help="For each cache of MANIFEST, the newest complete version a boot here would reuse.",
+)
+@click.option("--cache", "cache_name", metavar="NAME", help="With --best: only this cache.")
 @json_option
 @click.pass_context
-def restore(ctx: click.Context, cache_id: str, source: str | None, as_json: bool) -> None:
-    """Rebuild CACHE's dir from its archived files, verified, and mark it live."""
-    from lifecycle.commands import archive as verb
+def restore(
+    ctx: click.Context,
+    target: str | None,
+    source: str | None,
+    best: str | None,
+    cache_name: str | None,
+    as_json: bool,
+) -> None:
+    """Rebuild CACHE's dir from an archived version's files (the newest, or the one of TREE, a
+    tree digest), verified, and mark it live; or with --best, what a boot here would reuse."""
+    from lifecycle.commands import restore as verb
 
-    report = verb.run_restore(_context(ctx), cache_id, source)
+    if (target is None) == (best is None) or (cache_name and not best):
+        raise click.UsageError("give CACHE[@TREE], or --best MANIFEST [--cache NAME]")
+    if best is not None:
+        found = verb.run_best(_context(ctx), best, cache_name, source)
+        _answer(ctx, found, verb.render_best, as_json)
+    assert target is not None
+    report = verb.run_restore(_context(ctx), target, source)
     _answer(ctx, report, verb.render_restore, as_json)
 
 
@@ -483,13 +616,18 @@ def result_add(
 
 
 @cli.command("results")
+@_listing_options("pass, fail, inconclusive")
 @json_option
 @click.pass_context
-def results_list(ctx: click.Context, as_json: bool) -> None:
-    """List results: name, status, boot, metrics, archived; instrumented ones are flagged."""
+def results_list(ctx: click.Context, /, source: str | None, as_json: bool, **filters: Any) -> None:
+    """List results: name, status, boot, metrics, archived; instrumented ones are flagged; with
+    --from, every result an archive holds."""
     from lifecycle.commands import result as verb
 
-    _answer(ctx, verb.run_list(_context(ctx)), verb.render_list, as_json)
+    if source is not None:
+        found = verb.run_archived(_context(ctx), source, _filters(filters))
+        _answer(ctx, found, verb.render_archived, as_json)
+    _answer(ctx, verb.run_list(_context(ctx), _filters(filters)), verb.render_list, as_json)
 
 
 @cli.group("audit")

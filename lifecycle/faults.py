@@ -1,8 +1,9 @@
 """TEST-ONLY fault injection: SIGKILL at a named step boundary, or sleep there to widen a race.
 
-The crash-safety tests run `lifecycle teardown` with LIFECYCLE_TEST_CRASH_AT=POINT[:N] and check
-that the next run converges without deleting anything unverified. POINT is one of CRASH_POINTS;
-N (default 1) picks the N-th time the point is reached, i.e. the N-th cache.
+The crash-safety tests run `lifecycle teardown` (or `gc --remote`) with
+LIFECYCLE_TEST_CRASH_AT=POINT[:N] and check that the next run converges without deleting anything
+unverified. POINT is one of CRASH_POINTS (teardown's) or GC_CRASH_POINTS; N (default 1) picks the
+N-th time the point is reached, i.e. the N-th cache (or batch).
 
 The race tests set LIFECYCLE_TEST_DELAY=POINT=SECONDS[,POINT=SECONDS...] to hold a boot or a
 teardown at a point (one of DELAY_POINTS) while the other one runs.
@@ -28,8 +29,14 @@ CRASH_POINTS = (
     "after-deleted",  # `deleted` journalled, trash not removed yet
     "after-rmtree",  # trash removed, `done` not journalled yet
 )
+# `gc --remote`'s step boundaries (lifecycle.gc.run); `:N` picks the N-th batch deleted.
+GC_CRASH_POINTS = (
+    "gc-planned",  # the plan journalled, nothing deleted yet
+    "gc-after-batch",  # a batch of objects deleted and journalled as removed
+)
 DELAY_POINTS = (
     *CRASH_POINTS,
+    *GC_CRASH_POINTS,
     "teardown-planned",  # the plan is made and agreed; no cache touched yet
     "boot-caches-picked",  # a boot holds its caches' leases; its intent is not recorded yet
     "boot-recorded",  # a boot's intent is recorded; its container is not created yet
@@ -61,8 +68,9 @@ def _crash_at(wanted: str) -> tuple[str, int] | None:
     if not wanted:
         return None
     point, _, nth = wanted.partition(":")
-    if point not in CRASH_POINTS or not (nth or "1").isdigit():
-        expected = f"expected one of {', '.join(CRASH_POINTS)}, then :N if wanted"
+    if point not in (*CRASH_POINTS, *GC_CRASH_POINTS) or not (nth or "1").isdigit():
+        points = ", ".join((*CRASH_POINTS, *GC_CRASH_POINTS))
+        expected = f"expected one of {points}, then :N if wanted"
         raise LifecycleError(f"{CRASH_ENV}={wanted!r}: {expected}")
     return point, int(nth or 1)
 

@@ -2,6 +2,7 @@
 
 ledger.sqlite3, ledger.lock     the ledger (lifecycle.ledger) and its writers' lock
 teardown.lock                   one teardown at a time on this host
+gc.lock                         one `gc --remote` at a time on this host
 caches/<cache id>/              a JIT boot cache, mounted into boots
 caches/.trash-<cache id>/       a cache dir a teardown has moved out of the way
 locks/cache-<cache id>.lock     the cache's lease (lifecycle.leases)
@@ -45,6 +46,7 @@ class Home:
     ledger_file: Path = field(init=False)  # the ledger's SQLite file
     ledger_lock: Path = field(init=False)  # every ledger writer takes it
     teardown_lock: Path = field(init=False)  # held by a teardown while it runs
+    gc_lock: Path = field(init=False)  # held by `gc --remote` while it runs
     crashes: Path = field(init=False)  # unexpected errors' tracebacks
     mirrors: Path = field(init=False)  # upstream repositories mirrored for `port`
     ports: Path = field(init=False)  # the state of stopped ports
@@ -54,6 +56,7 @@ class Home:
             "ledger_file": "ledger.sqlite3",
             "ledger_lock": "ledger.lock",
             "teardown_lock": "teardown.lock",
+            "gc_lock": "gc.lock",
             "crashes": "crashes",
             "mirrors": "mirrors",
             "ports": "port",

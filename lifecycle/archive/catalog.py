@@ -16,7 +16,7 @@ from lifecycle.archive.layout import Key, parse_key
 from lifecycle.archive.record import load_record, read_as
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
-from lifecycle.records import BootRecordV1, CacheRecordV1, CacheVersionV1
+from lifecycle.records import BootRecordV1, CacheRecordV1, CacheVersionV1, MadeBy
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -34,7 +34,7 @@ class ArchivedVersion:
     record: str  # s3:// URL of its record
     files: int
     bytes: int
-    made_by: str | None  # the boot whose end it holds, and how that boot ended: "b-… ok"
+    made_by: MadeBy | None  # the last boot before it, and how that boot ended
     cache_key: str
 
 
@@ -80,10 +80,14 @@ class _Index:
     legacy: Key | None = None
 
 
-def archived_caches(store: BlobStore, *, workers: int = 8) -> list[ArchivedCache]:
-    """Every cache the archive holds, newest version first."""
+def archived_caches(
+    store: BlobStore, *, named: Iterable[str] | None = None, workers: int = 8
+) -> list[ArchivedCache]:
+    """Every cache the archive holds (only those of these cache names, if given), newest
+    first."""
     index: dict[str, _Index] = {}
-    for key in _keys(store, "caches/"):
+    prefixes = tuple(f"caches/{name}-" for name in named) if named is not None else ("caches/",)
+    for key in (k for prefix in prefixes for k in _keys(store, prefix)):
         entry = index.setdefault(key.id, _Index())
         if key.kind == "version":
             entry.versions.append(key)
@@ -94,7 +98,8 @@ def archived_caches(store: BlobStore, *, workers: int = 8) -> list[ArchivedCache
         elif key.kind == "legacy-cache":
             entry.legacy = key
     for key in _keys(store, "results-by-cache/"):
-        index.setdefault(key.id, _Index()).results.append(str(key.other))
+        if key.id in index:
+            index[key.id].results.append(str(key.other))
     wanted = [(cache_id, key) for cache_id, e in index.items() for key in e.versions]
     wanted += [(cache_id, e.legacy) for cache_id, e in index.items() if e.legacy is not None]
     read = _parallel(lambda pair: (pair[0], *_version(store, pair[1])), wanted, workers)
@@ -142,9 +147,6 @@ def _version(store: BlobStore, key: Key) -> tuple[CacheRow, ArchivedVersion, lis
 def _summary(
     store: BlobStore, relative: str, record: CacheVersionV1 | CacheRecordV1
 ) -> ArchivedVersion:
-    made_by = None
-    if isinstance(record, CacheVersionV1) and record.made_by is not None:
-        made_by = f"{record.made_by.id} {record.made_by.outcome}"
     return ArchivedVersion(
         tree_digest=record.fingerprint.tree_digest,
         parent=record.parent if isinstance(record, CacheVersionV1) else None,
@@ -154,7 +156,7 @@ def _summary(
         record=store.where(relative),
         files=record.fingerprint.files,
         bytes=record.fingerprint.bytes,
-        made_by=made_by,
+        made_by=record.made_by if isinstance(record, CacheVersionV1) else None,
         cache_key=record.cache.cache_key,
     )
 

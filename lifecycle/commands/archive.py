@@ -1,4 +1,4 @@
-"""`lifecycle archive` and `lifecycle restore`: caches to and from the S3 archive."""
+"""`lifecycle archive`: caches (and the results they complete) to the S3 archive."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import ClassVar
 
 from lifecycle.archive.config import resolve_location
-from lifecycle.archive.restore import RestoreReport, check_cache_id, restore_cache
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
@@ -40,17 +39,6 @@ class ArchiveRunReport(Report):
     caches: tuple[ArchiveReport, ...]
     skipped: tuple[str, ...]  # caches --all left out, each with why
     totals: ArchiveTotals
-
-
-@dataclass(frozen=True)
-class RestoreRunReport(Report):
-    """One cache restored from its archive."""
-
-    FORMAT: ClassVar[str] = "lifecycle-restore/1"
-    restore: RestoreReport
-
-    def to_json(self) -> dict[str, object]:
-        return {"format": self.FORMAT, **super().to_json()["restore"]}
 
 
 def check_selection(names: Sequence[str], every: bool) -> None:
@@ -136,35 +124,3 @@ def render_archive(report: ArchiveRunReport) -> str:
             f" verified; {report.location}"
         )
     return "\n".join(lines) + "\n"
-
-
-def run_restore(ctx: Context, cache_id: str, source: str | None) -> RestoreRunReport:
-    """Restore one cache's files from the archive."""
-    location = resolve_location(source, ctx.environ, ctx.project, option="--from")
-    check_cache_id(cache_id)
-    client = ctx.s3()
-    with ctx.ledger() as ledger:
-        return RestoreRunReport(restore_cache(ledger, client, location, cache_id, progress=ctx.say))
-
-
-def render_restore(report: RestoreRunReport) -> str:
-    """Where it was restored, what it holds, and what was withheld or masked."""
-    done = report.restore
-    how = "already in place" if done.already_present else "restored"
-    origin = "" if done.known else " (new to this host: its row was made from the record)"
-    text = (
-        f"{done.cache_id}: {how} at {done.host_path}{origin}\n"
-        f"  {done.files} files, {human_bytes(done.bytes)},"
-        f" tree digest {done.tree_digest}; live; from {done.location}\n"
-    )
-    if done.withheld:
-        text += (
-            f"  not restored: {', '.join(done.withheld)} (the archive withheld them: they"
-            " held a secret's value; the engine writes them again)\n"
-        )
-    if done.modes_masked:
-        text += (
-            f"  modes masked (no setuid, setgid, sticky or world-writable):"
-            f" {', '.join(done.modes_masked)}\n"
-        )
-    return text

@@ -102,8 +102,7 @@ def request(
             "repo_digests": built.attrs.get("RepoDigests") or [],
         }
     hooks = select(ctx.project / "hooks", options.hook_names)
-    # The GPU arch is part of the cache key; set LIFECYCLE_GPU_ARCH (e.g. 90a) on GPU hosts.
-    arch = ctx.environ.get("LIFECYCLE_GPU_ARCH", "unknown")
+    arch = ctx.gpu_arch  # part of the cache key: set LIFECYCLE_GPU_ARCH on GPU hosts
     return BootRequest(
         loaded, digest, image, tag, options.profile, options.cold, hooks, arch, options.timeout_s
     )

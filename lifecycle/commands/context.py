@@ -35,6 +35,11 @@ class Context:
         return self.manifests_dir.parent
 
     @property
+    def gpu_arch(self) -> str:
+        """LIFECYCLE_GPU_ARCH (e.g. 90a): part of every cache key; `unknown` when unset."""
+        return self.environ.get("LIFECYCLE_GPU_ARCH", "unknown")
+
+    @property
     def home(self) -> Path:
         """LIFECYCLE_HOME."""
         return default_home(self.environ)

@@ -1,4 +1,5 @@
-"""`lifecycle caches` and `lifecycle boots`: what exists, as a table or JSON."""
+"""`lifecycle caches` and `lifecycle boots`: what exists, as a table or JSON; on this host (its
+ledger), or with `--from s3://…` what an archive holds, whichever host archived it."""
 
 from __future__ import annotations
 
@@ -7,13 +8,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
+from lifecycle.archive.catalog import ArchivedBoot, ArchivedCache, archived_boots, archived_caches
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.store import BlobStore
 from lifecycle.commands.boot import BootReport, report_of
 from lifecycle.commands.context import Context
+from lifecycle.commands.filters import EVERYTHING, Filters
 from lifecycle.commands.report import Report, Row, fields_of, plain
 from lifecycle.leases import lease_held
-from lifecycle.ledger.boots import CacheRecord, all_boots, all_caches, cache_uses
+from lifecycle.ledger.boots import CacheRecord, all_boots, all_caches, cache_by_id, cache_uses
 from lifecycle.ledger.pins import pins
 from lifecycle.table import human_age, human_bytes, render
+
+CACHE_STATES = ("live", "archived", "torn-down", "missing")
+ARCHIVED_CACHE_STATES = ("restorable", "evidence")  # with the cache's files, or not
+OUTCOMES = ("running", "ok", "failed", "interrupted", "aborted", "timeout")
 
 
 @dataclass(frozen=True)
@@ -65,9 +74,61 @@ class BootsReport(Report):
     boots: tuple[ListedBoot, ...]
 
 
-def list_caches(ctx: Context) -> CachesReport:
+@dataclass(frozen=True)
+class ListedArchivedCache(Row):
+    """One cache an archive holds, as `lifecycle caches --from` lists it."""
+
+    cache: ArchivedCache
+    age_s: float  # since its newest version was archived
+
+    def to_json(self) -> dict[str, Any]:
+        """The cache's row (from its newest version), its state there, every version, the
+        boots and results its index lists, its age."""
+        return {
+            **plain(self.cache.row),
+            "state": self.cache.state,
+            "versions": plain(self.cache.versions),
+            "boots": list(self.cache.boots),
+            "results": list(self.cache.results),
+            "age_s": self.age_s,
+        }
+
+
+@dataclass(frozen=True)
+class ArchivedCachesReport(Report):
+    """Every cache an archive holds, newest first."""
+
+    FORMAT: ClassVar[str] = "lifecycle-archived-caches/1"
+    location: str
+    caches: tuple[ListedArchivedCache, ...]
+
+
+@dataclass(frozen=True)
+class ListedArchivedBoot(Row):
+    """One boot an archive holds, as `lifecycle boots --from` lists it."""
+
+    boot: ArchivedBoot
+
+    def to_json(self) -> dict[str, Any]:
+        """The boot's row (hooks and secret names as lists), its arch, caches and record."""
+        row = BootReport(self.boot.boot, self.boot.uses).to_json()
+        del row["format"]
+        return {**row, "arch": self.boot.arch, "record": self.boot.record}
+
+
+@dataclass(frozen=True)
+class ArchivedBootsReport(Report):
+    """Every boot an archive holds, newest first."""
+
+    FORMAT: ClassVar[str] = "lifecycle-archived-boots/1"
+    location: str
+    boots: tuple[ListedArchivedBoot, ...]
+
+
+def list_caches(ctx: Context, filters: Filters = EVERYTHING) -> CachesReport:
     """Every cache with the boots that used it, cold and warm; in a home where nothing is
     recorded yet, none (and a note)."""
+    filters.check_state(CACHE_STATES, "caches here")
     if not ctx.recorded():
         return CachesReport(())
     now = ctx.now()
@@ -79,6 +140,9 @@ def list_caches(ctx: Context) -> CachesReport:
             state = cache.state
             if state in ("live", "archived") and not Path(cache.host_path).is_dir():
                 state = "missing"
+            facts = {"manifest": cache.manifest_name, "arch": cache.arch, "state": state}
+            if not filters.keeps(now, **facts, at=cache.created_at):
+                continue
             rows.append(
                 ListedCache(
                     cache,
@@ -92,20 +156,106 @@ def list_caches(ctx: Context) -> CachesReport:
     return CachesReport(tuple(rows))
 
 
-def list_boots(ctx: Context) -> BootsReport:
+def list_archived_caches(
+    ctx: Context, source: str, filters: Filters = EVERYTHING
+) -> ArchivedCachesReport:
+    """Every cache the archive at `source` holds, whoever archived it."""
+    filters.check_state(ARCHIVED_CACHE_STATES, "caches in an archive")
+    location = ArchiveLocation.parse(source, "--from")
+    store, now = BlobStore(ctx.s3(), location), ctx.now()
+    rows = []
+    for cache in archived_caches(store):
+        row, newest = cache.row, cache.newest
+        facts = {"manifest": row.manifest_name, "arch": row.arch, "state": cache.state}
+        if filters.keeps(now, **facts, at=newest.archived_at):
+            age = (now - datetime.fromisoformat(newest.archived_at)).total_seconds()
+            rows.append(ListedArchivedCache(cache, age))
+    return ArchivedCachesReport(location.url(), tuple(rows))
+
+
+def list_boots(ctx: Context, filters: Filters = EVERYTHING) -> BootsReport:
     """Every boot with the caches it used; none in a home where nothing is recorded yet."""
+    filters.check_state(OUTCOMES, "boots")
     if not ctx.recorded():
         return BootsReport(())
+    now = ctx.now()
     with ctx.ledger(create=False) as ledger:
         uses = cache_uses(ledger)
         rows = []
         for boot in all_boots(ledger):
             mine = [u for u in uses if u.boot_id == boot.id]
+            arches = {c.arch for u in mine if (c := cache_by_id(ledger, u.cache_id)) is not None}
+            facts = {"manifest": boot.manifest_name, "arch": ", ".join(sorted(arches))}
+            if not filters.keeps(now, **facts, state=boot.outcome, at=boot.started_at):
+                continue
             gone = boot.outcome == "running" and not any(
                 lease_held(ledger.home, u.cache_id) for u in mine
             )
             rows.append(ListedBoot(report_of(boot, mine), gone))
     return BootsReport(tuple(rows))
+
+
+def list_archived_boots(
+    ctx: Context, source: str, filters: Filters = EVERYTHING
+) -> ArchivedBootsReport:
+    """Every boot the archive at `source` holds a record of."""
+    filters.check_state(OUTCOMES, "boots")
+    location = ArchiveLocation.parse(source, "--from")
+    store, now = BlobStore(ctx.s3(), location), ctx.now()
+    rows = [
+        ListedArchivedBoot(boot)
+        for boot in archived_boots(store)
+        if filters.keeps(
+            now,
+            manifest=boot.boot.manifest_name,
+            arch=boot.arch,
+            state=boot.boot.outcome,
+            at=boot.boot.started_at,
+        )
+    ]
+    return ArchivedBootsReport(location.url(), tuple(rows))
+
+
+def render_archived_caches(report: ArchivedCachesReport) -> str:
+    """The table of `lifecycle caches --from`: each cache's newest version and how many."""
+    return f"# {report.location}\n" + render(
+        ["CACHE", "MANIFEST", "NAME", "ARCH", "VERSIONS", "NEWEST", "SIZE", "STATE", "BY", "AGE"],
+        [
+            [
+                r.cache.row.id,
+                r.cache.row.manifest_name,
+                r.cache.row.cache_name,
+                r.cache.row.arch,
+                len(r.cache.versions),
+                r.cache.newest.tree_digest[:12],
+                human_bytes(r.cache.newest.bytes),
+                r.cache.state,
+                r.cache.newest.host,
+                human_age(r.age_s),
+            ]
+            for r in report.caches
+        ],
+    )
+
+
+def render_archived_boots(report: ArchivedBootsReport) -> str:
+    """The table of `lifecycle boots --from`."""
+    return f"# {report.location}\n" + render(
+        ["BOOT", "STARTED", "HOST", "MANIFEST", "PROFILE", "OUTCOME", "ARCH", "CACHES"],
+        [
+            [
+                r.boot.boot.id,
+                r.boot.boot.started_at,
+                r.boot.boot.host,
+                r.boot.boot.manifest_name,
+                r.boot.boot.profile,
+                r.boot.boot.outcome,
+                r.boot.arch,
+                ", ".join(f"{u.cache_id} {u.mode}" for u in r.boot.uses),
+            ]
+            for r in report.boots
+        ],
+    )
 
 
 def render_caches(report: CachesReport) -> str:

@@ -4,16 +4,26 @@ A pin target is resolved to the caches behind it by `resolve_target`: a cache id
 cache; a result id is every cache its boot used, so that keeping a result keeps what produced
 it. A result's pins carry `result <id>` as their reason (`result <id>: TEXT` with --reason),
 and `unpin RESULT` takes off exactly those, leaving any other pin on the same caches.
+
+With an archive location set (--to, LIFECYCLE_ARCHIVE, `archive:` in lifecycle.yaml), a result
+archived there is pinned there too, for the whole team (lifecycle.archive.pins): `gc --remote`
+keeps it and everything behind it, whichever host runs it. A result only the archive knows
+(archived by another host) is pinned there alone.
 """
 
 from __future__ import annotations
 
 import difflib
+import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import ClassVar
 
+from lifecycle.archive.config import optional_location
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.pins import remove_pins, write_pin
+from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
 from lifecycle.errors import LifecycleError
@@ -21,6 +31,8 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id, cache_uses
 from lifecycle.ledger.pins import pin, pins, unpin
 from lifecycle.ledger.results import ResultRecord, all_results, result_by_id
+from lifecycle.records import PIN_FORMAT, PinV1
+from lifecycle.results.archive import read_result
 from lifecycle.results.model import is_pin_of, pin_reason
 
 DEFAULT_REASON = "pinned by hand"
@@ -36,6 +48,7 @@ class PinReport(Report):
     pinned: tuple[str, ...]  # caches now carrying the pin (pin) or that lost pins (unpin)
     skipped: tuple[str, ...]  # caches left alone, each with why
     reasons: dict[str, list[str]]  # cache id -> every pin reason it carries now
+    team: tuple[str, ...] = ()  # the result's pins in the archive written (pin) or removed
 
 
 def resolve_target(ledger: Ledger, target: str) -> list[CacheRecord]:
@@ -55,16 +68,63 @@ def resolve_target(ledger: Ledger, target: str) -> list[CacheRecord]:
     raise LifecycleError(f"unknown cache or result {target!r}{hint}")
 
 
-def run_pin(ctx: Context, target: str, reason: str | None) -> PinReport:
-    """`lifecycle pin`."""
-    with ctx.ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
-        return pin_target(ledger, target, reason or DEFAULT_REASON, ctx.now())
+def run_pin(ctx: Context, target: str, reason: str | None, to: str | None = None) -> PinReport:
+    """`lifecycle pin`: on this host, and for a result in the archive too when one is set."""
+    where = optional_location(to, ctx.environ, ctx.project)
+    team = _team_pin(ctx, where, target, reason or DEFAULT_REASON)
+    if not team:
+        with ctx.ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
+            return pin_target(ledger, target, reason or DEFAULT_REASON, ctx.now())
+    local = _here(
+        ctx, lambda ledger: pin_target(ledger, target, reason or DEFAULT_REASON, ctx.now())
+    )
+    return replace(local or PinReport("pin", target, (), (), {}), team=team)
 
 
-def run_unpin(ctx: Context, target: str, reason: str | None) -> PinReport:
-    """`lifecycle unpin`."""
-    with ctx.ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
-        return unpin_target(ledger, target, reason)
+def _team_pin(
+    ctx: Context, where: ArchiveLocation | None, target: str, reason: str
+) -> tuple[str, ...]:
+    """Pin a result in the archive (when one is set and holds the result); where it went."""
+    if where is None or not target.startswith("r-"):
+        return ()
+    store = BlobStore(ctx.s3(), where)
+    try:
+        read_result(store, target)
+    except S3Unavailable:
+        raise
+    except ArchiveError:
+        return ()  # not archived there (yet): this host's pin is all there is
+    pin = PinV1(
+        format=PIN_FORMAT, target=target, reason=reason, host=socket.gethostname(),
+        pinned_at=ctx.now().isoformat(timespec="seconds"),
+    )  # fmt: skip
+    return (store.where(write_pin(store, pin)),)
+
+
+def run_unpin(ctx: Context, target: str, reason: str | None, to: str | None = None) -> PinReport:
+    """`lifecycle unpin`: on this host, and a result's pins in the archive when one is set."""
+    where = optional_location(to, ctx.environ, ctx.project)
+    if where is None or not target.startswith("r-"):
+        with ctx.ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
+            return unpin_target(ledger, target, reason)
+    removed = remove_pins(BlobStore(ctx.s3(), where), target, reason)
+    local = _here(ctx, lambda ledger: unpin_target(ledger, target, reason))
+    if not removed and local is None:
+        raise LifecycleError(f"{target} has no pin at {where.url()} nor on this host")
+    team = tuple(f"{where.url()}: {r}" for r in removed)
+    return replace(local or PinReport("unpin", target, (), (), {}), team=team)
+
+
+def _here(ctx: Context, act: Callable[[Ledger], PinReport]) -> PinReport | None:
+    """The pin or unpin on this host, or None when this host knows nothing of the result or
+    has nothing of it left to pin (its pin in the archive is what counts then)."""
+    if not ctx.recorded():
+        return None
+    with ctx.ledger(create=False) as ledger:
+        try:
+            return act(ledger)
+        except LifecycleError:
+            return None
 
 
 def render(report: PinReport) -> str:
@@ -79,6 +139,8 @@ def render(report: PinReport) -> str:
                 f"unpinned {cache_id}" + (f"; still pinned: {'; '.join(held)}" if held else "")
             )
     lines += [f"skipped {skipped}" for skipped in report.skipped]
+    verb = "pinned for the team at" if report.action == "pin" else "unpinned for the team:"
+    lines += [f"{verb} {where}" for where in report.team]
     return "".join(f"{line}\n" for line in lines)
 
 

@@ -15,13 +15,14 @@ from typing import Any, ClassVar
 
 from lifecycle.archive.config import optional_location
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.store import ArchiveError
+from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.commands.boot import HookEntry
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report, plain
+from lifecycle.commands.filters import EVERYTHING, Filters
+from lifecycle.commands.report import Report, Row, plain
 from lifecycle.errors import EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import cache_uses
+from lifecycle.ledger.boots import cache_by_id, cache_uses
 from lifecycle.ledger.pins import pins
 from lifecycle.ledger.results import (
     ResultArchiveRecord,
@@ -30,7 +31,9 @@ from lifecycle.ledger.results import (
     result_archives,
 )
 from lifecycle.results.add import ResultRequest, add_result, find_boot
+from lifecycle.results.catalog import ArchivedResult, archived_results
 from lifecycle.results.model import (
+    STATUSES,
     Scalar,
     canonical_result,
     is_pin_of,
@@ -132,12 +135,93 @@ def run_add(ctx: Context, request: ResultRequest, *, to: str | None) -> ResultAd
     return ResultAddReport(view, str(problem), problem.exit_code)
 
 
-def run_list(ctx: Context) -> ResultsReport:
-    """Every result; none in a home where nothing is recorded yet."""
+def run_list(ctx: Context, filters: Filters = EVERYTHING) -> ResultsReport:
+    """Every result (of the filters); none in a home where nothing is recorded yet."""
+    filters.check_state(STATUSES, "results")
     if not ctx.recorded():
         return ResultsReport(())
+    now = ctx.now()
     with ctx.ledger(create=False) as ledger:
-        return ResultsReport(tuple(describe(ledger, r) for r in all_results(ledger)))
+        views = []
+        for result in all_results(ledger):
+            view = describe(ledger, result)
+            arches = {c.arch for i in view.caches if (c := cache_by_id(ledger, i)) is not None}
+            facts = {"manifest": view.manifest_name, "arch": ", ".join(sorted(arches))}
+            if filters.keeps(now, **facts, state=view.status, at=view.created_at):
+                views.append(view)
+        return ResultsReport(tuple(views))
+
+
+@dataclass(frozen=True)
+class ListedArchivedResult(Row):
+    """One result an archive holds, as `lifecycle results --from` lists it."""
+
+    result: ArchivedResult
+
+    def to_json(self) -> dict[str, Any]:
+        """The canonical result, its digest, what it ran, who archived it, its team pins."""
+        found = self.result
+        return {
+            **found.result,
+            "digest": found.digest,
+            "manifest_name": found.manifest_name,
+            "arch": found.arch,
+            "host": found.host,
+            "record": found.record,
+            "pins": list(found.pins),
+        }
+
+
+@dataclass(frozen=True)
+class ArchivedResultsReport(Report):
+    """Every result an archive holds, newest first."""
+
+    FORMAT: ClassVar[str] = "lifecycle-archived-results/1"
+    location: str
+    results: tuple[ListedArchivedResult, ...]
+
+
+def run_archived(ctx: Context, source: str, filters: Filters = EVERYTHING) -> ArchivedResultsReport:
+    """Every result the archive at `source` holds, whichever host archived it."""
+    filters.check_state(STATUSES, "results")
+    location = ArchiveLocation.parse(source, "--from")
+    store, now = BlobStore(ctx.s3(), location), ctx.now()
+    rows = [
+        ListedArchivedResult(r)
+        for r in archived_results(store)
+        if filters.keeps(
+            now,
+            manifest=r.manifest_name,
+            arch=r.arch,
+            state=r.result["status"],
+            at=r.result["created_at"],
+        )
+    ]
+    return ArchivedResultsReport(location.url(), tuple(rows))
+
+
+def render_archived(report: ArchivedResultsReport) -> str:
+    """The table of `lifecycle results --from`; instrumented and pinned ones flagged."""
+    return f"# {report.location}\n" + render(
+        ["RESULT", "CREATED", "NAME", "STATUS", "BOOT", "MANIFEST", "HOST", "METRICS", "FLAGS"],
+        [
+            [
+                r.result.result["id"],
+                r.result.result["created_at"],
+                r.result.result["name"],
+                r.result.result["status"],
+                r.result.result["boot_id"],
+                r.result.manifest_name,
+                r.result.host,
+                metrics_text(r.result.result["metrics"], METRICS_WIDTH),
+                " ".join(
+                    ["INSTRUMENTED"] * bool(r.result.result["instrumented"])
+                    + ["pinned"] * bool(r.result.pins)
+                ),
+            ]
+            for r in report.results
+        ],
+    )
 
 
 def describe(ledger: Ledger, result: ResultRecord) -> ResultView:

@@ -30,7 +30,7 @@ class GcObject:
     """An object a run planned to remove, and what became of it."""
 
     run_id: str
-    key: str  # with the prefix
+    key: str  # under the location's prefix (lifecycle.archive.layout)
     phase: int  # removed in phase order: whatever refers to an object goes before it
     size: int
     removed_at: str | None = None

@@ -31,11 +31,11 @@ Verify = Callable[[ArchiveRecord], VerifiedRecord]
 Rescan = Callable[[CacheRecord], Tree | None]
 
 
-def parse_duration(text: str) -> timedelta:
-    """'90s', '30m', '2h', '3d', '1w', or a sum such as '1d12h'."""
+def parse_duration(text: str, option: str = "--older-than") -> timedelta:
+    """'90s', '30m', '2h', '3d', '1w', or a sum such as '1d12h' (given as `option`)."""
     if not _DURATION.fullmatch(text.strip()):
         expected = "expected a duration such as 30m, 2h, 3d, 1d12h"
-        raise LifecycleError(f"--older-than {text!r}: {expected}")
+        raise LifecycleError(f"{option} {text!r}: {expected}")
     seconds = sum(int(n) * _UNIT_SECONDS[u] for n, u in re.findall(r"(\d+)([smhdw])", text.strip()))
     return timedelta(seconds=seconds)
 

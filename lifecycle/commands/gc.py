@@ -1,0 +1,156 @@
+"""`lifecycle gc --remote`: remove from an archive what no kept record needs (lifecycle.gc).
+
+The plan is always shown first; nothing is removed without agreement (or --yes), and never in a
+dry run. A run stopped by a kill is completed by the next one at the same location, checked
+again first. Runs on one host take turns (a lock under LIFECYCLE_HOME).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from lifecycle.archive.config import resolve_location
+from lifecycle.archive.pins import pins_at
+from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.commands.context import Context
+from lifecycle.commands.report import Report, plain
+from lifecycle.errors import LifecycleError
+from lifecycle.gc.plan import GcPlan, Policy, plan_gc
+from lifecycle.gc.run import Swept, journal_plan, sweep
+from lifecycle.gc.snapshot import take_snapshot
+from lifecycle.leases import exclusive
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.gc import unfinished_gc
+from lifecycle.ledger.pins import pins
+from lifecycle.table import human_bytes
+
+
+@dataclass(frozen=True)
+class GcOptions:
+    """What the command line asks of a collection."""
+
+    source: str | None = None  # --from; else LIFECYCLE_ARCHIVE, else lifecycle.yaml
+    keep_last: int | None = None
+    older_than: timedelta | None = None
+    grace: timedelta = timedelta(hours=1)
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class GcReport(Report):
+    """The plan, what a stopped run's completion did, and what this run removed."""
+
+    FORMAT: ClassVar[str] = "lifecycle-gc/1"
+    location: str
+    policy: str
+    dry_run: bool
+    plan: GcPlan
+    resumed: tuple[Swept, ...] = ()
+    result: Swept | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        removing: dict[str, int] = {}
+        for doomed in self.plan.remove:
+            removing[doomed.kind] = removing.get(doomed.kind, 0) + 1
+        return {
+            "format": self.FORMAT,
+            "location": self.location,
+            "policy": self.policy,
+            "dry_run": self.dry_run,
+            "plan": {
+                "remove": removing,
+                "bytes": self.plan.bytes,
+                "objects": [d.key for d in self.plan.remove],
+                "kept": self.plan.kept,
+                "pinned": list(self.plan.pinned),
+            },
+            "resumed": plain(self.resumed),
+            "result": plain(self.result),
+        }
+
+
+def run(
+    ctx: Context,
+    options: GcOptions,
+    *,
+    show: Callable[[GcReport], None],
+    agree: Callable[[GcReport], None],
+) -> GcReport:
+    """Complete any stopped run here, plan, show the plan, and (agreed) carry it out."""
+    if options.keep_last is not None and options.keep_last < 1:
+        raise LifecycleError("--keep-last must be at least 1 (the newest version of each cache)")
+    location = resolve_location(options.source, ctx.environ, ctx.project, option="--from")
+    store = BlobStore(ctx.s3(), location)
+    policy = Policy(options.keep_last, options.older_than, options.grace)
+    checkpoint = ctx.checkpoint()
+    with ctx.ledger() as ledger, exclusive(ledger.home.gc_lock):
+        resumed: tuple[Swept, ...] = ()
+        if not options.dry_run:
+            stopped = unfinished_gc(ledger, location.url())
+            resumed = tuple(sweep(ledger, store, r.run_id, ctx.now) for r in stopped)
+        snap = take_snapshot(store)
+        if snap.unreadable:
+            key, why = next(iter(sorted(snap.unreadable.items())))
+            more = f" (and {len(snap.unreadable) - 1} more)" if len(snap.unreadable) > 1 else ""
+            raise ArchiveError(
+                f"nothing removed: cannot read {store.where(key)}{more}: {why}; a record gc"
+                " cannot read may name objects it would otherwise remove"
+            )
+        plan = plan_gc(snap, policy, _pinned(ledger, store), ctx.now())
+        report = GcReport(location.url(), policy.describe(), options.dry_run, plan, resumed)
+        show(report)
+        if options.dry_run or not plan.remove:
+            return report
+        agree(report)
+        run_id = journal_plan(ledger, store, plan, policy, ctx.now())
+        checkpoint("gc-planned")
+        swept = sweep(ledger, store, run_id, ctx.now, snap=snap, checkpoint=checkpoint)
+    return GcReport(location.url(), policy.describe(), False, plan, resumed, swept)
+
+
+def _pinned(ledger: Ledger, store: BlobStore) -> set[str]:
+    """Results pinned for the team (in the archive) and by this host (`pin RESULT`)."""
+    found = {pin.target for pin in pins_at(store).values()}
+    for reasons in pins(ledger).values():
+        for reason in reasons:
+            if reason.startswith("result "):  # `result <id>` or `result <id>: text`
+                found.add(reason.removeprefix("result ").split(":", 1)[0])
+    return found
+
+
+def plan_text(report: GcReport) -> str:
+    """What a stopped run's completion did, then the plan: what goes, what stays and why."""
+    plan = report.plan
+    lines = [f"# gc of {report.location} ({report.policy})"]
+    for done in report.resumed:
+        lines.append(
+            f"completed stopped run {done.run_id}: removed {done.removed} objects"
+            f" ({human_bytes(done.bytes_freed)}), spared {len(done.spared)}"
+        )
+    removing: dict[str, int] = {}
+    for doomed in plan.remove:
+        removing[doomed.kind] = removing.get(doomed.kind, 0) + 1
+    going = ", ".join(f"{n} {kind}" for kind, n in sorted(removing.items())) or "nothing"
+    lines.append(f"to remove: {going} ({human_bytes(plan.bytes)})")
+    kept = ", ".join(f"{n} {kind}" for kind, n in sorted(plan.kept.items())) or "nothing"
+    lines.append(f"kept: {kept}")
+    if plan.pinned:
+        lines.append(f"pinned (kept with all behind them): {', '.join(plan.pinned)}")
+    if report.dry_run:
+        lines.append("dry run: nothing removed")
+    return "\n".join(lines) + "\n"
+
+
+def render(report: GcReport) -> str:
+    """The outcome line (the plan was shown before)."""
+    done = report.result
+    if done is None:
+        return "" if report.dry_run or report.plan.remove else "nothing to remove\n"
+    spared = f"; spared {len(done.spared)} named since the plan" if done.spared else ""
+    return (
+        f"removed {done.removed} objects, {human_bytes(done.bytes_freed)} freed"
+        f" (run {done.run_id}){spared}\n"
+    )

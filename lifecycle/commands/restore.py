@@ -1,0 +1,156 @@
+"""`lifecycle restore`: a cache's files back from the archive, by version; or with `--best`, the
+newest complete version, archived by any host, of each cache a boot here would reuse."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from lifecycle.archive.best import Best, best_versions
+from lifecycle.archive.config import resolve_location
+from lifecycle.archive.images import pushed_images
+from lifecycle.archive.restore import RestoreReport, check_cache_id, restore_cache
+from lifecycle.archive.store import BlobStore
+from lifecycle.build.engine import find_built
+from lifecycle.build.keys import cache_key, key_factors
+from lifecycle.commands.context import Context
+from lifecycle.commands.report import Report
+from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
+from lifecycle.ledger import Ledger
+from lifecycle.manifest import find_manifest, load_manifest
+from lifecycle.manifest.digest import manifest_digest
+from lifecycle.table import human_bytes
+
+
+@dataclass(frozen=True)
+class RestoreRunReport(Report):
+    """One cache restored from its archive."""
+
+    FORMAT: ClassVar[str] = "lifecycle-restore/1"
+    restore: RestoreReport
+
+    def to_json(self) -> dict[str, object]:
+        return {"format": self.FORMAT, **super().to_json()["restore"]}
+
+
+def run_restore(ctx: Context, target: str, source: str | None) -> RestoreRunReport:
+    """Restore one cache's files from the archive: `CACHE` (its newest version with files) or
+    `CACHE@TREE` (that version, by its tree digest or a prefix of at least 8 digits)."""
+    cache_id, _, tree = target.partition("@")
+    location = resolve_location(source, ctx.environ, ctx.project, option="--from")
+    check_cache_id(cache_id)
+    client = ctx.s3()
+    with ctx.ledger() as ledger:
+        done = restore_cache(
+            ledger, client, location, cache_id, tree=tree or None, progress=ctx.say
+        )
+    return RestoreRunReport(done)
+
+
+@dataclass(frozen=True)
+class RestoreBestReport(Report):
+    """`restore --best`: for each cache of a manifest, the version chosen and restored."""
+
+    FORMAT: ClassVar[str] = "lifecycle-restore-best/1"
+    manifest: str
+    manifest_digest: str
+    arch: str
+    image: str  # where the labels of the cache keys came from
+    keys: dict[str, str]  # cache name -> the key a boot here computes
+    restored: tuple[RestoreReport, ...]
+    chosen: tuple[Best, ...]
+    none_found: tuple[str, ...]  # cache names with no complete version of their key
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_NO if self.none_found else EXIT_OK
+
+
+def run_best(
+    ctx: Context, ref: str, cache_name: str | None, source: str | None
+) -> RestoreBestReport:
+    """Restore, for each cache of the manifest (or only `cache_name`), the newest complete
+    version in the archive whose key is the one a boot of it here would compute."""
+    loaded = load_manifest(find_manifest(ctx.manifests_dir, ref))
+    digest = manifest_digest(loaded)
+    names = list(loaded.manifest.active_caches())
+    if cache_name is not None and cache_name not in names:
+        raise LifecycleError(f"--cache {cache_name!r}: {ref} has the caches {', '.join(names)}")
+    location = resolve_location(source, ctx.environ, ctx.project, option="--from")
+    client = ctx.s3()
+    store = BlobStore(client, location)
+    with ctx.ledger() as ledger:
+        labels, image = _image_labels(ctx, ledger, store, digest, ref)
+        wanted = [cache_name] if cache_name else names
+        keys = {n: cache_key(key_factors(labels, n, digest, ctx.gpu_arch)) for n in wanted}
+        chosen = best_versions(store, keys)
+        restored = tuple(
+            restore_cache(
+                ledger, client, location, best.cache_id, tree=best.tree_digest, progress=ctx.say
+            )
+            for best in chosen.values()
+        )
+    none = tuple(n for n in wanted if n not in chosen)
+    return RestoreBestReport(
+        loaded.manifest.name, digest, ctx.gpu_arch, image, keys, restored,
+        tuple(chosen.values()), none,
+    )  # fmt: skip
+
+
+def _image_labels(
+    ctx: Context, ledger: Ledger, store: BlobStore, digest: str, ref: str
+) -> tuple[dict[str, str], str]:
+    """The labels of the image a boot here would run (built or pulled here), else of the newest
+    one the archive records as pushed (what `boot --pull` would pull); and which it was."""
+    built = find_built(ctx.docker(), ledger, digest)
+    if built is not None:
+        return dict(built.labels or {}), f"{built.id} on this host"
+    pushed = pushed_images(store, digest)
+    if pushed:
+        return dict(pushed[0].labels), f"{pushed[0].reference} (as pushed)"
+    raise LifecycleError(
+        f"no image of {ref} on this host, and none recorded as pushed at"
+        f" {store.location.url()}: build it here, or `build --push` it on another host"
+    )
+
+
+def render_best(report: RestoreBestReport) -> str:
+    """A paragraph per cache restored, then the names nothing matched."""
+    lines = [
+        f"best versions for {report.manifest} (sha256:{report.manifest_digest[:12]}…),"
+        f" arch {report.arch}, image {report.image}:"
+    ]
+    for best, done in zip(report.chosen, report.restored, strict=True):
+        lines.append(
+            f"{best.cache_name}: {best.cache_id}@{best.tree_digest[:12]} archived by"
+            f" {best.host} at {best.archived_at}"
+        )
+        lines.append("  " + render_restore(RestoreRunReport(done)).splitlines()[0])
+    lines += [
+        f"{name}: no complete version with key {report.keys[name][:12]}…; boots cold"
+        for name in report.none_found
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_restore(report: RestoreRunReport) -> str:
+    """Where it was restored, what it holds, and what was withheld or masked."""
+    done = report.restore
+    how = "already in place" if done.already_present else "restored"
+    origin = "" if done.known else " (new to this host: its row was made from the record)"
+    text = (
+        f"{done.cache_id}: {how} at {done.host_path}{origin}\n"
+        f"  {done.files} files, {human_bytes(done.bytes)},"
+        f" tree digest {done.tree_digest}; live; from {done.location}\n"
+    )
+    if done.withheld:
+        text += (
+            f"  not restored: {', '.join(done.withheld)} (the archive withheld them: they"
+            " held a secret's value; the engine writes them again)\n"
+        )
+    if done.modes_masked:
+        text += (
+            f"  modes masked (no setuid, setgid, sticky or world-writable):"
+            f" {', '.join(done.modes_masked)}\n"
+        )
+    return text

@@ -1,0 +1,1 @@
+"""`lifecycle gc --remote`: remove what no kept record of an archive needs."""

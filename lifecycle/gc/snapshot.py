@@ -1,0 +1,108 @@
+"""Everything an archive holds, as one listing saw it, with every record read and what each
+record needs to stay whole.
+
+Records are immutable and named by their bytes, so a record read once is that record forever:
+a later snapshot reads only the keys it has not seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+
+from lifecycle.archive.layout import Key, blob_key, legacy_cache_key, parse_key
+from lifecycle.archive.objects import Listing
+from lifecycle.archive.record import read_as
+from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.records import (
+    BootRecordV1,
+    CacheRecordV1,
+    CacheVersionV1,
+    ImageRecordV1,
+    PinV1,
+    ResultRecordV1,
+    ResultRecordV2,
+)
+from lifecycle.results.archive import load_result_record
+
+Record = (
+    CacheVersionV1 | BootRecordV1 | ResultRecordV1 | ResultRecordV2 | CacheRecordV1 | PinV1
+    | ImageRecordV1
+)  # fmt: skip
+_MODELS: dict[str, type[Record]] = {
+    "version": CacheVersionV1,
+    "boot": BootRecordV1,
+    "legacy-cache": CacheRecordV1,
+    "pin": PinV1,
+    "image": ImageRecordV1,
+}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The archive under one prefix: its objects, its records read, and what could not be."""
+
+    objects: dict[str, Listing]  # key (relative) -> what the listing said of it
+    keys: dict[str, Key]  # the objects of our layout, read as the layout names them
+    records: dict[str, Record]  # key -> the record it holds
+    unreadable: dict[str, str]  # key -> why it could not be read
+
+    def age(self, key: str, now: datetime) -> float:
+        """Seconds since the server stored the object."""
+        return (now - self.objects[key].modified).total_seconds()
+
+
+def take_snapshot(
+    store: BlobStore, earlier: Snapshot | None = None, *, workers: int = 8
+) -> Snapshot:
+    """List the whole prefix and read every record not read before."""
+    objects = {item.key: item for item in store.list()}
+    keys = {key: parsed for key in objects if (parsed := parse_key(key)) is not None}
+    known = earlier.records if earlier else {}
+    records = {key: known[key] for key in keys if key in known}
+    wanted = [k for k in keys.values() if k.kind in _RECORDS and k.key not in records]
+
+    def read(key: Key) -> tuple[str, Record | str]:
+        try:
+            return key.key, _read(store, key)
+        except ArchiveError as exc:
+            return key.key, str(exc)
+
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gc-read")
+    try:
+        found = list(pool.map(read, wanted))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    unreadable = {key: why for key, why in found if isinstance(why, str)}
+    records |= {key: record for key, record in found if not isinstance(record, str)}
+    return Snapshot(objects, keys, records, unreadable)
+
+
+_RECORDS = {"version", "boot", "result", "legacy-cache", "legacy-result", "pin", "image"}
+
+
+def needs(record: Record) -> set[str]:
+    """The keys (relative) a record names: its blobs, and the records it stands on."""
+    found = {blob_key(b.sha256) for b in getattr(record, "blobs", [])}
+    if isinstance(record, ResultRecordV2):
+        found.add(record.boot.key)
+        found |= {ref.record.key for ref in record.caches if ref.record is not None}
+    elif isinstance(record, ResultRecordV1):
+        found |= {legacy_cache_key(cache_id) for cache_id in record.caches}
+    return found
+
+
+def needed(records: Iterable[Record]) -> set[str]:
+    """Every key these records name."""
+    return {key for record in records for key in needs(record)}
+
+
+def _read(store: BlobStore, key: Key) -> Record:
+    if key.kind in ("result", "legacy-result"):
+        body = store.read(key.key)
+        if body is None:
+            raise ArchiveError(f"{store.where(key.key)}: gone while listed")
+        return load_result_record(body, key.key, store.where(key.key))
+    return read_as(store, _MODELS[key.kind], key.key)
