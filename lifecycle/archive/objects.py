@@ -104,24 +104,32 @@ class ObjectStore:
         was there already with these very bytes; there with other bytes is an ArchiveError."""
         sha256 = hashlib.sha256(body).hexdigest()
         key = self.key(relative)
-        if self.conditional:
-            try:
-                return self.put(key, sha256, body, len(body), content_type, if_absent=True)
-            except ArchiveError as exc:
-                if not isinstance(exc.__cause__, ClientError):
-                    raise
-                code = _code(exc.__cause__)
-                if code in _UNSUPPORTED:
-                    self.conditional = False  # look first, then write: the keys make it safe
-                elif code not in _RACING:
-                    raise
-        existing = self.read(relative)
-        if existing is None:
-            self.put(key, sha256, body, len(body), content_type, if_absent=self.conditional)
-            return True
-        if existing != body:
-            raise ArchiveError(f"{self.url(key)}: already there with other bytes")
-        return False
+        for _ in range(3):  # a 412 whose object is gone when read: a gc raced us; again
+            if self.conditional and self._put_if_absent(key, sha256, body, content_type):
+                return True
+            existing = self.read(relative)
+            if existing is not None:
+                if existing != body:
+                    raise ArchiveError(f"{self.url(key)}: already there with other bytes")
+                return False
+            if not self.conditional:
+                self.put(key, sha256, body, len(body), content_type, if_absent=False)
+                return True
+        raise ArchiveError(f"{self.url(key)}: refused as present, yet not there when read")
+
+    def _put_if_absent(self, key: str, sha256: str, body: bytes, content_type: str) -> bool:
+        """True when written; False when the server says the key is taken (or a conditional
+        write racing it: AWS's 409), or has no conditional writes (remembered)."""
+        try:
+            return self.put(key, sha256, body, len(body), content_type, if_absent=True)
+        except ArchiveError as exc:
+            code = _code(exc.__cause__) if isinstance(exc.__cause__, ClientError) else ""
+            if code in _UNSUPPORTED:
+                self.conditional = False  # look first, then write: the keys make it safe
+                return False
+            if code in _RACING:
+                return False
+            raise
 
     def put(
         self,

@@ -175,16 +175,14 @@ def _archive(
         # A blob whose bytes are not the ones its name says is not that blob: it goes, and
         # the right bytes take its place (the one deletion an archive ever makes).
         store.delete([store.relative(store.blob_key(sha)) for sha in planned.damaged])
-        md5s = planned.md5s | upload_all(store, cache.id, planned.todo, workers, say)
         # The rest were verified on the server by the survey a moment ago, in this same run.
-        uploaded = [BlobRef(s.sha256, s.size, md5s[s.sha256]) for s in planned.todo]
-        problems = sorted(filter(None, store.check_blobs(uploaded, workers).values()))
-        if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise ArchiveError(f"not verified after upload: {problems[0]}{more}")
-        for boot, plan in planned.boots:
-            _commit_boot(ledger, store, boot, plan, md5s)
-        version, written = _commit_version(ledger, store, planned, md5s)
+        md5s = planned.md5s | _send(store, cache.id, planned.todo, workers, say)
+        booted = [_write_boot(store, boot, plan, md5s) for boot, plan in planned.boots]
+        version, written = _write_version(store, planned, md5s)
+        _resend_removed(store, planned, md5s, workers, say)
+        for row in booted:
+            record_boot_archive(ledger, row)
+        _record(ledger, planned, version, md5s)
     except ArchiveError as exc:
         raise exc.within(f"archive of {cache.id} to {url} failed") from exc
     except OSError as exc:  # reading the cache or the evidence
@@ -353,10 +351,10 @@ def _fresh_scan(
     return fingerprint, updated
 
 
-def _commit_boot(
-    ledger: Ledger, store: BlobStore, boot: BootRecord, plan: RecordPlan, md5s: dict[str, str]
-) -> None:
-    """The boot's markers (one per cache it used), then its record; then the ledger row."""
+def _write_boot(
+    store: BlobStore, boot: BootRecord, plan: RecordPlan, md5s: dict[str, str]
+) -> BootArchiveRow:
+    """The boot's markers (one per cache it used), then its record; the row that says so."""
     body = render_record(plan, md5s, _stamp())
     sha = hashlib.sha256(body).hexdigest()
     relative = boot_key(boot.id, sha)
@@ -364,36 +362,69 @@ def _commit_boot(
     for use in plan.document["uses"]:
         store.create(boot_marker(use["cache_id"], boot.id), b"", "text/plain")
     store.create(relative, body)
-    url = store.location.url()
-    record_boot_archive(ledger, BootArchiveRow(boot.id, url, store.key(relative), sha, _stamp()))
+    return BootArchiveRow(boot.id, store.location.url(), store.key(relative), sha, _stamp())
 
 
-def _commit_version(
-    ledger: Ledger, store: BlobStore, planned: _Planned, md5s: dict[str, str]
+def _write_version(
+    store: BlobStore, planned: _Planned, md5s: dict[str, str]
 ) -> tuple[VersionRow, bool]:
-    """Write the version record (unless an intact one of this tree is there); the ledger."""
+    """Write the version record (unless an intact one of this tree is there); its row, and
+    whether this run wrote it."""
     cache, report = planned.cache, planned.report
     if planned.version is None:
         assert planned.reused is not None, "a plan writes a version or re-uses one"
-        version, written = planned.reused, False
-    else:
-        now = _stamp()
-        body = render_record(planned.version, md5s, now)
-        sha = hashlib.sha256(body).hexdigest()
-        relative = version_key(cache.id, planned.tree_digest, sha)
-        load_as(CacheVersionV1, body, store.where(relative))  # what is written must read back
-        written = store.create(relative, body)
-        version = VersionRow(
-            cache.id, planned.tree_digest, store.location.url(), store.key(relative), sha,
-            report.with_content, report.parent, now,
-        )  # fmt: skip
+        return planned.reused, False
+    now = _stamp()
+    body = render_record(planned.version, md5s, now)
+    sha = hashlib.sha256(body).hexdigest()
+    relative = version_key(cache.id, planned.tree_digest, sha)
+    load_as(CacheVersionV1, body, store.where(relative))  # what is written must read back
+    written = store.create(relative, body)
+    version = VersionRow(
+        cache.id, planned.tree_digest, store.location.url(), store.key(relative), sha,
+        report.with_content, report.parent, now,
+    )  # fmt: skip
+    return version, written
+
+
+def _resend_removed(
+    store: BlobStore, planned: _Planned, md5s: dict[str, str], workers: int, say: Progress
+) -> None:
+    """Look once more, now that the records name every blob: a `gc --remote` on another host
+    may have removed one it found unneeded between this run's survey and its records. Blobs
+    are content-addressed, so sending one again is always right."""
+    sources = {sha: s for _, plan in planned.boots for sha, s in plan.sources.items()}
+    sources |= planned.version.sources if planned.version else {}
+    refs = [BlobRef(sha, source.size, md5s.get(sha)) for sha, source in sources.items()]
+    gone = [sources[sha] for sha, problem in store.check_blobs(refs, workers).items() if problem]
+    if not gone:
+        return
+    say(f"{planned.cache.id}: {len(gone)} blobs went since the survey; sending them again")
+    _send(store, planned.cache.id, gone, workers, say)
+
+
+def _send(
+    store: BlobStore, cache_id: str, todo: list[BlobSource], workers: int, say: Progress
+) -> dict[str, str]:
+    """Upload blobs and check each on the server; their md5s (from the bytes sent)."""
+    md5s = upload_all(store, cache_id, todo, workers, say)
+    uploaded = [BlobRef(s.sha256, s.size, md5s[s.sha256]) for s in todo]
+    problems = sorted(filter(None, store.check_blobs(uploaded, workers).values()))
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ArchiveError(f"not verified after upload: {problems[0]}{more}")
+    return md5s
+
+
+def _record(ledger: Ledger, planned: _Planned, version: VersionRow, md5s: dict[str, str]) -> None:
+    """The version as this host's newest archive of the cache, in the ledger."""
+    report = planned.report
     archive = ArchiveRecord(
-        cache.id, version.location, version.record_key, version.record_sha256,
+        planned.cache.id, version.location, version.record_key, version.record_sha256,
         version.with_content, report.blobs, report.bytes_uploaded, version.archived_at,
         verified_at=_stamp(), tree_digest=version.tree_digest,
     )  # fmt: skip
     record_version(ledger, version, archive, md5s)
-    return version, written
 
 
 def _stamp() -> str:

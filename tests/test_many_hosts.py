@@ -1,0 +1,150 @@
+"""Two hosts, one bucket, at once: host A and host B (two LIFECYCLE_HOMEs, each its own ledger)
+boot the same caches, record results, archive and tear down in parallel, 20 times over.
+
+B starts from A's caches restored (the same cache ids), and each host's boots grow the caches
+differently, so the two archive different trees of one cache id at the same moments: what a
+mutable record per cache lost. After every round, nothing is lost (every boot and result of
+either ledger has its record in S3), each host's `verify` of its own results passes whatever the
+other archived since, and at the end an empty third home restores the exact tree behind A's
+result and the exact tree behind B's, by their versions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lifecycle.fingerprint import scan
+from tests.trust_support import lifecycle_argv
+
+pytestmark = [pytest.mark.docker, pytest.mark.s3]
+ROUNDS = int(os.environ.get("LIFECYCLE_TEST_ROUNDS", "20"))
+
+
+class Host:
+    """One LIFECYCLE_HOME, driven through the CLI as its own processes."""
+
+    def __init__(self, name: str, project: Path, home: Path, url: str) -> None:
+        self.name, self.project, self.home, self.url = name, project, home, url
+        self.log: list[str] = []
+
+    def run(self, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "LIFECYCLE_HOME": str(self.home), "LIFECYCLE_ARCHIVE": self.url}
+        done = subprocess.run(
+            lifecycle_argv(self.project, *args),
+            env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
+            check=False,
+        )  # fmt: skip
+        self.log.append(
+            f"{self.name}$ {' '.join(args)} -> {done.returncode}\n{done.stderr[-2000:]}"
+        )
+        assert done.returncode in ok, "\n".join(self.log[-6:]) + done.stdout[-3000:]
+        return done
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "--json").stdout)
+
+    def caches(self) -> dict[str, dict[str, Any]]:
+        return {c["id"]: c for c in self.json("caches")["caches"]}
+
+    def round(self, number: int, cache_ids: list[str]) -> None:
+        """Restore what a teardown took, grow every cache its own way, boot warm, record a
+        result (archived at once), archive everything, tear down."""
+        here = self.caches()
+        for cache_id in cache_ids:
+            if cache_id not in here or here[cache_id]["state"] in ("torn-down", "missing"):
+                self.run("restore", cache_id)  # the newest version: perhaps the other host's
+        for cache in self.caches().values():
+            grown = Path(cache["host_path"]) / f"{self.name}-round-{number}.o"
+            grown.write_bytes(os.urandom(512) + f"{self.name} {number}".encode())
+        booted = self.json("boot", "demo/0.2")
+        assert {u["mode"] for u in booted["caches"]} == {"warm"}, booted
+        self.run(
+            "result", "add", booted["id"], "--name", f"round-{number}", "--status", "pass",
+            "--metric", f"host={self.name}",
+        )  # fmt: skip
+        self.run("archive", "--all", "--with-content")
+        self.run("teardown", "--archive", "--with-content", "--yes")
+
+
+@pytest.fixture
+def team(archive_project: Path, s3_bucket: str, tmp_path: Path) -> tuple[Host, Host, str]:
+    url = f"s3://{s3_bucket}/team"
+    a = Host("a", archive_project, tmp_path / "host-a", url)
+    b = Host("b", archive_project, tmp_path / "host-b", url)
+    return a, b, url
+
+
+def test_two_hosts_archiving_booting_and_tearing_down_at_once_lose_nothing(
+    team: tuple[Host, Host, str], tmp_path: Path
+) -> None:
+    a, b, url = team
+    first = a.json("boot", "demo/0.2", "--cold")
+    cache_ids = sorted(u["cache_id"] for u in first["caches"])
+    a.run("archive", "--all", "--with-content")
+    for cache_id in cache_ids:
+        b.run("restore", cache_id)
+    assert sorted(b.caches()) == cache_ids
+
+    for number in range(ROUNDS):
+        failures: list[BaseException] = []
+
+        def play(
+            host: Host, number: int = number, failures: list[BaseException] = failures
+        ) -> None:
+            try:
+                host.round(number, cache_ids)
+            except BaseException as exc:  # reported below, with its host's last commands
+                failures.append(exc)
+
+        threads = [threading.Thread(target=play, args=(h,)) for h in (a, b)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not failures, failures[0]
+        _nothing_lost(a, b, url)
+        for host in (a, b):  # each verifies what it just recorded, the other archiving too
+            _verified(host, host.json("results")["results"][:1], number)
+    for host in (a, b):  # and everything, after the other archived 20 times over it
+        _verified(host, host.json("results")["results"], ROUNDS)
+
+    # Two trees of each cache id, one from each host: a third, empty home restores the exact
+    # tree A's last result stood on, then the exact one B's stood on, by their versions.
+    third = Host("c", a.project, tmp_path / "host-c", url)
+    for host in (a, b):
+        result = host.json("results")["results"][0]
+        chain = third.json("audit", "result", result["id"], "--from", url)
+        assert chain["warnings"] == [], chain["warnings"]
+        for cache in chain["caches"]:
+            tree = cache["tree_digest"]
+            restored = third.json("restore", f"{cache['id']}@{tree}")
+            assert restored["tree_digest"] == tree
+            assert scan(Path(restored["host_path"])).tree_digest == tree
+        third.run("teardown", "--yes")  # back to nothing, for the other host's trees
+    # Each round each host grew each cache its own way: a version each, none lost.
+    for cache in third.json("caches", "--from", url)["caches"]:
+        assert len({v["tree_digest"] for v in cache["versions"]}) >= 2 * ROUNDS + 1, cache["id"]
+
+
+def _verified(host: Host, results: list[dict[str, Any]], number: int) -> None:
+    for result in results:
+        checked = host.run("verify", result["id"], "--json", ok=(0, 1))
+        report = json.loads(checked.stdout)
+        assert report["ok"], (host.name, number, result["id"], report["problems"])
+
+
+def _nothing_lost(a: Host, b: Host, url: str) -> None:
+    """Every finished boot and every result either ledger has is in the archive."""
+    archived_boots = {boot["id"] for boot in a.json("boots", "--from", url)["boots"]}
+    archived_results = {r["id"] for r in a.json("results", "--from", url)["results"]}
+    for host in (a, b):
+        boots = {boot["id"] for boot in host.json("boots")["boots"]}
+        results = {r["id"] for r in host.json("results")["results"]}
+        assert boots <= archived_boots, (host.name, sorted(boots - archived_boots))
+        assert results <= archived_results, (host.name, sorted(results - archived_results))
