@@ -334,6 +334,15 @@ def weed_server(tmp_path: Path) -> Iterator[WeedServer]:
         server.remove_sockets()
 
 
+@pytest.fixture(scope="session")
+def registry() -> str:
+    """`127.0.0.1:PORT` of the image registry `.ci/with-services` started (docker-registry)."""
+    address = os.environ.get("LIFECYCLE_TEST_REGISTRY")
+    if not address:
+        _unavailable("image registry", "LIFECYCLE_TEST_REGISTRY not set")
+    return address
+
+
 # --- the demo engine, for tests that boot it -----------------------------------------------------
 
 

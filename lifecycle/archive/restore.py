@@ -131,8 +131,7 @@ def pick_version(
     """(key, record) of the version to restore: of `tree` (a digest or a prefix of at least 8
     hex digits) if given, preferring one with the cache's files; else the newest with them. A
     cache archived only by the previous release has its one record at `caches/<cache>.json`."""
-    if tree is not None and not _TREE_PREFIX.match(tree):
-        raise LifecycleError(f"{tree!r} is not a tree digest (8 to 64 hex digits)")
+    check_tree(tree)
     keys = [parse_key(item.key) for item in store.list(versions_prefix(cache_id))]
     found = [k for k in keys if k is not None and (tree is None or str(k.tree).startswith(tree))]
     if not found:
@@ -300,6 +299,12 @@ def _remove(temp: Path) -> None:
     for directory, _, _ in os.walk(temp):
         Path(directory).chmod(0o700)
     shutil.rmtree(temp, ignore_errors=True)
+
+
+def check_tree(tree: str | None) -> None:
+    """A tree digest, or a prefix of one a person can type (at least 8 hex digits)."""
+    if tree is not None and not _TREE_PREFIX.match(tree):
+        raise LifecycleError(f"{tree!r} is not a tree digest (8 to 64 hex digits)")
 
 
 def check_cache_id(cache_id: str) -> None:

@@ -61,7 +61,8 @@ def pull_image(client: Any, reference: str, manifest_digest: str) -> Any:
     image = _calling(lambda: client.images.pull(reference))
     found = (image.labels or {}).get(DIGEST_LABEL)
     if found != manifest_digest:
-        _calling(lambda: client.images.remove(image.id, force=False))
+        # By the reference pulled: the same image may be here under other names, which stay.
+        _calling(lambda: client.images.remove(reference))
         raise RegistryFailed(
             f"{reference} is not the image of manifest {manifest_digest[:12]}: its label"
             f" {DIGEST_LABEL} is {found!r}; removed again"

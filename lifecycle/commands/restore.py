@@ -9,7 +9,7 @@ from typing import ClassVar
 from lifecycle.archive.best import Best, best_versions
 from lifecycle.archive.config import resolve_location
 from lifecycle.archive.images import pushed_images
-from lifecycle.archive.restore import RestoreReport, check_cache_id, restore_cache
+from lifecycle.archive.restore import RestoreReport, check_cache_id, check_tree, restore_cache
 from lifecycle.archive.store import BlobStore
 from lifecycle.build.engine import find_built
 from lifecycle.build.keys import cache_key, key_factors
@@ -39,6 +39,7 @@ def run_restore(ctx: Context, target: str, source: str | None) -> RestoreRunRepo
     cache_id, _, tree = target.partition("@")
     location = resolve_location(source, ctx.environ, ctx.project, option="--from")
     check_cache_id(cache_id)
+    check_tree(tree or None)
     client = ctx.s3()
     with ctx.ledger() as ledger:
         done = restore_cache(

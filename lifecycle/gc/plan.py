@@ -96,12 +96,11 @@ def plan_gc(snap: Snapshot, policy: Policy, pinned: Set[str], now: datetime) -> 
         for key, record in snap.records.items()
         if isinstance(record, ResultRecordV1 | ResultRecordV2)
     }
-    kept = {key for key, record in results.items() if mark.keeps_result(key, record, pinned)}
+    kept_results = {key for key, r in results.items() if mark.keeps_result(key, r, pinned)}
+    named = needed(results[key] for key in kept_results)
     # A kept result keeps every record of each tree it stood on, not only the one it names.
-    trees = mark.kept_trees()
-    trees |= {tree for key in needed(results[k] for k in kept) if (tree := mark.tree(key))}
-    kept |= {key for key in snap.records if mark.tree(key) in trees}
-    named = needed(results[k] for k in kept)
+    trees = mark.kept_trees() | {tree for key in named if (tree := mark.tree(key)) is not None}
+    kept = kept_results | {key for key in snap.records if mark.tree(key) in trees}
     kept |= {
         key
         for key, record in snap.records.items()

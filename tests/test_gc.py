@@ -1,0 +1,206 @@
+"""`lifecycle gc --remote` with the demo engine booted for real and the real S3 server: what it
+keeps, that it never takes what is behind a pinned result, that a kill at any moment leaves
+every remaining record whole and a re-run completes the removal, and that a record written
+while it runs keeps what it names."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.store import BlobStore
+from lifecycle.fingerprint import scan
+from tests.archive_support import keys
+from tests.trust_support import PREFIX, cli, process, start
+
+pytestmark = [pytest.mark.docker, pytest.mark.s3]
+POLICY = ("--keep-last", "1", "--older-than", "0s", "--grace", "0s")
+
+
+def _json(project: Path, *args: str, env: dict[str, str | None] | None = None) -> Any:
+    result = cli(project, *args, "--json", env=env)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _grow_and_boot(project: Path, tag: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each cache grows a file (as a JIT build would), a warm boot, a result (archived at once,
+    LIFECYCLE_ARCHIVE being set)."""
+    for cache in _json(project, "caches")["caches"]:
+        if Path(cache["host_path"]).is_dir():
+            (Path(cache["host_path"]) / f"{tag}.o").write_bytes(os.urandom(3000))
+    booted = _json(project, "boot", "demo/0.2")
+    added = _json(project, "result", "add", booted["id"], "--name", tag, "--status", "pass")
+    assert added["archives"], added
+    return booted, added
+
+
+def _three_nights(project: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    first = _json(project, "boot", "demo/0.2", "--cold")
+    added = _json(project, "result", "add", first["id"], "--name", "n0", "--status", "pass")
+    return [(first, added), _grow_and_boot(project, "n1"), _grow_and_boot(project, "n2")]
+
+
+def _whole(project: Path, url: str, bucket: str, client: Any) -> None:
+    """Every result and cache version left verifies from the archive alone."""
+    for result in _json(project, "results", "--from", url)["results"]:
+        checked = _json(project, "verify", result["id"], "--from", url)
+        assert checked["ok"], checked["problems"]
+    for cache in _json(project, "caches", "--from", url)["caches"]:
+        checked = _json(project, "verify", cache["id"], "--from", url)
+        assert checked["ok"], checked["problems"]
+
+
+def test_gc_keeps_a_pinned_result_and_all_behind_it_and_removes_the_rest_it_may(
+    archive_project: Path, s3_bucket: str, s3_client: Any, tmp_path: Path
+) -> None:
+    url = f"s3://{s3_bucket}/{PREFIX}"
+    nights = _three_nights(archive_project)
+    (_, r0), (_, r1), (_, r2) = [(b, r) for b, r in nights]
+    pinned = cli(archive_project, "pin", r0["id"], "--reason", "the night's verdict")
+    assert pinned.exit_code == 0 and "pinned for the team at s3://" in pinned.stdout
+    s3_client.put_object(Bucket=s3_bucket, Key=f"{PREFIX}/notes.txt", Body=b"not ours")
+    before = set(keys(s3_client, s3_bucket, f"{PREFIX}/"))
+
+    dry = _json(archive_project, "gc", "--remote", *POLICY, "--dry-run")
+    assert dry["dry_run"] and dry["plan"]["pinned"] == [r0["id"]]
+    assert set(keys(s3_client, s3_bucket, f"{PREFIX}/")) == before  # a dry run removes nothing
+    done = _json(archive_project, "gc", "--remote", *POLICY, "--yes")
+    assert done["result"]["removed"] == len(dry["plan"]["objects"]) > 0
+    after = set(keys(s3_client, s3_bucket, f"{PREFIX}/"))
+    assert after == before - {f"{PREFIX}/{key}" for key in dry["plan"]["objects"]}
+    assert f"{PREFIX}/notes.txt" in after  # not ours: never touched
+
+    results = {r["id"] for r in _json(archive_project, "results", "--from", url)["results"]}
+    assert results == {r0["id"]}  # r1, r2: older than 0s and not pinned
+    chain = _json(archive_project, "audit", "result", r0["id"], "--from", url)
+    assert chain["warnings"] == []
+    for cache in chain["caches"]:  # the trees behind the pinned result still restore
+        home = {"LIFECYCLE_HOME": str(tmp_path / f"restore-{cache['id']}")}
+        restored = _json(
+            archive_project, "restore", f"{cache['id']}@{cache['tree_digest']}", env=home
+        )
+        assert scan(Path(restored["host_path"])).tree_digest == cache["tree_digest"]
+    versions = _json(archive_project, "caches", "--from", url)["caches"]
+    for cache in versions:  # the newest (keep-last 1) and the pinned result's
+        assert 1 <= len({v["tree_digest"] for v in cache["versions"]}) <= 2
+    _whole(archive_project, url, s3_bucket, s3_client)
+
+    again = _json(archive_project, "gc", "--remote", *POLICY, "--yes")  # nothing left to take
+    assert again["plan"]["objects"] == [] and again["result"] is None
+    unpinned = cli(archive_project, "unpin", r0["id"])
+    assert unpinned.exit_code == 0 and "unpinned for the team" in unpinned.stdout
+    last = _json(archive_project, "gc", "--remote", *POLICY, "--yes")
+    assert last["result"]["removed"] > 0
+    assert _json(archive_project, "results", "--from", url)["results"] == []
+    _whole(archive_project, url, s3_bucket, s3_client)
+    assert r1["id"] and r2["id"]
+
+
+@pytest.mark.parametrize("crash", ["gc-planned", "gc-after-batch", "gc-after-batch:3"])
+def test_a_gc_killed_at_a_step_leaves_every_record_whole_and_the_next_completes_it(
+    archive_project: Path, s3_bucket: str, s3_client: Any, crash: str
+) -> None:
+    url = f"s3://{s3_bucket}/{PREFIX}"
+    _three_nights(archive_project)
+    planned = _json(archive_project, "gc", "--remote", *POLICY, "--dry-run")["plan"]["objects"]
+    before = set(keys(s3_client, s3_bucket, f"{PREFIX}/"))
+    killed = process(
+        archive_project, "gc", "--remote", *POLICY, "--yes",
+        env={"LIFECYCLE_TEST_CRASH_AT": crash},
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    _whole(archive_project, url, s3_bucket, s3_client)
+    done = _json(archive_project, "gc", "--remote", *POLICY, "--yes")
+    [resumed] = done["resumed"]
+    assert resumed["spared"] == {}
+    after = set(keys(s3_client, s3_bucket, f"{PREFIX}/"))
+    assert after == before - {f"{PREFIX}/{key}" for key in planned}
+    _whole(archive_project, url, s3_bucket, s3_client)
+
+
+def test_sigkill_at_random_moments_never_leaves_a_broken_record(
+    archive_project: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    url = f"s3://{s3_bucket}/{PREFIX}"
+    rng = random.Random(int(os.environ.get("LIFECYCLE_TEST_SEED", "1612")))
+    _three_nights(archive_project)
+    kills = 0
+    for round_number in range(6):
+        for cache in _json(archive_project, "caches")["caches"]:  # much to remove each round
+            bulk = Path(cache["host_path"]) / f"bulk-{round_number}"
+            bulk.mkdir()
+            for n in range(60):
+                (bulk / f"{n}.o").write_bytes(os.urandom(200))
+        _grow_and_boot(archive_project, f"k{round_number}")
+        running = start(archive_project, "gc", "--remote", *POLICY, "--yes")
+        time.sleep(rng.uniform(0.5, 3.0))
+        if running.poll() is None:
+            kills += 1
+        running.send_signal(signal.SIGKILL)
+        running.communicate(timeout=60)
+        _whole(archive_project, url, s3_bucket, s3_client)
+    assert kills >= 2, kills  # the others ended first: their archive was collected whole
+    done = _json(archive_project, "gc", "--remote", *POLICY, "--yes")
+    assert _json(archive_project, "gc", "--remote", *POLICY, "--dry-run")["plan"]["objects"] == []
+    _whole(archive_project, url, s3_bucket, s3_client)
+    assert done is not None
+
+
+def test_a_record_written_while_gc_runs_keeps_what_it_names(
+    archive_project: Path, s3_bucket: str, s3_client: Any, tmp_path: Path
+) -> None:
+    url = f"s3://{s3_bucket}/{PREFIX}"
+    nights = _three_nights(archive_project)
+    middle = nights[1][0]  # a boot whose trees gc will take (not the newest, no result kept)
+    other = {"LIFECYCLE_HOME": str(tmp_path / "host-b")}
+    for use in middle["caches"]:  # host B holds those trees before gc starts
+        _json(
+            archive_project, "restore", f"{use['cache_id']}@{use['tree_digest_after']}", env=other
+        )
+    plan = _json(archive_project, "gc", "--remote", *POLICY, "--dry-run")["plan"]["objects"]
+    going = {k for k in plan if k.startswith("blobs/")}
+    gc = start(
+        archive_project, "gc", "--remote", *POLICY, "--yes",
+        env={"LIFECYCLE_TEST_DELAY": "gc-planned=20"},
+    )  # fmt: skip
+    time.sleep(6)  # the plan is journalled now; gc waits before removing anything
+    # Meanwhile host B boots the trees gc planned to take and archives what they grew into:
+    # their files are blobs the plan removes, which the new versions name.
+    booted = _json(archive_project, "boot", "demo/0.2", env=other)
+    _json(archive_project, "archive", "--all", "--with-content", env=other)
+    out, err = gc.communicate(timeout=300)
+    assert gc.returncode == 0, out + err
+    report = json.loads(out)
+    spared = report["result"]["spared"]
+    assert spared and set(spared) <= going | {k for k in plan if not k.startswith("blobs/")}
+    for use in booted["caches"]:
+        checked = _json(archive_project, "verify", use["cache_id"], "--from", url)
+        assert checked["ok"], checked["problems"]
+    store = BlobStore(s3_client, ArchiveLocation(s3_bucket, PREFIX))
+    assert all(store.read(k) is not None for k in spared)
+
+
+def test_a_record_gc_cannot_read_stops_it_before_anything_is_removed(
+    archive_project: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    _three_nights(archive_project)
+    before = set(keys(s3_client, s3_bucket, f"{PREFIX}/"))
+    bogus = f"{PREFIX}/boots/b-x/{'0' * 64}.json"
+    s3_client.put_object(Bucket=s3_bucket, Key=bogus, Body=b"{not json")
+    refused = cli(archive_project, "gc", "--remote", *POLICY, "--yes")
+    assert refused.exit_code == 1
+    assert f"nothing removed: cannot read s3://{s3_bucket}/{bogus}" in refused.stderr
+    assert set(keys(s3_client, s3_bucket, f"{PREFIX}/")) == before | {bogus}
+    usage = cli(archive_project, "gc", "--keep-last", "1")
+    assert usage.exit_code == 2 and "only `gc --remote` exists" in usage.stderr
+    usage = cli(archive_project, "gc", "--remote", "--keep-last", "0")
+    assert usage.exit_code == 2 and "--keep-last must be at least 1" in usage.stderr

@@ -1,0 +1,212 @@
+"""Images by digest and cache keys that travel, with the real dockerd, the real S3 server and a
+real registry (docker-registry on 127.0.0.1, started by `.ci/with-services`).
+
+Each test builds a manifest of its own (the demo's, with its own tuned value, so its own digest
+and image), as two hosts would: two LIFECYCLE_HOMEs on one Docker engine."""
+
+from __future__ import annotations
+
+import io
+import json
+import secrets
+import shutil
+import sqlite3
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lifecycle.build.plan import BASE_DIGEST_LABEL, DIGEST_LABEL
+from lifecycle.build.registry import RegistryFailed, pull_image
+from tests.services import TEST_LABEL, run_lifecycle
+
+pytestmark = [pytest.mark.docker, pytest.mark.s3]
+
+HIT = "Directly load the compiled graph(s) for dynamic shape from the cache"
+ENGINE = "lifecycle-demo/engine:v0.2.0"
+
+
+@dataclass(frozen=True)
+class Own:
+    """A project of the test's own."""
+
+    project: Path
+    base: str  # the tag of its base image
+    url: str  # its archive (lifecycle.yaml)
+
+
+@pytest.fixture
+def own(tmp_path: Path, demo_images: None, docker_client: Any, s3_bucket: str) -> Iterator[Own]:
+    """A project whose demo/0.2 differs from the demo's by one tuned value (its own image),
+    built on a base of its own (`lifecycle-test/base:<token>`, the demo engine with one more
+    file), archiving to a fresh bucket. Its images go afterwards."""
+    repo = Path(__file__).resolve().parent.parent
+    root = tmp_path / "project"
+    for version in ("0.1", "0.2"):
+        shutil.copytree(repo / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
+    (root / "hooks").mkdir()
+    base = f"lifecycle-test/base:{secrets.token_hex(4)}"
+    _base_image(docker_client, base, "first")
+    manifest = root / "manifests/demo/0.2/manifest.yaml"
+    text = manifest.read_text().replace(f"base_image: {ENGINE}", f"base_image: {base}")
+    manifest.write_text(text.replace("value: 0.92", f"value: 0.9{secrets.randbelow(9)}"))
+    (root / "lifecycle.yaml").write_text(f"archive: s3://{s3_bucket}/team\n")
+    yield Own(root, base, f"s3://{s3_bucket}/team")
+    for image in docker_client.images.list(filters={"label": "lifecycle.manifest.name=demo"}):
+        if image.labels.get("lifecycle.base-image") == base:
+            docker_client.images.remove(image.id, force=True)
+    docker_client.images.remove(base, force=True)
+
+
+def _base_image(client: Any, tag: str, content: str) -> str:
+    """The demo engine with one more file: a base image of `tag`, its id."""
+    dockerfile = f'FROM {ENGINE}\nRUN echo "{content}" > /etc/lifecycle-test-base\n'
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        tar.addfile(info, io.BytesIO(dockerfile.encode()))
+    buffer.seek(0)
+    image, _ = client.images.build(
+        fileobj=buffer, custom_context=True, tag=tag, labels={TEST_LABEL: "base"}, rm=True
+    )
+    return str(image.id)
+
+
+def _lifecycle(project: Path, home: Path, *args: str) -> Any:
+    result = run_lifecycle(project, *args, env={"LIFECYCLE_HOME": str(home)})
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout) if "--json" in args else result
+
+
+def test_build_labels_its_base_digest_and_rebuilds_when_the_base_moved(
+    own: Own, docker_client: Any, tmp_path: Path
+) -> None:
+    project, base = own.project, own.base
+    home = tmp_path / "home"
+    first = _lifecycle(project, home, "build", "demo/0.2", "--json")
+    base_id = docker_client.images.get(base).id
+    assert first["outcome"] == "built" and first["base_digest"] == base_id
+    assert docker_client.images.get(first["image_id"]).labels[BASE_DIGEST_LABEL] == base_id
+    again = _lifecycle(project, home, "build", "demo/0.2", "--json")
+    assert again["outcome"] == "up-to-date" and again["image_id"] == first["image_id"]
+
+    moved = _base_image(docker_client, base, "second")  # the tag now names other content
+    assert moved != base_id
+    rebuilt = _lifecycle(project, home, "build", "demo/0.2", "--json")
+    assert rebuilt["outcome"] == "built" and rebuilt["base_digest"] == moved
+    assert rebuilt["image_id"] != first["image_id"]
+    with sqlite3.connect(home / "ledger.sqlite3") as conn:
+        rows = conn.execute("SELECT outcome, base_digest FROM builds ORDER BY id").fetchall()
+    assert rows == [("built", base_id), ("up-to-date", base_id), ("built", moved)]
+
+    # Two images now carry the manifest's digest: a boot takes the newest build, by the ledger,
+    # whatever order dockerd lists them in.
+    digest = first["digest"]
+    assert len(docker_client.images.list(filters={"label": f"{DIGEST_LABEL}={digest}"})) == 2
+    booted = _lifecycle(project, home, "boot", "demo/0.2", "--json")
+    assert booted["image_id"] == rebuilt["image_id"]
+
+
+def test_an_image_pushed_on_one_host_is_pulled_by_digest_on_another_and_boots_warm(
+    own: Own, docker_client: Any, registry: str, tmp_path: Path
+) -> None:
+    project = own.project
+    host_a, host_b = tmp_path / "host-a", tmp_path / "host-b"
+    pushed = _lifecycle(project, host_a, "build", "demo/0.2", "--push", registry, "--json")
+    image_id = pushed["image_id"]
+    assert (
+        pushed["pushed_reference"]
+        == f"{pushed['pushed'].rpartition(':')[0]}@{pushed['pushed_digest']}"
+    )
+    assert pushed["pushed_reference"].startswith(f"{registry}/lifecycle/demo@sha256:")
+    assert pushed["image_record"].startswith("s3://") and "/images/" in pushed["image_record"]
+    cold = _lifecycle(project, host_a, "boot", "demo/0.2", "--cold", "--json")
+    _lifecycle(project, host_a, "archive", "--all", "--with-content")
+    result = _lifecycle(
+        project, host_a, "result", "add", cold["id"], "--name", "smoke", "--status", "pass",
+        "--json",
+    )  # fmt: skip
+    chain = _lifecycle(project, host_a, "audit", "result", result["id"], "--json")
+    assert chain["image"]["repo_digests"] == [pushed["pushed_reference"]]
+
+    docker_client.images.remove(image_id, force=True)  # gone from this engine, every tag of it
+    absent = run_lifecycle(project, "boot", "demo/0.2", env={"LIFECYCLE_HOME": str(host_b)})
+    assert absent.exit_code == 2 and "is not built" in absent.stderr
+    # Host B has no image yet: what A archived says what the cache keys are made of.
+    best = _lifecycle(project, host_b, "restore", "--best", "demo/0.2", "--json")
+    assert best["none_found"] == [] and "(as pushed)" in best["image"]
+    assert sorted(r["cache_id"] for r in best["restored"]) == sorted(
+        u["cache_id"] for u in cold["caches"]
+    )
+    warm = _lifecycle(project, host_b, "boot", "demo/0.2", "--pull", "--json")
+    assert warm["image_id"] == image_id  # the very image A built, pulled by its digest
+    assert {u["mode"] for u in warm["caches"]} == {"warm"}
+    assert HIT in Path(warm["log_path"]).read_text()
+    pulled = docker_client.images.get(image_id)
+    assert pushed["pushed_reference"] in pulled.attrs["RepoDigests"]
+    with sqlite3.connect(host_b / "ledger.sqlite3") as conn:
+        [row] = conn.execute("SELECT image_id, reference, how FROM registry_images").fetchall()
+    assert row == (image_id, pushed["pushed_reference"], "pulled")
+    theirs = _lifecycle(
+        project, host_b, "result", "add", warm["id"], "--name", "smoke", "--status", "pass",
+        "--json",
+    )  # fmt: skip
+    audited = _lifecycle(
+        project, host_b, "audit", "result", theirs["id"], "--from", own.url, "--json"
+    )
+    assert pushed["pushed_reference"] in audited["image"]["repo_digests"]
+
+
+def test_a_pulled_image_whose_labels_are_not_the_manifests_is_refused_and_removed(
+    own: Own, docker_client: Any, registry: str
+) -> None:
+    # Someone pushed another image where the manifest's should be: its digest is real, its
+    # labels say it is not this manifest's image.
+    impostor = f"{registry}/lifecycle/demo:impostor-{secrets.token_hex(3)}"
+    docker_client.images.get(ENGINE).tag(impostor)
+    for line in docker_client.api.push(impostor, stream=True, decode=True):
+        assert "error" not in line, line
+    digest = docker_client.images.get_registry_data(impostor).id
+    reference = f"{impostor.rpartition(':')[0]}@{digest}"
+    docker_client.images.remove(impostor)
+    before = {i.id for i in docker_client.images.list()}
+    with pytest.raises(RegistryFailed, match="is not the image of manifest"):
+        pull_image(docker_client, reference, "f" * 64)
+    assert {i.id for i in docker_client.images.list()} <= before  # nothing new left behind
+
+
+def test_a_rebuild_of_the_same_manifest_on_another_host_boots_warm_from_restored_caches(
+    own: Own, tmp_path: Path
+) -> None:
+    # The cache key is what decides whether compiled artefacts are valid (manifest, base image,
+    # pins, GPU arch), not the image id, which a rebuild changes (its `created` label).
+    project = own.project
+    host_a, host_b = tmp_path / "host-a", tmp_path / "host-b"
+    built_a = _lifecycle(project, host_a, "build", "demo/0.2", "--json")
+    cold = _lifecycle(project, host_a, "boot", "demo/0.2", "--cold", "--json")
+    _lifecycle(project, host_a, "archive", "--all", "--with-content")
+
+    built_b = _lifecycle(project, host_b, "build", "demo/0.2", "--force", "--json")
+    assert built_b["image_id"] != built_a["image_id"]
+    best = _lifecycle(project, host_b, "restore", "--best", "demo/0.2", "--json")
+    assert best["image"] == f"{built_b['image_id']} on this host"
+    assert sorted(c["cache_id"] for c in best["chosen"]) == sorted(
+        u["cache_id"] for u in cold["caches"]
+    )
+    warm = _lifecycle(project, host_b, "boot", "demo/0.2", "--json")
+    assert warm["image_id"] == built_b["image_id"]
+    assert {u["mode"] for u in warm["caches"]} == {"warm"}
+    assert sum(u["files_added"] for u in warm["caches"]) == 0
+    assert HIT in Path(warm["log_path"]).read_text()
+    other_arch = run_lifecycle(
+        project, "restore", "--best", "demo/0.2", "--json",
+        env={"LIFECYCLE_HOME": str(tmp_path / "host-c"), "LIFECYCLE_GPU_ARCH": "90a"},
+    )  # fmt: skip
+    assert other_arch.exit_code == 1  # keyed by GPU arch: nothing archived for 90a
+    assert sorted(json.loads(other_arch.stdout)["none_found"]) == sorted(
+        u["cache_id"].rsplit("-", 1)[0] for u in cold["caches"]
+    )
