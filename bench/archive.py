@@ -57,11 +57,13 @@ EXPERIMENTS: list[tuple[str, str, dict[str, Any]]] = [  # first uploads, each to
     ("boto3 + CRT (s3transfer.crt)", "crt", {}),
 ]
 TARGETS = (  # (what, key in the results, bound, lower is better)
-    ("first upload: awscli wall / lifecycle wall", "speedup_vs_awscli", 1.2, False),
+    ("first upload: wall / s5cmd's", "wall_vs_s5cmd", 1.0, True),
+    ("first upload: client CPU / s5cmd's", "cpu_vs_s5cmd", 1.5, True),
+    ("archive peak PSS summed, MiB", "archive_peak_pss_sum_mib", 150, True),
+    ("first upload: requests / s5cmd's", "requests_vs_s5cmd", 0.1, True),
     ("re-archive: bytes / awscli cp's", "re_archive_bytes_vs_awscli", 0.06, True),
     ("re-archive: wall / awscli cp's", "re_archive_time_vs_awscli", 0.15, True),
-    ("archive peak RSS, MiB (150 MB)", "archive_peak_rss_mib", 150e6 / 2**20, True),
-    ("archive peak PSS summed, MiB (150 MB)", "archive_peak_pss_sum_mib", 150e6 / 2**20, True),
+    ("restore: s5cmd wall / lifecycle wall", "restore_speed_vs_s5cmd", 1.0, False),
 )
 
 
@@ -69,7 +71,7 @@ TARGETS = (  # (what, key in the results, bound, lower is better)
 def weed_mini(base: Path) -> Iterator[dict[str, str]]:
     """A `weed mini` S3 server on free loopback ports; yields the environment that reaches it."""
     p: list[int] = []
-    while len(p) < 5:  # weed also takes each port + 10000 for gRPC (see .ci/with-services)
+    while len(p) < 6:  # weed also takes each port + 10000 for gRPC (see .ci/with-services)
         port = random.randrange(20000, 22768)
         if port not in p and _free(port) and _free(port + 10000):
             p.append(port)
@@ -84,7 +86,7 @@ def weed_mini(base: Path) -> Iterator[dict[str, str]]:
         f" -master.port={p[0]} -volume.port={p[1]} -filer.port={p[2]} -s3.port={p[3]}"
         f" -admin.port={p[4]} -s3.config={base}/s3.json -webdav=false -admin.ui=false"
         " -s3.port.iceberg=0 -s3.port.lance=0 -master.telemetry=false"
-        " -volume.max=1000 -master.volumeSizeLimitMB=64"
+        f" -volume.max=1000 -master.volumeSizeLimitMB=64 -metricsPort={p[5]}"
     ).split()]  # fmt: skip
     unset = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3")  # would override these
     env = {k: v for k, v in os.environ.items() if k not in unset}
@@ -104,7 +106,7 @@ def weed_mini(base: Path) -> Iterator[dict[str, str]]:
             time.sleep(0.2)
         else:
             raise SystemExit(f"weed mini did not answer; see {base / 'weed.log'}")
-        yield env | {"BENCH_WEED_PID": str(server.pid)}
+        yield env | {"BENCH_WEED_PID": str(server.pid), "BENCH_METRICS": f"http://127.0.0.1:{p[5]}"}
     finally:
         server.terminate()
         try:
@@ -134,6 +136,13 @@ def s3_client(env: dict[str, str]) -> Any:
     url, key, secret, region = (env[k] for k in keys)
     return boto3.client("s3", region, endpoint_url=url, aws_access_key_id=key,
                         aws_secret_access_key=secret)  # fmt: skip
+
+
+def bench_cache(bucket: str, verb: str) -> str:
+    """The id of the cache archived into `bucket` by step `verb` (a valid cache id)."""
+    import hashlib
+
+    return "bench-" + hashlib.sha256(f"{bucket} {verb}".encode()).hexdigest()[:12]
 
 
 def register_cache(home: Path, cache_id: str, tree: Path) -> None:
@@ -175,14 +184,35 @@ def child(tool: str, kw: dict[str, Any]) -> None:
     from lifecycle.archive import run, store
     from lifecycle.archive.location import ArchiveLocation
     from lifecycle.archive.location import s3_client as lifecycle_client
+    from lifecycle.archive.restore import restore_cache, restore_file
     from lifecycle.ledger import Ledger
+
+    if tool == "restore":  # the round's cache back into a new home
+        ledger = Ledger.open(Path(kw["home"]))
+        done = restore_cache(
+            ledger, lifecycle_client(env), ArchiveLocation(bucket, prefix), kw["cache"],
+            workers=kw["workers"],
+        )  # fmt: skip
+        print(json.dumps({"restored": asdict(done)}))
+        return None
+    if tool == "file":  # one small file of it, alone
+        with Path(kw["out"]).open("wb") as sink:
+            one = restore_file(
+                lifecycle_client(env),
+                ArchiveLocation(bucket, prefix),
+                kw["cache"],
+                kw["path"],
+                sink,
+            )
+        print(json.dumps({"restored": asdict(one)}))
+        return None
 
     # Where the time and the memory go: wall seconds inside each of these, and the process's
     # peak RSS (VmHWM, MiB) when it returns; "start" is after the imports.
     phases: dict[str, list[float]] = {"start": [0.0, _vm_hwm_mib()]}
     for owner, name in ((run, "scan"), (run, "known_md5s"), (store.BlobStore, "survey"),
-                        (run, "digest_all"), (store.BlobStore, "check_blobs"), (run, "upload_all"),
-                        (run, "_commit_record")):  # fmt: skip
+                        (run, "_packed_already"), (store.BlobStore, "check_blobs"),
+                        (run, "upload_all"), (run, "_write_version")):  # fmt: skip
         if hasattr(owner, name):  # names as run.py imports them: a renamed one is not shown
             setattr(owner, name, _clocked(getattr(owner, name), name, phases))
     ledger = Ledger.open(Path(kw["home"]))
@@ -239,7 +269,11 @@ def command(tool: str, verb: str, tree: Path, to: str, env: dict[str, str], **kw
         return [str(BIN / "aws"), *url, "s3", *verbs, "--only-show-errors", str(tree), to + "/"]
     if tool == "s5cmd":
         url = ["--endpoint-url", env["AWS_ENDPOINT_URL"], "--log", "error"]
-        workers = ["--numworkers", str(kw["numworkers"])]
+        workers = ["--numworkers", str(kw.get("numworkers", S5CMD_WORKERS))]
+        if verb == "get":  # the tree back, into kw["out"]
+            return [str(BIN / "s5cmd"), *url, *workers, "cp", to + "/*", kw["out"] + "/"]
+        if verb == "get1":  # one object
+            return [str(BIN / "s5cmd"), *url, "cp", f"{to}/{kw['path']}", kw["out"]]
         return [str(BIN / "s5cmd"), *url, *workers, verb, f"{tree}/", to + "/"]
     settings = json.dumps({**kw, "to": to, "tree": str(tree)})
     return [sys.executable, __file__, "--child", tool, settings]
@@ -254,6 +288,7 @@ def step(label: str, argv: list[str], env: dict[str, str], bucket: str) -> dict[
     since = math.ceil(time.time()) + 1  # LastModified has 1 s resolution: start on a new second
     time.sleep(since - time.time())
     with tempfile.NamedTemporaryFile("r") as usage:
+        requests = -_s3_requests(env)
         server_cpu, start = -_cpu_s(env["BENCH_WEED_PID"]), time.perf_counter()
         timed = [GNU_TIME, "-o", usage.name, "-f", "%M %U %S", *argv]
         with subprocess.Popen(
@@ -265,6 +300,7 @@ def step(label: str, argv: list[str], env: dict[str, str], bucket: str) -> dict[
             stdout, stderr = proc.communicate()
         done = subprocess.CompletedProcess(timed, proc.returncode, stdout, stderr)
         wall, server_cpu = time.perf_counter() - start, server_cpu + _cpu_s(env["BENCH_WEED_PID"])
+        requests += _s3_requests(env)
         if done.returncode:
             raise SystemExit(f"{label}: {argv} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
         peak_kib, user, system = usage.read().split()[-3:]
@@ -278,11 +314,26 @@ def step(label: str, argv: list[str], env: dict[str, str], bucket: str) -> dict[
     row["server_objects"] = objects
     row |= {"server_bytes": sizes, "bytes_sent": sizes, "cpu_s": float(user) + float(system)}
     row["server_cpu_s"] = server_cpu
-    if argv[2:4] == ["--child", "lifecycle"]:
+    row["requests"] = requests
+    if argv[2:3] == ["--child"]:
         row |= json.loads(done.stdout)
+    if argv[2:4] == ["--child", "lifecycle"]:
         row["bytes_sent"] = sum(report["bytes_uploaded"] for report in row["reports"])
     print(f"{label}: {wall:.1f} s", file=sys.stderr)
     return row
+
+
+def _s3_requests(env: dict[str, str]) -> float:
+    """S3 requests the server has answered so far (its Prometheus counter, every method)."""
+    import urllib.request
+
+    with urllib.request.urlopen(env["BENCH_METRICS"] + "/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("SeaweedFS_s3_request_total")
+    )
 
 
 def _sample_pss(proc: subprocess.Popen[str]) -> int:
@@ -334,8 +385,9 @@ def change(tree: Path, fraction: float, seed: int) -> tuple[int, int]:
 def run(
     tree: Path, home: Path, env: dict[str, str], workers: int, experiments: bool, rounds: int
 ) -> dict[str, Any]:
-    """First upload by each tool, the 5 % change, the re-uploads; then the experiments."""
-    files = [path for path in tree.rglob("*") if path.is_file()]
+    """First uploads and restores in interleaved rounds, the 5 % change, the re-uploads; then
+    the experiments."""
+    files = sorted(path for path in tree.rglob("*") if path.is_file())
     size = sum(path.stat().st_size for path in files)
     knobs: dict[str, dict[str, Any]] = {"lifecycle": {"workers": workers}, "crt": {}}
     knobs |= {"awscli": {"max_concurrent_requests": workers}}
@@ -344,26 +396,59 @@ def run(
 
     def measure(label: str, tool: str, verb: str, bucket: str, **kw: Any) -> dict[str, Any]:
         if tool == "lifecycle":  # a new cache each time, over the tree as it is now
-            kw |= {"home": str(home), "cache": f"cache-{bucket}-{verb}"}
+            kw |= {"home": str(home), "cache": bench_cache(bucket, verb)}
             register_cache(home, kw["cache"], tree)
         row = step(label, command(tool, verb, tree, f"s3://{bucket}/bench", env, **kw), env, bucket)
-        return row | {"tree_mib_s": size / 2**20 / row["wall_s"]}
+        return row | {"tree_mib_s": size / 2**20 / row["wall_s"], "tool": tool}
 
-    # The machine's speed drifts over minutes (shared host), so the first uploads of the two
-    # tools compared run in `rounds` interleaved pairs, alternating which goes first, each
-    # into new buckets; round 1's buckets take the re-uploads below.
-    pairs = []
-    for n in range(1, rounds + 1):
-        suffix = "" if n == 1 else f"-r{n}"
-        archive = ("archive_caches, with content", "lifecycle", "first", f"lifecycle{suffix}")
-        awscli = ("aws s3 cp --recursive", "awscli", "cp", f"awscli{suffix}")
-        order = [(archive, lc), (awscli, aws)] if n % 2 else [(awscli, aws), (archive, lc)]
-        pair = [measure(*what, **kw) for what, kw in order]
-        pairs.append(sorted(pair, key=lambda row: row["label"]))  # (archive, awscli)
-    first = [*pairs[0], measure(f"s5cmd cp, {S5CMD_WORKERS} workers", "s5cmd", "cp", "s5cmd", **s5)]
-    for row in [*first, *(row for pair in pairs[1:] for row in pair)]:
-        if row["server_objects"] < len(files):
-            raise SystemExit(f"{row['label']}: {row['server_objects']} objects, {len(files)} files")
+    # The machine's speed drifts over minutes (shared host), so the tools' first uploads run
+    # in `rounds` interleaved rounds, the order rotating, each into new buckets; round 1's
+    # buckets take the restores and the re-uploads below.
+    tools = [
+        ("archive_caches, with content", "lifecycle", "first", "lifecycle", lc),
+        (f"s5cmd cp, {S5CMD_WORKERS} workers", "s5cmd", "cp", "s5cmd", s5),
+        ("aws s3 cp --recursive", "awscli", "cp", "awscli", aws),
+    ]
+    first: list[dict[str, Any]] = []
+    for n in range(rounds):
+        suffix = "" if n == 0 else f"-r{n + 1}"
+        order = tools[n % 3 :] + tools[: n % 3]
+        for label, tool, verb, bucket, kw in order:
+            row = measure(label, tool, verb, bucket + suffix, **kw) | {"round": n + 1}
+            if row["server_objects"] < (1 if tool == "lifecycle" else len(files)):
+                raise SystemExit(f"{label}: {row['server_objects']} objects, {len(files)} files")
+            first.append(row)
+    # Restores of round 1's uploads, interleaved the same way, each into a new directory.
+    small = next(path for path in files if path.stat().st_size < 16384)
+    one = str(small.relative_to(tree))
+    restores: list[dict[str, Any]] = []
+    for n in range(rounds):
+        out = home.parent / f"restore-{n}"
+        pair = [
+            ("lifecycle restore", "restore", "get", {"home": str(out / "home"),
+             "cache": bench_cache("lifecycle", "first"), "workers": workers}, "lifecycle"),
+            (f"s5cmd cp back, {S5CMD_WORKERS} workers", "s5cmd", "get",
+             {**s5, "out": str(out / "s5cmd")}, "s5cmd"),
+        ]  # fmt: skip
+        for label, tool, verb, kw, bucket in pair if n % 2 == 0 else pair[::-1]:
+            row = step(
+                label, command(tool, verb, tree, f"s3://{bucket}/bench", env, **kw), env, bucket
+            )
+            restores.append(
+                row | {"tool": bucket, "round": n + 1, "tree_mib_s": size / 2**20 / row["wall_s"]}
+            )
+        shutil.rmtree(out)
+    singles = []
+    for label, tool, verb, kw, bucket in (
+        ("lifecycle restore --file", "file", "get1", {"cache": bench_cache("lifecycle", "first"),
+         "path": one, "out": str(home.parent / "one-lc")}, "lifecycle"),
+        ("s5cmd cp (one object)", "s5cmd", "get1",
+         {"path": one, "out": str(home.parent / "one-s5")}, "s5cmd"),
+    ):  # fmt: skip
+        row = step(label, command(tool, verb, tree, f"s3://{bucket}/bench", env, **kw), env, bucket)
+        if Path(kw["out"]).read_bytes() != small.read_bytes():
+            raise SystemExit(f"{label}: not the file's bytes")
+        singles.append(row | {"tool": bucket, "tree_mib_s": 0.0})
     changed_files, changed_bytes = change(tree, CHANGED, seed=2)
     again = [  # the archive's 2nd cache is the next boot's: 95 % the same bytes
         measure("archive_caches, 2nd cache", "lifecycle", "again", "lifecycle", **lc),
@@ -375,40 +460,46 @@ def run(
         measure(label, tool, "cp", f"exp-{n}", **(knobs[tool] | kw))
         for n, (label, tool, kw) in enumerate(EXPERIMENTS if experiments else [])
     ]
+
+    def median(rows: list[dict[str, Any]], tool: str, key: str) -> float:
+        return statistics.median(row[key] for row in rows if row["tool"] == tool)
+
+    summary = {
+        tool: {
+            key: median(first, tool, key)
+            for key in ("wall_s", "cpu_s", "peak_pss_sum_kib", "requests", "server_cpu_s")
+        }
+        for tool in ("lifecycle", "s5cmd", "awscli")
+    }
+    restore = {
+        tool: {key: median(restores, tool, key) for key in ("wall_s", "cpu_s", "requests")}
+        for tool in ("lifecycle", "s5cmd")
+    }
     lc2, aws2 = again[0], again[2]
-    lc_walls = [lc["wall_s"] for lc, _ in pairs]
-    aws_walls = [aws["wall_s"] for _, aws in pairs]
-    tree_facts = {"files": len(files), "bytes": size}
+    tree_facts = {"files": len(files), "bytes": size, "one_file": one}
     tree_facts |= {"changed_files": changed_files, "changed_bytes": changed_bytes}
+    lcs, s5s = summary["lifecycle"], summary["s5cmd"]
     return {
         "machine": machine(),
         "tree": tree_facts,
         "workers": workers,
         "first_upload": first,
-        "first_upload_rounds": [
-            {
-                "archive_wall_s": lc["wall_s"],
-                "awscli_wall_s": aws["wall_s"],
-                "archive_cpu_s": lc["cpu_s"],
-                "awscli_cpu_s": aws["cpu_s"],
-                "speedup": aws["wall_s"] / lc["wall_s"],
-                "archive_peak_rss_kib": lc["peak_rss_kib"],
-            }
-            for lc, aws in pairs
-        ],
+        "medians": summary,
+        "restore": restores,
+        "restore_medians": restore,
+        "single_file": singles,
         "re_archive": again,
         "experiments": tried,
-        # Median over the rounds of each tool's wall time (one round: that round's).
-        "speedup_vs_awscli": statistics.median(aws_walls) / statistics.median(lc_walls),
-        "re_archive_bytes_vs_awscli": lc2["bytes_sent"] / aws2["bytes_sent"],
-        "re_archive_time_vs_awscli": lc2["wall_s"] / aws2["wall_s"],
-        "archive_peak_rss_mib": max(lc["peak_rss_kib"] for lc in [lc2, *(p[0] for p in pairs)])
-        / 1024,
-        # The same, as the sum of PSS over the archive's processes (forked uploaders included).
+        "wall_vs_s5cmd": lcs["wall_s"] / s5s["wall_s"],
+        "cpu_vs_s5cmd": lcs["cpu_s"] / s5s["cpu_s"],
         "archive_peak_pss_sum_mib": max(
-            lc["peak_pss_sum_kib"] for lc in [lc2, *(p[0] for p in pairs)]
+            row["peak_pss_sum_kib"] for row in [lc2, *first] if row["tool"] == "lifecycle"
         )
         / 1024,
+        "requests_vs_s5cmd": lcs["requests"] / s5s["requests"],
+        "re_archive_bytes_vs_awscli": lc2["bytes_sent"] / aws2["bytes_sent"],
+        "re_archive_time_vs_awscli": lc2["wall_s"] / aws2["wall_s"],
+        "restore_speed_vs_s5cmd": restore["s5cmd"]["wall_s"] / restore["lifecycle"]["wall_s"],
     }
 
 
@@ -442,7 +533,7 @@ def _installed(distribution: str) -> str | None:
 
 
 def print_table(results: dict[str, Any]) -> None:
-    """Every step, then the targets."""
+    """Every step, the medians, then the targets."""
     tree, m = results["tree"], results["machine"]
     print(
         f"tree: {tree['files']} files, {tree['bytes'] / 2**20:.0f} MiB; changed for the re-archive:"
@@ -450,26 +541,39 @@ def print_table(results: dict[str, Any]) -> None:
         f" {results['workers']} archive workers = awscli requests; nproc {m['nproc']},"
         f" load {m['loadavg_at_end'][2]:.1f}; {m['awscli'].split()[0]}; s5cmd {m['s5cmd']}"
     )
-    head = f"{'':38} {'wall s':>7} {'MiB/s':>6} {'sent MiB':>8} {'server MiB':>10} {'RSS MiB':>7}"
-    head += f" {'CPU s':>6} {'server CPU s':>12}"
-    sections = {"first upload": "first_upload", "re-archive (95 % the same)": "re_archive"}
-    for title, key in (sections | {"experiments (first upload)": "experiments"}).items():
+    head = f"{'':38} {'wall s':>7} {'MiB/s':>6} {'sent MiB':>8} {'PSS MiB':>7} {'CPU s':>6}"
+    head += f" {'server CPU s':>12} {'requests':>8}"
+    sections = {
+        "first upload (rounds interleaved)": "first_upload",
+        "restore (rounds interleaved)": "restore",
+        "one small file back": "single_file",
+        "re-archive (95 % the same)": "re_archive",
+        "experiments (first upload)": "experiments",
+    }
+    for title, key in sections.items():
         for n, row in enumerate(results[key]):
             if n == 0:
                 print(f"{title}\n{head}")
             print(
                 f"  {row['label']:36} {row['wall_s']:7.2f} {row['tree_mib_s']:6.1f}"
-                f" {row['bytes_sent'] / 2**20:8.1f} {row['server_bytes'] / 2**20:10.1f}"
-                f" {row['peak_rss_kib'] / 1024:7.1f} {row['cpu_s']:6.1f}"
-                f" {row['server_cpu_s']:12.1f}"
+                f" {row['bytes_sent'] / 2**20:8.1f} {row['peak_pss_sum_kib'] / 1024:7.1f}"
+                f" {row['cpu_s']:6.1f} {row['server_cpu_s']:12.1f} {row['requests']:8.0f}"
             )
             if "phases" in row:
                 phases = (f"{k} {s:.1f} s/{m:.0f}" for k, (s, m) in row["phases"].items())
                 print("    in (s/peak MiB after):", ", ".join(phases))
-    for n, pair in enumerate(results["first_upload_rounds"], start=1):
+    print("medians, first upload:")
+    for tool, found in results["medians"].items():
         print(
-            f"first upload, round {n}: archive {pair['archive_wall_s']:.1f} s, awscli"
-            f" {pair['awscli_wall_s']:.1f} s: {pair['speedup']:.2f}x"
+            f"  {tool:10} wall {found['wall_s']:.1f} s, CPU {found['cpu_s']:.1f} s, PSS"
+            f" {found['peak_pss_sum_kib'] / 1024:.0f} MiB, {found['requests']:.0f} requests,"
+            f" server CPU {found['server_cpu_s']:.1f} s"
+        )
+    print("medians, restore:")
+    for tool, found in results["restore_medians"].items():
+        print(
+            f"  {tool:10} wall {found['wall_s']:.1f} s, CPU {found['cpu_s']:.1f} s,"
+            f" {found['requests']:.0f} requests"
         )
     for what, key, bound, lower in TARGETS:
         met = results[key] <= bound if lower else results[key] >= bound

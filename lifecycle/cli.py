@@ -120,9 +120,22 @@ def _context(ctx: click.Context) -> Context:
     return Context(os.environ, ctx.obj["manifests_dir"], say=_say, note=_note)
 
 
+_TICKING: list[bool] = [False]  # a progress line is shown in place on the terminal now
+
+
 def _say(line: str) -> None:
-    """Progress on stderr, so stdout stays the command's answer."""
-    click.echo(f"  | {line}", err=True)
+    """Progress on stderr, so stdout stays the command's answer. A ticker line (bytes, rate,
+    time left) replaces the one before it on a terminal, and is left out of a pipe or a log."""
+    from lifecycle.archive.transfer import Ticker
+
+    if isinstance(line, Ticker):
+        if sys.stderr.isatty():
+            click.echo(f"\r\x1b[K  | {line}", err=True, nl=False)
+            _TICKING[0] = True
+        return
+    prefix = "\r\x1b[K" if _TICKING[0] else ""
+    _TICKING[0] = False
+    click.echo(f"{prefix}  | {line}", err=True)
 
 
 def _note(line: str) -> None:
@@ -478,6 +491,12 @@ def archive(
     help="For each cache of MANIFEST, the newest complete version a boot here would reuse.",
 )
 @click.option("--cache", "cache_name", metavar="NAME", help="With --best: only this cache.")
+@click.option("--file", "file_path", metavar="PATH", help="Only this file of the cache...")
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="...written to this new file (nothing else is downloaded; the ledger is untouched).",
+)
 @json_option
 @click.pass_context
 def restore(
@@ -486,14 +505,22 @@ def restore(
     source: str | None,
     best: str | None,
     cache_name: str | None,
+    file_path: str | None,
+    output: Path | None,
     as_json: bool,
 ) -> None:
     """Rebuild CACHE's dir from an archived version's files (the newest, or the one of TREE, a
-    tree digest), verified, and mark it live; or with --best, what a boot here would reuse."""
+    tree digest), verified, and mark it live; or with --best, what a boot here would reuse; or
+    with --file PATH --output FILE, one file of it."""
     from lifecycle.commands import restore as verb
 
     if (target is None) == (best is None) or (cache_name and not best):
         raise click.UsageError("give CACHE[@TREE], or --best MANIFEST [--cache NAME]")
+    if (file_path is None) != (output is None) or (file_path and target is None):
+        raise click.UsageError("--file PATH goes with --output FILE and CACHE[@TREE]")
+    if file_path is not None and output is not None and target is not None:
+        single = verb.run_restore_file(_context(ctx), target, source, file_path, output)
+        _answer(ctx, single, verb.render_file, as_json)
     if best is not None:
         found = verb.run_best(_context(ctx), best, cache_name, source)
         _answer(ctx, found, verb.render_best, as_json)

@@ -10,7 +10,8 @@ from typing import Final
 
 CACHE_FORMAT: Final = "lifecycle-cache-record/1"  # the previous release's, read only
 RESULT_FORMAT: Final = "lifecycle-result-record/1"  # the previous release's, read only
-VERSION_FORMAT: Final = "lifecycle-cache-version/1"
+VERSION_FORMAT_1: Final = "lifecycle-cache-version/1"  # read only: no packs
+VERSION_FORMAT: Final = "lifecycle-cache-version/2"
 BOOT_FORMAT: Final = "lifecycle-boot-record/1"
 RESULT_FORMAT_2: Final = "lifecycle-result-record/2"
 IMAGE_FORMAT: Final = "lifecycle-image-record/1"
@@ -24,5 +25,5 @@ CURRENT = {
     "image": IMAGE_FORMAT,
     "pin": PIN_FORMAT,
 }
-EVERY_FORMAT = (*CURRENT.values(), CACHE_FORMAT, RESULT_FORMAT)
+EVERY_FORMAT = (*CURRENT.values(), VERSION_FORMAT_1, CACHE_FORMAT, RESULT_FORMAT)
 RECORD_KINDS = (*CURRENT, *EVERY_FORMAT)  # a kind, or any format's full name

@@ -3,9 +3,10 @@
 Every record is one JSON object, keys sorted, immutable once written, and named by what it
 holds: its key ends in the sha256 of its bytes, so a reader checks that too. Current formats:
 
-- `lifecycle-cache-version/1` at `caches/<cache>/versions/<tree digest>.<sha256>.json`: a
+- `lifecycle-cache-version/2` at `caches/<cache>/versions/<tree digest>.<sha256>.json`: a
   cache's state at one point in time (its fingerprint, files with --with-content, the tree it
-  grew from);
+  grew from); its small files live in packs (`packs`, and each blob's `pack` and `offset`).
+  Version 1, the same without packs (every blob its own object), is still read;
 - `lifecycle-boot-record/1` at `boots/<boot>/<sha256>.json`: one boot, its log and evidence,
   which tree of each cache it started from and left, what image and manifest it ran;
 - `lifecycle-result-record/2` at `results/<result>/<sha256>.json`: one result, the boot record
@@ -49,6 +50,7 @@ from lifecycle.formats import (
     RESULT_FORMAT,
     RESULT_FORMAT_2,
     VERSION_FORMAT,
+    VERSION_FORMAT_1,
 )
 from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
 
@@ -60,6 +62,7 @@ __all__ = [
     "RESULT_FORMAT",
     "RESULT_FORMAT_2",
     "VERSION_FORMAT",
+    "VERSION_FORMAT_1",
 ]
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -82,6 +85,21 @@ class BlobEntry(_Part):
     sha256: Sha256
     size: Count
     md5: str | None = None
+
+
+class PlacedBlob(BlobEntry):
+    """A blob of a cache version: its own object, or (`pack` given) `size` bytes at `offset`
+    of that pack, where `md5` is left out (the pack is verified as a whole)."""
+
+    pack: Sha256 | None = None
+    offset: Count | None = None
+
+
+class PackEntry(_Part):
+    """A pack a cache version's blobs live in (lifecycle.archive.packs): its sha256 names it."""
+
+    sha256: Sha256
+    size: Count
 
 
 class FileBlob(_Part):
@@ -255,10 +273,10 @@ class MadeBy(_Part):
     outcome: str  # a version left by a boot that did not end `ok` may hold a half-built .so
 
 
-class CacheVersionV1(_Part):
-    """`lifecycle-cache-version/1`: a cache's state at one point in time."""
+class CacheVersion(_Part):
+    """`lifecycle-cache-version/2` (or /1, without packs): a cache's state at one point in time."""
 
-    format: Literal["lifecycle-cache-version/1"]
+    format: Literal["lifecycle-cache-version/2", "lifecycle-cache-version/1"]
     cache_id: str
     tree_digest: Sha256
     parent: Sha256 | None  # the tree this version grew from; None: the first archived
@@ -272,12 +290,24 @@ class CacheVersionV1(_Part):
     fingerprint: FingerprintBlob
     content: Content | None
     withheld: list[Withheld] = Field(default_factory=list)
-    blobs: list[BlobEntry]
+    blobs: list[PlacedBlob]
+    packs: list[PackEntry] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _one_tree(self) -> CacheVersionV1:
+    def _one_tree(self) -> CacheVersion:
         if self.fingerprint.tree_digest != self.tree_digest:
             raise ValueError("fingerprint.tree_digest is not the version's tree_digest")
+        sizes = {pack.sha256: pack.size for pack in self.packs}
+        if self.format == VERSION_FORMAT_1 and (sizes or any(b.pack for b in self.blobs)):
+            raise ValueError(f"a {VERSION_FORMAT_1} record has no packs")
+        for blob in self.blobs:
+            if (blob.pack is None) != (blob.offset is None):
+                raise ValueError(f"blob {blob.sha256}: a pack needs an offset, and only it")
+            if blob.pack is not None and blob.offset is not None:
+                if blob.pack not in sizes:
+                    raise ValueError(f"blob {blob.sha256}: its pack {blob.pack} is not listed")
+                if blob.offset + blob.size > sizes[blob.pack]:
+                    raise ValueError(f"blob {blob.sha256}: past the end of pack {blob.pack}")
         return self
 
 
@@ -367,7 +397,7 @@ class PinV1(_Part):
 Record = (
     CacheRecordV1
     | ResultRecordV1
-    | CacheVersionV1
+    | CacheVersion
     | BootRecordV1
     | ResultRecordV2
     | ImageRecordV1
@@ -375,7 +405,8 @@ Record = (
 )
 
 _MODELS: dict[str, type[Record]] = {
-    VERSION_FORMAT: CacheVersionV1,
+    VERSION_FORMAT: CacheVersion,
+    VERSION_FORMAT_1: CacheVersion,
     BOOT_FORMAT: BootRecordV1,
     RESULT_FORMAT_2: ResultRecordV2,
     IMAGE_FORMAT: ImageRecordV1,
@@ -391,8 +422,13 @@ FORMATS: dict[str, tuple[str, type[Record]]] = {
 
 
 def format_name(model: type[BaseModel]) -> str:
-    """The format name a record model reads and writes."""
+    """The format name a record model writes (the first of those it reads)."""
     return next(name for name, known in FORMATS.values() if known is model)
+
+
+def format_names(model: type[BaseModel]) -> frozenset[str]:
+    """Every format name a record model reads."""
+    return frozenset(name for name, known in _MODELS.items() if known is model)
 
 
 class RecordInvalid(ValueError):

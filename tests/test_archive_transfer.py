@@ -1,20 +1,16 @@
-"""HashingReader: the md5 an upload reports is of exactly the bytes it sent, after any rewind;
-forked uploaders: every blob reported once, a child's problem raised in its own words."""
+"""HashingReader: the md5 an upload reports is of exactly the bytes it sent, after any rewind."""
 
 from __future__ import annotations
 
 import hashlib
 import io
-import os
 from pathlib import Path
 
 import pytest
 
-from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.sources import BlobSource
-from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.archive.store import ArchiveError
 from lifecycle.archive.transfer import HashingReader, digest_all
-from lifecycle.archive.uploaders import forked_uploads
 
 DATA = b"compiled graph bytes\n" * 5000
 
@@ -64,36 +60,3 @@ def test_digest_all_reads_only_blobs_without_an_md5(tmp_path: Path) -> None:
         known.sha256: "0" * 32,
         fresh.sha256: hashlib.md5(DATA, usedforsecurity=False).hexdigest(),
     }
-
-
-class _FakeClient:
-    def close(self) -> None:
-        """What the forked uploader calls first: drop connections shared with the parent."""
-
-
-def _blobs(count: int) -> list[BlobSource]:
-    return [BlobSource(f"{n:064x}", n, f"cache file f{n}", data=b"x" * n) for n in range(count)]
-
-
-def _store() -> BlobStore:
-    return BlobStore(_FakeClient(), ArchiveLocation("bucket", "prefix"))
-
-
-def test_forked_uploaders_report_every_blob_once() -> None:
-    def upload(source: BlobSource) -> tuple[BlobSource, str]:
-        return source, f"{os.getpid()}:{source.size}"
-
-    sent = list(forked_uploads(_store(), _blobs(40), upload, processes=2, workers=4))
-    assert sorted(size for _, size, _ in sent) == list(range(40))
-    by_process = {md5.split(":")[0] for _, _, md5 in sent}
-    assert len(by_process) == 2 and str(os.getpid()) in by_process  # here and in one child
-
-
-def test_a_problem_in_a_forked_uploader_is_raised_with_its_words() -> None:
-    def upload(source: BlobSource) -> tuple[BlobSource, str]:
-        if source.size == 7:  # the child's share: positions 1, 3, 5, 7, ...
-            raise ArchiveError("s3://bucket/prefix/blobs/x: access denied (AccessDenied)")
-        return source, "0" * 32
-
-    with pytest.raises(ArchiveError, match=r"^s3://bucket/prefix/blobs/x: access denied"):
-        list(forked_uploads(_store(), _blobs(40), upload, processes=2, workers=2))

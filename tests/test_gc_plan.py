@@ -22,7 +22,7 @@ from lifecycle.ledger.boots import BootRecord, CacheUse
 from lifecycle.records import (
     BlobEntry,
     BootRecordV1,
-    CacheVersionV1,
+    CacheVersion,
     FingerprintBlob,
     RecordRef,
     ResultRecordV2,
@@ -51,7 +51,7 @@ class Archive:
 
     def version(self, cache: str, tree: str, at: datetime = OLD, *blobs: str) -> str:
         entries = [self.blob(f"fingerprint {cache} {tree}", at), *(self.blob(b, at) for b in blobs)]
-        record = CacheVersionV1.model_construct(
+        record = CacheVersion.model_construct(
             cache_id=cache,
             tree_digest=_sha(tree),
             archived_at=at.isoformat(),

@@ -51,7 +51,7 @@ def test_the_check_finds_sql_where_it_is() -> None:
 # work that spans steps (boot, then acceptance) lives in `flows`, above them all.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("lifecycle", "errors", "formats"),
-    ("home", "limits", "proc", "redact", "table", "faults", "forking"),
+    ("home", "limits", "proc", "redact", "table", "faults"),
     ("leases", "crash", "dockerd"),
     ("ledger", "manifest"),
     ("fingerprint", "evidence", "hooks", "records"),

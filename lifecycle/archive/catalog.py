@@ -16,7 +16,7 @@ from lifecycle.archive.layout import Key, parse_key
 from lifecycle.archive.record import load_record, read_as
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
-from lifecycle.records import BootRecordV1, CacheRecordV1, CacheVersionV1, MadeBy
+from lifecycle.records import BootRecordV1, CacheRecordV1, CacheVersion, MadeBy
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -140,23 +140,23 @@ def _version(store: BlobStore, key: Key) -> tuple[CacheRow, ArchivedVersion, lis
             raise ArchiveError(f"{store.where(key.key)}: missing")
         legacy = load_record(body, store.where(key.key))
         return legacy.cache, _summary(store, key.key, legacy), sorted(legacy.boot_ids())
-    version = read_as(store, CacheVersionV1, key.key)
+    version = read_as(store, CacheVersion, key.key)
     return version.cache, _summary(store, key.key, version), []
 
 
 def _summary(
-    store: BlobStore, relative: str, record: CacheVersionV1 | CacheRecordV1
+    store: BlobStore, relative: str, record: CacheVersion | CacheRecordV1
 ) -> ArchivedVersion:
     return ArchivedVersion(
         tree_digest=record.fingerprint.tree_digest,
-        parent=record.parent if isinstance(record, CacheVersionV1) else None,
+        parent=record.parent if isinstance(record, CacheVersion) else None,
         with_content=record.with_content,
         archived_at=record.archived_at,
         host=record.host,
         record=store.where(relative),
         files=record.fingerprint.files,
         bytes=record.fingerprint.bytes,
-        made_by=record.made_by if isinstance(record, CacheVersionV1) else None,
+        made_by=record.made_by if isinstance(record, CacheVersion) else None,
         cache_key=record.cache.cache_key,
     )
 

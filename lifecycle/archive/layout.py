@@ -1,9 +1,11 @@
 """Where each object of the archive lives, under `s3://BUCKET/PREFIX/`, and what a key says.
 
     blobs/sha256/ab/<sha256>                        bytes, named by their sha256
-    caches/<cache>/versions/<tree>.<sha256>.json    a cache version (lifecycle-cache-version/1)
-    caches/<cache>/boots/<boot>                     empty: that boot used the cache
-    caches/<cache>/results/<result>                 empty: that result stands on the cache
+    packs/sha256/ab/<sha256>                        small blobs end to end, then their index
+                                                    (lifecycle.archive.packs), named by its sha256
+    caches/<cache>/versions/<tree>.<sha256>.json    a cache version (lifecycle-cache-version/2)
+    caches/<cache>/boots/<boot>                     that boot used the cache (`<boot>\n`)
+    caches/<cache>/results/<result>                 that result stands on the cache
     boots/<boot>/<sha256>.json                      a boot (lifecycle-boot-record/1)
     results/<result>/<sha256>.json                  a result (lifecycle-result-record/2)
     images/<manifest digest>/<sha256>.json          an image pushed (lifecycle-image-record/1)
@@ -30,6 +32,7 @@ _SHA = "[0-9a-f]{64}"
 _ID = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _PATTERNS = {
     "blob": re.compile(rf"^blobs/sha256/[0-9a-f]{{2}}/(?P<sha>{_SHA})$"),
+    "pack": re.compile(rf"^packs/sha256/[0-9a-f]{{2}}/(?P<sha>{_SHA})$"),
     "version": re.compile(
         rf"^caches/(?P<id>{_ID})/versions/(?P<tree>{_SHA})\.(?P<sha>{_SHA})\.json$"
     ),
@@ -74,6 +77,14 @@ def blob_key(sha256: str) -> str:
     return f"blobs/sha256/{sha256[:2]}/{sha256}"
 
 
+def pack_key(sha256: str) -> str:
+    """`packs/sha256/ab/<sha256>`."""
+    return f"packs/sha256/{sha256[:2]}/{sha256}"
+
+
+PACKS_PREFIX = "packs/"
+
+
 def version_key(cache_id: str, tree_digest: str, sha256: str) -> str:
     """`caches/<cache>/versions/<tree>.<sha256>.json`."""
     return f"caches/{cache_id}/versions/{tree_digest}.{sha256}.json"
@@ -87,6 +98,17 @@ def versions_prefix(cache_id: str) -> str:
 def cache_prefix(cache_id: str) -> str:
     """A cache's whole index: its versions, its boots, its results."""
     return f"caches/{cache_id}/"
+
+
+def marker_body(other: str) -> bytes:
+    """What a marker holds: the boot or result its key names, and a newline.
+
+    Its key is the fact; the body is not empty because SeaweedFS (4.48) answers an empty PUT
+    with a response its client reads one too many of: the next request on that connection then
+    waits out its read timeout (20 s measured) and is retried. Markers written by the previous
+    release are empty, and read the same (only their keys are read).
+    """
+    return f"{other}\n".encode()
 
 
 def boot_marker(cache_id: str, boot_id: str) -> str:

@@ -182,6 +182,25 @@ class ObjectStore:
             raise self.error(exc, key) from exc
         return digest.hexdigest()
 
+    def read_range(self, key: str, start: int, length: int) -> Iterator[bytes]:
+        """The bytes `start` to `start + length` of an object (a full key), as they arrive."""
+        if length <= 0:
+            return
+        got = 0
+        try:
+            response = self.client.get_object(
+                Bucket=self.location.bucket, Key=key, Range=f"bytes={start}-{start + length - 1}"
+            )
+            for chunk in response["Body"].iter_chunks(READ_CHUNK):
+                got += len(chunk)
+                yield chunk
+        except (BotoCoreError, ClientError) as exc:
+            if _code(exc) in _MISSING:
+                raise ArchiveError(f"{self.url(key)}: missing") from exc
+            raise self.error(exc, key) from exc
+        if got != length:
+            raise ArchiveError(f"{self.url(key)}: {got} bytes at {start}, not {length}")
+
     def list(self, relative_prefix: str = "") -> Iterator[Listing]:
         """Every object under a prefix of the layout, in key order."""
         if relative_prefix:

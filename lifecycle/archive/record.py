@@ -22,11 +22,12 @@ from lifecycle.records import (
     CACHE_FORMAT,
     BootRecordV1,
     CacheRecordV1,
-    CacheVersionV1,
+    CacheVersion,
     FileBlob,
     RecordInvalid,
     RecordRef,
     format_name,
+    format_names,
     parse_as,
 )
 
@@ -34,13 +35,16 @@ FORMAT = CACHE_FORMAT
 Model = TypeVar("Model", bound=BaseModel)
 
 
-def parse_record(body: bytes, where: str, record_format: str) -> dict[str, Any]:
-    """Parse any archive record as JSON, refusing what does not say it is `record_format`."""
+def parse_record(
+    body: bytes, where: str, record_format: str, readable: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """Parse any archive record as JSON, refusing what does not say it is `record_format` (or
+    one of the `readable` formats of the same model)."""
     try:
         document = json.loads(body)
     except (ValueError, RecursionError) as exc:
         raise ArchiveError(f"{where}: not a JSON record: {exc}") from None
-    if not isinstance(document, dict) or document.get("format") != record_format:
+    if not isinstance(document, dict) or document.get("format") not in {record_format, *readable}:
         raise ArchiveError(f"{where}: not a {record_format} record")
     return document
 
@@ -50,7 +54,7 @@ def load_as(model: type[Model], body: bytes, where: str) -> Model:
     ArchiveError naming the object and what is wrong."""
     name = format_name(model)
     try:
-        return parse_as(model, parse_record(body, where, name))
+        return parse_as(model, parse_record(body, where, name, format_names(model)))
     except RecordInvalid as exc:
         raise ArchiveError(f"{where}: not a valid {name} record: {exc}") from None
 
@@ -81,9 +85,9 @@ def read_as(store: ObjectStore, model: type[Model], relative: str) -> Model:
     return load_as(model, body, where)
 
 
-CacheOrBoot = CacheVersionV1 | CacheRecordV1 | BootRecordV1
+CacheOrBoot = CacheVersion | CacheRecordV1 | BootRecordV1
 _BY_KIND: dict[str, type[CacheOrBoot]] = {
-    "version": CacheVersionV1,
+    "version": CacheVersion,
     "legacy-cache": CacheRecordV1,
     "boot": BootRecordV1,
 }
@@ -109,8 +113,17 @@ def follow(store: ObjectStore, model: type[Model], ref: RecordRef) -> Model:
 
 
 def record_blobs(document: CacheOrBoot) -> list[BlobRef]:
-    """Every blob a record refers to."""
-    return [BlobRef(b.sha256, b.size, b.md5) for b in document.blobs]
+    """Every blob a record refers to that is its own object (not in a pack)."""
+    return [BlobRef(b.sha256, b.size, b.md5) for b in document.blobs if not _packed(b)]
+
+
+def record_packs(document: CacheOrBoot) -> dict[str, int]:
+    """The packs a record's blobs live in: sha256 -> size."""
+    return {p.sha256: p.size for p in getattr(document, "packs", [])}
+
+
+def _packed(blob: object) -> bool:
+    return getattr(blob, "pack", None) is not None
 
 
 def blob_roles(document: CacheOrBoot) -> dict[str, str]:
@@ -126,7 +139,7 @@ def blob_roles(document: CacheOrBoot) -> dict[str, str]:
     if isinstance(document, CacheRecordV1):
         for boot in document.boots:
             _boot_roles(roles, boot.boot.id, boot.log, boot.evidence)
-    if not isinstance(document, CacheVersionV1):
+    if not isinstance(document, CacheVersion):
         for patch in document.patches:
             roles.setdefault(patch.sha256, f"patch {patch.file}")
     return roles

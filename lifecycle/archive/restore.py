@@ -16,15 +16,16 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from lifecycle.archive.fetch import download_files
 from lifecycle.archive.layout import legacy_cache_key, parse_key, versions_prefix
 from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.packs import Placed, read_blob
 from lifecycle.archive.record import load_record, read_as
 from lifecycle.archive.store import ArchiveError, BlobStore, os_problem
 from lifecycle.errors import LifecycleError
@@ -32,8 +33,7 @@ from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version
 from lifecycle.ledger.boots import CacheRecord, CacheRow, Scanned, cache_by_id, record_scan
-from lifecycle.records import CacheRecordV1, CacheVersionV1
-from lifecycle.table import human_bytes
+from lifecycle.records import CacheRecordV1, CacheVersion
 
 PROGRESS_EVERY = 100  # restored files between two progress lines
 # Permission bits a restore keeps: never setuid, setgid or sticky, never writable by others.
@@ -96,7 +96,7 @@ def restore_cache(
         withheld = {item.path for item in document.withheld}
         wanted = restorable(archived, withheld)
         present = _already_there(target, wanted)
-        restored = present or _rebuild(store, wanted, target, workers, say)
+        restored = present or _rebuild(store, wanted, placements(document), target, workers, say)
     except (LifecycleError, OSError) as exc:
         failed = f"restore of {cache_id} from {location.url()} failed"
         if isinstance(exc, ArchiveError):
@@ -108,7 +108,7 @@ def restore_cache(
     kept = ledger.keep_evidence(f"scans/{cache_id}", name, restored.to_json().encode())
     facts = Scanned(restored.tree_digest, restored.files, restored.bytes, str(kept), now)
     record_scan(ledger, cache_id, facts, live=True, new_row=new_row)
-    if isinstance(document, CacheVersionV1):
+    if isinstance(document, CacheVersion):
         _remember_version(ledger, store, relative, document)
     return RestoreReport(
         cache_id=cache_id,
@@ -125,9 +125,54 @@ def restore_cache(
     )
 
 
+@dataclass(frozen=True)
+class FileRestored:
+    """One file of an archived cache, written out on its own."""
+
+    cache_id: str
+    path: str
+    sha256: str
+    size: int
+    record: str  # s3:// URL of the version record it came from
+
+
+def restore_file(
+    client: Any,
+    location: ArchiveLocation,
+    cache_id: str,
+    path: str,
+    sink: BinaryIO,
+    *,
+    tree: str | None = None,
+) -> FileRestored:
+    """Write one file of an archived version (as `pick_version` chooses it) into `sink`,
+    checked against its sha256: the record, the fingerprint, and that file's bytes alone (one
+    ranged GET of its pack, or its own blob) are read."""
+    check_cache_id(cache_id)
+    store = BlobStore(client, location)
+    try:
+        relative, document = pick_version(store, cache_id, tree)
+        if not document.with_content:
+            raise ArchiveError("it was archived without --with-content: no files to restore")
+        wanted = restorable(_fetch_fingerprint(store, document), ())
+        entry = next((e for e in wanted.entries if e.path == path), None)
+        if entry is None or entry.kind != "file" or entry.sha256 is None:
+            raise ArchiveError(f"{path!r} is not a file of the archived tree")
+        if path in {item.path for item in document.withheld}:
+            raise ArchiveError(f"{path!r} was withheld: it holds a secret's value")
+        placed = placements(document).get(entry.sha256)
+        if placed is not None:
+            sink.write(read_blob(store, placed, entry.sha256))
+        else:
+            store.download_blob(entry.sha256, sink)
+    except ArchiveError as exc:
+        raise exc.within(f"restore of {cache_id}:{path} from {location.url()} failed") from exc
+    return FileRestored(cache_id, path, entry.sha256, entry.size, store.where(relative))
+
+
 def pick_version(
     store: BlobStore, cache_id: str, tree: str | None
-) -> tuple[str, CacheVersionV1 | CacheRecordV1]:
+) -> tuple[str, CacheVersion | CacheRecordV1]:
     """(key, record) of the version to restore: of `tree` (a digest or a prefix of at least 8
     hex digits) if given, preferring one with the cache's files; else the newest with them. A
     cache archived only by the previous release has its one record at `caches/<cache>.json`."""
@@ -146,13 +191,13 @@ def pick_version(
         raise LifecycleError(
             f"{tree!r} names {len(trees)} versions of {cache_id}: give more digits"
         )
-    records = [(k.key, read_as(store, CacheVersionV1, k.key)) for k in found]
+    records = [(k.key, read_as(store, CacheVersion, k.key)) for k in found]
     records.sort(key=lambda pair: (pair[1].with_content, pair[1].archived_at, pair[0]))
     return records[-1]
 
 
 def _remember_version(
-    ledger: Ledger, store: BlobStore, relative: str, document: CacheVersionV1
+    ledger: Ledger, store: BlobStore, relative: str, document: CacheVersion
 ) -> None:
     """The version a restore came from, as this host's newest archive of the cache."""
     url = store.location.url()
@@ -171,6 +216,17 @@ def _remember_version(
     record_version(ledger, row, archive, mark_archived=False)
 
 
+def placements(document: CacheVersion | CacheRecordV1) -> dict[str, Placed]:
+    """Where each packed blob of a version lives (none in a record of the previous formats)."""
+    if not isinstance(document, CacheVersion):
+        return {}
+    return {
+        b.sha256: Placed(b.pack, b.offset, b.size)
+        for b in document.blobs
+        if b.pack is not None and b.offset is not None
+    }
+
+
 def restorable(archived: Fingerprint, withheld: Collection[str]) -> Fingerprint:
     """The tree a restore makes of an archived one: without the files the archive withheld, and
     with no mode a crafted record could abuse (setuid, setgid, sticky, world-writable)."""
@@ -184,7 +240,7 @@ def _safe_mode(e: Entry) -> int:
     return e.mode if e.kind == "symlink" else e.mode & SAFE_MODES
 
 
-def _fetch_fingerprint(store: BlobStore, document: CacheVersionV1 | CacheRecordV1) -> Fingerprint:
+def _fetch_fingerprint(store: BlobStore, document: CacheVersion | CacheRecordV1) -> Fingerprint:
     """The archived fingerprint, its blob checked by sha256 and its digest by its entries."""
     described = document.fingerprint
     sink = io.BytesIO()
@@ -230,7 +286,12 @@ def _already_there(target: Path, wanted: Fingerprint) -> Fingerprint | None:
 
 
 def _rebuild(
-    store: BlobStore, wanted: Fingerprint, target: Path, workers: int, say: Callable[[str], None]
+    store: BlobStore,
+    wanted: Fingerprint,
+    placed: Mapping[str, Placed],
+    target: Path,
+    workers: int,
+    say: Callable[[str], None],
 ) -> Fingerprint:
     """Download the tree into a temp dir beside `target`, verify it, rename it into place."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -248,7 +309,8 @@ def _rebuild(
                 # the same mode stands in for it (it holds no data, and keeps the tree digest).
                 os.mkfifo(path)
                 path.chmod(e.mode)
-        _download_files(store, temp, [e for e in wanted.entries if e.kind == "file"], workers, say)
+        files = [e for e in wanted.entries if e.kind == "file"]
+        download_files(store, temp, files, placed, workers, say)
         for e in sorted(
             (e for e in wanted.entries if e.kind == "dir"), key=lambda e: -e.path.count("/")
         ):
@@ -265,33 +327,6 @@ def _rebuild(
         _remove(temp)
         raise
     return restored
-
-
-def _download_files(
-    store: BlobStore, root: Path, files: list[Entry], workers: int, say: Callable[[str], None]
-) -> None:
-    """Every file in parallel, each streamed to disk and checked against its sha256."""
-
-    def download(e: Entry) -> int:
-        assert e.sha256 is not None
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        with os.fdopen(os.open(root / e.path, flags, 0o600), "wb") as out:
-            store.download_blob(e.sha256, out)
-            if out.tell() != e.size:
-                raise ArchiveError(f"{e.path}: {out.tell()} bytes downloaded, not {e.size}")
-            os.fchmod(out.fileno(), e.mode)
-        return e.size
-
-    done = got = 0
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="restore")
-    try:
-        for future in as_completed([pool.submit(download, e) for e in files]):
-            got += future.result()
-            done += 1
-            if done % PROGRESS_EVERY == 0 or done == len(files):
-                say(f"restored {done}/{len(files)} files ({human_bytes(got)})")
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _remove(temp: Path) -> None:

@@ -2,11 +2,12 @@
 cache's version, its own record; every one verified, then the ledger.
 
 The order is the safety argument. Blobs are content-addressed, so uploading one twice is
-harmless and a re-run after an interruption sends only what is missing. A record is written
-only after every blob it names is verified on the server, so a record's existence means it is
-complete; the ledger rows (which let teardown consider the cache) are written only after the
-records themselves are in place. A failure at any point leaves no row, and at most objects no
-record names yet (which `gc --remote` removes).
+harmless and a re-run after an interruption sends only what is missing (a cache's small files
+go up in packs, lifecycle.archive.packs, whose indexes say which blobs are there already). A
+record is written only after every blob it names is verified on the server, so a record's
+existence means it is complete; the ledger rows (which let teardown consider the cache) are
+written only after the records themselves are in place. A failure at any point leaves no row,
+and at most objects no record names yet (which `gc --remote` removes).
 
 Nothing is ever overwritten: a record is a new object named by the sha256 of its bytes, so a
 cache archived by two hosts at once becomes two versions, each of which verifies as its host
@@ -26,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle import __version__
+from lifecycle.archive import packs
 from lifecycle.archive.bootrecord import plan_boot_record
-from lifecycle.archive.layout import boot_key, boot_marker, version_key
+from lifecycle.archive.layout import boot_key, boot_marker, marker_body, version_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.record import load_as
 from lifecycle.archive.sources import BlobSource, RecordPlan, render_record
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, os_problem
-from lifecycle.archive.transfer import Progress, digest_all, upload_all
+from lifecycle.archive.transfer import Progress, Sent, digest_all, upload_all
 from lifecycle.archive.verify import check_record
 from lifecycle.archive.version import plan_version
 from lifecycle.errors import LifecycleError
@@ -59,7 +61,7 @@ from lifecycle.ledger.boots import (
     cache_uses,
     record_scan,
 )
-from lifecycle.records import BootRecordV1, CacheVersionV1
+from lifecycle.records import BootRecordV1, CacheVersion
 from lifecycle.table import human_bytes
 
 
@@ -106,9 +108,18 @@ def archive_caches(
     # A dry run uploads nothing, so what an earlier cache of the run would send is counted
     # as there for the later ones, as it would be.
     sent: set[str] = set()
+    indexes: dict[str, dict[str, packs.Placed]] = {}  # packs never change: read once a run
     return [
         _archive(
-            ledger, store, cache, with_content, dry_run=dry_run, say=say, workers=workers, sent=sent
+            ledger,
+            store,
+            cache,
+            with_content,
+            dry_run=dry_run,
+            say=say,
+            workers=workers,
+            sent=sent,
+            indexes=indexes,
         )
         for cache in caches
     ]
@@ -144,6 +155,8 @@ class _Planned:
     version: RecordPlan | None  # None: an intact version of this tree is there already
     reused: VersionRow | None
     md5s: dict[str, str]  # known before the upload; the uploads add the rest
+    packed: dict[str, packs.Placed]  # blobs already in a pack the server holds intact
+    pack_sizes: dict[str, int]  # of those packs
     todo: list[BlobSource]  # missing or damaged on the server
     damaged: list[str]  # sha256 of blobs there with other bytes: removed, then sent again
     report: ArchiveReport
@@ -159,12 +172,14 @@ def _archive(
     say: Progress,
     workers: int,
     sent: set[str],
+    indexes: dict[str, dict[str, packs.Placed]],
 ) -> ArchiveReport:
     url = store.location.url()
     try:
         planned = _plan(
-            ledger, store, cache, with_content, dry_run=dry_run, workers=workers, sent=sent
-        )
+            ledger, store, cache, with_content, dry_run=dry_run, workers=workers, sent=sent,
+            indexes=indexes,
+        )  # fmt: skip
         report = planned.report
         say(
             f"{cache.id}: {report.blobs} blobs ({human_bytes(report.bytes_total)}),"
@@ -176,10 +191,11 @@ def _archive(
         # the right bytes take its place (the one deletion an archive ever makes).
         store.delete([store.relative(store.blob_key(sha)) for sha in planned.damaged])
         # The rest were verified on the server by the survey a moment ago, in this same run.
-        md5s = planned.md5s | _send(store, cache.id, planned.todo, workers, say)
+        uploaded = _send(store, cache.id, planned.todo, workers, say)
+        md5s = planned.md5s | uploaded.md5s
         booted = [_write_boot(store, boot, plan, md5s) for boot, plan in planned.boots]
-        version, written = _write_version(store, planned, md5s)
-        _resend_removed(store, planned, md5s, workers, say)
+        version, written = _write_version(store, planned, uploaded, md5s)
+        _resend_removed(store, planned, uploaded, md5s, workers, say)
         for row in booted:
             record_boot_archive(ledger, row)
         _record(ledger, planned, version, md5s)
@@ -206,6 +222,7 @@ def _plan(
     dry_run: bool,
     workers: int,
     sent: set[str],
+    indexes: dict[str, dict[str, packs.Placed]],
 ) -> _Planned:
     """Scan, collect the records and their blobs, and ask the server which it already holds."""
     url = store.location.url()
@@ -232,37 +249,70 @@ def _plan(
     for plan in [*(plan for _, plan in boots), *([version] if version else [])]:
         for sha, source in plan.sources.items():
             sources.setdefault(sha, source)
-    md5s = {sha: source.md5 for sha, source in sources.items() if source.md5 is not None}
-    md5s |= known_md5s(ledger, (sha for sha in sources if sha not in md5s))
-    listed = store.survey(sources, workers)
+    singles = {sha: source for sha, source in sources.items() if not packs.packable(source)}
+    md5s = {sha: source.md5 for sha, source in singles.items() if source.md5 is not None}
+    md5s |= known_md5s(ledger, (sha for sha in singles if sha not in md5s))
+    listed = store.survey(singles, workers)
     # The server's ETag of a blob it holds is checked against an md5, so the few held blobs
     # this host never sent are read for theirs; a missing blob's md5 comes with its upload.
-    unread = {sha: sources[sha] for sha in sources.keys() - md5s.keys() if listed.get(sha)}
+    unread = {sha: singles[sha] for sha in singles.keys() - md5s.keys() if listed.get(sha)}
     md5s |= digest_all(unread, workers)
-    refs = [BlobRef(sha, source.size, md5s.get(sha)) for sha, source in sources.items()]
+    refs = [BlobRef(sha, source.size, md5s.get(sha)) for sha, source in singles.items()]
     found = store.check_blobs(refs, workers, listed)
-    todo = [sources[sha] for sha, problem in found.items() if problem and sha not in sent]
-    damaged = [s.sha256 for s in todo if not str(found[s.sha256]).endswith(": missing")]
+    packed, pack_sizes = _packed_already(store, sources, workers, indexes)
+    missing = {sha for sha, problem in found.items() if problem}
+    missing |= {sha for sha, source in sources.items() if sha not in singles and sha not in packed}
+    # In the order of `sources` (a cache's path order), which packs follow.
+    todo = [source for sha, source in sources.items() if sha in missing and sha not in sent]
+    damaged = [
+        s.sha256
+        for s in todo
+        if found.get(s.sha256) and not str(found[s.sha256]).endswith(": missing")
+    ]
     if dry_run:
         sent.update(source.sha256 for source in todo)
     report = ArchiveReport(
         cache_id=cache.id,
         location=url,
         record_key=reused.record_key if reused else "",
-        blobs=len(refs),
+        blobs=len(sources),
         blobs_uploaded=len(todo),
         bytes_uploaded=sum(source.size for source in todo),
         with_content=with_content,
         verified=False,
         dry_run=dry_run,
-        blobs_present=len(refs) - len(todo),
-        bytes_total=sum(ref.size for ref in refs),
+        blobs_present=len(sources) - len(todo),
+        bytes_total=sum(source.size for source in sources.values()),
         tree_digest=tree,
         parent=reused.parent if reused else _parent(rows, tree),
         boots=tuple(boot.id for boot, _ in boots),
         to_upload=tuple((s.sha256, s.size, s.what) for s in todo) if dry_run else (),
     )
-    return _Planned(cache, tree, boots, version, reused, md5s, todo, damaged, report)
+    return _Planned(
+        cache, tree, boots, version, reused, md5s, packed, pack_sizes, todo, damaged, report
+    )
+
+
+def _packed_already(
+    store: BlobStore,
+    sources: dict[str, BlobSource],
+    workers: int,
+    indexes: dict[str, dict[str, packs.Placed]],
+) -> tuple[dict[str, packs.Placed], dict[str, int]]:
+    """The packable blobs some intact pack at the location already holds (whichever cache or
+    host wrote it), and the sizes of those packs."""
+    wanted = {sha for sha, source in sources.items() if packs.packable(source)}
+    if not wanted:
+        return {}, {}
+    listing = store.list_packs()
+    known = packs.known_blobs(store, listing, workers, indexes)
+    placed = {sha: known[sha] for sha in wanted if sha in known}
+    sizes = {pack: listing[pack][0] for pack in {p.pack for p in placed.values()}}
+    # A pack is checked whole (its ChecksumSHA256): one that is not what its name says holds
+    # none of the blobs its index claims, and they are packed again.
+    bad = {sha for sha, problem in store.check_packs(sizes, workers).items() if problem}
+    placed = {sha: p for sha, p in placed.items() if p.pack not in bad}
+    return placed, {pack: size for pack, size in sizes.items() if pack not in bad}
 
 
 def _unarchived_boots(ledger: Ledger, cache_id: str, url: str) -> list[BootRecord]:
@@ -360,13 +410,13 @@ def _write_boot(
     relative = boot_key(boot.id, sha)
     load_as(BootRecordV1, body, store.where(relative))  # what is written must read back
     for use in plan.document["uses"]:
-        store.create(boot_marker(use["cache_id"], boot.id), b"", "text/plain")
+        store.create(boot_marker(use["cache_id"], boot.id), marker_body(boot.id), "text/plain")
     store.create(relative, body)
     return BootArchiveRow(boot.id, store.location.url(), store.key(relative), sha, _stamp())
 
 
 def _write_version(
-    store: BlobStore, planned: _Planned, md5s: dict[str, str]
+    store: BlobStore, planned: _Planned, sent: Sent, md5s: dict[str, str]
 ) -> tuple[VersionRow, bool]:
     """Write the version record (unless an intact one of this tree is there); its row, and
     whether this run wrote it."""
@@ -375,10 +425,12 @@ def _write_version(
         assert planned.reused is not None, "a plan writes a version or re-uses one"
         return planned.reused, False
     now = _stamp()
-    body = render_record(planned.version, md5s, now)
+    placed = {sha: (p.pack, p.offset) for sha, p in (planned.packed | sent.placed).items()}
+    sizes = planned.pack_sizes | sent.packs
+    body = render_record(planned.version, md5s, now, placed, sizes)
     sha = hashlib.sha256(body).hexdigest()
     relative = version_key(cache.id, planned.tree_digest, sha)
-    load_as(CacheVersionV1, body, store.where(relative))  # what is written must read back
+    load_as(CacheVersion, body, store.where(relative))  # what is written must read back
     written = store.create(relative, body)
     version = VersionRow(
         cache.id, planned.tree_digest, store.location.url(), store.key(relative), sha,
@@ -388,14 +440,36 @@ def _write_version(
 
 
 def _resend_removed(
-    store: BlobStore, planned: _Planned, md5s: dict[str, str], workers: int, say: Progress
+    store: BlobStore,
+    planned: _Planned,
+    sent: Sent,
+    md5s: dict[str, str],
+    workers: int,
+    say: Progress,
 ) -> None:
     """Look once more, now that the records name every blob: a `gc --remote` on another host
     may have removed one it found unneeded between this run's survey and its records. Blobs
-    are content-addressed, so sending one again is always right."""
+    are content-addressed, so sending one again is always right. A pack cannot be: it may
+    hold other caches' blobs, so a version naming a pack that went is refused (the ledger
+    does not take it, and the next archive packs those blobs anew)."""
+    packed = planned.packed | sent.placed
+    gone_packs = sorted(
+        sha
+        for sha, problem in store.check_packs(planned.pack_sizes | sent.packs, workers).items()
+        if problem
+    )
+    if gone_packs:
+        raise ArchiveError(
+            f"{store.url(store.pack_key(gone_packs[0]))} went while this archive named it (a"
+            " `gc --remote` elsewhere?); archive again"
+        )
     sources = {sha: s for _, plan in planned.boots for sha, s in plan.sources.items()}
     sources |= planned.version.sources if planned.version else {}
-    refs = [BlobRef(sha, source.size, md5s.get(sha)) for sha, source in sources.items()]
+    refs = [
+        BlobRef(sha, source.size, md5s.get(sha))
+        for sha, source in sources.items()
+        if sha not in packed
+    ]
     gone = [sources[sha] for sha, problem in store.check_blobs(refs, workers).items() if problem]
     if not gone:
         return
@@ -405,15 +479,21 @@ def _resend_removed(
 
 def _send(
     store: BlobStore, cache_id: str, todo: list[BlobSource], workers: int, say: Progress
-) -> dict[str, str]:
-    """Upload blobs and check each on the server; their md5s (from the bytes sent)."""
-    md5s = upload_all(store, cache_id, todo, workers, say)
-    uploaded = [BlobRef(s.sha256, s.size, md5s[s.sha256]) for s in todo]
-    problems = sorted(filter(None, store.check_blobs(uploaded, workers).values()))
+) -> Sent:
+    """Upload blobs (small cache files in packs) and check each single blob and each pack on
+    the server; what was sent."""
+    sent = upload_all(store, cache_id, todo, workers, say)
+    uploaded = [
+        BlobRef(s.sha256, s.size, sent.md5s[s.sha256]) for s in todo if s.sha256 in sent.md5s
+    ]
+    found = store.check_blobs(uploaded, workers) if uploaded else {}
+    problems = sorted(
+        filter(None, [*found.values(), *store.check_packs(sent.packs, workers).values()])
+    )
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ArchiveError(f"not verified after upload: {problems[0]}{more}")
-    return md5s
+    return sent
 
 
 def _record(ledger: Ledger, planned: _Planned, version: VersionRow, md5s: dict[str, str]) -> None:

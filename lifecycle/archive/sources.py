@@ -12,6 +12,7 @@ import io
 import json
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -51,13 +52,27 @@ class RecordPlan:
     sources: dict[str, BlobSource]
 
 
-def render_record(plan: RecordPlan, md5s: dict[str, str], archived_at: str) -> bytes:
-    """The record's bytes: stable key order, one blob entry per distinct sha256."""
-    blobs = [
-        {"sha256": sha, "size": source.size, "md5": md5s.get(sha)}
-        for sha, source in sorted(plan.sources.items())
-    ]
+def render_record(
+    plan: RecordPlan,
+    md5s: Mapping[str, str],
+    archived_at: str,
+    placed: Mapping[str, tuple[str, int]] | None = None,
+    pack_sizes: Mapping[str, int] | None = None,
+) -> bytes:
+    """The record's bytes: stable key order, one blob entry per distinct sha256. A cache
+    version also lists its packs, and for each packed blob its pack and offset."""
+    placed = placed or {}
+    blobs: list[dict[str, Any]] = []
+    for sha, source in sorted(plan.sources.items()):
+        if sha in placed:
+            pack, offset = placed[sha]
+            blobs.append({"sha256": sha, "size": source.size, "pack": pack, "offset": offset})
+        else:
+            blobs.append({"sha256": sha, "size": source.size, "md5": md5s.get(sha)})
     document = {**plan.document, "archived_at": archived_at, "blobs": blobs}
+    if pack_sizes is not None:
+        used = sorted({pack for pack, _ in placed.values()})
+        document["packs"] = [{"sha256": pack, "size": pack_sizes[pack]} for pack in used]
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
 
 

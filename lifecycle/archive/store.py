@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +21,7 @@ from typing import BinaryIO, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lifecycle.archive.layout import blob_key
+from lifecycle.archive.layout import PACKS_PREFIX, blob_key, pack_key, parse_key
 from lifecycle.archive.objects import (
     READ_CHUNK,
     ArchiveError,
@@ -52,6 +52,7 @@ class Body(Protocol):
 
 
 Listed = tuple[int, str]  # what a LIST page says of an object: (size, ETag without quotes)
+KeyOf = Callable[[str], str]  # sha256 -> the full key of the object it names
 
 
 @dataclass(frozen=True)
@@ -98,9 +99,16 @@ class BlobStore(ObjectStore):
         self._put(key, sha256, body, size)
         return size
 
-    def verify_blob(self, sha256: str, *, size: int | None = None) -> str | None:
-        """None if the server holds the blob with that sha256; else one line naming its key."""
-        key = self.blob_key(sha256)
+    def pack_key(self, sha256: str) -> str:
+        """`PREFIX/packs/sha256/ab/<sha256>`."""
+        return self.key(pack_key(sha256))
+
+    def verify_blob(
+        self, sha256: str, *, size: int | None = None, key_of: KeyOf | None = None
+    ) -> str | None:
+        """None if the server holds the blob (or, with `key_of=pack_key`, the pack) with that
+        sha256; else one line naming its key."""
+        key = (key_of or self.blob_key)(sha256)
         # HEAD with ChecksumMode=ENABLED returns the ChecksumSHA256 the server checked at PUT
         # (SeaweedFS and AWS both do, confirmed against `weed mini`); an object stored without
         # one (another tool, an overwrite) is downloaded and hashed instead.
@@ -144,14 +152,17 @@ class BlobStore(ObjectStore):
         blobs: Sequence[BlobRef],
         workers: int,
         listed: Mapping[str, Listed | None] | None = None,
+        key_of: KeyOf | None = None,
     ) -> dict[str, str | None]:
         """sha256 → None when the server holds it intact, else a one-line problem naming its key.
 
         `listed` is a `survey` taken moments ago (one is taken when not given). A listed object
         whose size and ETag (the md5 S3 computes of a single PUT's bytes) match the record is
         verified by that stored digest; any other (unlisted, no md5 known, an overwrite,
-        SSE-KMS ETags) goes through `verify_blob`.
+        SSE-KMS ETags) goes through `verify_blob`. `key_of` (a pack's key) checks other
+        content-addressed objects the same way.
         """
+        key_of = key_of or self.blob_key
         if listed is None:
             listed = self.survey((ref.sha256 for ref in blobs), workers)
         results: dict[str, str | None] = {}
@@ -161,7 +172,7 @@ class BlobStore(ObjectStore):
                 doubtful.append(ref)  # past what the listing covered
                 continue
             item = listed[ref.sha256]
-            key = self.blob_key(ref.sha256)
+            key = key_of(ref.sha256)
             if item is None:
                 results[ref.sha256] = f"{self.url(key)}: missing"
             elif item[0] != ref.size:
@@ -176,12 +187,29 @@ class BlobStore(ObjectStore):
             pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="verify")
             try:
                 checked = pool.map(
-                    lambda ref: self.verify_blob(ref.sha256, size=ref.size), doubtful
+                    lambda ref: self.verify_blob(ref.sha256, size=ref.size, key_of=key_of),
+                    doubtful,
                 )
                 results.update(zip((ref.sha256 for ref in doubtful), checked, strict=True))
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
         return results
+
+    def check_packs(self, sizes: Mapping[str, int], workers: int) -> dict[str, str | None]:
+        """pack sha256 -> None when the server holds it intact, else a problem naming it. Each
+        is asked by HEAD for the ChecksumSHA256 it was written with: packs are few."""
+        refs = [BlobRef(sha, size) for sha, size in sizes.items()]
+        return self.check_blobs(refs, workers, {}, key_of=self.pack_key) if refs else {}
+
+    def list_packs(self) -> dict[str, Listed]:
+        """Every pack at the location, by its sha256: (size, ETag). One LIST page per thousand
+        packs (a thousand packs hold some 8 GB of small blobs)."""
+        found: dict[str, Listed] = {}
+        for item in self.list(PACKS_PREFIX):
+            parsed = parse_key(item.key)
+            if parsed is not None and parsed.kind == "pack" and parsed.sha256:
+                found[parsed.sha256] = (item.size, item.etag)
+        return found
 
     def download_blob(self, sha256: str, sink: BinaryIO) -> None:
         """Stream a blob into `sink`; raises unless its bytes have the sha256 it is named by."""

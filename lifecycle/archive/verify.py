@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lifecycle.archive.layout import versions_prefix
-from lifecycle.archive.record import CacheOrBoot, load_by_key, record_blobs
+from lifecycle.archive.record import CacheOrBoot, load_by_key, record_blobs, record_packs
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.ledger.archives import ArchiveRecord, BootArchiveRow
 from lifecycle.records import BootRecordV1, CacheRecordV1
@@ -93,6 +93,7 @@ def check_record(
     except ArchiveError as exc:
         return [*problems, str(exc)], None
     checked = store.check_blobs(record_blobs(document), workers)
+    checked |= store.check_packs(record_packs(document), workers)
     return problems + sorted(p for p in checked.values() if p), document
 
 

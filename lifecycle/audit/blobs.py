@@ -22,6 +22,7 @@ class BlobClaim:
     sha256: str
     size: int | None
     what: str
+    pack: bool = False  # a pack of small blobs, not a blob
 
 
 class _Counter:
@@ -56,11 +57,12 @@ class BlobChecker:
 
 
 def _one(store: BlobStore, claim: BlobClaim) -> tuple[str, str] | None:
-    where = f"{store.url(store.blob_key(claim.sha256))} ({claim.what})"
+    key = (store.pack_key if claim.pack else store.blob_key)(claim.sha256)
+    where = f"{store.url(key)} ({claim.what})"
     counter = _Counter()
     try:
         # Only write() is called on the sink: a counter stands in for a file.
-        found = store.download_sha256(store.blob_key(claim.sha256), cast(BinaryIO, counter))
+        found = store.download_sha256(key, cast(BinaryIO, counter))
     except S3Unavailable:  # the environment, not the archive: exit 3
         raise
     except ArchiveError as exc:

@@ -22,7 +22,7 @@ from lifecycle.audit.chain import ArchiveFacts, CacheAuditFacts, CacheFacts, Cha
 from lifecycle.records import (
     BootRecordV1,
     CacheRecordV1,
-    CacheVersionV1,
+    CacheVersion,
     ResultRecordV1,
 )
 from lifecycle.results.archive import read_result, results_of_cache
@@ -47,7 +47,7 @@ def result_facts(store: BlobStore, result_id: str) -> ChainFacts:
             )
         archive = None
         if ref.record is not None:
-            version = follow(store, CacheVersionV1, ref.record)
+            version = follow(store, CacheVersion, ref.record)
             archive = version_facts(store, ref.record.key, ref.record.sha256, version)
         caches.append(CacheFacts(rows[ref.cache_id], uses[ref.cache_id], archive))
     return ChainFacts(
@@ -85,7 +85,7 @@ def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
 
 
 def version_facts(
-    store: BlobStore, relative: str, sha256: str, version: CacheVersionV1 | CacheRecordV1
+    store: BlobStore, relative: str, sha256: str, version: CacheVersion | CacheRecordV1
 ) -> ArchiveFacts:
     """Where a cache's record is and what it holds: as the ledger's rows would say it."""
     return {
@@ -94,14 +94,14 @@ def version_facts(
         "record_sha256": sha256,
         "with_content": version.with_content,
         "tree_digest": version.fingerprint.tree_digest,
-        "parent": version.parent if isinstance(version, CacheVersionV1) else None,
+        "parent": version.parent if isinstance(version, CacheVersion) else None,
     }
 
 
-def _versions(store: BlobStore, cache_id: str) -> list[tuple[str, CacheVersionV1]]:
+def _versions(store: BlobStore, cache_id: str) -> list[tuple[str, CacheVersion]]:
     """Every version record of the cache, oldest first."""
     found = [
-        (item.key, read_as(store, CacheVersionV1, item.key))
+        (item.key, read_as(store, CacheVersion, item.key))
         for item in store.list(versions_prefix(cache_id))
     ]
     return sorted(found, key=lambda pair: (pair[1].archived_at, pair[0]))

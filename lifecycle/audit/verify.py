@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.archive.layout import legacy_cache_key
-from lifecycle.archive.record import CacheOrBoot, blob_roles, load_by_key
+from lifecycle.archive.record import (
+    CacheOrBoot,
+    blob_roles,
+    load_by_key,
+    record_blobs,
+    record_packs,
+)
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.audit.blobs import BlobChecker, BlobClaim
 from lifecycle.errors import LifecycleError
@@ -22,7 +28,7 @@ from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.records import (
     BootRecordV1,
     CacheRecordV1,
-    CacheVersionV1,
+    CacheVersion,
     ResultRecordV1,
     ResultRecordV2,
 )
@@ -90,7 +96,15 @@ def archived_record(
             for e in fingerprint.entries if fingerprint else ():
                 if e.sha256 is not None:
                     roles.setdefault(e.sha256, f"cache file {e.path} of {record.cache_id}")
-        claims = [BlobClaim(b.sha256, b.size, roles.get(b.sha256, "blob")) for b in record.blobs]
+        claims = [
+            BlobClaim(b.sha256, b.size, roles.get(b.sha256, "blob")) for b in record_blobs(record)
+        ]
+        # A packed blob is read back with its pack: the pack's sha256 covers its bytes, and
+        # the pack was built from blobs each hashed on the way in.
+        claims += [
+            BlobClaim(sha, size, "pack of cache files", pack=True)
+            for sha, size in record_packs(record).items()
+        ]
         problems = checker.check(store, claims)
     except S3Unavailable:  # the environment, not the archive: exit 3
         raise
@@ -191,7 +205,7 @@ def _record(
 
 
 def _archived_fingerprint(
-    store: BlobStore, record: CacheRecordV1 | CacheVersionV1, findings: list[Finding]
+    store: BlobStore, record: CacheRecordV1 | CacheVersion, findings: list[Finding]
 ) -> Fingerprint | None:
     """The record's fingerprint blob, read back; its tree digest must be the record's."""
     described = record.fingerprint

@@ -3,13 +3,22 @@ newest complete version, archived by any host, of each cache a boot here would r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from lifecycle.archive.best import Best, best_versions
 from lifecycle.archive.config import resolve_location
 from lifecycle.archive.images import pushed_images
-from lifecycle.archive.restore import RestoreReport, check_cache_id, check_tree, restore_cache
+from lifecycle.archive.restore import (
+    FileRestored,
+    RestoreReport,
+    check_cache_id,
+    check_tree,
+    restore_cache,
+    restore_file,
+)
 from lifecycle.archive.store import BlobStore
 from lifecycle.build.engine import find_built
 from lifecycle.build.keys import cache_key, key_factors
@@ -46,6 +55,48 @@ def run_restore(ctx: Context, target: str, source: str | None) -> RestoreRunRepo
             ledger, client, location, cache_id, tree=tree or None, progress=ctx.say
         )
     return RestoreRunReport(done)
+
+
+@dataclass(frozen=True)
+class FileReport(Report):
+    """`restore CACHE --file PATH --output FILE`: one file of a cache, written out."""
+
+    FORMAT: ClassVar[str] = "lifecycle-restore-file/1"
+    restored: FileRestored
+    output: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"format": self.FORMAT, "output": self.output, **asdict(self.restored)}
+
+
+def run_restore_file(
+    ctx: Context, target: str, source: str | None, path: str, output: Path
+) -> FileReport:
+    """Write one file of an archived cache version to `output` (a new file), checked against
+    its sha256, without downloading the rest of the cache."""
+    cache_id, _, tree = target.partition("@")
+    location = resolve_location(source, ctx.environ, ctx.project, option="--from")
+    check_tree(tree or None)
+    client = ctx.s3()
+    partial = output.with_name(f".{output.name}.restore-{os.getpid()}")
+    try:
+        with partial.open("xb") as sink:
+            done = restore_file(client, location, cache_id, path, sink, tree=tree or None)
+        partial.rename(output)
+    except OSError as exc:
+        raise LifecycleError(f"{output}: {exc.strerror}") from exc
+    finally:
+        partial.unlink(missing_ok=True)
+    return FileReport(done, str(output))
+
+
+def render_file(report: FileReport) -> str:
+    """One line: what was written where."""
+    done = report.restored
+    return (
+        f"restored {done.path} of {done.cache_id} ({human_bytes(done.size)}, sha256"
+        f" {done.sha256[:12]}…) to {report.output}\n"
+    )
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ let it. A result goes only when --older-than lets it and it is not pinned, and a
 a kept result stays. A boot's record stays while a kept result names it, it touched a kept
 version, or (with --older-than) it is newer than D. Markers go with their record; a blob goes
 when no kept record names it. With neither option every record stays, and only what no record
-names goes (the leftovers of an archive that stopped).
+names goes (the leftovers of an archive that stopped). A pack goes only when no kept record
+names any blob in it; packs are never rewritten to drop the blobs no record needs any more
+(no repacking: a pack half needed stays whole).
 
 Phases order the removal so that whatever refers to an object goes before it: a run stopped at
 any point leaves every remaining record whole.
@@ -29,7 +31,7 @@ from lifecycle.gc.snapshot import Snapshot, needed
 from lifecycle.records import (
     BootRecordV1,
     CacheRecordV1,
-    CacheVersionV1,
+    CacheVersion,
     ResultRecordV1,
     ResultRecordV2,
 )
@@ -44,6 +46,7 @@ PHASES = {
     "version": 5,
     "legacy-cache": 5,
     "blob": 6,
+    "pack": 6,
 }
 Tree = tuple[str, str]  # (cache id, tree digest): one version of one cache
 
@@ -145,7 +148,7 @@ class _Marking:
     def tree(self, key: str) -> Tree | None:
         """The version a cache record holds; None for any other key."""
         record = self.snap.records.get(key)
-        if isinstance(record, CacheVersionV1 | CacheRecordV1):
+        if isinstance(record, CacheVersion | CacheRecordV1):
             return record.cache_id, record.fingerprint.tree_digest
         return None
 
@@ -162,7 +165,7 @@ class _Marking:
         any with a record still in its grace."""
         newest: dict[Tree, str] = {}
         for record in self.snap.records.values():
-            if isinstance(record, CacheVersionV1 | CacheRecordV1):
+            if isinstance(record, CacheVersion | CacheRecordV1):
                 tree = (record.cache_id, record.fingerprint.tree_digest)
                 newest[tree] = max(newest.get(tree, ""), record.archived_at)
         kept = {found for key in self.young if (found := self.tree(key)) is not None}

@@ -12,14 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
-from lifecycle.archive.layout import Key, blob_key, legacy_cache_key, parse_key
+from lifecycle.archive.layout import Key, blob_key, legacy_cache_key, pack_key, parse_key
 from lifecycle.archive.objects import Listing
 from lifecycle.archive.record import read_as
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.records import (
     BootRecordV1,
     CacheRecordV1,
-    CacheVersionV1,
+    CacheVersion,
     ImageRecordV1,
     PinV1,
     ResultRecordV1,
@@ -28,11 +28,11 @@ from lifecycle.records import (
 from lifecycle.results.archive import load_result_record
 
 Record = (
-    CacheVersionV1 | BootRecordV1 | ResultRecordV1 | ResultRecordV2 | CacheRecordV1 | PinV1
+    CacheVersion | BootRecordV1 | ResultRecordV1 | ResultRecordV2 | CacheRecordV1 | PinV1
     | ImageRecordV1
 )  # fmt: skip
 _MODELS: dict[str, type[Record]] = {
-    "version": CacheVersionV1,
+    "version": CacheVersion,
     "boot": BootRecordV1,
     "legacy-cache": CacheRecordV1,
     "pin": PinV1,
@@ -84,8 +84,12 @@ _RECORDS = {"version", "boot", "result", "legacy-cache", "legacy-result", "pin",
 
 
 def needs(record: Record) -> set[str]:
-    """The keys (relative) a record names: its blobs, and the records it stands on."""
-    found = {blob_key(b.sha256) for b in getattr(record, "blobs", [])}
+    """The keys (relative) a record names: its blobs (a packed blob: its pack, which stays
+    while any kept record names a blob in it), and the records it stands on."""
+    found = {
+        pack_key(pack) if (pack := getattr(b, "pack", None)) else blob_key(b.sha256)
+        for b in getattr(record, "blobs", [])
+    }
     if isinstance(record, ResultRecordV2):
         found.add(record.boot.key)
         found |= {ref.record.key for ref in record.caches if ref.record is not None}

@@ -35,6 +35,7 @@ from lifecycle.archive.layout import (
     cache_prefix,
     legacy_marker_prefix,
     legacy_result_key,
+    marker_body,
     parse_key,
     result_key,
     result_marker,
@@ -118,7 +119,8 @@ def archive_result(
         if problem:
             raise ArchiveError(f"not verified after upload: {problem} ({source.what})")
     for use in uses:
-        store.create(result_marker(use.cache_id, result.id), b"", "text/plain")
+        marker = result_marker(use.cache_id, result.id)
+        store.create(marker, marker_body(result.id), "text/plain")
     relative, body = _same_record_there(store, result.id, document)
     if body is None:
         md5s = {sha: source.md5 for sha, source in sources.items() if source.md5}

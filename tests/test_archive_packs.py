@@ -1,0 +1,210 @@
+"""Packs on the real server: a cache's small files go up as a few packs, a second cache names
+the packs already there, an interrupted archive writes no record and its re-run sends only what
+is missing, a damaged pack is named, and a restore (whole, or one file by one ranged GET)
+checks every file's sha256."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lifecycle.archive import packs
+from lifecycle.archive.fetch import regions
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.restore import restore_cache, restore_file
+from lifecycle.archive.run import ArchiveReport, archive_caches
+from lifecycle.archive.sources import BlobSource
+from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.archive.verify import check_record
+from lifecycle.fingerprint import scan
+from lifecycle.gc.snapshot import needs
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import BootRecord, CacheRecord, CacheUse, finish_boot, start_boot
+from lifecycle.records import VERSION_FORMAT, CacheVersion
+from tests.services import ArchiveTarget
+
+pytestmark = pytest.mark.s3
+
+
+def _tree(root: Path, small: int = 300) -> Path:
+    """A cache-shaped tree: many small files in a few dirs, two large ones, a link."""
+    for n in range(small):
+        path = root / f"triton/{n % 7:02}/kernel-{n:03}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(200 + 37 * n))
+    (root / "big.so").write_bytes(os.urandom(2 << 20))
+    (root / "other.cubin").write_bytes(os.urandom((1 << 20) + 1))
+    (root / "triton/same.json").write_bytes((root / "triton/00/kernel-000.json").read_bytes())
+    (root / "link").symlink_to("big.so")
+    return root
+
+
+def _register(home: Path, cache_id: str, tree: Path) -> None:
+    """A live cache over `tree`, as one finished boot leaves it (its scan kept)."""
+    now, image, digest = datetime.now(UTC).isoformat(), "sha256:" + "0" * 64, "0" * 64
+    cache = CacheRecord(
+        cache_id, "packs", "vllm", "packs", digest, image, platform.machine(), str(tree),
+        "/root/.cache/vllm", "live", None, now,
+    )  # fmt: skip
+    boot = BootRecord(
+        f"boot-{cache_id}", now, None, None, "running", None, "host", "packs", "packs", digest,
+        image, "packs:latest", None, "[]", False, "[]", None, None,
+    )  # fmt: skip
+    uses = [CacheUse(boot.id, cache_id, "cold")]
+    ledger = Ledger.open(home)
+    start_boot(ledger, boot, [cache], uses)
+    found = scan(tree)
+    kept = ledger.keep_evidence(f"scans/{cache_id}", "boot.json", found.to_json().encode())
+    cache = replace(cache, tree_digest=found.tree_digest, files=found.files, bytes=found.bytes,
+                    scan_path=str(kept), scanned_at=now)  # fmt: skip
+    finish_boot(ledger, replace(boot, ended_at=now, exit_code=0, outcome="ok"), uses, [cache], [])
+    ledger.close()
+
+
+def _archive(home: Path, target: ArchiveTarget, cache_id: str) -> ArchiveReport:
+    ledger = Ledger.open(home)
+    try:
+        location = ArchiveLocation(target.bucket, target.prefix)
+        [report] = archive_caches(
+            ledger, target.client, location, [cache_id], with_content=True, dry_run=False,
+            progress=None,
+        )  # fmt: skip
+    finally:
+        ledger.close()
+    return report
+
+
+def _version(target: ArchiveTarget, report: ArchiveReport) -> CacheVersion:
+    body = target.client.get_object(Bucket=target.bucket, Key=report.record_key)["Body"].read()
+    return CacheVersion.model_validate_json(body)
+
+
+def _count_requests(client: Any) -> list[str]:
+    """The operations `client` sends from now on."""
+    sent: list[str] = []
+    client.meta.events.register("before-send.s3", lambda **kw: sent.append(kw["request"].method))
+    return sent
+
+
+def test_small_files_go_in_packs_and_come_back_checked(
+    archive_target: ArchiveTarget, tmp_path: Path
+) -> None:
+    tree = _tree(tmp_path / "cache")
+    _register(tmp_path / "home", "packs-000000000001", tree)
+    report = _archive(tmp_path / "home", archive_target, "packs-000000000001")
+    record = _version(archive_target, report)
+    assert record.format == VERSION_FORMAT and len(record.packs) == 1
+    packed = [b for b in record.blobs if b.pack is not None]
+    assert len(packed) == 300  # same.json is kernel-000's bytes: one blob
+    assert {b.size for b in record.blobs if b.pack is None} >= {2 << 20, (1 << 20) + 1}
+    objects = archive_target.objects()
+    assert len([key for key in objects if "/packs/" in key]) == 1
+    # Blobs: the two large files, the scan, and the boot's evidence; not one per small file.
+    assert len([key for key in objects if "/blobs/" in key]) < 10
+    store = BlobStore(archive_target.client, ArchiveLocation(archive_target.bucket,
+                                                             archive_target.prefix))  # fmt: skip
+    assert check_record(store, store.relative(report.record_key), report.record_sha256)[0] == []
+    assert {f"packs/sha256/{record.packs[0].sha256[:2]}/{record.packs[0].sha256}"} <= needs(record)
+
+    # A whole restore, elsewhere: every file, links too, same tree digest.
+    other = Ledger.open(tmp_path / "other")
+    sent = _count_requests(archive_target.client)
+    location = ArchiveLocation(archive_target.bucket, archive_target.prefix)
+    done = restore_cache(other, archive_target.client, location, "packs-000000000001")
+    other.close()
+    assert done.tree_digest == scan(tree).tree_digest and done.files == scan(tree).files
+    assert sent.count("GET") < 20  # a few ranged GETs for the 300 small files
+    # One file alone: the record, its fingerprint and one ranged GET of the pack.
+    sent.clear()
+    out = tmp_path / "one.json"
+    with out.open("wb") as sink:
+        one = restore_file(
+            archive_target.client, location, "packs-000000000001", "triton/03/kernel-017.json", sink
+        )
+    assert out.read_bytes() == (tree / "triton/03/kernel-017.json").read_bytes()
+    assert one.sha256 == hashlib.sha256(out.read_bytes()).hexdigest()
+    assert len(sent) <= 5, sent  # LIST versions, GET record, GET fingerprint, GET range
+
+
+def test_a_second_cache_names_the_packs_already_there(
+    archive_target: ArchiveTarget, tmp_path: Path
+) -> None:
+    tree = _tree(tmp_path / "cache")
+    _register(tmp_path / "home", "packs-000000000001", tree)
+    first = _archive(tmp_path / "home", archive_target, "packs-000000000001")
+    for n in (3, 50, 51):
+        (tree / f"triton/{n % 7:02}/kernel-{n:03}.json").write_bytes(os.urandom(99))
+    _register(tmp_path / "home", "packs-000000000002", tree)
+    second = _archive(tmp_path / "home", archive_target, "packs-000000000002")
+    # The 3 changed files (one new pack) and the new scan; everything else named where it is.
+    assert second.blobs_uploaded == 4 and second.bytes_uploaded < first.bytes_uploaded / 50
+    old, new = _version(archive_target, first), _version(archive_target, second)
+    assert {p.sha256 for p in old.packs} < {p.sha256 for p in new.packs}
+    assert len(new.packs) == 2
+
+
+def test_an_interrupted_archive_writes_no_record_and_the_rerun_sends_only_the_rest(
+    archive_target: ArchiveTarget, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(packs, "PACK_TARGET", 16 << 10)  # many packs
+    monkeypatch.setattr("lifecycle.archive.transfer.PACKS_AT_ONCE", 1)
+    tree = _tree(tmp_path / "cache")
+    _register(tmp_path / "home", "packs-000000000001", tree)
+    real_build, built = packs.build, []
+
+    def failing_build(sources: list[BlobSource]) -> tuple[bytes, packs.Pack]:
+        if len(built) == 5:
+            raise ArchiveError("stopped here on purpose")
+        built.append(sources)
+        return real_build(sources)
+
+    monkeypatch.setattr(packs, "build", failing_build)
+    with pytest.raises(ArchiveError, match="stopped here on purpose"):
+        _archive(tmp_path / "home", archive_target, "packs-000000000001")
+    objects = archive_target.objects()
+    assert not [key for key in objects if key.endswith(".json")]  # no record
+    first_packs = {key.rsplit("/", 1)[1] for key in objects if "/packs/" in key}
+    assert len(first_packs) == 5
+    monkeypatch.setattr(packs, "build", real_build)
+    again = _archive(tmp_path / "home", archive_target, "packs-000000000001")
+    done = {s.sha256 for sources in built for s in sources}
+    assert again.blobs_uploaded <= again.blobs - len(done)  # the packed ones not sent again
+    record = _version(archive_target, again)
+    assert first_packs < {p.sha256 for p in record.packs}
+    store = BlobStore(archive_target.client, ArchiveLocation(archive_target.bucket,
+                                                             archive_target.prefix))  # fmt: skip
+    assert check_record(store, store.relative(again.record_key), again.record_sha256)[0] == []
+
+
+def test_a_damaged_pack_is_named(archive_target: ArchiveTarget, tmp_path: Path) -> None:
+    tree = _tree(tmp_path / "cache", small=20)
+    _register(tmp_path / "home", "packs-000000000001", tree)
+    report = _archive(tmp_path / "home", archive_target, "packs-000000000001")
+    [pack] = _version(archive_target, report).packs
+    store = BlobStore(archive_target.client, ArchiveLocation(archive_target.bucket,
+                                                             archive_target.prefix))  # fmt: skip
+    archive_target.client.put_object(
+        Bucket=archive_target.bucket, Key=store.pack_key(pack.sha256), Body=b"x" * pack.size
+    )
+    problems, _ = check_record(store, store.relative(report.record_key), report.record_sha256)
+    assert problems == [f"{store.url(store.pack_key(pack.sha256))}: content has sha256"
+                        f" {hashlib.sha256(b'x' * pack.size).hexdigest()}"]  # fmt: skip
+
+
+def test_adjacent_blobs_are_fetched_by_one_ranged_get() -> None:
+    placed = {f"{n:064x}": packs.Placed("a" * 64, n * 100, 100) for n in range(50)}
+    placed["f" * 64] = packs.Placed("a" * 64, 10 << 20, 10)  # far away: its own GET
+    placed["e" * 64] = packs.Placed("b" * 64, 0, 10)  # another pack
+    found = regions(placed)
+    assert [(r.pack[0], r.start, r.size, len(r.blobs)) for r in found] == [
+        ("a", 0, 5000, 50),
+        ("a", 10 << 20, 10, 1),
+        ("b", 0, 10, 1),
+    ]
