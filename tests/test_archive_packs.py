@@ -208,3 +208,34 @@ def test_adjacent_blobs_are_fetched_by_one_ranged_get() -> None:
         ("a", 10 << 20, 10, 1),
         ("b", 0, 10, 1),
     ]
+
+
+def test_a_file_over_the_single_put_cap_goes_up_in_parts(
+    archive_target: ArchiveTarget, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lifecycle.archive import multipart, store
+
+    monkeypatch.setattr(store, "MULTIPART_OVER", 6 << 20)  # stands in for S3's 5 GiB
+    monkeypatch.setattr(multipart, "PART_SIZE", 5 << 20)  # S3's smallest part
+    tree = _tree(tmp_path / "cache", small=3)
+    (tree / "huge.so").write_bytes(os.urandom(12 << 20))  # three parts
+    _register(tmp_path / "home", "packs-000000000001", tree)
+    report = _archive(tmp_path / "home", archive_target, "packs-000000000001")
+    blobs = BlobStore(archive_target.client, ArchiveLocation(archive_target.bucket,
+                                                             archive_target.prefix))  # fmt: skip
+    sha = hashlib.sha256((tree / "huge.so").read_bytes()).hexdigest()
+    head = archive_target.client.head_object(
+        Bucket=archive_target.bucket, Key=blobs.blob_key(sha), ChecksumMode="ENABLED"
+    )
+    assert head["ContentLength"] == 12 << 20 and "-3" in head["ETag"]
+    assert check_record(blobs, blobs.relative(report.record_key), report.record_sha256)[0] == []
+    # Bytes other than the blob's are never completed under its name.
+    with pytest.raises(ArchiveError, match="are not blob"):
+        multipart.upload_multipart(blobs, blobs.blob_key("0" * 64), "0" * 64,
+                                   (tree / "huge.so").open("rb"), 12 << 20)  # fmt: skip
+    assert blobs.head(blobs.blob_key("0" * 64), checksum=False) is None
+    other = Ledger.open(tmp_path / "other")
+    location = ArchiveLocation(archive_target.bucket, archive_target.prefix)
+    done = restore_cache(other, archive_target.client, location, "packs-000000000001")
+    other.close()
+    assert done.tree_digest == scan(tree).tree_digest

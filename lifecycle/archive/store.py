@@ -5,8 +5,7 @@ ChecksumSHA256, so the server refuses a body that is not what we hashed (BadDige
 storing it, and If-None-Match (lifecycle.archive.objects), so it never replaces one. Uploads
 are one streamed PUT per blob: measured here, a 300 MiB PUT from an open file kept the process
 at its start-up RSS (54 MiB), so memory is bounded by the pool's buffers, not by file sizes.
-S3 caps a single PUT at 5 GiB; a bigger file is refused by name (no JIT cache file comes near
-it; multipart would lift the cap).
+S3 caps a single PUT at 5 GiB; a bigger file goes up in parts (lifecycle.archive.multipart).
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from typing import BinaryIO, Protocol
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.layout import PACKS_PREFIX, blob_key, pack_key, parse_key
+from lifecycle.archive.multipart import upload_multipart
 from lifecycle.archive.objects import (
     READ_CHUNK,
     ArchiveError,
@@ -42,7 +42,7 @@ __all__ = [
     "os_problem",
 ]
 
-MAX_SINGLE_PUT = 5 << 30  # S3's limit for one PUT
+MULTIPART_OVER = 5 << 30  # S3's limit for one PUT
 
 
 class Body(Protocol):
@@ -92,11 +92,13 @@ class BlobStore(ObjectStore):
         return self.upload_stream(sha256, source, os.fstat(source.fileno()).st_size)
 
     def upload_stream(self, sha256: str, body: Body, size: int) -> int:
-        """PUT `size` bytes read from `body` as the blob, with its ChecksumSHA256; bytes sent."""
+        """PUT `size` bytes read from `body` as the blob, with its ChecksumSHA256 (over 5 GiB:
+        a multipart upload, each part with its own); bytes sent."""
         key = self.blob_key(sha256)
-        if size > MAX_SINGLE_PUT:
-            raise ArchiveError(f"{self.url(key)}: {size} bytes is over S3's 5 GiB single PUT")
-        self._put(key, sha256, body, size)
+        if size > MULTIPART_OVER:
+            upload_multipart(self, key, sha256, body, size)
+        else:
+            self._put(key, sha256, body, size)
         return size
 
     def pack_key(self, sha256: str) -> str:
