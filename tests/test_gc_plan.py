@@ -10,6 +10,7 @@ from lifecycle.archive.layout import (
     blob_key,
     boot_key,
     boot_marker,
+    pack_key,
     parse_key,
     result_key,
     result_marker,
@@ -24,6 +25,7 @@ from lifecycle.records import (
     BootRecordV1,
     CacheVersion,
     FingerprintBlob,
+    PlacedBlob,
     RecordRef,
     ResultRecordV2,
     VersionRef,
@@ -198,3 +200,26 @@ def test_what_refers_to_an_object_goes_before_it() -> None:
     assert order.index(keys["r1"]) < order.index(keys["v1"]) < order.index(blob_key(_sha("old.so")))
     assert [d.phase for d in plan.remove] == sorted(d.phase for d in plan.remove)
     assert set(PHASES) >= {d.kind for d in plan.remove}
+
+
+def test_a_pack_stays_while_a_kept_record_names_a_blob_in_it() -> None:
+    archive = Archive()
+    shared, lonely, orphan = (_sha(name) for name in ("shared pack", "lonely pack", "orphan"))
+    for sha in (shared, lonely, orphan):
+        archive.put(pack_key(sha))
+
+    def packed(cache: str, tree: str, at: datetime, pack: str) -> str:
+        key = archive.version(cache, tree, at)
+        record = archive.records[key]
+        assert isinstance(record, CacheVersion)
+        blob = PlacedBlob(sha256=_sha(f"small file of {tree}"), size=10, pack=pack, offset=0)
+        archive.records[key] = record.model_copy(update={"blobs": [*record.blobs, blob]})
+        return key
+
+    packed("vllm-a", "t1", OLD - timedelta(days=2), lonely)
+    packed("vllm-a", "t2", OLD - timedelta(days=1), shared)
+    packed("vllm-b", "t3", OLD, shared)
+    removed = _removed(archive, Policy(keep_last=1))
+    assert pack_key(lonely) in removed and pack_key(orphan) in removed  # no kept record names it
+    assert pack_key(shared) not in removed  # the kept t2 and t3 name a blob in it
+    assert PHASES["pack"] > PHASES["version"]  # after every record that could name it
