@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import platform
-from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench.archive import register_cache as _register
 from lifecycle.archive import packs
 from lifecycle.archive.fetch import regions
 from lifecycle.archive.location import ArchiveLocation
@@ -26,7 +24,6 @@ from lifecycle.archive.verify import check_record
 from lifecycle.fingerprint import scan
 from lifecycle.gc.snapshot import needs
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import BootRecord, CacheRecord, CacheUse, finish_boot, start_boot
 from lifecycle.records import VERSION_FORMAT, CacheVersion
 from tests.services import ArchiveTarget
 
@@ -44,28 +41,6 @@ def _tree(root: Path, small: int = 300) -> Path:
     (root / "triton/same.json").write_bytes((root / "triton/00/kernel-000.json").read_bytes())
     (root / "link").symlink_to("big.so")
     return root
-
-
-def _register(home: Path, cache_id: str, tree: Path) -> None:
-    """A live cache over `tree`, as one finished boot leaves it (its scan kept)."""
-    now, image, digest = datetime.now(UTC).isoformat(), "sha256:" + "0" * 64, "0" * 64
-    cache = CacheRecord(
-        cache_id, "packs", "vllm", "packs", digest, image, platform.machine(), str(tree),
-        "/root/.cache/vllm", "live", None, now,
-    )  # fmt: skip
-    boot = BootRecord(
-        f"boot-{cache_id}", now, None, None, "running", None, "host", "packs", "packs", digest,
-        image, "packs:latest", None, "[]", False, "[]", None, None,
-    )  # fmt: skip
-    uses = [CacheUse(boot.id, cache_id, "cold")]
-    ledger = Ledger.open(home)
-    start_boot(ledger, boot, [cache], uses)
-    found = scan(tree)
-    kept = ledger.keep_evidence(f"scans/{cache_id}", "boot.json", found.to_json().encode())
-    cache = replace(cache, tree_digest=found.tree_digest, files=found.files, bytes=found.bytes,
-                    scan_path=str(kept), scanned_at=now)  # fmt: skip
-    finish_boot(ledger, replace(boot, ended_at=now, exit_code=0, outcome="ok"), uses, [cache], [])
-    ledger.close()
 
 
 def _archive(home: Path, target: ArchiveTarget, cache_id: str) -> ArchiveReport:
@@ -93,12 +68,18 @@ def _count_requests(client: Any) -> list[str]:
     return sent
 
 
-def test_small_files_go_in_packs_and_come_back_checked(
-    archive_target: ArchiveTarget, tmp_path: Path
-) -> None:
+@pytest.fixture
+def first(archive_target: ArchiveTarget, tmp_path: Path) -> tuple[Path, ArchiveReport]:
+    """A cache-shaped tree, archived once with its content: the tree, the report."""
     tree = _tree(tmp_path / "cache")
     _register(tmp_path / "home", "packs-000000000001", tree)
-    report = _archive(tmp_path / "home", archive_target, "packs-000000000001")
+    return tree, _archive(tmp_path / "home", archive_target, "packs-000000000001")
+
+
+def test_small_files_go_in_packs_and_come_back_checked(
+    archive_target: ArchiveTarget, tmp_path: Path, first: tuple[Path, ArchiveReport]
+) -> None:
+    tree, report = first
     record = _version(archive_target, report)
     assert record.format == VERSION_FORMAT and len(record.packs) == 1
     packed = [b for b in record.blobs if b.pack is not None]
@@ -134,18 +115,16 @@ def test_small_files_go_in_packs_and_come_back_checked(
 
 
 def test_a_second_cache_names_the_packs_already_there(
-    archive_target: ArchiveTarget, tmp_path: Path
+    archive_target: ArchiveTarget, tmp_path: Path, first: tuple[Path, ArchiveReport]
 ) -> None:
-    tree = _tree(tmp_path / "cache")
-    _register(tmp_path / "home", "packs-000000000001", tree)
-    first = _archive(tmp_path / "home", archive_target, "packs-000000000001")
+    tree, one = first
     for n in (3, 50, 51):
         (tree / f"triton/{n % 7:02}/kernel-{n:03}.json").write_bytes(os.urandom(99))
     _register(tmp_path / "home", "packs-000000000002", tree)
     second = _archive(tmp_path / "home", archive_target, "packs-000000000002")
     # The 3 changed files (one new pack) and the new scan; everything else named where it is.
-    assert second.blobs_uploaded == 4 and second.bytes_uploaded < first.bytes_uploaded / 50
-    old, new = _version(archive_target, first), _version(archive_target, second)
+    assert second.blobs_uploaded == 4 and second.bytes_uploaded < one.bytes_uploaded / 50
+    old, new = _version(archive_target, one), _version(archive_target, second)
     assert {p.sha256 for p in old.packs} < {p.sha256 for p in new.packs}
     assert len(new.packs) == 2
 

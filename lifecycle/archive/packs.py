@@ -23,6 +23,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from lifecycle.archive.sources import BlobSource
 from lifecycle.archive.store import ArchiveError, BlobStore, Listed
@@ -34,8 +35,7 @@ _TRAILER = struct.Struct(">16sQ")
 INDEX_GUESS = 256 << 10  # one ranged GET of a pack's tail usually holds all of its index
 
 
-@dataclass(frozen=True)
-class Placed:
+class Placed(NamedTuple):
     """Where a packed blob lives: `size` bytes at `offset` of the pack named `pack`."""
 
     pack: str
