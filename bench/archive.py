@@ -294,8 +294,8 @@ def step(label: str, argv: list[str], env: dict[str, str], bucket: str) -> dict[
         with subprocess.Popen(
             timed, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         ) as proc:
-            # GNU time's %M is the largest single process; forked uploaders share pages with
-            # their parent, so the fair total is the sum of PSS over the tree, sampled.
+            # GNU time's %M is the largest single process; the fair total for a tool that runs
+            # several (awscli's, earlier forked uploaders) is the sum of PSS over the tree.
             peak_pss = _sample_pss(proc)
             stdout, stderr = proc.communicate()
         done = subprocess.CompletedProcess(timed, proc.returncode, stdout, stderr)

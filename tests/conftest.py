@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -28,19 +27,3 @@ def isolated_home(
 def repo_root() -> Path:
     """The checkout under test."""
     return REPO
-
-
-@pytest.fixture
-def forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The pids os.fork returns to this process from now on."""
-    pids: list[int] = []
-    real_fork = os.fork
-
-    def counting_fork() -> int:
-        pid = real_fork()
-        if pid:
-            pids.append(pid)
-        return pid
-
-    monkeypatch.setattr(os, "fork", counting_fork)
-    return pids

@@ -2,9 +2,9 @@
 each kill that every cache dir that went has a verified record in S3 holding exactly the tree it
 had, content included; then a plain re-run converges and every tree restores as it was.
 
-Only the lifecycle process is killed, never its process group: its forked uploaders must die
-with it on their own. Between kills, removed caches are restored and some are changed, so
-that later kills land in uploads, verifications and renames alike."""
+Only the lifecycle process is killed, never its process group. Between kills, removed caches
+are restored and some are changed, so that later kills land in uploads, verifications and
+renames alike."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_sigkill_loop_never_removes_a_dir_without_its_verified_record(
     ids = cache_ids(boot(archive_project, "--cold")) + cache_ids(boot(archive_project, "--cold"))
     bulky = Path(caches()[ids[0]].host_path) / "bulk"
     bulky.mkdir()
-    for n in range(700):  # enough to fork uploaders
+    for n in range(700):  # packed: kills land while packs are built and sent
         (bulky / f"k{n}.o").write_bytes(os.urandom(256))
     (Path(caches()[ids[1]].host_path) / "big.so").write_bytes(os.urandom(24 << 20))
     store = BlobStore(s3_client_for_env(), ArchiveLocation(s3_bucket, PREFIX))
