@@ -54,9 +54,14 @@ def _verify(project: Path, *args: str) -> tuple[int, dict[str, Any]]:
     return result.exit_code, report
 
 
+@pytest.mark.parametrize("where", ["blob", "pack"])
 def test_a_flipped_byte_and_an_altered_blob_are_each_named(
-    project: Path, archive_target: ArchiveTarget
+    project: Path, archive_target: ArchiveTarget, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from lifecycle.archive import packs
+
+    if where == "blob":  # every cache file its own object
+        monkeypatch.setattr(packs, "PACK_BLOB_MAX", -1)
     result_id, cache = _night(project, archive_target, "--with-content")
     for target in (result_id, cache["id"]):
         code, report = _verify(project, target)
@@ -79,6 +84,17 @@ def test_a_flipped_byte_and_an_altered_blob_are_each_named(
         handle.write(bytes([byte[0] ^ 0x01]))
     assert altered.sha256 is not None
     key = f"{archive_target.prefix}/blobs/sha256/{altered.sha256[:2]}/{altered.sha256}"
+    what = f"cache file {altered.path} of {cache['id']}"
+    if where == "pack":  # the pack holding it: every small file of the cache is in one
+        versions = f"{archive_target.prefix}/caches/{cache['id']}/versions/"
+        [listed] = archive_target.client.list_objects_v2(
+            Bucket=archive_target.bucket, Prefix=versions
+        )["Contents"]
+        body = archive_target.client.get_object(Bucket=archive_target.bucket, Key=listed["Key"])
+        record = json.loads(body["Body"].read())
+        [pack] = {b["pack"] for b in record["blobs"] if b["sha256"] == altered.sha256}
+        key = f"{archive_target.prefix}/packs/sha256/{pack[:2]}/{pack}"
+        what = "pack of cache files"
     # No checksum on this PUT: the server keeps whatever it is given, as after bit rot.
     archive_target.client.put_object(Bucket=archive_target.bucket, Key=key, Body=b"tampered")
 
@@ -89,14 +105,11 @@ def test_a_flipped_byte_and_an_altered_blob_are_each_named(
         live, blob = sorted(report["problems"])  # "cache file …" sorts before "s3://…"
         assert live.startswith(f"cache file {root}/{flipped.path}: content differs: sha256 ")
         assert f"{flipped.sha256} recorded" in live
-        assert blob.startswith(
-            f"s3://{archive_target.bucket}/{key} (cache file {altered.path} of {cache['id']}):"
-            " content has sha256 "
-        )
+        assert blob.startswith(f"s3://{archive_target.bucket}/{key} ({what}): content has sha256 ")
     text = run_lifecycle(project, "verify", cache["id"])
     assert text.exit_code == 1 and "2 differences" in text.stdout.splitlines()[0]
     assert f"  DIFFERS cache file {root}/{flipped.path}: content differs" in text.stdout
-    assert f"  DIFFERS s3://{archive_target.bucket}/{key} (cache file" in text.stdout
+    assert f"  DIFFERS s3://{archive_target.bucket}/{key} ({what.split(' of ')[0]}" in text.stdout
 
 
 def test_after_teardown_the_archive_is_verified_and_an_altered_record_named(
