@@ -138,11 +138,13 @@ def test_an_interrupted_archive_writes_no_record_and_the_rerun_sends_only_the_re
     _register(tmp_path / "home", "packs-000000000001", tree)
     real_build, built = packs.build, []
 
-    def failing_build(sources: list[BlobSource]) -> tuple[bytes, packs.Pack]:
+    def failing_build(
+        sources: list[BlobSource], buffer: bytearray
+    ) -> tuple[memoryview, packs.Pack]:
         if len(built) == 5:
             raise ArchiveError("stopped here on purpose")
         built.append(sources)
-        return real_build(sources)
+        return real_build(sources, buffer)
 
     monkeypatch.setattr(packs, "build", failing_build)
     with pytest.raises(ArchiveError, match="stopped here on purpose"):

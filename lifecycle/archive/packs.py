@@ -19,17 +19,20 @@ blob already packed and name it instead of sending it again (`known_blobs`).
 from __future__ import annotations
 
 import hashlib
+import io
 import struct
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from lifecycle.archive.sources import BlobSource
 from lifecycle.archive.store import ArchiveError, BlobStore, Listed
 
 PACK_BLOB_MAX = 1 << 20  # cache files up to this size are packed
 PACK_TARGET = 8 << 20  # a pack is closed once it holds this many bytes of blobs
+PACK_BLOBS = 4096  # ...or this many blobs (so its index stays within about 400 KiB)
+BUFFER = PACK_TARGET + PACK_BLOB_MAX + (1 << 20)  # holds any pack `group` makes, index too
 MAGIC = b"lifecycle-pack/1"
 _TRAILER = struct.Struct(">16sQ")
 INDEX_GUESS = 256 << 10  # one ranged GET of a pack's tail usually holds all of its index
@@ -66,7 +69,7 @@ def group(sources: Iterable[BlobSource]) -> list[list[BlobSource]]:
     for source in sources:
         current.append(source)
         size += source.size
-        if size >= PACK_TARGET:
+        if size >= PACK_TARGET or len(current) >= PACK_BLOBS:
             packs.append(current)
             current, size = [], 0
     if current:
@@ -74,22 +77,37 @@ def group(sources: Iterable[BlobSource]) -> list[list[BlobSource]]:
     return packs
 
 
-def build(sources: list[BlobSource]) -> tuple[bytes, Pack]:
-    """Read each source (checking its sha256) and make the pack of them: its bytes, and it."""
-    parts: list[bytes] = []
+def buffer_size(sources: list[BlobSource]) -> int:
+    """Bytes of the pack these sources make: their blobs, the index, the trailer."""
+    index = sum(len(_line(s.sha256, 0, s.size)) + 16 for s in sources)  # 16: room for offsets
+    return sum(s.size for s in sources) + index + _TRAILER.size
+
+
+def build(sources: list[BlobSource], buffer: bytearray) -> tuple[memoryview, Pack]:
+    """Read each source into `buffer` (checking its sha256) and lay out the pack of them there:
+    a view of its bytes, and the pack. The buffer is the caller's, reused pack after pack, so
+    that building packs does not churn the allocator (8 MiB objects made and freed by several
+    threads left ~130 MiB of RSS behind, measured on a 2 GB tree)."""
+    if len(buffer) < buffer_size(sources):
+        buffer = bytearray(buffer_size(sources))  # a pack of unusually many tiny blobs
+    view = memoryview(buffer)
     index: list[str] = []
     offset = 0
     for source in sources:
-        with source.open() as handle:
-            data = handle.read(source.size + 1)
-        if len(data) != source.size or hashlib.sha256(data).hexdigest() != source.sha256:
+        end = offset + source.size
+        with source.open() as opened:
+            handle = cast(io.BufferedIOBase, opened)  # a file or a BytesIO: both read into
+            while offset < end and (got := handle.readinto(view[offset:end])):
+                offset += got
+            if offset != end or handle.read(1):
+                raise ArchiveError(f"{source.what} changed since its scan; archive it again")
+        if hashlib.sha256(view[end - source.size : end]).hexdigest() != source.sha256:
             raise ArchiveError(f"{source.what} changed since its scan; archive it again")
-        parts.append(data)
-        index.append(f"{source.sha256} {offset} {source.size}\n")
-        offset += source.size
+        index.append(_line(source.sha256, end - source.size, source.size))
     text = "".join(index).encode()
-    parts += [text, _TRAILER.pack(MAGIC, len(text))]
-    body = b"".join(parts)
+    tail = text + _TRAILER.pack(MAGIC, len(text))
+    view[offset : offset + len(tail)] = tail
+    body = view[: offset + len(tail)]
     sha = hashlib.sha256(body).hexdigest()
     placed: dict[str, Placed] = {}
     at = 0
@@ -97,6 +115,36 @@ def build(sources: list[BlobSource]) -> tuple[bytes, Pack]:
         placed.setdefault(source.sha256, Placed(sha, at, source.size))
         at += source.size
     return body, Pack(sha, len(body), placed)
+
+
+def _line(sha256: str, offset: int, size: int) -> str:
+    return f"{sha256} {offset} {size}\n"
+
+
+class PackReader:
+    """A pack's bytes as the file-like body of a PUT, read from its buffer in small copies;
+    a retry rewinds it."""
+
+    def __init__(self, body: memoryview) -> None:
+        self._body = body
+        self._at = 0
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to `size` bytes (all that is left when negative)."""
+        end = len(self._body) if size < 0 else min(len(self._body), self._at + size)
+        chunk = bytes(self._body[self._at : end])
+        self._at = end
+        return chunk
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        """Move like a file (botocore rewinds a body to retry, and seeks to its end to size it)."""
+        base = (0, self._at, len(self._body))[whence]
+        self._at = max(0, min(len(self._body), base + offset))
+        return self._at
+
+    def tell(self) -> int:
+        """Where the next read starts."""
+        return self._at
 
 
 def read_index(store: BlobStore, sha256: str, size: int) -> dict[str, Placed]:

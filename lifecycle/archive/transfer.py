@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-import threading
+import queue
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +27,7 @@ from lifecycle.archive.store import READ_CHUNK, ArchiveError, BlobStore
 from lifecycle.table import human_bytes
 
 SMALL_BLOB = 1 << 20  # read whole and sent from memory; one per worker at a time
-PACKS_AT_ONCE = 3  # packs held in memory at a time (PACK_TARGET each)
+PACKS_AT_ONCE = 2  # packs held in memory at a time (a packs.BUFFER each)
 TICK_S = 0.5  # between two progress lines
 Progress = Callable[[str], None]
 
@@ -75,17 +75,24 @@ def upload_all(
     grouped = packs.group(s for s in todo if packs.packable(s))
     singles = sorted((s for s in todo if not packs.packable(s)), key=lambda s: -s.size)
     total = sum(s.size for s in todo)
-    gate = threading.BoundedSemaphore(PACKS_AT_ONCE)
+    # A few buffers, each reused pack after pack: they bound the memory packs take.
+    buffers: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+    for _ in range(min(PACKS_AT_ONCE, len(grouped))):
+        buffers.put(bytearray(packs.BUFFER))
     sent = Sent()
     meter = _Meter(cache_id, total, say)
 
     def send(item: list[BlobSource] | BlobSource) -> tuple[str, int, str | None, packs.Pack | None]:
         if isinstance(item, BlobSource):
             return item.sha256, item.size, _upload_one(store, item), None
-        with gate:  # bounds the memory: each pack is built whole before its PUT
-            body, pack = packs.build(item)
-            store.put(store.pack_key(pack.sha256), pack.sha256, body, len(body))
-            return pack.sha256, sum(s.size for s in item), None, pack
+        buffer = buffers.get()
+        try:
+            body, pack = packs.build(item, buffer)
+            reader = packs.PackReader(body)
+            store.put(store.pack_key(pack.sha256), pack.sha256, reader, len(body))
+        finally:
+            buffers.put(buffer)
+        return pack.sha256, sum(s.size for s in item), None, pack
 
     work: list[list[BlobSource] | BlobSource] = [*grouped, *singles]
     for sha, size, md5, pack in bounded_map(send, work, workers, "upload"):
