@@ -1,19 +1,25 @@
-"""Benchmark `lifecycle archive --with-content` against awscli and s5cmd on one SeaweedFS server.
+"""Benchmark `lifecycle archive --with-content` and `restore` against s5cmd and awscli on one
+SeaweedFS server.
 
     python3 bench/archive.py                                   # ~20,000 files, ~2 GB, /var/tmp
     python3 bench/archive.py --files 500 --total-mb 50 --json  # CI-sized
 
-One run starts its own `weed mini` on 127.0.0.1 (flags as in .ci/with-services), generates the
-tree of bench/fingerprint.py and uploads it, each tool into its own bucket: archive_caches() on a
-cache registered in a temporary ledger, `aws s3 cp --recursive`, `s5cmd cp`. Then it rewrites 5 %
-of the tree's bytes (whole files, new random content, same sizes) and uploads again: the archive
-as a second cache over the changed tree; awscli's sync (size + mtime) and cp (everything again);
-s5cmd's sync. Each command runs once, in its own process under GNU time (wall from start to
-exit, peak RSS, user + system CPU), with weed's CPU time over the same step beside it. Bytes
-sent: the archive's own count (ArchiveReport), and for every tool the server's view, the sizes
-of the objects in its bucket whose LastModified falls in the step. The archive's child also
-reports the time and peak RSS after each of its phases. `--experiments` adds first uploads
-with other worker counts, and boto3 through the AWS CRT. bench/README.md has the figures.
+One run starts its own `weed mini` on 127.0.0.1 (flags as in .ci/with-services, plus its
+Prometheus port, which counts the S3 requests of each step), generates the tree of
+bench/fingerprint.py and, in `--rounds` interleaved rounds (the order rotating), uploads it with
+each tool into its own bucket: archive_caches() on a cache registered in a temporary ledger,
+`s5cmd cp`, `aws s3 cp --recursive`. Then, in as many rounds, round 1's uploads come back:
+restore_cache() into a new home against `s5cmd cp` of the bucket; then one small file alone
+(restore_file() against `s5cmd cp` of that object). Then it rewrites 5 % of the tree's bytes
+(whole files, new random content, same sizes) and uploads again: the archive as a second cache
+over the changed tree; awscli's sync (size + mtime) and cp (everything again); s5cmd's sync.
+Each command runs once, in its own process under GNU time (wall from start to exit, user +
+system CPU), with the peak of PSS summed over its processes (sampled every 50 ms), the server's
+CPU time and S3 requests over the same step beside it. Bytes sent: the archive's own count
+(ArchiveReport), and for every tool the server's view, the sizes of the objects in its bucket
+whose LastModified falls in the step. The archive's child also reports the time and peak RSS
+after each of its phases. `--experiments` adds first uploads with other worker counts, and
+boto3 through the AWS CRT. bench/README.md has the figures.
 """
 
 from __future__ import annotations

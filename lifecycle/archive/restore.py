@@ -35,7 +35,6 @@ from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version
 from lifecycle.ledger.boots import CacheRecord, CacheRow, Scanned, cache_by_id, record_scan
 from lifecycle.records import CacheRecordV1, CacheVersion
 
-PROGRESS_EVERY = 100  # restored files between two progress lines
 # Permission bits a restore keeps: never setuid, setgid or sticky, never writable by others.
 SAFE_MODES = 0o775
 _CACHE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*-[0-9a-f]{12}$")

@@ -1,6 +1,6 @@
-"""A cache version's record (`lifecycle-cache-version/1`): a cache's state at one point in time.
+"""A cache version's record (`lifecycle-cache-version/2`): a cache's state at one point in time.
 
-    format        "lifecycle-cache-version/1"
+    format        "lifecycle-cache-version/2" (version 1, still read, has no packs)
     cache_id      the cache; tree_digest: the tree this version holds
     parent        the tree it grew from (the newest other version this host knew), or null
     made_by       {id, outcome} of the last boot that used the cache before it, or null
@@ -15,7 +15,9 @@
     withheld      [{path, sha256, why}] of the files left out: a boot wrote a secret's value
                   into them
     blobs         [{sha256, size, md5}] sorted: every blob the record refers to, which is
-                  what verification checks (md5 is the ETag a single PUT of it gets)
+                  what verification checks (md5 is the ETag a single PUT of it gets); a
+                  packed one has {sha256, size, pack, offset} instead
+    packs         [{sha256, size}]: the packs those blobs live in (lifecycle.archive.packs)
 
 The boots that used the cache are records of their own (lifecycle.archive.bootrecord): a
 version never changes once written, however many boots come later.
