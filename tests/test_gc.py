@@ -45,6 +45,9 @@ def _grow_and_boot(project: Path, tag: str) -> tuple[dict[str, Any], dict[str, A
 
 def _three_nights(project: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     first = _json(project, "boot", "demo/0.2", "--cold")
+    # With their files: the trees behind a kept result must restore, and once a cache's files
+    # are archived every later version of it holds them too.
+    _json(project, "archive", "--all", "--with-content")
     added = _json(project, "result", "add", first["id"], "--name", "n0", "--status", "pass")
     return [(first, added), _grow_and_boot(project, "n1"), _grow_and_boot(project, "n2")]
 

@@ -127,9 +127,13 @@ def test_two_hosts_archiving_booting_and_tearing_down_at_once_lose_nothing(
             assert restored["tree_digest"] == tree
             assert scan(Path(restored["host_path"])).tree_digest == tree
         third.run("teardown", "--yes")  # back to nothing, for the other host's trees
-    # Each round each host grew each cache its own way: a version each, none lost.
+    # Each round each host grew each cache its own way: a version each, none lost, and each
+    # names the version it grew from (whichever host archived that one): one history per cache.
     for cache in third.json("caches", "--from", url)["caches"]:
-        assert len({v["tree_digest"] for v in cache["versions"]}) >= 2 * ROUNDS + 1, cache["id"]
+        trees = {v["tree_digest"] for v in cache["versions"]}
+        assert len(trees) >= 2 * ROUNDS + 1, cache["id"]
+        parents = [v["parent"] for v in cache["versions"]]
+        assert parents.count(None) == 1 and set(parents) - {None} <= trees, cache["id"]
 
 
 def _verified(host: Host, results: list[dict[str, Any]], number: int) -> None:
