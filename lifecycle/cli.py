@@ -401,7 +401,8 @@ def gc(
         count = len(report.plan.remove)
         click.confirm(f"remove {count} objects from {report.location}?", abort=True, err=True)
 
-    _answer(ctx, verb.run(_context(ctx), options, show=show, agree=agree), verb.render, as_json)
+    report = verb.run(_context(ctx), options, verb.Consent(show, agree))
+    _answer(ctx, report, verb.render, as_json)
 
 
 @cli.command()

@@ -372,15 +372,20 @@ _LEAKY = (
 )
 
 
-def _demo_root(tmp_path: Path, profiles: str) -> Path:
-    """A project with the demo manifests, `profiles` added to demo/0.2's, demo/0.2 built."""
+def demo_copy(root: Path) -> Path:
+    """A project at `root` with a copy of the demo manifests (0.1 and 0.2) and no hooks."""
     repo = Path(__file__).resolve().parent.parent
-    root = tmp_path / "project"
     for version in ("0.1", "0.2"):
         shutil.copytree(repo / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
+    (root / "hooks").mkdir()
+    return root
+
+
+def _demo_root(tmp_path: Path, profiles: str) -> Path:
+    """A project with the demo manifests, `profiles` added to demo/0.2's, demo/0.2 built."""
+    root = demo_copy(tmp_path / "project")
     child = root / "manifests/demo/0.2/manifest.yaml"
     child.write_text(child.read_text() + "profiles:\n" + profiles)
-    (root / "hooks").mkdir()
     built = run_lifecycle(root, "build", "demo/0.2")
     assert built.exit_code == 0, built.output
     return root

@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import secrets
-import shutil
 import sqlite3
 import tarfile
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ import pytest
 
 from lifecycle.build.plan import BASE_DIGEST_LABEL, DIGEST_LABEL
 from lifecycle.build.registry import RegistryFailed, pull_image
-from tests.services import TEST_LABEL, run_lifecycle
+from tests.services import TEST_LABEL, demo_copy, run_lifecycle
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 
@@ -43,11 +42,7 @@ def own(tmp_path: Path, demo_images: None, docker_client: Any, s3_bucket: str) -
     """A project whose demo/0.2 differs from the demo's by one tuned value (its own image),
     built on a base of its own (`lifecycle-test/base:<token>`, the demo engine with one more
     file), archiving to a fresh bucket. Its images go afterwards."""
-    repo = Path(__file__).resolve().parent.parent
-    root = tmp_path / "project"
-    for version in ("0.1", "0.2"):
-        shutil.copytree(repo / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
-    (root / "hooks").mkdir()
+    root = demo_copy(tmp_path / "project")
     base = f"lifecycle-test/base:{secrets.token_hex(4)}"
     _base_image(docker_client, base, "first")
     manifest = root / "manifests/demo/0.2/manifest.yaml"

@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lifecycle.archive.catalog import ArchivedBoot, ArchivedCache, archived_boots, archived_caches
-from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.store import BlobStore
 from lifecycle.commands.boot import BootReport, report_of
 from lifecycle.commands.context import Context
-from lifecycle.commands.filters import EVERYTHING, Filters
+from lifecycle.commands.filters import EVERYTHING, Facts, Filters, open_archive
 from lifecycle.commands.report import Report, Row, fields_of, plain
 from lifecycle.leases import lease_held
 from lifecycle.ledger.boots import CacheRecord, all_boots, all_caches, cache_by_id, cache_uses
@@ -160,17 +158,24 @@ def list_archived_caches(
     ctx: Context, source: str, filters: Filters = EVERYTHING
 ) -> ArchivedCachesReport:
     """Every cache the archive at `source` holds, whoever archived it."""
-    filters.check_state(ARCHIVED_CACHE_STATES, "caches in an archive")
-    location = ArchiveLocation.parse(source, "--from")
-    store, now = BlobStore(ctx.s3(), location), ctx.now()
-    rows = []
-    for cache in archived_caches(store):
-        row, newest = cache.row, cache.newest
-        facts = {"manifest": row.manifest_name, "arch": row.arch, "state": cache.state}
-        if filters.keeps(now, **facts, at=newest.archived_at):
-            age = (now - datetime.fromisoformat(newest.archived_at)).total_seconds()
-            rows.append(ListedArchivedCache(cache, age))
-    return ArchivedCachesReport(location.url(), tuple(rows))
+    store, now = open_archive(ctx, source, filters, ARCHIVED_CACHE_STATES, "caches in an archive")
+    return ArchivedCachesReport(
+        store.location.url(),
+        tuple(
+            ListedArchivedCache(c, _age(now, c.newest.archived_at))
+            for c in filters.select(now, archived_caches(store), _cache_facts)
+        ),
+    )
+
+
+def _age(now: datetime, at: str) -> float:
+    return (now - datetime.fromisoformat(at)).total_seconds()
+
+
+def _cache_facts(cache: ArchivedCache) -> Facts:
+    """An archived cache is filtered by its newest version's time."""
+    row = cache.row
+    return Facts(row.manifest_name, row.arch, cache.state, cache.newest.archived_at)
 
 
 def list_boots(ctx: Context, filters: Filters = EVERYTHING) -> BootsReport:
@@ -199,21 +204,15 @@ def list_archived_boots(
     ctx: Context, source: str, filters: Filters = EVERYTHING
 ) -> ArchivedBootsReport:
     """Every boot the archive at `source` holds a record of."""
-    filters.check_state(OUTCOMES, "boots")
-    location = ArchiveLocation.parse(source, "--from")
-    store, now = BlobStore(ctx.s3(), location), ctx.now()
-    rows = [
-        ListedArchivedBoot(boot)
-        for boot in archived_boots(store)
-        if filters.keeps(
-            now,
-            manifest=boot.boot.manifest_name,
-            arch=boot.arch,
-            state=boot.boot.outcome,
-            at=boot.boot.started_at,
-        )
-    ]
-    return ArchivedBootsReport(location.url(), tuple(rows))
+    store, now = open_archive(ctx, source, filters, OUTCOMES, "boots")
+    kept = filters.select(now, archived_boots(store), _boot_facts)
+    return ArchivedBootsReport(store.location.url(), tuple(map(ListedArchivedBoot, kept)))
+
+
+def _boot_facts(found: ArchivedBoot) -> Facts:
+    """An archived boot is filtered by when it started."""
+    boot = found.boot
+    return Facts(boot.manifest_name, found.arch, boot.outcome, boot.started_at)
 
 
 def render_archived_caches(report: ArchivedCachesReport) -> str:
