@@ -103,11 +103,17 @@ def build_spec(
     mounts: list[CacheMount],
     host_env: Mapping[str, str],
     labels: dict[str, str],
+    boot_env: Mapping[str, str],
 ) -> ContainerSpec:
-    """Profile + tuned values + cache mounts → spec; a secret missing on the host is an error."""
+    """Profile + tuned values + cache mounts (and their settings) + the boot's own provenance
+    (`boot_env`: LIFECYCLE_BOOT_ID, …) → spec; a secret missing on the host is an error."""
     profile = manifest.profiles[profile_name]
+    caches = manifest.active_caches()
     environment = dict(profile.env)
-    environment.update({mount.env: mount.container_path for mount in mounts})
+    for mount in mounts:
+        environment.update(caches[mount.name].settings)
+        environment[mount.env] = mount.container_path
+    environment.update(boot_env)
     check_secrets(manifest, profile_name, host_env)
     environment.update({name: host_env[name] for name in profile.secrets})
     return ContainerSpec(

@@ -55,6 +55,11 @@ def is_evidence_file(cache: str, relative: str) -> bool:
     parts = relative.split("/")
     if parts[-1] in EVIDENCE_NAMES:
         return True
+    # Inductor's C++ kernels and their Python wrappers (`<xx>/c<hash>.cpp|.py`), CUDA sources.
+    if parts[-1].endswith((".cpp", ".cu", ".cuh")):
+        return True
+    if parts[-1].endswith(".py") and len(parts) > 1 and len(parts[-2]) == 2:
+        return True
     # Triton metadata, in Triton's own cache or in the triton/ dir Inductor keeps.
     return parts[-1].endswith(".json") and (cache == "triton" or "triton" in parts[:-1])
 
@@ -76,8 +81,13 @@ def collect_evidence(
     secret_values: Secrets = (),
     cap_bytes: int = 4 * 1024 * 1024,
     per_file_cap: int = 256 * 1024,
+    judged: Mapping[str, Mapping[str, Any]] | None = None,
+    boot: Mapping[str, Any] | None = None,
 ) -> EvidenceBundle:
-    """Write a redacted evidence bundle for one boot into `out_dir`, evidence.json last."""
+    """Write a redacted evidence bundle for one boot into `out_dir`, evidence.json last.
+
+    `judged` adds to each cache what the end-of-boot scan found (mode, verdict, inventory of
+    artefacts); `boot` the boot's own verdict and its writes outside the tracked caches."""
     if (out_dir / EVIDENCE_JSON).exists():
         raise FileExistsError(f"{out_dir} already holds an evidence bundle")
     for name, root in caches.items():
@@ -91,6 +101,7 @@ def collect_evidence(
     found: list[_Found] = []
     for name, root in caches.items():
         per_cache[name] = {"root": redact(str(root), secret_values), "evidence": []}
+        per_cache[name].update((judged or {}).get(name, {}))
         per_cache[name].update(_walk(name, root, per_file_cap, found, skipped))
     ninja: dict[str, list[dict[str, Any]]] = {}
     files: list[str] = []
@@ -121,7 +132,8 @@ def collect_evidence(
         cache["evidence"].sort(key=lambda entry: entry["path"])
     summary: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
-        "verdict": facts.verdict(),
+        "verdict": facts.verdict(),  # from the log alone; `boot` judges files and log
+        "boot": dict(boot or {}),
         "log": facts.to_dict(),
         "caches": per_cache,
         "ninja": ninja,
