@@ -24,6 +24,10 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
 _PORT_KEY = re.compile(r"^([0-9]{1,5})(/(tcp|udp|sctp))?$")
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+_DOTTED = rf"{_IDENTIFIER}(\.{_IDENTIFIER})*"
+_ENTRY_POINT_GROUP = re.compile(rf"^{_DOTTED}$")
+_OBJECT_REFERENCE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
 
 
 def _version_text(value: object) -> object:
@@ -178,6 +182,22 @@ class JitCache(_Strict):
     path: ContainerPath
     env: EnvName = Field(description="The env var that points the engine at `path`.")
     enabled: bool = True
+    settings: dict[EnvName, str] = Field(
+        default_factory=dict,
+        description=(
+            "Env vars a boot sets with this cache so the JIT writes all of its output into "
+            "`path` (e.g. Inductor's precompiled headers, which otherwise go to /tmp)."
+        ),
+    )
+
+    @model_serializer(mode="wrap")
+    def _no_empty_settings(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The digest is taken over the dumped manifest: a cache without settings must dump as
+        # it did before the key existed.
+        data: dict[str, Any] = handler(self)
+        if not data.get("settings"):
+            data.pop("settings", None)
+        return data
 
 
 class Acceptance(_Strict):
@@ -226,6 +246,22 @@ class BootProfile(_Strict):
         return data
 
 
+def _entry_point_group(value: str) -> str:
+    if not _ENTRY_POINT_GROUP.match(value):
+        raise ValueError(f"{value!r} is not an entry point group (e.g. vllm.general_plugins)")
+    return value
+
+
+def _object_reference(value: str) -> str:
+    if not _OBJECT_REFERENCE.match(value):
+        raise ValueError(f"{value!r} is not an object reference 'package.module:function'")
+    return value
+
+
+EntryPointGroup = Annotated[str, AfterValidator(_entry_point_group)]
+ObjectReference = Annotated[str, AfterValidator(_object_reference)]
+
+
 class Manifest(_Strict):
     """One pinned engine release, resolved (after `extends` and cache defaults)."""
 
@@ -238,6 +274,23 @@ class Manifest(_Strict):
     tuned: dict[str, TunedValue] = Field(default_factory=dict)
     caches: dict[Slug, JitCache] = Field(default_factory=dict)
     profiles: dict[Slug, BootProfile] = Field(default_factory=dict)
+    entry_points: dict[EntryPointGroup, dict[Slug, ObjectReference]] = Field(
+        default_factory=dict,
+        description=(
+            "Entry points the image registers, group -> name -> 'module:function', e.g. "
+            "vllm.general_plugins: the engine loads them at start (a module a patch adds is "
+            "otherwise never imported). Written as a distribution of their own next to "
+            "engine.package_dir."
+        ),
+    )
+
+    @model_serializer(mode="wrap")
+    def _no_empty_entry_points(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A manifest without entry points keeps the digest it had before the key existed.
+        data: dict[str, Any] = handler(self)
+        if not data.get("entry_points"):
+            data.pop("entry_points", None)
+        return data
 
     def active_caches(self) -> dict[str, JitCache]:
         """The caches a boot mounts."""
