@@ -59,7 +59,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("boot",),
     ("archive",),
     ("results",),
-    ("teardown", "audit"),
+    ("teardown", "audit", "why"),
     ("flows",),
     ("commands",),
     ("cli",),

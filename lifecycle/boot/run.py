@@ -48,6 +48,8 @@ from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.defaults import BOOT_ENV
 from lifecycle.redact import redact, secrets_in_file
 
+SPEC_JSON = "spec.json"  # in the boot's evidence dir: the container spec as `describe` shows it
+
 
 @dataclass(frozen=True)
 class BootRequest:
@@ -192,6 +194,9 @@ def _run(
     """Hooks and the container; whatever happens, `_finish` records how it ended."""
     secrets_by_name = {name: spec.environment[name] for name in spec.secret_names}
     evidence_dir = ledger.home.boot_bundle(record.id)
+    # The spec as recorded (secrets named, never valued): `why` compares two boots' env.
+    spec_json = json.dumps(spec.describe(), indent=1, sort_keys=True).encode()
+    ledger.keep_evidence(f"boots/{record.id}", SPEC_JSON, spec_json)
     context = {
         "boot_id": record.id,
         "manifest": record.manifest_name,

@@ -115,7 +115,7 @@ def build_spec(
         environment[mount.env] = mount.container_path
     environment.update(boot_env)
     check_secrets(manifest, profile_name, host_env)
-    environment.update({name: host_env[name] for name in profile.secrets})
+    environment.update({name: host_env[name] for name in (*profile.from_host, *profile.secrets)})
     return ContainerSpec(
         image=image,
         command=[*profile.command, *profile.args, *_tuned_args(manifest, profile, profile_name)],
@@ -132,8 +132,10 @@ def build_spec(
 
 
 def check_secrets(manifest: Manifest, profile_name: str, host_env: Mapping[str, str]) -> None:
-    """Every secret the profile passes by name must be set on the host."""
-    missing = [name for name in manifest.profiles[profile_name].secrets if name not in host_env]
+    """Every secret (and `from_host` value) the profile passes by name must be set on the
+    host."""
+    profile = manifest.profiles[profile_name]
+    missing = [name for name in (*profile.from_host, *profile.secrets) if name not in host_env]
     if missing:
         raise LifecycleError(
             f"profile {profile_name!r} passes {', '.join(missing)} by name, but the host "

@@ -20,15 +20,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast, get_args
 
-from lifecycle.evidence.untracked import UntrackedSummary
+from lifecycle.evidence.untracked import UntrackedSummary, summarize
+from lifecycle.ledger.boots import CacheUse
 from lifecycle.table import human_bytes
 
 CacheVerdict = Literal["cold-compiled", "warm-hit", "mounted-but-missed", "unused", "empty"]
 BootVerdict = Literal[
     "cold-compiled", "warm-hit", "mounted-but-missed", "partial", "unused", "empty"
 ]
+
+
+def as_verdict(text: str) -> CacheVerdict:
+    """A cache verdict as read back from the ledger."""
+    for verdict in get_args(CacheVerdict):
+        if verdict == text:
+            return cast(CacheVerdict, verdict)
+    raise ValueError(f"not a cache verdict: {text!r}")
+
+
 # Files an engine rewrites on every boot without compiling anything.
 NOT_COMPILED = frozenset({"jit-log"})
 
@@ -101,3 +112,42 @@ def describe_boot(
     if verdict == "unused":
         return "unused" + (f" (+{outside})" if outside else "")
     return "no JIT output" + (f" (+{outside})" if outside else "")
+
+
+@dataclass(frozen=True)
+class RecordedUse:
+    """A cache use as the ledger keeps it, for judging a finished boot again."""
+
+    name: str
+    mode: str
+    verdict: str | None  # None: recorded before verdicts were
+    written: int  # files added or changed
+
+
+def recorded_warmth(
+    uses: Sequence[RecordedUse], untracked: Sequence[tuple[str, int | None]]
+) -> tuple[str, str]:
+    """(the boot's verdict, its phrase) from what the ledger recorded; `unknown` for a boot
+    recorded before verdicts were."""
+    judged = [
+        CacheJudged(u.name, as_verdict(u.verdict), u.written) for u in uses if u.verdict is not None
+    ]
+    if not judged:
+        return "unknown", "-"
+    summary = summarize(untracked) if untracked else None
+    modes = {u.name: u.mode for u in uses}
+    return judge_boot(judged, summary), describe_boot(judged, summary, modes)
+
+
+def recorded_uses(uses: Sequence[CacheUse]) -> list[RecordedUse]:
+    """Cache uses as `recorded_warmth` takes them; a cache's name is its id less the
+    `-<12 hex>` tail."""
+    return [
+        RecordedUse(
+            u.cache_id.rsplit("-", 1)[0],
+            u.mode,
+            u.verdict,
+            (u.files_added or 0) + (u.files_changed or 0),
+        )
+        for u in uses
+    ]

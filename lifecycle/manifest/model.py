@@ -223,6 +223,14 @@ class BootProfile(_Strict):
         default_factory=list,
         description="Names of host env vars passed through; values are never stored.",
     )
+    from_host: list[EnvName] = Field(
+        default_factory=list,
+        description=(
+            "Names of host env vars passed through whose values are not secret and are "
+            "recorded with the boot (a pod IP, a side channel's host): `why` can then name "
+            "one that changed a cache key. Secrets go under `secrets`."
+        ),
+    )
     gpus: Literal["all"] | Annotated[int, Field(ge=0)] | None = None
     shm_size: Annotated[str, Field(pattern=r"^[0-9]+[bkmg]?$")] | None = None
     ipc: Literal["host", "private", "shareable"] | None = None
@@ -243,6 +251,8 @@ class BootProfile(_Strict):
         data: dict[str, Any] = handler(self)
         if data.get("acceptance") is None:
             data.pop("acceptance", None)
+        if not data.get("from_host"):
+            data.pop("from_host", None)
         return data
 
 

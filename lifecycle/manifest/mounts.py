@@ -89,6 +89,10 @@ def check_cache_env(manifest: Manifest) -> Iterator[Finding]:
             if secret in setters:
                 who, _ = setters[secret]
                 yield ("profiles", profile_name, "secrets", index), f"{who}; it cannot be a secret"
+        for index, name in enumerate(profile.from_host):
+            if name in setters:
+                who, _ = setters[name]
+                yield ("profiles", profile_name, "from_host", index), f"{who}; remove it here"
 
 
 def _system_problem(path: PurePosixPath) -> str | None:
