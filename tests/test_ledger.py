@@ -133,3 +133,49 @@ def test_schema_6_keeps_every_row_of_an_older_ledger_and_allows_missing(tmp_path
                 "INSERT INTO boot_caches (boot_id, cache_id, mode) VALUES ('b-1', 'x', 'warm')"
             )
     ledger.close()
+
+
+def test_schema_7_keeps_every_boot_and_allows_timeout_and_untracked_writes(
+    tmp_path: Path,
+) -> None:
+    conn = sqlite3.connect(tmp_path / "ledger.sqlite3", isolation_level=None)
+    conn.execute("PRAGMA foreign_keys=ON")
+    for number, script in enumerate(MIGRATIONS[:6], start=1):
+        for statement in filter(str.strip, script.split(";")):
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {number}")
+    cache = (
+        "vllm-1", "k", "vllm", "demo", "d" * 64, "sha256:i", "unknown", "/c/vllm-1", "/v",
+        "live", None, "2026-10-10T00:00:00", "t" * 64, 3, 30, None, None,
+    )  # fmt: skip
+    conn.execute(f"INSERT INTO caches VALUES ({', '.join('?' * len(cache))})", cache)
+    boot = (
+        "b-1", "2026-10-10T00:00:00", "2026-10-10T00:01:00", 137, "failed", None, "h", "serve",
+        "demo", "d" * 64, "sha256:i", "t:1", "c1", "[]", 0, "[]", "/l", "/e",
+    )  # fmt: skip
+    conn.execute(f"INSERT INTO boots VALUES ({', '.join('?' * len(boot))})", boot)
+    conn.execute(
+        "INSERT INTO boot_caches (boot_id, cache_id, mode, files_added)"
+        " VALUES ('b-1', 'vllm-1', 'cold', 5)"
+    )
+    conn.execute("INSERT INTO tainted_files VALUES ('vllm-1', 'a.log', 'f', 'HF_TOKEN', 'b-1')")
+    conn.close()
+
+    ledger = Ledger.open(tmp_path)
+    assert ledger.query("PRAGMA user_version")[0][0] == len(MIGRATIONS) >= 7
+    assert tuple(ledger.query("SELECT * FROM boots")[0]) == boot
+    use = ledger.query("SELECT * FROM boot_caches")[0]
+    assert (use["files_added"], use["dirs_added"], use["verdict"]) == (5, None, None)
+    assert ledger.query("SELECT boot_id FROM tainted_files")[0][0] == "b-1"
+    with ledger.transaction() as writer:
+        writer.execute("UPDATE boots SET outcome = 'timeout' WHERE id = 'b-1'")
+        writer.execute(
+            "INSERT INTO untracked_writes VALUES ('b-1', '/tmp/torchinductor_root/x.gch',"
+            " 'added', 155000000)"
+        )
+        with pytest.raises(sqlite3.IntegrityError):
+            writer.execute("UPDATE boots SET outcome = 'slow' WHERE id = 'b-1'")
+        with pytest.raises(sqlite3.IntegrityError):
+            writer.execute("INSERT INTO untracked_writes VALUES ('b-2', '/x.so', 'added', 1)")
+    assert ledger.query("PRAGMA foreign_key_check") == []
+    ledger.close()

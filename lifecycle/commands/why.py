@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report, plain
+from lifecycle.table import human_bytes
 from lifecycle.why import Explanation, explain
 from lifecycle.why.facts import BootFacts
 
@@ -70,4 +71,10 @@ def render(report: WhyReport) -> str:
     else:
         lines.append("nothing that decides a cache's reuse changed")
     lines.append("the same: " + ", ".join(found.same))
+    if now.untracked and now.untracked.files:
+        lines.append(
+            f"outside tracked caches: {human_bytes(now.untracked.bytes)} in "
+            f"{now.untracked.files} files, lost with the container and rebuilt by every boot:"
+        )
+        lines += [f"  {d}: {human_bytes(b)} in {n} files" for d, n, b in now.untracked.roots]
     return "\n".join(lines) + "\n"

@@ -77,7 +77,7 @@ def check_profiles(manifest: Manifest) -> Iterator[Finding]:
             if _SECRET_NAME.search(name):
                 yield (
                     where,
-                    f"looks like a secret; list {name!r} under secrets: it is recorded here",
+                    f"looks like a secret; list {name!r} under secrets (from_host is recorded)",
                 )
             elif name in profile.env or name in profile.secrets:
                 yield where, f"{name} is also set in env or secrets; name it in one place"

@@ -125,10 +125,13 @@ def _hashes(facts: BootFacts) -> dict[str, str]:
 
 
 def _one_factors(facts: BootFacts) -> dict[str, Any]:
-    """The factors of the boot's (last) compile dir, or of its only one."""
-    if not facts.factors:
-        return {}
-    return facts.factors[sorted(facts.factors)[-1]]
+    """The factors of the compile dir the boot used (its log names it); the cache may hold
+    other boots' dirs too."""
+    used = facts.compile_dirs[-1].rstrip("/") if facts.compile_dirs else None
+    for relative, factors in sorted(facts.factors.items()):
+        if used is not None and used.endswith("/" + relative):
+            return factors
+    return facts.factors[sorted(facts.factors)[-1]] if len(facts.factors) == 1 else {}
 
 
 def _factor_changes(then: BootFacts, now: BootFacts) -> Iterator[tuple[Change | None, str]]:
