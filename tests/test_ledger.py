@@ -99,13 +99,19 @@ def test_default_home() -> None:
     assert default_home({"HOME": "/h"}) == Path("/h/.local/state/lifecycle")
 
 
-def test_schema_6_keeps_every_row_of_an_older_ledger_and_allows_missing(tmp_path: Path) -> None:
-    conn = sqlite3.connect(tmp_path / "ledger.sqlite3", isolation_level=None)
+def _ledger_at_schema(home: Path, version: int) -> sqlite3.Connection:
+    """A ledger as lifecycle left it at schema `version`, open for the test to fill."""
+    conn = sqlite3.connect(home / "ledger.sqlite3", isolation_level=None)
     conn.execute("PRAGMA foreign_keys=ON")
-    for number, script in enumerate(MIGRATIONS[:5], start=1):
+    for number, script in enumerate(MIGRATIONS[:version], start=1):
         for statement in filter(str.strip, script.split(";")):
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {number}")
+    return conn
+
+
+def test_schema_6_keeps_every_row_of_an_older_ledger_and_allows_missing(tmp_path: Path) -> None:
+    conn = _ledger_at_schema(tmp_path, 5)
     cache = (
         "vllm-1", "k", "vllm", "demo", "d" * 64, "sha256:i", "unknown", "/c/vllm-1", "/v",
         "archived", None, "2026-10-10T00:00:00", "t" * 64, 3, 30, None, None,
@@ -138,12 +144,7 @@ def test_schema_6_keeps_every_row_of_an_older_ledger_and_allows_missing(tmp_path
 def test_schema_7_keeps_every_boot_and_allows_timeout_and_untracked_writes(
     tmp_path: Path,
 ) -> None:
-    conn = sqlite3.connect(tmp_path / "ledger.sqlite3", isolation_level=None)
-    conn.execute("PRAGMA foreign_keys=ON")
-    for number, script in enumerate(MIGRATIONS[:6], start=1):
-        for statement in filter(str.strip, script.split(";")):
-            conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {number}")
+    conn = _ledger_at_schema(tmp_path, 6)
     cache = (
         "vllm-1", "k", "vllm", "demo", "d" * 64, "sha256:i", "unknown", "/c/vllm-1", "/v",
         "live", None, "2026-10-10T00:00:00", "t" * 64, 3, 30, None, None,

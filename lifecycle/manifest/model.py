@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from packaging.version import InvalidVersion, Version
 from pydantic import (
@@ -95,10 +95,23 @@ PinName = Literal["vllm", "flashinfer", "base_image"]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # Keys added after manifests were first digested: dumped only when set, so a manifest
+    # that does not use one dumps, and digests (image tag included), as before it existed.
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_unset_later_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for key in self._LATER_KEYS:
+            if not data.get(key):
+                data.pop(key, None)
+        return data
 
 
 class EnginePins(_Strict):
     """What the engine image is made of."""
+
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("unconfirmed",)
 
     vllm: PinnedVersion
     flashinfer: PinnedVersion
@@ -119,15 +132,6 @@ class EnginePins(_Strict):
             "entry."
         ),
     )
-
-    @model_serializer(mode="wrap")
-    def _no_empty_unconfirmed(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # The digest is taken over the dumped manifest: with nothing unconfirmed it must dump as
-        # it did before the key existed, or every manifest's digest (and image tag) moves.
-        data: dict[str, Any] = handler(self)
-        if not data.get("unconfirmed"):
-            data.pop("unconfirmed", None)
-        return data
 
     def unconfirmed_pins(self) -> list[tuple[str, str, str]]:
         """(pin name, its value, why) for each pin listed under `unconfirmed`."""
@@ -179,6 +183,8 @@ class TunedValue(_Strict):
 class JitCache(_Strict):
     """A directory the engine JIT-compiles into at boot; mounted from a tracked host dir."""
 
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("settings",)
+
     path: ContainerPath
     env: EnvName = Field(description="The env var that points the engine at `path`.")
     enabled: bool = True
@@ -189,15 +195,6 @@ class JitCache(_Strict):
             "`path` (e.g. Inductor's precompiled headers, which otherwise go to /tmp)."
         ),
     )
-
-    @model_serializer(mode="wrap")
-    def _no_empty_settings(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # The digest is taken over the dumped manifest: a cache without settings must dump as
-        # it did before the key existed.
-        data: dict[str, Any] = handler(self)
-        if not data.get("settings"):
-            data.pop("settings", None)
-        return data
 
 
 class Acceptance(_Strict):
@@ -215,6 +212,8 @@ class Acceptance(_Strict):
 
 class BootProfile(_Strict):
     """How to start the engine: command, environment, secrets by name, devices."""
+
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("acceptance", "from_host")
 
     command: list[str] = Field(default_factory=list)
     args: list[str] = Field(default_factory=list)
@@ -244,17 +243,6 @@ class BootProfile(_Strict):
         default=None, description="Run after each boot of this profile; its outcome is a result."
     )
 
-    @model_serializer(mode="wrap")
-    def _no_absent_acceptance(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # The digest is taken over the dumped manifest: a profile without `acceptance` must
-        # dump as it did before the key existed, or every manifest's digest (and tag) moves.
-        data: dict[str, Any] = handler(self)
-        if data.get("acceptance") is None:
-            data.pop("acceptance", None)
-        if not data.get("from_host"):
-            data.pop("from_host", None)
-        return data
-
 
 def _entry_point_group(value: str) -> str:
     if not _ENTRY_POINT_GROUP.match(value):
@@ -275,6 +263,8 @@ ObjectReference = Annotated[str, AfterValidator(_object_reference)]
 class Manifest(_Strict):
     """One pinned engine release, resolved (after `extends` and cache defaults)."""
 
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("entry_points",)
+
     schema_version: Literal[1]
     name: Slug
     extends: Text | None = None
@@ -293,14 +283,6 @@ class Manifest(_Strict):
             "engine.package_dir."
         ),
     )
-
-    @model_serializer(mode="wrap")
-    def _no_empty_entry_points(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # A manifest without entry points keeps the digest it had before the key existed.
-        data: dict[str, Any] = handler(self)
-        if not data.get("entry_points"):
-            data.pop("entry_points", None)
-        return data
 
     def active_caches(self) -> dict[str, JitCache]:
         """The caches a boot mounts."""

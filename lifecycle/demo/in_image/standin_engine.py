@@ -176,7 +176,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)  # tuned; unused
-    parser.add_argument("--serve-seconds", type=float, default=0.0, help="stay up this long")
     args = parser.parse_args(argv)
     _log_setup()
     started = time.monotonic()
@@ -197,8 +196,6 @@ def main(argv: list[str] | None = None) -> int:
         time.monotonic() - started,
     )
     logger.info("Application startup complete.")
-    if args.serve_seconds > 0:
-        time.sleep(args.serve_seconds)
     return 0
 
 
