@@ -291,7 +291,9 @@ def _finish(
         uses.append(use)
         scanned.append(cache)
         scans[mount.name] = (after, written)
-    judged = judge(plan.mounts, uses, scans, log_text.splitlines(), progress.untracked)
+    # A path can hold a secret's value as well as a file can (a JIT named by a token).
+    untracked = [replace(w, path=redact(w.path, secrets_by_name)) for w in progress.untracked]
+    judged = judge(plan.mounts, uses, scans, log_text.splitlines(), untracked)
     uses = judged.uses
     caches = {m.name: Path(m.host_path) for m in plan.mounts}
     try:
@@ -320,7 +322,7 @@ def _finish(
         HookRunRecord(record.id, run.name, run.event, run.exit_code, run.duration_s)
         for run in (progress.session.runs if progress.session else [])
     ]
-    finish_boot(ledger, final, uses, scanned, runs, tainted, progress.untracked)
+    finish_boot(ledger, final, uses, scanned, runs, tainted, untracked)
     return final
 
 

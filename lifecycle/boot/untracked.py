@@ -4,7 +4,7 @@ dockerd's list of the container's changes (`GET /containers/{id}/changes`, `dock
 holds every path written into the container's own layer, and none under a bind mount: so
 none inside a tracked cache. Sizes come from the archive endpoint's stat header
 (`HEAD /containers/{id}/archive`), which reads no file content and runs nothing in the
-container: measured here 4–5 ms a path (500 paths 2.1 s, 2,000 paths 9 s, on 2 busy cores);
+container: measured here 4 to 5 ms a path (500 paths 2.1 s, 2,000 paths 9 s, on 2 busy cores);
 paths past `MAX_SIZED` are recorded without a size, so a boot that spilled a whole cache into
 its container costs seconds, not minutes.
 """
