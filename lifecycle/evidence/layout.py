@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any
 
 _COMPILE_DIR = re.compile(r"(^|/)torch_compile_cache/([^/]+)/(rank_\d+_\d+)/([^/]+)/")
@@ -29,8 +28,7 @@ _SOURCES = frozenset({".cpp", ".cu", ".c", ".h", ".cuh", ".hpp"})
 
 def artefact_kind(relative: str) -> str:
     """The kind of one cache file, from its path relative to the cache root."""
-    path = PurePosixPath(relative)
-    parts, name, suffix = path.parts, path.name, path.suffix
+    parts, name, suffix = _split(relative)
     if name == "cache_key_factors.json":
         return "vllm-cache-key-factors"
     if name == "computation_graph.py":
@@ -67,23 +65,31 @@ def artefact_kind(relative: str) -> str:
 def work_unit(relative: str) -> tuple[str, str] | None:
     """(kind, name) of the unit of compiled work a file belongs to, if it marks one: one
     file per unit is chosen, so counting them counts units."""
-    path = PurePosixPath(relative)
-    parts = path.parts
-    if path.name == "cache_key_factors.json" and (match := _COMPILE_DIR.search(relative)):
+    parts, name, suffix = _split(relative)
+    if name == "cache_key_factors.json" and (match := _COMPILE_DIR.search(relative)):
         return "vllm compile dir", "/".join(match.groups()[1:])
     if "fxgraph" in parts and len(parts) >= parts.index("fxgraph") + 4:
         return "inductor fx graph entry", "/".join(parts[parts.index("fxgraph") + 2 :])
     if "aotautograd" in parts and len(parts) >= parts.index("aotautograd") + 3:
         return "aotautograd entry", "/".join(parts[parts.index("aotautograd") + 1 :])
-    if path.suffix == ".so" and "cached_ops" in parts:
-        return "flashinfer op", path.stem
-    if path.suffix == ".so":
-        return "compiled kernel", path.name
-    if path.suffix in (".cubin", ".hsaco"):
-        return "triton kernel", str(path.parent)
-    if path.suffix in (".gch", ".pch"):
-        return "precompiled header", path.name
+    if suffix == ".so" and "cached_ops" in parts:
+        return "flashinfer op", name.removesuffix(suffix)
+    if suffix == ".so":
+        return "compiled kernel", name
+    if suffix in (".cubin", ".hsaco"):
+        return "triton kernel", "/".join(parts[:-1])
+    if suffix in (".gch", ".pch"):
+        return "precompiled header", name
     return None
+
+
+def _split(relative: str) -> tuple[list[str], str, str]:
+    """(parts, name, suffix) as PurePosixPath gives them, with string operations only: a
+    scan may hold 20k files, and this runs for each at the end of every boot."""
+    parts = relative.split("/")
+    name = parts[-1]
+    dot = name.rfind(".")
+    return parts, name, name[dot:] if dot > 0 else ""
 
 
 @dataclass(frozen=True)
