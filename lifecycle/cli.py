@@ -237,9 +237,7 @@ def boots(ctx: click.Context, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("boot_id", metavar="BOOT")
-@click.option(
-    "--against", metavar="BOOT", help="Compare with this boot (default: the best warm one)."
-)
+@click.option("--against", metavar="BOOT", help="The boot to compare with (default: best warm).")
 @json_option
 @click.pass_context
 def why(ctx: click.Context, boot_id: str, against: str | None, as_json: bool) -> None:

@@ -46,10 +46,15 @@ def _pep440(value: str) -> str:
         raise ValueError(f"{value!r} is not a PEP 440 version") from None
 
 
-def _env_name(value: str) -> str:
-    if not _ENV_NAME.match(value):
-        raise ValueError(f"{value!r} is not an environment variable name")
-    return value
+def _matching(pattern: re.Pattern[str], expected: str) -> AfterValidator:
+    """A string that must match `pattern`; else `'<value>' <expected>`."""
+
+    def check(value: str) -> str:
+        if not pattern.match(value):
+            raise ValueError(f"{value!r} {expected}")
+        return value
+
+    return AfterValidator(check)
 
 
 def _absolute_posix(value: str) -> str:
@@ -57,18 +62,6 @@ def _absolute_posix(value: str) -> str:
     if not path.is_absolute() or ".." in path.parts:
         raise ValueError(f"{value!r} must be an absolute path inside the container, without '..'")
     return str(path)
-
-
-def _slug(value: str) -> str:
-    if not _SLUG.match(value):
-        raise ValueError(f"{value!r} must be lower-case letters, digits, '.', '_' or '-'")
-    return value
-
-
-def _commit(value: str) -> str:
-    if not _COMMIT.match(value):
-        raise ValueError(f"{value!r} is not a commit id (7 to 64 lower-case hex digits)")
-    return value
 
 
 def _port_number_as_text(value: object) -> object:
@@ -84,10 +77,10 @@ def _port_key(value: str) -> str:
 
 
 PinnedVersion = Annotated[str, BeforeValidator(_version_text), AfterValidator(_pep440)]
-EnvName = Annotated[str, AfterValidator(_env_name)]
+EnvName = Annotated[str, _matching(_ENV_NAME, "is not an environment variable name")]
 ContainerPath = Annotated[str, AfterValidator(_absolute_posix)]
-Slug = Annotated[str, AfterValidator(_slug)]
-CommitId = Annotated[str, AfterValidator(_commit)]
+Slug = Annotated[str, _matching(_SLUG, "must be lower-case letters, digits, '.', '_' or '-'")]
+CommitId = Annotated[str, _matching(_COMMIT, "is not a commit id (7 to 64 lower-case hex digits)")]
 Text = Annotated[str, Field(min_length=1)]
 PortKey = Annotated[str, BeforeValidator(_port_number_as_text), AfterValidator(_port_key)]
 PinName = Literal["vllm", "flashinfer", "base_image"]
@@ -244,20 +237,12 @@ class BootProfile(_Strict):
     )
 
 
-def _entry_point_group(value: str) -> str:
-    if not _ENTRY_POINT_GROUP.match(value):
-        raise ValueError(f"{value!r} is not an entry point group (e.g. vllm.general_plugins)")
-    return value
-
-
-def _object_reference(value: str) -> str:
-    if not _OBJECT_REFERENCE.match(value):
-        raise ValueError(f"{value!r} is not an object reference 'package.module:function'")
-    return value
-
-
-EntryPointGroup = Annotated[str, AfterValidator(_entry_point_group)]
-ObjectReference = Annotated[str, AfterValidator(_object_reference)]
+EntryPointGroup = Annotated[
+    str, _matching(_ENTRY_POINT_GROUP, "is not an entry point group (e.g. vllm.general_plugins)")
+]
+ObjectReference = Annotated[
+    str, _matching(_OBJECT_REFERENCE, "is not an object reference 'package.module:function'")
+]
 
 
 class Manifest(_Strict):
