@@ -290,6 +290,18 @@ def boots(ctx: click.Context, /, source: str | None, as_json: bool, **filters: A
 
 
 @cli.command()
+@click.argument("boot_id", metavar="BOOT")
+@click.option("--against", metavar="BOOT", help="The boot to compare with (default: best warm).")
+@json_option
+@click.pass_context
+def why(ctx: click.Context, boot_id: str, against: str | None, as_json: bool) -> None:
+    """Why BOOT was cold or partly warm: what changed against a warm boot."""
+    from lifecycle.commands import why as verb
+
+    _answer(ctx, verb.run(_context(ctx), boot_id, against), verb.render, as_json)
+
+
+@cli.command()
 @click.argument("cache_ids", nargs=-1, metavar="[CACHE]...")
 @click.option("--archive", "archive_first", is_flag=True, help="Archive caches not archived yet.")
 @click.option("--with-content", is_flag=True, help="With --archive: archive file content too.")

@@ -427,3 +427,28 @@ def boot_demo(project: Path, *args: str, env: dict[str, str | None] | None = Non
     result = run_lifecycle(project, "boot", "demo/0.2", "--json", *args, env=env)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
+
+
+# --- the real-JIT stand-in engine, for tests that boot it ----------------------------------------
+
+
+@pytest.fixture(scope="session")
+def standin_image(docker_client: Any) -> str:
+    """The stand-in engine image (lifecycle/demo/standin.py): built once per machine, several
+    minutes the first time (rootfs, ~600 MB of wheels, the image), seconds after."""
+    from lifecycle.demo.images import default_cache_dir
+    from lifecycle.demo.standin import default_wheel_dir, ensure_standin_image
+
+    return ensure_standin_image(docker_client, default_cache_dir(), default_wheel_dir(), print)
+
+
+def standin_root(tmp_path: Path, extra: str = "") -> Path:
+    """A project with the production manifests and the stand-in's (`extra` appended to it)."""
+    repo = Path(__file__).resolve().parent.parent
+    root = tmp_path / "project"
+    for version in ("0.30", "0.31", "standin/0.31"):
+        shutil.copytree(repo / f"manifests/{version}", root / f"manifests/{version}")
+    manifest = root / "manifests/standin/0.31/manifest.yaml"
+    manifest.write_text(manifest.read_text() + extra)
+    (root / "hooks").mkdir()
+    return root

@@ -59,7 +59,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("boot",),
     ("archive",),
     ("results",),
-    ("teardown", "audit", "gc"),
+    ("teardown", "audit", "why", "gc"),
     ("flows",),
     ("commands",),
     ("cli",),

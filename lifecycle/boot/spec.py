@@ -103,13 +103,19 @@ def build_spec(
     mounts: list[CacheMount],
     host_env: Mapping[str, str],
     labels: dict[str, str],
+    boot_env: Mapping[str, str],
 ) -> ContainerSpec:
-    """Profile + tuned values + cache mounts → spec; a secret missing on the host is an error."""
+    """Profile + tuned values + cache mounts (and their settings) + the boot's own provenance
+    (`boot_env`: LIFECYCLE_BOOT_ID, …) → spec; a secret missing on the host is an error."""
     profile = manifest.profiles[profile_name]
+    caches = manifest.active_caches()
     environment = dict(profile.env)
-    environment.update({mount.env: mount.container_path for mount in mounts})
+    for mount in mounts:
+        environment.update(caches[mount.name].settings)
+        environment[mount.env] = mount.container_path
+    environment.update(boot_env)
     check_secrets(manifest, profile_name, host_env)
-    environment.update({name: host_env[name] for name in profile.secrets})
+    environment.update({name: host_env[name] for name in (*profile.from_host, *profile.secrets)})
     return ContainerSpec(
         image=image,
         command=[*profile.command, *profile.args, *_tuned_args(manifest, profile, profile_name)],
@@ -126,8 +132,10 @@ def build_spec(
 
 
 def check_secrets(manifest: Manifest, profile_name: str, host_env: Mapping[str, str]) -> None:
-    """Every secret the profile passes by name must be set on the host."""
-    missing = [name for name in manifest.profiles[profile_name].secrets if name not in host_env]
+    """Every secret (and `from_host` value) the profile passes by name must be set on the
+    host."""
+    profile = manifest.profiles[profile_name]
+    missing = [name for name in (*profile.from_host, *profile.secrets) if name not in host_env]
     if missing:
         raise LifecycleError(
             f"profile {profile_name!r} passes {', '.join(missing)} by name, but the host "

@@ -14,7 +14,14 @@ from lifecycle.commands.context import Context
 from lifecycle.commands.filters import EVERYTHING, Facts, Filters, open_archive
 from lifecycle.commands.report import Report, Row, fields_of, plain
 from lifecycle.leases import lease_held
-from lifecycle.ledger.boots import CacheRecord, all_boots, all_caches, cache_by_id, cache_uses
+from lifecycle.ledger.boots import (
+    CacheRecord,
+    all_boots,
+    all_caches,
+    cache_by_id,
+    cache_uses,
+    untracked_writes,
+)
 from lifecycle.ledger.pins import pins
 from lifecycle.table import human_age, human_bytes, render
 
@@ -185,7 +192,7 @@ def list_boots(ctx: Context, filters: Filters = EVERYTHING) -> BootsReport:
         return BootsReport(())
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
-        uses = cache_uses(ledger)
+        uses, writes = cache_uses(ledger), untracked_writes(ledger)
         rows = []
         for boot in all_boots(ledger):
             mine = [u for u in uses if u.boot_id == boot.id]
@@ -196,7 +203,8 @@ def list_boots(ctx: Context, filters: Filters = EVERYTHING) -> BootsReport:
             gone = boot.outcome == "running" and not any(
                 lease_held(ledger.home, u.cache_id) for u in mine
             )
-            rows.append(ListedBoot(report_of(boot, mine), gone))
+            outside = [w for w in writes if w.boot_id == boot.id]
+            rows.append(ListedBoot(report_of(boot, mine, outside), gone))
     return BootsReport(tuple(rows))
 
 
@@ -283,13 +291,17 @@ def render_boots(report: BootsReport) -> str:
     """The table of `lifecycle boots`; instrumented boots are flagged on their row."""
 
     def caches(boot: BootReport) -> str:
-        modes = [u.mode for u in boot.caches]
-        grew = sum(u.files_added or 0 for u in boot.caches if u.mode == "warm")
-        text = ", ".join(f"{modes.count(m)} {m}" for m in ("cold", "warm") if m in modes)
-        return text + (f" (+{grew} files while warm)" if grew else "")
+        # An empty cache is `empty`, whether it was mounted cold or warm.
+        modes = ["empty" if u.verdict == "empty" else u.mode for u in boot.caches]
+        warm = [u for u in boot.caches if u.mode == "warm"]
+        files = sum(u.files_added or 0 for u in warm)
+        dirs = sum(u.dirs_added or 0 for u in warm)
+        text = ", ".join(f"{modes.count(m)} {m}" for m in ("cold", "warm", "empty") if m in modes)
+        grew = [f"+{files} files"] * bool(files) + [f"+{dirs} dirs"] * bool(dirs)
+        return text + (f" ({', '.join(grew)} while warm)" if grew else "")
 
     return render(
-        ["BOOT", "STARTED", "MANIFEST", "PROFILE", "OUTCOME", "EXIT", "CACHES", "HOOKS"],
+        ["BOOT", "STARTED", "MANIFEST", "PROFILE", "OUTCOME", "EXIT", "CACHES", "JIT", "HOOKS"],
         [
             [
                 row.boot.boot.id,
@@ -299,6 +311,7 @@ def render_boots(report: BootsReport) -> str:
                 row.boot.boot.outcome + (" (process gone)" if row.process_gone else ""),
                 row.boot.boot.exit_code,
                 caches(row.boot),
+                row.boot.warmth[1],
                 ", ".join(h.name for h in row.boot.hooks)
                 + (" INSTRUMENTED" if row.boot.boot.instrumented else ""),
             ]

@@ -8,6 +8,7 @@ machine.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -19,6 +20,7 @@ SOURCES = Path(__file__).resolve().parent / "upstream"
 RELEASES = ("0.1.0", "0.2.0")
 _DATES = {"0.1.0": "2026-09-01T12:00:00+00:00", "0.2.0": "2026-10-01T12:00:00+00:00"}
 _IDENTITY = {"name": "Demo Upstream", "email": "upstream@demollm.invalid"}
+_MADE_FROM = "lifecycle-sources-sha256"  # in the bare repo's dir, beside HEAD
 
 
 def git(args: list[str], git_dir: Path, *, env: dict[str, str] | None = None) -> str:
@@ -59,9 +61,24 @@ def _commit_release(git_dir: Path, version: str) -> None:
     git(["tag", "-a", f"v{version}", "-m", f"demollm {version}"], git_dir, env=env)
 
 
+def sources_digest() -> str:
+    """sha256 over the release sources (0.1.0's files, the later patches): a repo made from
+    other sources is stale."""
+    digest = hashlib.sha256()
+    first = SOURCES / RELEASES[0]
+    for name in _release_files(first):
+        digest.update(name.encode() + b"\0" + (first / name).read_bytes())
+    for version in RELEASES[1:]:
+        digest.update((SOURCES / f"{version}.patch").read_bytes())
+    return digest.hexdigest()
+
+
 def has_releases(path: Path) -> bool:
-    """Whether `path` is a git repo holding every release tag."""
+    """Whether `path` is a git repo holding every release tag, made from today's sources."""
     if not (path / "HEAD").is_file():
+        return False
+    made_from = path / _MADE_FROM
+    if not made_from.is_file() or made_from.read_text().strip() != sources_digest():
         return False
     tags = git(["tag", "--list", "v*"], path).split()
     return all(f"v{version}" in tags for version in RELEASES)
@@ -77,6 +94,7 @@ def ensure_upstream_repo(path: Path) -> Path:
         git(["init", "--quiet", "--bare", "--initial-branch=main"], temp)
         for version in RELEASES:
             _commit_release(temp, version)
+        (temp / _MADE_FROM).write_text(sources_digest() + "\n")
         if path.exists():  # an incomplete repo from an interrupted run
             shutil.rmtree(path)
         temp.rename(path)
