@@ -155,6 +155,15 @@ def test_an_image_pushed_on_one_host_is_pulled_by_digest_on_another_and_boots_wa
     )
     assert pushed["pushed_reference"] in audited["image"]["repo_digests"]
 
+    # No archive to say where it went, no --pull: the manifest's `registry:` alone (outside
+    # its digest) makes a third host pull the image by the digest its tag has there.
+    docker_client.images.remove(image_id, force=True)
+    (project / "lifecycle.yaml").unlink()
+    manifest = project / "manifests/demo/0.2/manifest.yaml"
+    manifest.write_text(f"registry: {registry}\n" + manifest.read_text())
+    third = _lifecycle(project, tmp_path / "host-c", "boot", "demo/0.2", "--json")
+    assert third["image_id"] == image_id
+
 
 def test_a_pulled_image_whose_labels_are_not_the_manifests_is_refused_and_removed(
     own: Own, docker_client: Any, registry: str
