@@ -156,7 +156,7 @@ def test_the_text_chain_names_every_step(night: Night) -> None:
     assert lines[0] == f"# audit of result {night.results['cold']['id']}, from {night.url}"
     steps = [line.split(" ")[1] for line in lines if line.startswith("<- ")]
     assert steps == ["boot", "cache", "cache", "cache", "cache", "image", "manifest", "patch"]
-    assert "tuned gpu_memory_utilization=0.92 (validated)" in text.stdout
+    assert "tuned gpu_memory_utilization=0.92 (carried from demo/0.1)" in text.stdout
 
 
 def test_audit_cache_from_s3_lists_every_boot_and_result(night: Night) -> None:
