@@ -23,6 +23,7 @@ from lifecycle.hooks import (
     HookFailed,
     HookSelectionError,
     discover,
+    engine_env,
     hook_session,
     instrumented,
     select,
@@ -129,6 +130,35 @@ def test_the_observing_marker_is_read_from_a_comment_in_the_first_20_lines(
     assert instrumented([found["plain"], found["heavy"]])
     assert not instrumented([found["plain"], found["late"], found["says-it"]])
     assert not instrumented([])
+
+
+def test_a_hook_acts_unless_it_declares_it_only_asks(tmp_path: Path) -> None:
+    hooks = tmp_path / "hooks"
+    write_hook(hooks, "status", "# lifecycle: asks\nsystemctl is-active vllm\n")
+    write_hook(hooks, "stop", "# lifecycle: acts\nsystemctl stop vllm\n")
+    write_hook(hooks, "silent", "systemctl restart vllm\n")  # says nothing: it acts
+    write_hook(hooks, "both", "# lifecycle: asks\n# lifecycle: acts\nexit 0\n")
+    write_hook(hooks, "late", "\n" * 25 + "# lifecycle: asks\nexit 0\n")
+    found = discover(hooks)
+    assert {name for name, hook in found.items() if not hook.acts} == {"status"}
+
+
+def test_engine_env_is_declared_by_markers_and_two_hooks_may_not_disagree(
+    tmp_path: Path,
+) -> None:
+    hooks = tmp_path / "hooks"
+    body = "# lifecycle: observing\n# lifecycle: engine-env RECORD_HISTORY=1\n"
+    write_hook(hooks, "recorder", body + "# lifecycle: engine-env TRIGGER=64\nexit 0\n")
+    write_hook(hooks, "other", "# lifecycle: engine-env TRIGGER=32\nexit 0\n")
+    write_hook(hooks, "same", "# lifecycle: engine-env TRIGGER=64\nexit 0\n")
+    found = discover(hooks)
+    assert found["recorder"].observing
+    assert engine_env([found["recorder"], found["same"]]) == {
+        "RECORD_HISTORY": "1",
+        "TRIGGER": "64",
+    }
+    with pytest.raises(HookSelectionError, match="TRIGGER"):
+        engine_env([found["recorder"], found["other"]])
 
 
 # --- running: argv, stdin, cwd, failures, timeouts --------------------------------------------
