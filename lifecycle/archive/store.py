@@ -219,6 +219,29 @@ class BlobStore:
         self._put(self.record_key(cache_id), sha256, body, len(body), "application/json")
         return sha256
 
+    def put_document(
+        self,
+        key: str,
+        body: bytes,
+        *,
+        content_type: str = "application/json",
+        only_new: bool = False,
+    ) -> bool:
+        """Write a small document (a night's record, its report, its predictions) under `key`.
+        With `only_new`, never over one already there (If-None-Match): False when one was."""
+        sha256 = hashlib.sha256(body).hexdigest()
+        extra = {"IfNoneMatch": "*"} if only_new else {}
+        try:
+            self.client.put_object(
+                Bucket=self.location.bucket, Key=key, Body=body, ContentLength=len(body),
+                ContentType=content_type, ChecksumSHA256=b64_sha256(sha256), **extra,
+            )  # fmt: skip
+        except (BotoCoreError, ClientError) as exc:
+            if only_new and _code(exc) in ("PreconditionFailed", "412"):
+                return False
+            raise self.error(exc, key) from exc
+        return True
+
     def get_record(self, cache_id: str) -> bytes | None:
         """The record's bytes, or None when there is none."""
         key = self.record_key(cache_id)

@@ -18,6 +18,8 @@ from pydantic import (
     model_validator,
 )
 
+from lifecycle.manifest.measure import LadderMethod, Validity, drop_absent
+
 SCHEMA_VERSION = 1
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -163,6 +165,18 @@ class TunedValue(_Strict):
     margin: Text | None = None
     carried_from: Text | None = None
     note: Text | None = None
+    measure: LadderMethod | None = Field(
+        default=None, description="How to measure it again (`lifecycle tune --revalidate`)."
+    )
+    validity: Validity | None = Field(
+        default=None, description="The conditions it was measured in (`lifecycle tune`)."
+    )
+
+    @model_serializer(mode="wrap")
+    def _no_absent_method(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The digest is taken over the dumped manifest: a value without `measure` and
+        # `validity` must dump as it did before they existed, or every digest moves.
+        return drop_absent(handler(self), "measure", "validity")
 
     @model_validator(mode="after")
     def _carried_says_from_where(self) -> TunedValue:
