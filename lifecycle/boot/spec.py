@@ -172,11 +172,16 @@ def pick_profile(manifest: Manifest, requested: str | None) -> str:
     return requested
 
 
+def engine_flag(name: str) -> str:
+    """The engine's flag for a tuned value: gpu_memory_utilization -> --gpu-memory-utilization."""
+    return "--" + name.replace("_", "-")
+
+
 def _tuned_args(manifest: Manifest, profile: BootProfile, profile_name: str) -> list[str]:
     """Tuned values become engine arguments; one also set in the profile's args is an error."""
     args: list[str] = []
     for name, tuned in manifest.tuned.items():
-        flag = "--" + name.replace("_", "-")
+        flag = engine_flag(name)
         if flag in profile.args:
             raise LifecycleError(
                 f"profile {profile_name!r} sets {flag} and tuned.{name} sets it too; keep one"
