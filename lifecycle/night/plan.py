@@ -247,6 +247,6 @@ def _twice(where: KeyPath, values: Sequence[object]) -> Iterator[tuple[KeyPath, 
 
 
 def _problem(located: Located, path: KeyPath, message: str) -> Problem:
-    mark = located.mark(path)
+    mark = located.mark(path, prefer_key=True)  # a finding is about the key: point at it
     assert mark is not None, "the document root always has a mark"
     return Problem(mark.file, mark.line, mark.col, render_key_path(path), message)
