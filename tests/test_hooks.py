@@ -26,6 +26,7 @@ from lifecycle.hooks import (
     engine_env,
     hook_session,
     instrumented,
+    run_hook_process,
     select,
 )
 
@@ -418,8 +419,22 @@ def test_a_failing_on_exit_is_recorded_not_raised() -> None:
 
 def test_the_shipped_hooks_are_executable_and_say_what_they_do() -> None:
     shipped = discover(SHIPPED)
-    assert set(shipped) == {"log-event", "memory-snapshot", "restore-production"}
-    assert [name for name, hook in shipped.items() if hook.observing] == ["memory-snapshot"]
+    assert set(shipped) == {
+        "demo-memory-history",
+        "log-event",
+        "memory-snapshot",
+        "production-down",
+        "production-status",
+        "production-up",
+        "restore-production",
+    }
+    observing = [name for name, hook in shipped.items() if hook.observing]
+    assert observing == ["demo-memory-history", "memory-snapshot"]
+    assert [name for name, hook in shipped.items() if not hook.acts] == ["production-status"]
+    assert dict(shipped["demo-memory-history"].engine_env) == {
+        "DEMOLLM_RECORD_MEMORY_HISTORY": "1",
+        "DEMOLLM_MEMORY_HISTORY_TRIGGER_STEP": "64",
+    }
     for hook in shipped.values():
         header = hook.path.read_text().splitlines()[:25]
         assert any("Events:" in line for line in header), hook.name
@@ -495,3 +510,25 @@ def test_log_event_prints_the_event_and_the_context_keys(tmp_path: Path) -> None
         (run,) = session.fire("post-boot")
     assert run.stdout_tail == "log-event: post-boot step=boot keys=boot_id,event,port,step"
     assert not hooks[0].observing
+
+
+@pytest.mark.parametrize(
+    ("name", "event", "variable"),
+    [
+        ("production-down", "production.down", "LIFECYCLE_PRODUCTION_DOWN"),
+        ("production-up", "production.up", "LIFECYCLE_PRODUCTION_UP"),
+        ("production-status", "production.status", "LIFECYCLE_PRODUCTION_STATUS"),
+    ],
+)
+def test_production_hooks_run_their_command_on_their_event_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, event: str, variable: str
+) -> None:
+    hook = str(SHIPPED / name)
+    monkeypatch.delenv(variable, raising=False)
+    unset = run_hook_process([hook, event], "{}", tmp_path, 10)
+    assert unset.rc == 0 and f"{variable} not set" in unset.out
+    monkeypatch.setenv(variable, "echo ran > ran; exit 7")
+    assert run_hook_process([hook, "pre-boot"], "{}", tmp_path, 10).rc == 0
+    assert not (tmp_path / "ran").exists()
+    done = run_hook_process([hook, event], "{}", tmp_path, 10)
+    assert done.rc == 7 and (tmp_path / "ran").read_text() == "ran\n"

@@ -47,7 +47,7 @@ class PinView(_View):
     """A pin's verdict: the worst of its counted cells."""
 
     pin: str
-    verdict: str
+    verdict: str  # pass | fail | inconclusive | pending | untested (no matrix cell)
     cells: int
     why: str
 
@@ -178,10 +178,12 @@ def pin_views(plan: Plan, cells: list[CellView]) -> list[PinView]:
     views = []
     for pin in plan.pins:
         counted = [c for c in cells if c.pin == pin and c.counted]
-        if any(c.verdict == "pending" for c in counted):
+        if not counted:
+            verdict, why = "untested", "no matrix cell (ladders only)"
+        elif any(c.verdict == "pending" for c in counted):
             verdict, why = "pending", "not every cell has run"
         else:
-            verdict = worst([c.verdict for c in counted]) if counted else "inconclusive"
+            verdict = worst([c.verdict for c in counted])
             bad = [f"{c.workload} {c.state}: {c.verdict}" for c in counted if c.verdict != "pass"]
             why = "; ".join(bad) if bad else f"all {len(counted)} cells pass"
         views.append(PinView(pin=pin, verdict=verdict, cells=len(counted), why=why))
