@@ -30,11 +30,14 @@ from lifecycle.night.run import (
     NightOutcome,
     NightRequest,
     Recovery,
+    journal_stamp,
     night_lock,
     recover,
     run_night,
 )
 from lifecycle.night.view import NightView
+
+WHY_CHARS = 160  # of a cell's first non-passing verdict in the text report; --json has all
 
 
 @dataclass(frozen=True)
@@ -160,10 +163,7 @@ def run_recover(ctx: Context) -> RecoverReport:
     if not ctx.recorded():
         return RecoverReport(())
     with ctx.ledger(create=False) as ledger, night_lock(ledger.home):
-        stamp = ctx.now().isoformat
-        return RecoverReport(
-            tuple(recover(ledger, lambda: stamp(timespec="milliseconds"), ctx.say))
-        )
+        return RecoverReport(tuple(recover(ledger, journal_stamp(ctx.now), ctx.say)))
 
 
 def render(report: NightReport | NightPlanReport | RecoverReport) -> str:
@@ -187,11 +187,21 @@ def render_view(outcome: NightOutcome) -> str:
     lines += [
         f"  recovered production of night {r.night_id}: {r.detail}" for r in outcome.recovered
     ]
-    lines += [f"  pin {p.pin}: {p.verdict.upper()} ({p.why})" for p in view.pins]
+    lines += [
+        f"  pin {p.pin}: {p.verdict.upper()} ({p.why})"
+        for p in view.pins
+        if p.cells  # a tune's: none
+    ]
     for cell in view.cells:
         if cell.verdict not in ("pass", "pending") and not cell.workload.count("="):
             flag = " [instrumented: not counted]" if cell.instrumented else ""
-            lines.append(f"    {cell.id}: {cell.verdict} {cell.passed}/{len(cell.runs)}{flag}")
+            why = next(
+                (o.verdict for r in cell.runs for o in r.checks if o.verdict.status != "pass"), None
+            )
+            said = f": {why.check} {why.status}: {why.why}"[:WHY_CHARS] if why else ""
+            lines.append(
+                f"    {cell.id}: {cell.verdict} {cell.passed}/{len(cell.runs)}{flag}{said}"
+            )
     lines += [f"  observers voted: {d.text}" for d in view.disagreements]
     if view.production is not None:
         production = view.production
