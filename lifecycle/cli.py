@@ -110,15 +110,18 @@ def cli(ctx: click.Context, debug: bool, manifests_dir: Path | None) -> None:
 def _warn_if_production_down() -> None:
     """Whatever the verb: say so when a night left production down (a SIGKILL, a reboot, a
     failed up hook). Read-only, and silent when the ledger cannot be read."""
-    from lifecycle.home import default_home
+    from lifecycle.home import Home, default_home
     from lifecycle.ledger.nights import production_left_down_in
 
-    events = production_left_down_in(default_home(os.environ))
+    home = default_home(os.environ)
+    events = production_left_down_in(home)
     if events:  # the wording needs the night package; the common case imports none of it
         from lifecycle.night.production import is_down
+        from lifecycle.night.run import night_running
 
+        running = night_running(Home(home))
         for event in events:
-            click.echo(f"lifecycle: {is_down(event)}", err=True)
+            click.echo(f"lifecycle: {is_down(event, running)}", err=True)
 
 
 def _find_manifests_dir(start: Path) -> Path:

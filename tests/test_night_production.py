@@ -24,7 +24,7 @@ from lifecycle.night.production import (
     production_down,
     production_hooks,
 )
-from lifecycle.night.run import recover
+from lifecycle.night.run import NightBusy, night_lock, recover
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -168,3 +168,18 @@ def test_a_status_hook_must_only_ask(tmp_path: Path) -> None:
         production_hooks(REPO, plan.production)
     asks = plan.production.model_copy(update={"status": "production-status"})
     assert production_hooks(REPO, asks).status is not None
+
+
+def test_while_a_night_runs_its_production_is_down_on_purpose(
+    journal: NightJournal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal.event("production.down:intent", "production-down")
+    journal.event("production.down:done", "production-down")
+    home = journal.ledger.home
+    monkeypatch.setenv("LIFECYCLE_HOME", str(home.root))
+    with night_lock(home):  # what a running night holds
+        out = CliRunner().invoke(cli, ["--manifests", str(REPO / "manifests"), "boots"])
+        assert f"production is down while night {journal.night.id} runs" in out.stderr
+        assert "--recover" not in out.stderr
+        with pytest.raises(NightBusy), night_lock(home):  # nothing recovers it from under it
+            pass

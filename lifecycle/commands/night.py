@@ -146,7 +146,6 @@ def setting(
         say=ctx.say,
         now=ctx.now,
         runner=run_hook_process,
-        checkpoint=ctx.checkpoint(),
     )
 
 

@@ -159,7 +159,12 @@ def production_left_down_in(home: Path) -> list[NightEvent]:
     try:
         if not has_ledger(home):
             return []
-        uri = Home(home).ledger_file.absolute().as_uri() + "?mode=ro"
+        file = Home(home).ledger_file
+        # A read-only connection still makes the WAL's -shm index when it is not there; with
+        # no -wal file every commit is in the file itself, which is then read as immutable
+        # (nothing made, nothing locked). A -wal file (a writer open, or killed) is read too.
+        wal = file.with_name(file.name + "-wal").exists()
+        uri = file.absolute().as_uri() + ("?mode=ro" if wal else "?mode=ro&immutable=1")
         with closing(sqlite3.connect(uri, uri=True, timeout=2)) as conn:
             rows = conn.execute(_LAST_PRODUCTION_EVENT).fetchall()
     except (sqlite3.Error, OSError, LifecycleError):  # the verb itself will say what is wrong

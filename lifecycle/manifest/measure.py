@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from lifecycle.manifest.fields import Slug, Text
 
 CONDITION = re.compile(
     r"^\s*(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\s*(?P<op>>=|<=|==|!=|>|<)\s*"
     r"(?P<value>-?\d+(?:\.\d+)?)\s*$"
 )
 CACHE_FILE = re.compile(r"^(?P<cache>[a-z0-9][a-z0-9._-]*):(?P<glob>.+)$")
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _METRIC = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*$")
 
 
@@ -47,20 +48,12 @@ def _cache_file(value: str) -> str:
     return value
 
 
-def _slug(value: str) -> str:
-    if not _SLUG.match(value):
-        raise ValueError(f"{value!r} must be lower-case letters, digits, '.', '_' or '-'")
-    return value
-
-
 def _metric(value: str) -> str:
     if not _METRIC.match(value):
         raise ValueError(f"{value!r} is not a metric name")
     return value
 
 
-Text = Annotated[str, Field(min_length=1)]
-Slug = Annotated[str, AfterValidator(_slug)]
 MetricName = Annotated[str, AfterValidator(_metric)]
 CacheState = Literal["cold", "warm"]
 
@@ -124,12 +117,3 @@ class Validity(_Strict):
     predicted_mib: float | None = None
     measured_mib: dict[CacheState, float]
     archive: Text | None = Field(default=None, description="Where the night's record is.")
-
-
-def drop_absent(data: dict[str, Any], *keys: str) -> dict[str, Any]:
-    """`data` without the keys whose value is None: a key added to a model must leave the dump
-    of every manifest without it (and so its digest) as it was."""
-    for key in keys:
-        if data.get(key) is None:
-            data.pop(key, None)
-    return data

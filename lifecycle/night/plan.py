@@ -39,19 +39,13 @@ from typing import Annotated, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from lifecycle.errors import ManifestError, Problem
+from lifecycle.manifest.fields import Slug, Text, version_text
 from lifecycle.manifest.located import KeyPath, render_key_path
-from lifecycle.manifest.measure import CacheState, Evidence, LadderMethod, Slug, Text
+from lifecycle.manifest.measure import CacheState, Evidence, LadderMethod
 from lifecycle.manifest.pydantic_errors import problems_from_validation
 from lifecycle.manifest.source import Located, read_yaml
 
 _ARGUMENT = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-def _text_not_number(value: object) -> object:
-    # YAML reads `0.31` as the number 0.31: a pin named that way must be quoted.
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        raise ValueError(f"YAML read this as the number {value!r}; quote it, e.g. '0.31'")
-    return value
 
 
 def _argument(value: str) -> str:
@@ -60,7 +54,7 @@ def _argument(value: str) -> str:
     return value
 
 
-PinRef = Annotated[str, BeforeValidator(_text_not_number), Field(min_length=1)]
+PinRef = Annotated[str, BeforeValidator(version_text), Field(min_length=1)]
 Argument = Annotated[str, AfterValidator(_argument)]
 Positive = Annotated[int, Field(ge=1)]
 Document = TypeVar("Document", bound=BaseModel)

@@ -145,8 +145,14 @@ def status(
     return f"exit {done.rc}: {text}" if done.rc else text or "exit 0"
 
 
-def is_down(event: NightEvent) -> str:
-    """A night's last production event, as a warning: production is (or may be) down."""
+def is_down(event: NightEvent, running: bool = False) -> str:
+    """A night's last production event, as a warning: production is (or may be) down. While a
+    night `running` holds this host's night lock, production is down on purpose."""
+    if running:
+        return (
+            f"production is down while night {event.night_id} runs ({event.event} at"
+            f" {event.at}); the night brings it back when it ends"
+        )
     when = f"since {event.at}" if event.event != "production.up:failed" else f"({event.at})"
     what = {
         "production.down:intent": "may be down: the night stopped while production.down ran",

@@ -12,19 +12,18 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from lifecycle.archive.store import BlobStore
 from lifecycle.errors import AnswerNo, LifecycleError
-from lifecycle.faults import Checkpoint
 from lifecycle.home import Home
 from lifecycle.hooks import HookRunner, HookSelectionError, run_hook_process, select
+from lifecycle.leases import exclusive_or, held
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.nights import production_left_down
 from lifecycle.night.cells import Cell, matching, warm_up
@@ -62,7 +61,6 @@ class Night:
     say: Callable[[str], None]
     now: Callable[[], datetime]
     runner: HookRunner = run_hook_process
-    checkpoint: Checkpoint = lambda point: None
 
     def stamp(self) -> str:
         """Now, as the journal writes it."""
@@ -171,21 +169,16 @@ def plan_of(journal: NightJournal) -> Plan:
     return Plan.model_validate(json.loads(journal.night.plan), strict=False)
 
 
-@contextmanager
-def night_lock(home: Home) -> Iterator[None]:
+def night_lock(home: Home) -> AbstractContextManager[None]:
     """One night at a time per host: two would take each other's production down and up. The
     kernel drops the lock when its holder dies, SIGKILL included."""
     path = home.night_lock
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise NightBusy(f"another night runs on this host (lock {path})") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return exclusive_or(path, lambda: NightBusy(f"another night runs on this host (lock {path})"))
+
+
+def night_running(home: Home) -> bool:
+    """Whether a night runs on this host now (it holds the lock); nothing is created."""
+    return held(home.night_lock)
 
 
 def _journal(night: Night, request: NightRequest) -> tuple[NightJournal, str | None]:
@@ -261,7 +254,6 @@ def _run(
 
 def _one(night: Night, journal: NightJournal, order: RunOrder) -> RunSummary:
     journal.started(order.cell.id, order.run, order.attempt)
-    night.checkpoint("night-run-started")
     summary = night.engine.run(order)
     journal.done(summary)
     return summary
