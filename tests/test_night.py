@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +158,28 @@ def _running_boots() -> list[str]:
     started = journal(home(), "SELECT boot_id FROM night_runs WHERE step = 'done'")
     boots = journal(home(), "SELECT id FROM boots WHERE outcome = 'running'")
     return [row[0] for row in boots if (row[0],) not in started]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_or_ctrl_c_mid_cell_brings_production_up_before_the_night_exits(
+    project: Path, docker_client: Any, signum: int
+) -> None:
+    plan = write_plan(project, "small", **SMALL)
+    night = lifecycle(project, "night", str(plan))
+    wait_for("the slow cell's boot", lambda: bool(runs("demo/0.2:slow:cold", "started")))
+    wait_for("its container", lambda: bool(containers_of(docker_client, _running_boots())), 60)
+    night.send_signal(signum)
+    code, _, err = finish(night, 120)
+    assert code == 128 + signum, err
+    assert state(project) == "up"  # the exit trap's job, done by the guard
+    assert "production.up: done" in err
+    boots = journal(home(), "SELECT outcome FROM boots ORDER BY started_at")
+    assert boots[-1] == ("interrupted",)  # the killed run's boot says how it ended
+    code, _, err = finish(lifecycle(project, "caches"))
+    assert "PRODUCTION" not in err
+    code, out, err = finish(lifecycle(project, "night", str(plan), "--json"))
+    assert json.loads(out)["state"] == "finished", err
+    assert len(runs("demo/0.2:slow:cold", "done")) == 1
 
 
 def test_sigkill_while_production_goes_down_then_recover_brings_it_up(project: Path) -> None:
