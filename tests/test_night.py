@@ -295,6 +295,13 @@ def test_revalidate_proposes_a_new_value_when_the_carried_one_does_not_clear(pro
     assert (decision["action"], decision["value"]) == ("proposed", 0.91)
     assert "carried 0.92 does not clear 40 MiB" in decision["detail"]
     assert (project / "manifests/demo/0.2/manifest.yaml").read_text() == before
+    # A carried value that clears on this release becomes validated as it is.
+    manifest = project / "manifests/demo/0.2/manifest.yaml"
+    manifest.write_text(before.replace("value: 0.92", "value: 0.91"))
+    code, out, err = finish(lifecycle(project, "tune", "demo/0.2", "--revalidate", "--json"))
+    [decision] = json.loads(out)["decisions"]
+    assert code == 0 and (decision["action"], decision["value"]) == ("written", 0.91), err
+    assert "value: 0.91\n    status: validated" in manifest.read_text()
     # demo/0.1's value is validated, not carried: nothing to revalidate.
     code, _, err = finish(lifecycle(project, "tune", "demo/0.1", "--revalidate"))
     assert code == 2 and "no tuned value is carried" in err

@@ -110,6 +110,8 @@ def run(ctx: Context, options: NightOptions) -> NightReport | NightPlanReport | 
         return run_recover(ctx)
     loaded = load_plan(options.plan)
     if options.dry_run:
+        if loaded.plan.end.archive:  # the night would refuse to start without one
+            resolve_location(options.to, ctx.environ, ctx.project)
         return NightPlanReport(plan_only(ctx, loaded))
     request = NightRequest(loaded, rerun=tuple(options.rerun), new=options.new)
     return NightReport(run_plan(ctx, request, options.to))

@@ -8,6 +8,7 @@ new attempt; the runs of the attempt before stay in the ledger, superseded.
 
 from __future__ import annotations
 
+import json
 import secrets
 import socket
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from lifecycle.night.plan import LoadedPlan
 
 FINISHED = "finished"  # the event that closes a night: every run done, the end actions taken
 RERUN = "rerun"  # detail: the cell's id; its next attempt starts
+BUILDS = "builds"  # detail: pin -> the manifest digest the night measures (JSON), at its start
 
 
 def new_night_id(now: datetime) -> str:
@@ -123,6 +125,11 @@ class NightJournal:
         steps = run_steps(self.ledger, self.night.id)
         done = {(s.cell, s.run, s.attempt) for s in steps if s.step == "done"}
         return [s for s in steps if s.step == "started" and (s.cell, s.run, s.attempt) not in done]
+
+    def builds(self) -> dict[str, str]:
+        """pin -> the manifest digest of the build this night measures."""
+        found = [e.detail for e in self.events() if e.event == BUILDS and e.detail]
+        return dict(json.loads(found[0])) if found else {}
 
     @property
     def finished(self) -> bool:

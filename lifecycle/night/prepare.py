@@ -66,6 +66,13 @@ def _check_cell(cell: Cell, loaded: LoadedManifest) -> None:
         pick_profile(manifest, cell.boot_profile)
     except LifecycleError as exc:
         raise LifecycleError(f"cell {cell.id}: {exc} ({loaded.file})") from None
+    acceptance = manifest.profiles[pick_profile(manifest, cell.boot_profile)].acceptance
+    for check in cell.checks:
+        if acceptance is not None and acceptance.name == check.name:
+            raise LifecycleError(
+                f"cell {cell.id}: check {check.name!r} has the name of the boot profile's own"
+                " acceptance; a boot has one result of a name: rename the check"
+            )
     caches = manifest.active_caches()
     for check in cell.checks:
         for evidence in (check.path, check.pass_when, check.fail_when):

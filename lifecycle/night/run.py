@@ -28,7 +28,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.nights import production_left_down
 from lifecycle.night.cells import Cell, matching, warm_up
 from lifecycle.night.engine import Engine, RunOrder, RunSummary
-from lifecycle.night.journal import FINISHED, RERUN, NightJournal, latest_of_plan
+from lifecycle.night.journal import BUILDS, FINISHED, RERUN, NightJournal, latest_of_plan
 from lifecycle.night.ladder import climb
 from lifecycle.night.plan import LoadedPlan, Plan
 from lifecycle.night.predictions import Registered, register
@@ -106,7 +106,8 @@ def run_night(night: Night, request: NightRequest) -> NightOutcome:
         recovered = tuple(recover(night.ledger, night.stamp, night.say, night.runner))
         if any(not r.up for r in recovered):
             raise ProductionStillDown(recovered)
-        journal, note = _journal(night, request)
+        builds = {ref: pin.digest for ref, pin in prepared.pins.items()}
+        journal, note = _journal(night, request, builds)
         _ask_again(journal, prepared, request.rerun)
         registered = register(journal, plan, night.store)
         ran = 0
@@ -181,18 +182,30 @@ def night_running(home: Home) -> bool:
     return held(home.night_lock)
 
 
-def _journal(night: Night, request: NightRequest) -> tuple[NightJournal, str | None]:
-    """This plan's night to run: the last one, unless it finished (or --new); a new one."""
+def _journal(
+    night: Night, request: NightRequest, builds: dict[str, str]
+) -> tuple[NightJournal, str | None]:
+    """This plan's night to run: the last one, unless it finished (or --new) or its pins are
+    other builds now (`builds`: pin -> manifest digest); else a new one. A night whose runs so
+    far measured other builds is never resumed: its measurements would mix two builds."""
     loaded = request.loaded
     latest = latest_of_plan(night.ledger, loaded.plan.name, night.stamp)
     if latest is not None and not request.new:
-        if latest.night.plan_digest != loaded.digest and not latest.finished:
+        same_plan = latest.night.plan_digest == loaded.digest
+        measured = latest.builds()
+        changed = sorted(ref for ref, digest in builds.items() if measured.get(ref) != digest)
+        if not latest.finished and not same_plan:
             raise LifecycleError(
                 f"night {latest.night.id} of plan {loaded.plan.name!r} stopped before its end"
                 f" with another version of the plan (sha256:{latest.night.plan_digest[:12]},"
                 f" now {loaded.digest[:12]}): run it to its end with that plan, or pass --new"
             )
-        if latest.night.plan_digest == loaded.digest:
+        if same_plan and changed and (not latest.finished or request.rerun):
+            raise LifecycleError(
+                f"night {latest.night.id} measured other builds of {', '.join(changed)} (their"
+                " manifests changed since it started): pass --new for a night of these"
+            )
+        if same_plan and not changed:
             if request.rerun or not latest.finished:
                 note = None if latest.finished else f"resuming night {latest.night.id}"
                 return latest, note
@@ -201,6 +214,7 @@ def _journal(night: Night, request: NightRequest) -> tuple[NightJournal, str | N
                 " runs cells again, --new starts a new night)"
             )
     journal = NightJournal.begin(night.ledger, loaded, request.kind, night.project, night.stamp)
+    journal.event(BUILDS, json.dumps(builds, sort_keys=True))
     return journal, None
 
 
