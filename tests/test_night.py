@@ -298,6 +298,8 @@ def test_revalidate_proposes_a_new_value_when_the_carried_one_does_not_clear(pro
     # A carried value that clears on this release becomes validated as it is.
     manifest = project / "manifests/demo/0.2/manifest.yaml"
     manifest.write_text(before.replace("value: 0.92", "value: 0.91"))
+    code, _, err = finish(lifecycle(project, "build", "demo/0.2"))  # another build: its image
+    assert code == 0, err
     code, out, err = finish(lifecycle(project, "tune", "demo/0.2", "--revalidate", "--json"))
     [decision] = json.loads(out)["decisions"]
     assert code == 0 and (decision["action"], decision["value"]) == ("written", 0.91), err
