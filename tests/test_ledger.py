@@ -180,3 +180,29 @@ def test_schema_7_keeps_every_boot_and_allows_timeout_and_untracked_writes(
             writer.execute("INSERT INTO untracked_writes VALUES ('b-2', '/x.so', 'added', 1)")
     assert ledger.query("PRAGMA foreign_key_check") == []
     ledger.close()
+
+
+def test_schema_8_adds_the_nights_to_a_ledger_of_schema_7(tmp_path: Path) -> None:
+    conn = _ledger_at_schema(tmp_path, 7)
+    boot = (
+        "b-1", "2026-10-10T00:00:00", "2026-10-10T00:01:00", 0, "ok", None, "h", "serve",
+        "demo", "d" * 64, "sha256:i", "t:1", "c1", "[]", 0, "[]", "/l", "/e",
+    )  # fmt: skip
+    conn.execute(f"INSERT INTO boots VALUES ({', '.join('?' * len(boot))})", boot)
+    conn.close()
+
+    ledger = Ledger.open(tmp_path)
+    assert ledger.query("PRAGMA user_version")[0][0] == len(MIGRATIONS) >= 8
+    assert tuple(ledger.query("SELECT * FROM boots")[0]) == boot
+    night = ("n-1", "night", "p", "p.yaml", "x" * 64, "{}", "/project", "h", "2026-10-10")
+    with ledger.transaction() as writer:
+        writer.execute(f"INSERT INTO nights VALUES ({', '.join('?' * len(night))})", night)
+        writer.execute(
+            "INSERT INTO night_runs (night_id, cell, run, attempt, step, at)"
+            " VALUES ('n-1', 'demo/0.2:batch:cold', 1, 1, 'started', '2026-10-10')"
+        )
+        with pytest.raises(sqlite3.IntegrityError):  # a run of a night nobody started
+            writer.execute(
+                "INSERT INTO night_events (night_id, event, at) VALUES ('n-2', 'x', 'now')"
+            )
+    ledger.close()
