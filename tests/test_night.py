@@ -95,7 +95,7 @@ def containers_of(docker_client: Any, boot_ids: list[str]) -> list[Any]:
 
 
 def test_sigkill_mid_cell_resumes_at_the_killed_run_and_never_reruns_a_finished_one(
-    project: Path, docker_client: Any
+    project: Path, docker_client: Any, s3_client: Any, s3_bucket: str
 ) -> None:
     plan = write_plan(project, "small", **SMALL)
     night = lifecycle(project, "night", str(plan))
@@ -140,8 +140,15 @@ def test_sigkill_mid_cell_resumes_at_the_killed_run_and_never_reruns_a_finished_
     # Again: nothing left to run, production untouched.
     log_before = (project / "prod.log").read_text()
     code, out, err = finish(lifecycle(project, "night", str(plan), "--json"))
-    assert json.loads(out)["ran"] == 0 and "finished; nothing to run" in err
+    again = json.loads(out)
+    assert again["ran"] == 0 and "finished; nothing to run" in err
     assert (project / "prod.log").read_text() == log_before
+    # Its report written again is a new pair of objects: the first one is still there as it was.
+    first, second = report["report"]["archived_html"], again["report"]["archived_html"]
+    assert first != second and second.endswith("report.html")
+    listed = s3_client.list_objects_v2(Bucket=s3_bucket, Prefix=f"nights/nights/{report['id']}/")
+    keys = {f"s3://{s3_bucket}/{item['Key']}" for item in listed["Contents"]}
+    assert {first, second} <= keys and len(keys) == 4
 
     # Unless asked: the forced cells run again, as a second attempt; the rest stay.
     code, out, err = finish(

@@ -1,16 +1,19 @@
 """A night's report, written beside its ledger and archived with its results.
 
 `$LIFECYCLE_HOME/nights/<night>/report.html` and `report.json` (the JSON `lifecycle night
---json` prints, format `lifecycle-night/1`), and the same two objects under
-`nights/<night>/` at the archive location. Written again whenever the night runs again, so
-the latest report is the one there.
+--json` prints, format `lifecycle-night/1`), written again whenever the night runs again. At
+the archive location each writing is its own pair of objects under
+`nights/<night>/<UTC time>-<6 hex>/`, created only if absent: the archive is append-only,
+and the newest revision of a night's report is the last one listed.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 from lifecycle.archive.store import BlobStore
@@ -31,8 +34,9 @@ def publish(view: NightView, home: Home, store: BlobStore | None) -> NightView:
     where they are."""
     directory = home.night_dir(view.id)
     directory.mkdir(parents=True, exist_ok=True)
-    html_key = store.location.key("nights", view.id, "report.html") if store else None
-    json_key = store.location.key("nights", view.id, "report.json") if store else None
+    revision = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+    html_key = store.location.key("nights", view.id, revision, "report.html") if store else None
+    json_key = store.location.key("nights", view.id, revision, "report.json") if store else None
     places = ReportPlaces(
         html_file=str(directory / "report.html"),
         json_file=str(directory / "report.json"),
@@ -45,8 +49,8 @@ def publish(view: NightView, home: Home, store: BlobStore | None) -> NightView:
     _write(Path(places.html_file), html)
     _write(Path(places.json_file), document)
     if store is not None and html_key and json_key:
-        store.put_document(json_key, document)
-        store.put_document(html_key, html, content_type="text/html; charset=utf-8")
+        store.put_document(json_key, document, only_new=True)
+        store.put_document(html_key, html, content_type="text/html; charset=utf-8", only_new=True)
     return view
 
 
