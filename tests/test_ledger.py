@@ -188,10 +188,36 @@ def test_schema_7_keeps_every_boot_and_allows_timeout_and_untracked_writes(
     ledger.close()
 
 
-def test_schema_8_reads_an_older_hosts_archives_as_the_previous_format(tmp_path: Path) -> None:
+def test_schema_8_adds_the_nights_to_a_ledger_of_schema_7(tmp_path: Path) -> None:
+    conn = _ledger_at_schema(tmp_path, 7)
+    boot = (
+        "b-1", "2026-10-10T00:00:00", "2026-10-10T00:01:00", 0, "ok", None, "h", "serve",
+        "demo", "d" * 64, "sha256:i", "t:1", "c1", "[]", 0, "[]", "/l", "/e",
+    )  # fmt: skip
+    _insert(conn, "boots", boot)
+    conn.close()
+
+    ledger = Ledger.open(tmp_path)
+    assert ledger.query("PRAGMA user_version")[0][0] == len(MIGRATIONS) >= 8
+    assert tuple(ledger.query("SELECT * FROM boots")[0]) == boot
+    night = ("n-1", "night", "p", "p.yaml", "x" * 64, "{}", "/project", "h", "2026-10-10")
+    with ledger.transaction() as writer:
+        writer.execute(f"INSERT INTO nights VALUES ({', '.join('?' * len(night))})", night)
+        writer.execute(
+            "INSERT INTO night_runs (night_id, cell, run, attempt, step, at)"
+            " VALUES ('n-1', 'demo/0.2:batch:cold', 1, 1, 'started', '2026-10-10')"
+        )
+        with pytest.raises(sqlite3.IntegrityError):  # a run of a night nobody started
+            writer.execute(
+                "INSERT INTO night_events (night_id, event, at) VALUES ('n-2', 'x', 'now')"
+            )
+    ledger.close()
+
+
+def test_schema_9_reads_an_older_hosts_archives_as_the_previous_format(tmp_path: Path) -> None:
     # A host that archived before versions existed: its archive rows point at one record per
     # cache (no tree digest), its builds knew no base digest. Both are kept, read as such.
-    conn = _ledger_at_schema(tmp_path, 7)
+    conn = _ledger_at_schema(tmp_path, 8)
     _insert(conn, "caches", _old_cache("archived"))
     at = "2026-10-10T00:01:00"
     _insert(
@@ -205,7 +231,7 @@ def test_schema_8_reads_an_older_hosts_archives_as_the_previous_format(tmp_path:
     conn.close()
 
     ledger = Ledger.open(tmp_path)
-    assert ledger.query("PRAGMA user_version")[0][0] == len(MIGRATIONS) >= 8
+    assert ledger.query("PRAGMA user_version")[0][0] == len(MIGRATIONS) >= 9
     found = archive_of(ledger, "vllm-1")
     assert found is not None and found.record_key == "p/caches/vllm-1.json"
     assert found.tree_digest is None  # the previous format's mark

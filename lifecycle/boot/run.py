@@ -24,6 +24,7 @@ from lifecycle.boot.provenance import keep_provenance
 from lifecycle.boot.spec import (
     CacheMount,
     ContainerSpec,
+    EngineExtras,
     build_spec,
     check_secrets,
     pick_profile,
@@ -32,7 +33,7 @@ from lifecycle.errors import LifecycleError
 from lifecycle.evidence import collect_evidence
 from lifecycle.faults import Checkpoint
 from lifecycle.fingerprint import Fingerprint, scan
-from lifecycle.hooks import Hook, HookFailed, HookSession, hook_session, instrumented
+from lifecycle.hooks import Hook, HookFailed, HookSession, engine_env, hook_session, instrumented
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
     BootRecord,
@@ -64,6 +65,7 @@ class BootRequest:
     hooks: Sequence[Hook]
     arch: str
     timeout_s: float | None = None
+    extra_args: tuple[str, ...] = ()  # after the profile's and the tuned values' (a night's cell)
 
 
 @dataclass
@@ -103,7 +105,8 @@ def dry_run_spec(request: BootRequest, host_env: Mapping[str, str]) -> Container
     ]
     labels = _labels(request, "(dry run)")
     boot_env = _boot_env(request, "(dry run)")
-    return build_spec(manifest, profile, request.image_tag, mounts, host_env, labels, boot_env)
+    image = request.image_tag
+    return build_spec(manifest, profile, image, mounts, host_env, labels, boot_env, _extra(request))
 
 
 @dataclass(frozen=True)
@@ -140,8 +143,9 @@ def boot(
         checkpoint("boot-caches-picked")
         labels, boot_env = _labels(request, boot_id), _boot_env(request, boot_id)
         spec = build_spec(
-            manifest, profile, request.image["id"], plan.mounts, host_env, labels, boot_env
-        )
+            manifest, profile, request.image["id"], plan.mounts, host_env, labels, boot_env,
+            _extra(request),
+        )  # fmt: skip
         record = _intent(request, profile, boot_id, now, spec)
         keep_provenance(ledger, request.loaded, request.digest, request.image)
         start_boot(ledger, record, plan.new_caches, plan.uses)
@@ -154,6 +158,11 @@ def boot(
     finally:
         plan.release()  # only once the end-of-boot scan is recorded (or failed to be)
     return record
+
+
+def _extra(request: BootRequest) -> EngineExtras:
+    """What the boot adds to the profile: a cell's arguments, the hooks' engine environment."""
+    return EngineExtras(request.extra_args, engine_env(request.hooks))
 
 
 def _intent(

@@ -4,6 +4,12 @@ The first release is stored as its tree (`upstream/0.1.0/`), each later one as a
 release before (`upstream/0.2.0.patch`), so every file is kept once and a release reads as
 what changed. Author, committer and dates are fixed, so commit ids are the same on every
 machine.
+
+To change a later release, edit its tree and store it again as its patch:
+
+    python3 -m lifecycle.demo.upstream 0.2.0 DIR   # DIR: the release's whole tree, edited
+
+(`git archive v0.2.0` of a demo upstream repo gives the tree to start from.)
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -73,6 +80,25 @@ def sources_digest() -> str:
     return digest.hexdigest()
 
 
+def release_patch(version: str, tree: Path) -> str:
+    """The patch that stores the release `version` whose whole tree is `tree`: the changes
+    from the release before it (full index lines, as `git apply --cached` takes them), under
+    the patch file's own first paragraph."""
+    index = RELEASES.index(version)
+    with tempfile.TemporaryDirectory(prefix="demo-upstream.") as repo_dir:
+        repo = Path(repo_dir)
+        git(["init", "--quiet", "--bare", "--initial-branch=main"], repo)
+        for earlier in RELEASES[:index]:  # this release's own patch is the one being remade
+            _commit_release(repo, earlier)
+        git(["--work-tree", str(tree), "read-tree", "--empty"], repo)
+        git(["--work-tree", str(tree), "add", "--", *_release_files(tree)], repo)
+        after = git(["write-tree"], repo).strip()
+        before = f"v{RELEASES[index - 1]}^{{tree}}"
+        diff = git(["diff", "--full-index", "--no-renames", before, after], repo)
+    header = (SOURCES / f"{version}.patch").read_text().split("\n\n", 1)[0]
+    return f"{header}\n\n{diff}"
+
+
 def has_releases(path: Path) -> bool:
     """Whether `path` is a git repo holding every release tag, made from today's sources."""
     if not (path / "HEAD").is_file():
@@ -101,3 +127,8 @@ def ensure_upstream_repo(path: Path) -> Path:
     finally:
         shutil.rmtree(temp, ignore_errors=True)
     return path
+
+
+if __name__ == "__main__":  # python3 -m lifecycle.demo.upstream VERSION TREE
+    version, tree = sys.argv[1], Path(sys.argv[2])
+    (SOURCES / f"{version}.patch").write_text(release_patch(version, tree))

@@ -205,7 +205,54 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (boot_id, path)
     );
     """,
-    # 8: many hosts on one archive. Every archived state of a cache is its own immutable record
+    # 8: acceptance nights (and tuning ladders, a night of rungs): the plan each ran, the
+    # journal of its cell runs (`started`, then `done` with the run's summary), its events
+    # (production down and up, end actions) and the predictions it registered before any
+    # run. Rows are only ever added: a night's record is its journal. A run's boot is not a
+    # foreign key, since a cell may run on another host's engine and ledger.
+    """
+    CREATE TABLE nights (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL CHECK (kind IN ('night', 'tune')),
+        plan_name TEXT NOT NULL,
+        plan_file TEXT NOT NULL,
+        plan_digest TEXT NOT NULL,
+        plan TEXT NOT NULL,
+        project TEXT NOT NULL,
+        host TEXT NOT NULL,
+        started_at TEXT NOT NULL
+    );
+    CREATE TABLE night_runs (
+        id INTEGER PRIMARY KEY,
+        night_id TEXT NOT NULL REFERENCES nights (id),
+        cell TEXT NOT NULL,
+        run INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        step TEXT NOT NULL CHECK (step IN ('started', 'done')),
+        boot_id TEXT,
+        verdict TEXT CHECK (verdict IN ('pass', 'fail', 'inconclusive')),
+        summary TEXT,
+        at TEXT NOT NULL
+    );
+    CREATE INDEX night_runs_cell ON night_runs (night_id, cell, attempt, run);
+    CREATE TABLE night_events (
+        id INTEGER PRIMARY KEY,
+        night_id TEXT NOT NULL REFERENCES nights (id),
+        event TEXT NOT NULL,
+        detail TEXT,
+        at TEXT NOT NULL
+    );
+    CREATE TABLE predictions (
+        night_id TEXT NOT NULL REFERENCES nights (id),
+        pin TEXT NOT NULL,
+        argument TEXT NOT NULL,
+        rung REAL NOT NULL,
+        margin_mib REAL NOT NULL,
+        registered_at TEXT NOT NULL,
+        PRIMARY KEY (night_id, pin, argument, rung)
+    );
+    """,
+    # 9: many hosts on one archive. Every archived state of a cache is its own immutable record
     # (a version, by tree digest, with the version it grew from), each boot and each result
     # too; `archives` keeps pointing at the newest version this host wrote (tree_digest NULL:
     # a record of the previous, one-per-cache format). Builds record their base image's

@@ -18,25 +18,18 @@ from pydantic import (
     model_validator,
 )
 
+from lifecycle.manifest.fields import Slug, Text, version_text
+from lifecycle.manifest.measure import LadderMethod, Validity
+
 SCHEMA_VERSION = 1
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
 _PORT_KEY = re.compile(r"^([0-9]{1,5})(/(tcp|udp|sctp))?$")
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 _DOTTED = rf"{_IDENTIFIER}(\.{_IDENTIFIER})*"
 _ENTRY_POINT_GROUP = re.compile(rf"^{_DOTTED}$")
 _OBJECT_REFERENCE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
-
-
-def _version_text(value: object) -> object:
-    # YAML reads `0.30` as the float 0.3: refuse it rather than pin the wrong release.
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        raise ValueError(
-            f"YAML read this as the number {value!r}; quote the version, e.g. '0.30.0'"
-        )
-    return value
 
 
 def _pep440(value: str) -> str:
@@ -76,12 +69,10 @@ def _port_key(value: str) -> str:
     return value
 
 
-PinnedVersion = Annotated[str, BeforeValidator(_version_text), AfterValidator(_pep440)]
+PinnedVersion = Annotated[str, BeforeValidator(version_text), AfterValidator(_pep440)]
 EnvName = Annotated[str, _matching(_ENV_NAME, "is not an environment variable name")]
 ContainerPath = Annotated[str, AfterValidator(_absolute_posix)]
-Slug = Annotated[str, _matching(_SLUG, "must be lower-case letters, digits, '.', '_' or '-'")]
 CommitId = Annotated[str, _matching(_COMMIT, "is not a commit id (7 to 64 lower-case hex digits)")]
-Text = Annotated[str, Field(min_length=1)]
 PortKey = Annotated[str, BeforeValidator(_port_number_as_text), AfterValidator(_port_key)]
 PinName = Literal["vllm", "flashinfer", "base_image"]
 
@@ -156,6 +147,8 @@ class Patch(_Strict):
 class TunedValue(_Strict):
     """An engine argument whose value was measured, and how."""
 
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("measure", "validity")
+
     value: bool | int | float | str
     status: Literal["validated", "carried"]
     measured_on: Text = Field(description="The build the value was measured on.")
@@ -163,6 +156,12 @@ class TunedValue(_Strict):
     margin: Text | None = None
     carried_from: Text | None = None
     note: Text | None = None
+    measure: LadderMethod | None = Field(
+        default=None, description="How to measure it again (`lifecycle tune --revalidate`)."
+    )
+    validity: Validity | None = Field(
+        default=None, description="The conditions it was measured in (`lifecycle tune`)."
+    )
 
     @model_validator(mode="after")
     def _carried_says_from_where(self) -> TunedValue:
