@@ -192,6 +192,24 @@ def archive_target(request: pytest.FixtureRequest) -> Iterator[ArchiveTarget]:
         client.delete_objects(Bucket=bucket, Delete={"Objects": keys[start : start + 1000]})
 
 
+# An archive the previous release wrote (tests/data/previous_archive/HOW.md): four caches, one
+# boot, one result, every object as it was written.
+PREVIOUS_ARCHIVE = Path(__file__).resolve().parent / "data" / "previous_archive" / "objects"
+PREVIOUS_RESULT = "r-20261201T181602-6afb1d"
+
+
+@pytest.fixture
+def previous_archive(archive_target: ArchiveTarget) -> ArchiveTarget:
+    """The previous release's archive, uploaded as it was to the target's prefix."""
+    for path in sorted(PREVIOUS_ARCHIVE.rglob("*")):
+        if path.is_file():
+            key = f"{archive_target.prefix}/{path.relative_to(PREVIOUS_ARCHIVE).as_posix()}"
+            archive_target.client.put_object(
+                Bucket=archive_target.bucket, Key=key, Body=path.read_bytes()
+            )
+    return archive_target
+
+
 def _free_port_pairs(count: int) -> list[int]:
     """Ports p with p and p + 10000 free (weed puts each gRPC port at +10000), below the
     kernel's ephemeral range, as `.ci/with-services` picks them."""

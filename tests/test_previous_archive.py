@@ -14,24 +14,12 @@ import pytest
 from lifecycle.fingerprint import scan
 from lifecycle.records import CACHE_FORMAT
 from tests.archive_support import keys
-from tests.services import ArchiveTarget, run_lifecycle
+from tests.services import PREVIOUS_ARCHIVE, PREVIOUS_RESULT, ArchiveTarget, run_lifecycle
 
 pytestmark = pytest.mark.s3
 
-OBJECTS = Path(__file__).resolve().parent / "data" / "previous_archive" / "objects"
-RESULT = "r-20261201T181602-6afb1d"
-
-
-@pytest.fixture
-def previous(archive_target: ArchiveTarget) -> ArchiveTarget:
-    """The previous release's archive, every object as it wrote it, at the target's prefix."""
-    for path in sorted(OBJECTS.rglob("*")):
-        if path.is_file():
-            key = f"{archive_target.prefix}/{path.relative_to(OBJECTS).as_posix()}"
-            archive_target.client.put_object(
-                Bucket=archive_target.bucket, Key=key, Body=path.read_bytes()
-            )
-    return archive_target
+OBJECTS = PREVIOUS_ARCHIVE
+RESULT = PREVIOUS_RESULT
 
 
 def _json(target: ArchiveTarget, home: Path, *args: str) -> Any:
@@ -42,8 +30,9 @@ def _json(target: ArchiveTarget, home: Path, *args: str) -> Any:
 
 
 def test_the_previous_releases_archive_reads_restores_and_grows(
-    previous: ArchiveTarget, tmp_path: Path
+    previous_archive: ArchiveTarget, tmp_path: Path
 ) -> None:
+    previous = previous_archive
     url, home = previous.url, tmp_path / "home"
     legacy = {
         path.stem: json.loads(path.read_bytes()) for path in (OBJECTS / "caches").glob("*.json")
