@@ -41,10 +41,10 @@ sys.path.insert(1, str(REPO / "bench"))
 
 import fingerprint as fingerprint_bench  # noqa: E402  (bench/fingerprint.py: the tree)
 
-from lifecycle import evidence  # noqa: E402
 from lifecycle.boot import run  # noqa: E402
 from lifecycle.boot.caches import CachePlan  # noqa: E402
 from lifecycle.boot.spec import CacheMount  # noqa: E402
+from lifecycle.evidence import bundle as evidence  # noqa: E402
 from lifecycle.evidence import is_evidence_file  # noqa: E402
 from lifecycle.ledger import Ledger  # noqa: E402
 from lifecycle.ledger.boots import (  # noqa: E402

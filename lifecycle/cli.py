@@ -105,6 +105,24 @@ def _exit_code_table() -> str:
 def cli(ctx: click.Context, debug: bool, manifests_dir: Path | None) -> None:
     """Build, boot, archive and port patched vLLM engines, keeping their JIT caches' evidence."""
     ctx.obj = {"debug": debug, "manifests_dir": manifests_dir or _find_manifests_dir(Path.cwd())}
+    _warn_if_production_down()
+
+
+def _warn_if_production_down() -> None:
+    """Whatever the verb: say so when a night left production down (a SIGKILL, a reboot, a
+    failed up hook). Read-only, and silent when the ledger cannot be read."""
+    from lifecycle.home import Home, default_home
+    from lifecycle.ledger.nights import production_left_down_in
+
+    home = default_home(os.environ)
+    events = production_left_down_in(home)
+    if events:  # the wording needs the night package; the common case imports none of it
+        from lifecycle.night.production import is_down
+        from lifecycle.night.run import night_running
+
+        running = night_running(Home(home))
+        for event in events:
+            click.echo(f"lifecycle: {is_down(event, running)}", err=True)
 
 
 def _find_manifests_dir(start: Path) -> Path:
@@ -303,6 +321,18 @@ def boots(ctx: click.Context, /, source: str | None, as_json: bool, **filters: A
 
 
 @cli.command()
+@click.argument("boot_id", metavar="BOOT")
+@click.option("--against", metavar="BOOT", help="The boot to compare with (default: best warm).")
+@json_option
+@click.pass_context
+def why(ctx: click.Context, boot_id: str, against: str | None, as_json: bool) -> None:
+    """Why BOOT was cold or partly warm: what changed against a warm boot."""
+    from lifecycle.commands import why as verb
+
+    _answer(ctx, verb.run(_context(ctx), boot_id, against), verb.render, as_json)
+
+
+@cli.command()
 @click.argument("cache_ids", nargs=-1, metavar="[CACHE]...")
 @click.option("--archive", "archive_first", is_flag=True, help="Archive caches not archived yet.")
 @click.option("--with-content", is_flag=True, help="With --archive: archive file content too.")
@@ -414,7 +444,8 @@ def gc(
         count = len(report.plan.remove)
         click.confirm(f"remove {count} objects from {report.location}?", abort=True, err=True)
 
-    _answer(ctx, verb.run(_context(ctx), options, show=show, agree=agree), verb.render, as_json)
+    report = verb.run(_context(ctx), options, verb.Consent(show, agree))
+    _answer(ctx, report, verb.render, as_json)
 
 
 @cli.command()
@@ -692,6 +723,84 @@ def audit_cache(ctx: click.Context, cache_id: str, source: str | None, as_json: 
     from lifecycle.commands import audit as verb
 
     _answer(ctx, verb.run_cache(_context(ctx), cache_id, source), verb.render_cache, as_json)
+
+
+@cli.command()
+@click.argument("plan", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--dry-run", is_flag=True, help="Show the cells in order; boot nothing, run no acting hook."
+)
+@click.option(
+    "--rerun",
+    multiple=True,
+    metavar="CELL",
+    help="Run this cell again (a pattern: 'demo/0.2:batch:*').",
+)
+@click.option(
+    "--new", is_flag=True, help="A new night, even if this plan's last one did not finish."
+)
+@click.option(
+    "--recover", is_flag=True, help="Bring production back wherever a night left it down."
+)
+@click.option("--to", metavar="S3_URL", help="Archive location (default: LIFECYCLE_ARCHIVE).")
+@json_option
+@click.pass_context
+def night(
+    ctx: click.Context,
+    plan: Path | None,
+    dry_run: bool,
+    rerun: tuple[str, ...],
+    new: bool,
+    recover: bool,
+    to: str | None,
+    as_json: bool,
+) -> None:
+    """Run the acceptance night PLAN: every cell a recorded boot with its results, production
+    down for the night and always brought back, the ladders' values written, the evidence
+    archived; resumes where a stopped night left off.
+
+    Exit 0 when every pin passes and every ladder wrote its value, 1 otherwise.
+    """
+    from lifecycle.commands import night as verb
+
+    options = verb.NightOptions(plan, dry_run, rerun, new, recover, to)
+    _answer(ctx, verb.run(_context(ctx), options), verb.render, as_json)
+
+
+@cli.command()
+@click.argument("version")
+@click.argument("ladder", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--revalidate", is_flag=True, help="Measure each carried value again by its recorded ladder."
+)
+@click.option("--dry-run", is_flag=True, help="Show the rungs; boot nothing.")
+@click.option(
+    "--new", is_flag=True, help="Start over, even if this ladder's last run did not finish."
+)
+@click.option("--to", metavar="S3_URL", help="Archive location (default: LIFECYCLE_ARCHIVE).")
+@json_option
+@click.pass_context
+def tune(
+    ctx: click.Context,
+    version: str,
+    ladder: Path | None,
+    revalidate: bool,
+    dry_run: bool,
+    new: bool,
+    to: str | None,
+    as_json: bool,
+) -> None:
+    """Climb a LADDER of a tuned engine argument on VERSION: predictions registered first,
+    every rung cold and warm at a forced shape, the highest value whose margin clears the floor
+    in both written as validated. --revalidate re-measures carried values instead.
+
+    Exit 0 when a value was written, 1 when none clears or a new value is proposed.
+    """
+    from lifecycle.commands import night as night_verb
+    from lifecycle.commands import tune as verb
+
+    options = verb.TuneOptions(version, ladder, revalidate, dry_run, new, to)
+    _answer(ctx, verb.run(_context(ctx), options), night_verb.render, as_json)
 
 
 @cli.command()

@@ -12,6 +12,8 @@ evidence/scans/<cache id>/      the fingerprints kept of a cache, one per scan
 evidence/results/               documents attached to results
 evidence/manifests/<digest>.json, evidence/patches/<sha256>.patch,
 evidence/images/<id>.json       what a boot ran, kept for the archive and audits
+nights/<night id>/              a night's report (report.html, report.json)
+night.lock                      one night at a time on this host
 mirrors/, port/                 upstream mirrors and stopped ports (lifecycle.port)
 crashes/                        tracebacks of unexpected errors
 """
@@ -47,6 +49,7 @@ class Home:
     ledger_lock: Path = field(init=False)  # every ledger writer takes it
     teardown_lock: Path = field(init=False)  # held by a teardown while it runs
     gc_lock: Path = field(init=False)  # held by `gc --remote` while it runs
+    night_lock: Path = field(init=False)  # held by a night (or a ladder) while it runs
     crashes: Path = field(init=False)  # unexpected errors' tracebacks
     mirrors: Path = field(init=False)  # upstream repositories mirrored for `port`
     ports: Path = field(init=False)  # the state of stopped ports
@@ -57,6 +60,7 @@ class Home:
             "ledger_lock": "ledger.lock",
             "teardown_lock": "teardown.lock",
             "gc_lock": "gc.lock",
+            "night_lock": "night.lock",
             "crashes": "crashes",
             "mirrors": "mirrors",
             "ports": "port",
@@ -67,6 +71,10 @@ class Home:
     def cache_dir(self, cache_id: str) -> Path:
         """A cache's dir, made by the boot that creates the cache."""
         return self.root / "caches" / cache_id
+
+    def night_dir(self, night_id: str) -> Path:
+        """Where a night's report is written."""
+        return self.root / "nights" / night_id
 
     def cache_lock(self, cache_id: str) -> Path:
         """The file a cache's lease locks."""

@@ -10,7 +10,14 @@ trap, and that is the job `hook_session` keeps.
 A hook that can change the engine's timing declares it with a comment line containing
 `lifecycle: observing` (OBSERVING_MARKER) in its first 20 lines. A memory-snapshot hook once
 slowed the engine enough to change the batch it was attached to observe; a boot that ran with
-such a hook is *instrumented*, and its results are not the engine's alone.
+such a hook is *instrumented*, and its results are not the engine's alone. A hook that
+attaches something to the engine does it through the engine's environment, declared the same
+way (`lifecycle: engine-env NAME=VALUE`), so a dry run shows it and the boot records it.
+
+What a hook does to the world is declared too: `lifecycle: asks` for a hook that only reads
+(is production up?), `lifecycle: acts` for one that changes something (stop production).
+A hook that declares neither, or both, is taken to act: a dry run runs only hooks that ask, so
+a script meant only to ask cannot start something there unless it says it only asks.
 
 The context is written to every hook verbatim: callers pass secrets by name (the environment
 variable or file that holds one), never their values.
@@ -38,14 +45,19 @@ from lifecycle.errors import LifecycleError
 EVENTS = ("pre-boot", "post-boot", "pre-teardown", "post-teardown", "on-exit")
 STEPS = ("boot", "teardown")
 OBSERVING_MARKER = "lifecycle: observing"
+ASKS_MARKER = "lifecycle: asks"
+ACTS_MARKER = "lifecycle: acts"
+ENGINE_ENV_MARKER = "lifecycle: engine-env"
 MARKER_LINES = 20
 DEFAULT_TIMEOUT_S = 300.0
 KILL_GRACE_S = 5.0
 TAIL_LINES = 20
 TAIL_CHARS = 4000
 
-# A comment in sh, Python, Perl, Ruby (#), or JavaScript, Go, Rust (//), or Lua, SQL (--).
-_MARKER_LINE = re.compile(r"^\s*(#|//|--).*" + re.escape(OBSERVING_MARKER))
+# A comment in sh, Python, Perl, Ruby (#), or JavaScript, Go, Rust (//), or Lua, SQL (--),
+# holding `lifecycle: WORD` and what follows it.
+_MARKER_LINE = re.compile(r"^\s*(?:#|//|--).*?\blifecycle: ([a-z-]+)(.*)$")
+_ENGINE_ENV = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)=(\S*)\s*$")
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -56,6 +68,8 @@ class Hook:
     name: str
     path: Path  # resolved: a hook linked into hooks/ runs as the file it points to
     observing: bool
+    acts: bool = True  # False only for a hook that declares it only asks
+    engine_env: tuple[tuple[str, str], ...] = ()  # what it sets in the engine's environment
 
 
 @dataclass(frozen=True)
@@ -134,7 +148,7 @@ def discover(hooks_dir: Path) -> dict[str, Hook]:
     if not hooks_dir.is_dir():
         return {}
     return {
-        path.name: Hook(path.name, path.resolve(), _declares_observing(path))
+        path.name: _declared(path)
         for path in sorted(hooks_dir.iterdir())
         if _looks_like_hook(path) and os.access(path, os.X_OK)
     }
@@ -155,16 +169,43 @@ def instrumented(hooks: Sequence[Hook]) -> bool:
     return any(hook.observing for hook in hooks)
 
 
+def engine_env(hooks: Sequence[Hook]) -> dict[str, str]:
+    """What the hooks set in the engine's environment; two hooks setting one name differently
+    cannot both be attached."""
+    env: dict[str, str] = {}
+    for hook in hooks:
+        for name, value in hook.engine_env:
+            if env.get(name, value) != value:
+                raise HookSelectionError(
+                    f"hooks set {name} in the engine's environment to different values"
+                    f" ({env[name]!r}, and {value!r} by {hook.name!r}); attach one of them"
+                )
+            env[name] = value
+    return env
+
+
 def _looks_like_hook(path: Path) -> bool:
     name = path.name
     ignored = name.startswith(".") or name.startswith("README") or name.endswith(".md")
     return not ignored and path.is_file()
 
 
-def _declares_observing(path: Path) -> bool:
+def _declared(path: Path) -> Hook:
+    """The hook at `path` with what its first MARKER_LINES lines declare."""
     with path.open("rb") as file:
         head = file.read(64 * 1024).decode("utf-8", errors="replace")
-    return any(_MARKER_LINE.match(line) for line in head.splitlines()[:MARKER_LINES])
+    words: set[str] = set()
+    env: list[tuple[str, str]] = []
+    for line in head.splitlines()[:MARKER_LINES]:
+        marker = _MARKER_LINE.match(line)
+        if marker is None:
+            continue
+        words.add(marker[1])
+        setting = _ENGINE_ENV.match(marker[2]) if marker[1] == "engine-env" else None
+        if setting:
+            env.append((setting[1], setting[2]))
+    asks_only = "asks" in words and "acts" not in words
+    return Hook(path.name, path.resolve(), "observing" in words, not asks_only, tuple(env))
 
 
 def _why_not(hooks_dir: Path, name: str, available: Mapping[str, Hook]) -> str:
@@ -327,7 +368,7 @@ def hook_session(
     """
     root = cwd or (hooks[0].path.parent.parent if hooks else Path.cwd())
     session = HookSession(hooks, step, context, runner, root, timeout_s)
-    guard = _SignalGuard()
+    guard = SignalGuard()
     outcome, error = "ok", None
     try:
         yield session
@@ -347,7 +388,7 @@ def hook_session(
             raise Interrupted(guard.held[0])
 
 
-class _SignalGuard:
+class SignalGuard:
     """SIGINT/SIGTERM handlers for one session: the first signal raises, later ones wait.
 
     A second Ctrl-C must not cut short the cleanup it started, nor the on-exit hook that

@@ -234,17 +234,13 @@ class ResultBoot(_Part):
     log: FileBlob | None
 
 
-class ResultRecordV1(_Part):
-    """`lifecycle-result-record/1`."""
+class _ResultRecord(_Part):
+    """What a result's record holds in every format: the result, kept verbatim, and who
+    archived it."""
 
-    format: Literal["lifecycle-result-record/1"]
     result_id: str
     result: dict[str, Any]  # canonical JSON, kept verbatim: its digest is taken over it
     digest: Sha256
-    boot: ResultBoot
-    caches: list[str]
-    image: ImageSnapshot | None
-    manifest: ManifestSnapshot | None
     host: str
     tool_version: str
     archived_at: str
@@ -253,6 +249,16 @@ class ResultRecordV1(_Part):
     def canonical(self) -> CanonicalResult:
         """The result itself, checked."""
         return CanonicalResult.model_validate(self.result)
+
+
+class ResultRecordV1(_ResultRecord):
+    """`lifecycle-result-record/1`: the result with its boot inlined (the previous release)."""
+
+    format: Literal["lifecycle-result-record/1"]
+    boot: ResultBoot
+    caches: list[str]
+    image: ImageSnapshot | None
+    manifest: ManifestSnapshot | None
 
 
 class KeyFactors(_Part):
@@ -348,26 +354,15 @@ class VersionRef(_Part):
     record: RecordRef | None
 
 
-class ResultRecordV2(_Part):
+class ResultRecordV2(_ResultRecord):
     """`lifecycle-result-record/2`: one result, the boot record and the cache versions."""
 
     format: Literal["lifecycle-result-record/2"]
-    result_id: str
-    result: dict[str, Any]  # canonical JSON, kept verbatim: its digest is taken over it
-    digest: Sha256
     boot: RecordRef
     manifest_name: str
     manifest_digest: str
     arch: str
     caches: list[VersionRef]
-    host: str
-    tool_version: str
-    archived_at: str
-    blobs: list[BlobEntry]
-
-    def canonical(self) -> CanonicalResult:
-        """The result itself, checked."""
-        return CanonicalResult.model_validate(self.result)
 
 
 class ImageRecordV1(_Part):

@@ -192,6 +192,24 @@ def archive_target(request: pytest.FixtureRequest) -> Iterator[ArchiveTarget]:
         client.delete_objects(Bucket=bucket, Delete={"Objects": keys[start : start + 1000]})
 
 
+# An archive the previous release wrote (tests/data/previous_archive/HOW.md): four caches, one
+# boot, one result, every object as it was written.
+PREVIOUS_ARCHIVE = Path(__file__).resolve().parent / "data" / "previous_archive" / "objects"
+PREVIOUS_RESULT = "r-20261201T181602-6afb1d"
+
+
+@pytest.fixture
+def previous_archive(archive_target: ArchiveTarget) -> ArchiveTarget:
+    """The previous release's archive, uploaded as it was to the target's prefix."""
+    for path in sorted(PREVIOUS_ARCHIVE.rglob("*")):
+        if path.is_file():
+            key = f"{archive_target.prefix}/{path.relative_to(PREVIOUS_ARCHIVE).as_posix()}"
+            archive_target.client.put_object(
+                Bucket=archive_target.bucket, Key=key, Body=path.read_bytes()
+            )
+    return archive_target
+
+
 def _free_port_pairs(count: int) -> list[int]:
     """Ports p with p and p + 10000 free (weed puts each gRPC port at +10000), below the
     kernel's ephemeral range, as `.ci/with-services` picks them."""
@@ -372,15 +390,20 @@ _LEAKY = (
 )
 
 
-def _demo_root(tmp_path: Path, profiles: str) -> Path:
-    """A project with the demo manifests, `profiles` added to demo/0.2's, demo/0.2 built."""
+def demo_copy(root: Path) -> Path:
+    """A project at `root` with a copy of the demo manifests (0.1 and 0.2) and no hooks."""
     repo = Path(__file__).resolve().parent.parent
-    root = tmp_path / "project"
     for version in ("0.1", "0.2"):
         shutil.copytree(repo / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
+    (root / "hooks").mkdir()
+    return root
+
+
+def _demo_root(tmp_path: Path, profiles: str) -> Path:
+    """A project with the demo manifests, `profiles` added to demo/0.2's, demo/0.2 built."""
+    root = demo_copy(tmp_path / "project")
     child = root / "manifests/demo/0.2/manifest.yaml"
     child.write_text(child.read_text() + "profiles:\n" + profiles)
-    (root / "hooks").mkdir()
     built = run_lifecycle(root, "build", "demo/0.2")
     assert built.exit_code == 0, built.output
     return root
@@ -422,3 +445,28 @@ def boot_demo(project: Path, *args: str, env: dict[str, str | None] | None = Non
     result = run_lifecycle(project, "boot", "demo/0.2", "--json", *args, env=env)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
+
+
+# --- the real-JIT stand-in engine, for tests that boot it ----------------------------------------
+
+
+@pytest.fixture(scope="session")
+def standin_image(docker_client: Any) -> str:
+    """The stand-in engine image (lifecycle/demo/standin.py): built once per machine, several
+    minutes the first time (rootfs, ~600 MB of wheels, the image), seconds after."""
+    from lifecycle.demo.images import default_cache_dir
+    from lifecycle.demo.standin import default_wheel_dir, ensure_standin_image
+
+    return ensure_standin_image(docker_client, default_cache_dir(), default_wheel_dir(), print)
+
+
+def standin_root(tmp_path: Path, extra: str = "") -> Path:
+    """A project with the production manifests and the stand-in's (`extra` appended to it)."""
+    repo = Path(__file__).resolve().parent.parent
+    root = tmp_path / "project"
+    for version in ("0.30", "0.31", "standin/0.31"):
+        shutil.copytree(repo / f"manifests/{version}", root / f"manifests/{version}")
+    manifest = root / "manifests/standin/0.31/manifest.yaml"
+    manifest.write_text(manifest.read_text() + extra)
+    (root / "hooks").mkdir()
+    return root

@@ -162,7 +162,8 @@ def test_the_chain_runs_from_result_to_patches(night: Night) -> None:
     assert warm["image"]["labels"]["lifecycle.manifest.digest"] == night.shown["digest"]
     assert warm["manifest"]["digest"] == night.shown["digest"] == boot["manifest_digest"]
     assert warm["manifest"]["pins"]["vllm"] == "0.2.0"
-    assert warm["manifest"]["tuned"]["gpu_memory_utilization"]["status"] == "validated"
+    tuned = warm["manifest"]["tuned"]["gpu_memory_utilization"]
+    assert (tuned["status"], tuned["carried_from"]) == ("carried", "demo/0.1")  # as ported
     assert warm["patches"] == night.shown["patches"]
 
 
@@ -173,7 +174,7 @@ def test_the_text_chain_names_every_step(night: Night) -> None:
     assert lines[0] == f"# audit of result {night.results['cold']['id']}, from {night.url}"
     steps = [line.split(" ")[1] for line in lines if line.startswith("<- ")]
     assert steps == ["boot", "cache", "cache", "cache", "cache", "image", "manifest", "patch"]
-    assert "tuned gpu_memory_utilization=0.92 (validated)" in text.stdout
+    assert "tuned gpu_memory_utilization=0.92 (carried from demo/0.1)" in text.stdout
 
 
 def test_audit_cache_from_s3_lists_every_boot_and_result(night: Night) -> None:

@@ -11,8 +11,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from lifecycle.boot.spec import CacheMount, EngineExtras, build_spec
 from lifecycle.cli import cli
+from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Fingerprint
+from lifecycle.manifest import load_manifest
 
 pytestmark = pytest.mark.docker
 
@@ -201,3 +204,16 @@ def test_dry_run_shows_gpu_ipc_ports_and_names_secrets(repo_root: Path) -> None:
     assert "hf_dry_run_value_never_shown" not in result.output
     assert spec["command"][-2:] == ["--gpu-memory-utilization", "0.94"]
     assert spec["environment"]["VLLM_CACHE_ROOT"] == "/var/cache/lifecycle/vllm"
+
+
+def test_a_cells_arguments_and_the_hooks_engine_env_reach_the_spec(repo_root: Path) -> None:
+    manifest = load_manifest(repo_root / "manifests/demo/0.2/manifest.yaml").manifest
+    mount = CacheMount("vllm-1", "vllm", "/h/vllm", "/var/cache/vllm", "VLLM_CACHE_ROOT", "cold")
+    mounts = [mount]
+    extras = EngineExtras(("--burst", "64"), {"DEMOLLM_RECORD_MEMORY_HISTORY": "1"})
+    spec = build_spec(manifest, "serve", "img", mounts, {}, {}, {}, extras)
+    assert spec.command[-4:] == ["--gpu-memory-utilization", "0.92", "--burst", "64"]
+    assert spec.environment["DEMOLLM_RECORD_MEMORY_HISTORY"] == "1"
+    with pytest.raises(LifecycleError, match="VLLM_CACHE_ROOT"):
+        moved = EngineExtras((), {"VLLM_CACHE_ROOT": "/elsewhere"})
+        build_spec(manifest, "serve", "img", mounts, {}, {}, {}, moved)

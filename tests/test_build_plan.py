@@ -35,8 +35,22 @@ def test_production_dockerfile(repo_root: Path, version: str, flashinfer: str) -
         "COPY lifecycle/ /opt/lifecycle/build/",
         "RUN python3 /opt/lifecycle/build/pins.py install",
         "RUN sh /opt/lifecycle/build/apply-series.sh /usr/local/lib/python3.12/dist-packages/vllm",
+        # the manifest's entry points, as a dist-info beside the engine's package
+        "COPY lifecycle/entry-points/ /usr/local/lib/python3.12/dist-packages/",
         "RUN python3 /opt/lifecycle/build/pins.py check",
     ]
+    info = "lifecycle/entry-points/lifecycle_entry_points_vllm_prod-0.dist-info"
+    assert plan.context[f"{info}/entry_points.txt"].decode() == (
+        "[vllm.general_plugins]\n"
+        "lifecycle_provenance = vllm.plugins.lifecycle_provenance:log_provenance\n"
+        "lifecycle_kv_tier = vllm.plugins.lifecycle_kv_tier:log_kv_tier\n"
+    )
+    assert json.loads(plan.context["lifecycle/entry_points.json"]) == {
+        "vllm.general_plugins": {
+            "lifecycle_provenance": "vllm.plugins.lifecycle_provenance:log_provenance",
+            "lifecycle_kv_tier": "vllm.plugins.lifecycle_kv_tier:log_kv_tier",
+        }
+    }
     assert json.loads(plan.context["lifecycle/pins.json"]) == {
         "vllm": f"{version}.0",
         "flashinfer-python": flashinfer,

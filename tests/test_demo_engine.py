@@ -66,8 +66,8 @@ def test_upstream_has_tagged_releases_with_pins(upstream: Path, tmp_path: Path) 
     assert git(["rev-parse", *ids], again) == git(["rev-parse", *ids], upstream)
     # Pinned: 0.2.0 is stored as a patch on 0.1.0, and must still make exactly this release.
     assert git(["rev-parse", *ids], upstream).split() == [
-        "8b28fcd5fa3c8780f72520f0b748e9f3d812b92f",
-        "1f5b715733f0613751097f26efc4e3a33bda12bd",
+        "057f07a058898bafc6da822cbf3efa2ae6373017",
+        "22bcdde207f2e63f361e6f38ae491975e936b590",
     ]
     assert ensure_upstream_repo(again) == again
 

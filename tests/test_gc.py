@@ -43,10 +43,15 @@ def _grow_and_boot(project: Path, tag: str) -> tuple[dict[str, Any], dict[str, A
     return booted, added
 
 
-def _three_nights(project: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def _nights(project: Path, count: int = 3) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """`count` nights: a cold boot, then warm ones each growing the caches, each with a
+    result archived at once (two suffice where only something to collect is needed)."""
     first = _json(project, "boot", "demo/0.2", "--cold")
+    # With their files: the trees behind a kept result must restore, and once a cache's files
+    # are archived every later version of it holds them too.
+    _json(project, "archive", "--all", "--with-content")
     added = _json(project, "result", "add", first["id"], "--name", "n0", "--status", "pass")
-    return [(first, added), _grow_and_boot(project, "n1"), _grow_and_boot(project, "n2")]
+    return [(first, added)] + [_grow_and_boot(project, f"n{n}") for n in range(1, count)]
 
 
 def _whole(project: Path, url: str, bucket: str, client: Any) -> None:
@@ -63,7 +68,7 @@ def test_gc_keeps_a_pinned_result_and_all_behind_it_and_removes_the_rest_it_may(
     archive_project: Path, s3_bucket: str, s3_client: Any, tmp_path: Path
 ) -> None:
     url = f"s3://{s3_bucket}/{PREFIX}"
-    nights = _three_nights(archive_project)
+    nights = _nights(archive_project)
     (_, r0), (_, r1), (_, r2) = [(b, r) for b, r in nights]
     pinned = cli(archive_project, "pin", r0["id"], "--reason", "the night's verdict")
     assert pinned.exit_code == 0 and "pinned for the team at s3://" in pinned.stdout
@@ -110,7 +115,7 @@ def test_a_gc_killed_at_a_step_leaves_every_record_whole_and_the_next_completes_
     archive_project: Path, s3_bucket: str, s3_client: Any, crash: str
 ) -> None:
     url = f"s3://{s3_bucket}/{PREFIX}"
-    _three_nights(archive_project)
+    _nights(archive_project, 2)
     planned = _json(archive_project, "gc", "--remote", *POLICY, "--dry-run")["plan"]["objects"]
     before = set(keys(s3_client, s3_bucket, f"{PREFIX}/"))
     killed = process(
@@ -132,9 +137,9 @@ def test_sigkill_at_random_moments_never_leaves_a_broken_record(
 ) -> None:
     url = f"s3://{s3_bucket}/{PREFIX}"
     rng = random.Random(int(os.environ.get("LIFECYCLE_TEST_SEED", "1612")))
-    _three_nights(archive_project)
+    _nights(archive_project, 2)
     kills = 0
-    for round_number in range(6):
+    for round_number in range(4):
         for cache in _json(archive_project, "caches")["caches"]:  # much to remove each round
             bulk = Path(cache["host_path"]) / f"bulk-{round_number}"
             bulk.mkdir()
@@ -148,7 +153,7 @@ def test_sigkill_at_random_moments_never_leaves_a_broken_record(
         running.send_signal(signal.SIGKILL)
         running.communicate(timeout=60)
         _whole(archive_project, url, s3_bucket, s3_client)
-    assert kills >= 2, kills  # the others ended first: their archive was collected whole
+    assert kills >= 1, kills  # the others ended first: their archive was collected whole
     done = _json(archive_project, "gc", "--remote", *POLICY, "--yes")
     assert _json(archive_project, "gc", "--remote", *POLICY, "--dry-run")["plan"]["objects"] == []
     _whole(archive_project, url, s3_bucket, s3_client)
@@ -159,7 +164,7 @@ def test_a_record_written_while_gc_runs_keeps_what_it_names(
     archive_project: Path, s3_bucket: str, s3_client: Any, tmp_path: Path
 ) -> None:
     url = f"s3://{s3_bucket}/{PREFIX}"
-    nights = _three_nights(archive_project)
+    nights = _nights(archive_project)
     middle = nights[1][0]  # a boot whose trees gc will take (not the newest, no result kept)
     other = {"LIFECYCLE_HOME": str(tmp_path / "host-b")}
     for use in middle["caches"]:  # host B holds those trees before gc starts
@@ -169,7 +174,7 @@ def test_a_record_written_while_gc_runs_keeps_what_it_names(
     plan = _json(archive_project, "gc", "--remote", *POLICY, "--dry-run")["plan"]["objects"]
     going = {k for k in plan if k.startswith("blobs/")}
     gc = start(
-        archive_project, "gc", "--remote", *POLICY, "--yes",
+        archive_project, "gc", "--remote", *POLICY, "--yes", "--json",
         env={"LIFECYCLE_TEST_DELAY": "gc-planned=20"},
     )  # fmt: skip
     time.sleep(6)  # the plan is journalled now; gc waits before removing anything
@@ -192,7 +197,7 @@ def test_a_record_written_while_gc_runs_keeps_what_it_names(
 def test_a_record_gc_cannot_read_stops_it_before_anything_is_removed(
     archive_project: Path, s3_bucket: str, s3_client: Any
 ) -> None:
-    _three_nights(archive_project)
+    _nights(archive_project, 2)
     before = set(keys(s3_client, s3_bucket, f"{PREFIX}/"))
     bogus = f"{PREFIX}/boots/b-x/{'0' * 64}.json"
     s3_client.put_object(Bucket=s3_bucket, Key=bogus, Body=b"{not json")

@@ -8,12 +8,10 @@ from typing import Any
 
 from lifecycle.archive.layout import (
     blob_key,
-    boot_key,
-    boot_marker,
+    marker,
     pack_key,
     parse_key,
-    result_key,
-    result_marker,
+    record_key,
     version_key,
 )
 from lifecycle.archive.objects import Listing
@@ -80,10 +78,10 @@ class Archive:
             ],
             blobs=[self.blob(f"log of {boot_id}", at)],
         )
-        key = self.put(boot_key(boot_id, _sha(boot_id)), at)
+        key = self.put(record_key("boots", boot_id, _sha(boot_id)), at)
         self.records[key] = record
         for cache in uses:
-            self.put(boot_marker(cache, boot_id), at, 0)
+            self.put(marker(cache, "boots", boot_id), at, 0)
         return key
 
     def result(
@@ -104,10 +102,10 @@ class Archive:
             caches=refs,
             blobs=[],
         )
-        key = self.put(result_key(result_id, _sha(result_id)), at)
+        key = self.put(record_key("results", result_id, _sha(result_id)), at)
         self.records[key] = record
         for cache in versions:
-            self.put(result_marker(cache, result_id), at, 0)
+            self.put(marker(cache, "results", result_id), at, 0)
         return key
 
     def snapshot(self) -> Snapshot:
@@ -148,7 +146,7 @@ def test_without_a_policy_only_what_no_record_names_goes() -> None:
     night, _ = _night()
     orphan = night.blob("left by a stopped archive").sha256
     young = night.blob("being archived now", NOW - timedelta(minutes=5)).sha256
-    stray = night.put(boot_marker("vllm-a", "b-never-recorded"), OLD, 0)
+    stray = night.put(marker("vllm-a", "boots", "b-never-recorded"), OLD, 0)
     removed = _removed(night, Policy())
     assert removed == {blob_key(orphan), stray}
     assert blob_key(young) not in removed  # within the grace: its record may be coming
@@ -173,8 +171,8 @@ def test_older_than_removes_old_unpinned_results_then_what_only_they_needed() ->
     # r-1 is old and not pinned: it goes, then t1's version (nothing else keeps it) and b-1
     # (it left only t1), each with its markers and the blobs no kept record names.
     assert removed == {
-        keys["r1"], result_marker("vllm-a", "r-1"),
-        keys["b1"], boot_marker("vllm-a", "b-1"), blob_key(_sha("log of b-1")),
+        keys["r1"], marker("vllm-a", "results", "r-1"),
+        keys["b1"], marker("vllm-a", "boots", "b-1"), blob_key(_sha("log of b-1")),
         keys["v1"], blob_key(_sha("old.so")), blob_key(_sha("fingerprint vllm-a t1")),
     }  # fmt: skip
     assert keys["b2"] not in removed  # named by r-2, though it started from t1
@@ -188,7 +186,7 @@ def test_a_pinned_result_keeps_everything_behind_it_whatever_the_policy() -> Non
     removed = _removed(night, policy, pinned={"r-1"})
     for kept in (keys["r1"], keys["b1"], keys["v1"], other_t1, blob_key(_sha("old.so"))):
         assert kept not in removed
-    assert result_marker("vllm-a", "r-1") not in removed
+    assert marker("vllm-a", "results", "r-1") not in removed
     plan = plan_gc(night.snapshot(), policy, {"r-1"}, NOW)
     assert plan.pinned == ("r-1",)
 

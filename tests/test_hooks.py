@@ -23,8 +23,10 @@ from lifecycle.hooks import (
     HookFailed,
     HookSelectionError,
     discover,
+    engine_env,
     hook_session,
     instrumented,
+    run_hook_process,
     select,
 )
 
@@ -129,6 +131,35 @@ def test_the_observing_marker_is_read_from_a_comment_in_the_first_20_lines(
     assert instrumented([found["plain"], found["heavy"]])
     assert not instrumented([found["plain"], found["late"], found["says-it"]])
     assert not instrumented([])
+
+
+def test_a_hook_acts_unless_it_declares_it_only_asks(tmp_path: Path) -> None:
+    hooks = tmp_path / "hooks"
+    write_hook(hooks, "status", "# lifecycle: asks\nsystemctl is-active vllm\n")
+    write_hook(hooks, "stop", "# lifecycle: acts\nsystemctl stop vllm\n")
+    write_hook(hooks, "silent", "systemctl restart vllm\n")  # says nothing: it acts
+    write_hook(hooks, "both", "# lifecycle: asks\n# lifecycle: acts\nexit 0\n")
+    write_hook(hooks, "late", "\n" * 25 + "# lifecycle: asks\nexit 0\n")
+    found = discover(hooks)
+    assert {name for name, hook in found.items() if not hook.acts} == {"status"}
+
+
+def test_engine_env_is_declared_by_markers_and_two_hooks_may_not_disagree(
+    tmp_path: Path,
+) -> None:
+    hooks = tmp_path / "hooks"
+    body = "# lifecycle: observing\n# lifecycle: engine-env RECORD_HISTORY=1\n"
+    write_hook(hooks, "recorder", body + "# lifecycle: engine-env TRIGGER=64\nexit 0\n")
+    write_hook(hooks, "other", "# lifecycle: engine-env TRIGGER=32\nexit 0\n")
+    write_hook(hooks, "same", "# lifecycle: engine-env TRIGGER=64\nexit 0\n")
+    found = discover(hooks)
+    assert found["recorder"].observing
+    assert engine_env([found["recorder"], found["same"]]) == {
+        "RECORD_HISTORY": "1",
+        "TRIGGER": "64",
+    }
+    with pytest.raises(HookSelectionError, match="TRIGGER"):
+        engine_env([found["recorder"], found["other"]])
 
 
 # --- running: argv, stdin, cwd, failures, timeouts --------------------------------------------
@@ -388,8 +419,22 @@ def test_a_failing_on_exit_is_recorded_not_raised() -> None:
 
 def test_the_shipped_hooks_are_executable_and_say_what_they_do() -> None:
     shipped = discover(SHIPPED)
-    assert set(shipped) == {"log-event", "memory-snapshot", "restore-production"}
-    assert [name for name, hook in shipped.items() if hook.observing] == ["memory-snapshot"]
+    assert set(shipped) == {
+        "demo-memory-history",
+        "log-event",
+        "memory-snapshot",
+        "production-down",
+        "production-status",
+        "production-up",
+        "restore-production",
+    }
+    observing = [name for name, hook in shipped.items() if hook.observing]
+    assert observing == ["demo-memory-history", "memory-snapshot"]
+    assert [name for name, hook in shipped.items() if not hook.acts] == ["production-status"]
+    assert dict(shipped["demo-memory-history"].engine_env) == {
+        "DEMOLLM_RECORD_MEMORY_HISTORY": "1",
+        "DEMOLLM_MEMORY_HISTORY_TRIGGER_STEP": "64",
+    }
     for hook in shipped.values():
         header = hook.path.read_text().splitlines()[:25]
         assert any("Events:" in line for line in header), hook.name
@@ -465,3 +510,25 @@ def test_log_event_prints_the_event_and_the_context_keys(tmp_path: Path) -> None
         (run,) = session.fire("post-boot")
     assert run.stdout_tail == "log-event: post-boot step=boot keys=boot_id,event,port,step"
     assert not hooks[0].observing
+
+
+@pytest.mark.parametrize(
+    ("name", "event", "variable"),
+    [
+        ("production-down", "production.down", "LIFECYCLE_PRODUCTION_DOWN"),
+        ("production-up", "production.up", "LIFECYCLE_PRODUCTION_UP"),
+        ("production-status", "production.status", "LIFECYCLE_PRODUCTION_STATUS"),
+    ],
+)
+def test_production_hooks_run_their_command_on_their_event_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, event: str, variable: str
+) -> None:
+    hook = str(SHIPPED / name)
+    monkeypatch.delenv(variable, raising=False)
+    unset = run_hook_process([hook, event], "{}", tmp_path, 10)
+    assert unset.rc == 0 and f"{variable} not set" in unset.out
+    monkeypatch.setenv(variable, "echo ran > ran; exit 7")
+    assert run_hook_process([hook, "pre-boot"], "{}", tmp_path, 10).rc == 0
+    assert not (tmp_path / "ran").exists()
+    done = run_hook_process([hook, event], "{}", tmp_path, 10)
+    assert done.rc == 7 and (tmp_path / "ran").read_text() == "ran\n"

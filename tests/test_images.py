@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import secrets
-import shutil
 import sqlite3
 import tarfile
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ import pytest
 
 from lifecycle.build.plan import BASE_DIGEST_LABEL, DIGEST_LABEL
 from lifecycle.build.registry import RegistryFailed, pull_image
-from tests.services import TEST_LABEL, run_lifecycle
+from tests.services import TEST_LABEL, demo_copy, run_lifecycle
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 
@@ -43,11 +42,7 @@ def own(tmp_path: Path, demo_images: None, docker_client: Any, s3_bucket: str) -
     """A project whose demo/0.2 differs from the demo's by one tuned value (its own image),
     built on a base of its own (`lifecycle-test/base:<token>`, the demo engine with one more
     file), archiving to a fresh bucket. Its images go afterwards."""
-    repo = Path(__file__).resolve().parent.parent
-    root = tmp_path / "project"
-    for version in ("0.1", "0.2"):
-        shutil.copytree(repo / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
-    (root / "hooks").mkdir()
+    root = demo_copy(tmp_path / "project")
     base = f"lifecycle-test/base:{secrets.token_hex(4)}"
     _base_image(docker_client, base, "first")
     manifest = root / "manifests/demo/0.2/manifest.yaml"
@@ -159,6 +154,15 @@ def test_an_image_pushed_on_one_host_is_pulled_by_digest_on_another_and_boots_wa
         project, host_b, "audit", "result", theirs["id"], "--from", own.url, "--json"
     )
     assert pushed["pushed_reference"] in audited["image"]["repo_digests"]
+
+    # No archive to say where it went, no --pull: the manifest's `registry:` alone (outside
+    # its digest) makes a third host pull the image by the digest its tag has there.
+    docker_client.images.remove(image_id, force=True)
+    (project / "lifecycle.yaml").unlink()
+    manifest = project / "manifests/demo/0.2/manifest.yaml"
+    manifest.write_text(f"registry: {registry}\n" + manifest.read_text())
+    third = _lifecycle(project, tmp_path / "host-c", "boot", "demo/0.2", "--json")
+    assert third["image_id"] == image_id
 
 
 def test_a_pulled_image_whose_labels_are_not_the_manifests_is_refused_and_removed(

@@ -48,7 +48,8 @@ def test_the_check_finds_sql_where_it_is() -> None:
 
 # The house, ground floor first. A module may import its own package and any floor below its
 # own, never one above nor a neighbour on its floor: steps do not call each other sideways, and
-# work that spans steps (boot, then acceptance) lives in `flows`, above them all.
+# work that spans steps (boot, then acceptance) lives in `flows`, above them all; a night (its
+# cells, each a flow, its production guard, its ladders, its end actions) above that.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("lifecycle", "errors", "formats"),
     ("home", "limits", "proc", "redact", "table", "faults"),
@@ -59,8 +60,9 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("boot",),
     ("archive",),
     ("results",),
-    ("teardown", "audit", "gc"),
+    ("teardown", "audit", "why", "gc"),
     ("flows",),
+    ("night",),
     ("commands",),
     ("cli",),
     ("__main__",),

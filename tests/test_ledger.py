@@ -17,6 +17,7 @@ from lifecycle.ledger import (
     default_home,
     has_ledger,
 )
+from lifecycle.ledger.archives import archive_of, versions_of
 from lifecycle.ledger.builds import all_builds, record_build
 
 BUILT = BuildRecord(
@@ -99,23 +100,38 @@ def test_default_home() -> None:
     assert default_home({"HOME": "/h"}) == Path("/h/.local/state/lifecycle")
 
 
-def test_schema_6_keeps_every_row_of_an_older_ledger_and_allows_missing(tmp_path: Path) -> None:
-    conn = sqlite3.connect(tmp_path / "ledger.sqlite3", isolation_level=None)
+def _ledger_at_schema(home: Path, version: int) -> sqlite3.Connection:
+    """A ledger as lifecycle left it at schema `version`, open for the test to fill."""
+    conn = sqlite3.connect(home / "ledger.sqlite3", isolation_level=None)
     conn.execute("PRAGMA foreign_keys=ON")
-    for number, script in enumerate(MIGRATIONS[:5], start=1):
+    for number, script in enumerate(MIGRATIONS[:version], start=1):
         for statement in filter(str.strip, script.split(";")):
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {number}")
-    cache = (
+    return conn
+
+
+def _insert(conn: sqlite3.Connection, table: str, row: tuple[object, ...]) -> None:
+    conn.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(row))})", row)
+
+
+def _old_cache(state: str) -> tuple[object, ...]:
+    """Cache vllm-1's row as schemas 2 to 8 have it (state aside)."""
+    return (
         "vllm-1", "k", "vllm", "demo", "d" * 64, "sha256:i", "unknown", "/c/vllm-1", "/v",
-        "archived", None, "2026-10-10T00:00:00", "t" * 64, 3, 30, None, None,
+        state, None, "2026-10-10T00:00:00", "t" * 64, 3, 30, None, None,
     )  # fmt: skip
-    conn.execute(f"INSERT INTO caches VALUES ({', '.join('?' * len(cache))})", cache)
+
+
+def test_schema_6_keeps_every_row_of_an_older_ledger_and_allows_missing(tmp_path: Path) -> None:
+    conn = _ledger_at_schema(tmp_path, 5)
+    cache = _old_cache("archived")
+    _insert(conn, "caches", cache)
     boot = (
         "b-1", "2026-10-10T00:00:00", None, 0, "ok", None, "h", "serve", "demo", "d" * 64,
         "sha256:i", "t:1", None, "[]", 0, "[]", None, None,
     )  # fmt: skip
-    conn.execute(f"INSERT INTO boots VALUES ({', '.join('?' * len(boot))})", boot)
+    _insert(conn, "boots", boot)
     conn.execute(
         "INSERT INTO boot_caches (boot_id, cache_id, mode) VALUES ('b-1', 'vllm-1', 'cold')"
     )
@@ -132,4 +148,95 @@ def test_schema_6_keeps_every_row_of_an_older_ledger_and_allows_missing(tmp_path
             writer.execute(
                 "INSERT INTO boot_caches (boot_id, cache_id, mode) VALUES ('b-1', 'x', 'warm')"
             )
+    ledger.close()
+
+
+def test_schema_7_keeps_every_boot_and_allows_timeout_and_untracked_writes(
+    tmp_path: Path,
+) -> None:
+    conn = _ledger_at_schema(tmp_path, 6)
+    _insert(conn, "caches", _old_cache("live"))
+    boot = (
+        "b-1", "2026-10-10T00:00:00", "2026-10-10T00:01:00", 137, "failed", None, "h", "serve",
+        "demo", "d" * 64, "sha256:i", "t:1", "c1", "[]", 0, "[]", "/l", "/e",
+    )  # fmt: skip
+    _insert(conn, "boots", boot)
+    conn.execute(
+        "INSERT INTO boot_caches (boot_id, cache_id, mode, files_added)"
+        " VALUES ('b-1', 'vllm-1', 'cold', 5)"
+    )
+    conn.execute("INSERT INTO tainted_files VALUES ('vllm-1', 'a.log', 'f', 'HF_TOKEN', 'b-1')")
+    conn.close()
+
+    ledger = Ledger.open(tmp_path)
+    assert ledger.query("PRAGMA user_version")[0][0] == len(MIGRATIONS) >= 7
+    assert tuple(ledger.query("SELECT * FROM boots")[0]) == boot
+    use = ledger.query("SELECT * FROM boot_caches")[0]
+    assert (use["files_added"], use["dirs_added"], use["verdict"]) == (5, None, None)
+    assert ledger.query("SELECT boot_id FROM tainted_files")[0][0] == "b-1"
+    with ledger.transaction() as writer:
+        writer.execute("UPDATE boots SET outcome = 'timeout' WHERE id = 'b-1'")
+        writer.execute(
+            "INSERT INTO untracked_writes VALUES ('b-1', '/tmp/torchinductor_root/x.gch',"
+            " 'added', 155000000)"
+        )
+        with pytest.raises(sqlite3.IntegrityError):
+            writer.execute("UPDATE boots SET outcome = 'slow' WHERE id = 'b-1'")
+        with pytest.raises(sqlite3.IntegrityError):
+            writer.execute("INSERT INTO untracked_writes VALUES ('b-2', '/x.so', 'added', 1)")
+    assert ledger.query("PRAGMA foreign_key_check") == []
+    ledger.close()
+
+
+def test_schema_8_adds_the_nights_to_a_ledger_of_schema_7(tmp_path: Path) -> None:
+    conn = _ledger_at_schema(tmp_path, 7)
+    boot = (
+        "b-1", "2026-10-10T00:00:00", "2026-10-10T00:01:00", 0, "ok", None, "h", "serve",
+        "demo", "d" * 64, "sha256:i", "t:1", "c1", "[]", 0, "[]", "/l", "/e",
+    )  # fmt: skip
+    _insert(conn, "boots", boot)
+    conn.close()
+
+    ledger = Ledger.open(tmp_path)
+    assert ledger.query("PRAGMA user_version")[0][0] == len(MIGRATIONS) >= 8
+    assert tuple(ledger.query("SELECT * FROM boots")[0]) == boot
+    night = ("n-1", "night", "p", "p.yaml", "x" * 64, "{}", "/project", "h", "2026-10-10")
+    with ledger.transaction() as writer:
+        writer.execute(f"INSERT INTO nights VALUES ({', '.join('?' * len(night))})", night)
+        writer.execute(
+            "INSERT INTO night_runs (night_id, cell, run, attempt, step, at)"
+            " VALUES ('n-1', 'demo/0.2:batch:cold', 1, 1, 'started', '2026-10-10')"
+        )
+        with pytest.raises(sqlite3.IntegrityError):  # a run of a night nobody started
+            writer.execute(
+                "INSERT INTO night_events (night_id, event, at) VALUES ('n-2', 'x', 'now')"
+            )
+    ledger.close()
+
+
+def test_schema_9_reads_an_older_hosts_archives_as_the_previous_format(tmp_path: Path) -> None:
+    # A host that archived before versions existed: its archive rows point at one record per
+    # cache (no tree digest), its builds knew no base digest. Both are kept, read as such.
+    conn = _ledger_at_schema(tmp_path, 8)
+    _insert(conn, "caches", _old_cache("archived"))
+    at = "2026-10-10T00:01:00"
+    _insert(
+        conn, "archives", ("vllm-1", "s3://b/p", "p/caches/vllm-1.json", "s" * 64, 1, 3, 30, at, at)
+    )
+    _insert(
+        conn,
+        "builds",
+        (1, at, 1.5, "demo", "m.yaml", "d" * 64, "t:1", "sha256:i", "built", None, "/l"),
+    )
+    conn.close()
+
+    ledger = Ledger.open(tmp_path)
+    assert ledger.query("PRAGMA user_version")[0][0] == len(MIGRATIONS) >= 9
+    found = archive_of(ledger, "vllm-1")
+    assert found is not None and found.record_key == "p/caches/vllm-1.json"
+    assert found.tree_digest is None  # the previous format's mark
+    assert versions_of(ledger, "vllm-1") == []
+    [row] = ledger.query("SELECT image_id, base_digest FROM builds")
+    assert tuple(row) == ("sha256:i", None)
+    assert ledger.query("PRAGMA foreign_key_check") == []
     ledger.close()

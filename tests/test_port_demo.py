@@ -115,6 +115,10 @@ def test_port_onto_the_existing_validated_demo_release_keeps_it_validated(
     project: Path, repo_root: Path
 ) -> None:
     shutil.copytree(repo_root / "manifests/demo/0.2", project / "manifests/demo/0.2")
+    manifest = project / "manifests/demo/0.2/manifest.yaml"
+    carried = "status: carried\n    carried_from: demo/0.1\n"
+    text = manifest.read_text().replace(carried, "status: validated\n")
+    manifest.write_text(text.replace("demollm 0.1.0 + demoinfer 0.1.0", "demollm 0.2.0"))
     git(project, "add", "-A")
     git(project, "commit", "-q", "-m", "demo 0.2, validated")
     manifests = project / "manifests"
@@ -132,5 +136,5 @@ def test_port_onto_the_existing_validated_demo_release_keeps_it_validated(
     checkout = project.parent / "checkout"
     git(project, "worktree", "add", "-q", str(checkout), "port/demo/0.2")
     ported = load_manifest(checkout / "manifests/demo/0.2/manifest.yaml").manifest
-    hand = load_manifest(repo_root / "manifests/demo/0.2/manifest.yaml").manifest
+    hand = load_manifest(manifest).manifest
     assert ported.tuned == hand.tuned  # validated, with 0.2's own measurement and margin

@@ -7,26 +7,22 @@ is set, so another host finds what to pull by the manifest it has in hand (`boot
 
 from __future__ import annotations
 
-import hashlib
-import json
-
-from lifecycle.archive.layout import image_key, images_prefix
-from lifecycle.archive.record import read_as
+from lifecycle.archive.layout import (
+    records_of,
+)
+from lifecycle.archive.record import create_record, read_as
 from lifecycle.archive.store import BlobStore
 from lifecycle.records import ImageRecordV1
 
 
 def publish_image(store: BlobStore, record: ImageRecordV1) -> str:
     """Write the image's record (once); its key under the prefix."""
-    body = (json.dumps(record.model_dump(mode="json"), indent=2, sort_keys=True) + "\n").encode()
-    relative = image_key(record.manifest_digest, hashlib.sha256(body).hexdigest())
-    store.create(relative, body)
-    return relative
+    return create_record(store, "images", record.manifest_digest, record)
 
 
 def pushed_images(store: BlobStore, manifest_digest: str) -> list[ImageRecordV1]:
     """Every image of the manifest pushed to a registry, as the archive records them, newest
     first."""
-    keys = [item.key for item in store.list(images_prefix(manifest_digest))]
+    keys = [item.key for item in store.list(records_of("images", manifest_digest))]
     records = [read_as(store, ImageRecordV1, key) for key in keys]
     return sorted(records, key=lambda r: (r.pushed_at, r.reference), reverse=True)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 _SHA = "[0-9a-f]{64}"
 _ID = r"[A-Za-z0-9][A-Za-z0-9._-]*"
@@ -47,6 +48,7 @@ _PATTERNS = {
     "legacy-marker": re.compile(rf"^results-by-cache/(?P<id>{_ID})/(?P<other>{_ID})$"),
 }
 KINDS = tuple(_PATTERNS)
+Records = Literal["boots", "results", "images", "pins"]  # records listed by their owner
 
 
 @dataclass(frozen=True)
@@ -90,14 +92,15 @@ def version_key(cache_id: str, tree_digest: str, sha256: str) -> str:
     return f"caches/{cache_id}/versions/{tree_digest}.{sha256}.json"
 
 
-def versions_prefix(cache_id: str) -> str:
-    """Where a cache's versions are listed."""
-    return f"caches/{cache_id}/versions/"
+def cache_prefix(cache_id: str, part: str = "") -> str:
+    """A cache's whole index (its versions, its boots, its results), or one `part` of it."""
+    return f"caches/{cache_id}/{part}"
 
 
-def cache_prefix(cache_id: str) -> str:
-    """A cache's whole index: its versions, its boots, its results."""
-    return f"caches/{cache_id}/"
+def marker(cache_id: str, kind: Literal["boots", "results"], other: str) -> str:
+    """`caches/<cache>/boots/<boot>` or `caches/<cache>/results/<result>`: an object saying
+    that boot used the cache, or that result stands on it (its body: `marker_body`)."""
+    return cache_prefix(cache_id, f"{kind}/{other}")
 
 
 def marker_body(other: str) -> bytes:
@@ -111,49 +114,15 @@ def marker_body(other: str) -> bytes:
     return f"{other}\n".encode()
 
 
-def boot_marker(cache_id: str, boot_id: str) -> str:
-    """`caches/<cache>/boots/<boot>`."""
-    return f"caches/{cache_id}/boots/{boot_id}"
+def records_of(kind: Records, owner: str) -> str:
+    """Where the records of one boot, result, manifest (its pushed images) or pinned result are
+    listed: `<kind>/<owner>/`."""
+    return f"{kind}/{owner}/"
 
 
-def result_marker(cache_id: str, result_id: str) -> str:
-    """`caches/<cache>/results/<result>`."""
-    return f"caches/{cache_id}/results/{result_id}"
-
-
-def boots_prefix(boot_id: str) -> str:
-    """Where a boot's records are listed."""
-    return f"boots/{boot_id}/"
-
-
-def results_prefix(result_id: str) -> str:
-    """Where a result's records are listed."""
-    return f"results/{result_id}/"
-
-
-def boot_key(boot_id: str, sha256: str) -> str:
-    """`boots/<boot>/<sha256>.json`."""
-    return f"boots/{boot_id}/{sha256}.json"
-
-
-def result_key(result_id: str, sha256: str) -> str:
-    """`results/<result>/<sha256>.json`."""
-    return f"results/{result_id}/{sha256}.json"
-
-
-def image_key(manifest_digest: str, sha256: str) -> str:
-    """`images/<manifest digest>/<sha256>.json`."""
-    return f"images/{manifest_digest}/{sha256}.json"
-
-
-def images_prefix(manifest_digest: str) -> str:
-    """Where the images of a manifest are listed."""
-    return f"images/{manifest_digest}/"
-
-
-def pin_key(target: str, sha256: str) -> str:
-    """`pins/<result>/<sha256>.json`."""
-    return f"pins/{target}/{sha256}.json"
+def record_key(kind: Records, owner: str, sha256: str) -> str:
+    """`<kind>/<owner>/<sha256>.json`: one of its records, named by its bytes."""
+    return f"{records_of(kind, owner)}{sha256}.json"
 
 
 def legacy_cache_key(cache_id: str) -> str:

@@ -7,26 +7,23 @@ the archive's records, whichever host runs the collection.
 
 from __future__ import annotations
 
-import hashlib
-import json
-
-from lifecycle.archive.layout import parse_key, pin_key
-from lifecycle.archive.record import read_as
+from lifecycle.archive.layout import (
+    parse_key,
+    records_of,
+)
+from lifecycle.archive.record import create_record, read_as
 from lifecycle.archive.store import BlobStore
 from lifecycle.records import PinV1
 
 
 def write_pin(store: BlobStore, pin: PinV1) -> str:
     """Write the pin (once); its key under the prefix."""
-    body = (json.dumps(pin.model_dump(mode="json"), indent=2, sort_keys=True) + "\n").encode()
-    relative = pin_key(pin.target, hashlib.sha256(body).hexdigest())
-    store.create(relative, body)
-    return relative
+    return create_record(store, "pins", pin.target, pin)
 
 
 def pins_at(store: BlobStore, target: str | None = None) -> dict[str, PinV1]:
     """key -> pin, of one target or of all."""
-    prefix = f"pins/{target}/" if target else "pins/"
+    prefix = records_of("pins", target) if target else "pins/"
     keys = [k.key for item in store.list(prefix) if (k := parse_key(item.key)) and k.kind == "pin"]
     return {key: read_as(store, PinV1, key) for key in keys}
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from lifecycle.archive.layout import parse_key
+from lifecycle.archive.layout import Records, legacy_cache_key, parse_key, record_key
 from lifecycle.archive.objects import ObjectStore
 from lifecycle.archive.store import ArchiveError, BlobRef
 from lifecycle.records import (
@@ -62,6 +62,25 @@ def load_as(model: type[Model], body: bytes, where: str) -> Model:
 def load_record(body: bytes, where: str) -> CacheRecordV1:
     """A cache record of the previous release (`lifecycle-cache-record/1`), checked."""
     return load_as(CacheRecordV1, body, where)
+
+
+def read_legacy_cache(store: ObjectStore, cache_id: str) -> tuple[str, str, CacheRecordV1] | None:
+    """(key, sha256 of its bytes, record) of the previous release's one record of the cache
+    (`caches/<cache>.json`), or None when it has none."""
+    relative = legacy_cache_key(cache_id)
+    body = store.read(relative)
+    if body is None:
+        return None
+    return relative, hashlib.sha256(body).hexdigest(), load_record(body, store.where(relative))
+
+
+def create_record(store: ObjectStore, kind: Records, owner: str, record: BaseModel) -> str:
+    """Write a record that refers to no blob (an image pushed, a team pin) once, named by its
+    bytes under `<kind>/<owner>/`; its key under the prefix."""
+    body = (json.dumps(record.model_dump(mode="json"), indent=2, sort_keys=True) + "\n").encode()
+    relative = record_key(kind, owner, hashlib.sha256(body).hexdigest())
+    store.create(relative, body)
+    return relative
 
 
 def named_by_content(body: bytes, relative: str, where: str) -> None:

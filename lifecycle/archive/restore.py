@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from lifecycle.archive.fetch import download_files
-from lifecycle.archive.layout import legacy_cache_key, parse_key, versions_prefix
+from lifecycle.archive.layout import cache_prefix, parse_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.packs import Placed, read_blob
-from lifecycle.archive.record import load_record, read_as
+from lifecycle.archive.record import read_as, read_legacy_cache
 from lifecycle.archive.store import ArchiveError, BlobStore, os_problem
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version
+from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version, remember_archive
 from lifecycle.ledger.boots import CacheRecord, CacheRow, Scanned, cache_by_id, record_scan
 from lifecycle.records import CacheRecordV1, CacheVersion
 
@@ -109,6 +109,8 @@ def restore_cache(
     record_scan(ledger, cache_id, facts, live=True, new_row=new_row)
     if isinstance(document, CacheVersion):
         _remember_version(ledger, store, relative, document)
+    else:
+        _remember_legacy(ledger, store, cache_id)
     return RestoreReport(
         cache_id=cache_id,
         location=location.url(),
@@ -176,13 +178,12 @@ def pick_version(
     hex digits) if given, preferring one with the cache's files; else the newest with them. A
     cache archived only by the previous release has its one record at `caches/<cache>.json`."""
     check_tree(tree)
-    keys = [parse_key(item.key) for item in store.list(versions_prefix(cache_id))]
+    keys = [parse_key(item.key) for item in store.list(cache_prefix(cache_id, "versions/"))]
     found = [k for k in keys if k is not None and (tree is None or str(k.tree).startswith(tree))]
     if not found:
-        if tree is None and (body := store.read(legacy_cache_key(cache_id))) is not None:
-            return legacy_cache_key(cache_id), load_record(
-                body, store.where(legacy_cache_key(cache_id))
-            )
+        legacy = read_legacy_cache(store, cache_id)
+        if legacy is not None and legacy[2].fingerprint.tree_digest.startswith(tree or ""):
+            return legacy[0], legacy[2]
         what = f"version {tree} of cache {cache_id}" if tree else f"cache {cache_id}"
         raise ArchiveError(f"no {what} archived at {store.location.url()}")
     trees = {k.tree for k in found}
@@ -224,6 +225,21 @@ def placements(document: CacheVersion | CacheRecordV1) -> dict[str, Placed]:
         for b in document.blobs
         if b.pack is not None and b.offset is not None
     }
+
+
+def _remember_legacy(ledger: Ledger, store: BlobStore, cache_id: str) -> None:
+    """The previous release's record a restore came from, as this host's newest archive of the
+    cache (no tree digest: the ledger's mark of that format), so the next archive of it names
+    that record's tree as its parent and a teardown checks that record."""
+    found = read_legacy_cache(store, cache_id)
+    if found is None:  # removed since it was read: nothing to point at
+        return
+    relative, sha, document = found
+    archive = ArchiveRecord(
+        cache_id, store.location.url(), store.key(relative), sha, document.with_content,
+        len(document.blobs), 0, document.archived_at, verified_at=None,
+    )  # fmt: skip
+    remember_archive(ledger, archive)
 
 
 def restorable(archived: Fingerprint, withheld: Collection[str]) -> Fingerprint:

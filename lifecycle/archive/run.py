@@ -29,9 +29,9 @@ from typing import Any
 from lifecycle import __version__
 from lifecycle.archive import packs
 from lifecycle.archive.bootrecord import plan_boot_record
-from lifecycle.archive.layout import boot_key, boot_marker, marker_body, version_key
+from lifecycle.archive.layout import marker, marker_body, record_key, version_key
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.record import load_as
+from lifecycle.archive.record import load_as, read_legacy_cache
 from lifecycle.archive.sources import BlobSource, RecordPlan, render_record
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, os_problem
 from lifecycle.archive.transfer import Progress, Sent, digest_all, upload_all
@@ -239,10 +239,11 @@ def _plan(
     ]
     rows = versions_of(ledger, cache.id)
     reused = _intact_version(store, rows, tree, url, with_content, workers)
+    parent = _parent(rows, tree) or _legacy_parent(store, previous, tree)
     version = None
     if reused is None:
         version = plan_version(
-            ledger, cache, fingerprint, with_content=with_content, parent=_parent(rows, tree),
+            ledger, cache, fingerprint, with_content=with_content, parent=parent,
             host=host, tool_version=__version__,
         )  # fmt: skip
     sources: dict[str, BlobSource] = {}
@@ -284,7 +285,7 @@ def _plan(
         blobs_present=len(sources) - len(todo),
         bytes_total=sum(source.size for source in sources.values()),
         tree_digest=tree,
-        parent=reused.parent if reused else _parent(rows, tree),
+        parent=reused.parent if reused else parent,
         boots=tuple(boot.id for boot, _ in boots),
         to_upload=tuple((s.sha256, s.size, s.what) for s in todo) if dry_run else (),
     )
@@ -363,6 +364,18 @@ def _parent(rows: Sequence[VersionRow], tree: str) -> str | None:
     return others[-1].tree_digest if others else None
 
 
+def _legacy_parent(store: BlobStore, previous: ArchiveRecord | None, tree: str) -> str | None:
+    """A cache this host knows only by the previous release's record (archived before versions,
+    or restored from one) grew from the tree that record holds."""
+    if previous is None or previous.tree_digest is not None:
+        return None
+    if previous.location != store.location.url():
+        return None
+    found = read_legacy_cache(store, previous.cache_id)
+    held = found[2].fingerprint.tree_digest if found else None
+    return held if held != tree else None
+
+
 def _fresh_scan(
     ledger: Ledger, cache: CacheRecord, *, keep: bool
 ) -> tuple[Fingerprint, CacheRecord]:
@@ -407,10 +420,11 @@ def _write_boot(
     """The boot's markers (one per cache it used), then its record; the row that says so."""
     body = render_record(plan, md5s, _stamp())
     sha = hashlib.sha256(body).hexdigest()
-    relative = boot_key(boot.id, sha)
+    relative = record_key("boots", boot.id, sha)
     load_as(BootRecordV1, body, store.where(relative))  # what is written must read back
     for use in plan.document["uses"]:
-        store.create(boot_marker(use["cache_id"], boot.id), marker_body(boot.id), "text/plain")
+        body = marker_body(boot.id)
+        store.create(marker(use["cache_id"], "boots", boot.id), body, "text/plain")
     store.create(relative, body)
     return BootArchiveRow(boot.id, store.location.url(), store.key(relative), sha, _stamp())
 

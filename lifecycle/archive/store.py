@@ -10,6 +10,7 @@ S3 caps a single PUT at 5 GiB; a bigger file goes up in parts (lifecycle.archive
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -212,6 +213,20 @@ class BlobStore(ObjectStore):
             if parsed is not None and parsed.kind == "pack" and parsed.sha256:
                 found[parsed.sha256] = (item.size, item.etag)
         return found
+
+    def put_document(
+        self,
+        key: str,
+        body: bytes,
+        *,
+        content_type: str = "application/json",
+        only_new: bool = False,
+    ) -> bool:
+        """Write a small document (a night's record, its report, its predictions) under `key`,
+        a full key. With `only_new`, never over one already there (If-None-Match): False when
+        one was."""
+        sha256 = hashlib.sha256(body).hexdigest()
+        return self.put(key, sha256, body, len(body), content_type, if_absent=only_new)
 
     def download_blob(self, sha256: str, sink: BinaryIO) -> None:
         """Stream a blob into `sink`; raises unless its bytes have the sha256 it is named by."""

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.archive.layout import (
+    cache_prefix,
     legacy_cache_key,
     legacy_result_key,
-    results_prefix,
-    versions_prefix,
+    records_of,
 )
 from lifecycle.archive.store import BlobStore
 from lifecycle.audit.blobs import BlobChecker
@@ -121,7 +121,7 @@ def verify_result(
 def verify_archived(store: BlobStore, target: str, checker: BlobChecker) -> VerifyReport:
     """A result or a cache from the archive alone: every record and blob behind it."""
     url = store.location.url()
-    keys = [item.key for item in store.list(results_prefix(target))]
+    keys = [item.key for item in store.list(records_of("results", target))]
     if not keys and store.head(store.key(legacy_result_key(target)), checksum=False):
         keys = [legacy_result_key(target)]
     if not keys:
@@ -137,7 +137,7 @@ def verify_archived(store: BlobStore, target: str, checker: BlobChecker) -> Veri
 
 def _archived_cache(store: BlobStore, cache_id: str, checker: BlobChecker) -> list[Finding]:
     """Every version of a cache the archive holds (or its previous-format record)."""
-    keys = [item.key for item in store.list(versions_prefix(cache_id))]
+    keys = [item.key for item in store.list(cache_prefix(cache_id, "versions/"))]
     if not keys:
         return archived_record(store, legacy_cache_key(cache_id), None, checker)
     return [f for key in keys for f in archived_record(store, key, None, checker)]

@@ -8,22 +8,24 @@ previous release (one per cache, one per result) are read too.
 
 from __future__ import annotations
 
-import hashlib
-
 from lifecycle.archive.layout import (
-    boots_prefix,
+    cache_prefix,
     legacy_cache_key,
     parse_key,
-    versions_prefix,
+    records_of,
 )
-from lifecycle.archive.record import follow, load_record, read_as
+from lifecycle.archive.record import follow, read_as, read_legacy_cache
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.audit.chain import ArchiveFacts, CacheAuditFacts, CacheFacts, ChainFacts
 from lifecycle.records import (
     BootRecordV1,
     CacheRecordV1,
     CacheVersion,
+    ImageSnapshot,
+    ManifestSnapshot,
+    ResultBoot,
     ResultRecordV1,
+    ResultRecordV2,
 )
 from lifecycle.results.archive import read_result, results_of_cache
 
@@ -50,16 +52,7 @@ def result_facts(store: BlobStore, result_id: str) -> ChainFacts:
             version = follow(store, CacheVersion, ref.record)
             archive = version_facts(store, ref.record.key, ref.record.sha256, version)
         caches.append(CacheFacts(rows[ref.cache_id], uses[ref.cache_id], archive))
-    return ChainFacts(
-        result=document.result,
-        digest=document.digest,
-        boot=boot.boot,
-        hook_runs=list(boot.hook_runs),
-        log=boot.log,
-        caches=caches,
-        image=boot.image,
-        manifest=boot.manifest,
-    )
+    return _chain(document, boot, caches, boot.image, boot.manifest)
 
 
 def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
@@ -102,7 +95,7 @@ def _versions(store: BlobStore, cache_id: str) -> list[tuple[str, CacheVersion]]
     """Every version record of the cache, oldest first."""
     found = [
         (item.key, read_as(store, CacheVersion, item.key))
-        for item in store.list(versions_prefix(cache_id))
+        for item in store.list(cache_prefix(cache_id, "versions/"))
     ]
     return sorted(found, key=lambda pair: (pair[1].archived_at, pair[0]))
 
@@ -115,7 +108,7 @@ def _boot_ids(store: BlobStore, cache_id: str) -> list[str]:
 def _first_boot_record(store: BlobStore, boot_id: str) -> BootRecordV1 | None:
     """A boot's record (the first written: any other says the same); None when its marker
     was written and its record not (that archive did not finish)."""
-    keys = sorted(item.key for item in store.list(boots_prefix(boot_id)))
+    keys = sorted(item.key for item in store.list(records_of("boots", boot_id)))
     records = [read_as(store, BootRecordV1, key) for key in keys]
     return min(records, key=lambda r: r.archived_at) if records else None
 
@@ -140,28 +133,37 @@ def _sha(relative: str) -> str:
 # --- the previous release's records: one per cache, one per result ------------------------
 
 
-def _legacy_cache(store: BlobStore, cache_id: str) -> tuple[CacheRecordV1, bytes]:
-    relative = legacy_cache_key(cache_id)
-    body = store.read(relative)
-    if body is None:
-        raise ArchiveError(
-            f"{store.where(relative)}: missing: no cache {cache_id!r} archived there"
-        )
-    return load_record(body, store.where(relative)), body
+def _legacy_cache(store: BlobStore, cache_id: str) -> tuple[str, CacheRecordV1]:
+    """(sha256 of its bytes, record) of the cache's one record; missing is an error here."""
+    found = read_legacy_cache(store, cache_id)
+    if found is None:
+        where = store.where(legacy_cache_key(cache_id))
+        raise ArchiveError(f"{where}: missing: no cache {cache_id!r} archived there")
+    return found[1], found[2]
 
 
 def _legacy_result_facts(store: BlobStore, document: ResultRecordV1) -> ChainFacts:
     boot = document.boot
     caches = []
     for cache_id in document.caches:
-        record, body = _legacy_cache(store, cache_id)
+        sha, record = _legacy_cache(store, cache_id)
         use = next((b.use for b in record.boots if b.boot.id == boot.boot.id), None)
         if use is None:
             where = store.where(legacy_cache_key(cache_id))
             raise ArchiveError(f"{where}: does not list boot {boot.boot.id}: the chain breaks here")
-        sha = hashlib.sha256(body).hexdigest()
         archive = version_facts(store, legacy_cache_key(cache_id), sha, record)
         caches.append(CacheFacts(record.cache, use, archive))
+    return _chain(document, boot, caches, document.image, document.manifest)
+
+
+def _chain(
+    document: ResultRecordV1 | ResultRecordV2,
+    boot: ResultBoot | BootRecordV1,
+    caches: list[CacheFacts],
+    image: ImageSnapshot | None,
+    manifest: ManifestSnapshot | None,
+) -> ChainFacts:
+    """The chain from a result's record of either format and the boot it names."""
     return ChainFacts(
         result=document.result,
         digest=document.digest,
@@ -169,14 +171,13 @@ def _legacy_result_facts(store: BlobStore, document: ResultRecordV1) -> ChainFac
         hook_runs=list(boot.hook_runs),
         log=boot.log,
         caches=caches,
-        image=document.image,
-        manifest=document.manifest,
+        image=image,
+        manifest=manifest,
     )
 
 
 def _legacy_cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
-    record, body = _legacy_cache(store, cache_id)
+    sha, record = _legacy_cache(store, cache_id)
     boots = [(entry.boot, entry.use) for entry in record.boots]
-    sha = hashlib.sha256(body).hexdigest()
     archive = version_facts(store, legacy_cache_key(cache_id), sha, record)
     return CacheAuditFacts(record.cache, None, archive, boots, _results(store, cache_id), [archive])

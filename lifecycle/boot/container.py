@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from lifecycle.errors import AnswerNo
@@ -13,15 +14,30 @@ class BootFailed(AnswerNo):
     """The engine's container could not be created or run."""
 
 
+@dataclass(frozen=True)
+class ContainerExit:
+    """How the engine's container ended: its exit code, and whether we stopped it at the
+    boot's time limit (then the code is only the signal's: 137 or 143)."""
+
+    code: int
+    timed_out: bool
+
+
 def run_container(
     container: Any,
     timeout_s: float | None,
     keep: Callable[[str], None],
     show: Callable[[str], None],
-) -> int:
-    """Start, pass each log line to `keep` and `show` until the container exits; its exit code."""
+) -> ContainerExit:
+    """Start, pass each log line to `keep` and `show` until the container exits."""
     container.start()
-    timer = threading.Timer(timeout_s, container.stop) if timeout_s else None
+    fired = threading.Event()
+
+    def stop_at_limit() -> None:
+        fired.set()
+        container.stop()
+
+    timer = threading.Timer(timeout_s, stop_at_limit) if timeout_s else None
     if timer:
         timer.start()
     try:
@@ -35,7 +51,8 @@ def run_container(
                 show(text)
         if pending:
             keep(pending.decode(errors="replace"))
-        return int(container.wait()["StatusCode"])
+        code = int(container.wait()["StatusCode"])
+        return ContainerExit(code, fired.is_set())
     except BaseException:
         # Interrupted (Ctrl-C, SIGTERM via the hook session): the engine must not outlive us.
         container.stop(timeout=10)

@@ -19,10 +19,12 @@ from typing import Any
 
 from lifecycle.boot.caches import CachePlan, plan_caches
 from lifecycle.boot.container import BootFailed, remove_container, run_container
+from lifecycle.boot.judge import judge, read_untracked
 from lifecycle.boot.provenance import keep_provenance
 from lifecycle.boot.spec import (
     CacheMount,
     ContainerSpec,
+    EngineExtras,
     build_spec,
     check_secrets,
     pick_profile,
@@ -31,7 +33,7 @@ from lifecycle.errors import LifecycleError
 from lifecycle.evidence import collect_evidence
 from lifecycle.faults import Checkpoint
 from lifecycle.fingerprint import Fingerprint, scan
-from lifecycle.hooks import Hook, HookFailed, HookSession, hook_session, instrumented
+from lifecycle.hooks import Hook, HookFailed, HookSession, engine_env, hook_session, instrumented
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
     BootRecord,
@@ -39,11 +41,15 @@ from lifecycle.ledger.boots import (
     CacheUse,
     HookRunRecord,
     TaintedFile,
+    UntrackedWrite,
     finish_boot,
     start_boot,
 )
 from lifecycle.manifest import LoadedManifest
+from lifecycle.manifest.defaults import BOOT_ENV
 from lifecycle.redact import redact, secrets_in_file
+
+SPEC_JSON = "spec.json"  # in the boot's evidence dir: the container spec as `describe` shows it
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class BootRequest:
     hooks: Sequence[Hook]
     arch: str
     timeout_s: float | None = None
+    extra_args: tuple[str, ...] = ()  # after the profile's and the tuned values' (a night's cell)
 
 
 @dataclass
@@ -72,12 +79,16 @@ class _Progress:
     error: str | None = None
     interrupted: bool = False
     aborted: bool = False  # a pre-boot hook said no
+    timed_out: bool = False  # stopped by us at the boot's --timeout
+    untracked: list[UntrackedWrite] = field(default_factory=list)  # JIT output outside caches
 
     def outcome(self) -> str:
         if self.interrupted:
             return "interrupted"
         if self.aborted:
             return "aborted"
+        if self.timed_out:
+            return "timeout"
         return "ok" if self.exit_code == 0 and not self.error else "failed"
 
 
@@ -93,7 +104,9 @@ def dry_run_spec(request: BootRequest, host_env: Mapping[str, str]) -> Container
         for name, c in manifest.active_caches().items()
     ]
     labels = _labels(request, "(dry run)")
-    return build_spec(manifest, profile, request.image_tag, mounts, host_env, labels)
+    boot_env = _boot_env(request, "(dry run)")
+    image = request.image_tag
+    return build_spec(manifest, profile, image, mounts, host_env, labels, boot_env, _extra(request))
 
 
 @dataclass(frozen=True)
@@ -128,8 +141,11 @@ def boot(
     )
     try:
         checkpoint("boot-caches-picked")
-        labels = _labels(request, boot_id)
-        spec = build_spec(manifest, profile, request.image["id"], plan.mounts, host_env, labels)
+        labels, boot_env = _labels(request, boot_id), _boot_env(request, boot_id)
+        spec = build_spec(
+            manifest, profile, request.image["id"], plan.mounts, host_env, labels, boot_env,
+            _extra(request),
+        )  # fmt: skip
         record = _intent(request, profile, boot_id, now, spec)
         keep_provenance(ledger, request.loaded, request.digest, request.image)
         start_boot(ledger, record, plan.new_caches, plan.uses)
@@ -142,6 +158,11 @@ def boot(
     finally:
         plan.release()  # only once the end-of-boot scan is recorded (or failed to be)
     return record
+
+
+def _extra(request: BootRequest) -> EngineExtras:
+    """What the boot adds to the profile: a cell's arguments, the hooks' engine environment."""
+    return EngineExtras(request.extra_args, engine_env(request.hooks))
 
 
 def _intent(
@@ -183,6 +204,9 @@ def _run(
     """Hooks and the container; whatever happens, `_finish` records how it ended."""
     secrets_by_name = {name: spec.environment[name] for name in spec.secret_names}
     evidence_dir = ledger.home.boot_bundle(record.id)
+    # The spec as recorded (secrets named, never valued): `why` compares two boots' env.
+    spec_json = json.dumps(spec.describe(), indent=1, sort_keys=True).encode()
+    ledger.keep_evidence(f"boots/{record.id}", SPEC_JSON, spec_json)
     context = {
         "boot_id": record.id,
         "manifest": record.manifest_name,
@@ -199,13 +223,18 @@ def _run(
             session.fire("pre-boot", {})
             container = _create(client, spec)
             progress.container_id = container.id
-            progress.exit_code = run_container(
+            ended = run_container(
                 container,
                 request.timeout_s,
                 progress.log.append,
                 # What is shown is redacted like what is kept: the engine may print a secret.
                 lambda line: on_line(redact(line, secrets_by_name)),
             )
+            progress.exit_code, progress.timed_out = ended.code, ended.timed_out
+            if ended.timed_out:
+                progress.error = (
+                    f"timed out: stopped after the --timeout of {request.timeout_s:g} s"
+                )
             after = {"container_id": container.id, "exit_code": progress.exit_code}
             session.fire("post-boot", after)
     except (KeyboardInterrupt, SystemExit) as exc:
@@ -216,6 +245,10 @@ def _run(
         progress.aborted = isinstance(exc, HookFailed) and progress.container_id is None
         raise
     finally:
+        if container is not None and progress.exit_code is not None:
+            # Read before the container goes: its changes are lost with it.
+            progress.untracked, problem = read_untracked(client, container, record.id, plan.mounts)
+            progress.error = _join(progress.error, problem)
         if container is not None and secrets_by_name:
             # The container's config (docker inspect) and its log keep the values in clear.
             progress.error = _join(progress.error, remove_container(container))
@@ -255,7 +288,7 @@ def _finish(
     log_text = redact("\n".join(progress.log) + "\n", secrets_by_name)
     log_path = ledger.keep_evidence("boots", f"{record.id}.log", log_text.encode())
     problems = [progress.error] if progress.error else []
-    uses, scanned, tainted = [], [], []
+    uses, scanned, tainted, scans = [], [], [], {}
     for mount, use in zip(plan.mounts, plan.uses, strict=True):
         try:
             use, cache, after, written = _scan_cache(
@@ -267,9 +300,21 @@ def _finish(
             continue
         uses.append(use)
         scanned.append(cache)
+        scans[mount.name] = (after, written)
+    # A path can hold a secret's value as well as a file can (a JIT named by a token).
+    untracked = [replace(w, path=redact(w.path, secrets_by_name)) for w in progress.untracked]
+    judged = judge(plan.mounts, uses, scans, log_text.splitlines(), untracked)
+    uses = judged.uses
     caches = {m.name: Path(m.host_path) for m in plan.mounts}
     try:
-        collect_evidence(caches, log_text, evidence_dir / "bundle", secret_values=secrets_by_name)
+        collect_evidence(
+            caches,
+            log_text,
+            evidence_dir / "bundle",
+            secret_values=secrets_by_name,
+            judged=judged.per_cache,
+            boot=judged.boot,
+        )
     except (OSError, ValueError) as exc:
         problems.append(f"evidence bundle not written: {exc}")
     final = replace(
@@ -287,7 +332,7 @@ def _finish(
         HookRunRecord(record.id, run.name, run.event, run.exit_code, run.duration_s)
         for run in (progress.session.runs if progress.session else [])
     ]
-    finish_boot(ledger, final, uses, scanned, runs, tainted)
+    finish_boot(ledger, final, uses, scanned, runs, tainted, untracked)
     return final
 
 
@@ -302,11 +347,15 @@ def _scan_cache(
         f"scans/{cache.id}", f"{boot_id}.json", after.to_json().encode()
     )
     diff = previous.diff(after) if previous is not None else None
+    dirs = {e.path for e in after.entries if e.kind == "dir"}
+    added = diff.added if diff is not None else tuple(e.path for e in after.entries)
     use = replace(
         use,
         tree_digest_before=previous.tree_digest if previous else None,
         tree_digest_after=after.tree_digest,
-        files_added=len(diff.added) if diff is not None else len(after.entries),
+        # Files (links and FIFOs too) apart from dirs: a JIT's new dir is not a compiled file.
+        files_added=sum(1 for path in added if path not in dirs),
+        dirs_added=sum(1 for path in added if path in dirs),
         files_changed=len(diff.changed) if diff is not None else 0,
         files_removed=len(diff.removed) if diff is not None else 0,
     )
@@ -358,6 +407,13 @@ def _labels(request: BootRequest, boot_id: str) -> dict[str, str]:
         "lifecycle.manifest.digest": request.digest,
         "lifecycle.manifest.name": request.loaded.manifest.name,
     }
+
+
+def _boot_env(request: BootRequest, boot_id: str) -> dict[str, str]:
+    """What the engine is told about its own provenance (BOOT_ENV); the provenance plugin of
+    the production patches logs it, so a result can be matched to its build from the log."""
+    values = (boot_id, request.digest, request.image_tag)
+    return dict(zip(BOOT_ENV, values, strict=True))
 
 
 def _stamp(moment: datetime) -> str:

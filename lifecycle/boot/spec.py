@@ -96,6 +96,15 @@ class ContainerSpec:
         return kwargs
 
 
+@dataclass(frozen=True)
+class EngineExtras:
+    """What a boot adds to its profile: arguments after the profile's and the tuned values'
+    (a night cell's workload), and the engine environment its hooks declare."""
+
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
 def build_spec(
     manifest: Manifest,
     profile_name: str,
@@ -103,16 +112,32 @@ def build_spec(
     mounts: list[CacheMount],
     host_env: Mapping[str, str],
     labels: dict[str, str],
+    boot_env: Mapping[str, str],
+    extras: EngineExtras = EngineExtras(),
 ) -> ContainerSpec:
-    """Profile + tuned values + cache mounts → spec; a secret missing on the host is an error."""
+    """Profile + tuned values + cache mounts (and their settings) + the boot's own provenance
+    (`boot_env`: LIFECYCLE_BOOT_ID, …) + a caller's extras → spec; a secret missing on the
+    host is an error, and so is a hook's engine env over a name the boot sets otherwise."""
     profile = manifest.profiles[profile_name]
+    caches = manifest.active_caches()
     environment = dict(profile.env)
-    environment.update({mount.env: mount.container_path for mount in mounts})
+    for mount in mounts:
+        environment.update(caches[mount.name].settings)
+        environment[mount.env] = mount.container_path
+    environment.update(boot_env)
     check_secrets(manifest, profile_name, host_env)
-    environment.update({name: host_env[name] for name in profile.secrets})
+    taken = sorted(set(extras.env) & {*environment, *profile.secrets, *profile.from_host})
+    if taken:
+        raise LifecycleError(
+            f"a hook sets {', '.join(taken)} in the engine's environment, which profile"
+            f" {profile_name!r}, a cache or the boot sets already"
+        )
+    environment.update(extras.env)
+    environment.update({name: host_env[name] for name in (*profile.from_host, *profile.secrets)})
+    tuned = _tuned_args(manifest, profile, profile_name)
     return ContainerSpec(
         image=image,
-        command=[*profile.command, *profile.args, *_tuned_args(manifest, profile, profile_name)],
+        command=[*profile.command, *profile.args, *tuned, *extras.args],
         environment=environment,
         secret_names=tuple(profile.secrets),
         mounts=tuple(mounts),
@@ -126,8 +151,10 @@ def build_spec(
 
 
 def check_secrets(manifest: Manifest, profile_name: str, host_env: Mapping[str, str]) -> None:
-    """Every secret the profile passes by name must be set on the host."""
-    missing = [name for name in manifest.profiles[profile_name].secrets if name not in host_env]
+    """Every secret (and `from_host` value) the profile passes by name must be set on the
+    host."""
+    profile = manifest.profiles[profile_name]
+    missing = [name for name in (*profile.from_host, *profile.secrets) if name not in host_env]
     if missing:
         raise LifecycleError(
             f"profile {profile_name!r} passes {', '.join(missing)} by name, but the host "
@@ -145,11 +172,16 @@ def pick_profile(manifest: Manifest, requested: str | None) -> str:
     return requested
 
 
+def engine_flag(name: str) -> str:
+    """The engine's flag for a tuned value: gpu_memory_utilization -> --gpu-memory-utilization."""
+    return "--" + name.replace("_", "-")
+
+
 def _tuned_args(manifest: Manifest, profile: BootProfile, profile_name: str) -> list[str]:
     """Tuned values become engine arguments; one also set in the profile's args is an error."""
     args: list[str] = []
     for name, tuned in manifest.tuned.items():
-        flag = "--" + name.replace("_", "-")
+        flag = engine_flag(name)
         if flag in profile.args:
             raise LifecycleError(
                 f"profile {profile_name!r} sets {flag} and tuned.{name} sets it too; keep one"

@@ -15,7 +15,12 @@ from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.builds import BuildRecord, images_of, record_build
 
-FAIL_MARKERS = ("lifecycle: PATCH FAILED:", "lifecycle: PIN MISMATCH:", "lifecycle: PIN INSTALL")
+FAIL_MARKERS = (
+    "lifecycle: PATCH FAILED:",
+    "lifecycle: PIN MISMATCH:",
+    "lifecycle: PIN INSTALL",
+    "lifecycle: ENTRY POINT MISSING:",
+)
 
 
 class BuildFailed(LifecycleError):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
+from pathlib import PurePosixPath
 
 from lifecycle import __version__
 from lifecycle.errors import LifecycleError
@@ -84,6 +86,7 @@ def plan_build(
     context["lifecycle/series.tsv"] = "".join(series).encode()
     pins = {engine.vllm_dist: engine.vllm, engine.flashinfer_dist: engine.flashinfer}
     context["lifecycle/pins.json"] = json.dumps(pins, indent=2).encode()
+    context.update(entry_point_files(loaded))
     for helper in ("pins.py", "apply-series.sh", "gitbinary.py"):
         context[f"lifecycle/{helper}"] = _in_image(helper)
     labels = _labels(loaded, digest, patches, created, source)
@@ -112,11 +115,42 @@ def _dockerfile(loaded: LoadedManifest, digest: str, labels: dict[str, str]) -> 
             f"COPY lifecycle/ {IN_IMAGE_DIR}/",
             f"RUN python3 {IN_IMAGE_DIR}/pins.py install",
             f"RUN {apply}",
+            *_entry_points_instruction(loaded),
             f"RUN python3 {IN_IMAGE_DIR}/pins.py check",
             _label_instruction(labels),
             "",
         ]
     )
+
+
+def entry_point_files(loaded: LoadedManifest) -> dict[str, bytes]:
+    """The manifest's entry points as a distribution of their own (a dist-info dir beside
+    the engine's package: importlib.metadata finds it there), and the list the build checks.
+
+    A distribution of its own, not an edit of vllm's dist-info: the patches stay additions
+    that port cleanly to every release, and the dist-info's name carries no vLLM version."""
+    manifest = loaded.manifest
+    if not manifest.entry_points:
+        return {}
+    name = "lifecycle_entry_points_" + re.sub(r"[^A-Za-z0-9]+", "_", manifest.name)
+    info = f"lifecycle/entry-points/{name}-0.dist-info"
+    sections = [
+        f"[{group}]\n" + "".join(f"{key} = {ref}\n" for key, ref in refs.items())
+        for group, refs in manifest.entry_points.items()
+    ]
+    return {
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0\n".encode(),
+        f"{info}/INSTALLER": b"lifecycle\n",
+        f"{info}/entry_points.txt": "\n".join(sections).encode(),
+        "lifecycle/entry_points.json": json.dumps(manifest.entry_points, indent=2).encode(),
+    }
+
+
+def _entry_points_instruction(loaded: LoadedManifest) -> list[str]:
+    if not loaded.manifest.entry_points:
+        return []
+    site = PurePosixPath(loaded.manifest.engine.package_dir).parent
+    return [f"COPY lifecycle/entry-points/ {site}/"]
 
 
 def _label_instruction(labels: dict[str, str]) -> str:

@@ -17,10 +17,17 @@ from lifecycle.build.registry import RegistryFailed, registry_digest
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report, plain
 from lifecycle.errors import EXIT_NO, EXIT_OK
+from lifecycle.evidence.verdict import recorded_uses, recorded_warmth
 from lifecycle.flows import boot_then_accept
 from lifecycle.hooks import select
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import BootRecord, CacheUse, cache_uses
+from lifecycle.ledger.boots import (
+    BootRecord,
+    CacheUse,
+    UntrackedWrite,
+    cache_uses,
+    untracked_writes,
+)
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.manifest.digest import manifest_digest
 
@@ -52,6 +59,14 @@ class BootReport(Report):
     FORMAT: ClassVar[str] = "lifecycle-boot/1"
     boot: BootRecord
     caches: tuple[CacheUse, ...]
+    untracked: tuple[UntrackedWrite, ...] = ()  # JIT output written outside the caches
+
+    @property
+    def warmth(self) -> tuple[str, str]:
+        """(verdict, phrase): `warm-hit`, `warm`; `partial`, `warm (partial: 155.0 MiB
+        written outside tracked caches)`; … (lifecycle.evidence.verdict)."""
+        writes = [(w.path, w.bytes) for w in self.untracked]
+        return recorded_warmth(recorded_uses(self.caches), writes)
 
     @property
     def exit_code(self) -> int:
@@ -67,7 +82,17 @@ class BootReport(Report):
         row = plain(self.boot)
         row["hooks"] = plain(self.hooks)
         row["secret_names"] = json.loads(self.boot.secret_names)
-        return {"format": self.FORMAT, **row, "caches": plain(self.caches)}
+        verdict, warmth = self.warmth
+        return {
+            "format": self.FORMAT,
+            **row,
+            "caches": plain(self.caches),
+            "verdict": verdict,
+            "warmth": warmth,
+            "untracked": [
+                {"path": w.path, "change": w.change, "bytes": w.bytes} for w in self.untracked
+            ],
+        }
 
 
 @dataclass(frozen=True)
@@ -116,12 +141,15 @@ def run(ctx: Context, options: BootOptions) -> BootReport:
         watch = Watch(on_line=ctx.say, checkpoint=ctx.checkpoint())
         record = boot_then_accept(client, ledger, boot_request, ctx.environ, watch)
         uses = cache_uses(ledger, boot_id=record.id)
-    return report_of(record, uses)
+        writes = untracked_writes(ledger, record.id)
+    return report_of(record, uses, writes)
 
 
-def report_of(record: BootRecord, uses: Sequence[CacheUse]) -> BootReport:
-    """A boot's record and its uses of caches as its report."""
-    return BootReport(record, tuple(uses))
+def report_of(
+    record: BootRecord, uses: Sequence[CacheUse], writes: Sequence[UntrackedWrite] = ()
+) -> BootReport:
+    """A boot's record, its uses of caches and its writes outside them as its report."""
+    return BootReport(record, tuple(uses), tuple(writes))
 
 
 def dry_run(ctx: Context, options: BootOptions) -> BootSpecReport:
@@ -158,9 +186,10 @@ def render(report: BootReport) -> str:
     boot = report.boot
     caches = ", ".join(f"{u.cache_id} {u.mode}" for u in report.caches)
     flag = " [instrumented]" if boot.instrumented else ""
+    why = f" ({boot.error})" if boot.outcome == "timeout" and boot.error else ""
     return (
-        f"boot {boot.id}: {boot.outcome} (exit {boot.exit_code}){flag}\n"
-        f"  caches: {caches}\n  evidence: {boot.evidence_path}\n"
+        f"boot {boot.id}: {boot.outcome} (exit {boot.exit_code}){why}{flag}\n"
+        f"  caches: {caches}\n  jit: {report.warmth[1]}\n  evidence: {boot.evidence_path}\n"
     )
 
 

@@ -3,11 +3,27 @@ a manifest name, a GPU arch, a state, an age."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.store import BlobStore
+from lifecycle.commands.context import Context
 from lifecycle.errors import LifecycleError
+
+Item = TypeVar("Item")
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the filters look at in a row."""
+
+    manifest: str
+    arch: str  # one, or several comma-separated
+    state: str
+    at: str  # ISO 8601: when it was made, started or archived
 
 
 @dataclass(frozen=True)
@@ -37,6 +53,21 @@ class Filters:
         if self.older_than is not None and age < self.older_than:
             return False
         return self.newer_than is None or age <= self.newer_than
+
+    def select(
+        self, now: datetime, items: Iterable[Item], facts: Callable[[Item], Facts]
+    ) -> list[Item]:
+        """The items whose facts these filters keep, in their order."""
+        return [item for item in items if self.keeps(now, **asdict(facts(item)))]
+
+
+def open_archive(
+    ctx: Context, source: str, filters: Filters, states: Sequence[str], listing: str
+) -> tuple[BlobStore, datetime]:
+    """A listing of the archive at `source` (no ledger): its --state checked against
+    `states` first, then the store, and now."""
+    filters.check_state(states, listing)
+    return BlobStore(ctx.s3(), ArchiveLocation.parse(source, "--from")), ctx.now()
 
 
 EVERYTHING = Filters()  # the default of every listing

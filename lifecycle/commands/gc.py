@@ -44,8 +44,8 @@ class GcReport(Report):
     """The plan, what a stopped run's completion did, and what this run removed."""
 
     FORMAT: ClassVar[str] = "lifecycle-gc/1"
-    location: str
-    policy: str
+    location: str  # s3://bucket/prefix
+    policy: str  # what --keep-last, --older-than and --grace asked, in words
     dry_run: bool
     plan: GcPlan
     resumed: tuple[Swept, ...] = ()
@@ -72,13 +72,15 @@ class GcReport(Report):
         }
 
 
-def run(
-    ctx: Context,
-    options: GcOptions,
-    *,
-    show: Callable[[GcReport], None],
-    agree: Callable[[GcReport], None],
-) -> GcReport:
+@dataclass(frozen=True)
+class Consent:
+    """The CLI's part: showing the plan, then agreeing to it (raises to stop)."""
+
+    show: Callable[[GcReport], None]
+    agree: Callable[[GcReport], None]
+
+
+def run(ctx: Context, options: GcOptions, consent: Consent) -> GcReport:
     """Complete any stopped run here, plan, show the plan, and (agreed) carry it out."""
     if options.keep_last is not None and options.keep_last < 1:
         raise LifecycleError("--keep-last must be at least 1 (the newest version of each cache)")
@@ -101,10 +103,10 @@ def run(
             )
         plan = plan_gc(snap, policy, _pinned(ledger, store), ctx.now())
         report = GcReport(location.url(), policy.describe(), options.dry_run, plan, resumed)
-        show(report)
+        consent.show(report)
         if options.dry_run or not plan.remove:
             return report
-        agree(report)
+        consent.agree(report)
         run_id = journal_plan(ledger, store, plan, policy, ctx.now())
         checkpoint("gc-planned")
         swept = sweep(ledger, store, run_id, ctx.now, snap=snap, checkpoint=checkpoint)

@@ -9,14 +9,19 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lifecycle.archive.catalog import ArchivedBoot, ArchivedCache, archived_boots, archived_caches
-from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.store import BlobStore
 from lifecycle.commands.boot import BootReport, report_of
 from lifecycle.commands.context import Context
-from lifecycle.commands.filters import EVERYTHING, Filters
+from lifecycle.commands.filters import EVERYTHING, Facts, Filters, open_archive
 from lifecycle.commands.report import Report, Row, fields_of, plain
 from lifecycle.leases import lease_held
-from lifecycle.ledger.boots import CacheRecord, all_boots, all_caches, cache_by_id, cache_uses
+from lifecycle.ledger.boots import (
+    CacheRecord,
+    all_boots,
+    all_caches,
+    cache_by_id,
+    cache_uses,
+    untracked_writes,
+)
 from lifecycle.ledger.pins import pins
 from lifecycle.table import human_age, human_bytes, render
 
@@ -160,17 +165,24 @@ def list_archived_caches(
     ctx: Context, source: str, filters: Filters = EVERYTHING
 ) -> ArchivedCachesReport:
     """Every cache the archive at `source` holds, whoever archived it."""
-    filters.check_state(ARCHIVED_CACHE_STATES, "caches in an archive")
-    location = ArchiveLocation.parse(source, "--from")
-    store, now = BlobStore(ctx.s3(), location), ctx.now()
-    rows = []
-    for cache in archived_caches(store):
-        row, newest = cache.row, cache.newest
-        facts = {"manifest": row.manifest_name, "arch": row.arch, "state": cache.state}
-        if filters.keeps(now, **facts, at=newest.archived_at):
-            age = (now - datetime.fromisoformat(newest.archived_at)).total_seconds()
-            rows.append(ListedArchivedCache(cache, age))
-    return ArchivedCachesReport(location.url(), tuple(rows))
+    store, now = open_archive(ctx, source, filters, ARCHIVED_CACHE_STATES, "caches in an archive")
+    return ArchivedCachesReport(
+        store.location.url(),
+        tuple(
+            ListedArchivedCache(c, _age(now, c.newest.archived_at))
+            for c in filters.select(now, archived_caches(store), _cache_facts)
+        ),
+    )
+
+
+def _age(now: datetime, at: str) -> float:
+    return (now - datetime.fromisoformat(at)).total_seconds()
+
+
+def _cache_facts(cache: ArchivedCache) -> Facts:
+    """An archived cache is filtered by its newest version's time."""
+    row = cache.row
+    return Facts(row.manifest_name, row.arch, cache.state, cache.newest.archived_at)
 
 
 def list_boots(ctx: Context, filters: Filters = EVERYTHING) -> BootsReport:
@@ -180,7 +192,7 @@ def list_boots(ctx: Context, filters: Filters = EVERYTHING) -> BootsReport:
         return BootsReport(())
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
-        uses = cache_uses(ledger)
+        uses, writes = cache_uses(ledger), untracked_writes(ledger)
         rows = []
         for boot in all_boots(ledger):
             mine = [u for u in uses if u.boot_id == boot.id]
@@ -191,7 +203,8 @@ def list_boots(ctx: Context, filters: Filters = EVERYTHING) -> BootsReport:
             gone = boot.outcome == "running" and not any(
                 lease_held(ledger.home, u.cache_id) for u in mine
             )
-            rows.append(ListedBoot(report_of(boot, mine), gone))
+            outside = [w for w in writes if w.boot_id == boot.id]
+            rows.append(ListedBoot(report_of(boot, mine, outside), gone))
     return BootsReport(tuple(rows))
 
 
@@ -199,21 +212,15 @@ def list_archived_boots(
     ctx: Context, source: str, filters: Filters = EVERYTHING
 ) -> ArchivedBootsReport:
     """Every boot the archive at `source` holds a record of."""
-    filters.check_state(OUTCOMES, "boots")
-    location = ArchiveLocation.parse(source, "--from")
-    store, now = BlobStore(ctx.s3(), location), ctx.now()
-    rows = [
-        ListedArchivedBoot(boot)
-        for boot in archived_boots(store)
-        if filters.keeps(
-            now,
-            manifest=boot.boot.manifest_name,
-            arch=boot.arch,
-            state=boot.boot.outcome,
-            at=boot.boot.started_at,
-        )
-    ]
-    return ArchivedBootsReport(location.url(), tuple(rows))
+    store, now = open_archive(ctx, source, filters, OUTCOMES, "boots")
+    kept = filters.select(now, archived_boots(store), _boot_facts)
+    return ArchivedBootsReport(store.location.url(), tuple(map(ListedArchivedBoot, kept)))
+
+
+def _boot_facts(found: ArchivedBoot) -> Facts:
+    """An archived boot is filtered by when it started."""
+    boot = found.boot
+    return Facts(boot.manifest_name, found.arch, boot.outcome, boot.started_at)
 
 
 def render_archived_caches(report: ArchivedCachesReport) -> str:
@@ -284,13 +291,17 @@ def render_boots(report: BootsReport) -> str:
     """The table of `lifecycle boots`; instrumented boots are flagged on their row."""
 
     def caches(boot: BootReport) -> str:
-        modes = [u.mode for u in boot.caches]
-        grew = sum(u.files_added or 0 for u in boot.caches if u.mode == "warm")
-        text = ", ".join(f"{modes.count(m)} {m}" for m in ("cold", "warm") if m in modes)
-        return text + (f" (+{grew} files while warm)" if grew else "")
+        # An empty cache is `empty`, whether it was mounted cold or warm.
+        modes = ["empty" if u.verdict == "empty" else u.mode for u in boot.caches]
+        warm = [u for u in boot.caches if u.mode == "warm"]
+        files = sum(u.files_added or 0 for u in warm)
+        dirs = sum(u.dirs_added or 0 for u in warm)
+        text = ", ".join(f"{modes.count(m)} {m}" for m in ("cold", "warm", "empty") if m in modes)
+        grew = [f"+{files} files"] * bool(files) + [f"+{dirs} dirs"] * bool(dirs)
+        return text + (f" ({', '.join(grew)} while warm)" if grew else "")
 
     return render(
-        ["BOOT", "STARTED", "MANIFEST", "PROFILE", "OUTCOME", "EXIT", "CACHES", "HOOKS"],
+        ["BOOT", "STARTED", "MANIFEST", "PROFILE", "OUTCOME", "EXIT", "CACHES", "JIT", "HOOKS"],
         [
             [
                 row.boot.boot.id,
@@ -300,6 +311,7 @@ def render_boots(report: BootsReport) -> str:
                 row.boot.boot.outcome + (" (process gone)" if row.process_gone else ""),
                 row.boot.boot.exit_code,
                 caches(row.boot),
+                row.boot.warmth[1],
                 ", ".join(h.name for h in row.boot.hooks)
                 + (" INSTRUMENTED" if row.boot.boot.instrumented else ""),
             ]

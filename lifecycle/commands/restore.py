@@ -104,7 +104,7 @@ class RestoreBestReport(Report):
     """`restore --best`: for each cache of a manifest, the version chosen and restored."""
 
     FORMAT: ClassVar[str] = "lifecycle-restore-best/1"
-    manifest: str
+    manifest: str  # its name
     manifest_digest: str
     arch: str
     image: str  # where the labels of the cache keys came from

@@ -15,10 +15,10 @@ from typing import Any, ClassVar
 
 from lifecycle.archive.config import optional_location
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.archive.store import ArchiveError
 from lifecycle.commands.boot import HookEntry
 from lifecycle.commands.context import Context
-from lifecycle.commands.filters import EVERYTHING, Filters
+from lifecycle.commands.filters import EVERYTHING, Facts, Filters, open_archive
 from lifecycle.commands.report import Report, Row, plain
 from lifecycle.errors import EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
@@ -159,17 +159,10 @@ class ListedArchivedResult(Row):
     result: ArchivedResult
 
     def to_json(self) -> dict[str, Any]:
-        """The canonical result, its digest, what it ran, who archived it, its team pins."""
-        found = self.result
-        return {
-            **found.result,
-            "digest": found.digest,
-            "manifest_name": found.manifest_name,
-            "arch": found.arch,
-            "host": found.host,
-            "record": found.record,
-            "pins": list(found.pins),
-        }
+        """The canonical result, then what the archive adds: its digest, what it ran, who
+        archived it, its team pins."""
+        facts: dict[str, Any] = plain(self.result)
+        return {**facts.pop("result"), **facts}
 
 
 @dataclass(frozen=True)
@@ -183,21 +176,13 @@ class ArchivedResultsReport(Report):
 
 def run_archived(ctx: Context, source: str, filters: Filters = EVERYTHING) -> ArchivedResultsReport:
     """Every result the archive at `source` holds, whichever host archived it."""
-    filters.check_state(STATUSES, "results")
-    location = ArchiveLocation.parse(source, "--from")
-    store, now = BlobStore(ctx.s3(), location), ctx.now()
-    rows = [
-        ListedArchivedResult(r)
-        for r in archived_results(store)
-        if filters.keeps(
-            now,
-            manifest=r.manifest_name,
-            arch=r.arch,
-            state=r.result["status"],
-            at=r.result["created_at"],
-        )
-    ]
-    return ArchivedResultsReport(location.url(), tuple(rows))
+    store, now = open_archive(ctx, source, filters, STATUSES, "results")
+    kept = filters.select(
+        now,
+        archived_results(store),
+        lambda r: Facts(r.manifest_name, r.arch, r.result["status"], r.result["created_at"]),
+    )
+    return ArchivedResultsReport(store.location.url(), tuple(map(ListedArchivedResult, kept)))
 
 
 def render_archived(report: ArchivedResultsReport) -> str:

@@ -8,7 +8,7 @@ show the plan and how to ask for agreement (a terminal prompt, or `--yes`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -18,7 +18,6 @@ from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
 from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.hooks import select
-from lifecycle.ledger import Ledger
 from lifecycle.teardown.journal import teardown_lock
 from lifecycle.teardown.plan import Selection, TeardownPlan, parse_duration
 from lifecycle.teardown.report import plan_json, result_json, summary_text
@@ -91,7 +90,7 @@ def run(
     dry_run = options.dry_run
     with (
         ctx.ledger(create=False) as ledger,
-        nullcontext() if dry_run else teardown_lock(ledger.home),
+        nullcontext() if dry_run else teardown_lock(ledger.home),  # a dry run changes nothing
     ):
         plan = make_plan(ledger, services, request, preview=dry_run)
         show(plan)
@@ -102,11 +101,6 @@ def run(
                 progress=ctx.say,
             )  # fmt: skip
     return TeardownReport(plan, result, options.dry_run)
-
-
-def _locked(ledger: Ledger, dry_run: bool) -> AbstractContextManager[None]:
-    """One teardown at a time; a dry run changes nothing, so it takes no lock."""
-    return nullcontext() if dry_run else teardown_lock(ledger.home)
 
 
 def render(report: TeardownReport) -> str:

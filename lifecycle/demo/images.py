@@ -41,14 +41,15 @@ def engine_image(version: str) -> str:
     return f"{ENGINE_REPOSITORY}:v{version}"
 
 
-def _rootfs_name() -> str:
-    key = hashlib.sha256(" ".join((SUITE, *PACKAGES)).encode()).hexdigest()[:12]
+def _rootfs_name(packages: tuple[str, ...] = PACKAGES) -> str:
+    key = hashlib.sha256(" ".join((SUITE, *packages)).encode()).hexdigest()[:12]
     return f"rootfs-{SUITE}-{key}.tar"
 
 
-def ensure_rootfs(cache_dir: Path) -> Path:
-    """The Debian rootfs tarball, made once with mmdebstrap (to a temp name, then renamed)."""
-    tarball = cache_dir / _rootfs_name()
+def ensure_rootfs(cache_dir: Path, packages: tuple[str, ...] = PACKAGES) -> Path:
+    """The Debian rootfs tarball with `packages`, made once with mmdebstrap (to a temp name,
+    then renamed)."""
+    tarball = cache_dir / _rootfs_name(packages)
     if tarball.is_file():
         return tarball
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -56,7 +57,7 @@ def ensure_rootfs(cache_dir: Path) -> Path:
     # mmdebstrap guesses the output format from the name: say tar, or it makes a directory.
     command = [
         "mmdebstrap", "--quiet", "--variant=essential", "--format=tar",
-        f"--include={','.join(PACKAGES)}", SUITE, str(temp),
+        f"--include={','.join(packages)}", SUITE, str(temp),
     ]  # fmt: skip
     try:
         proc.run(command)
@@ -67,7 +68,7 @@ def ensure_rootfs(cache_dir: Path) -> Path:
     return tarball
 
 
-def _image_label(client: Any, tag: str, label: str) -> str | None:
+def image_label(client: Any, tag: str, label: str) -> str | None:
     """A label of the local image `tag`, "" if unlabelled, None if there is no such image."""
     import docker.errors
 
@@ -79,20 +80,23 @@ def _image_label(client: Any, tag: str, label: str) -> str | None:
     return labels.get(label, "")
 
 
-def ensure_base_image(client: Any, cache_dir: Path) -> str:
-    """`lifecycle-demo/base:bookworm`, imported from the rootfs unless already there."""
-    name = _rootfs_name()
-    if _image_label(client, BASE_IMAGE, ROOTFS_LABEL) == name:
-        return BASE_IMAGE
-    tarball = ensure_rootfs(cache_dir)
-    repository, tag = BASE_IMAGE.split(":")
+def ensure_base_image(
+    client: Any, cache_dir: Path, packages: tuple[str, ...] = PACKAGES, image: str = BASE_IMAGE
+) -> str:
+    """`image` (`lifecycle-demo/base:bookworm`), imported from the rootfs of `packages` unless
+    already there."""
+    name = _rootfs_name(packages)
+    if image_label(client, image, ROOTFS_LABEL) == name:
+        return image
+    tarball = ensure_rootfs(cache_dir, packages)
+    repository, tag = image.split(":")
     changes = [
         "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "ENV LANG=C.UTF-8",
         f"LABEL {ROOTFS_LABEL}={name}",
     ]
     client.api.import_image_from_file(str(tarball), repository=repository, tag=tag, changes=changes)
-    return BASE_IMAGE
+    return image
 
 
 def _add(context: tarfile.TarFile, name: str, data: bytes, mtime: int) -> None:
@@ -153,7 +157,7 @@ def ensure_engine_image(client: Any, upstream_repo: Path, version: str) -> str:
         COMMIT_LABEL: git(["rev-parse", f"v{version}^{{commit}}"], upstream_repo).strip(),
         BASE_LABEL: client.images.get(BASE_IMAGE).id,
     }
-    if all(_image_label(client, tag, key) == value for key, value in labels.items()):
+    if all(image_label(client, tag, key) == value for key, value in labels.items()):
         return tag
     context = _build_context(upstream_repo, version, labels)
     client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True)

@@ -4,12 +4,20 @@ The first release is stored as its tree (`upstream/0.1.0/`), each later one as a
 release before (`upstream/0.2.0.patch`), so every file is kept once and a release reads as
 what changed. Author, committer and dates are fixed, so commit ids are the same on every
 machine.
+
+To change a later release, edit its tree and store it again as its patch:
+
+    python3 -m lifecycle.demo.upstream 0.2.0 DIR   # DIR: the release's whole tree, edited
+
+(`git archive v0.2.0` of a demo upstream repo gives the tree to start from.)
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -19,6 +27,7 @@ SOURCES = Path(__file__).resolve().parent / "upstream"
 RELEASES = ("0.1.0", "0.2.0")
 _DATES = {"0.1.0": "2026-09-01T12:00:00+00:00", "0.2.0": "2026-10-01T12:00:00+00:00"}
 _IDENTITY = {"name": "Demo Upstream", "email": "upstream@demollm.invalid"}
+_MADE_FROM = "lifecycle-sources-sha256"  # in the bare repo's dir, beside HEAD
 
 
 def git(args: list[str], git_dir: Path, *, env: dict[str, str] | None = None) -> str:
@@ -59,9 +68,43 @@ def _commit_release(git_dir: Path, version: str) -> None:
     git(["tag", "-a", f"v{version}", "-m", f"demollm {version}"], git_dir, env=env)
 
 
+def sources_digest() -> str:
+    """sha256 over the release sources (0.1.0's files, the later patches): a repo made from
+    other sources is stale."""
+    digest = hashlib.sha256()
+    first = SOURCES / RELEASES[0]
+    for name in _release_files(first):
+        digest.update(name.encode() + b"\0" + (first / name).read_bytes())
+    for version in RELEASES[1:]:
+        digest.update((SOURCES / f"{version}.patch").read_bytes())
+    return digest.hexdigest()
+
+
+def release_patch(version: str, tree: Path) -> str:
+    """The patch that stores the release `version` whose whole tree is `tree`: the changes
+    from the release before it (full index lines, as `git apply --cached` takes them), under
+    the patch file's own first paragraph."""
+    index = RELEASES.index(version)
+    with tempfile.TemporaryDirectory(prefix="demo-upstream.") as repo_dir:
+        repo = Path(repo_dir)
+        git(["init", "--quiet", "--bare", "--initial-branch=main"], repo)
+        for earlier in RELEASES[:index]:  # this release's own patch is the one being remade
+            _commit_release(repo, earlier)
+        git(["--work-tree", str(tree), "read-tree", "--empty"], repo)
+        git(["--work-tree", str(tree), "add", "--", *_release_files(tree)], repo)
+        after = git(["write-tree"], repo).strip()
+        before = f"v{RELEASES[index - 1]}^{{tree}}"
+        diff = git(["diff", "--full-index", "--no-renames", before, after], repo)
+    header = (SOURCES / f"{version}.patch").read_text().split("\n\n", 1)[0]
+    return f"{header}\n\n{diff}"
+
+
 def has_releases(path: Path) -> bool:
-    """Whether `path` is a git repo holding every release tag."""
+    """Whether `path` is a git repo holding every release tag, made from today's sources."""
     if not (path / "HEAD").is_file():
+        return False
+    made_from = path / _MADE_FROM
+    if not made_from.is_file() or made_from.read_text().strip() != sources_digest():
         return False
     tags = git(["tag", "--list", "v*"], path).split()
     return all(f"v{version}" in tags for version in RELEASES)
@@ -77,9 +120,15 @@ def ensure_upstream_repo(path: Path) -> Path:
         git(["init", "--quiet", "--bare", "--initial-branch=main"], temp)
         for version in RELEASES:
             _commit_release(temp, version)
+        (temp / _MADE_FROM).write_text(sources_digest() + "\n")
         if path.exists():  # an incomplete repo from an interrupted run
             shutil.rmtree(path)
         temp.rename(path)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
     return path
+
+
+if __name__ == "__main__":  # python3 -m lifecycle.demo.upstream VERSION TREE
+    version, tree = sys.argv[1], Path(sys.argv[2])
+    (SOURCES / f"{version}.patch").write_text(release_patch(version, tree))

@@ -7,6 +7,7 @@ says can be verified again at any time, whatever other hosts archived since.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -37,8 +38,8 @@ class VersionRow:
     """One archived state of a cache: a record in S3 holding one tree."""
 
     cache_id: str
-    tree_digest: str
-    location: str
+    tree_digest: str  # the tree this record holds
+    location: str  # s3://bucket/prefix
     record_key: str  # with the prefix, as ArchiveRecord.record_key
     record_sha256: str
     with_content: bool
@@ -74,8 +75,7 @@ def record_version(
         ).fetchone()
         if exists is None:
             insert(conn, "cache_versions", version)
-        conn.execute("DELETE FROM archives WHERE cache_id = ?", (archive.cache_id,))
-        insert(conn, "archives", archive)
+        _newest_archive(conn, archive)
         conn.executemany(
             "INSERT OR IGNORE INTO blob_md5s (sha256, md5) VALUES (?, ?)", (md5s or {}).items()
         )
@@ -84,6 +84,17 @@ def record_version(
                 "UPDATE caches SET state = 'archived' WHERE id = ? AND state = 'live'",
                 (archive.cache_id,),
             )
+
+
+def remember_archive(ledger: Ledger, archive: ArchiveRecord) -> None:
+    """The cache's newest archive is `archive` (a restore from the previous release's record)."""
+    with ledger.transaction() as conn:
+        _newest_archive(conn, archive)
+
+
+def _newest_archive(conn: sqlite3.Connection, archive: ArchiveRecord) -> None:
+    conn.execute("DELETE FROM archives WHERE cache_id = ?", (archive.cache_id,))
+    insert(conn, "archives", archive)
 
 
 def versions_of(ledger: Ledger, cache_id: str) -> list[VersionRow]:

@@ -50,7 +50,7 @@ class BootRecord:
     started_at: str
     ended_at: str | None
     exit_code: int | None
-    outcome: str  # running | ok | failed | interrupted | aborted
+    outcome: str  # running | ok | failed | interrupted | aborted | timeout (stopped at --timeout)
     error: str | None
     host: str
     profile: str
@@ -75,9 +75,12 @@ class CacheUse:
     mode: str  # cold | warm
     tree_digest_before: str | None = None  # warm: the scan the boot started from
     tree_digest_after: str | None = None
-    files_added: int | None = None  # cold: every file, since the dir started empty
+    files_added: int | None = None  # cold: every file, since the dir started empty; not dirs
     files_changed: int | None = None
     files_removed: int | None = None
+    dirs_added: int | None = None
+    # cold-compiled | warm-hit | mounted-but-missed | unused | empty (lifecycle.evidence.verdict)
+    verdict: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,17 @@ class TaintedFile:
     sha256: str  # of the bytes as found: the file is withheld while it still holds them
     secret: str  # the secret's name; its value is never stored
     boot_id: str
+
+
+@dataclass(frozen=True)
+class UntrackedWrite:
+    """JIT output a boot wrote into its container's own layer, outside every tracked cache: it
+    is lost with the container, so the next boot compiles it again."""
+
+    boot_id: str
+    path: str  # absolute, inside the container
+    change: str  # added | changed
+    bytes: int | None  # None when dockerd could not say
 
 
 @dataclass(frozen=True)
@@ -146,25 +160,13 @@ def finish_boot(
     scanned: list[CacheRecord],
     hook_runs: list[HookRunRecord],
     tainted: Sequence[TaintedFile] = (),
+    untracked: Sequence[UntrackedWrite] = (),
 ) -> None:
     """Record how the boot ended, what its caches hold now, and release them: one transaction."""
     with ledger.transaction() as conn:
         update(conn, "boots", boot, key="id")
         for use in uses:
-            conn.execute(
-                "UPDATE boot_caches SET tree_digest_before = ?, tree_digest_after = ?,"
-                " files_added = ?, files_changed = ?, files_removed = ?"
-                " WHERE boot_id = ? AND cache_id = ?",
-                (
-                    use.tree_digest_before,
-                    use.tree_digest_after,
-                    use.files_added,
-                    use.files_changed,
-                    use.files_removed,
-                    use.boot_id,
-                    use.cache_id,
-                ),
-            )
+            update(conn, "boot_caches", use, key=("boot_id", "cache_id"))
         for cache in scanned:
             update(conn, "caches", cache, key="id")
         conn.execute("UPDATE caches SET in_use_by = NULL WHERE in_use_by = ?", (boot.id,))
@@ -176,6 +178,8 @@ def finish_boot(
                 " VALUES (?, ?, ?, ?, ?)",
                 (found.cache_id, found.path, found.sha256, found.secret, found.boot_id),
             )
+        for write in untracked:
+            insert(conn, "untracked_writes", write)
 
 
 def all_caches(ledger: Ledger) -> list[CacheRecord]:
@@ -216,6 +220,14 @@ def tainted_files(ledger: Ledger, cache_id: str) -> list[TaintedFile]:
     """The cache's files known to hold a secret's value, by path."""
     sql = "SELECT * FROM tainted_files WHERE cache_id = ? ORDER BY path, secret"
     return ledger.records(TaintedFile, sql, (cache_id,))
+
+
+def untracked_writes(ledger: Ledger, boot_id: str | None = None) -> list[UntrackedWrite]:
+    """JIT output written outside the tracked caches: of one boot, or of every boot."""
+    if boot_id is None:
+        return ledger.records(UntrackedWrite, "SELECT * FROM untracked_writes ORDER BY rowid")
+    sql = "SELECT * FROM untracked_writes WHERE boot_id = ? ORDER BY path"
+    return ledger.records(UntrackedWrite, sql, (boot_id,))
 
 
 def hook_runs_of(ledger: Ledger, boot_id: str) -> list[HookRunRecord]:

@@ -22,12 +22,19 @@ def insert(
     conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", tuple(values.values()))
 
 
-def update(conn: sqlite3.Connection, table: str, record: Any, *, key: str) -> None:
-    """UPDATE the row whose `key` column equals the record's, setting every other field."""
+def update(
+    conn: sqlite3.Connection, table: str, record: Any, *, key: str | tuple[str, ...]
+) -> None:
+    """UPDATE the row whose `key` column(s) equal the record's, setting every other field."""
+    keys = (key,) if isinstance(key, str) else key
     values = asdict(record)
-    assignments = ", ".join(f"{name} = ?" for name in values if name != key)
-    params = [value for name, value in values.items() if name != key]
-    conn.execute(f"UPDATE {table} SET {assignments} WHERE {key} = ?", (*params, values[key]))
+    assignments = ", ".join(f"{name} = ?" for name in values if name not in keys)
+    params = [value for name, value in values.items() if name not in keys]
+    where = " AND ".join(f"{name} = ?" for name in keys)
+    conn.execute(
+        f"UPDATE {table} SET {assignments} WHERE {where}",
+        (*params, *(values[name] for name in keys)),
+    )
 
 
 def from_row(cls: type[Record], row: sqlite3.Row) -> Record:

@@ -28,6 +28,33 @@ def _caches_table(name: str, states: str) -> str:
 """
 
 
+def _boots_table(name: str, outcomes: str) -> str:
+    """The boots table as migration 2 made it, and as migration 7 rebuilds it (named `name`,
+    its outcome one of `outcomes`)."""
+    return f"""    CREATE TABLE {name} (
+        id TEXT PRIMARY KEY,
+        started_at TEXT NOT NULL,
+        ended_at TEXT,
+        exit_code INTEGER,
+        outcome TEXT NOT NULL
+            CHECK (outcome IN ({outcomes})),
+        error TEXT,
+        host TEXT NOT NULL,
+        profile TEXT NOT NULL,
+        manifest_name TEXT NOT NULL,
+        manifest_digest TEXT NOT NULL,
+        image_id TEXT NOT NULL,
+        image_tag TEXT NOT NULL,
+        container_id TEXT,
+        hooks TEXT NOT NULL,
+        instrumented INTEGER NOT NULL,
+        secret_names TEXT NOT NULL,
+        log_path TEXT,
+        evidence_path TEXT
+    );
+"""
+
+
 # Each entry moves the schema from version N to N+1; never edit one that has shipped.
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -51,28 +78,9 @@ MIGRATIONS: tuple[str, ...] = (
     """
     + _caches_table("caches", "'live', 'archived', 'torn-down'")
     + """    CREATE INDEX caches_key ON caches (cache_key, state);
-    CREATE TABLE boots (
-        id TEXT PRIMARY KEY,
-        started_at TEXT NOT NULL,
-        ended_at TEXT,
-        exit_code INTEGER,
-        outcome TEXT NOT NULL
-            CHECK (outcome IN ('running', 'ok', 'failed', 'interrupted', 'aborted')),
-        error TEXT,
-        host TEXT NOT NULL,
-        profile TEXT NOT NULL,
-        manifest_name TEXT NOT NULL,
-        manifest_digest TEXT NOT NULL,
-        image_id TEXT NOT NULL,
-        image_tag TEXT NOT NULL,
-        container_id TEXT,
-        hooks TEXT NOT NULL,
-        instrumented INTEGER NOT NULL,
-        secret_names TEXT NOT NULL,
-        log_path TEXT,
-        evidence_path TEXT
-    );
-    CREATE TABLE boot_caches (
+"""
+    + _boots_table("boots", "'running', 'ok', 'failed', 'interrupted', 'aborted'")
+    + """    CREATE TABLE boot_caches (
         boot_id TEXT NOT NULL REFERENCES boots (id),
         cache_id TEXT NOT NULL REFERENCES caches (id),
         mode TEXT NOT NULL CHECK (mode IN ('cold', 'warm')),
@@ -177,7 +185,74 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (cache_id, path, sha256, secret)
     );
     """,
-    # 7: many hosts on one archive. Every archived state of a cache is its own immutable record
+    # 7: a boot stopped at its --timeout is `timeout`, not `failed` (the boots table rebuilt, as
+    # 6 did the caches'); each cache use counts dirs apart from files and keeps its verdict
+    # (cold-compiled, warm-hit, mounted-but-missed, unused, empty); and the JIT output a boot
+    # wrote outside its tracked caches, found in the container's own changes.
+    """
+    """
+    + _boots_table("boots_v7", "'running', 'ok', 'failed', 'interrupted', 'aborted', 'timeout'")
+    + """    INSERT INTO boots_v7 SELECT * FROM boots;
+    DROP TABLE boots;
+    ALTER TABLE boots_v7 RENAME TO boots;
+    ALTER TABLE boot_caches ADD COLUMN dirs_added INTEGER;
+    ALTER TABLE boot_caches ADD COLUMN verdict TEXT;
+    CREATE TABLE untracked_writes (
+        boot_id TEXT NOT NULL REFERENCES boots (id),
+        path TEXT NOT NULL,
+        change TEXT NOT NULL CHECK (change IN ('added', 'changed')),
+        bytes INTEGER,
+        PRIMARY KEY (boot_id, path)
+    );
+    """,
+    # 8: acceptance nights (and tuning ladders, a night of rungs): the plan each ran, the
+    # journal of its cell runs (`started`, then `done` with the run's summary), its events
+    # (production down and up, end actions) and the predictions it registered before any
+    # run. Rows are only ever added: a night's record is its journal. A run's boot is not a
+    # foreign key, since a cell may run on another host's engine and ledger.
+    """
+    CREATE TABLE nights (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL CHECK (kind IN ('night', 'tune')),
+        plan_name TEXT NOT NULL,
+        plan_file TEXT NOT NULL,
+        plan_digest TEXT NOT NULL,
+        plan TEXT NOT NULL,
+        project TEXT NOT NULL,
+        host TEXT NOT NULL,
+        started_at TEXT NOT NULL
+    );
+    CREATE TABLE night_runs (
+        id INTEGER PRIMARY KEY,
+        night_id TEXT NOT NULL REFERENCES nights (id),
+        cell TEXT NOT NULL,
+        run INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        step TEXT NOT NULL CHECK (step IN ('started', 'done')),
+        boot_id TEXT,
+        verdict TEXT CHECK (verdict IN ('pass', 'fail', 'inconclusive')),
+        summary TEXT,
+        at TEXT NOT NULL
+    );
+    CREATE INDEX night_runs_cell ON night_runs (night_id, cell, attempt, run);
+    CREATE TABLE night_events (
+        id INTEGER PRIMARY KEY,
+        night_id TEXT NOT NULL REFERENCES nights (id),
+        event TEXT NOT NULL,
+        detail TEXT,
+        at TEXT NOT NULL
+    );
+    CREATE TABLE predictions (
+        night_id TEXT NOT NULL REFERENCES nights (id),
+        pin TEXT NOT NULL,
+        argument TEXT NOT NULL,
+        rung REAL NOT NULL,
+        margin_mib REAL NOT NULL,
+        registered_at TEXT NOT NULL,
+        PRIMARY KEY (night_id, pin, argument, rung)
+    );
+    """,
+    # 9: many hosts on one archive. Every archived state of a cache is its own immutable record
     # (a version, by tree digest, with the version it grew from), each boot and each result
     # too; `archives` keeps pointing at the newest version this host wrote (tree_digest NULL:
     # a record of the previous, one-per-cache format). Builds record their base image's
@@ -195,7 +270,6 @@ MIGRATIONS: tuple[str, ...] = (
         archived_at TEXT NOT NULL,
         PRIMARY KEY (location, record_key)
     );
-    CREATE INDEX cache_versions_tree ON cache_versions (cache_id, tree_digest);
     CREATE TABLE boot_archives (
         boot_id TEXT NOT NULL REFERENCES boots (id),
         location TEXT NOT NULL,
@@ -204,6 +278,7 @@ MIGRATIONS: tuple[str, ...] = (
         archived_at TEXT NOT NULL,
         PRIMARY KEY (boot_id, location)
     );
+    CREATE INDEX cache_versions_tree ON cache_versions (cache_id, tree_digest);
     ALTER TABLE builds ADD COLUMN base_digest TEXT;
     CREATE TABLE registry_images (
         image_id TEXT NOT NULL,

@@ -72,6 +72,15 @@ def check_profiles(manifest: Manifest) -> Iterator[Finding]:
                     f"looks like a secret; list {key!r} under secrets: so it is passed "
                     "by name from the host environment and never stored",
                 )
+        for index, name in enumerate(profile.from_host):
+            where = ("profiles", profile_name, "from_host", index)
+            if _SECRET_NAME.search(name):
+                yield (
+                    where,
+                    f"looks like a secret; list {name!r} under secrets (from_host is recorded)",
+                )
+            elif name in profile.env or name in profile.secrets:
+                yield where, f"{name} is also set in env or secrets; name it in one place"
         for index, name in enumerate(profile.secrets):
             where = ("profiles", profile_name, "secrets", index)
             if name in profile.env:

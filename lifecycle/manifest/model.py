@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from packaging.version import InvalidVersion, Version
 from pydantic import (
@@ -18,21 +18,18 @@ from pydantic import (
     model_validator,
 )
 
+from lifecycle.manifest.fields import Slug, Text, version_text
+from lifecycle.manifest.measure import LadderMethod, Validity
+
 SCHEMA_VERSION = 1
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
 _PORT_KEY = re.compile(r"^([0-9]{1,5})(/(tcp|udp|sctp))?$")
-
-
-def _version_text(value: object) -> object:
-    # YAML reads `0.30` as the float 0.3: refuse it rather than pin the wrong release.
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        raise ValueError(
-            f"YAML read this as the number {value!r}; quote the version, e.g. '0.30.0'"
-        )
-    return value
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+_DOTTED = rf"{_IDENTIFIER}(\.{_IDENTIFIER})*"
+_ENTRY_POINT_GROUP = re.compile(rf"^{_DOTTED}$")
+_OBJECT_REFERENCE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
 
 
 def _pep440(value: str) -> str:
@@ -42,10 +39,15 @@ def _pep440(value: str) -> str:
         raise ValueError(f"{value!r} is not a PEP 440 version") from None
 
 
-def _env_name(value: str) -> str:
-    if not _ENV_NAME.match(value):
-        raise ValueError(f"{value!r} is not an environment variable name")
-    return value
+def _matching(pattern: re.Pattern[str], expected: str) -> AfterValidator:
+    """A string that must match `pattern`; else `'<value>' <expected>`."""
+
+    def check(value: str) -> str:
+        if not pattern.match(value):
+            raise ValueError(f"{value!r} {expected}")
+        return value
+
+    return AfterValidator(check)
 
 
 def _absolute_posix(value: str) -> str:
@@ -53,18 +55,6 @@ def _absolute_posix(value: str) -> str:
     if not path.is_absolute() or ".." in path.parts:
         raise ValueError(f"{value!r} must be an absolute path inside the container, without '..'")
     return str(path)
-
-
-def _slug(value: str) -> str:
-    if not _SLUG.match(value):
-        raise ValueError(f"{value!r} must be lower-case letters, digits, '.', '_' or '-'")
-    return value
-
-
-def _commit(value: str) -> str:
-    if not _COMMIT.match(value):
-        raise ValueError(f"{value!r} is not a commit id (7 to 64 lower-case hex digits)")
-    return value
 
 
 def _port_number_as_text(value: object) -> object:
@@ -79,22 +69,33 @@ def _port_key(value: str) -> str:
     return value
 
 
-PinnedVersion = Annotated[str, BeforeValidator(_version_text), AfterValidator(_pep440)]
-EnvName = Annotated[str, AfterValidator(_env_name)]
+PinnedVersion = Annotated[str, BeforeValidator(version_text), AfterValidator(_pep440)]
+EnvName = Annotated[str, _matching(_ENV_NAME, "is not an environment variable name")]
 ContainerPath = Annotated[str, AfterValidator(_absolute_posix)]
-Slug = Annotated[str, AfterValidator(_slug)]
-CommitId = Annotated[str, AfterValidator(_commit)]
-Text = Annotated[str, Field(min_length=1)]
+CommitId = Annotated[str, _matching(_COMMIT, "is not a commit id (7 to 64 lower-case hex digits)")]
 PortKey = Annotated[str, BeforeValidator(_port_number_as_text), AfterValidator(_port_key)]
 PinName = Literal["vllm", "flashinfer", "base_image"]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # Keys added after manifests were first digested: dumped only when set, so a manifest
+    # that does not use one dumps, and digests (image tag included), as before it existed.
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_unset_later_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for key in self._LATER_KEYS:
+            if not data.get(key):
+                data.pop(key, None)
+        return data
 
 
 class EnginePins(_Strict):
     """What the engine image is made of."""
+
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("unconfirmed",)
 
     vllm: PinnedVersion
     flashinfer: PinnedVersion
@@ -115,15 +116,6 @@ class EnginePins(_Strict):
             "entry."
         ),
     )
-
-    @model_serializer(mode="wrap")
-    def _no_empty_unconfirmed(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # The digest is taken over the dumped manifest: with nothing unconfirmed it must dump as
-        # it did before the key existed, or every manifest's digest (and image tag) moves.
-        data: dict[str, Any] = handler(self)
-        if not data.get("unconfirmed"):
-            data.pop("unconfirmed", None)
-        return data
 
     def unconfirmed_pins(self) -> list[tuple[str, str, str]]:
         """(pin name, its value, why) for each pin listed under `unconfirmed`."""
@@ -155,6 +147,8 @@ class Patch(_Strict):
 class TunedValue(_Strict):
     """An engine argument whose value was measured, and how."""
 
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("measure", "validity")
+
     value: bool | int | float | str
     status: Literal["validated", "carried"]
     measured_on: Text = Field(description="The build the value was measured on.")
@@ -162,6 +156,12 @@ class TunedValue(_Strict):
     margin: Text | None = None
     carried_from: Text | None = None
     note: Text | None = None
+    measure: LadderMethod | None = Field(
+        default=None, description="How to measure it again (`lifecycle tune --revalidate`)."
+    )
+    validity: Validity | None = Field(
+        default=None, description="The conditions it was measured in (`lifecycle tune`)."
+    )
 
     @model_validator(mode="after")
     def _carried_says_from_where(self) -> TunedValue:
@@ -175,9 +175,18 @@ class TunedValue(_Strict):
 class JitCache(_Strict):
     """A directory the engine JIT-compiles into at boot; mounted from a tracked host dir."""
 
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("settings",)
+
     path: ContainerPath
     env: EnvName = Field(description="The env var that points the engine at `path`.")
     enabled: bool = True
+    settings: dict[EnvName, str] = Field(
+        default_factory=dict,
+        description=(
+            "Env vars a boot sets with this cache so the JIT writes all of its output into "
+            "`path` (e.g. Inductor's precompiled headers, which otherwise go to /tmp)."
+        ),
+    )
 
 
 class Acceptance(_Strict):
@@ -196,12 +205,22 @@ class Acceptance(_Strict):
 class BootProfile(_Strict):
     """How to start the engine: command, environment, secrets by name, devices."""
 
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("acceptance", "from_host")
+
     command: list[str] = Field(default_factory=list)
     args: list[str] = Field(default_factory=list)
     env: dict[EnvName, str] = Field(default_factory=dict)
     secrets: list[EnvName] = Field(
         default_factory=list,
         description="Names of host env vars passed through; values are never stored.",
+    )
+    from_host: list[EnvName] = Field(
+        default_factory=list,
+        description=(
+            "Names of host env vars passed through whose values are not secret and are "
+            "recorded with the boot (a pod IP, a side channel's host): `why` can then name "
+            "one that changed a cache key. Secrets go under `secrets`."
+        ),
     )
     gpus: Literal["all"] | Annotated[int, Field(ge=0)] | None = None
     shm_size: Annotated[str, Field(pattern=r"^[0-9]+[bkmg]?$")] | None = None
@@ -216,18 +235,19 @@ class BootProfile(_Strict):
         default=None, description="Run after each boot of this profile; its outcome is a result."
     )
 
-    @model_serializer(mode="wrap")
-    def _no_absent_acceptance(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # The digest is taken over the dumped manifest: a profile without `acceptance` must
-        # dump as it did before the key existed, or every manifest's digest (and tag) moves.
-        data: dict[str, Any] = handler(self)
-        if data.get("acceptance") is None:
-            data.pop("acceptance", None)
-        return data
+
+EntryPointGroup = Annotated[
+    str, _matching(_ENTRY_POINT_GROUP, "is not an entry point group (e.g. vllm.general_plugins)")
+]
+ObjectReference = Annotated[
+    str, _matching(_OBJECT_REFERENCE, "is not an object reference 'package.module:function'")
+]
 
 
 class Manifest(_Strict):
     """One pinned engine release, resolved (after `extends` and cache defaults)."""
+
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("entry_points",)
 
     schema_version: Literal[1]
     name: Slug
@@ -246,6 +266,15 @@ class Manifest(_Strict):
     tuned: dict[str, TunedValue] = Field(default_factory=dict)
     caches: dict[Slug, JitCache] = Field(default_factory=dict)
     profiles: dict[Slug, BootProfile] = Field(default_factory=dict)
+    entry_points: dict[EntryPointGroup, dict[Slug, ObjectReference]] = Field(
+        default_factory=dict,
+        description=(
+            "Entry points the image registers, group -> name -> 'module:function', e.g. "
+            "vllm.general_plugins: the engine loads them at start (a module a patch adds is "
+            "otherwise never imported). Written as a distribution of their own next to "
+            "engine.package_dir."
+        ),
+    )
 
     def active_caches(self) -> dict[str, JitCache]:
         """The caches a boot mounts."""

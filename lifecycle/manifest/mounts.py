@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from itertools import combinations
 from pathlib import PurePosixPath
 
+from lifecycle.manifest.defaults import BOOT_ENV
 from lifecycle.manifest.located import KeyPath
 from lifecycle.manifest.model import JitCache, Manifest
 
@@ -68,22 +69,30 @@ def check_mounts(manifest: Manifest, written: Callable[[KeyPath], bool]) -> Iter
 
 
 def check_cache_env(manifest: Manifest) -> Iterator[Finding]:
-    """A profile's env var or secret that a cache sets would silently move the cache."""
-    by_env = {cache.env: name for name, cache in manifest.active_caches().items()}
+    """A profile's env var or secret that a cache or the boot sets would silently lose."""
+    setters: dict[str, tuple[str, str]] = {}  # env var -> (who sets it, what to do instead)
+    for name, cache in manifest.active_caches().items():
+        setters[cache.env] = (
+            f"cache {name!r} sets {cache.env} to its mount",
+            "change the cache's path instead (or disable the cache)",
+        )
+        for key in cache.settings:
+            setters[key] = (f"cache {name!r} sets {key}", f"change caches.{name}.settings instead")
+    for key in BOOT_ENV:
+        setters[key] = (f"lifecycle boot sets {key} to the boot's own value", "remove it")
     for profile_name, profile in manifest.profiles.items():
         for key in profile.env:
-            if key in by_env:
-                yield (
-                    ("profiles", profile_name, "env", key),
-                    f"cache {by_env[key]!r} sets {key} to its mount; change the cache's path "
-                    "instead (or disable the cache)",
-                )
+            if key in setters:
+                who, instead = setters[key]
+                yield ("profiles", profile_name, "env", key), f"{who}; {instead}"
         for index, secret in enumerate(profile.secrets):
-            if secret in by_env:
-                yield (
-                    ("profiles", profile_name, "secrets", index),
-                    f"cache {by_env[secret]!r} sets {secret} to its mount; it cannot be a secret",
-                )
+            if secret in setters:
+                who, _ = setters[secret]
+                yield ("profiles", profile_name, "secrets", index), f"{who}; it cannot be a secret"
+        for index, name in enumerate(profile.from_host):
+            if name in setters:
+                who, _ = setters[name]
+                yield ("profiles", profile_name, "from_host", index), f"{who}; remove it here"
 
 
 def _system_problem(path: PurePosixPath) -> str | None:

@@ -16,8 +16,11 @@ from lifecycle.manifest.model import Manifest
 MAX_HINTS = 50
 
 
-def problems_from_validation(exc: ValidationError, located: Located) -> list[Problem]:
-    """One problem per offending key path, in document order."""
+def problems_from_validation(
+    exc: ValidationError, located: Located, root: type[BaseModel] = Manifest
+) -> list[Problem]:
+    """One problem per offending key path, in document order; hints name `root`'s keys (the
+    manifest's, or another document's validated the same way, such as a night plan)."""
     errors = [(_data_path(located.data, tuple(e["loc"])), e) for e in exc.errors(include_url=False)]
     unknown = {path for path, e in errors if e["type"] == "extra_forbidden"}
     # A mapping's key that fails its own validation is shown where the key is written.
@@ -25,12 +28,14 @@ def problems_from_validation(exc: ValidationError, located: Located) -> list[Pro
     # Hints cost a fuzzy match each; past a few dozen unknown keys the file is not a typo away.
     hints = len(unknown) <= MAX_HINTS
     # A typo is one mistake: `flashinfr` unknown explains `flashinfer` missing, so say it once.
-    typo_targets = {(*path[:-1], hint) for path in unknown if hints and (hint := _typo_hint(path))}
+    typo_targets = {
+        (*path[:-1], hint) for path in unknown if hints and (hint := _typo_hint(root, path))
+    }
     messages: dict[KeyPath, list[str]] = {}
     for path, error in errors:
         if error["type"] == "missing" and path in typo_targets:
             continue
-        message = _unknown_key_message(path, hints) if path in unknown else _message(error)
+        message = _unknown_key_message(root, path, hints) if path in unknown else _message(error)
         bucket = messages.setdefault(path, [])
         if message not in bucket:
             bucket.append(message)
@@ -74,23 +79,23 @@ def _message(error: Any) -> str:
     return f"{text} (got a {type(value).__name__})"
 
 
-def _typo_hint(path: KeyPath) -> str | None:
-    hints = difflib.get_close_matches(str(path[-1]), _fields_at(path[:-1]), n=1, cutoff=0.6)
+def _typo_hint(root: type[BaseModel], path: KeyPath) -> str | None:
+    hints = difflib.get_close_matches(str(path[-1]), _fields_at(root, path[:-1]), n=1, cutoff=0.6)
     return hints[0] if hints else None
 
 
-def _unknown_key_message(path: KeyPath, hints: bool) -> str:
+def _unknown_key_message(root: type[BaseModel], path: KeyPath, hints: bool) -> str:
     message = f"unknown key {str(path[-1])!r}"
-    hint = _typo_hint(path) if hints else None
+    hint = _typo_hint(root, path) if hints else None
     if hint:
         return f"{message}; did you mean {hint!r}?"
-    allowed = _fields_at(path[:-1])
+    allowed = _fields_at(root, path[:-1])
     return f"{message}; expected one of: {', '.join(allowed)}" if allowed else message
 
 
-def _fields_at(path: KeyPath) -> list[str]:
+def _fields_at(root: type[BaseModel], path: KeyPath) -> list[str]:
     """The keys the schema allows at `path` (walking models, dicts and lists)."""
-    current: Any = Manifest
+    current: Any = root
     for part in path:
         current = _step(current, part)
         if current is None:

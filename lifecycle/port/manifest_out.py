@@ -128,6 +128,20 @@ def _tuned_data(value: TunedValue) -> dict[str, Any]:
     return {**first, **data}
 
 
+def tuned_block(name: str, value: TunedValue, indent: int) -> str:
+    """One tuned value as the YAML lines of its key, at `indent`, laid out as a ported manifest
+    writes it (`lifecycle tune` writes the values it measures so)."""
+    text = yaml.dump(
+        {name: _tuned_data(value)},
+        Dumper=_Dumper,
+        sort_keys=False,
+        width=88 - indent,
+        allow_unicode=True,
+    )
+    pad = " " * indent
+    return "".join(pad + line if line.strip() else line for line in text.splitlines(True))
+
+
 def render(data: dict[str, Any], header: list[str]) -> str:
     """YAML text: a comment header, then the keys in manifest order."""
     body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=88, allow_unicode=True)

@@ -35,11 +35,11 @@ from lifecycle.archive.layout import (
     cache_prefix,
     legacy_marker_prefix,
     legacy_result_key,
+    marker,
     marker_body,
     parse_key,
-    result_key,
-    result_marker,
-    results_prefix,
+    record_key,
+    records_of,
 )
 from lifecycle.archive.record import load_as, named_by_content, read_as
 from lifecycle.archive.sources import BlobSource, RecordPlan, file_blob, render_record
@@ -119,13 +119,13 @@ def archive_result(
         if problem:
             raise ArchiveError(f"not verified after upload: {problem} ({source.what})")
     for use in uses:
-        marker = result_marker(use.cache_id, result.id)
-        store.create(marker, marker_body(result.id), "text/plain")
+        said = marker_body(result.id)
+        store.create(marker(use.cache_id, "results", result.id), said, "text/plain")
     relative, body = _same_record_there(store, result.id, document)
     if body is None:
         md5s = {sha: source.md5 for sha, source in sources.items() if source.md5}
         body = render_record(RecordPlan(document, sources), md5s, _stamp())
-        relative = result_key(result.id, hashlib.sha256(body).hexdigest())
+        relative = record_key("results", result.id, hashlib.sha256(body).hexdigest())
         load_result_record(body, relative, store.where(relative))  # must read back
         store.create(relative, body)
     archived_at = json.loads(body)["archived_at"]
@@ -182,7 +182,7 @@ def read_result(store: BlobStore, result_id: str) -> tuple[str, ResultRecordV1 |
     (a run stopped after writing one may write a second, which says the same), else the
     previous release's `results/<result>.json`; an ArchiveError when there is none."""
     found = []
-    for item in store.list(results_prefix(result_id)):
+    for item in store.list(records_of("results", result_id)):
         body = store.read(item.key)
         if body is not None:
             found.append((item.key, load_result_record(body, item.key, store.where(item.key))))
@@ -191,7 +191,7 @@ def read_result(store: BlobStore, result_id: str) -> tuple[str, ResultRecordV1 |
     legacy = legacy_result_key(result_id)
     body = store.read(legacy)
     if body is None:
-        where = store.where(results_prefix(result_id))
+        where = store.where(records_of("results", result_id))
         raise ArchiveError(
             f"{where}: missing: no result {result_id!r} archived at {store.location.url()}"
         )
@@ -201,7 +201,7 @@ def read_result(store: BlobStore, result_id: str) -> tuple[str, ResultRecordV1 |
 def results_of_cache(store: BlobStore, cache_id: str) -> list[str]:
     """The ids of every result marked as standing on the cache (either release's markers)."""
     found = set()
-    for prefix in (f"{cache_prefix(cache_id)}results/", legacy_marker_prefix(cache_id)):
+    for prefix in (cache_prefix(cache_id, "results/"), legacy_marker_prefix(cache_id)):
         found |= {item.key[len(prefix) :] for item in store.list(prefix)}
     return sorted(name for name in found if name and "/" not in name)
 
@@ -221,7 +221,7 @@ def _same_record_there(
 ) -> tuple[str, bytes | None]:
     """A record of this result already at the location that says what `document` says (a run
     stopped after writing it): (its key, its bytes); else ("", None)."""
-    for item in store.list(results_prefix(result_id)):
+    for item in store.list(records_of("results", result_id)):
         existing = read_as(store, ResultRecordV2, item.key)
         said = existing.model_dump(mode="json", exclude={"archived_at", "blobs"})
         wanted = ResultRecordV2.model_validate(

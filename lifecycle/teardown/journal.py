@@ -7,16 +7,16 @@ killed run got, so the next run can finish the job without ever guessing.
 
 from __future__ import annotations
 
-import fcntl
 import secrets
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from lifecycle.errors import LifecycleError
 from lifecycle.home import Home
+from lifecycle.leases import exclusive_or
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord
 from lifecycle.ledger.journal import TeardownStep, record_step, steps_of
@@ -104,18 +104,10 @@ def unfinished_runs(ledger: Ledger, caches: Iterable[CacheRecord]) -> dict[str, 
     return found
 
 
-@contextmanager
-def teardown_lock(home: Home) -> Iterator[None]:
+def teardown_lock(home: Home) -> AbstractContextManager[None]:
     """One teardown at a time per host: a second would take the first's half-done caches for a
     crashed run's. The kernel drops the lock when its holder dies, SIGKILL included."""
     path = home.teardown_lock
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise TeardownBusy(f"another teardown is running on this host (lock {path})") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return exclusive_or(
+        path, lambda: TeardownBusy(f"another teardown is running on this host (lock {path})")
+    )

@@ -48,7 +48,7 @@ from lifecycle.teardown.verify import ArchiveVerifier, archived_boots
 class TeardownResult:
     """What one run did."""
 
-    run_id: str
+    run_id: str  # t-<UTC time>-<random>: the journal's steps of this run carry it
     outcomes: tuple[CacheOutcome, ...]
     containers_removed: tuple[BootContainer, ...]
     images: tuple[ImageDecision, ...]  # removed, or kept and why, decided after the caches went

@@ -1,7 +1,9 @@
 """A stand-in for vLLM's torch.compile cache.
 
-The cache dir is keyed by a hash of everything that shapes the compiled graph: engine version,
-the engine's own source files (a patch gives a new dir), the kernel library version and env.
+The cache dir is keyed as vLLM keys it: a hash over four hashes, of the env vars in the hashed
+set, of the config (engine version included), of the engine's own source files (a patch gives
+a new dir) and of the compiler (the kernel library's version). The raw factors are written to
+`cache_key_factors.json` in the dir, and their hashes logged, as vLLM does.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from demollm.logger import init_logger
 logger = init_logger(__name__)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-# Env vars that change generated code; the cache roots themselves are not among them, so a
-# relocated cache stays warm.
-HASHED_ENV = ("DEMOINFER_ARCH", "DEMOLLM_GRAPH_BATCH")
+# Env vars in the hash; the cache roots are not among them, so a relocated cache stays warm.
+# Like an older vLLM with VLLM_NIXL_SIDE_CHANNEL_HOST, the side channel's host is hashed
+# although it changes no code: a new pod IP, a new cache dir, a cold boot.
+HASHED_ENV = ("DEMOINFER_ARCH", "DEMOLLM_GRAPH_BATCH", "DEMOLLM_SIDE_CHANNEL_HOST")
 
 
 @dataclass(frozen=True)
@@ -43,14 +46,26 @@ def source_sha256() -> str:
     return digest.hexdigest()
 
 
-def cache_key_factors() -> dict[str, object]:
-    """Everything the compile cache dir's hash folds in."""
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def cache_key_factors(kernel_mix: int) -> dict[str, object]:
+    """Everything the compile cache dir's hash folds in, as vLLM writes it."""
+    config = {"vllm_version": __version__, "kernel_mix": kernel_mix}
     return {
-        "vllm_version": __version__,
-        "flashinfer_version": demoinfer.__version__,
-        "source_sha256": source_sha256(),
         "env": {name: os.environ.get(name) for name in HASHED_ENV},
+        "config_hash": _sha(json.dumps(config, sort_keys=True)),
+        "code_hash": source_sha256(),
+        "compiler_hash": _sha(f"demoinfer {demoinfer.__version__}"),
     }
+
+
+def cache_hash(factors: dict[str, object]) -> str:
+    """The dir name: vLLM's sha256 over [env, config, code, compiler] hashes, 10 digits."""
+    env_hash = _sha(json.dumps(factors["env"], sort_keys=True))
+    parts = [env_hash, factors["config_hash"], factors["code_hash"], factors["compiler_hash"]]
+    return _sha(str(parts))[:10]
 
 
 def _key(text: str, prefix: str = "") -> str:
@@ -106,14 +121,22 @@ def _compile(backbone: Path, kernel_mix: int, factors: dict[str, object]) -> Non
 def compile_or_load(kernel_mix: int) -> CompileOutcome:
     """Load the compiled graph from the cache dir, or compile it and fill the caches."""
     started = time.monotonic()
-    factors = cache_key_factors()
+    factors = cache_key_factors(kernel_mix)
     if envs.compile_cache_disabled():
         logger.info("vLLM's torch.compile cache is disabled.")
         compile(_graph_source(kernel_mix), "<graph>", "exec")
         return CompileOutcome(False, time.monotonic() - started)
-    hash10 = hashlib.sha256(json.dumps(factors, sort_keys=True).encode()).hexdigest()[:10]
+    hash10 = cache_hash(factors)
     backbone = envs.vllm_cache_root() / "torch_compile_cache" / hash10 / "rank_0_0" / "backbone"
     logger.info("Using cache directory: %s for vLLM's torch.compile", backbone)
+    logger.info(
+        "torch.compile cache factors: env=%s cfg=%s comp=%s code=%s dir=%s",
+        _sha(json.dumps(factors["env"], sort_keys=True)),
+        factors["config_hash"],
+        factors["compiler_hash"],
+        factors["code_hash"],
+        backbone,
+    )
     index = backbone / "vllm_compile_cache.py"
     if index.exists():
         compile((backbone / "computation_graph.py").read_text(), str(backbone), "exec")

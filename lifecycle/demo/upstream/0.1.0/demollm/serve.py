@@ -9,7 +9,7 @@ import time
 import demoinfer
 from demoinfer import jit
 
-from demollm import __version__
+from demollm import __version__, memory, workload
 from demollm.compilation import compile_or_load, dynamo_transform
 from demollm.logger import init_logger
 
@@ -32,7 +32,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="demollm.serve", description=__doc__)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--serve-seconds", type=float, default=0.0, help="stay up this long")
-    return parser.parse_args(argv)
+    return workload.add_arguments(parser).parse_args(argv)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -50,19 +50,16 @@ def run(args: argparse.Namespace) -> None:
     kernel = jit.build_and_load(jit.gen_mix_module(KERNEL_MIX))
     logger.info("demo kernel checksum: %d", kernel.demo_kernel(WARMUP_TOKENS))
 
-    available = (GPU_MEMORY_GIB * utilization - WEIGHTS_GIB) * GIB
-    if available <= 0:
-        raise EngineError(
-            "No available memory for the cache blocks. "
-            "Try increasing `gpu_memory_utilization` when initializing the engine."
-        )
-    logger.info("Available KV cache memory: %.2f GiB", available / GIB)
-    logger.info("GPU KV cache size: %s tokens", f"{int(available // KV_BYTES_PER_TOKEN):,}")
+    gpu = memory.Gpu(GPU_MEMORY_GIB * 1024, WEIGHTS_GIB * 1024, KV_BYTES_PER_TOKEN)
+    kv = memory.plan(gpu, utilization, cold=not outcome.hit)
+    logger.info("Available KV cache memory: %.2f GiB", kv.kv_mib * memory.MIB / GIB)
+    logger.info("GPU KV cache size: %s tokens", f"{kv.kv_tokens:,}")
     logger.info(
         "init engine (profile, create kv cache, warmup model) took %.2f seconds",
         time.monotonic() - started,
     )
     logger.info("Application startup complete.")
+    workload.run(args, kv)
     if args.serve_seconds > 0:
         time.sleep(args.serve_seconds)
 

@@ -1,6 +1,5 @@
-"""What shows how a boot's JIT work was done: facts from its log, build files from its caches.
+"""A boot's evidence bundle: build files from its caches, facts from its log.
 
-`parse_boot_log` reads the lines vLLM and FlashInfer print at boot, older and newer wordings.
 `collect_evidence` copies the small text build files (ninja logs, FlashInfer's JIT log, vLLM's
 cache key factors and graphs, Triton metadata) out of the cache dirs, redacted, into a bundle
 whose `evidence.json` is written last: a bundle without it is incomplete.
@@ -12,15 +11,15 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import stat
 import tempfile
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from lifecycle.evidence.logs import parse_boot_log, parse_ninja_log
 from lifecycle.redact import Secrets, redact
 
 EVIDENCE_JSON = "evidence.json"
@@ -40,75 +39,6 @@ EVIDENCE_NAMES = frozenset(
 NINJA_PARSE_LIMIT = 16 * 1024 * 1024
 WRITERS = 8  # threads writing the bundle: fsyncs overlap, and the disk commits them together
 
-Verdict = Literal["compiled", "loaded", "mixed", "no-compile-activity"]
-
-_NUM = r"(\d+(?:\.\d+)?)"
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-# Searched anywhere in a line: newer vLLM prefixes lines with `(EngineCore_DP0 pid=12)`.
-_PATTERNS: dict[str, re.Pattern[str]] = {
-    "cache_dir": re.compile(r"Using cache directory: (.+?) for vLLM's torch\.compile"),
-    "cache_disabled": re.compile(r"(vLLM's torch\.compile cache is disabled)"),
-    "dynamo": re.compile(rf"Dynamo bytecode transform time: {_NUM} s"),
-    # "for dynamic shape" (older) or "for compile range %s" (newer).
-    "compile": re.compile(rf"Compiling a graph for .+? takes {_NUM} s"),
-    "load": re.compile(
-        rf"Directly load the compiled graph(?:\(s\))? for .+? from the cache, took {_NUM} s"
-    ),
-    "aot": re.compile(r"Directly load AOT compilation from path (\S.*?)\s*$"),
-    "total": re.compile(rf"torch\.compile (?:takes|took) {_NUM} s in total"),
-    # Newer releases append "(compilation: ...)" after the total.
-    "init": re.compile(
-        rf"init engine \(profile, create kv cache, warmup model\) took {_NUM} (?:seconds|s)\b"
-    ),
-    "kv_gib": re.compile(rf"Available KV cache memory: {_NUM} GiB"),
-    "kv_tokens": re.compile(r"GPU KV cache size: (\d[\d,_]*) tokens"),
-    "jit_build": re.compile(r"Building JIT module ([^\s;]+)"),
-    "external_hit": re.compile(rf"External prefix cache hit rate: {_NUM}%"),
-}
-
-
-@dataclass(frozen=True)
-class LogFacts:
-    """What a boot log says about compile caches and the KV cache; a scalar is its last value."""
-
-    compile_cache_dir: str | None
-    compile_cache_disabled: bool
-    dynamo_transform_s: list[float]
-    graph_compiles_s: list[float]
-    graph_cache_loads_s: list[float]
-    aot_loads: list[str]
-    torch_compile_total_s: float | None
-    init_engine_s: float | None
-    kv_cache_gib: float | None
-    kv_cache_tokens: int | None
-    jit_modules_built: list[str]
-    external_prefix_hit_rate: list[float]
-    lines: list[str]
-
-    def verdict(self) -> Verdict:
-        """Whether the boot compiled, loaded from cache, both, or neither; from the log alone."""
-        compiled = bool(self.graph_compiles_s or self.jit_modules_built)
-        loaded = bool(self.graph_cache_loads_s or self.aot_loads)
-        if compiled and loaded:
-            return "mixed"
-        if compiled:
-            return "compiled"
-        return "loaded" if loaded else "no-compile-activity"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as plain JSON-ready values, with the verdict."""
-        return {**dataclasses.asdict(self), "verdict": self.verdict()}
-
-
-@dataclass(frozen=True)
-class NinjaRow:
-    """One step of a ninja build log (times in ms since the build started)."""
-
-    output: str
-    start_ms: int
-    end_ms: int
-    duration_ms: int
-
 
 @dataclass(frozen=True)
 class EvidenceBundle:
@@ -120,64 +50,15 @@ class EvidenceBundle:
     skipped: tuple[tuple[str, str], ...]
 
 
-def parse_boot_log(text: str) -> LogFacts:
-    """The compile, JIT and KV cache facts of a boot log (pass it redacted)."""
-    found: dict[str, list[str]] = {key: [] for key in _PATTERNS}
-    lines = []
-    for line in text.splitlines():
-        plain = _ANSI.sub("", line)
-        matched = False
-        for key, pattern in _PATTERNS.items():
-            if match := pattern.search(plain):
-                found[key].append(match[1])
-                matched = True
-        if matched:
-            lines.append(line)
-    return LogFacts(
-        compile_cache_dir=found["cache_dir"][-1] if found["cache_dir"] else None,
-        compile_cache_disabled=bool(found["cache_disabled"]),
-        dynamo_transform_s=[float(v) for v in found["dynamo"]],
-        graph_compiles_s=[float(v) for v in found["compile"]],
-        graph_cache_loads_s=[float(v) for v in found["load"]],
-        aot_loads=found["aot"],
-        torch_compile_total_s=_last_float(found["total"]),
-        init_engine_s=_last_float(found["init"]),
-        kv_cache_gib=_last_float(found["kv_gib"]),
-        kv_cache_tokens=_last_int(found["kv_tokens"]),
-        jit_modules_built=found["jit_build"],
-        external_prefix_hit_rate=[float(v) for v in found["external_hit"]],
-        lines=lines,
-    )
-
-
-def _last_float(values: list[str]) -> float | None:
-    return float(values[-1]) if values else None
-
-
-def _last_int(values: list[str]) -> int | None:
-    # "461,455": the token count is printed with thousands separators.
-    return int(re.sub(r"[,_]", "", values[-1])) if values else None
-
-
-def parse_ninja_log(text: str) -> list[NinjaRow]:
-    """Rows of a ninja log (v5: start, end, mtime, output, hash; tab-separated, ms)."""
-    rows = []
-    for line in text.splitlines():
-        fields = line.split("\t")
-        if line.startswith("#") or len(fields) < 5:
-            continue
-        try:
-            start, end = int(fields[0]), int(fields[1])
-        except ValueError:
-            continue
-        rows.append(NinjaRow(fields[3], start, end, end - start))
-    return rows
-
-
 def is_evidence_file(cache: str, relative: str) -> bool:
     """Whether a file in cache `cache` at `relative` records how JIT work was done."""
     parts = relative.split("/")
     if parts[-1] in EVIDENCE_NAMES:
+        return True
+    # Inductor's C++ kernels and their Python wrappers (`<xx>/c<hash>.cpp|.py`), CUDA sources.
+    if parts[-1].endswith((".cpp", ".cu", ".cuh")):
+        return True
+    if parts[-1].endswith(".py") and len(parts) > 1 and len(parts[-2]) == 2:
         return True
     # Triton metadata, in Triton's own cache or in the triton/ dir Inductor keeps.
     return parts[-1].endswith(".json") and (cache == "triton" or "triton" in parts[:-1])
@@ -200,8 +81,13 @@ def collect_evidence(
     secret_values: Secrets = (),
     cap_bytes: int = 4 * 1024 * 1024,
     per_file_cap: int = 256 * 1024,
+    judged: Mapping[str, Mapping[str, Any]] | None = None,
+    boot: Mapping[str, Any] | None = None,
 ) -> EvidenceBundle:
-    """Write a redacted evidence bundle for one boot into `out_dir`, evidence.json last."""
+    """Write a redacted evidence bundle for one boot into `out_dir`, evidence.json last.
+
+    `judged` adds to each cache what the end-of-boot scan found (mode, verdict, inventory of
+    artefacts); `boot` the boot's own verdict and its writes outside the tracked caches."""
     if (out_dir / EVIDENCE_JSON).exists():
         raise FileExistsError(f"{out_dir} already holds an evidence bundle")
     for name, root in caches.items():
@@ -215,6 +101,7 @@ def collect_evidence(
     found: list[_Found] = []
     for name, root in caches.items():
         per_cache[name] = {"root": redact(str(root), secret_values), "evidence": []}
+        per_cache[name].update((judged or {}).get(name, {}))
         per_cache[name].update(_walk(name, root, per_file_cap, found, skipped))
     ninja: dict[str, list[dict[str, Any]]] = {}
     files: list[str] = []
@@ -245,7 +132,8 @@ def collect_evidence(
         cache["evidence"].sort(key=lambda entry: entry["path"])
     summary: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
-        "verdict": facts.verdict(),
+        "verdict": facts.verdict(),  # from the log alone; `boot` judges files and log
+        "boot": dict(boot or {}),
         "log": facts.to_dict(),
         "caches": per_cache,
         "ninja": ninja,

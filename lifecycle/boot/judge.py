@@ -1,0 +1,90 @@
+"""The end of a boot judged: each cache's verdict from its files and the log, the JIT output
+written outside the caches, and what of both goes into the evidence bundle.
+
+Runs after the container stopped (its changes are read before it is removed) and after every
+cache was scanned; `lifecycle.evidence.verdict` says what each verdict means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from lifecycle.boot.spec import CacheMount
+from lifecycle.boot.untracked import untracked_writes
+from lifecycle.evidence.layout import CacheFile, artefact_kind, inventory
+from lifecycle.evidence.untracked import summarize
+from lifecycle.evidence.verdict import (
+    NOT_COMPILED,
+    CacheJudged,
+    describe_boot,
+    judge_boot,
+    judge_cache,
+    log_names,
+)
+from lifecycle.fingerprint import Fingerprint
+from lifecycle.ledger.boots import CacheUse, UntrackedWrite
+
+
+def read_untracked(
+    client: Any, container: Any, boot_id: str, mounts: Sequence[CacheMount]
+) -> tuple[list[UntrackedWrite], str | None]:
+    """The container's JIT output outside its caches; on a dockerd error, none and why."""
+    from docker.errors import DockerException
+
+    try:
+        tracked = [m.container_path for m in mounts]
+        return untracked_writes(client, container, boot_id, tracked), None
+    except (DockerException, OSError) as exc:  # requests' errors are OSErrors
+        return [], f"writes outside the tracked caches not read: {exc}"
+
+
+@dataclass(frozen=True)
+class Judged:
+    """Every cache use with its verdict, and what the bundle says of each cache and the boot."""
+
+    uses: list[CacheUse]
+    per_cache: dict[str, dict[str, Any]]
+    boot: dict[str, Any]
+
+
+def judge(
+    mounts: Sequence[CacheMount],
+    uses: Sequence[CacheUse],
+    scans: Mapping[str, tuple[Fingerprint, frozenset[str]]],
+    log_lines: Sequence[str],
+    untracked: Sequence[UntrackedWrite],
+) -> Judged:
+    """Verdicts for the scanned caches (`scans`: name → fingerprint after, paths written)."""
+    judged, judged_uses, per_cache = [], [], {}
+    by_id = {m.cache_id: m for m in mounts}
+    for use in uses:
+        mount = by_id[use.cache_id]
+        after, written = scans[mount.name]
+        files = [e for e in after.entries if e.kind != "dir"]
+        compiled = sum(
+            1 for e in files if e.path in written and artefact_kind(e.path) not in NOT_COMPILED
+        )
+        verdict = judge_cache(
+            use.mode, len(files), compiled, log_names(log_lines, mount.container_path)
+        )
+        judged.append(CacheJudged(mount.name, verdict, compiled))
+        judged_uses.append(replace(use, verdict=verdict))
+        per_cache[mount.name] = {
+            "mode": use.mode,
+            "verdict": verdict,
+            "compiled_files": compiled,
+            **inventory(CacheFile(e.path, e.size, e.path in written) for e in files),
+        }
+    summary = summarize([(w.path, w.bytes) for w in untracked]) if untracked else None
+    modes = {by_id[u.cache_id].name: u.mode for u in uses}
+    boot = {
+        "verdict": judge_boot(judged, summary),
+        "warmth": describe_boot(judged, summary, modes),
+        "untracked": [{"path": w.path, "change": w.change, "bytes": w.bytes} for w in untracked],
+        "untracked_roots": [
+            {"dir": d, "files": n, "bytes": b} for d, n, b in (summary.roots if summary else ())
+        ],
+    }
+    return Judged(judged_uses, per_cache, boot)

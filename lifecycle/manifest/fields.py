@@ -1,0 +1,30 @@
+"""Field types the manifest and the documents beside it (night plans, ladders) share."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+def version_text(value: object) -> object:
+    """A version (or a release named by one) as text: YAML reads `0.30` as the float 0.3, so a
+    number is refused rather than taken for the wrong release."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise ValueError(
+            f"YAML read this as the number {value!r}; quote the version, e.g. '0.30.0'"
+        )
+    return value
+
+
+def _slug(value: str) -> str:
+    if not _SLUG.match(value):
+        raise ValueError(f"{value!r} must be lower-case letters, digits, '.', '_' or '-'")
+    return value
+
+
+Text = Annotated[str, Field(min_length=1)]
+Slug = Annotated[str, AfterValidator(_slug)]

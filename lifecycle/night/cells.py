@@ -1,0 +1,163 @@
+"""The cells of a night, in the order that keeps warm cells warm.
+
+A cell is one pin, one workload (a profile of the matrix, or a rung of a ladder) and one
+cache state, run `repeats` times; an instrumented cell is the same profile with observing
+hooks attached, a cell of its own that is shown beside the plain one and never counted.
+
+Order: pin by pin; for each, the cold cells, then the warm ones, then the ladder's rungs cold,
+then warm. A warm cell reuses the newest good cache of its pin's image, and only cold runs
+make caches, so every warm run of a pin comes after the cold ones; when no good cache is left
+(every run before crashed, and a crashed boot's cache is never reused), the night boots the
+pin once more first (a warm-up) rather than let a warm cell run cold.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field, replace
+
+from lifecycle.manifest.measure import Evidence
+from lifecycle.night.plan import Check, Created, Ladder, Plan
+
+WARM_UP = "warm-up"  # the workload of a pin's warm-up boots: cell `PIN:warm-up:cold`
+
+
+@dataclass(frozen=True)
+class Rung:
+    """The rung of a ladder a cell runs at."""
+
+    ladder: int  # its index in the plan's ladders
+    argument: str
+    value: float
+    margin_metric: str
+    floor_mib: float
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the night: what to boot, how, and what to check."""
+
+    pin: str
+    workload: str  # the profile's name, or `argument=value` for a rung
+    state: str  # cold | warm
+    instrumented: bool
+    repeats: int
+    boot_profile: str | None
+    args: tuple[str, ...]  # the workload's, then each check's created conditions'
+    hooks: tuple[str, ...]
+    checks: tuple[Check, ...]
+    timeout_s: float
+    rung: Rung | None = None
+    created: tuple[str, ...] = field(default=())  # what the checks create, for the report
+
+    @property
+    def id(self) -> str:
+        """`PIN:WORKLOAD:STATE[:instrumented]`, e.g. `demo/0.2:batch:warm:instrumented`."""
+        suffix = ":instrumented" if self.instrumented else ""
+        return f"{self.pin}:{self.workload}:{self.state}{suffix}"
+
+    def args_of_run(self, run: int) -> tuple[str, ...]:
+        """The arguments of run number `run` (`{run}` replaced)."""
+        return tuple(arg.replace("{run}", str(run)) for arg in self.args)
+
+
+def cells(plan: Plan) -> list[Cell]:
+    """Every cell of the plan, in the order they run."""
+    ordered: list[Cell] = []
+    for pin in plan.pins:
+        for state in _states(plan):
+            ordered += _matrix(plan, pin, state)
+        for state in ("cold", "warm"):  # a ladder's rungs run in both, whatever the matrix does
+            for index, ladder in enumerate(plan.ladders):
+                if pin in plan.ladder_pins(ladder):
+                    ordered += [_rung(ladder, index, pin, state, value) for value in ladder.rungs]
+    return ordered
+
+
+def matching(all_cells: list[Cell], patterns: list[str]) -> list[Cell]:
+    """The cells whose id matches one of the patterns (shell-style: `demo/0.2:batch:*`)."""
+    return [c for c in all_cells if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
+
+
+def _states(plan: Plan) -> list[str]:
+    # Cold before warm, whatever order the plan lists them in.
+    return [state for state in ("cold", "warm") if state in plan.cache_states]
+
+
+def _matrix(plan: Plan, pin: str, state: str) -> list[Cell]:
+    found = []
+    for name, profile in plan.profiles.items():
+        created = [c for check in profile.checks for c in check.creates]
+        plain = Cell(
+            pin=pin,
+            workload=name,
+            state=state,
+            instrumented=False,
+            repeats=profile.repeats or plan.repeats,
+            boot_profile=profile.boot_profile,
+            args=(*profile.args, *_created_args(created)),
+            hooks=tuple(profile.hooks),
+            checks=tuple(profile.checks),
+            timeout_s=profile.timeout_s,
+            created=tuple(c.what for c in created),
+        )
+        found.append(plain)
+        if profile.instrumented is not None:
+            hooks = (*profile.hooks, *profile.instrumented.hooks)
+            repeats = profile.instrumented.repeats
+            found.append(replace(plain, instrumented=True, repeats=repeats, hooks=hooks))
+    return found
+
+
+def _rung(ladder: Ladder, index: int, pin: str, state: str, value: float) -> Cell:
+    shape = ladder.shape
+    check = Check(
+        name=f"ladder-{ladder.argument}",
+        creates=[Created(what=shape.what, args=list(shape.args))],
+        path=shape.path,
+        pass_when=Evidence(metrics=[f"{ladder.margin} >= {ladder.floor_mib:g}"]),
+    )
+    rung = Rung(index, ladder.argument, value, ladder.margin, ladder.floor_mib)
+    return Cell(
+        pin=pin,
+        workload=f"{ladder.argument}={value:g}",
+        state=state,
+        instrumented=False,
+        repeats=1,
+        boot_profile=shape.boot_profile,
+        args=tuple(shape.args),
+        hooks=(),
+        checks=(check,),
+        timeout_s=ladder.timeout_s,
+        rung=rung,
+        created=(shape.what,),
+    )
+
+
+def _created_args(created: list[Created]) -> list[str]:
+    args: list[str] = []
+    for condition in created:
+        args += condition.args
+    return args
+
+
+def warm_up(pin: str, boot_profile: str | None) -> Cell:
+    """The boot that makes good caches for a pin's warm cells when none is left: the pin's
+    profile with nothing to serve, cold, nothing checked."""
+    return Cell(
+        pin=pin,
+        workload=WARM_UP,
+        state="cold",
+        instrumented=False,
+        repeats=1,
+        boot_profile=boot_profile,
+        args=(),
+        hooks=(),
+        checks=(),
+        timeout_s=600.0,
+    )
+
+
+def is_warm_up(cell_id: str) -> bool:
+    """Whether a journalled cell id is a pin's warm-up."""
+    return cell_id.endswith(f":{WARM_UP}:cold")

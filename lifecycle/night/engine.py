@@ -1,0 +1,131 @@
+"""Where a night's cells run: the small interface between the night and an engine.
+
+The night decides what runs, in which order, and keeps the journal; an engine runs one cell
+once ("run this cell on that engine") and reports what happened as a RunSummary, then, at
+the end, archives and tears down what its boots left. The local Docker engine of this host
+is one (lifecycle.night.local); a cluster's engine would be another, with boots recorded on
+the hosts that ran them. Nothing in the night reads a boot's files or the caches itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lifecycle.hooks import Hook
+from lifecycle.manifest import LoadedManifest
+from lifecycle.night.cells import Cell
+from lifecycle.night.checks import CheckVerdict
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A pin of the night, resolved: its manifest, digest and the image built from it."""
+
+    ref: str
+    loaded: LoadedManifest
+    digest: str
+    image: dict[str, Any]  # {"id", "tags", "labels"} as the engine found it
+    tag: str
+
+
+@dataclass(frozen=True)
+class RunOrder:
+    """Run `cell` once, as run number `run` (1 … its repeats)."""
+
+    night_id: str
+    cell: Cell
+    run: int
+    attempt: int
+    pin: Pin
+    hooks: tuple[Hook, ...]
+
+
+class CheckOutcome(BaseModel):
+    """A check's verdict on one run, and the result it was recorded as."""
+
+    model_config = ConfigDict(frozen=True)
+
+    verdict: CheckVerdict
+    result_id: str | None  # None: the boot never happened, so nothing to record it against
+
+
+class RunSummary(BaseModel):
+    """What one run of a cell did, as the journal keeps it and the report shows it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cell: str
+    run: int
+    attempt: int
+    boot_id: str | None
+    host: str | None
+    outcome: str  # the boot's: ok | failed | interrupted | aborted
+    exit_code: int | None
+    error: str | None = None
+    instrumented: bool
+    hooks: list[str]
+    args: list[str]
+    cache_modes: dict[str, str] = Field(default_factory=dict)  # cache name -> cold | warm
+    verdict: str  # pass | fail | inconclusive: its worst check
+    checks: list[CheckOutcome]
+    metrics: dict[str, float] = Field(default_factory=dict)  # what the engine reported
+    margin_mib: float | None = None  # a rung's measured margin
+    log: str | None = None  # where the boot's log is (a path on its host)
+    evidence: str | None = None  # its evidence bundle
+    started_at: str | None = None
+    ended_at: str | None = None
+
+
+class EndSummary(BaseModel):
+    """What an end action (archive, teardown) did with the night's boots."""
+
+    model_config = ConfigDict(frozen=True)
+
+    action: str  # archive | teardown
+    ok: bool
+    detail: str
+    location: str | None = None
+    caches: int = 0
+    bytes: int = 0
+
+
+class Engine(Protocol):
+    """An engine a night runs its cells on."""
+
+    @property
+    def where(self) -> str:
+        """Which engine, in words (for the report)."""
+        ...
+
+    def resolve(self, ref: str, loaded: LoadedManifest, digest: str) -> Pin:
+        """The pin with its built image; LifecycleError (before anything runs) if not built."""
+        ...
+
+    def warm_ready(self, pin: Pin) -> bool:
+        """Whether a warm boot of the pin would find a good cache for every cache it mounts."""
+        ...
+
+    def run(self, order: RunOrder) -> RunSummary:
+        """Boot the cell once, judge its checks, record its results where the boot is."""
+        ...
+
+    def archive(self, boot_ids: Sequence[str]) -> EndSummary:
+        """Archive the caches those boots used and the results standing on them."""
+        ...
+
+    def teardown(self, boot_ids: Sequence[str]) -> EndSummary:
+        """Remove the caches those boots used, once their evidence is archived."""
+        ...
+
+
+def worst(statuses: Sequence[str]) -> str:
+    """fail if any failed, else inconclusive if any was, else pass (nothing: inconclusive)."""
+    if "fail" in statuses:
+        return "fail"
+    if "inconclusive" in statuses or not statuses:
+        return "inconclusive"
+    return "pass"

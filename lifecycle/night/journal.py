@@ -1,0 +1,144 @@
+"""A night's journal: what has run, what is left, and what production went through.
+
+Written one row at a time, each in its own transaction, before and after every step: a run is
+`started` before its boot and `done` once its results are recorded, so a night killed at any
+point resumes at the first run without a `done`. A cell asked to run again (`--rerun`) gets a
+new attempt; the runs of the attempt before stay in the ledger, superseded.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.nights import (
+    NightEvent,
+    NightRecord,
+    NightRunStep,
+    events,
+    night_by_id,
+    nights,
+    record_event,
+    record_run_step,
+    run_steps,
+    start_night,
+)
+from lifecycle.night.engine import RunSummary
+from lifecycle.night.plan import LoadedPlan
+
+FINISHED = "finished"  # the event that closes a night: every run done, the end actions taken
+RERUN = "rerun"  # detail: the cell's id; its next attempt starts
+BUILDS = "builds"  # detail: pin -> the manifest digest the night measures (JSON), at its start
+
+
+def new_night_id(now: datetime) -> str:
+    """`n-<UTC time>-<6 hex>`, sorting by time like boot ids."""
+    return f"n-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True)
+class NightJournal:
+    """The journal of one night in this host's ledger."""
+
+    ledger: Ledger
+    night: NightRecord
+    stamp: Callable[[], str]  # the time each row is written at
+
+    @classmethod
+    def begin(
+        cls, ledger: Ledger, loaded: LoadedPlan, kind: str, project: Path, stamp: Callable[[], str]
+    ) -> NightJournal:
+        """A new night of this plan."""
+        night = NightRecord(
+            id=new_night_id(datetime.fromisoformat(stamp())),
+            kind=kind,
+            plan_name=loaded.plan.name,
+            plan_file=str(loaded.file),
+            plan_digest=loaded.digest,
+            plan=loaded.canonical(),
+            project=str(project),
+            host=socket.gethostname(),
+            started_at=stamp(),
+        )
+        start_night(ledger, night)
+        return cls(ledger, night, stamp)
+
+    @classmethod
+    def of(cls, ledger: Ledger, night_id: str, stamp: Callable[[], str]) -> NightJournal | None:
+        """The journal of a night the ledger knows."""
+        night = night_by_id(ledger, night_id)
+        return None if night is None else cls(ledger, night, stamp)
+
+    def event(self, name: str, detail: str | None = None) -> None:
+        """Journal an event now."""
+        record_event(self.ledger, NightEvent(self.night.id, name, detail, self.stamp()))
+
+    def events(self) -> list[NightEvent]:
+        """Every event, oldest first."""
+        return events(self.ledger, self.night.id)
+
+    def attempt(self, cell: str) -> int:
+        """The cell's current attempt: 1, plus one for each time it was asked to run again."""
+        return 1 + sum(1 for e in self.events() if e.event == RERUN and e.detail == cell)
+
+    def started(self, cell: str, run: int, attempt: int) -> None:
+        """Journal that a run is about to boot."""
+        step = NightRunStep(
+            self.night.id, cell, run, attempt, "started", None, None, None, self.stamp()
+        )
+        record_run_step(self.ledger, step)
+
+    def done(self, summary: RunSummary) -> None:
+        """Journal a run's summary, once its boot and results are recorded."""
+        step = NightRunStep(
+            self.night.id, summary.cell, summary.run, summary.attempt, "done", summary.boot_id,
+            summary.verdict, summary.model_dump_json(), self.stamp(),
+        )  # fmt: skip
+        record_run_step(self.ledger, step)
+
+    def runs(self) -> dict[tuple[str, int], RunSummary]:
+        """The done runs of each cell's current attempt, by (cell, run)."""
+        attempts: dict[str, int] = {}
+        for event in self.events():
+            if event.event == RERUN and event.detail is not None:
+                attempts[event.detail] = attempts.get(event.detail, 1) + 1
+        found = {}
+        for step in run_steps(self.ledger, self.night.id):
+            if step.step == "done" and step.attempt == attempts.get(step.cell, 1):
+                assert step.summary is not None, "a done run always has its summary"
+                found[(step.cell, step.run)] = RunSummary.model_validate_json(step.summary)
+        return found
+
+    def boot_ids(self) -> list[str]:
+        """Every boot this night made, superseded attempts and warm-ups included."""
+        steps = run_steps(self.ledger, self.night.id)
+        return list(dict.fromkeys(s.boot_id for s in steps if s.boot_id))
+
+    def interrupted_runs(self) -> list[NightRunStep]:
+        """Runs `started` and never `done`: the night was stopped while they ran."""
+        steps = run_steps(self.ledger, self.night.id)
+        done = {(s.cell, s.run, s.attempt) for s in steps if s.step == "done"}
+        return [s for s in steps if s.step == "started" and (s.cell, s.run, s.attempt) not in done]
+
+    def builds(self) -> dict[str, str]:
+        """pin -> the manifest digest of the build this night measures."""
+        found = [e.detail for e in self.events() if e.event == BUILDS and e.detail]
+        return dict(json.loads(found[0])) if found else {}
+
+    @property
+    def finished(self) -> bool:
+        """Whether the night ran to its end (every run, the end actions)."""
+        last = [e.event for e in self.events() if e.event in (FINISHED, RERUN)]
+        return bool(last) and last[-1] == FINISHED
+
+
+def latest_of_plan(ledger: Ledger, plan_name: str, stamp: Callable[[], str]) -> NightJournal | None:
+    """The newest night of a plan, if any."""
+    found = nights(ledger, plan_name)
+    return NightJournal(ledger, found[0], stamp) if found else None

@@ -1,0 +1,243 @@
+"""The Docker engine of this host as a night's engine: each run a recorded boot with its results.
+
+A run is `flows.boot_then_accept` (the boot, then the profile's own acceptance if it has one),
+then each of the cell's checks judged on what the boot left (its redacted log, the metrics the
+engine printed, its caches' files) and recorded as a result of that boot, its verdict the
+result's document. A rung of a ladder runs at its value instead of the manifest's.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.run import archive_caches
+from lifecycle.boot.run import BootRequest, Watch
+from lifecycle.boot.spec import engine_flag
+from lifecycle.build.engine import find_built
+from lifecycle.build.keys import cache_key, key_factors
+from lifecycle.build.plan import image_tag
+from lifecycle.errors import LifecycleError
+from lifecycle.flows import boot_then_accept
+from lifecycle.hooks import HookFailed
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import BootRecord, cache_by_id, cache_uses, warm_candidates
+from lifecycle.manifest import LoadedManifest
+from lifecycle.night.checks import CheckVerdict, Finding, judge, metrics_in
+from lifecycle.night.engine import CheckOutcome, EndSummary, Pin, RunOrder, RunSummary, worst
+from lifecycle.results.add import ResultRequest, add_result
+from lifecycle.results.publish import with_results
+from lifecycle.teardown.journal import teardown_lock
+from lifecycle.teardown.plan import Selection
+from lifecycle.teardown.run import run_teardown
+from lifecycle.teardown.survey import Services, TeardownRequest, make_plan
+
+
+@dataclass
+class LocalEngine:
+    """This host's Docker engine, its ledger, and the S3 archive its end actions write to."""
+
+    docker: Any
+    ledger: Ledger
+    host_env: Mapping[str, str]
+    arch: str  # the GPU arch in cache keys (LIFECYCLE_GPU_ARCH)
+    s3: Any | None = None
+    location: ArchiveLocation | None = None
+
+    @property
+    def where(self) -> str:
+        return f"the Docker engine of {socket.gethostname()}"
+
+    def resolve(self, ref: str, loaded: LoadedManifest, digest: str) -> Pin:
+        tag = image_tag(loaded.manifest.name, loaded.manifest.engine.vllm, digest)
+        built = find_built(self.docker, self.ledger, digest)
+        if built is None:
+            raise LifecycleError(
+                f"{ref} is not built: no image carries manifest digest {digest[:12]};"
+                f" run `lifecycle build {ref}` first (nothing was run, production untouched)"
+            )
+        return Pin(
+            ref, loaded, digest, {"id": built.id, "tags": built.tags, "labels": built.labels}, tag
+        )
+
+    def warm_ready(self, pin: Pin) -> bool:
+        caches = pin.loaded.manifest.active_caches()
+        labels = pin.image["labels"] or {}  # the key is what the image is made of, not its id
+        keys = [cache_key(key_factors(labels, name, pin.digest, self.arch)) for name in caches]
+        return all(
+            any(Path(c.host_path).is_dir() for c in warm_candidates(self.ledger, key))
+            for key in keys
+        )
+
+    def run(self, order: RunOrder) -> RunSummary:
+        cell = order.cell
+        loaded, args = order.pin.loaded, cell.args_of_run(order.run)
+        if cell.rung is not None:  # the rung's value, not the manifest's
+            tuned = {k: v for k, v in loaded.manifest.tuned.items() if k != cell.rung.argument}
+            loaded = replace(loaded, manifest=loaded.manifest.model_copy(update={"tuned": tuned}))
+            args = (engine_flag(cell.rung.argument), f"{cell.rung.value:g}", *args)
+        request = BootRequest(
+            loaded, order.pin.digest, order.pin.image, order.pin.tag, cell.boot_profile,
+            cell.state == "cold", order.hooks, self.arch, cell.timeout_s, args,
+        )  # fmt: skip
+        # What is known before the boot; the boot and its checks fill in the rest.
+        pending = RunSummary(
+            cell=cell.id, run=order.run, attempt=order.attempt, boot_id=None,
+            host=socket.gethostname(), outcome="aborted", exit_code=None,
+            instrumented=cell.instrumented, hooks=[h.name for h in order.hooks],
+            args=list(args), verdict="inconclusive", checks=[],
+        )  # fmt: skip
+        try:
+            record = boot_then_accept(self.docker, self.ledger, request, self.host_env, Watch())
+        except HookFailed as exc:  # recorded as aborted by the boot; no engine ran to judge
+            why = f"a pre-boot hook said no: {exc.run.name} exited {exc.run.exit_code}"
+            return pending.model_copy(update={"error": why})
+        return self._judge(order, record, pending)
+
+    def _judge(self, order: RunOrder, record: BootRecord, pending: RunSummary) -> RunSummary:
+        cell = order.cell
+        seen = _Seen(self.ledger, record)
+        modes = {}
+        for use in cache_uses(self.ledger, boot_id=record.id):
+            if (cache := cache_by_id(self.ledger, use.cache_id)) is not None:
+                modes[cache.cache_name] = use.mode
+        condition = _state_condition(cell.state, modes)
+        metrics = metrics_in(seen.log)
+        margin = metrics.get(cell.rung.margin_metric) if cell.rung else None
+        outcomes = []
+        for check in cell.checks:
+            verdict = judge(check, seen, [condition])
+            request = self._result(order, record, verdict, margin)
+            result = add_result(self.ledger, request, datetime.now(UTC))
+            outcomes.append(CheckOutcome(verdict=verdict, result_id=result.id))
+        done = {
+            "boot_id": record.id,
+            "host": record.host,
+            "outcome": record.outcome,
+            "exit_code": record.exit_code,
+            "error": record.error,
+            "cache_modes": modes,
+            "verdict": worst([o.verdict.status for o in outcomes]),
+            "checks": outcomes,
+            "metrics": metrics,
+            "margin_mib": margin,
+            "log": record.log_path,
+            "evidence": record.evidence_path,
+            "started_at": record.started_at,
+            "ended_at": record.ended_at,
+        }
+        return pending.model_copy(update=done)
+
+    def _result(
+        self, order: RunOrder, record: BootRecord, verdict: CheckVerdict, margin: float | None
+    ) -> ResultRequest:
+        """A check's verdict as a result of the boot; its findings are the result's document."""
+        cell = order.cell
+        metrics: dict[str, float | str | None] = {}
+        if cell.rung is not None:
+            metrics = {
+                cell.rung.argument: cell.rung.value,
+                "margin_mib": margin,
+                "floor_mib": cell.rung.floor_mib,
+                "cache_state": cell.state,
+            }
+        document = {
+            "night": order.night_id,
+            "cell": cell.id,
+            "run": order.run,
+            "attempt": order.attempt,
+            "verdict": verdict.model_dump(mode="json"),
+        }
+        return ResultRequest(
+            record.id,
+            verdict.check,
+            verdict.status,
+            metrics=dict(metrics),
+            note=verdict.why,
+            document=json.dumps(document, indent=1, sort_keys=True).encode(),
+            document_where=f"the verdict of check {verdict.check}",
+            source="acceptance",
+        )
+
+    def archive(self, boot_ids: Sequence[str]) -> EndSummary:
+        if self.s3 is None or self.location is None:
+            return EndSummary(action="archive", ok=False, detail="no archive location is set")
+        cache_ids = self._caches_of(boot_ids, ("live", "archived"))
+        reports = archive_caches(
+            self.ledger, self.s3, self.location, cache_ids, with_content=False, dry_run=False,
+            progress=None,
+        )  # fmt: skip
+        reports = with_results(self.ledger, self.s3, self.location, reports, None)
+        sent = sum(r.bytes_uploaded for r in reports)
+        detail = f"{len(reports)} caches and the results standing on them, verified"
+        return EndSummary(
+            action="archive", ok=True, detail=detail, location=self.location.url(),
+            caches=len(reports), bytes=sent,
+        )  # fmt: skip
+
+    def teardown(self, boot_ids: Sequence[str]) -> EndSummary:
+        cache_ids = self._caches_of(boot_ids, ("live", "archived"))
+        if not cache_ids:
+            return EndSummary(action="teardown", ok=True, detail="no cache of this night is left")
+        services = Services(self.docker, self.s3)
+        request = TeardownRequest(Selection(cache_ids=tuple(cache_ids)))
+        with teardown_lock(self.ledger.home):
+            plan = make_plan(self.ledger, services, request)
+            result = run_teardown(self.ledger, services, plan, request)
+        freed = sum(o.bytes_freed for o in result.removed)
+        kept = [f"{o.cache_id}: {o.problem}" for o in result.failed]
+        detail = f"removed {len(result.removed)} caches after their evidence was archived"
+        if kept:
+            detail += f"; kept {len(kept)}: {kept[0]}"
+        return EndSummary(
+            action="teardown", ok=not kept and not plan.has_problems, detail=detail,
+            caches=len(result.removed), bytes=freed,
+        )  # fmt: skip
+
+    def _caches_of(self, boot_ids: Sequence[str], states: tuple[str, ...]) -> list[str]:
+        found: dict[str, None] = {}
+        for boot_id in boot_ids:
+            for use in cache_uses(self.ledger, boot_id=boot_id):
+                cache = cache_by_id(self.ledger, use.cache_id)
+                if cache is not None and cache.state in states and Path(cache.host_path).is_dir():
+                    found[cache.id] = None
+        return list(found)
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What a local boot left: its log file and its caches' dirs."""
+
+    ledger: Ledger
+    record: BootRecord
+
+    @property
+    def log(self) -> str:
+        path = self.record.log_path
+        return Path(path).read_text(errors="replace") if path and Path(path).is_file() else ""
+
+    @property
+    def boot_ok(self) -> bool:
+        return self.record.outcome == "ok"
+
+    def files(self, cache: str, glob: str) -> list[str]:
+        for use in cache_uses(self.ledger, boot_id=self.record.id):
+            found = cache_by_id(self.ledger, use.cache_id)
+            if found is not None and found.cache_name == cache:
+                root = Path(found.host_path)
+                return sorted(str(p.relative_to(root)) for p in root.glob(glob))
+        return []
+
+
+def _state_condition(state: str, modes: dict[str, str]) -> Finding:
+    """The cell's cache state, met or not: a warm cell whose caches started cold measured a
+    cold boot."""
+    other = sorted(name for name, mode in modes.items() if mode != state)
+    seen = f"{', '.join(other)} started {'cold' if state == 'warm' else 'warm'}" if other else None
+    return Finding(kind="condition", what=f"every cache {state}", observed=not other, seen=seen)

@@ -1,0 +1,246 @@
+"""A night plan: the acceptance matrix, its checks, its ladders and its production hooks.
+
+    schema_version: 1
+    name: acceptance-0.2
+    pins: [demo/0.1, demo/0.2]            # manifests, as `lifecycle show` names them
+    cache_states: [cold, warm]            # every cell runs in each
+    repeats: 1                            # runs per cell, unless a profile says otherwise
+    production: {down: production-down, up: production-up, status: production-status}
+    profiles:
+      batch:
+        boot_profile: serve               # the manifest's profile to boot
+        args: [--burst, "64", --seed, "{run}"]   # {run}: the run's number in its cell
+        repeats: 5
+        instrumented: {hooks: [memory-history], repeats: 3}   # shown, never counted
+        checks:
+          - name: burst-64
+            creates: [{what: ..., args: [...]}]  # the condition that makes its path run
+            path: {log: [...], metrics: [...], files: [...]}  # observed: the path ran
+            pass_when: {...}                   # all observed, and the boot ended ok: pass
+            fail_when: {...}                   # any observed: fail
+    ladders: [...]                        # lifecycle.night.ladder
+    end: {archive: true, teardown: true}
+
+Validated like a manifest: strict models, every problem located (`file:line:col: key:
+message`), exit 2. What needs the manifests or the hooks (a profile name, a cache name, a
+hook's declarations) is checked when the night starts, before anything runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from lifecycle.errors import ManifestError, Problem
+from lifecycle.manifest.fields import Slug, Text, version_text
+from lifecycle.manifest.located import KeyPath, render_key_path
+from lifecycle.manifest.measure import CacheState, Evidence, LadderMethod
+from lifecycle.manifest.pydantic_errors import problems_from_validation
+from lifecycle.manifest.source import Located, read_yaml
+
+_ARGUMENT = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def _argument(value: str) -> str:
+    if not _ARGUMENT.match(value):
+        raise ValueError(f"{value!r} must be an engine argument in snake_case")
+    return value
+
+
+PinRef = Annotated[str, BeforeValidator(version_text), Field(min_length=1)]
+Argument = Annotated[str, AfterValidator(_argument)]
+Positive = Annotated[int, Field(ge=1)]
+Document = TypeVar("Document", bound=BaseModel)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Created(_Strict):
+    """A condition a check creates so its path runs: a forced shape, a shrunk pool."""
+
+    what: Text
+    args: list[str] = Field(default_factory=list, description="Added to the engine's arguments.")
+
+
+class Check(_Strict):
+    """One verdict a cell's boot gets, and what must be seen for it to mean anything."""
+
+    name: Slug
+    creates: list[Created] = Field(default_factory=list)
+    path: Evidence = Field(description="All observed: the path under test ran.")
+    pass_when: Evidence = Field(description="All observed (and the boot ended ok): pass.")
+    fail_when: Evidence = Field(default_factory=Evidence, description="Any observed: fail.")
+
+
+class Instrumented(_Strict):
+    """The same cell again with observing hooks attached: shown, never counted."""
+
+    hooks: Annotated[list[Text], Field(min_length=1)]
+    repeats: Positive = 1
+
+
+class NightProfile(_Strict):
+    """A workload of the matrix: a boot profile, its arguments, its checks."""
+
+    boot_profile: Slug | None = Field(default=None, description="Default: the manifest's.")
+    args: list[str] = Field(default_factory=list, description="{run}: the run's number.")
+    hooks: list[Text] = Field(default_factory=list, description="Hooks that do not observe.")
+    repeats: Positive | None = None
+    instrumented: Instrumented | None = None
+    timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    checks: Annotated[list[Check], Field(min_length=1)]
+
+
+class Ladder(LadderMethod):
+    """A ladder of one tuned engine argument, climbed on some of the night's pins, with the
+    margins predicted for its rungs before any of them runs."""
+
+    argument: Argument
+    pins: list[PinRef] | None = Field(default=None, description="Default: every pin.")
+    predictions: dict[PinRef, dict[float, float]] = Field(
+        default_factory=dict, description="pin -> rung -> the margin (MiB) expected."
+    )
+
+    def method(self) -> LadderMethod:
+        """The ladder as a tuned value records how it was measured."""
+        return LadderMethod.model_validate(
+            {name: getattr(self, name) for name in LadderMethod.model_fields}
+        )
+
+
+class Production(_Strict):
+    """The hooks that take production down for the night and bring it back."""
+
+    down: Text
+    up: Text
+    status: Text | None = Field(default=None, description="A hook that only asks.")
+
+
+class End(_Strict):
+    """What the night does once every cell ran."""
+
+    archive: bool = True
+    teardown: bool = True
+
+
+class Plan(_Strict):
+    """One acceptance night."""
+
+    schema_version: Literal[1]
+    name: Slug
+    pins: Annotated[list[PinRef], Field(min_length=1)]
+    cache_states: Annotated[list[CacheState], Field(min_length=1)] = ["cold", "warm"]
+    repeats: Positive = 1
+    production: Production | None = None
+    profiles: dict[Slug, NightProfile] = Field(default_factory=dict)
+    ladders: list[Ladder] = Field(default_factory=list)
+    end: End = Field(default_factory=End)
+
+    def ladder_pins(self, ladder: Ladder) -> list[str]:
+        """The pins a ladder climbs."""
+        return list(ladder.pins) if ladder.pins is not None else list(self.pins)
+
+
+@dataclass(frozen=True)
+class LoadedPlan:
+    """A valid plan, where it came from, and its digest (sha256 of its canonical JSON)."""
+
+    file: Path
+    plan: Plan
+    digest: str
+
+    def canonical(self) -> str:
+        """The plan as JSON, keys sorted: what the digest is taken over and the ledger keeps."""
+        return canonical_json(self.plan)
+
+
+def canonical_json(plan: Plan) -> str:
+    """A plan's canonical JSON."""
+    return json.dumps(plan.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
+def load_plan(file: Path) -> LoadedPlan:
+    """Read and validate a plan; ManifestError (exit 2) with every problem located."""
+    plan, located = load_validated(file, Plan)
+    problems = located_problems(located, cross_checks(plan))
+    if problems:
+        raise ManifestError(problems)
+    return LoadedPlan(file, plan, plan_digest(plan))
+
+
+def load_validated(file: Path, model: type[Document]) -> tuple[Document, Located]:
+    """A YAML document validated as `model`, and where each of its keys is; ManifestError
+    (exit 2) with every problem located, as for a manifest."""
+    located = read_yaml(file)
+    if not isinstance(located.data, dict):
+        raise ManifestError([Problem(file, 1, 1, "(document)", "expected a mapping of keys")])
+    try:
+        return model.model_validate(located.data), located
+    except ValidationError as exc:
+        raise ManifestError(problems_from_validation(exc, located, model)) from None
+
+
+def located_problems(located: Located, findings: Iterator[tuple[KeyPath, str]]) -> list[Problem]:
+    """Findings (key path, message) as problems at their place in the file."""
+    return [_problem(located, path, message) for path, message in findings]
+
+
+def plan_digest(plan: Plan) -> str:
+    """sha256 of the plan's canonical JSON."""
+    return hashlib.sha256(canonical_json(plan).encode()).hexdigest()
+
+
+def cross_checks(plan: Plan) -> Iterator[tuple[KeyPath, str]]:
+    """What a field's type cannot say: duplicates, references between keys, empty checks."""
+    yield from _twice(("pins",), plan.pins)
+    yield from _twice(("cache_states",), plan.cache_states)
+    if not plan.profiles and not plan.ladders:
+        yield (), "a plan needs profiles (the matrix) or ladders, or both"
+    if plan.end.teardown and not plan.end.archive:
+        yield ("end", "teardown"), "teardown removes only what is archived: set archive: true"
+    for name, profile in plan.profiles.items():
+        yield from _twice(("profiles", name, "checks"), [c.name for c in profile.checks])
+        for index, check in enumerate(profile.checks):
+            where: KeyPath = ("profiles", name, "checks", index)
+            if not check.path.items():
+                yield (*where, "path"), "say what must be observed for this check's path to run"
+            if not check.pass_when.items():
+                yield (*where, "pass_when"), "say what must be observed for a pass"
+    for index, ladder in enumerate(plan.ladders):
+        where = ("ladders", index)
+        yield from _twice((*where, "rungs"), ladder.rungs)
+        for pin in ladder.pins or ():
+            if pin not in plan.pins:
+                yield (*where, "pins"), f"{pin!r} is not one of the plan's pins"
+        if not ladder.shape.path.items():
+            yield (*where, "shape", "path"), "say what shows the shape was forced"
+        for pin, rungs in ladder.predictions.items():
+            if pin not in plan.ladder_pins(ladder):
+                yield (*where, "predictions", pin), f"{pin!r} is not a pin of this ladder"
+            for rung in rungs:
+                if rung not in ladder.rungs:
+                    message = f"{rung!r} is not one of the rungs {ladder.rungs}"
+                    yield (*where, "predictions", pin, str(rung)), message
+
+
+def _twice(where: KeyPath, values: Sequence[object]) -> Iterator[tuple[KeyPath, str]]:
+    seen: set[object] = set()
+    for index, value in enumerate(values):
+        if value in seen:
+            yield (*where, index), f"{value!r} is listed twice"
+        seen.add(value)
+
+
+def _problem(located: Located, path: KeyPath, message: str) -> Problem:
+    mark = located.mark(path, prefer_key=True)  # a finding is about the key: point at it
+    assert mark is not None, "the document root always has a mark"
+    return Problem(mark.file, mark.line, mark.col, render_key_path(path), message)

@@ -1,0 +1,318 @@
+"""The night, start to end (or to where it was stopped, and on from there next time).
+
+1. Everything is checked first (lifecycle.night.prepare): nothing runs on a plan that cannot.
+2. One night at a time per host; production any earlier night left down comes back first.
+3. The night is this plan's unfinished one if there is one (it resumes), else a new one.
+4. Predictions are registered and archived before any run.
+5. Production goes down; every run not done yet runs, in order, each journalled before its
+   boot and after its results; production comes back however that ends.
+6. Each ladder's value is written (or, revalidating, proposed); then the end actions: archive
+   the night's caches and results, tear the caches down, write and archive the report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from lifecycle.archive.store import BlobStore
+from lifecycle.errors import AnswerNo, LifecycleError
+from lifecycle.home import Home
+from lifecycle.hooks import HookRunner, HookSelectionError, run_hook_process, select
+from lifecycle.leases import exclusive_or, held
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.nights import production_left_down
+from lifecycle.night.cells import Cell, matching, warm_up
+from lifecycle.night.engine import Engine, RunOrder, RunSummary
+from lifecycle.night.journal import BUILDS, FINISHED, RERUN, NightJournal, latest_of_plan
+from lifecycle.night.ladder import climb
+from lifecycle.night.plan import LoadedPlan, Plan
+from lifecycle.night.predictions import Registered, register
+from lifecycle.night.prepare import Prepared, prepare
+from lifecycle.night.production import bring_up, production_down
+from lifecycle.night.publish import publish
+from lifecycle.night.settle import Decision, settle
+from lifecycle.night.view import NightView, night_view
+
+
+def journal_stamp(now: Callable[[], datetime]) -> Callable[[], str]:
+    """The clock as the journal writes it: ISO 8601, to the millisecond (downtime is read
+    from these)."""
+    return lambda: now().isoformat(timespec="milliseconds")
+
+
+class NightBusy(AnswerNo):
+    """Another night (or ladder) runs on this host."""
+
+
+@dataclass(frozen=True)
+class Night:
+    """Where a night runs and what it talks to; the command layer makes it."""
+
+    ledger: Ledger
+    engine: Engine
+    manifests_dir: Path
+    project: Path
+    store: BlobStore | None  # the archive; None when no location is set
+    say: Callable[[str], None]
+    now: Callable[[], datetime]
+    runner: HookRunner = run_hook_process
+
+    def stamp(self) -> str:
+        """Now, as the journal writes it."""
+        return journal_stamp(self.now)()
+
+
+@dataclass(frozen=True)
+class NightRequest:
+    """What is asked of a night."""
+
+    loaded: LoadedPlan
+    kind: str = "night"  # night | tune
+    rerun: tuple[str, ...] = ()  # cell id patterns to run again
+    new: bool = False  # a new night even if this plan's last one did not finish
+    revalidate: bool = False  # ladders check carried values instead of choosing
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """Production of an earlier night, brought back (or not)."""
+
+    night_id: str
+    up: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class NightOutcome:
+    """What one invocation did, and the night's view after it."""
+
+    view: NightView
+    ran: int  # runs booted by this invocation (warm-ups included)
+    recovered: tuple[Recovery, ...]
+    decisions: tuple[Decision, ...]
+    note: str | None = None
+
+
+def run_night(night: Night, request: NightRequest) -> NightOutcome:
+    """Run (or resume) the plan's night; see the module's docstring for the order."""
+    plan = request.loaded.plan
+    prepared = prepare(plan, night.manifests_dir, night.project, night.engine.resolve)
+    with night_lock(night.ledger.home):
+        recovered = tuple(recover(night.ledger, night.stamp, night.say, night.runner))
+        if any(not r.up for r in recovered):
+            raise ProductionStillDown(recovered)
+        builds = {ref: pin.digest for ref, pin in prepared.pins.items()}
+        journal, note = _journal(night, request, builds)
+        _ask_again(journal, prepared, request.rerun)
+        registered = register(journal, plan, night.store)
+        ran = 0
+        pending = _pending(journal, prepared)
+        if pending:
+            guard = (
+                production_down(journal, prepared.production, night.say, night.runner)
+                if prepared.production
+                else nullcontext()
+            )
+            with guard:
+                ran = _run(night, journal, prepared, pending)
+        decisions = _settle(night, journal, plan, prepared, request.revalidate)
+        if ran or not journal.finished:
+            _end(night, journal, plan)
+            journal.event(FINISHED)
+        view = _view(night, journal, plan, prepared, registered)
+    return NightOutcome(view, ran, recovered, tuple(decisions), note)
+
+
+class ProductionStillDown(AnswerNo):
+    """An earlier night's production could not be brought back: nothing else runs."""
+
+    def __init__(self, recovered: tuple[Recovery, ...]) -> None:
+        failed = [f"night {r.night_id}: {r.detail}" for r in recovered if not r.up]
+        super().__init__("production is still down, so nothing was run: " + "; ".join(failed))
+
+
+def recover(
+    ledger: Ledger,
+    stamp: Callable[[], str],
+    say: Callable[[str], None],
+    runner: HookRunner = run_hook_process,
+) -> list[Recovery]:
+    """Bring up production wherever a night left it down (a SIGKILL, a reboot, a failed up)."""
+    found = []
+    for event in production_left_down(ledger):
+        journal = NightJournal.of(ledger, event.night_id, stamp)
+        assert journal is not None, "an event's night is in the ledger"
+        plan = plan_of(journal)
+        up_name = plan.production.up if plan.production else None
+        hooks_dir = Path(journal.night.project) / "hooks"
+        try:
+            hooks = select(hooks_dir, [up_name] if up_name else [])
+        except HookSelectionError as exc:
+            found.append(Recovery(journal.night.id, False, f"cannot run production.up: {exc}"))
+            continue
+        if not hooks:
+            found.append(Recovery(journal.night.id, False, "its plan names no production.up"))
+            continue
+        say(f"night {journal.night.id} left production down ({event.event}): recovering")
+        up = bring_up(journal, hooks[0], say, runner)
+        detail = "production is up" if up else f"hooks/{hooks[0].name} failed; still down"
+        found.append(Recovery(journal.night.id, up, detail))
+    return found
+
+
+def plan_of(journal: NightJournal) -> Plan:
+    """The plan a night ran, as its journal keeps it."""
+    return Plan.model_validate(json.loads(journal.night.plan), strict=False)
+
+
+def night_lock(home: Home) -> AbstractContextManager[None]:
+    """One night at a time per host: two would take each other's production down and up. The
+    kernel drops the lock when its holder dies, SIGKILL included."""
+    path = home.night_lock
+    return exclusive_or(path, lambda: NightBusy(f"another night runs on this host (lock {path})"))
+
+
+def night_running(home: Home) -> bool:
+    """Whether a night runs on this host now (it holds the lock); nothing is created."""
+    return held(home.night_lock)
+
+
+def _journal(
+    night: Night, request: NightRequest, builds: dict[str, str]
+) -> tuple[NightJournal, str | None]:
+    """This plan's night to run: the last one, unless it finished (or --new) or its pins are
+    other builds now (`builds`: pin -> manifest digest); else a new one. A night whose runs so
+    far measured other builds is never resumed: its measurements would mix two builds."""
+    loaded = request.loaded
+    latest = latest_of_plan(night.ledger, loaded.plan.name, night.stamp)
+    if latest is not None and not request.new:
+        same_plan = latest.night.plan_digest == loaded.digest
+        measured = latest.builds()
+        changed = sorted(ref for ref, digest in builds.items() if measured.get(ref) != digest)
+        if not latest.finished and not same_plan:
+            raise LifecycleError(
+                f"night {latest.night.id} of plan {loaded.plan.name!r} stopped before its end"
+                f" with another version of the plan (sha256:{latest.night.plan_digest[:12]},"
+                f" now {loaded.digest[:12]}): run it to its end with that plan, or pass --new"
+            )
+        if same_plan and changed and (not latest.finished or request.rerun):
+            raise LifecycleError(
+                f"night {latest.night.id} measured other builds of {', '.join(changed)} (their"
+                " manifests changed since it started): pass --new for a night of these"
+            )
+        if same_plan and not changed:
+            if request.rerun or not latest.finished:
+                note = None if latest.finished else f"resuming night {latest.night.id}"
+                return latest, note
+            return latest, (
+                f"night {latest.night.id} of this plan finished; nothing to run (--rerun CELL"
+                " runs cells again, --new starts a new night)"
+            )
+    journal = NightJournal.begin(night.ledger, loaded, request.kind, night.project, night.stamp)
+    journal.event(BUILDS, json.dumps(builds, sort_keys=True))
+    return journal, None
+
+
+def _ask_again(journal: NightJournal, prepared: Prepared, patterns: tuple[str, ...]) -> None:
+    """A new attempt of each cell matching `--rerun`: its runs run again."""
+    if not patterns:
+        return
+    chosen = matching(list(prepared.cells), list(patterns))
+    if not chosen:
+        known = ", ".join(c.id for c in prepared.cells[:6])
+        raise LifecycleError(f"--rerun {' '.join(patterns)}: no such cell (cells: {known}, …)")
+    for cell in chosen:
+        journal.event(RERUN, cell.id)
+
+
+def _pending(journal: NightJournal, prepared: Prepared) -> list[tuple[Cell, int, int]]:
+    """(cell, run, attempt) of every run not done yet, in the night's order."""
+    done = journal.runs()
+    return [
+        (cell, run, journal.attempt(cell.id))
+        for cell in prepared.cells
+        for run in range(1, cell.repeats + 1)
+        if (cell.id, run) not in done
+    ]
+
+
+def _run(
+    night: Night, journal: NightJournal, prepared: Prepared, pending: list[tuple[Cell, int, int]]
+) -> int:
+    """Every pending run, each journalled; a warm cell of a pin with no good cache left gets a
+    warm-up first. The number of boots."""
+    boots = 0
+    for index, (cell, run, attempt) in enumerate(pending, start=1):
+        pin = prepared.pins[cell.pin]
+        if cell.state == "warm" and not night.engine.warm_ready(pin):
+            up = warm_up(cell.pin, None)
+            number = 1 + sum(1 for key in journal.runs() if key[0] == up.id)
+            night.say(f"{cell.pin}: no good cache left for a warm run; warm-up boot first")
+            _one(night, journal, RunOrder(journal.night.id, up, number, 1, pin, ()))
+            boots += 1
+        order = RunOrder(journal.night.id, cell, run, attempt, pin, prepared.hooks[cell.id])
+        summary = _one(night, journal, order)
+        boots += 1
+        checks = ", ".join(f"{o.verdict.check} {o.verdict.status}" for o in summary.checks)
+        night.say(
+            f"[{index}/{len(pending)}] {cell.id} run {run}/{cell.repeats}: {summary.verdict}"
+            f" (boot {summary.boot_id} {summary.outcome}{'; ' + checks if checks else ''})"
+        )
+    return boots
+
+
+def _one(night: Night, journal: NightJournal, order: RunOrder) -> RunSummary:
+    journal.started(order.cell.id, order.run, order.attempt)
+    summary = night.engine.run(order)
+    journal.done(summary)
+    return summary
+
+
+def _settle(
+    night: Night, journal: NightJournal, plan: Plan, prepared: Prepared, revalidate: bool
+) -> list[Decision]:
+    runs = journal.runs()
+    archive = night.store.location.url() if night.store else None
+    decisions = []
+    for ladder in plan.ladders:
+        for ref in plan.ladder_pins(ladder):
+            predicted = ladder.predictions.get(ref, {})
+            climbed = climb(ladder, ref, list(prepared.cells), runs, predicted)
+            pin = prepared.pins[ref]
+            decision = settle(journal, ladder, climbed, pin, revalidate=revalidate, archive=archive)
+            decisions.append(decision)
+            night.say(f"{ref} {ladder.argument}: {decision.action}: {decision.detail}")
+    return decisions
+
+
+def _end(night: Night, journal: NightJournal, plan: Plan) -> None:
+    """The end actions, each journalled with what it did."""
+    boots = journal.boot_ids()
+    if plan.end.archive:
+        done = night.engine.archive(boots)
+        journal.event("end:archive", done.model_dump_json())
+        night.say(f"archive: {done.detail}")
+    if plan.end.teardown:
+        done = night.engine.teardown(boots)
+        journal.event("end:teardown", done.model_dump_json())
+        night.say(f"teardown: {done.detail}")
+
+
+def _view(
+    night: Night,
+    journal: NightJournal,
+    plan: Plan,
+    prepared: Prepared,
+    registered: Registered,
+) -> NightView:
+    view = night_view(
+        journal, plan, list(prepared.cells), night.engine.where, registered, night.now()
+    )
+    if night.store is not None:
+        view = view.model_copy(update={"archive": night.store.location.url()})
+    return publish(view, night.ledger.home, night.store)

@@ -1,0 +1,74 @@
+"""`why`: why a boot was cold or only partly warm, against the boot it should have matched.
+
+`explain` picks the other boot (the one given, or the best candidate: the newest warm boot of
+the same manifest and profile, else the newest that ended ok), gathers both boots' facts
+(`facts`) and names every factor that changed (`compare`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lifecycle.errors import LifecycleError
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import BootRecord, all_boots, boot_by_id
+from lifecycle.why.compare import Change, compare
+from lifecycle.why.facts import BootFacts, boot_facts
+
+__all__ = ["BootFacts", "Change", "Explanation", "explain"]
+
+# A boot that could serve as what a cold one should have matched: it reused warm caches.
+_WARM = ("warm-hit", "partial")
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """A boot, the boot it is compared with and why that one, what changed, what did not."""
+
+    now: BootFacts
+    then: BootFacts
+    chosen: str  # why `then` was compared with
+    changes: list[Change]
+    same: list[str]
+
+
+def explain(ledger: Ledger, boot_id: str, against: str | None = None) -> Explanation:
+    """Compare boot `boot_id` with `against`, or with the best candidate warm boot."""
+    now = boot_facts(ledger, _boot(ledger, boot_id))
+    if against is not None:
+        then, chosen = boot_facts(ledger, _boot(ledger, against)), "as asked (--against)"
+    else:
+        then, chosen = _candidate(ledger, now)
+    changes, same = compare(now, then)
+    return Explanation(now, then, chosen, changes, same)
+
+
+def _boot(ledger: Ledger, boot_id: str) -> BootRecord:
+    found = boot_by_id(ledger, boot_id)
+    if found is None:
+        raise LifecycleError(f"no boot {boot_id!r} in this host's ledger (see `lifecycle boots`)")
+    return found
+
+
+def _candidate(ledger: Ledger, now: BootFacts) -> tuple[BootFacts, str]:
+    """The newest warm boot of the same manifest and profile; else the newest that ended ok."""
+    same = [
+        b
+        for b in all_boots(ledger)
+        if b.id != now.boot.id
+        and b.manifest_name == now.boot.manifest_name
+        and b.profile == now.boot.profile
+        and b.outcome == "ok"
+    ]
+    facts = [boot_facts(ledger, b) for b in same]
+    for candidate in facts:
+        if candidate.verdict in _WARM:
+            what = f"the newest warm boot of {now.boot.manifest_name} / {now.boot.profile}"
+            return candidate, what
+    if facts:
+        what = f"the newest boot of {now.boot.manifest_name} / {now.boot.profile} that ended ok"
+        return facts[0], what + " (none was warm)"
+    raise LifecycleError(
+        f"no other boot of {now.boot.manifest_name} / {now.boot.profile} ended ok to compare "
+        f"{now.boot.id} with; name one with --against BOOT"
+    )

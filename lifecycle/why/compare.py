@@ -1,0 +1,203 @@
+"""Two boots side by side: every factor that decides whether a JIT cache is reused, and which
+of them changed.
+
+In the order a cache is lost: lifecycle's own cache key (made of the manifest digest, the base
+image digest, the pins and the GPU arch; not the image id, which a rebuild changes), the
+manifest, then the engine's key (vLLM's compile dir hash and the four hashes it folds in:
+env, config, code, compiler), the raw factors behind them (each env var of vLLM's env hash,
+by name), the rest of the container's env (not hashed: cannot move a cache dir), and the JIT
+output the boot wrote outside its caches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lifecycle.table import human_bytes
+from lifecycle.why.facts import BootFacts
+
+# Per boot, never a cause: its own id, and where its caches are mounted from on this host.
+_PER_BOOT_ENV = frozenset({"LIFECYCLE_BOOT_ID"})
+
+
+@dataclass(frozen=True)
+class Change:
+    """One factor that differs between the boot asked about (`now`) and the other (`then`)."""
+
+    kind: str  # image | manifest | arch | profile | compile-dir | hash | factor | env | untracked
+    name: str
+    then: Any
+    now: Any
+    note: str = ""
+
+    def line(self) -> str:
+        """`env VLLM_X: 10.0.0.7 → 10.0.0.9 (in vLLM's env hash)`."""
+        note = f" ({self.note})" if self.note else ""
+        return f"{self.kind} {self.name}: {_shown(self.then)} → {_shown(self.now)}{note}"
+
+
+def compare(now: BootFacts, then: BootFacts) -> tuple[list[Change], list[str]]:
+    """(what changed, the names of what was compared and found the same)."""
+    changes: list[Change] = []
+    same: list[str] = []
+    for change, label in _all(now, then):
+        if change is None:
+            same.append(label)
+        else:
+            changes.append(change)
+    return changes, same
+
+
+def _all(now: BootFacts, then: BootFacts) -> Iterator[tuple[Change | None, str]]:
+    yield (
+        _differs("image", "id", then.boot.image_id, now.boot.image_id, "not in the cache key"),
+        "image",
+    )
+    yield (
+        _differs("key", "lifecycle", _keys(then), _keys(now), "manifest, base image, pins, arch"),
+        "lifecycle cache key",
+    )
+    archs = (_archs(then), _archs(now))
+    yield _differs("arch", "GPU", *archs, "in lifecycle's cache key"), "GPU arch"
+    yield (
+        _differs("manifest", "digest", then.boot.manifest_digest, now.boot.manifest_digest),
+        "manifest digest",
+    )
+    yield _differs("profile", "name", then.boot.profile, now.boot.profile), "profile"
+    yield (
+        _differs("compile-dir", "vLLM", _dirs(then), _dirs(now), "vLLM's cache dir hash"),
+        "vLLM compile dir",
+    )
+    hashes_then, hashes_now = _hashes(then), _hashes(now)
+    for key, label in (("env", "env"), ("cfg", "config"), ("comp", "compiler"), ("code", "code")):
+        note = "folded into vLLM's cache dir hash"
+        yield (
+            _differs("hash", label, hashes_then.get(key), hashes_now.get(key), note),
+            f"{label} hash",
+        )
+    yield from _factor_changes(then, now)
+    yield from _env_changes(then, now)
+    yield _untracked(then, now), "writes outside tracked caches"
+    yield from _cache_changes(then, now)
+
+
+def _cache_changes(then: BootFacts, now: BootFacts) -> Iterator[tuple[Change | None, str]]:
+    """Each cache whose verdict differs, with what lifecycle did about it."""
+    before = {r.name: r for r in then.recorded}
+    for use in now.recorded:
+        other = before.get(use.name)
+        if other is None or other.verdict == use.verdict:
+            continue
+        mine, theirs = now.caches.get(use.name), then.caches.get(use.name)
+        if use.mode == "warm":
+            note = "mounted warm, yet the engine compiled into it: its own key moved"
+        elif mine and theirs and mine.id == theirs.id:
+            note = "this boot created the cache the other reused: a first boot is cold"
+        elif mine and theirs and mine.cache_key == theirs.cache_key:
+            note = "same cache key: started cold by --cold, or no good cache had it then"
+        else:
+            note = "a new cache: lifecycle's cache key (manifest, base image, pins, arch) differs"
+        yield Change("cache", use.name, other.verdict, use.verdict, note), ""
+
+
+def _differs(kind: str, name: str, then: Any, now: Any, note: str = "") -> Change | None:
+    return None if then == now else Change(kind, name, then, now, note)
+
+
+def _keys(facts: BootFacts) -> str | None:
+    """Each cache's lifecycle key, shortened: `flashinfer 0123456789ab, …`."""
+    keys = [f"{name} {cache.cache_key[:12]}" for name, cache in sorted(facts.caches.items())]
+    return ", ".join(keys) if keys else None
+
+
+def _archs(facts: BootFacts) -> str | None:
+    archs = sorted({c.arch for c in facts.caches.values()})
+    return ", ".join(archs) if archs else None
+
+
+def _dirs(facts: BootFacts) -> str | None:
+    """The hash part of vLLM's compile dir(s): torch_compile_cache/<hash10>/…"""
+    found = []
+    for path in facts.compile_dirs:
+        parts = path.split("/")
+        if "torch_compile_cache" in parts and parts.index("torch_compile_cache") + 1 < len(parts):
+            found.append(parts[parts.index("torch_compile_cache") + 1])
+    return ", ".join(sorted(set(found))) or None
+
+
+def _hashes(facts: BootFacts) -> dict[str, str]:
+    return (
+        {k: v for k, v in facts.factor_hashes[-1].items() if k != "dir"}
+        if facts.factor_hashes
+        else {}
+    )
+
+
+def _one_factors(facts: BootFacts) -> dict[str, Any]:
+    """The factors of the compile dir the boot used (its log names it); the cache may hold
+    other boots' dirs too."""
+    used = facts.compile_dirs[-1].rstrip("/") if facts.compile_dirs else None
+    for relative, factors in sorted(facts.factors.items()):
+        if used is not None and used.endswith("/" + relative):
+            return factors
+    return facts.factors[sorted(facts.factors)[-1]] if len(facts.factors) == 1 else {}
+
+
+def _factor_changes(then: BootFacts, now: BootFacts) -> Iterator[tuple[Change | None, str]]:
+    before, after = _one_factors(then), _one_factors(now)
+    if not before or not after:
+        return
+    env_before, env_after = before.get("env", {}), after.get("env", {})
+    if isinstance(env_before, Mapping) and isinstance(env_after, Mapping):
+        names = sorted(set(env_before) | set(env_after))
+        changed = [
+            Change("env", n, env_before.get(n), env_after.get(n), "in vLLM's env hash")
+            for n in names
+            if env_before.get(n) != env_after.get(n)
+        ]
+        for change in changed:
+            yield change, ""
+        if not changed:
+            yield None, f"the {len(names)} env vars of vLLM's env hash"
+    for key in sorted((set(before) | set(after)) - {"env"}):
+        yield (
+            _differs("factor", key, before.get(key), after.get(key), "in cache_key_factors.json"),
+            key,
+        )
+
+
+def _env_changes(then: BootFacts, now: BootFacts) -> Iterator[tuple[Change | None, str]]:
+    if then.env is None or now.env is None:
+        return
+    hashed = set(_one_factors(now).get("env") or {}) | set(_one_factors(then).get("env") or {})
+    names = sorted((set(then.env) | set(now.env)) - _PER_BOOT_ENV - hashed)
+    note = "not in the engine's hashed factors: cannot move its cache dir"
+    changed = [
+        Change("env", n, then.env.get(n), now.env.get(n), note)
+        for n in names
+        if then.env.get(n) != now.env.get(n)
+    ]
+    for change in changed:
+        yield change, ""
+    if not changed:
+        yield None, "the container's other env"
+
+
+def _untracked(then: BootFacts, now: BootFacts) -> Change | None:
+    def text(facts: BootFacts) -> str:
+        u = facts.untracked
+        return f"{human_bytes(u.bytes)} in {u.files} files" if u and u.files else "none"
+
+    if now.untracked is None or not now.untracked.files:
+        return _differs("untracked", "writes", text(then), text(now))
+    where = ", ".join(d for d, _, _ in now.untracked.roots[:3])
+    return Change("untracked", "writes", text(then), text(now), f"lost with the container: {where}")
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "(unset)"
+    text = str(value)
+    return text if len(text) <= 72 else text[:12] + "…" + text[-8:]

@@ -1,0 +1,316 @@
+"""`lifecycle night` against the real Docker engine, S3 server and demo engine, killed for real.
+
+Each test runs the CLI as a process of its own, so a SIGKILL is a SIGKILL: no finally, no
+exit trap. What must survive is the journal: production down is said by every verb and
+brought back first by whatever runs next, a finished run is never run again, a killed one is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.night_support import (
+    CHECK_FORCED,
+    finish,
+    journal,
+    lifecycle,
+    make_project,
+    sigkill,
+    wait_for,
+    write_plan,
+)
+from tests.services import run_lifecycle
+
+pytestmark = [pytest.mark.docker, pytest.mark.s3]
+
+SLOW = {  # up for a few seconds: long enough to be killed in the middle of
+    "args": ["--serve-seconds", "4"],
+    "checks": [
+        {
+            "name": "serves",
+            "path": {"log": ["Application startup complete"]},
+            "pass_when": {"log": ["Application startup complete"]},
+        }
+    ],
+}
+SMALL = {
+    "pins": ["demo/0.2"],
+    "profiles": {"forced": {"checks": [CHECK_FORCED]}, "slow": SLOW},
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, demo_images: None) -> Path:
+    """The demo releases built once (images are found by manifest digest, from any home)."""
+    root = tmp_path_factory.mktemp("night-base") / "project"
+    home = tmp_path_factory.mktemp("build-home")
+    previous = os.environ.get("LIFECYCLE_HOME")
+    os.environ["LIFECYCLE_HOME"] = str(home)
+    try:
+        return make_project(root, run_lifecycle)
+    finally:
+        if previous is None:
+            del os.environ["LIFECYCLE_HOME"]
+        else:
+            os.environ["LIFECYCLE_HOME"] = previous
+
+
+@pytest.fixture
+def project(built: Path, tmp_path: Path, s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the built project for one test, archiving to a fresh bucket."""
+    root = tmp_path / "project"
+    shutil.copytree(built, root, symlinks=True)
+    monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/nights")
+    return root
+
+
+def home() -> Path:
+    return Path(os.environ["LIFECYCLE_HOME"])
+
+
+def runs(cell: str, step: str) -> list[tuple[Any, ...]]:
+    return journal(
+        home(),
+        "SELECT run, attempt, boot_id FROM night_runs WHERE cell = ? AND step = ?",
+        (cell, step),
+    )
+
+
+def state(project: Path) -> str:
+    return (project / "prod.state").read_text().strip()
+
+
+def containers_of(docker_client: Any, boot_ids: list[str]) -> list[Any]:
+    found = []
+    for boot_id in boot_ids:
+        found += docker_client.containers.list(filters={"label": f"lifecycle.boot.id={boot_id}"})
+    return found
+
+
+def test_sigkill_mid_cell_resumes_at_the_killed_run_and_never_reruns_a_finished_one(
+    project: Path, docker_client: Any, s3_client: Any, s3_bucket: str
+) -> None:
+    plan = write_plan(project, "small", **SMALL)
+    night = lifecycle(project, "night", str(plan))
+    wait_for("the slow cell's boot", lambda: bool(runs("demo/0.2:slow:cold", "started")))
+    wait_for("its container", lambda: bool(containers_of(docker_client, _running_boots())), 60)
+    sigkill(night)
+
+    # Killed between production.down and production.up: only the journal knows.
+    assert state(project) == "down"
+    code, _, err = finish(lifecycle(project, "boots"))
+    assert (
+        code == 0 and "PRODUCTION is down: production.down ran and production.up never did" in err
+    )
+    forced_before = runs("demo/0.2:forced:cold", "done")
+    assert len(forced_before) == 1 and runs("demo/0.2:slow:cold", "done") == []
+    # The killed boot's engine runs on by itself; let it end before its caches are judged.
+    wait_for(
+        "the orphaned engine to exit",
+        lambda: not containers_of(docker_client, _running_boots()),
+        60,
+    )
+
+    code, out, err = finish(lifecycle(project, "night", str(plan), "--json"))
+    assert code == 1, err  # finished, and the answer is no: 0.2's forced step does not fit
+    report = json.loads(out)
+    assert "lifecycle: resuming night" in err and report["state"] == "finished"
+    assert state(project) == "up"
+    assert [r["up"] for r in report["recovered"]] == [True]  # brought back before anything else
+    assert runs("demo/0.2:forced:cold", "done") == forced_before  # not run again
+    assert (
+        len(runs("demo/0.2:slow:cold", "started")) == 2
+        and len(runs("demo/0.2:slow:cold", "done")) == 1
+    )
+    intervals = report["production"]["intervals"]
+    assert len(intervals) == 2 and all(i["up_at"] for i in intervals)
+    assert report["production"]["downtime_s"] == pytest.approx(sum(i["seconds"] for i in intervals))
+    assert [p["verdict"] for p in report["pins"]] == ["fail"]
+    assert all(len(c["runs"]) == 1 for c in report["cells"])
+    assert {e["action"]: e["ok"] for e in report["end"]} == {"archive": True, "teardown": True}
+    assert report["report"]["archived_html"].endswith("report.html")
+
+    # Again: nothing left to run, production untouched.
+    log_before = (project / "prod.log").read_text()
+    code, out, err = finish(lifecycle(project, "night", str(plan), "--json"))
+    again = json.loads(out)
+    assert again["ran"] == 0 and "finished; nothing to run" in err
+    assert (project / "prod.log").read_text() == log_before
+    # Its report written again is a new pair of objects: the first one is still there as it was.
+    first, second = report["report"]["archived_html"], again["report"]["archived_html"]
+    assert first != second and second.endswith("report.html")
+    listed = s3_client.list_objects_v2(Bucket=s3_bucket, Prefix=f"nights/nights/{report['id']}/")
+    keys = {f"s3://{s3_bucket}/{item['Key']}" for item in listed["Contents"]}
+    assert {first, second} <= keys and len(keys) == 4
+
+    # Unless asked: the forced cells run again, as a second attempt; the rest stay.
+    code, out, err = finish(
+        lifecycle(project, "night", str(plan), "--rerun", "demo/0.2:forced:*", "--json")
+    )
+    rerun = json.loads(out)
+    assert rerun["ran"] >= 2 and rerun["state"] == "finished", err  # warm-ups come on top
+    assert sorted(a for _, a, _ in runs("demo/0.2:forced:warm", "done")) == [1, 2]
+    assert len(runs("demo/0.2:slow:warm", "done")) == 1
+    assert state(project) == "up"
+
+
+def _running_boots() -> list[str]:
+    started = journal(home(), "SELECT boot_id FROM night_runs WHERE step = 'done'")
+    boots = journal(home(), "SELECT id FROM boots WHERE outcome = 'running'")
+    return [row[0] for row in boots if (row[0],) not in started]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_or_ctrl_c_mid_cell_brings_production_up_before_the_night_exits(
+    project: Path, docker_client: Any, signum: int
+) -> None:
+    plan = write_plan(project, "small", **SMALL)
+    night = lifecycle(project, "night", str(plan))
+    wait_for("the slow cell's boot", lambda: bool(runs("demo/0.2:slow:cold", "started")))
+    wait_for("its container", lambda: bool(containers_of(docker_client, _running_boots())), 60)
+    night.send_signal(signum)
+    code, _, err = finish(night, 120)
+    assert code == 128 + signum, err
+    assert state(project) == "up"  # the exit trap's job, done by the guard
+    assert "production.up: done" in err
+    boots = journal(home(), "SELECT outcome FROM boots ORDER BY started_at")
+    assert boots[-1] == ("interrupted",)  # the killed run's boot says how it ended
+    code, _, err = finish(lifecycle(project, "caches"))
+    assert "PRODUCTION" not in err
+    code, out, err = finish(lifecycle(project, "night", str(plan), "--json"))
+    assert json.loads(out)["state"] == "finished", err
+    assert len(runs("demo/0.2:slow:cold", "done")) == 1
+
+
+def test_sigkill_while_production_goes_down_then_recover_brings_it_up(project: Path) -> None:
+    plan = write_plan(project, "small", **SMALL)
+    (project / "slow-down").touch()
+    night = lifecycle(project, "night", str(plan))
+    wait_for("the down hook to start", lambda: (project / "down.pid").exists())
+    sigkill(night)
+    os.kill(int((project / "down.pid").read_text()), 9)  # the hook ran in its own session
+
+    code, _, err = finish(lifecycle(project, "caches"))
+    assert "PRODUCTION may be down: the night stopped while production.down ran" in err
+    code, out, err = finish(lifecycle(project, "night", "--recover", "--json"))
+    assert code == 0, err
+    assert json.loads(out)["recovered"][0]["up"] is True
+    assert state(project) == "up"
+    code, _, err = finish(lifecycle(project, "caches"))
+    assert "PRODUCTION" not in err
+    # The night itself resumes: production down, its cells, production up.
+    (project / "slow-down").unlink()
+    code, out, err = finish(lifecycle(project, "night", str(plan), "--json"))
+    assert json.loads(out)["state"] == "finished", err
+    assert state(project) == "up"
+
+
+def test_a_dry_run_runs_the_hook_that_asks_and_none_that_acts(project: Path) -> None:
+    plan = write_plan(project, "small", **SMALL)
+    code, out, err = finish(lifecycle(project, "night", str(plan), "--dry-run", "--json"))
+    assert code == 0, err
+    planned = json.loads(out)
+    assert planned["format"] == "lifecycle-night-plan/1"
+    assert [c["id"] for c in planned["plan"]["cells"]] == [
+        "demo/0.2:forced:cold",
+        "demo/0.2:slow:cold",
+        "demo/0.2:forced:warm",
+        "demo/0.2:slow:warm",
+    ]
+    roles = {h["role"]: (h["acts"], h["ran"]) for h in planned["plan"]["production"]}
+    assert roles == {"down": (True, False), "up": (True, False), "status": (False, True)}
+    assert (project / "prod.log").read_text().split()[0] == "production.status"
+    assert len((project / "prod.log").read_text().splitlines()) == 1
+    assert not (home() / "ledger.sqlite3").exists()  # nothing recorded
+
+
+LADDER = {
+    "schema_version": 1,
+    "argument": "gpu_memory_utilization",
+    "rungs": [0.91, 0.92],
+    "shape": {
+        "what": "one request carrying 64 prompts",
+        "args": ["--forced-prompts", "64"],
+        "path": {"log": ["step 1: requests=1 prompts=64 "]},
+    },
+    "margin": "demo:forced_step_margin_mib",
+    "floor_mib": 40,
+    "predictions": {"0.91": 840, "0.92": 20},
+}
+
+
+def test_tune_registers_predictions_first_and_writes_the_value_with_its_validity(
+    project: Path, s3_client: Any, s3_bucket: str
+) -> None:
+    ladder = project / "ladder.yaml"
+    ladder.write_text(
+        json.dumps(LADDER).replace('"0.91": 840', "0.91: 840").replace('"0.92": 20', "0.92: 20")
+    )
+    code, out, err = finish(lifecycle(project, "tune", "demo/0.2", str(ladder), "--json"))
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["kind"] == "tune"
+    [decision] = report["decisions"]
+    assert (decision["action"], decision["value"]) == ("written", 0.91)
+    [pin] = report["ladders"][0]["pins"]
+    margins = {
+        (r["value"], s): m["margin_mib"] for r in pin["rungs"] for s, m in r["measured"].items()
+    }
+    assert margins == {
+        (0.91, "cold"): 789.4,
+        (0.91, "warm"): 813.4,
+        (0.92, "cold"): -29.8,
+        (0.92, "warm"): -5.8,
+    }
+
+    # Registered before the first rung booted, and archived where they cannot be rewritten.
+    registered = journal(home(), "SELECT min(registered_at) FROM predictions")[0][0]
+    first_boot = journal(home(), "SELECT min(at) FROM night_runs")[0][0]
+    assert registered < first_boot
+    key = f"nights/nights/{report['id']}/predictions.json"
+    stored = s3_client.get_object(Bucket=s3_bucket, Key=key)["Body"].read()
+    assert json.loads(stored)["predictions"][0]["margin_mib"] == 840.0
+    from lifecycle.archive.location import ArchiveLocation
+    from lifecycle.archive.store import BlobStore
+
+    store = BlobStore(s3_client, ArchiveLocation(s3_bucket, "nights"))
+    assert store.put_document(key, b"{}", only_new=True) is False  # never over the registered
+    assert s3_client.get_object(Bucket=s3_bucket, Key=key)["Body"].read() == stored
+
+    written = (project / "manifests/demo/0.2/manifest.yaml").read_text()
+    assert "value: 0.91\n    status: validated" in written
+    code, out, _ = finish(lifecycle(project, "show", "demo/0.2", "--json"))
+    tuned = json.loads(out)["tuned"]["gpu_memory_utilization"]
+    validity = tuned["validity"]
+    assert validity["observers"] == [] and validity["cache_states"] == ["cold", "warm"]
+    assert validity["measured_mib"] == {"cold": 789.4, "warm": 813.4}
+    assert validity["predicted_mib"] == 840.0 and validity["night"] == report["id"]
+
+
+def test_revalidate_proposes_a_new_value_when_the_carried_one_does_not_clear(project: Path) -> None:
+    before = (project / "manifests/demo/0.2/manifest.yaml").read_text()
+    code, out, err = finish(lifecycle(project, "tune", "demo/0.2", "--revalidate", "--json"))
+    assert code == 1, err
+    [decision] = json.loads(out)["decisions"]
+    assert (decision["action"], decision["value"]) == ("proposed", 0.91)
+    assert "carried 0.92 does not clear 40 MiB" in decision["detail"]
+    assert (project / "manifests/demo/0.2/manifest.yaml").read_text() == before
+    # A carried value that clears on this release becomes validated as it is.
+    manifest = project / "manifests/demo/0.2/manifest.yaml"
+    manifest.write_text(before.replace("value: 0.92", "value: 0.91"))
+    code, _, err = finish(lifecycle(project, "build", "demo/0.2"))  # another build: its image
+    assert code == 0, err
+    code, out, err = finish(lifecycle(project, "tune", "demo/0.2", "--revalidate", "--json"))
+    [decision] = json.loads(out)["decisions"]
+    assert code == 0 and (decision["action"], decision["value"]) == ("written", 0.91), err
+    assert "value: 0.91\n    status: validated" in manifest.read_text()
+    # demo/0.1's value is validated, not carried: nothing to revalidate.
+    code, _, err = finish(lifecycle(project, "tune", "demo/0.1", "--revalidate"))
+    assert code == 2 and "no tuned value is carried" in err

@@ -1,0 +1,144 @@
+"""`lifecycle why` and the boot outcomes it reads, on the demo engine against the real dockerd:
+an env var in the engine's hashed set moves its cache dir (a warm mount that missed, named by
+`why`), a boot stopped at its --timeout, a warm boot that spilled JIT output outside its
+caches, and the bad input `why` refuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.services import _demo_root, run_lifecycle
+
+pytestmark = pytest.mark.docker
+
+SIDE = "DEMOLLM_SIDE_CHANNEL_HOST"
+_PROFILES = (
+    f"  side:\n    command: [python3, -m, demollm.serve]\n    from_host: [{SIDE}]\n"
+    "    network: none\n"
+    "  slow:\n    command: [python3, -m, demollm.serve, --serve-seconds, '60']\n"
+    "    network: none\n"
+    # As torch does with its precompiled header: JIT output written outside every cache.
+    "  spills:\n    command: [sh, -c, 'd=/tmp/torchinductor_root/precompiled_headers;"
+    " mkdir -p $d && head -c 2000000 /dev/zero > $d/c4x.h.gch;"
+    ' exec python3 -m demollm.serve "$@"\', sh]\n    network: none\n'
+)
+
+
+@pytest.fixture
+def project(tmp_path: Path, demo_images: None) -> Path:
+    return _demo_root(tmp_path, _PROFILES)
+
+
+def _boot(project: Path, profile: str, **env: str) -> dict[str, Any]:
+    result = run_lifecycle(project, "boot", "demo/0.2", "--profile", profile, "--json", env=env)
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def _verdicts(report: dict[str, Any]) -> dict[str, str]:
+    return {u["cache_id"].rsplit("-", 1)[0]: u["verdict"] for u in report["caches"]}
+
+
+def test_a_hashed_env_var_moves_the_cache_dir_and_why_names_it(project: Path) -> None:
+    cold = _boot(project, "side", **{SIDE: "10.0.0.7"})
+    warm = _boot(project, "side", **{SIDE: "10.0.0.7"})
+    moved = _boot(project, "side", **{SIDE: "10.0.0.9"})
+    assert cold["verdict"] == "cold-compiled" and cold["warmth"] == "cold"
+    assert warm["verdict"] == "warm-hit" and warm["warmth"] == "warm"
+    # Named in the log: vLLM's compile dir, FlashInfer's prebuilt op. Triton's and Inductor's
+    # files were there but nothing shows a read: unused, never "warm".
+    assert _verdicts(warm) == {
+        "vllm": "warm-hit", "flashinfer": "warm-hit", "triton": "unused", "inductor": "unused"
+    }  # fmt: skip
+    # Same image, same lifecycle cache key: mounted warm, and the engine compiled anyway.
+    assert {u["mode"] for u in moved["caches"]} == {"warm"}
+    assert _verdicts(moved)["vllm"] == "mounted-but-missed"
+    assert moved["verdict"] == "mounted-but-missed"
+    assert moved["warmth"].startswith("missed (vllm: +")
+    table = run_lifecycle(project, "boots").stdout
+    assert moved["warmth"] in table
+
+    result = run_lifecycle(project, "why", moved["id"])
+    assert result.exit_code == 0, result.output
+    assert f"compared with {warm['id']}: warm (the newest warm boot of" in result.stdout
+    assert f"env {SIDE}: 10.0.0.7 → 10.0.0.9 (in vLLM's env hash)" in result.stdout
+    assert "compile-dir vLLM:" in result.stdout and "hash env:" in result.stdout
+    assert "mounted warm, yet the engine compiled into it" in result.stdout
+    for same in ("image", "GPU arch", "manifest digest", "config hash", "code hash"):
+        assert same in result.stdout.split("the same: ")[1]
+
+    report = json.loads(run_lifecycle(project, "why", moved["id"], "--json").stdout)
+    assert report["format"] == "lifecycle-why/1"
+    assert report["boot"]["verdict"] == "mounted-but-missed"
+    assert report["against"]["id"] == warm["id"]
+    [env] = [c for c in report["changed"] if c["kind"] == "env"]
+    assert (env["name"], env["then"], env["now"]) == (SIDE, "10.0.0.7", "10.0.0.9")
+    assert env["note"] == "in vLLM's env hash"
+    # Against the cold boot that filled the caches: the first boot is cold, and says so.
+    first = run_lifecycle(project, "why", cold["id"], "--against", warm["id"]).stdout
+    assert "this boot created the cache the other reused" in first
+
+
+def test_a_crafted_cache_key_factors_file_is_compared_as_data(project: Path) -> None:
+    first = _boot(project, "side", **{SIDE: "10.0.0.7"})
+    second = _boot(project, "side", **{SIDE: "10.0.0.7"})
+    [copy] = Path(second["evidence_path"]).joinpath("bundle").rglob("cache_key_factors.json")
+    copy.write_text('{"env": "not a mapping", "code_hash": ["x"], "extra": {"a": 1}}')
+    result = run_lifecycle(project, "why", second["id"], "--against", first["id"], "--json")
+    assert result.exit_code == 0, result.output
+    changed = {c["name"]: c for c in json.loads(result.stdout)["changed"]}
+    assert changed["extra"]["kind"] == "factor" and changed["code_hash"]["now"] == ["x"]
+    copy.write_text("{ not json")
+    result = run_lifecycle(project, "why", second["id"], "--against", first["id"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_boot_stopped_at_its_timeout_is_timeout(project: Path) -> None:
+    result = run_lifecycle(project, "boot", "demo/0.2", "--profile", "slow", "--timeout", "3")
+    assert result.exit_code == 1
+    assert "timeout" in result.stdout and "--timeout of 3 s" in result.stdout
+    [boot] = json.loads(run_lifecycle(project, "boots", "--json").stdout)["boots"]
+    assert boot["outcome"] == "timeout" and boot["exit_code"] in (137, 143)
+    assert boot["error"] == "timed out: stopped after the --timeout of 3 s"
+    # A timed-out boot's caches may hold half a build: the next boot does not reuse them.
+    again = _boot(project, "serve")
+    assert {u["mode"] for u in again["caches"]} == {"cold"}
+
+
+def test_a_warm_boot_that_spills_outside_its_caches_is_partial(project: Path) -> None:
+    _boot(project, "spills")
+    warm = _boot(project, "spills")
+    assert {u["mode"] for u in warm["caches"]} == {"warm"}
+    [spilled] = warm["untracked"]
+    assert spilled["path"] == "/tmp/torchinductor_root/precompiled_headers/c4x.h.gch"
+    assert spilled["bytes"] == 2_000_000 and spilled["change"] == "added"
+    assert warm["verdict"] == "partial"
+    assert warm["warmth"] == "warm (partial: 1.9 MiB written outside tracked caches)"
+    assert warm["warmth"] in run_lifecycle(project, "boots").stdout
+    why = run_lifecycle(project, "why", warm["id"]).stdout
+    assert "outside tracked caches: 1.9 MiB in 1 files, lost with the container" in why
+    assert "  /tmp/torchinductor_root/precompiled_headers: 1.9 MiB in 1 files" in why
+
+
+def test_why_refuses_what_it_cannot_explain(project: Path) -> None:
+    only = _boot(project, "serve")
+    for args, message in (
+        (("b-nope",), "no boot 'b-nope' in this host's ledger"),
+        ((only["id"],), "no other boot of demo / serve ended ok"),
+        ((only["id"], "--against", "b-x"), "no boot 'b-x'"),
+    ):
+        result = run_lifecycle(project, "why", *args)
+        assert result.exit_code == 2, result.output
+        assert message in result.stderr and "Traceback" not in result.output
+    # A boot whose evidence is gone is still compared from the ledger.
+    shutil.rmtree(only["evidence_path"])
+    other = _boot(project, "serve")
+    assert run_lifecycle(project, "why", only["id"], "--against", other["id"]).exit_code == 0
+    assert os.environ["LIFECYCLE_HOME"]
