@@ -423,8 +423,8 @@ def _write_boot(
     relative = record_key("boots", boot.id, sha)
     load_as(BootRecordV1, body, store.where(relative))  # what is written must read back
     for use in plan.document["uses"]:
-        body = marker_body(boot.id)
-        store.create(marker(use["cache_id"], "boots", boot.id), body, "text/plain")
+        said = marker_body(boot.id)
+        store.create(marker(use["cache_id"], "boots", boot.id), said, "text/plain")
     store.create(relative, body)
     return BootArchiveRow(boot.id, store.location.url(), store.key(relative), sha, _stamp())
 
