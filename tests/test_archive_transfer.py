@@ -60,3 +60,14 @@ def test_digest_all_reads_only_blobs_without_an_md5(tmp_path: Path) -> None:
         known.sha256: "0" * 32,
         fresh.sha256: hashlib.md5(DATA, usedforsecurity=False).hexdigest(),
     }
+
+
+def test_a_ticker_line_is_left_out_of_a_pipe_and_a_plain_line_is_not(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from lifecycle.archive.transfer import Ticker
+    from lifecycle.cli import _say
+
+    _say(Ticker("c: uploaded 1.0 MiB of 2.0 MiB (1.0 MiB/s, 0:01 left)"))
+    _say("c: verified")
+    assert capsys.readouterr().err == "  | c: verified\n"
