@@ -186,7 +186,11 @@ def test_a_record_written_while_gc_runs_keeps_what_it_names(
     assert gc.returncode == 0, out + err
     report = json.loads(out)
     spared = report["result"]["spared"]
-    assert spared and set(spared) <= going | {k for k in plan if not k.startswith("blobs/")}
+    # Whatever the plan held that B's new records name is spared. With the trees' small files
+    # in packs that the kept newest version names too, that may be nothing of their content
+    # (only single blobs and packs no kept record named are planned); what matters is below:
+    # every version B wrote while gc ran verifies afterwards.
+    assert set(spared) <= going | {k for k in plan if not k.startswith("blobs/")}
     for use in booted["caches"]:
         checked = _json(archive_project, "verify", use["cache_id"], "--from", url)
         assert checked["ok"], checked["problems"]
