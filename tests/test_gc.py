@@ -146,7 +146,12 @@ def test_sigkill_at_random_moments_never_leaves_a_broken_record(
             for n in range(60):
                 (bulk / f"{n}.o").write_bytes(os.urandom(200))
         _grow_and_boot(archive_project, f"k{round_number}")
-        running = start(archive_project, "gc", "--remote", *POLICY, "--yes")
+        # Packs leave gc few objects to remove: a pause after its plan and after each batch
+        # keeps the sweep open long enough for a random kill to land in it.
+        running = start(
+            archive_project, "gc", "--remote", *POLICY, "--yes",
+            env={"LIFECYCLE_TEST_DELAY": "gc-planned=0.5,gc-after-batch=0.5"},
+        )  # fmt: skip
         time.sleep(rng.uniform(0.5, 3.0))
         if running.poll() is None:
             kills += 1
