@@ -14,7 +14,6 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -31,6 +30,7 @@ from lifecycle.archive.objects import (
     b64_sha256,
     os_problem,
 )
+from lifecycle.parallel import pool_map
 
 __all__ = [
     "READ_CHUNK",
@@ -142,12 +142,8 @@ class BlobStore(ObjectStore):
         for sha in shas:
             shards.setdefault(sha[:2], []).append(sha)
         listed: dict[str, Listed | None] = {}
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="survey")
-        try:
-            for answer in pool.map(self._list_shard, shards.values()):
-                listed.update(answer)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        for answer in pool_map(self._list_shard, shards.values(), workers, "survey"):
+            listed.update(answer)
         return listed
 
     def check_blobs(
@@ -186,16 +182,11 @@ class BlobStore(ObjectStore):
                 results[ref.sha256] = None
             else:
                 doubtful.append(ref)
-        if doubtful:
-            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="verify")
-            try:
-                checked = pool.map(
-                    lambda ref: self.verify_blob(ref.sha256, size=ref.size, key_of=key_of),
-                    doubtful,
-                )
-                results.update(zip((ref.sha256 for ref in doubtful), checked, strict=True))
-            finally:
-                pool.shutdown(wait=True, cancel_futures=True)
+        checked = pool_map(
+            lambda ref: self.verify_blob(ref.sha256, size=ref.size, key_of=key_of),
+            doubtful, workers, "verify",
+        )  # fmt: skip
+        results.update(zip((ref.sha256 for ref in doubtful), checked, strict=True))
         return results
 
     def check_packs(self, sizes: Mapping[str, int], workers: int) -> dict[str, str | None]:

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from lifecycle.archive import packs
-from lifecycle.archive.parallel import bounded_map
 from lifecycle.archive.sources import BlobSource
 from lifecycle.archive.store import READ_CHUNK, ArchiveError, BlobStore
+from lifecycle.parallel import bounded_map
 from lifecycle.table import human_bytes
 
 SMALL_BLOB = 1 << 20  # read whole and sent from memory; one per worker at a time
