@@ -16,12 +16,12 @@ import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.layout import PACKS_PREFIX, blob_key, pack_key, parse_key
-from lifecycle.archive.multipart import upload_multipart
+from lifecycle.archive.multipart import Body, upload_multipart
 from lifecycle.archive.objects import (
     READ_CHUNK,
     ArchiveError,
@@ -44,12 +44,6 @@ __all__ = [
 ]
 
 MULTIPART_OVER = 5 << 30  # S3's limit for one PUT
-
-
-class Body(Protocol):
-    """What an upload streams from: an open file, or a reader wrapping one."""
-
-    def read(self, size: int = -1, /) -> bytes: ...
 
 
 Listed = tuple[int, str]  # what a LIST page says of an object: (size, ETag without quotes)
@@ -76,20 +70,19 @@ class BlobStore(ObjectStore):
         """True when an object exists under the blob's key (its content is not checked)."""
         return self.head(self.blob_key(sha256), checksum=False) is not None
 
-    def put_blob(self, sha256: str, source: Path | bytes | BinaryIO) -> int:
+    def put_blob(self, sha256: str, source: bytes | BinaryIO) -> int:
         """Upload unless present; bytes sent (0 when it was already there)."""
         if self.has_blob(sha256):
             return 0
         return self.upload_blob(sha256, source)
 
-    def upload_blob(self, sha256: str, source: Path | bytes | BinaryIO) -> int:
-        """PUT the blob unless one is there, streamed, with its ChecksumSHA256; bytes sent."""
+    def upload_blob(self, sha256: str, source: bytes | BinaryIO) -> int:
+        """PUT the blob unless one is there, streamed, with its ChecksumSHA256; bytes sent. A
+        blob already there (another host's upload, or a retry of ours) is no error: the check
+        after the upload reads what the server holds."""
         if isinstance(source, bytes):
-            self._put(self.blob_key(sha256), sha256, source, len(source))
+            self.put(self.blob_key(sha256), sha256, source, len(source))
             return len(source)
-        if isinstance(source, Path):
-            with open_regular(source) as handle:
-                return self.upload_blob(sha256, handle)
         return self.upload_stream(sha256, source, os.fstat(source.fileno()).st_size)
 
     def upload_stream(self, sha256: str, body: Body, size: int) -> int:
@@ -99,7 +92,7 @@ class BlobStore(ObjectStore):
         if size > MULTIPART_OVER:
             upload_multipart(self, key, sha256, body, size)
         else:
-            self._put(key, sha256, body, size)
+            self.put(key, sha256, body, size)
         return size
 
     def pack_key(self, sha256: str) -> str:
@@ -227,11 +220,6 @@ class BlobStore(ObjectStore):
             raise ArchiveError(f"{self.url(key)}: missing")
         if found != sha256:
             raise ArchiveError(f"{self.url(key)}: downloaded bytes have sha256 {found}")
-
-    def _put(self, key: str, sha256: str, body: bytes | Body, size: int) -> None:
-        # A blob already there (another host's upload, or a retry of ours) is no error: the
-        # check after the upload reads what the server holds.
-        self.put(key, sha256, body, size)
 
     def _list_shard(self, shas: Sequence[str]) -> dict[str, Listed | None]:
         """Listing (or None: proven absent) of each wanted blob the listing reached."""

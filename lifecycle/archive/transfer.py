@@ -45,7 +45,6 @@ class Sent:
     md5s: dict[str, str] = field(default_factory=dict)
     placed: dict[str, packs.Placed] = field(default_factory=dict)
     packs: dict[str, int] = field(default_factory=dict)
-    bytes: int = 0
 
 
 def digest_all(sources: Mapping[str, BlobSource], workers: int) -> dict[str, str]:
@@ -102,7 +101,6 @@ def upload_all(
         else:
             sent.placed |= pack.blobs
             sent.packs[sha] = pack.size
-        sent.bytes += size
         meter.add(size)
     meter.done()
     return sent
