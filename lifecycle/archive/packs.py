@@ -189,12 +189,3 @@ def known_blobs(
         for blob, placed in cache[sha].items():
             found.setdefault(blob, placed)
     return found
-
-
-def read_blob(store: BlobStore, placed: Placed, sha256: str) -> bytes:
-    """One packed blob's bytes (one ranged GET), checked against its sha256."""
-    data = b"".join(store.read_range(store.pack_key(placed.pack), placed.offset, placed.size))
-    if hashlib.sha256(data).hexdigest() != sha256:
-        where = f"{store.url(store.pack_key(placed.pack))} at {placed.offset}"
-        raise ArchiveError(f"{where}: bytes that are not blob {sha256}")
-    return data
