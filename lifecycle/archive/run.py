@@ -227,7 +227,7 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
     singles = {sha: source for sha, source in sources.items() if not packs.packable(source)}
     md5s = {sha: source.md5 for sha, source in singles.items() if source.md5 is not None}
     md5s |= known_md5s(ledger, (sha for sha in singles if sha not in md5s))
-    listed = store.survey(singles, workers)
+    listed = store.survey(singles)
     # The server's ETag of a blob it holds is checked against an md5, so the few held blobs
     # this host never sent are read for theirs; a missing blob's md5 comes with its upload.
     unread = {sha: singles[sha] for sha in singles.keys() - md5s.keys() if listed.get(sha)}
