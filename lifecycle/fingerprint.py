@@ -16,12 +16,12 @@ import os
 import stat
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from operator import attrgetter, is_
 from pathlib import Path
 
 from lifecycle.errors import LifecycleError
+from lifecycle.parallel import pool_map
 
 CHUNK = 1 << 20  # read size; also the largest file read in one go
 # Small files go to the pool in batches, not one task each; bench/README.md has the figures.
@@ -275,14 +275,12 @@ def _hash_all(top: str, files: Sequence[Entry], workers: int) -> list[str]:
         return [_hash_file(f"{top}/{files[i].path}", files[i]) for i in batch]
 
     digests = [""] * len(files)
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fingerprint")
-    try:
-        for batch, shas in zip(batches, pool.map(hash_batch, batches), strict=True):
-            for i, sha in zip(batch, shas, strict=True):
-                digests[i] = sha
-    finally:
-        # On the first failure the queued batches are dropped rather than hashed for nothing.
-        pool.shutdown(wait=True, cancel_futures=True)
+    # On the first failure the queued batches are dropped rather than hashed for nothing.
+    for batch, shas in zip(
+        batches, pool_map(hash_batch, batches, workers, "fingerprint"), strict=True
+    ):
+        for i, sha in zip(batch, shas, strict=True):
+            digests[i] = sha
     return digests
 
 

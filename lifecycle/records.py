@@ -439,13 +439,6 @@ def parse_cache_record(document: object) -> CacheRecordV1:
     return _parse(CacheRecordV1, document)
 
 
-def parse_result_record(document: object) -> ResultRecordV1:
-    """A result record from parsed JSON; RecordInvalid naming what is wrong."""
-    record = _parse(ResultRecordV1, document)
-    _parse(CanonicalResult, record.result, "result.")
-    return record
-
-
 def parse_as(model: type[Model], document: object) -> Model:
     """Any record from parsed JSON (a result's canonical part checked too); RecordInvalid
     naming what is wrong."""

@@ -7,19 +7,15 @@ and each is checked against its name and format, as everywhere else.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from lifecycle.archive.layout import Key, parse_key
 from lifecycle.archive.record import load_record, read_as
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
+from lifecycle.parallel import pool_map
 from lifecycle.records import BootRecordV1, CacheRecordV1, CacheVersion, MadeBy
-
-Item = TypeVar("Item")
-Result = TypeVar("Result")
 
 
 @dataclass(frozen=True)
@@ -102,7 +98,7 @@ def archived_caches(
             index[key.id].results.append(str(key.other))
     wanted = [(cache_id, key) for cache_id, e in index.items() for key in e.versions]
     wanted += [(cache_id, e.legacy) for cache_id, e in index.items() if e.legacy is not None]
-    read = _parallel(lambda pair: (pair[0], *_version(store, pair[1])), wanted, workers)
+    read = pool_map(lambda pair: (pair[0], *_version(store, pair[1])), wanted, workers, "catalog")
     found: dict[str, list[tuple[CacheRow, ArchivedVersion]]] = {}
     for cache_id, row, version, listed in read:
         found.setdefault(cache_id, []).append((row, version))
@@ -128,7 +124,7 @@ def archived_boots(store: BlobStore, *, workers: int = 8) -> list[ArchivedBoot]:
     for key in _keys(store, "boots/"):
         if key.kind == "boot":
             first.setdefault(key.id, key)  # a second record of a boot says the same
-    boots = _parallel(lambda key: _boot(store, key), first.values(), workers)
+    boots = pool_map(lambda key: _boot(store, key), first.values(), workers, "catalog")
     return sorted(boots, key=lambda b: (b.boot.started_at, b.boot.id), reverse=True)
 
 
@@ -171,11 +167,3 @@ def _boot(store: BlobStore, key: Key) -> ArchivedBoot:
 def _keys(store: BlobStore, prefix: str) -> list[Key]:
     """The keys of the layout under `prefix` (anything else there is not ours: left alone)."""
     return [key for item in store.list(prefix) if (key := parse_key(item.key)) is not None]
-
-
-def _parallel(fn: Callable[[Item], Result], items: Iterable[Item], workers: int) -> list[Result]:
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="catalog")
-    try:
-        return list(pool.map(fn, items))
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)

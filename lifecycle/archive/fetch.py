@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lifecycle.archive.packs import Placed
-from lifecycle.archive.parallel import bounded_map
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.fingerprint import Entry
+from lifecycle.parallel import bounded_map
 from lifecycle.table import human_bytes
 
 REGION_MAX = 4 << 20  # bytes of one ranged GET (one per worker in memory at a time)

@@ -23,7 +23,7 @@ MAX_PARTS = 10_000  # S3's limit: a bigger blob gets bigger parts
 
 
 class Body(Protocol):
-    """What a multipart upload reads its parts from."""
+    """What an upload streams from: an open file, or a reader wrapping one."""
 
     def read(self, size: int = -1, /) -> bytes: ...
 

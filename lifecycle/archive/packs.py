@@ -22,12 +22,12 @@ import hashlib
 import io
 import struct
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NamedTuple, cast
 
 from lifecycle.archive.sources import BlobSource
 from lifecycle.archive.store import ArchiveError, BlobStore, Listed
+from lifecycle.parallel import pool_map
 
 PACK_BLOB_MAX = 1 << 20  # cache files up to this size are packed
 PACK_TARGET = 8 << 20  # a pack is closed once it holds this many bytes of blobs
@@ -182,23 +182,10 @@ def known_blobs(
     """Every blob the listed packs hold, by sha256. `cache` keeps indexes read before (a pack
     never changes), so a second archive in one run reads only the new ones."""
     todo = [sha for sha in packs if sha not in cache]
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pack-index")
-    try:
-        read = pool.map(lambda sha: read_index(store, sha, packs[sha][0]), todo)
-        cache.update(zip(todo, read, strict=True))
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    read = pool_map(lambda sha: read_index(store, sha, packs[sha][0]), todo, workers, "pack-index")
+    cache.update(zip(todo, read, strict=True))
     found: dict[str, Placed] = {}
     for sha in sorted(packs):
         for blob, placed in cache[sha].items():
             found.setdefault(blob, placed)
     return found
-
-
-def read_blob(store: BlobStore, placed: Placed, sha256: str) -> bytes:
-    """One packed blob's bytes (one ranged GET), checked against its sha256."""
-    data = b"".join(store.read_range(store.pack_key(placed.pack), placed.offset, placed.size))
-    if hashlib.sha256(data).hexdigest() != sha256:
-        where = f"{store.url(store.pack_key(placed.pack))} at {placed.offset}"
-        raise ArchiveError(f"{where}: bytes that are not blob {sha256}")
-    return data

@@ -22,10 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from lifecycle.archive.fetch import download_files
+from lifecycle.archive.fetch import download_files, fetch_region, regions
 from lifecycle.archive.layout import cache_prefix, parse_key
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.packs import Placed, read_blob
+from lifecycle.archive.packs import Placed
 from lifecycle.archive.record import read_as, read_legacy_cache
 from lifecycle.archive.store import ArchiveError, BlobStore, os_problem
 from lifecycle.errors import LifecycleError
@@ -163,7 +163,8 @@ def restore_file(
             raise ArchiveError(f"{path!r} was withheld: it holds a secret's value")
         placed = placements(document).get(entry.sha256)
         if placed is not None:
-            sink.write(read_blob(store, placed, entry.sha256))
+            [region] = regions({entry.sha256: placed})  # one ranged GET, its bytes checked
+            sink.writelines(blob for _, blob in fetch_region(store, region))
         else:
             store.download_blob(entry.sha256, sink)
     except ArchiveError as exc:

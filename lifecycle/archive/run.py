@@ -21,7 +21,7 @@ import hashlib
 import socket
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -102,27 +102,23 @@ def archive_caches(
     workers: int = 8,
 ) -> list[ArchiveReport]:
     """Archive each cache (all checked archivable first); stops at the first that fails."""
-    store = BlobStore(client, location)
-    say = progress or (lambda line: None)
+    run = _Run(BlobStore(client, location), progress or (lambda line: None), workers, dry_run)
     caches = [archivable(ledger, cache_id) for cache_id in cache_ids]
+    return [_archive(ledger, run, cache, with_content) for cache in caches]
+
+
+@dataclass
+class _Run:
+    """What the archives of one run share."""
+
+    store: BlobStore
+    say: Progress
+    workers: int
+    dry_run: bool
     # A dry run uploads nothing, so what an earlier cache of the run would send is counted
     # as there for the later ones, as it would be.
-    sent: set[str] = set()
-    indexes: dict[str, dict[str, packs.Placed]] = {}  # packs never change: read once a run
-    return [
-        _archive(
-            ledger,
-            store,
-            cache,
-            with_content,
-            dry_run=dry_run,
-            say=say,
-            workers=workers,
-            sent=sent,
-            indexes=indexes,
-        )
-        for cache in caches
-    ]
+    sent: set[str] = field(default_factory=set)
+    indexes: dict[str, dict[str, packs.Placed]] = field(default_factory=dict)  # read once a run
 
 
 def archivable(ledger: Ledger, cache_id: str) -> CacheRecord:
@@ -162,40 +158,27 @@ class _Planned:
     report: ArchiveReport
 
 
-def _archive(
-    ledger: Ledger,
-    store: BlobStore,
-    cache: CacheRecord,
-    with_content: bool,
-    *,
-    dry_run: bool,
-    say: Progress,
-    workers: int,
-    sent: set[str],
-    indexes: dict[str, dict[str, packs.Placed]],
-) -> ArchiveReport:
+def _archive(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> ArchiveReport:
+    store, say = run.store, run.say
     url = store.location.url()
     try:
-        planned = _plan(
-            ledger, store, cache, with_content, dry_run=dry_run, workers=workers, sent=sent,
-            indexes=indexes,
-        )  # fmt: skip
+        planned = _plan(ledger, run, cache, with_content)
         report = planned.report
         say(
             f"{cache.id}: {report.blobs} blobs ({human_bytes(report.bytes_total)}),"
             f" {report.blobs_present} already on the server, {report.blobs_uploaded} to upload"
         )
-        if dry_run:
+        if run.dry_run:
             return report
         # A blob whose bytes are not the ones its name says is not that blob: it goes, and
         # the right bytes take its place (the one deletion an archive ever makes).
         store.delete([store.relative(store.blob_key(sha)) for sha in planned.damaged])
         # The rest were verified on the server by the survey a moment ago, in this same run.
-        uploaded = _send(store, cache.id, planned.todo, workers, say)
+        uploaded = _send(run, cache.id, planned.todo)
         md5s = planned.md5s | uploaded.md5s
         booted = [_write_boot(store, boot, plan, md5s) for boot, plan in planned.boots]
         version, written = _write_version(store, planned, uploaded, md5s)
-        _resend_removed(store, planned, uploaded, md5s, workers, say)
+        _resend_removed(run, planned, uploaded, md5s)
         for row in booted:
             record_boot_archive(ledger, row)
         _record(ledger, planned, version, md5s)
@@ -213,18 +196,9 @@ def _archive(
     )
 
 
-def _plan(
-    ledger: Ledger,
-    store: BlobStore,
-    cache: CacheRecord,
-    with_content: bool,
-    *,
-    dry_run: bool,
-    workers: int,
-    sent: set[str],
-    indexes: dict[str, dict[str, packs.Placed]],
-) -> _Planned:
+def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> _Planned:
     """Scan, collect the records and their blobs, and ask the server which it already holds."""
+    store, workers, dry_run = run.store, run.workers, run.dry_run
     url = store.location.url()
     previous = archive_of(ledger, cache.id)
     # Never downgrade: once a cache's files were archived, every later version of it holds
@@ -238,7 +212,7 @@ def _plan(
         for boot in _unarchived_boots(ledger, cache.id, url)
     ]
     rows = versions_of(ledger, cache.id)
-    reused = _intact_version(store, rows, tree, url, with_content, workers)
+    reused = _intact_version(run, rows, tree, with_content)
     parent = _parent(rows, tree) or _legacy_parent(store, previous, tree)
     version = None
     if reused is None:
@@ -253,25 +227,25 @@ def _plan(
     singles = {sha: source for sha, source in sources.items() if not packs.packable(source)}
     md5s = {sha: source.md5 for sha, source in singles.items() if source.md5 is not None}
     md5s |= known_md5s(ledger, (sha for sha in singles if sha not in md5s))
-    listed = store.survey(singles, workers)
+    listed = store.survey(singles)
     # The server's ETag of a blob it holds is checked against an md5, so the few held blobs
     # this host never sent are read for theirs; a missing blob's md5 comes with its upload.
     unread = {sha: singles[sha] for sha in singles.keys() - md5s.keys() if listed.get(sha)}
     md5s |= digest_all(unread, workers)
     refs = [BlobRef(sha, source.size, md5s.get(sha)) for sha, source in singles.items()]
     found = store.check_blobs(refs, workers, listed)
-    packed, pack_sizes = _packed_already(store, sources, workers, indexes)
+    packed, pack_sizes = _packed_already(run, sources)
     missing = {sha for sha, problem in found.items() if problem}
     missing |= {sha for sha, source in sources.items() if sha not in singles and sha not in packed}
     # In the order of `sources` (a cache's path order), which packs follow.
-    todo = [source for sha, source in sources.items() if sha in missing and sha not in sent]
+    todo = [source for sha, source in sources.items() if sha in missing and sha not in run.sent]
     damaged = [
         s.sha256
         for s in todo
         if found.get(s.sha256) and not str(found[s.sha256]).endswith(": missing")
     ]
     if dry_run:
-        sent.update(source.sha256 for source in todo)
+        run.sent.update(source.sha256 for source in todo)
     report = ArchiveReport(
         cache_id=cache.id,
         location=url,
@@ -295,18 +269,16 @@ def _plan(
 
 
 def _packed_already(
-    store: BlobStore,
-    sources: dict[str, BlobSource],
-    workers: int,
-    indexes: dict[str, dict[str, packs.Placed]],
+    run: _Run, sources: dict[str, BlobSource]
 ) -> tuple[dict[str, packs.Placed], dict[str, int]]:
     """The packable blobs some intact pack at the location already holds (whichever cache or
     host wrote it), and the sizes of those packs."""
     wanted = {sha for sha, source in sources.items() if packs.packable(source)}
     if not wanted:
         return {}, {}
+    store, workers = run.store, run.workers
     listing = store.list_packs()
-    known = packs.known_blobs(store, listing, workers, indexes)
+    known = packs.known_blobs(store, listing, workers, run.indexes)
     placed = {sha: known[sha] for sha in wanted if sha in known}
     sizes = {pack: listing[pack][0] for pack in {p.pack for p in placed.values()}}
     # A pack is checked whole (its ChecksumSHA256): one that is not what its name says holds
@@ -331,25 +303,17 @@ def _unarchived_boots(ledger: Ledger, cache_id: str, url: str) -> list[BootRecor
 
 
 def _intact_version(
-    store: BlobStore,
-    rows: Sequence[VersionRow],
-    tree: str,
-    url: str,
-    with_content: bool,
-    workers: int,
+    run: _Run, rows: Sequence[VersionRow], tree: str, with_content: bool
 ) -> VersionRow | None:
-    """A version of this very tree at `url` that holds what is wanted and verifies now."""
+    """A version of this very tree here that holds what is wanted and verifies now."""
+    store = run.store
     for row in rows:
-        if (
-            row.tree_digest != tree
-            or row.location != url
-            or (with_content and not row.with_content)
-        ):
+        if (row.tree_digest, row.location) != (tree, store.location.url()):
             continue
-        problems, _ = check_record(
-            store, store.relative(row.record_key), row.record_sha256, workers
-        )
-        if not problems:
+        if with_content and not row.with_content:
+            continue
+        relative = store.relative(row.record_key)
+        if not check_record(store, relative, row.record_sha256, run.workers)[0]:
             return row
     return None
 
@@ -453,19 +417,13 @@ def _write_version(
     return version, written
 
 
-def _resend_removed(
-    store: BlobStore,
-    planned: _Planned,
-    sent: Sent,
-    md5s: dict[str, str],
-    workers: int,
-    say: Progress,
-) -> None:
+def _resend_removed(run: _Run, planned: _Planned, sent: Sent, md5s: dict[str, str]) -> None:
     """Look once more, now that the records name every blob: a `gc --remote` on another host
     may have removed one it found unneeded between this run's survey and its records. Blobs
     are content-addressed, so sending one again is always right. A pack cannot be: it may
     hold other caches' blobs, so a version naming a pack that went is refused (the ledger
     does not take it, and the next archive packs those blobs anew)."""
+    store, workers = run.store, run.workers
     packed = planned.packed | sent.placed
     gone_packs = sorted(
         sha
@@ -487,16 +445,15 @@ def _resend_removed(
     gone = [sources[sha] for sha, problem in store.check_blobs(refs, workers).items() if problem]
     if not gone:
         return
-    say(f"{planned.cache.id}: {len(gone)} blobs went since the survey; sending them again")
-    _send(store, planned.cache.id, gone, workers, say)
+    run.say(f"{planned.cache.id}: {len(gone)} blobs went since the survey; sending them again")
+    _send(run, planned.cache.id, gone)
 
 
-def _send(
-    store: BlobStore, cache_id: str, todo: list[BlobSource], workers: int, say: Progress
-) -> Sent:
+def _send(run: _Run, cache_id: str, todo: list[BlobSource]) -> Sent:
     """Upload blobs (small cache files in packs) and check each single blob and each pack on
     the server; what was sent."""
-    sent = upload_all(store, cache_id, todo, workers, say)
+    store, workers = run.store, run.workers
+    sent = upload_all(store, cache_id, todo, workers, run.say)
     uploaded = [
         BlobRef(s.sha256, s.size, sent.md5s[s.sha256]) for s in todo if s.sha256 in sent.md5s
     ]

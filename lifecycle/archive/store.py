@@ -14,15 +14,14 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.layout import PACKS_PREFIX, blob_key, pack_key, parse_key
-from lifecycle.archive.multipart import upload_multipart
+from lifecycle.archive.multipart import Body, upload_multipart
 from lifecycle.archive.objects import (
     READ_CHUNK,
     ArchiveError,
@@ -31,6 +30,7 @@ from lifecycle.archive.objects import (
     b64_sha256,
     os_problem,
 )
+from lifecycle.parallel import pool_map
 
 __all__ = [
     "READ_CHUNK",
@@ -44,12 +44,6 @@ __all__ = [
 ]
 
 MULTIPART_OVER = 5 << 30  # S3's limit for one PUT
-
-
-class Body(Protocol):
-    """What an upload streams from: an open file, or a reader wrapping one."""
-
-    def read(self, size: int = -1, /) -> bytes: ...
 
 
 Listed = tuple[int, str]  # what a LIST page says of an object: (size, ETag without quotes)
@@ -76,20 +70,19 @@ class BlobStore(ObjectStore):
         """True when an object exists under the blob's key (its content is not checked)."""
         return self.head(self.blob_key(sha256), checksum=False) is not None
 
-    def put_blob(self, sha256: str, source: Path | bytes | BinaryIO) -> int:
+    def put_blob(self, sha256: str, source: bytes | BinaryIO) -> int:
         """Upload unless present; bytes sent (0 when it was already there)."""
         if self.has_blob(sha256):
             return 0
         return self.upload_blob(sha256, source)
 
-    def upload_blob(self, sha256: str, source: Path | bytes | BinaryIO) -> int:
-        """PUT the blob unless one is there, streamed, with its ChecksumSHA256; bytes sent."""
+    def upload_blob(self, sha256: str, source: bytes | BinaryIO) -> int:
+        """PUT the blob unless one is there, streamed, with its ChecksumSHA256; bytes sent. A
+        blob already there (another host's upload, or a retry of ours) is no error: the check
+        after the upload reads what the server holds."""
         if isinstance(source, bytes):
-            self._put(self.blob_key(sha256), sha256, source, len(source))
+            self.put(self.blob_key(sha256), sha256, source, len(source))
             return len(source)
-        if isinstance(source, Path):
-            with open_regular(source) as handle:
-                return self.upload_blob(sha256, handle)
         return self.upload_stream(sha256, source, os.fstat(source.fileno()).st_size)
 
     def upload_stream(self, sha256: str, body: Body, size: int) -> int:
@@ -99,7 +92,7 @@ class BlobStore(ObjectStore):
         if size > MULTIPART_OVER:
             upload_multipart(self, key, sha256, body, size)
         else:
-            self._put(key, sha256, body, size)
+            self.put(key, sha256, body, size)
         return size
 
     def pack_key(self, sha256: str) -> str:
@@ -130,25 +123,44 @@ class BlobStore(ObjectStore):
             return f"{self.url(key)}: missing"
         return None if found == sha256 else f"{self.url(key)}: content has sha256 {found}"
 
-    def survey(self, shas: Iterable[str], workers: int) -> dict[str, Listed | None]:
+    def survey(self, shas: Iterable[str]) -> dict[str, Listed | None]:
         """What LIST says of each blob: its (size, ETag md5), or None when it is proven absent.
 
-        One LIST page answers for up to 1000 blobs where a HEAD answers for one (measured on
-        `weed mini`: 2000 keys listed in 0.16 s, 557 HEADs/s on 8 threads), which is what
-        makes re-verifying a 20k-file cache cheap. A blob past what its shard's listing covered
-        is left out of the answer: ask it with `verify_blob`.
+        One listing of `blobs/`, from the first blob wanted, answers for a thousand blobs a
+        page where a HEAD answers for one (measured on `weed mini`: 2000 keys listed in 0.16 s,
+        557 HEADs/s on 8 threads); packs take a cache's small files, so that is a page or a few.
+        A page costs a few dozen HEADs, so in a listing far bigger than what is wanted from it
+        paging stops after 1 + wanted/20 pages, and a blob past what it covered is left out of
+        the answer: ask it with `verify_blob`.
         """
-        shards: dict[str, list[str]] = {}
-        for sha in shas:
-            shards.setdefault(sha[:2], []).append(sha)
-        listed: dict[str, Listed | None] = {}
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="survey")
+        names = {f"{sha[:2]}/{sha}" for sha in shas}
+        wanted = sorted(names)  # as their keys sort: shard, then name
+        if not wanted:
+            return {}
+        prefix = self.location.key("blobs", "sha256") + "/"
+        # Only size and ETag are kept of each wanted object: 20k full listing dicts (with
+        # their datetimes) would cost ~10 MiB of the archive's memory budget.
+        found: dict[str, Listed] = {}
+        covered = ""  # every name up to this one has been listed
         try:
-            for answer in pool.map(self._list_shard, shards.values()):
-                listed.update(answer)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        return listed
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.location.bucket,
+                Prefix=prefix,
+                StartAfter=prefix + wanted[0][:-1],  # sorts just before the first wanted
+                PaginationConfig={"PageSize": self.list_page},
+            )
+            for number, page in enumerate(pages, start=1):
+                for item in page.get("Contents", []):
+                    covered = item["Key"][len(prefix) :]
+                    if covered in names:
+                        found[covered] = (item["Size"], item.get("ETag", "").strip('"'))
+                if not page.get("IsTruncated"):
+                    covered = "~"  # sorts after every hex name: the whole range is listed
+                if covered >= wanted[-1] or number > len(wanted) // 20:
+                    break
+        except (BotoCoreError, ClientError) as exc:
+            raise self.error(exc, prefix) from exc
+        return {name[3:]: found.get(name) for name in wanted if name <= covered}
 
     def check_blobs(
         self,
@@ -167,7 +179,7 @@ class BlobStore(ObjectStore):
         """
         key_of = key_of or self.blob_key
         if listed is None:
-            listed = self.survey((ref.sha256 for ref in blobs), workers)
+            listed = self.survey(ref.sha256 for ref in blobs)
         results: dict[str, str | None] = {}
         doubtful: list[BlobRef] = []
         for ref in blobs:
@@ -186,16 +198,11 @@ class BlobStore(ObjectStore):
                 results[ref.sha256] = None
             else:
                 doubtful.append(ref)
-        if doubtful:
-            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="verify")
-            try:
-                checked = pool.map(
-                    lambda ref: self.verify_blob(ref.sha256, size=ref.size, key_of=key_of),
-                    doubtful,
-                )
-                results.update(zip((ref.sha256 for ref in doubtful), checked, strict=True))
-            finally:
-                pool.shutdown(wait=True, cancel_futures=True)
+        checked = pool_map(
+            lambda ref: self.verify_blob(ref.sha256, size=ref.size, key_of=key_of),
+            doubtful, workers, "verify",
+        )  # fmt: skip
+        results.update(zip((ref.sha256 for ref in doubtful), checked, strict=True))
         return results
 
     def check_packs(self, sizes: Mapping[str, int], workers: int) -> dict[str, str | None]:
@@ -236,41 +243,6 @@ class BlobStore(ObjectStore):
             raise ArchiveError(f"{self.url(key)}: missing")
         if found != sha256:
             raise ArchiveError(f"{self.url(key)}: downloaded bytes have sha256 {found}")
-
-    def _put(self, key: str, sha256: str, body: bytes | Body, size: int) -> None:
-        # A blob already there (another host's upload, or a retry of ours) is no error: the
-        # check after the upload reads what the server holds.
-        self.put(key, sha256, body, size)
-
-    def _list_shard(self, shas: Sequence[str]) -> dict[str, Listed | None]:
-        """Listing (or None: proven absent) of each wanted blob the listing reached."""
-        prefix = self.location.key("blobs", "sha256", shas[0][:2]) + "/"
-        wanted = sorted(set(shas))
-        # A page costs a few dozen HEADs; in a shard far bigger than what we want from it, the
-        # rest is left to HEADs rather than paging through another million keys.
-        budget = 1 + len(wanted) // 20
-        # Only size and ETag are kept of each listed object: 20k full listing dicts (with
-        # their datetimes) would cost ~10 MiB of the archive's memory budget.
-        found: dict[str, Listed] = {}
-        covered = ""  # every name up to this one has been listed
-        try:
-            pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.location.bucket,
-                Prefix=prefix,
-                StartAfter=prefix + wanted[0][:-1],  # sorts just before the first wanted
-                PaginationConfig={"PageSize": self.list_page},
-            )
-            for number, page in enumerate(pages, start=1):
-                for item in page.get("Contents", []):
-                    covered = item["Key"][len(prefix) :]
-                    found[covered] = (item["Size"], item.get("ETag", "").strip('"'))
-                if not page.get("IsTruncated"):
-                    covered = "~"  # sorts after every hex name: the whole range is listed
-                if covered >= wanted[-1] or number >= budget:
-                    break
-        except (BotoCoreError, ClientError) as exc:
-            raise self.error(exc, prefix) from exc
-        return {sha: found.get(sha) for sha in wanted if sha <= covered}
 
 
 def open_regular(path: Path) -> BinaryIO:

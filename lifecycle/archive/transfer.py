@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from lifecycle.archive import packs
-from lifecycle.archive.parallel import bounded_map
 from lifecycle.archive.sources import BlobSource
 from lifecycle.archive.store import READ_CHUNK, ArchiveError, BlobStore
+from lifecycle.parallel import bounded_map
 from lifecycle.table import human_bytes
 
 SMALL_BLOB = 1 << 20  # read whole and sent from memory; one per worker at a time
@@ -45,7 +45,6 @@ class Sent:
     md5s: dict[str, str] = field(default_factory=dict)
     placed: dict[str, packs.Placed] = field(default_factory=dict)
     packs: dict[str, int] = field(default_factory=dict)
-    bytes: int = 0
 
 
 def digest_all(sources: Mapping[str, BlobSource], workers: int) -> dict[str, str]:
@@ -80,7 +79,16 @@ def upload_all(
     for _ in range(min(PACKS_AT_ONCE, len(grouped))):
         buffers.put(bytearray(packs.BUFFER))
     sent = Sent()
-    meter = _Meter(cache_id, total, say)
+    start = last = time.monotonic()
+    done = 0
+
+    def meter() -> str:  # bytes sent, their rate and the time left
+        rate = done / max(time.monotonic() - start, 1e-3)
+        left = int((total - done) / rate) if rate else 0
+        return (
+            f"{cache_id}: uploaded {human_bytes(done)} of {human_bytes(total)}"
+            f" ({human_bytes(int(rate))}/s, {left // 60}:{left % 60:02d} left)"
+        )
 
     def send(item: list[BlobSource] | BlobSource) -> tuple[str, int, str | None, packs.Pack | None]:
         if isinstance(item, BlobSource):
@@ -102,39 +110,13 @@ def upload_all(
         else:
             sent.placed |= pack.blobs
             sent.packs[sha] = pack.size
-        sent.bytes += size
-        meter.add(size)
-    meter.done()
+        done += size
+        if time.monotonic() - last >= TICK_S:  # at most every TICK_S; a last line at the end
+            last = time.monotonic()
+            say(Ticker(meter()))
+    if total:
+        say(meter())
     return sent
-
-
-class _Meter:
-    """Bytes sent, their rate and the time left, at most every TICK_S; a last line at the end."""
-
-    def __init__(self, cache_id: str, total: int, say: Progress) -> None:
-        self.cache_id, self.total, self.say = cache_id, total, say
-        self.sent = 0
-        self.start = self.last = time.monotonic()
-
-    def add(self, size: int) -> None:
-        self.sent += size
-        now = time.monotonic()
-        if now - self.last >= TICK_S:
-            self.last = now
-            self.say(Ticker(self._line(now)))
-
-    def done(self) -> None:
-        if self.total:
-            self.say(self._line(time.monotonic()))
-
-    def _line(self, now: float) -> str:
-        took = max(now - self.start, 1e-3)
-        rate = self.sent / took
-        left = (self.total - self.sent) / rate if rate else 0.0
-        return (
-            f"{self.cache_id}: uploaded {human_bytes(self.sent)} of {human_bytes(self.total)}"
-            f" ({human_bytes(int(rate))}/s, {int(left) // 60}:{int(left) % 60:02d} left)"
-        )
 
 
 def _upload_one(store: BlobStore, source: BlobSource) -> str:

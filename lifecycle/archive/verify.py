@@ -12,7 +12,6 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lifecycle.archive.layout import cache_prefix
 from lifecycle.archive.record import CacheOrBoot, load_by_key, record_blobs, record_packs
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.ledger.archives import ArchiveRecord, BootArchiveRow
@@ -95,16 +94,3 @@ def check_record(
     checked = store.check_blobs(record_blobs(document), workers)
     checked |= store.check_packs(record_packs(document), workers)
     return problems + sorted(p for p in checked.values() if p), document
-
-
-def verify_versions(store: BlobStore, cache_id: str, *, workers: int = 8) -> list[str]:
-    """Every version record the archive holds of a cache, and their blobs; [] when all verify
-    (and there is at least one)."""
-    versions = cache_prefix(cache_id, "versions/")
-    keys = [item.key for item in store.list(versions)]
-    if not keys:
-        return [f"{store.where(versions)}: no version of {cache_id} there"]
-    problems: list[str] = []
-    for key in keys:
-        problems += check_record(store, key, None, workers)[0]
-    return problems

@@ -8,11 +8,11 @@ overwritten in place without a checksum.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO, cast
 
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
+from lifecycle.parallel import pool_map
 
 
 @dataclass(frozen=True)
@@ -46,12 +46,9 @@ class BlobChecker:
     def check(self, store: BlobStore, claims: Sequence[BlobClaim]) -> list[tuple[str, str]]:
         """(object, what differs) for each claimed blob not on the server with those bytes."""
         todo = [c for c in claims if (store.location.url(), c.sha256) not in self.seen]
-        pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="verify")
-        try:
-            for claim, problem in zip(todo, pool.map(lambda c: _one(store, c), todo), strict=True):
-                self.seen[(store.location.url(), claim.sha256)] = problem
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        found = pool_map(lambda c: _one(store, c), todo, self.workers, "verify")
+        for claim, problem in zip(todo, found, strict=True):
+            self.seen[(store.location.url(), claim.sha256)] = problem
         problems = [self.seen[(store.location.url(), c.sha256)] for c in claims]
         return sorted({p for p in problems if p is not None})
 

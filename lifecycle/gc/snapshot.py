@@ -8,7 +8,6 @@ a later snapshot reads only the keys it has not seen.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -16,6 +15,7 @@ from lifecycle.archive.layout import Key, blob_key, legacy_cache_key, pack_key, 
 from lifecycle.archive.objects import Listing
 from lifecycle.archive.record import read_as
 from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.parallel import pool_map
 from lifecycle.records import (
     BootRecordV1,
     CacheRecordV1,
@@ -70,11 +70,7 @@ def take_snapshot(
         except ArchiveError as exc:
             return key.key, str(exc)
 
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gc-read")
-    try:
-        found = list(pool.map(read, wanted))
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    found = pool_map(read, wanted, workers, "gc-read")
     unreadable = {key: why for key, why in found if isinstance(why, str)}
     records |= {key: record for key, record in found if not isinstance(record, str)}
     return Snapshot(objects, keys, records, unreadable)

@@ -17,15 +17,6 @@ from lifecycle.home import Home
 from lifecycle.ledger.core import Ledger, has_ledger
 from lifecycle.ledger.rows import insert
 
-# A night's production events, in the order a guarded night writes them.
-PRODUCTION_EVENTS = (
-    "production.down:intent",
-    "production.down:done",
-    "production.down:failed",
-    "production.up:intent",
-    "production.up:done",
-    "production.up:failed",
-)
 PRODUCTION_UP = "production.up:done"
 
 

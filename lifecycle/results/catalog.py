@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from lifecycle.archive.layout import parse_key
 from lifecycle.archive.pins import pins_at
 from lifecycle.archive.store import BlobStore
+from lifecycle.parallel import pool_map
 from lifecycle.records import ResultRecordV1
 from lifecycle.results.archive import read_result
 
@@ -46,9 +46,5 @@ def archived_results(store: BlobStore, *, workers: int = 8) -> list[ArchivedResu
             store.where(relative), tuple(sorted(pinned.get(result_id, []))),
         )  # fmt: skip
 
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="catalog")
-    try:
-        found = list(pool.map(one, ids))
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    found = pool_map(one, ids, workers, "catalog")
     return sorted(found, key=lambda r: (r.result["created_at"], r.result["id"]), reverse=True)

@@ -1,4 +1,5 @@
-"""A thread-pool map that keeps only a window of tasks in flight, so memory stays bounded."""
+"""Thread-pool maps that drop the tasks not yet started on the first failure: `bounded_map`
+keeps only a window of tasks in flight (memory stays bounded), `pool_map` keeps the order."""
 
 from __future__ import annotations
 
@@ -32,5 +33,17 @@ def bounded_map(
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             yield from (future.result() for future in done)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def pool_map(
+    fn: Callable[[Item], Result], items: Iterable[Item], workers: int, name: str
+) -> list[Result]:
+    """`fn` over `items` on `workers` threads, results in the order of `items`; on the first
+    failure the tasks not yet started are dropped and the error is raised."""
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+    try:
+        return list(pool.map(fn, items))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
