@@ -216,7 +216,7 @@ def child(tool: str, kw: dict[str, Any]) -> None:
     # Where the time and the memory go: wall seconds inside each of these, and the process's
     # peak RSS (VmHWM, MiB) when it returns; "start" is after the imports.
     phases: dict[str, list[float]] = {"start": [0.0, _vm_hwm_mib()]}
-    for owner, name in ((run, "scan"), (run, "known_md5s"), (store.BlobStore, "survey"),
+    for owner, name in ((run, "scan"), (store.BlobStore, "survey"),
                         (run, "_packed_already"), (store.BlobStore, "check_blobs"),
                         (run, "upload_all"), (run, "_write_version")):  # fmt: skip
         if hasattr(owner, name):  # names as run.py imports them: a renamed one is not shown

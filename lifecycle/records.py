@@ -80,7 +80,8 @@ class _Part(BaseModel):
 
 
 class BlobEntry(_Part):
-    """A blob a record refers to; `md5` is the ETag a single PUT of it gets."""
+    """A blob a record refers to; `md5` (in records of earlier releases) is the ETag a single
+    PUT of it got, which lets a listing verify it."""
 
     sha256: Sha256
     size: Count
@@ -89,7 +90,7 @@ class BlobEntry(_Part):
 
 class PlacedBlob(BlobEntry):
     """A blob of a cache version: its own object, or (`pack` given) `size` bytes at `offset`
-    of that pack, where `md5` is left out (the pack is verified as a whole)."""
+    of that pack (the pack is verified as a whole)."""
 
     pack: Sha256 | None = None
     offset: Count | None = None

@@ -16,7 +16,7 @@ import pytest
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import archive_caches
-from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, KeyOf
+from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, KeyOf, b64_sha256
 from lifecycle.ledger import Ledger
 from lifecycle.records import BOOT_FORMAT, VERSION_FORMAT
 from tests.archive_support import boot_records, newest_version, verify_key
@@ -123,11 +123,12 @@ def test_second_cache_uploads_only_its_new_blobs(
     assert one["totals"]["blobs_uploaded"] == len(blobs_one)
 
 
-def test_rearchive_reads_only_the_files_it_never_read(
+def test_rearchive_reads_only_its_new_files(
     demo_project: Path, archive_target: ArchiveTarget, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The md5s of the first cache's blobs (the ETags verification compares) are remembered in
-    # the ledger, so archiving the second reads only its new files: each once, as it uploads.
+    # The blobs of the first cache are on the server: the second's archive asks the server for
+    # them (a listing, then each one's stored ChecksumSHA256) and reads only its new files, each
+    # once, as it uploads.
     first, second = _two_caches_first_archived(demo_project, archive_target)
     opened = _spy_on_cache_file_opens(monkeypatch)
     two = _archive(demo_project, archive_target, second, "--with-content")
@@ -137,59 +138,100 @@ def test_rearchive_reads_only_the_files_it_never_read(
     shared_files = {path for path, sha in files.items() if sha in shared}
     assert any(path.endswith(".so") for path in shared_files)
     assert len(shared_files) < len(files)
-    # New files are read once (some while collecting the evidence, the rest as they upload);
-    # none of the files already archived is read at all.
     assert len(opened) == len(set(opened))
     assert not set(opened) & shared_files
+    assert set(opened) == set(files) - shared_files
     assert _verified(archive_target, two["caches"][0]) == []
-    assert _record_blobs(archive_target, second) == _server_md5s(archive_target, second)
 
 
-def test_blobs_on_the_server_of_unknown_md5_are_read_and_verified(
-    demo_project: Path, archive_target: ArchiveTarget, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # As if another host had archived the shared files: the server holds them, this ledger
-    # knows no md5 of them. They are read for one (not sent again), and the ETags then match.
-    first, second = _two_caches_first_archived(demo_project, archive_target)
-    with sqlite3.connect(_home() / "ledger.sqlite3") as conn:
-        assert conn.execute("DELETE FROM blob_md5s").rowcount > 0
-    opened = _spy_on_cache_file_opens(monkeypatch)
-    before = archive_target.objects()
-    two = _archive(demo_project, archive_target, second, "--with-content")
-
-    files = _content_files(archive_target, second)
-    shared = set(_record_blobs(archive_target, first))
-    new_files = {path for path, sha in files.items() if sha not in shared}
-    # The compiled .so is on the server already: read here for its md5, not sent again.
-    assert {path for path in set(files) - new_files if path.endswith(".so")} <= set(opened)
-    store = _store(archive_target)
-    appeared = set(archive_target.objects()) - set(before)
-    assert {store.blob_key(files[path]) for path in new_files} <= appeared
-    assert not {store.blob_key(files[path]) for path in set(files) - new_files} & appeared
-    assert _verified(archive_target, two["caches"][0]) == []
-    assert _record_blobs(archive_target, second) == _server_md5s(archive_target, second)
-
-
-def test_a_large_file_streams_up_hashed_on_the_way(
+def test_a_blob_replaced_on_the_server_is_found_and_sent_again(
     demo_project: Path, archive_target: ArchiveTarget
 ) -> None:
-    # Files over SMALL_BLOB are streamed through a HashingReader, not read whole: its md5 (the
-    # record's, compared with the ETag) must be that of the bytes the server got.
+    # Another tool overwrote a blob the second cache shares with the first: its bytes are no
+    # longer what its name says. The archive finds it (no stored checksum: downloaded and
+    # hashed), removes it and sends the right bytes, instead of naming it as it is.
+    first, second = _two_caches_first_archived(demo_project, archive_target)
+    files = _content_files(archive_target, second)
+    shared = set(_record_blobs(archive_target, first))
+    so = next(sha for path, sha in files.items() if path.endswith(".so") and sha in shared)
+    store = _store(archive_target)
+    archive_target.client.put_object(
+        Bucket=archive_target.bucket, Key=store.blob_key(so), Body=b"not the compiled .so"
+    )
+    two = _archive(demo_project, archive_target, second, "--with-content")
+
+    assert two["caches"][0]["blobs_uploaded"] >= 1
+    body = archive_target.client.get_object(Bucket=archive_target.bucket, Key=store.blob_key(so))
+    assert hashlib.sha256(body["Body"].read()).hexdigest() == so
+    assert _verified(archive_target, two["caches"][0]) == []
+
+
+def test_a_large_file_streams_up_under_its_checksum(
+    demo_project: Path, archive_target: ArchiveTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Files over SMALL_BLOB go up as an open file, never read whole, with the sha256 of their
+    # scan as ChecksumSHA256: the server stores them only if the bytes are those.
     from lifecycle.archive.transfer import SMALL_BLOB
 
+    bodies: dict[str, type] = {}
+    real_upload = BlobStore.upload_blob
+
+    def spy(store: BlobStore, sha256: str, source: Any) -> int:
+        bodies[sha256] = type(source)
+        return real_upload(store, sha256, source)
+
+    monkeypatch.setattr(BlobStore, "upload_blob", spy)
     cache_id = _flashinfer(boot_demo(demo_project))
     big = os.urandom(3 * SMALL_BLOB + 12345)
     (Path(_caches(demo_project)[cache_id]["host_path"]) / "big.cubin").write_bytes(big)
     report = _archive(demo_project, archive_target, cache_id, "--with-content")
 
     sha = hashlib.sha256(big).hexdigest()
-    md5 = hashlib.md5(big, usedforsecurity=False).hexdigest()
-    assert _record_blobs(archive_target, cache_id)[sha] == md5
-    got = archive_target.client.get_object(
-        Bucket=archive_target.bucket, Key=_store(archive_target).blob_key(sha)
+    assert sha in _record_blobs(archive_target, cache_id)
+    key = _store(archive_target).blob_key(sha)
+    head = archive_target.client.head_object(
+        Bucket=archive_target.bucket, Key=key, ChecksumMode="ENABLED"
     )
-    assert got["ETag"].strip('"') == md5 and got["Body"].read() == big
+    assert head["ChecksumSHA256"] == b64_sha256(sha)
+    assert (
+        archive_target.client.get_object(Bucket=archive_target.bucket, Key=key)["Body"].read()
+        == big
+    )
+    assert bodies[sha] is not bytes  # an open file, streamed
     assert _verified(archive_target, report["caches"][0]) == []
+
+
+def test_a_file_whose_bytes_changed_behind_its_scan_is_refused(
+    demo_project: Path, archive_target: ArchiveTarget
+) -> None:
+    # The scan a boot recorded still matches the file's size, mtime and inode, but its bytes
+    # are others (written in place, mtime put back). The upload carries the scan's sha256:
+    # the server refuses the bytes, and no record names the blob.
+    from lifecycle.archive.transfer import SMALL_BLOB
+
+    cache_id = _flashinfer(boot_demo(demo_project))
+    big = Path(_caches(demo_project)[cache_id]["host_path"]) / "big.cubin"
+    big.write_bytes(os.urandom(3 * SMALL_BLOB))
+    assert _flashinfer(boot_demo(demo_project)) == cache_id  # warm: its scan holds big.cubin
+    before = big.stat()
+    with big.open("r+b") as handle:
+        handle.write(b"other bytes")
+    os.utime(big, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    result = run_lifecycle(
+        demo_project, "archive", "--to", archive_target.url, "--with-content", cache_id,
+        env=archive_target.env,
+    )  # fmt: skip
+    assert result.exit_code != 0
+    assert "the bytes sent are not the ones hashed" in result.output, result.output
+    assert "Traceback" not in result.output
+    assert (
+        newest_version(
+            archive_target.client, archive_target.bucket, archive_target.prefix, cache_id
+        )
+        is None
+    )
+    assert _caches(demo_project)[cache_id]["state"] == "live"
 
 
 def _two_caches_first_archived(project: Path, target: ArchiveTarget) -> tuple[str, str]:
@@ -215,19 +257,9 @@ def _spy_on_cache_file_opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return opened
 
 
-def _record_blobs(target: ArchiveTarget, cache_id: str) -> dict[str, str]:
-    """sha256 → md5 as the cache's record lists them."""
-    return {b["sha256"]: b["md5"] for b in _record(target, cache_id)["blobs"]}
-
-
-def _server_md5s(target: ArchiveTarget, cache_id: str) -> dict[str, str]:
-    """sha256 → md5 of the bytes the server holds, for every blob the record lists."""
-    store = _store(target)
-    found = {}
-    for sha in _record_blobs(target, cache_id):
-        body = target.client.get_object(Bucket=target.bucket, Key=store.blob_key(sha))["Body"]
-        found[sha] = hashlib.md5(body.read(), usedforsecurity=False).hexdigest()
-    return found
+def _record_blobs(target: ArchiveTarget, cache_id: str) -> dict[str, int]:
+    """sha256 → size as the cache's record lists them."""
+    return {b["sha256"]: b["size"] for b in _record(target, cache_id)["blobs"]}
 
 
 def _content_files(target: ArchiveTarget, cache_id: str) -> dict[str, str]:

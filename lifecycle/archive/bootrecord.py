@@ -13,7 +13,7 @@
     patches       [{file, sha256, size}]: each patch's bytes are the blob of that sha256
                   (size null when this host kept no copy)
     host, tool_version, archived_at
-    blobs         [{sha256, size, md5}] sorted: every blob the record refers to
+    blobs         [{sha256, size}] sorted: every blob the record refers to
 
 Nothing here reads the environment: secrets appear only as the names the boot row lists,
 and the log and evidence were redacted when the boot kept them.

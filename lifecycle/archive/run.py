@@ -34,7 +34,7 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.record import load_as, read_legacy_cache
 from lifecycle.archive.sources import BlobSource, RecordPlan, render_record
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, os_problem
-from lifecycle.archive.transfer import Progress, Sent, digest_all, upload_all
+from lifecycle.archive.transfer import Progress, Sent, upload_all
 from lifecycle.archive.verify import check_record
 from lifecycle.archive.version import plan_version
 from lifecycle.errors import LifecycleError
@@ -46,7 +46,6 @@ from lifecycle.ledger.archives import (
     VersionRow,
     archive_of,
     boot_archive,
-    known_md5s,
     record_boot_archive,
     record_version,
     versions_of,
@@ -150,7 +149,6 @@ class _Planned:
     boots: list[tuple[BootRecord, RecordPlan]]  # boots with no record at the location yet
     version: RecordPlan | None  # None: an intact version of this tree is there already
     reused: VersionRow | None
-    md5s: dict[str, str]  # known before the upload; the uploads add the rest
     packed: dict[str, packs.Placed]  # blobs already in a pack the server holds intact
     pack_sizes: dict[str, int]  # of those packs
     todo: list[BlobSource]  # missing or damaged on the server
@@ -175,13 +173,12 @@ def _archive(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) 
         store.delete([store.relative(store.blob_key(sha)) for sha in planned.damaged])
         # The rest were verified on the server by the survey a moment ago, in this same run.
         uploaded = _send(run, cache.id, planned.todo)
-        md5s = planned.md5s | uploaded.md5s
-        booted = [_write_boot(store, boot, plan, md5s) for boot, plan in planned.boots]
-        version, written = _write_version(store, planned, uploaded, md5s)
-        _resend_removed(run, planned, uploaded, md5s)
+        booted = [_write_boot(store, boot, plan) for boot, plan in planned.boots]
+        version, written = _write_version(store, planned, uploaded)
+        _resend_removed(run, planned, uploaded)
         for row in booted:
             record_boot_archive(ledger, row)
-        _record(ledger, planned, version, md5s)
+        _record(ledger, planned, version)
     except ArchiveError as exc:
         raise exc.within(f"archive of {cache.id} to {url} failed") from exc
     except OSError as exc:  # reading the cache or the evidence
@@ -224,19 +221,11 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
     for plan in [*(plan for _, plan in boots), *([version] if version else [])]:
         for sha, source in plan.sources.items():
             sources.setdefault(sha, source)
-    singles = {sha: source for sha, source in sources.items() if not packs.packable(source)}
-    md5s = {sha: source.md5 for sha, source in singles.items() if source.md5 is not None}
-    md5s |= known_md5s(ledger, (sha for sha in singles if sha not in md5s))
-    listed = store.survey(singles)
-    # The server's ETag of a blob it holds is checked against an md5, so the few held blobs
-    # this host never sent are read for theirs; a missing blob's md5 comes with its upload.
-    unread = {sha: singles[sha] for sha in singles.keys() - md5s.keys() if listed.get(sha)}
-    md5s |= digest_all(unread, workers)
-    refs = [BlobRef(sha, source.size, md5s.get(sha)) for sha, source in singles.items()]
-    found = store.check_blobs(refs, workers, listed)
+    singles = [BlobRef(sha, s.size) for sha, s in sources.items() if not packs.packable(s)]
+    found = store.check_blobs(singles, workers)
     packed, pack_sizes = _packed_already(run, sources)
-    missing = {sha for sha, problem in found.items() if problem}
-    missing |= {sha for sha, source in sources.items() if sha not in singles and sha not in packed}
+    unpacked = {sha for sha, source in sources.items() if packs.packable(source)} - packed.keys()
+    missing = unpacked | {sha for sha, problem in found.items() if problem}
     # In the order of `sources` (a cache's path order), which packs follow.
     todo = [source for sha, source in sources.items() if sha in missing and sha not in run.sent]
     damaged = [
@@ -263,9 +252,7 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
         boots=tuple(boot.id for boot, _ in boots),
         to_upload=tuple((s.sha256, s.size, s.what) for s in todo) if dry_run else (),
     )
-    return _Planned(
-        cache, tree, boots, version, reused, md5s, packed, pack_sizes, todo, damaged, report
-    )
+    return _Planned(cache, tree, boots, version, reused, packed, pack_sizes, todo, damaged, report)
 
 
 def _packed_already(
@@ -378,11 +365,9 @@ def _fresh_scan(
     return fingerprint, updated
 
 
-def _write_boot(
-    store: BlobStore, boot: BootRecord, plan: RecordPlan, md5s: dict[str, str]
-) -> BootArchiveRow:
+def _write_boot(store: BlobStore, boot: BootRecord, plan: RecordPlan) -> BootArchiveRow:
     """The boot's markers (one per cache it used), then its record; the row that says so."""
-    body = render_record(plan, md5s, _stamp())
+    body = render_record(plan, _stamp())
     sha = hashlib.sha256(body).hexdigest()
     relative = record_key("boots", boot.id, sha)
     load_as(BootRecordV1, body, store.where(relative))  # what is written must read back
@@ -393,9 +378,7 @@ def _write_boot(
     return BootArchiveRow(boot.id, store.location.url(), store.key(relative), sha, _stamp())
 
 
-def _write_version(
-    store: BlobStore, planned: _Planned, sent: Sent, md5s: dict[str, str]
-) -> tuple[VersionRow, bool]:
+def _write_version(store: BlobStore, planned: _Planned, sent: Sent) -> tuple[VersionRow, bool]:
     """Write the version record (unless an intact one of this tree is there); its row, and
     whether this run wrote it."""
     cache, report = planned.cache, planned.report
@@ -405,7 +388,7 @@ def _write_version(
     now = _stamp()
     placed = {sha: (p.pack, p.offset) for sha, p in (planned.packed | sent.placed).items()}
     sizes = planned.pack_sizes | sent.packs
-    body = render_record(planned.version, md5s, now, placed, sizes)
+    body = render_record(planned.version, now, placed, sizes)
     sha = hashlib.sha256(body).hexdigest()
     relative = version_key(cache.id, planned.tree_digest, sha)
     load_as(CacheVersion, body, store.where(relative))  # what is written must read back
@@ -417,7 +400,7 @@ def _write_version(
     return version, written
 
 
-def _resend_removed(run: _Run, planned: _Planned, sent: Sent, md5s: dict[str, str]) -> None:
+def _resend_removed(run: _Run, planned: _Planned, sent: Sent) -> None:
     """Look once more, now that the records name every blob: a `gc --remote` on another host
     may have removed one it found unneeded between this run's survey and its records. Blobs
     are content-addressed, so sending one again is always right. A pack cannot be: it may
@@ -437,11 +420,7 @@ def _resend_removed(run: _Run, planned: _Planned, sent: Sent, md5s: dict[str, st
         )
     sources = {sha: s for _, plan in planned.boots for sha, s in plan.sources.items()}
     sources |= planned.version.sources if planned.version else {}
-    refs = [
-        BlobRef(sha, source.size, md5s.get(sha))
-        for sha, source in sources.items()
-        if sha not in packed
-    ]
+    refs = [BlobRef(sha, source.size) for sha, source in sources.items() if sha not in packed]
     gone = [sources[sha] for sha, problem in store.check_blobs(refs, workers).items() if problem]
     if not gone:
         return
@@ -454,9 +433,7 @@ def _send(run: _Run, cache_id: str, todo: list[BlobSource]) -> Sent:
     the server; what was sent."""
     store, workers = run.store, run.workers
     sent = upload_all(store, cache_id, todo, workers, run.say)
-    uploaded = [
-        BlobRef(s.sha256, s.size, sent.md5s[s.sha256]) for s in todo if s.sha256 in sent.md5s
-    ]
+    uploaded = [BlobRef(sha, size) for sha, size in sent.singles.items()]
     found = store.check_blobs(uploaded, workers) if uploaded else {}
     problems = sorted(
         filter(None, [*found.values(), *store.check_packs(sent.packs, workers).values()])
@@ -467,7 +444,7 @@ def _send(run: _Run, cache_id: str, todo: list[BlobSource]) -> Sent:
     return sent
 
 
-def _record(ledger: Ledger, planned: _Planned, version: VersionRow, md5s: dict[str, str]) -> None:
+def _record(ledger: Ledger, planned: _Planned, version: VersionRow) -> None:
     """The version as this host's newest archive of the cache, in the ledger."""
     report = planned.report
     archive = ArchiveRecord(
@@ -475,7 +452,7 @@ def _record(ledger: Ledger, planned: _Planned, version: VersionRow, md5s: dict[s
         version.with_content, report.blobs, report.bytes_uploaded, version.archived_at,
         verified_at=_stamp(), tree_digest=version.tree_digest,
     )  # fmt: skip
-    record_version(ledger, version, archive, md5s)
+    record_version(ledger, version, archive)
 
 
 def _stamp() -> str:

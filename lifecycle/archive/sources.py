@@ -1,8 +1,7 @@
 """The bytes behind a record's blobs, collected on this host, and a record's rendering.
 
 A record is planned as a document plus one BlobSource per blob it names (an evidence file, a
-cache file, bytes in memory); the blobs go up first, the record last, rendered with the md5 of
-each blob (the ETag its PUT gets, which lets one LIST page verify a thousand blobs).
+cache file, bytes in memory); the blobs go up first, the record last.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ class BlobSource:
     sha256: str
     size: int
     what: str  # for messages: "cache file a/b.so", "evidence of boot b-…"
-    md5: str | None = None  # known when the bytes were read while collecting
     data: bytes | None = None
     path: Path | None = None  # an evidence file, or a cache file relative to `root`
     root: Path | None = None
@@ -54,7 +52,6 @@ class RecordPlan:
 
 def render_record(
     plan: RecordPlan,
-    md5s: Mapping[str, str],
     archived_at: str,
     placed: Mapping[str, tuple[str, int]] | None = None,
     pack_sizes: Mapping[str, int] | None = None,
@@ -68,7 +65,7 @@ def render_record(
             pack, offset = placed[sha]
             blobs.append({"sha256": sha, "size": source.size, "pack": pack, "offset": offset})
         else:
-            blobs.append({"sha256": sha, "size": source.size, "md5": md5s.get(sha)})
+            blobs.append({"sha256": sha, "size": source.size})
     document = {**plan.document, "archived_at": archived_at, "blobs": blobs}
     if pack_sizes is not None:
         used = sorted({pack for pack, _ in placed.values()})
@@ -79,13 +76,12 @@ def render_record(
 def file_blob(path: Path, what: str, sources: dict[str, BlobSource]) -> dict[str, Any]:
     """Hash a (small) evidence file now, add it to `sources`; its {sha256, size}. It is read
     again, and checked, when uploaded."""
-    sha, md5, size = hashlib.sha256(), hashlib.md5(usedforsecurity=False), 0
+    sha, size = hashlib.sha256(), 0
     with open_regular(path) as handle:
         while chunk := handle.read(READ_CHUNK):
             sha.update(chunk)
-            md5.update(chunk)
             size += len(chunk)
-    source = BlobSource(sha.hexdigest(), size, what, md5=md5.hexdigest(), path=path)
+    source = BlobSource(sha.hexdigest(), size, what, path=path)
     sources.setdefault(source.sha256, source)
     return {"sha256": source.sha256, "size": size}
 
@@ -93,8 +89,7 @@ def file_blob(path: Path, what: str, sources: dict[str, BlobSource]) -> dict[str
 def memory_blob(data: bytes, what: str, sources: dict[str, BlobSource]) -> dict[str, Any]:
     """Bytes in memory as a blob added to `sources`; its {sha256, size}."""
     sha = hashlib.sha256(data).hexdigest()
-    md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
-    sources.setdefault(sha, BlobSource(sha, len(data), what, md5=md5, data=data))
+    sources.setdefault(sha, BlobSource(sha, len(data), what, data=data))
     return {"sha256": sha, "size": len(data)}
 
 

@@ -14,9 +14,8 @@
                   sha256 its fingerprint entry names
     withheld      [{path, sha256, why}] of the files left out: a boot wrote a secret's value
                   into them
-    blobs         [{sha256, size, md5}] sorted: every blob the record refers to, which is
-                  what verification checks (md5 is the ETag a single PUT of it gets); a
-                  packed one has {sha256, size, pack, offset} instead
+    blobs         [{sha256, size}] sorted: every blob the record refers to, which is what
+                  verification checks; a packed one has {sha256, size, pack, offset}
     packs         [{sha256, size}]: the packs those blobs live in (lifecycle.archive.packs)
 
 The boots that used the cache are records of their own (lifecycle.archive.bootrecord): a

@@ -1,5 +1,5 @@
 """Archives in the ledger: the versions of each cache and the boots this host archived (or
-restored from), the newest version of each cache, and the md5s of blobs sent.
+restored from), and the newest version of each cache.
 
 Every record these rows name is immutable in S3 (its key holds its sha256), so what a row
 says can be verified again at any time, whatever other hosts archived since.
@@ -8,7 +8,6 @@ says can be verified again at any time, whatever other hosts archived since.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from lifecycle.ledger.core import Ledger
@@ -62,12 +61,11 @@ def record_version(
     ledger: Ledger,
     version: VersionRow,
     archive: ArchiveRecord,
-    md5s: Mapping[str, str] | None = None,
     *,
     mark_archived: bool = True,
 ) -> None:
-    """One transaction: the version (once), the cache's newest archive, the blobs' md5s, and a
-    live cache marked archived (not when it is restored: a restore marks it live itself)."""
+    """One transaction: the version (once), the cache's newest archive, and a live cache
+    marked archived (not when it is restored: a restore marks it live itself)."""
     with ledger.transaction() as conn:
         exists = conn.execute(
             "SELECT 1 FROM cache_versions WHERE location = ? AND record_key = ?",
@@ -76,9 +74,6 @@ def record_version(
         if exists is None:
             insert(conn, "cache_versions", version)
         _newest_archive(conn, archive)
-        conn.executemany(
-            "INSERT OR IGNORE INTO blob_md5s (sha256, md5) VALUES (?, ?)", (md5s or {}).items()
-        )
         if mark_archived:
             conn.execute(
                 "UPDATE caches SET state = 'archived' WHERE id = ? AND state = 'live'",
@@ -132,21 +127,6 @@ def boot_archives(ledger: Ledger, boot_id: str) -> list[BootArchiveRow]:
     """Every location the boot's record was archived to, oldest first."""
     sql = "SELECT * FROM boot_archives WHERE boot_id = ? ORDER BY archived_at, rowid"
     return ledger.records(BootArchiveRow, sql, (boot_id,))
-
-
-def known_md5s(ledger: Ledger, shas: Iterable[str]) -> dict[str, str]:
-    """The md5 remembered for each of these blobs, where one is."""
-    wanted = list(shas)
-    found: dict[str, str] = {}
-    for start in range(0, len(wanted), _IN_BATCH):
-        batch = tuple(wanted[start : start + _IN_BATCH])
-        marks = ",".join("?" * len(batch))
-        rows = ledger.query(f"SELECT sha256, md5 FROM blob_md5s WHERE sha256 IN ({marks})", batch)
-        found.update((row["sha256"], row["md5"]) for row in rows)
-    return found
-
-
-_IN_BATCH = 500  # parameters per query: under SQLite's 999 of older builds
 
 
 def archive_of(ledger: Ledger, cache_id: str) -> ArchiveRecord | None:

@@ -305,4 +305,7 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (run_id, key)
     );
     """,
+    # 10: md5s are no longer kept: a single blob is verified by the ChecksumSHA256 its PUT
+    # stored, a cache's small files by their pack's, and an upload hashes nothing again.
+    "DROP TABLE blob_md5s;",
 )

@@ -18,7 +18,7 @@ The record is one JSON object, keys sorted:
     caches          per cache the boot used: {cache_id, tree_digest (what the boot left it
                     holding), record: {key, sha256} of that version, or null when the cache
                     changed again before that tree was archived}
-    blobs           [{sha256, size, md5}]: the result's document
+    blobs           [{sha256, size}]: the result's document
     host, tool_version, archived_at
 """
 
@@ -123,8 +123,7 @@ def archive_result(
         store.create(marker(use.cache_id, "results", result.id), said, "text/plain")
     relative, body = _same_record_there(store, result.id, document)
     if body is None:
-        md5s = {sha: source.md5 for sha, source in sources.items() if source.md5}
-        body = render_record(RecordPlan(document, sources), md5s, _stamp())
+        body = render_record(RecordPlan(document, sources), _stamp())
         relative = record_key("results", result.id, hashlib.sha256(body).hexdigest())
         load_result_record(body, relative, store.where(relative))  # must read back
         store.create(relative, body)
