@@ -52,11 +52,8 @@ def live_cache(
         return [Finding(subject, str(exc))]
     findings = []
     if tree is not None and recorded.tree_digest != tree:
-        findings.append(
-            Finding(
-                scan_path, f"fingerprint of tree {recorded.tree_digest}, the ledger says {tree}"
-            )
-        )
+        problem = f"fingerprint of tree {recorded.tree_digest}, the ledger says {tree}"
+        findings.append(Finding(scan_path, problem))
     diff = recorded.diff(now)
     old = {e.path: e for e in recorded.entries}
     new = {e.path: e for e in now.entries}
@@ -152,9 +149,8 @@ def result_record(
         return [*findings, Finding(url, str(exc).removeprefix(f"{url}: "))], None
     findings += [Finding(subject, problem) for subject, problem in problems]
     if not findings:
-        findings.append(
-            Finding(url, None, "record and its blobs downloaded and hashed: as recorded")
-        )
+        note = "record and its blobs downloaded and hashed: as recorded"
+        findings.append(Finding(url, None, note))
     return findings, document
 
 
