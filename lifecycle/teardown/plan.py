@@ -171,15 +171,13 @@ def decide(
     def archive_first_then_remove(why: str, *, archive_state: str = state) -> CacheDecision:
         """Archive it (again) first when --archive can; else keep it, saying what would."""
         if not archive_first:
-            return decision(
-                Action.KEEP, f"{why} (--archive archives it first)", archive_state=archive_state
-            )
+            why = f"{why} (--archive archives it first)"
+            return decision(Action.KEEP, why, archive_state=archive_state)
         if facts.archive_to_problem:
             why = f"{why}; cannot archive: {facts.archive_to_problem}"
             return decision(Action.KEEP, why, archive_state=archive_state, problem=True)
-        return decision(
-            Action.ARCHIVE_THEN_REMOVE, f"{why}: archived first", archive_state=archive_state
-        )
+        why = f"{why}: archived first"
+        return decision(Action.ARCHIVE_THEN_REMOVE, why, archive_state=archive_state)
 
     kept = _keep_reasons(cache, selection, facts, resumes)
     if kept:
