@@ -189,7 +189,12 @@ def build_chain(facts: ChainFacts) -> Chain:
         },
         "caches": [_cache(c) for c in caches],
         "image": _image(facts.image, boot.image_id),
-        **_manifest(facts.manifest, boot.manifest_name, boot.manifest_digest),
+        "manifest": _manifest(facts.manifest, boot.manifest_name, boot.manifest_digest),
+        "patches": (
+            [{"file": p.file, "sha256": p.sha256} for p in facts.manifest.patches]
+            if facts.manifest
+            else None
+        ),
         "warnings": [w for c in caches if (w := _not_restorable(c))],
     }
 
@@ -308,16 +313,11 @@ def _image(snapshot: ImageSnapshot | None, image_id: str) -> ChainImage:
     }
 
 
-class _ManifestSteps(TypedDict):
-    manifest: ChainManifest
-    patches: list[ChainPatch] | None
-
-
-def _manifest(snapshot: ManifestSnapshot | None, name: str, digest: str) -> _ManifestSteps:
-    """The `manifest` and `patches` steps of the chain."""
+def _manifest(snapshot: ManifestSnapshot | None, name: str, digest: str) -> ChainManifest:
+    """The `manifest` step of the chain."""
     canonical = snapshot.canonical if snapshot else {}
     tuned = canonical.get("tuned") or {}
-    manifest: ChainManifest = {
+    return {
         "name": name,
         "digest": digest,
         "file": snapshot.file if snapshot else None,
@@ -326,7 +326,3 @@ def _manifest(snapshot: ManifestSnapshot | None, name: str, digest: str) -> _Man
         # Carried values were measured on another release: flagged wherever they are shown.
         "not_revalidated": sorted(k for k, v in tuned.items() if v.get("status") != "validated"),
     }
-    if snapshot is None:
-        return {"manifest": manifest, "patches": None}
-    patches: list[ChainPatch] = [{"file": p.file, "sha256": p.sha256} for p in snapshot.patches]
-    return {"manifest": manifest, "patches": patches}

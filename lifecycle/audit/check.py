@@ -23,7 +23,14 @@ from lifecycle.audit.verify import (
     result_record,
 )
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import archive_of, boot_archives, versions_of
+from lifecycle.ledger.archives import (
+    ArchiveRecord,
+    BootArchiveRow,
+    VersionRow,
+    archive_of,
+    boot_archives,
+    versions_of,
+)
 from lifecycle.ledger.boots import CacheRecord, cache_by_id, cache_uses
 from lifecycle.ledger.results import ResultRecord, result_archives
 from lifecycle.results.model import canonical_result, result_digest
@@ -65,24 +72,18 @@ def verify_cache(
         findings.append(Finding(subject, None, note))
     else:
         findings += live_cache(cache.id, cache.host_path, cache.scan_path, cache.tree_digest)
-    versions = versions_of(ledger, cache.id)
-    for version in versions:
-        store = store_for(version.location)
-        relative = store.relative(version.record_key)
-        findings += archived_record(store, relative, version.record_sha256, checker)
+    records: list[VersionRow | ArchiveRecord | BootArchiveRow] = [*versions_of(ledger, cache.id)]
     archive = archive_of(ledger, cache.id)
     if archive is not None and archive.tree_digest is None:  # the previous release's record
-        store = store_for(archive.location)
-        relative = store.relative(archive.record_key)
-        findings += archived_record(store, relative, archive.record_sha256, checker)
-    elif archive is None and not versions:
+        records.append(archive)
+    elif archive is None and not records:
         findings.append(Finding(f"archive of cache {cache.id}", None, "not archived"))
     for use in (u for u in cache_uses(ledger) if u.cache_id == cache.id):
-        for row in boot_archives(ledger, use.boot_id):
-            store = store_for(row.location)
-            findings += archived_record(
-                store, store.relative(row.record_key), row.record_sha256, checker
-            )
+        records += boot_archives(ledger, use.boot_id)
+    for row in records:
+        store = store_for(row.location)
+        relative = store.relative(row.record_key)
+        findings += archived_record(store, relative, row.record_sha256, checker)
     return findings
 
 
@@ -137,7 +138,6 @@ def verify_archived(store: BlobStore, target: str, checker: BlobChecker) -> Veri
 
 def _archived_cache(store: BlobStore, cache_id: str, checker: BlobChecker) -> list[Finding]:
     """Every version of a cache the archive holds (or its previous-format record)."""
-    keys = [item.key for item in store.list(cache_prefix(cache_id, "versions/"))]
-    if not keys:
-        return archived_record(store, legacy_cache_key(cache_id), None, checker)
+    listed = store.list(cache_prefix(cache_id, "versions/"))
+    keys = [item.key for item in listed] or [legacy_cache_key(cache_id)]
     return [f for key in keys for f in archived_record(store, key, None, checker)]

@@ -83,12 +83,11 @@ def cache_facts(ledger: Ledger, cache_id: str) -> CacheAuditFacts:
             f"no cache {cache_id!r} in the ledger at {ledger.home}{hint}"
             " (archived from another host? add --from s3://BUCKET/PREFIX)"
         )
-    boots = []
-    for use in (u for u in cache_uses(ledger) if u.cache_id == cache.id):
-        boots.append((find_boot(ledger, use.boot_id), use))
-    results = []
-    for result in results_of_cache(ledger, cache.id):
-        results.append({**canonical_result(result), "digest": result.digest})
+    uses = [u for u in cache_uses(ledger) if u.cache_id == cache.id]
+    boots = [(find_boot(ledger, use.boot_id), use) for use in uses]
+    results = [
+        {**canonical_result(r), "digest": r.digest} for r in results_of_cache(ledger, cache.id)
+    ]
     rows = versions_of(ledger, cache.id)
     archive = archive_of(ledger, cache.id)
     newest = _facts(archive, _parent_of(rows, archive)) if archive else None

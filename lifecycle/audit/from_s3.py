@@ -60,20 +60,16 @@ def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
     versions = _versions(store, cache_id)
     if not versions:
         return _legacy_cache_facts(store, cache_id)
-    key, newest = versions[-1]
     boots = []
     for boot_id in _boot_ids(store, cache_id):
         record = _first_boot_record(store, boot_id)
         use = next((u for u in record.uses if u.cache_id == cache_id), None) if record else None
         if record is not None and use is not None:
             boots.append((record.boot, use))
+    archives = [version_facts(store, key, _sha(key), version) for key, version in versions]
+    newest = versions[-1][1]
     return CacheAuditFacts(
-        newest.cache,
-        None,
-        version_facts(store, key, _sha(key), newest),
-        boots,
-        _results(store, cache_id),
-        [version_facts(store, k, _sha(k), v) for k, v in versions],
+        newest.cache, None, archives[-1], boots, _results(store, cache_id), archives
     )
 
 

@@ -14,13 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.archive.layout import legacy_cache_key
-from lifecycle.archive.record import (
-    CacheOrBoot,
-    blob_roles,
-    load_by_key,
-    record_blobs,
-    record_packs,
-)
+from lifecycle.archive.record import blob_roles, load_by_key, record_blobs, record_packs
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.audit.blobs import BlobChecker, BlobClaim
 from lifecycle.errors import LifecycleError
@@ -58,11 +52,8 @@ def live_cache(
         return [Finding(subject, str(exc))]
     findings = []
     if tree is not None and recorded.tree_digest != tree:
-        findings.append(
-            Finding(
-                scan_path, f"fingerprint of tree {recorded.tree_digest}, the ledger says {tree}"
-            )
-        )
+        problem = f"fingerprint of tree {recorded.tree_digest}, the ledger says {tree}"
+        findings.append(Finding(scan_path, problem))
     diff = recorded.diff(now)
     old = {e.path: e for e in recorded.entries}
     new = {e.path: e for e in now.entries}
@@ -87,9 +78,10 @@ def archived_record(
     url = store.where(relative)
     findings: list[Finding] = []
     try:
-        record = _record(store, relative, record_sha256, findings)
-        if record is None:
+        body = _read(store, relative, record_sha256, findings)
+        if body is None:
             return findings
+        record = load_by_key(body, relative, url)
         roles = blob_roles(record)
         if not isinstance(record, BootRecordV1):
             fingerprint = _archived_fingerprint(store, record, findings)
@@ -141,12 +133,9 @@ def result_record(
     url = store.where(relative)
     findings: list[Finding] = []
     try:
-        body = store.read(relative)
+        body = _read(store, relative, record_sha256, findings)
         if body is None:
-            return [Finding(url, "missing")], None
-        found = hashlib.sha256(body).hexdigest()
-        if record_sha256 is not None and found != record_sha256:
-            findings.append(Finding(url, f"sha256 {found}, not the {record_sha256} recorded"))
+            return findings, None
         document = load_result_record(body, relative, url)
         if digest is not None and document.digest != digest:
             findings.append(Finding(url, f"result digest {document.digest}, not {digest}"))
@@ -160,9 +149,8 @@ def result_record(
         return [*findings, Finding(url, str(exc).removeprefix(f"{url}: "))], None
     findings += [Finding(subject, problem) for subject, problem in problems]
     if not findings:
-        findings.append(
-            Finding(url, None, "record and its blobs downloaded and hashed: as recorded")
-        )
+        note = "record and its blobs downloaded and hashed: as recorded"
+        findings.append(Finding(url, None, note))
     return findings, document
 
 
@@ -188,11 +176,11 @@ def behind_result(
     return findings
 
 
-def _record(
+def _read(
     store: BlobStore, relative: str, record_sha256: str | None, findings: list[Finding]
-) -> CacheOrBoot | None:
-    """Read a cache's or a boot's record, noting in `findings` what differs from the ledger's
-    sha256; None (and a finding) when it is not there."""
+) -> bytes | None:
+    """A record's bytes, noting in `findings` what differs from the sha256 recorded for it;
+    None (and a finding) when it is not there."""
     url = store.where(relative)
     body = store.read(relative)
     if body is None:
@@ -201,7 +189,7 @@ def _record(
     found = hashlib.sha256(body).hexdigest()
     if record_sha256 is not None and found != record_sha256:
         findings.append(Finding(url, f"sha256 {found}, not the {record_sha256} recorded"))
-    return load_by_key(body, relative, url)
+    return body
 
 
 def _archived_fingerprint(

@@ -23,11 +23,12 @@ any point leaves every remaining record whole.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from lifecycle.gc.snapshot import Snapshot, needed
+from lifecycle.gc.snapshot import Snapshot, markers_of, needed
 from lifecycle.records import (
     BootRecordV1,
     CacheRecordV1,
@@ -115,7 +116,7 @@ def plan_gc(snap: Snapshot, policy: Policy, pinned: Set[str], now: datetime) -> 
     kept |= {key for key, parsed in snap.keys.items() if parsed.kind not in PHASES}
     kept |= needed(snap.records[key] for key in kept if key in snap.records)
     kept |= mark.young
-    kept |= _markers_of(snap, kept)
+    kept |= set(markers_of(snap, kept))
     remove = sorted(
         (
             Doomed(key, parsed.kind, PHASES[parsed.kind], snap.objects[key].size)
@@ -124,10 +125,7 @@ def plan_gc(snap: Snapshot, policy: Policy, pinned: Set[str], now: datetime) -> 
         ),
         key=lambda doomed: (doomed.phase, doomed.key),
     )
-    counts: dict[str, int] = {}
-    for key in kept & snap.keys.keys():
-        kind = snap.keys[key].kind
-        counts[kind] = counts.get(kind, 0) + 1
+    counts = Counter(snap.keys[key].kind for key in kept & snap.keys.keys())
     held = sorted({r.result_id for r in results.values() if r.result_id in pinned})
     return GcPlan(tuple(remove), tuple(held), counts)
 
@@ -188,19 +186,3 @@ class _Marking:
             for tree in (use.tree_digest_before, use.tree_digest_after)
             if tree is not None
         )
-
-
-def _markers_of(snap: Snapshot, kept: Set[str]) -> set[str]:
-    """The markers whose record is kept: a boot's per cache, a result's per cache."""
-    boots = {snap.keys[k].id for k in kept if k in snap.keys and snap.keys[k].kind == "boot"}
-    results = {
-        snap.keys[k].id
-        for k in kept
-        if k in snap.keys and snap.keys[k].kind in ("result", "legacy-result")
-    }
-    return {
-        key
-        for key, parsed in snap.keys.items()
-        if (parsed.kind == "boot-marker" and parsed.other in boots)
-        or (parsed.kind in ("result-marker", "legacy-marker") and parsed.other in results)
-    }

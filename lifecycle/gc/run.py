@@ -19,7 +19,7 @@ from datetime import datetime
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.faults import Checkpoint
 from lifecycle.gc.plan import GcPlan, Policy
-from lifecycle.gc.snapshot import Snapshot, needed, take_snapshot
+from lifecycle.gc.snapshot import Snapshot, markers_of, needed, take_snapshot
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.gc import (
     GcObject,
@@ -54,8 +54,7 @@ def journal_plan(
 ) -> str:
     """Write the run and every object of its plan to the ledger before anything is deleted."""
     run_id = new_gc_id(now)
-    at = now.isoformat(timespec="seconds")
-    run = GcRun(run_id, store.location.url(), at, policy.describe())
+    run = GcRun(run_id, store.location.url(), _stamp(now), policy.describe())
     start_gc(ledger, run, [GcObject(run_id, d.key, d.phase, d.size) for d in plan.remove])
     return run_id
 
@@ -95,20 +94,13 @@ def _spared(snap: Snapshot, pending: set[str]) -> dict[str, str]:
     or a marker whose record stays."""
     staying = {key: record for key, record in snap.records.items() if key not in pending}
     named = needed(staying.values())
-    ids = {(snap.keys[k].kind, snap.keys[k].id) for k in staying if k in snap.keys}
+    marked = markers_of(snap, staying)
     spared = {
         key: "named by a record that stays (written since the plan?)" for key in pending & named
     }
-    for key in pending - named:
-        parsed = snap.keys.get(key)
-        if parsed is None:
-            continue
-        if parsed.kind == "boot-marker" and ("boot", parsed.other) in ids:
-            spared[key] = f"the record of boot {parsed.other} stays"
-        if parsed.kind in ("result-marker", "legacy-marker") and (
-            ("result", parsed.other) in ids or ("legacy-result", parsed.other) in ids
-        ):
-            spared[key] = f"the record of result {parsed.other} stays"
+    spared |= {
+        key: f"the record of {marked[key]} stays" for key in pending - named if key in marked
+    }
     return spared
 
 

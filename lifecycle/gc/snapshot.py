@@ -77,6 +77,12 @@ def take_snapshot(
 
 
 _RECORDS = {"version", "boot", "result", "legacy-cache", "legacy-result", "pin", "image"}
+# A marker's kind -> the kinds its record may have (a result's: either release's).
+_MARKED = {
+    "boot-marker": ("boot",),
+    "result-marker": ("result", "legacy-result"),
+    "legacy-marker": ("result", "legacy-result"),
+}
 
 
 def needs(record: Record) -> set[str]:
@@ -97,6 +103,17 @@ def needs(record: Record) -> set[str]:
 def needed(records: Iterable[Record]) -> set[str]:
     """Every key these records name."""
     return {key for record in records for key in needs(record)}
+
+
+def markers_of(snap: Snapshot, records: Iterable[str]) -> dict[str, str]:
+    """The markers that belong to these records (keys): marker key -> `boot ID` or `result ID`."""
+    ids = {(snap.keys[k].kind, snap.keys[k].id) for k in records if k in snap.keys}
+    found = {}
+    for key, parsed in snap.keys.items():
+        kinds = _MARKED.get(parsed.kind, ())
+        if any((kind, parsed.other) in ids for kind in kinds):
+            found[key] = f"{kinds[0]} {parsed.other}"
+    return found
 
 
 def _read(store: BlobStore, key: Key) -> Record:

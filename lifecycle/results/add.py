@@ -70,18 +70,17 @@ def add_result(ledger: Ledger, request: ResultRequest, now: datetime) -> ResultR
             f"boot {boot.id} already has a result named {request.name!r} ({earlier.id});"
             " results are never changed: give this one another name"
         )
+    result_id = new_result_id(now)
     metrics: dict[str, Scalar] = {}
     note = request.note
+    document_sha256 = document_size = document_path = None
     if request.document is not None:
         metrics, from_document = read_document(request.document, request.document_where)
         note = note if note is not None else from_document
-    metrics.update(request.metrics)
-    result_id = new_result_id(now)
-    document_sha256 = document_size = document_path = None
-    if request.document is not None:
         kept = ledger.keep_evidence("results", f"{result_id}.json", request.document)
         document_sha256 = hashlib.sha256(request.document).hexdigest()
         document_size, document_path = len(request.document), str(kept)
+    metrics.update(request.metrics)
     record = ResultRecord(
         id=result_id,
         boot_id=boot.id,

@@ -130,10 +130,8 @@ def remove_image(client: Any, image: ImageDecision) -> str | None:
     from docker.errors import APIError, ImageNotFound
 
     try:
-        for tag in image.tags:
-            client.images.remove(tag)
-        if not image.tags:
-            client.images.remove(image.id)
+        for reference in image.tags or (image.id,):
+            client.images.remove(reference)
     except ImageNotFound:
         return None
     except APIError as exc:

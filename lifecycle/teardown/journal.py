@@ -75,8 +75,7 @@ def new_run_id(now: datetime) -> str:
 
 def trash_path(cache: CacheRecord) -> Path:
     """Where a cache's dir is moved before removal: beside it, so the rename stays atomic."""
-    host = Path(cache.host_path)
-    return host.with_name(f".trash-{cache.id}")
+    return Path(cache.host_path).with_name(f".trash-{cache.id}")
 
 
 def unfinished_runs(ledger: Ledger, caches: Iterable[CacheRecord]) -> dict[str, Unfinished]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -163,24 +163,21 @@ def decide(
     resumes = facts.unfinished.get(cache.id)
     state = "archived (not checked)" if archive else "not archived"
 
-    def decision(action: Action, *why: str, archive_state: str = state) -> CacheDecision:
-        return CacheDecision(cache, action, why, archive, archive_state, resumes=resumes)
+    def decision(
+        action: Action, *why: str, archive_state: str = state, problem: bool = False
+    ) -> CacheDecision:
+        return CacheDecision(cache, action, why, archive, archive_state, problem, resumes)
 
     def archive_first_then_remove(why: str, *, archive_state: str = state) -> CacheDecision:
         """Archive it (again) first when --archive can; else keep it, saying what would."""
         if not archive_first:
-            return decision(
-                Action.KEEP, f"{why} (--archive archives it first)", archive_state=archive_state
-            )
+            why = f"{why} (--archive archives it first)"
+            return decision(Action.KEEP, why, archive_state=archive_state)
         if facts.archive_to_problem:
-            kept = decision(
-                Action.KEEP, f"{why}; cannot archive: {facts.archive_to_problem}",
-                archive_state=archive_state,
-            )  # fmt: skip
-            return replace(kept, problem=True)
-        return decision(
-            Action.ARCHIVE_THEN_REMOVE, f"{why}: archived first", archive_state=archive_state
-        )
+            why = f"{why}; cannot archive: {facts.archive_to_problem}"
+            return decision(Action.KEEP, why, archive_state=archive_state, problem=True)
+        why = f"{why}: archived first"
+        return decision(Action.ARCHIVE_THEN_REMOVE, why, archive_state=archive_state)
 
     kept = _keep_reasons(cache, selection, facts, resumes)
     if kept:
@@ -203,8 +200,7 @@ def decide(
                 Action.ARCHIVE_THEN_REMOVE, *refused, "archived again first",
                 archive_state="does not verify",
             )  # fmt: skip
-        bad = decision(Action.KEEP, *refused, archive_state="does not verify")
-        return replace(bad, problem=True)
+        return decision(Action.KEEP, *refused, archive_state="does not verify", problem=True)
     gaps = archive_gaps(
         checked.document,
         rescan(cache),
