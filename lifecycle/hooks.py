@@ -45,9 +45,6 @@ from lifecycle.errors import LifecycleError
 EVENTS = ("pre-boot", "post-boot", "pre-teardown", "post-teardown", "on-exit")
 STEPS = ("boot", "teardown")
 OBSERVING_MARKER = "lifecycle: observing"
-ASKS_MARKER = "lifecycle: asks"
-ACTS_MARKER = "lifecycle: acts"
-ENGINE_ENV_MARKER = "lifecycle: engine-env"
 MARKER_LINES = 20
 DEFAULT_TIMEOUT_S = 300.0
 KILL_GRACE_S = 5.0
