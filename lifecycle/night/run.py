@@ -310,9 +310,7 @@ def _view(
     prepared: Prepared,
     registered: Registered,
 ) -> NightView:
-    view = night_view(
-        journal, plan, list(prepared.cells), night.engine.where, registered, night.now()
-    )
+    view = night_view(journal, plan, list(prepared.cells), night.engine.where, registered)
     if night.store is not None:
         view = view.model_copy(update={"archive": night.store.location.url()})
     return publish(view, night.ledger.home, night.store)
