@@ -155,7 +155,7 @@ def list_caches(ctx: Context, filters: Filters = EVERYTHING) -> CachesReport:
                     boots_cold=tuple(u.boot_id for u in mine if u.mode == "cold"),
                     boots_warm=tuple(u.boot_id for u in mine if u.mode == "warm"),
                     pins=tuple(pinned.get(cache.id, [])),
-                    age_s=(now - datetime.fromisoformat(cache.created_at)).total_seconds(),
+                    age_s=_age(now, cache.created_at),
                 )
             )
     return CachesReport(tuple(rows))
