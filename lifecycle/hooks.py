@@ -376,13 +376,8 @@ def hook_session(
         outcome, error = "failed", str(exc) or type(exc).__name__
         raise
     finally:
-        guard.holding = True
-        try:
-            session._finish(outcome, error)
-        finally:
-            guard.restore()
-        if guard.held and outcome != "interrupted":
-            raise Interrupted(guard.held[0])
+        guard.holding = True  # first thing: from here on a signal waits for on-exit
+        guard.clean_up(lambda: session._finish(outcome, error), outcome == "interrupted")
 
 
 class SignalGuard:
@@ -413,7 +408,14 @@ class SignalGuard:
         self.holding = True
         raise Interrupted(signum)
 
-    def restore(self) -> None:
-        """Put back the handlers that were there before the session."""
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+    def clean_up(self, cleanup: Callable[[], object], interrupted: bool) -> None:
+        """Run `cleanup` (signals held: the caller's `finally` sets `holding` first thing), put
+        back the handlers there were before, then raise the first signal held meanwhile unless a
+        signal stopped the block."""
+        try:
+            cleanup()
+        finally:
+            for signum, handler in self._previous.items():
+                signal.signal(signum, handler)
+        if self.held and not interrupted:
+            raise Interrupted(self.held[0])
