@@ -26,7 +26,6 @@ WARM_UP = "warm-up"  # the workload of a pin's warm-up boots: cell `PIN:warm-up:
 class Rung:
     """The rung of a ladder a cell runs at."""
 
-    ladder: int  # its index in the plan's ladders
     argument: str
     value: float
     margin_metric: str
@@ -69,9 +68,9 @@ def cells(plan: Plan) -> list[Cell]:
             if state in plan.cache_states:
                 ordered += _matrix(plan, pin, state)
         for state in ("cold", "warm"):  # a ladder's rungs run in both, whatever the matrix does
-            for index, ladder in enumerate(plan.ladders):
+            for ladder in plan.ladders:
                 if pin in plan.ladder_pins(ladder):
-                    ordered += [_rung(ladder, index, pin, state, value) for value in ladder.rungs]
+                    ordered += [_rung(ladder, pin, state, value) for value in ladder.rungs]
     return ordered
 
 
@@ -105,7 +104,7 @@ def _matrix(plan: Plan, pin: str, state: str) -> list[Cell]:
     return found
 
 
-def _rung(ladder: Ladder, index: int, pin: str, state: str, value: float) -> Cell:
+def _rung(ladder: Ladder, pin: str, state: str, value: float) -> Cell:
     shape = ladder.shape
     check = Check(
         name=f"ladder-{ladder.argument}",
@@ -113,7 +112,7 @@ def _rung(ladder: Ladder, index: int, pin: str, state: str, value: float) -> Cel
         path=shape.path,
         pass_when=Evidence(metrics=[f"{ladder.margin} >= {ladder.floor_mib:g}"]),
     )
-    rung = Rung(index, ladder.argument, value, ladder.margin, ladder.floor_mib)
+    rung = Rung(ladder.argument, value, ladder.margin, ladder.floor_mib)
     return Cell(
         pin=pin,
         workload=f"{ladder.argument}={value:g}",
