@@ -35,17 +35,16 @@ class VerifyRunReport(Report):
 
     def to_json(self) -> dict[str, Any]:
         """Every check, and the problems on their own."""
-        report = self.report
         return {
             "format": self.FORMAT,
-            "target": report.target,
-            "kind": report.kind,
-            "source": report.source,
-            "ok": not report.problems,
-            "problems": [f"{f.subject}: {f.problem}" for f in report.problems],
+            "target": self.report.target,
+            "kind": self.report.kind,
+            "source": self.report.source,
+            "ok": not self.report.problems,
+            "problems": [f"{f.subject}: {f.problem}" for f in self.report.problems],
             "checked": [
                 {"subject": f.subject, "problem": f.problem, "note": f.note}
-                for f in report.findings
+                for f in self.report.findings
             ],
         }
 
