@@ -161,14 +161,12 @@ def _run_link(run: RunSummary) -> str:
     title = f"run {run.run}: {run.verdict}; boot {run.boot_id} {run.outcome}"
     if run.log is None:
         return f'<span title="{escape(title)}">{run.run}</span>'
+    evidence = ""
+    if run.evidence:
+        evidence = f'<a href="file://{escape(run.evidence)}" title="evidence bundle">⧉</a>'
     return (
         f'<a class="{run.verdict}" href="file://{escape(run.log)}" title="{escape(title)}">'
-        f"{run.run}</a>"
-        + (
-            f'<a href="file://{escape(run.evidence)}" title="evidence bundle">⧉</a>'
-            if run.evidence
-            else ""
-        )
+        f"{run.run}</a>{evidence}"
     )
 
 
