@@ -45,9 +45,6 @@ from lifecycle.errors import LifecycleError
 EVENTS = ("pre-boot", "post-boot", "pre-teardown", "post-teardown", "on-exit")
 STEPS = ("boot", "teardown")
 OBSERVING_MARKER = "lifecycle: observing"
-ASKS_MARKER = "lifecycle: asks"
-ACTS_MARKER = "lifecycle: acts"
-ENGINE_ENV_MARKER = "lifecycle: engine-env"
 MARKER_LINES = 20
 DEFAULT_TIMEOUT_S = 300.0
 KILL_GRACE_S = 5.0
@@ -379,13 +376,8 @@ def hook_session(
         outcome, error = "failed", str(exc) or type(exc).__name__
         raise
     finally:
-        guard.holding = True
-        try:
-            session._finish(outcome, error)
-        finally:
-            guard.restore()
-        if guard.held and outcome != "interrupted":
-            raise Interrupted(guard.held[0])
+        guard.holding = True  # first thing: from here on a signal waits for on-exit
+        guard.clean_up(lambda: session._finish(outcome, error), outcome == "interrupted")
 
 
 class SignalGuard:
@@ -416,7 +408,14 @@ class SignalGuard:
         self.holding = True
         raise Interrupted(signum)
 
-    def restore(self) -> None:
-        """Put back the handlers that were there before the session."""
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+    def clean_up(self, cleanup: Callable[[], object], interrupted: bool) -> None:
+        """Run `cleanup` (signals held: the caller's `finally` sets `holding` first thing), put
+        back the handlers there were before, then raise the first signal held meanwhile unless a
+        signal stopped the block."""
+        try:
+            cleanup()
+        finally:
+            for signum, handler in self._previous.items():
+                signal.signal(signum, handler)
+        if self.held and not interrupted:
+            raise Interrupted(self.held[0])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 from lifecycle.ledger.nights import NightEvent
@@ -135,11 +134,10 @@ def test_downtime_is_read_from_the_production_events_across_a_recovery() -> None
         event("production.down:intent", "03:38:01.000"),
         event("production.down:done", "03:38:02.000"),
     ]
-    now = datetime(2026, 10, 10, 4, tzinfo=UTC)
-    down = production_view(events, now)
+    down = production_view(events)
     assert down is not None and not down.up
     assert [i.seconds for i in down.intervals] == [9480.5, None]
     assert down.downtime_s == 9480.5  # 2 h 38 min, and the interval still open is not counted
     events.append(event("production.up:done", "03:40:01.000"))
-    up = production_view(events, now)
+    up = production_view(events)
     assert up is not None and up.up and up.downtime_s == 9480.5 + 120.0

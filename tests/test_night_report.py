@@ -100,7 +100,7 @@ def view(tmp_path: Path) -> NightView:
             journal.done(summary(cell.id, "pass" if cell.pin == "demo/0.1" else "fail"))
     journal.event("production.up:intent", "production-up")
     journal.event("production.up:done", "production-up")
-    return night_view(journal, loaded.plan, cells(loaded.plan), "docker", None, start)
+    return night_view(journal, loaded.plan, cells(loaded.plan), "docker", None)
 
 
 def test_the_report_renders_in_chromium_with_its_table_and_chart(

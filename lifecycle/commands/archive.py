@@ -50,7 +50,6 @@ def check_selection(names: Sequence[str], every: bool) -> None:
 def select_caches(ledger: Ledger, names: Sequence[str], every: bool) -> tuple[list[str], list[str]]:
     """(cache ids to archive, why others were skipped): the named ones, or with --all every
     live cache and every archived one (re-verified), less those a running boot holds."""
-    check_selection(names, every)
     if names:
         return list(dict.fromkeys(names)), []
     chosen, skipped = [], []

@@ -45,10 +45,6 @@ class Source:
     archive: ArchiveLocation | None  # --from
     where: str  # for the human form: "the ledger at …" or the s3:// URL
 
-    def store(self) -> BlobStore | None:
-        """The archive's store, with --from."""
-        return BlobStore(self.client, self.archive) if self.archive else None
-
     def facts(
         self,
         of_archive: Callable[[BlobStore, str], Facts],
@@ -56,9 +52,8 @@ class Source:
         target: str,
     ) -> Facts:
         """What the archive (with --from) or else the ledger knows of `target`."""
-        store = self.store()
-        if store is not None:
-            return of_archive(store, target)
+        if self.archive is not None:
+            return of_archive(BlobStore(self.client, self.archive), target)
         assert self.ledger is not None, "a source is the archive or the ledger"
         return of_ledger(self.ledger, target)
 
@@ -151,8 +146,8 @@ def check_output_file(path: Path, option: str) -> None:
         raise LifecycleError(f"{option} {path}: {path.parent} is not writable")
 
 
-def write_provenance(chain: Chain, path: Path) -> dict[str, Any]:
-    """Write the chain's in-toto Statement v1 to `path` (replacing it whole); the statement."""
+def write_provenance(chain: Chain, path: Path) -> None:
+    """Write the chain's in-toto Statement v1 to `path` (replacing it whole)."""
     document = statement(chain)
     temp = path.with_name(f".{path.name}.tmp")
     try:
@@ -161,4 +156,3 @@ def write_provenance(chain: Chain, path: Path) -> dict[str, Any]:
     except OSError as exc:
         temp.unlink(missing_ok=True)
         raise LifecycleError(f"--provenance {path}: {exc.strerror or exc}") from None
-    return document

@@ -140,16 +140,9 @@ def run(ctx: Context, options: BootOptions) -> BootReport:
         boot_request = request(ctx, options, client, ledger)
         watch = Watch(on_line=ctx.say, checkpoint=ctx.checkpoint())
         record = boot_then_accept(client, ledger, boot_request, ctx.environ, watch)
-        uses = cache_uses(ledger, boot_id=record.id)
-        writes = untracked_writes(ledger, record.id)
-    return report_of(record, uses, writes)
-
-
-def report_of(
-    record: BootRecord, uses: Sequence[CacheUse], writes: Sequence[UntrackedWrite] = ()
-) -> BootReport:
-    """A boot's record, its uses of caches and its writes outside them as its report."""
-    return BootReport(record, tuple(uses), tuple(writes))
+        uses = tuple(cache_uses(ledger, boot_id=record.id))
+        writes = tuple(untracked_writes(ledger, record.id))
+    return BootReport(record, uses, writes)
 
 
 def dry_run(ctx: Context, options: BootOptions) -> BootSpecReport:

@@ -7,6 +7,7 @@ again first. Runs on one host take turns (a lock under LIFECYCLE_HOME).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -52,16 +53,13 @@ class GcReport(Report):
     result: Swept | None = None
 
     def to_json(self) -> dict[str, Any]:
-        removing: dict[str, int] = {}
-        for doomed in self.plan.remove:
-            removing[doomed.kind] = removing.get(doomed.kind, 0) + 1
         return {
             "format": self.FORMAT,
             "location": self.location,
             "policy": self.policy,
             "dry_run": self.dry_run,
             "plan": {
-                "remove": removing,
+                "remove": dict(Counter(doomed.kind for doomed in self.plan.remove)),
                 "bytes": self.plan.bytes,
                 "objects": [d.key for d in self.plan.remove],
                 "kept": self.plan.kept,
@@ -132,9 +130,7 @@ def plan_text(report: GcReport) -> str:
             f"completed stopped run {done.run_id}: removed {done.removed} objects"
             f" ({human_bytes(done.bytes_freed)}), spared {len(done.spared)}"
         )
-    removing: dict[str, int] = {}
-    for doomed in plan.remove:
-        removing[doomed.kind] = removing.get(doomed.kind, 0) + 1
+    removing = Counter(doomed.kind for doomed in plan.remove)
     going = ", ".join(f"{n} {kind}" for kind, n in sorted(removing.items())) or "nothing"
     lines.append(f"to remove: {going} ({human_bytes(plan.bytes)})")
     kept = ", ".join(f"{n} {kind}" for kind, n in sorted(plan.kept.items())) or "nothing"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lifecycle.archive.catalog import ArchivedBoot, ArchivedCache, archived_boots, archived_caches
-from lifecycle.commands.boot import BootReport, report_of
+from lifecycle.commands.boot import BootReport
 from lifecycle.commands.context import Context
 from lifecycle.commands.filters import EVERYTHING, Facts, Filters, open_archive
 from lifecycle.commands.report import Report, Row, fields_of, plain
@@ -155,7 +155,7 @@ def list_caches(ctx: Context, filters: Filters = EVERYTHING) -> CachesReport:
                     boots_cold=tuple(u.boot_id for u in mine if u.mode == "cold"),
                     boots_warm=tuple(u.boot_id for u in mine if u.mode == "warm"),
                     pins=tuple(pinned.get(cache.id, [])),
-                    age_s=(now - datetime.fromisoformat(cache.created_at)).total_seconds(),
+                    age_s=_age(now, cache.created_at),
                 )
             )
     return CachesReport(tuple(rows))
@@ -203,8 +203,8 @@ def list_boots(ctx: Context, filters: Filters = EVERYTHING) -> BootsReport:
             gone = boot.outcome == "running" and not any(
                 lease_held(ledger.home, u.cache_id) for u in mine
             )
-            outside = [w for w in writes if w.boot_id == boot.id]
-            rows.append(ListedBoot(report_of(boot, mine, outside), gone))
+            outside = tuple(w for w in writes if w.boot_id == boot.id)
+            rows.append(ListedBoot(BootReport(boot, tuple(mine), outside), gone))
     return BootsReport(tuple(rows))
 
 

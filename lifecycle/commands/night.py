@@ -147,7 +147,6 @@ def setting(
         store=store,
         say=ctx.say,
         now=ctx.now,
-        runner=run_hook_process,
     )
 
 

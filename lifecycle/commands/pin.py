@@ -71,13 +71,12 @@ def resolve_target(ledger: Ledger, target: str) -> list[CacheRecord]:
 def run_pin(ctx: Context, target: str, reason: str | None, to: str | None = None) -> PinReport:
     """`lifecycle pin`: on this host, and for a result in the archive too when one is set."""
     where = optional_location(to, ctx.environ, ctx.project)
-    team = _team_pin(ctx, where, target, reason or DEFAULT_REASON)
+    why = reason or DEFAULT_REASON
+    team = _team_pin(ctx, where, target, why)
     if not team:
         with ctx.ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
-            return pin_target(ledger, target, reason or DEFAULT_REASON, ctx.now())
-    local = _here(
-        ctx, lambda ledger: pin_target(ledger, target, reason or DEFAULT_REASON, ctx.now())
-    )
+            return pin_target(ledger, target, why, ctx.now())
+    local = _here(ctx, lambda ledger: pin_target(ledger, target, why, ctx.now()))
     return replace(local or PinReport("pin", target, (), (), {}), team=team)
 
 

@@ -55,19 +55,23 @@ class PortCommandReport(Report):
 
 
 def run(ctx: Context, options: PortOptions, cwd: Path) -> PortCommandReport:
-    """Start, continue (`--continue`, from `cwd`) or abort a port."""
+    """Start a port (or only compute its report, with `dry_run`); or, run from `cwd`, continue
+    the stopped one (its worktree is the resolution) or abort it (a line saying what went)."""
     home = ctx.home
     if options.resume or options.abort:
         others = options.old or options.new or options.flags != PortFlags()
         if (options.resume and options.abort) or others:
             raise LifecycleError("--continue and --abort take no other arguments or options")
-        if options.abort:
-            return PortCommandReport(None, abort_port(ctx.manifests_dir, home, cwd))
-        return PortCommandReport(continue_port(ctx.manifests_dir, home, cwd))
+        with _git_failures():
+            stopped = session.locate(ctx.manifests_dir, home, cwd)
+            if options.abort:
+                return PortCommandReport(None, session.abort(stopped))
+            return PortCommandReport(session.resume(stopped, home))
     if not (options.old and options.new):
         raise LifecycleError("give OLD and NEW (e.g. `lifecycle port 0.30 0.31`)")
     request = PortRequest(ctx.manifests_dir, options.old, options.new, home, options.flags)
-    return PortCommandReport(port(request))
+    with _git_failures():
+        return PortCommandReport(session.start(request))
 
 
 def render(report: PortCommandReport) -> str:
@@ -75,24 +79,6 @@ def render(report: PortCommandReport) -> str:
     if report.report is None:
         return f"{report.aborted}\n"
     return render_text(report.report)
-
-
-def port(request: PortRequest) -> PortReport:
-    """Start a port (or only compute its report, with `dry_run`)."""
-    with _git_failures():
-        return session.start(request)
-
-
-def continue_port(manifests_dir: Path, home: Path, cwd: Path) -> PortReport:
-    """`--continue` run from `cwd`: take the worktree as the resolution and go on."""
-    with _git_failures():
-        return session.resume(session.locate(manifests_dir, home, cwd), home)
-
-
-def abort_port(manifests_dir: Path, home: Path, cwd: Path) -> str:
-    """`--abort` run from `cwd`: forget the stopped port; a line saying what was removed."""
-    with _git_failures():
-        return session.abort(session.locate(manifests_dir, home, cwd))
 
 
 @contextmanager

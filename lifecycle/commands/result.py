@@ -199,10 +199,7 @@ def render_archived(report: ArchivedResultsReport) -> str:
                 r.result.manifest_name,
                 r.result.host,
                 metrics_text(r.result.result["metrics"], METRICS_WIDTH),
-                " ".join(
-                    ["INSTRUMENTED"] * bool(r.result.result["instrumented"])
-                    + ["pinned"] * bool(r.result.pins)
-                ),
+                flags(bool(r.result.result["instrumented"]), bool(r.result.pins)),
             ]
             for r in report.results
         ],
@@ -242,7 +239,7 @@ def render_list(report: ResultsReport) -> str:
                 r.manifest_name,
                 metrics_text(r.metrics, METRICS_WIDTH),
                 "yes" if r.archives else "no",
-                " ".join(flags(r)),
+                flags(r.instrumented, bool(r.pinned)),
             ]
             for r in report.results
         ],
@@ -271,6 +268,6 @@ def render_add(report: ResultAddReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def flags(result: ResultView) -> list[str]:
+def flags(instrumented: bool, pinned: bool) -> str:
     """INSTRUMENTED (a result of the engine plus an observing hook), pinned."""
-    return ["INSTRUMENTED"] * result.instrumented + ["pinned"] * bool(result.pinned)
+    return " ".join(["INSTRUMENTED"] * instrumented + ["pinned"] * pinned)

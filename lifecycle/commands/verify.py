@@ -34,7 +34,19 @@ class VerifyRunReport(Report):
         return EXIT_NO if self.report.problems else EXIT_OK
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": self.FORMAT, **report_json(self.report)}
+        """Every check, and the problems on their own."""
+        return {
+            "format": self.FORMAT,
+            "target": self.report.target,
+            "kind": self.report.kind,
+            "source": self.report.source,
+            "ok": not self.report.problems,
+            "problems": [f"{f.subject}: {f.problem}" for f in self.report.problems],
+            "checked": [
+                {"subject": f.subject, "problem": f.problem, "note": f.note}
+                for f in self.report.findings
+            ],
+        }
 
 
 def run(ctx: Context, target: str, source: str | None) -> VerifyRunReport:
@@ -43,11 +55,6 @@ def run(ctx: Context, target: str, source: str | None) -> VerifyRunReport:
         return VerifyRunReport(
             verify(target, ledger=read.ledger, client=read.client, source=read.archive)
         )
-
-
-def render(report: VerifyRunReport) -> str:
-    """What differs first, each naming the file or object; then what was found as recorded."""
-    return report_text(report.report)
 
 
 def verify(
@@ -76,22 +83,9 @@ def verify(
     )
 
 
-def report_json(report: VerifyReport) -> dict[str, Any]:
-    """The JSON form: every check, and the problems on their own."""
-    return {
-        "target": report.target,
-        "kind": report.kind,
-        "source": report.source,
-        "ok": not report.problems,
-        "problems": [f"{f.subject}: {f.problem}" for f in report.problems],
-        "checked": [
-            {"subject": f.subject, "problem": f.problem, "note": f.note} for f in report.findings
-        ],
-    }
-
-
-def report_text(report: VerifyReport) -> str:
+def render(run_report: VerifyRunReport) -> str:
     """What differs first, each naming the file or object; then what was found as recorded."""
+    report = run_report.report
     count = len(report.problems)
     verdict = "as recorded" if not count else f"{count} difference{'s' * (count != 1)}"
     lines = [f"verify {report.kind} {report.target} (from {report.source}): {verdict}"]

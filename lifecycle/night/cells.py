@@ -26,7 +26,6 @@ WARM_UP = "warm-up"  # the workload of a pin's warm-up boots: cell `PIN:warm-up:
 class Rung:
     """The rung of a ladder a cell runs at."""
 
-    ladder: int  # its index in the plan's ladders
     argument: str
     value: float
     margin_metric: str
@@ -65,23 +64,19 @@ def cells(plan: Plan) -> list[Cell]:
     """Every cell of the plan, in the order they run."""
     ordered: list[Cell] = []
     for pin in plan.pins:
-        for state in _states(plan):
-            ordered += _matrix(plan, pin, state)
+        for state in ("cold", "warm"):  # cold before warm, whatever order the plan lists them in
+            if state in plan.cache_states:
+                ordered += _matrix(plan, pin, state)
         for state in ("cold", "warm"):  # a ladder's rungs run in both, whatever the matrix does
-            for index, ladder in enumerate(plan.ladders):
+            for ladder in plan.ladders:
                 if pin in plan.ladder_pins(ladder):
-                    ordered += [_rung(ladder, index, pin, state, value) for value in ladder.rungs]
+                    ordered += [_rung(ladder, pin, state, value) for value in ladder.rungs]
     return ordered
 
 
 def matching(all_cells: list[Cell], patterns: list[str]) -> list[Cell]:
     """The cells whose id matches one of the patterns (shell-style: `demo/0.2:batch:*`)."""
     return [c for c in all_cells if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
-
-
-def _states(plan: Plan) -> list[str]:
-    # Cold before warm, whatever order the plan lists them in.
-    return [state for state in ("cold", "warm") if state in plan.cache_states]
 
 
 def _matrix(plan: Plan, pin: str, state: str) -> list[Cell]:
@@ -95,7 +90,7 @@ def _matrix(plan: Plan, pin: str, state: str) -> list[Cell]:
             instrumented=False,
             repeats=profile.repeats or plan.repeats,
             boot_profile=profile.boot_profile,
-            args=(*profile.args, *_created_args(created)),
+            args=(*profile.args, *(arg for condition in created for arg in condition.args)),
             hooks=tuple(profile.hooks),
             checks=tuple(profile.checks),
             timeout_s=profile.timeout_s,
@@ -109,7 +104,7 @@ def _matrix(plan: Plan, pin: str, state: str) -> list[Cell]:
     return found
 
 
-def _rung(ladder: Ladder, index: int, pin: str, state: str, value: float) -> Cell:
+def _rung(ladder: Ladder, pin: str, state: str, value: float) -> Cell:
     shape = ladder.shape
     check = Check(
         name=f"ladder-{ladder.argument}",
@@ -117,7 +112,7 @@ def _rung(ladder: Ladder, index: int, pin: str, state: str, value: float) -> Cel
         path=shape.path,
         pass_when=Evidence(metrics=[f"{ladder.margin} >= {ladder.floor_mib:g}"]),
     )
-    rung = Rung(index, ladder.argument, value, ladder.margin, ladder.floor_mib)
+    rung = Rung(ladder.argument, value, ladder.margin, ladder.floor_mib)
     return Cell(
         pin=pin,
         workload=f"{ladder.argument}={value:g}",
@@ -132,13 +127,6 @@ def _rung(ladder: Ladder, index: int, pin: str, state: str, value: float) -> Cel
         rung=rung,
         created=(shape.what,),
     )
-
-
-def _created_args(created: list[Created]) -> list[str]:
-    args: list[str] = []
-    for condition in created:
-        args += condition.args
-    return args
 
 
 def warm_up(pin: str, boot_profile: str | None) -> Cell:

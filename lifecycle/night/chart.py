@@ -124,10 +124,9 @@ def _line(pin: str, kind: str, color: str, points: Points, x_of: Scale, y_of: Sc
         f' points="{coords}" fill="none" stroke="{color}" stroke-width="{width}"{dash}/>'
     ]
     for x, y in points:
-        shape = "rect" if kind == "predicted" else "circle"
         cx, cy = x_of(x), y_of(y)
         title = f"{pin} {kind} at {x:g}: {y:.1f} MiB"
-        if shape == "circle":
+        if kind != "predicted":  # measured: a dot; predicted: a hollow square
             parts.append(
                 f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="{color}"'
                 f' data-value="{x:g}" data-margin="{y:.1f}"><title>{escape(title)}</title></circle>'

@@ -88,7 +88,7 @@ def judge(check: Check, seen: Observed, preconditions: Sequence[Finding] = ()) -
     cache state it asked for); one not met makes the verdict inconclusive like a missing path."""
     metrics = metrics_in(seen.log)
     path = [*preconditions, *look(check.path, seen, metrics)]
-    failed = [f for f in look(check.fail_when, seen, metrics)]
+    failed = look(check.fail_when, seen, metrics)
     passed = look(check.pass_when, seen, metrics)
     creates = [c.what for c in check.creates]
     missing = [f for f in path if not f.observed]

@@ -108,6 +108,7 @@ def _matrix(view: NightView, archive: str | None) -> list[str]:
         if any(c.state == s and c.instrumented == i for c in cells)
     ]
     header = "".join(f"<th>{s}{' (instrumented)' if i else ''}</th>" for s, i in variants)
+    by_place = {(c.pin, c.workload, c.state, c.instrumented): c for c in cells}  # ids are unique
     rows = []
     for pin, workload in dict.fromkeys((c.pin, c.workload) for c in cells):
         created = next((c.created for c in cells if c.pin == pin and c.workload == workload), [])
@@ -116,15 +117,7 @@ def _matrix(view: NightView, archive: str | None) -> list[str]:
         )
         tds = []
         for state, instrumented in variants:
-            cell = next(
-                (
-                    c
-                    for c in cells
-                    if (c.pin, c.workload, c.state, c.instrumented)
-                    == (pin, workload, state, instrumented)
-                ),
-                None,
-            )
+            cell = by_place.get((pin, workload, state, instrumented))
             tds.append(_cell(cell, archive) if cell else "<td></td>")
         rows.append(f"<tr><td>{escape(pin)}</td><td>{label}</td>{''.join(tds)}</tr>")
     return [
@@ -168,14 +161,12 @@ def _run_link(run: RunSummary) -> str:
     title = f"run {run.run}: {run.verdict}; boot {run.boot_id} {run.outcome}"
     if run.log is None:
         return f'<span title="{escape(title)}">{run.run}</span>'
+    evidence = ""
+    if run.evidence:
+        evidence = f'<a href="file://{escape(run.evidence)}" title="evidence bundle">⧉</a>'
     return (
         f'<a class="{run.verdict}" href="file://{escape(run.log)}" title="{escape(title)}">'
-        f"{run.run}</a>"
-        + (
-            f'<a href="file://{escape(run.evidence)}" title="evidence bundle">⧉</a>'
-            if run.evidence
-            else ""
-        )
+        f"{run.run}</a>{evidence}"
     )
 
 

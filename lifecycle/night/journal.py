@@ -120,12 +120,6 @@ class NightJournal:
         steps = run_steps(self.ledger, self.night.id)
         return list(dict.fromkeys(s.boot_id for s in steps if s.boot_id))
 
-    def interrupted_runs(self) -> list[NightRunStep]:
-        """Runs `started` and never `done`: the night was stopped while they ran."""
-        steps = run_steps(self.ledger, self.night.id)
-        done = {(s.cell, s.run, s.attempt) for s in steps if s.step == "done"}
-        return [s for s in steps if s.step == "started" and (s.cell, s.run, s.attempt) not in done]
-
     def builds(self) -> dict[str, str]:
         """pin -> the manifest digest of the build this night measures."""
         found = [e.detail for e in self.events() if e.event == BUILDS and e.detail]

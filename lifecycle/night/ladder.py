@@ -25,7 +25,6 @@ class Measured:
     verdict: str  # the rung's check: pass (clears the floor), fail, inconclusive
     boot_id: str | None
     result_id: str | None
-    image_id: str | None = None
 
 
 @dataclass(frozen=True)

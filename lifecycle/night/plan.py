@@ -201,14 +201,14 @@ def plan_digest(plan: Plan) -> str:
 
 def cross_checks(plan: Plan) -> Iterator[tuple[KeyPath, str]]:
     """What a field's type cannot say: duplicates, references between keys, empty checks."""
-    yield from _twice(("pins",), plan.pins)
-    yield from _twice(("cache_states",), plan.cache_states)
+    yield from listed_twice(("pins",), plan.pins)
+    yield from listed_twice(("cache_states",), plan.cache_states)
     if not plan.profiles and not plan.ladders:
         yield (), "a plan needs profiles (the matrix) or ladders, or both"
     if plan.end.teardown and not plan.end.archive:
         yield ("end", "teardown"), "teardown removes only what is archived: set archive: true"
     for name, profile in plan.profiles.items():
-        yield from _twice(("profiles", name, "checks"), [c.name for c in profile.checks])
+        yield from listed_twice(("profiles", name, "checks"), [c.name for c in profile.checks])
         for index, check in enumerate(profile.checks):
             where: KeyPath = ("profiles", name, "checks", index)
             if not check.path.items():
@@ -217,7 +217,7 @@ def cross_checks(plan: Plan) -> Iterator[tuple[KeyPath, str]]:
                 yield (*where, "pass_when"), "say what must be observed for a pass"
     for index, ladder in enumerate(plan.ladders):
         where = ("ladders", index)
-        yield from _twice((*where, "rungs"), ladder.rungs)
+        yield from listed_twice((*where, "rungs"), ladder.rungs)
         for pin in ladder.pins or ():
             if pin not in plan.pins:
                 yield (*where, "pins"), f"{pin!r} is not one of the plan's pins"
@@ -232,7 +232,8 @@ def cross_checks(plan: Plan) -> Iterator[tuple[KeyPath, str]]:
                     yield (*where, "predictions", pin, str(rung)), message
 
 
-def _twice(where: KeyPath, values: Sequence[object]) -> Iterator[tuple[KeyPath, str]]:
+def listed_twice(where: KeyPath, values: Sequence[object]) -> Iterator[tuple[KeyPath, str]]:
+    """A finding for each value listed again after its first time."""
     seen: set[object] = set()
     for index, value in enumerate(values):
         if value in seen:

@@ -51,7 +51,7 @@ def register(journal: NightJournal, plan: Plan, store: BlobStore | None) -> Regi
     sha = hashlib.sha256(body).hexdigest()
     if store is None:
         return Registered(tuple(found), None, None)
-    key = predictions_key(store, journal.night.id)
+    key = store.location.key("nights", journal.night.id, "predictions.json")
     if not store.put_document(key, body, only_new=True):
         there = io.BytesIO()
         store.download_sha256(key, there)
@@ -79,8 +79,3 @@ def record(journal: NightJournal, found: list[Prediction]) -> bytes:
         ],
     }
     return (json.dumps(document, sort_keys=True, indent=1) + "\n").encode()
-
-
-def predictions_key(store: BlobStore, night_id: str) -> str:
-    """`PREFIX/nights/<night>/predictions.json`."""
-    return store.location.key("nights", night_id, "predictions.json")

@@ -63,10 +63,10 @@ def _unresolved(ref: str, loaded: LoadedManifest, digest: str) -> Pin:
 def _check_cell(cell: Cell, loaded: LoadedManifest) -> None:
     manifest = loaded.manifest
     try:
-        pick_profile(manifest, cell.boot_profile)
+        profile = pick_profile(manifest, cell.boot_profile)
     except LifecycleError as exc:
         raise LifecycleError(f"cell {cell.id}: {exc} ({loaded.file})") from None
-    acceptance = manifest.profiles[pick_profile(manifest, cell.boot_profile)].acceptance
+    acceptance = manifest.profiles[profile].acceptance
     for check in cell.checks:
         if acceptance is not None and acceptance.name == check.name:
             raise LifecycleError(

@@ -25,15 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.errors import AnswerNo, LifecycleError
-from lifecycle.hooks import (
-    Hook,
-    HookExit,
-    HookRunner,
-    Interrupted,
-    SignalGuard,
-    run_hook_process,
-    select,
-)
+from lifecycle.hooks import Hook, HookExit, HookRunner, SignalGuard, run_hook_process, select
 from lifecycle.ledger.nights import NightEvent
 from lifecycle.night.journal import NightJournal
 from lifecycle.night.plan import Production
@@ -107,12 +99,7 @@ def production_down(
         raise
     finally:
         guard.holding = True  # a second Ctrl-C must not stop production coming back
-        try:
-            bring_up(journal, hooks.up, say, runner)
-        finally:
-            guard.restore()
-        if guard.held and not interrupted:
-            raise Interrupted(guard.held[0])
+        guard.clean_up(lambda: bring_up(journal, hooks.up, say, runner), interrupted)
 
 
 def bring_up(

@@ -147,20 +147,18 @@ def recover(
     for event in production_left_down(ledger):
         journal = NightJournal.of(ledger, event.night_id, stamp)
         assert journal is not None, "an event's night is in the ledger"
-        plan = plan_of(journal)
-        up_name = plan.production.up if plan.production else None
-        hooks_dir = Path(journal.night.project) / "hooks"
+        production = plan_of(journal).production
+        if production is None:
+            found.append(Recovery(journal.night.id, False, "its plan names no production.up"))
+            continue
         try:
-            hooks = select(hooks_dir, [up_name] if up_name else [])
+            hook = select(Path(journal.night.project) / "hooks", [production.up])[0]
         except HookSelectionError as exc:
             found.append(Recovery(journal.night.id, False, f"cannot run production.up: {exc}"))
             continue
-        if not hooks:
-            found.append(Recovery(journal.night.id, False, "its plan names no production.up"))
-            continue
         say(f"night {journal.night.id} left production down ({event.event}): recovering")
-        up = bring_up(journal, hooks[0], say, runner)
-        detail = "production is up" if up else f"hooks/{hooks[0].name} failed; still down"
+        up = bring_up(journal, hook, say, runner)
+        detail = "production is up" if up else f"hooks/{hook.name} failed; still down"
         found.append(Recovery(journal.night.id, up, detail))
     return found
 
@@ -310,9 +308,7 @@ def _view(
     prepared: Prepared,
     registered: Registered,
 ) -> NightView:
-    view = night_view(
-        journal, plan, list(prepared.cells), night.engine.where, registered, night.now()
-    )
+    view = night_view(journal, plan, list(prepared.cells), night.engine.where, registered)
     if night.store is not None:
         view = view.model_copy(update={"archive": night.store.location.url()})
     return publish(view, night.ledger.home, night.store)

@@ -35,6 +35,7 @@ from lifecycle.night.plan import (
     LoadedPlan,
     Plan,
     Production,
+    listed_twice,
     load_validated,
     located_problems,
     plan_digest,
@@ -109,11 +110,7 @@ def revalidation_plan(version: str, loaded: LoadedManifest) -> LoadedPlan:
 
 
 def _ladder_checks(ladder: LadderFile) -> Iterator[tuple[KeyPath, str]]:
-    seen: set[float] = set()
-    for index, rung in enumerate(ladder.rungs):
-        if rung in seen:
-            yield ("rungs", index), f"{rung!r} is listed twice"
-        seen.add(rung)
+    yield from listed_twice(("rungs",), ladder.rungs)
     if not ladder.shape.path.items():
         yield ("shape", "path"), "say what shows the shape was forced"
     for rung in ladder.predictions:

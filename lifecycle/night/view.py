@@ -225,7 +225,7 @@ def disagreements(cells: list[CellView]) -> list[Disagreement]:
     return found
 
 
-def production_view(events: list[NightEvent], now: datetime) -> ProductionView | None:
+def production_view(events: list[NightEvent]) -> ProductionView | None:
     """Intervals of production down, from the journal's production events."""
     production = [e for e in events if e.event.startswith("production.")]
     if not production:
@@ -325,7 +325,6 @@ def night_view(
     cells: list[Cell],
     engine: str,
     registered: Registered | None,
-    now: datetime,
 ) -> NightView:
     """The view of a night as its journal has it now."""
     night = journal.night
@@ -355,7 +354,7 @@ def night_view(
         cells=views,
         disagreements=disagreements(views),
         warm_ups=warm_ups,
-        production=production_view(events, now),
+        production=production_view(events),
         predictions=registered,
         ladders=ladder_views(plan, cells, runs, written_values(events)),
         end=end,
