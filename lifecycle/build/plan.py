@@ -16,7 +16,6 @@ from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.checks import unconfirmed_pins
 from lifecycle.manifest.digest import manifest_digest, patch_digests
 
-LABEL_PREFIX = "lifecycle."
 DIGEST_LABEL = "lifecycle.manifest.digest"
 # The base image's id (its config digest) the image was built on: `build` rebuilds when the
 # base image's tag has moved to other content, and cache keys carry it (lifecycle.build.keys).
