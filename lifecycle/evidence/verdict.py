@@ -34,9 +34,8 @@ BootVerdict = Literal[
 
 def as_verdict(text: str) -> CacheVerdict:
     """A cache verdict as read back from the ledger."""
-    for verdict in get_args(CacheVerdict):
-        if verdict == text:
-            return cast(CacheVerdict, verdict)
+    if text in get_args(CacheVerdict):
+        return cast(CacheVerdict, text)
     raise ValueError(f"not a cache verdict: {text!r}")
 
 
