@@ -171,21 +171,18 @@ def _emptied(git: Git, bases: Bases, moved: _Moved) -> PatchResult:
             git, bases.old_commit, bases.new_commit, bases.subdir, moved.old, moved.old_paths
         )
     )
+    upstream = (
+        f"and upstream {related.commit[:12]} {related.subject!r} {related.how}, " if related else ""
+    )
     why = note or (
-        "its change is already in the tree it was moved onto, "
-        + (
-            f"and upstream {related.commit[:12]} {related.subject!r} {related.how}, but "
-            if related
-            else "but "
-        )
-        + "neither patch-id nor a reverse-apply proves the change is upstream's: check it"
+        f"its change is already in the tree it was moved onto, {upstream}but neither patch-id "
+        "nor a reverse-apply proves the change is upstream's: check it"
     )
     return PatchResult(
         patch.index,
         patch.file,
         PatchOutcome.EMPTIED,
-        None,
-        moved.resolved,
+        conflict=moved.resolved,
         note=why,
         related=related,
     )
@@ -222,9 +219,8 @@ def _applied(git: Git, bases: Bases, moved: _Moved) -> tuple[PatchResult, bytes]
         patch.index,
         patch.file,
         outcome,
-        None,
-        moved.resolved,
-        renames,
+        conflict=moved.resolved,
+        renames=renames,
         unchanged=unchanged,
         note=note,
     )
