@@ -359,6 +359,7 @@ def _scan_cache(
     diff = previous.diff(after) if previous is not None else None
     dirs = {e.path for e in after.entries if e.kind == "dir"}
     added = diff.added if diff is not None else tuple(e.path for e in after.entries)
+    changed = diff.changed if diff is not None else ()
     use = replace(
         use,
         tree_digest_before=previous.tree_digest if previous else None,
@@ -366,7 +367,7 @@ def _scan_cache(
         # Files (links and FIFOs too) apart from dirs: a JIT's new dir is not a compiled file.
         files_added=sum(1 for path in added if path not in dirs),
         dirs_added=sum(1 for path in added if path in dirs),
-        files_changed=len(diff.changed) if diff is not None else 0,
+        files_changed=len(changed),
         files_removed=len(diff.removed) if diff is not None else 0,
     )
     cache = replace(
@@ -379,10 +380,7 @@ def _scan_cache(
         in_use_by=None,
         state="live",  # whatever it was, a boot used it: any archive is now out of date
     )
-    written = (
-        set(diff.added + diff.changed) if diff is not None else {e.path for e in after.entries}
-    )
-    return use, cache, after, frozenset(written)
+    return use, cache, after, frozenset((*added, *changed))
 
 
 def _tainted(
