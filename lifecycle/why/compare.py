@@ -128,11 +128,8 @@ def _dirs(facts: BootFacts) -> str | None:
 
 
 def _hashes(facts: BootFacts) -> dict[str, str]:
-    return (
-        {k: v for k, v in facts.factor_hashes[-1].items() if k != "dir"}
-        if facts.factor_hashes
-        else {}
-    )
+    last = facts.factor_hashes[-1] if facts.factor_hashes else {}
+    return {k: v for k, v in last.items() if k != "dir"}
 
 
 def _one_factors(facts: BootFacts) -> dict[str, Any]:
