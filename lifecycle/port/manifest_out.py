@@ -77,15 +77,13 @@ def carry_tuned(
 ) -> dict[str, TunedValue]:
     """Every tuned value as `carried`, from `old_label` unless it was carried already; but a
     value the existing NEW `validated` is kept as it is, never turned into a carried one."""
-    kept = validated or {}
     carried = {
-        name: kept.get(name)
-        or value.model_copy(
+        name: value.model_copy(
             update={"status": "carried", "carried_from": value.carried_from or old_label}
         )
         for name, value in tuned.items()
     }
-    return {**carried, **{name: value for name, value in kept.items() if name not in carried}}
+    return {**carried, **(validated or {})}  # a validated one replaces its carried one in place
 
 
 def manifest_data(
