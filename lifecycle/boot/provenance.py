@@ -1,9 +1,8 @@
 """Snapshots a boot keeps of what it ran: the resolved manifest, its patches, the image labels.
 
 They live under `$LIFECYCLE_HOME/evidence/{manifests,patches,images}/` (lifecycle.home),
-content-named, so
-the archive can carry them to S3 and an audit can answer from them after the checkout or
-the image is gone.
+content-named, so the archive can carry them to S3 and an audit can answer from them after
+the checkout or the image is gone.
 """
 
 from __future__ import annotations

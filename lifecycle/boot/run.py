@@ -103,10 +103,7 @@ def dry_run_spec(request: BootRequest, host_env: Mapping[str, str]) -> Container
         )
         for name, c in manifest.active_caches().items()
     ]
-    labels = _labels(request, "(dry run)")
-    boot_env = _boot_env(request, "(dry run)")
-    image = request.image_tag
-    return build_spec(manifest, profile, image, mounts, host_env, labels, boot_env, _extra(request))
+    return _spec(request, profile, request.image_tag, mounts, host_env, "(dry run)")
 
 
 @dataclass(frozen=True)
@@ -141,11 +138,7 @@ def boot(
     )
     try:
         checkpoint("boot-caches-picked")
-        labels, boot_env = _labels(request, boot_id), _boot_env(request, boot_id)
-        spec = build_spec(
-            manifest, profile, request.image["id"], plan.mounts, host_env, labels, boot_env,
-            _extra(request),
-        )  # fmt: skip
+        spec = _spec(request, profile, request.image["id"], plan.mounts, host_env, boot_id)
         record = _intent(request, profile, boot_id, now, spec)
         keep_provenance(ledger, request.loaded, request.digest, request.image)
         start_boot(ledger, record, plan.new_caches, plan.uses)
@@ -160,9 +153,26 @@ def boot(
     return record
 
 
-def _extra(request: BootRequest) -> EngineExtras:
-    """What the boot adds to the profile: a cell's arguments, the hooks' engine environment."""
-    return EngineExtras(request.extra_args, engine_env(request.hooks))
+def _spec(
+    request: BootRequest,
+    profile: str,
+    image: str,
+    mounts: list[CacheMount],
+    host_env: Mapping[str, str],
+    boot_id: str,
+) -> ContainerSpec:
+    """The profile's spec with the boot's labels, its provenance (BOOT_ENV: the provenance
+    plugin of the production patches logs it, so a result can be matched to its build from
+    the log), a cell's arguments and the hooks' engine environment."""
+    labels = {
+        "lifecycle.boot.id": boot_id,
+        "lifecycle.manifest.digest": request.digest,
+        "lifecycle.manifest.name": request.loaded.manifest.name,
+    }
+    boot_env = dict(zip(BOOT_ENV, (boot_id, request.digest, request.image_tag), strict=True))
+    extras = EngineExtras(request.extra_args, engine_env(request.hooks))
+    manifest = request.loaded.manifest
+    return build_spec(manifest, profile, image, mounts, host_env, labels, boot_env, extras)
 
 
 def _intent(
@@ -349,6 +359,7 @@ def _scan_cache(
     diff = previous.diff(after) if previous is not None else None
     dirs = {e.path for e in after.entries if e.kind == "dir"}
     added = diff.added if diff is not None else tuple(e.path for e in after.entries)
+    changed = diff.changed if diff is not None else ()
     use = replace(
         use,
         tree_digest_before=previous.tree_digest if previous else None,
@@ -356,7 +367,7 @@ def _scan_cache(
         # Files (links and FIFOs too) apart from dirs: a JIT's new dir is not a compiled file.
         files_added=sum(1 for path in added if path not in dirs),
         dirs_added=sum(1 for path in added if path in dirs),
-        files_changed=len(diff.changed) if diff is not None else 0,
+        files_changed=len(changed),
         files_removed=len(diff.removed) if diff is not None else 0,
     )
     cache = replace(
@@ -369,10 +380,7 @@ def _scan_cache(
         in_use_by=None,
         state="live",  # whatever it was, a boot used it: any archive is now out of date
     )
-    written = (
-        set(diff.added + diff.changed) if diff is not None else {e.path for e in after.entries}
-    )
-    return use, cache, after, frozenset(written)
+    return use, cache, after, frozenset((*added, *changed))
 
 
 def _tainted(
@@ -399,21 +407,6 @@ def _last_scan(cache: CacheRecord) -> Fingerprint | None:
     if cache.scan_path and Path(cache.scan_path).is_file():
         return Fingerprint.from_json(Path(cache.scan_path).read_text())
     return None
-
-
-def _labels(request: BootRequest, boot_id: str) -> dict[str, str]:
-    return {
-        "lifecycle.boot.id": boot_id,
-        "lifecycle.manifest.digest": request.digest,
-        "lifecycle.manifest.name": request.loaded.manifest.name,
-    }
-
-
-def _boot_env(request: BootRequest, boot_id: str) -> dict[str, str]:
-    """What the engine is told about its own provenance (BOOT_ENV); the provenance plugin of
-    the production patches logs it, so a result can be matched to its build from the log."""
-    values = (boot_id, request.digest, request.image_tag)
-    return dict(zip(BOOT_ENV, values, strict=True))
 
 
 def _stamp(moment: datetime) -> str:

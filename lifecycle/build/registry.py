@@ -38,7 +38,7 @@ def push_image(client: Any, image_id: str, tag: str, registry: str) -> Pushed:
             raise _refusal(f"push of {target}:{version} failed: {chunk['error']}")
         digest = (chunk.get("aux") or {}).get("Digest") or digest
     if digest is None:  # an engine that does not say: what it now knows the image by
-        found = [d for d in client.images.get(image_id).attrs.get("RepoDigests") or []]
+        found = client.images.get(image_id).attrs.get("RepoDigests") or []
         digest = next((d.partition("@")[2] for d in found if d.startswith(f"{target}@")), None)
     if digest is None:
         raise RegistryFailed(f"push of {target}:{version}: the registry gave no digest")

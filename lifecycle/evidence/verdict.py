@@ -34,9 +34,8 @@ BootVerdict = Literal[
 
 def as_verdict(text: str) -> CacheVerdict:
     """A cache verdict as read back from the ledger."""
-    for verdict in get_args(CacheVerdict):
-        if verdict == text:
-            return cast(CacheVerdict, verdict)
+    if text in get_args(CacheVerdict):
+        return cast(CacheVerdict, text)
     raise ValueError(f"not a cache verdict: {text!r}")
 
 
@@ -96,6 +95,7 @@ def describe_boot(
         if untracked and untracked.files
         else ""
     )
+    plus = f" (+{outside})" if outside else ""
     if verdict == "mounted-but-missed":
         missed = ", ".join(
             f"{c.name}: +{c.compiled_files} files while warm"
@@ -105,13 +105,10 @@ def describe_boot(
         return f"missed ({missed}{'; ' + outside if outside else ''})"
     if verdict == "cold-compiled":
         warm = [c.name for c in caches if modes.get(c.name) == "warm" and c.verdict == "warm-hit"]
-        word = f"partly warm ({', '.join(warm)} warm)" if warm else "cold"
-        return f"{word} (+{outside})" if outside else word
+        return (f"partly warm ({', '.join(warm)} warm)" if warm else "cold") + plus
     if verdict in ("partial", "warm-hit"):
         return f"warm (partial: {outside})" if outside else "warm"
-    if verdict == "unused":
-        return "unused" + (f" (+{outside})" if outside else "")
-    return "no JIT output" + (f" (+{outside})" if outside else "")
+    return ("unused" if verdict == "unused" else "no JIT output") + plus
 
 
 @dataclass(frozen=True)

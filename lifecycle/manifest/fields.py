@@ -20,11 +20,16 @@ def version_text(value: object) -> object:
     return value
 
 
-def _slug(value: str) -> str:
-    if not _SLUG.match(value):
-        raise ValueError(f"{value!r} must be lower-case letters, digits, '.', '_' or '-'")
-    return value
+def matching(pattern: re.Pattern[str], expected: str) -> AfterValidator:
+    """A string that must match `pattern`; else `'<value>' <expected>`."""
+
+    def check(value: str) -> str:
+        if not pattern.match(value):
+            raise ValueError(f"{value!r} {expected}")
+        return value
+
+    return AfterValidator(check)
 
 
 Text = Annotated[str, Field(min_length=1)]
-Slug = Annotated[str, AfterValidator(_slug)]
+Slug = Annotated[str, matching(_SLUG, "must be lower-case letters, digits, '.', '_' or '-'")]

@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from lifecycle.manifest.fields import Slug, Text
+from lifecycle.manifest.fields import Slug, Text, matching
 
 CONDITION = re.compile(
     r"^\s*(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\s*(?P<op>>=|<=|==|!=|>|<)\s*"
@@ -48,13 +48,7 @@ def _cache_file(value: str) -> str:
     return value
 
 
-def _metric(value: str) -> str:
-    if not _METRIC.match(value):
-        raise ValueError(f"{value!r} is not a metric name")
-    return value
-
-
-MetricName = Annotated[str, AfterValidator(_metric)]
+MetricName = Annotated[str, matching(_METRIC, "is not a metric name")]
 CacheState = Literal["cold", "warm"]
 
 

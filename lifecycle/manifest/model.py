@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from lifecycle.manifest.fields import Slug, Text, version_text
+from lifecycle.manifest.fields import Slug, Text, matching, version_text
 from lifecycle.manifest.measure import LadderMethod, Validity
 
 SCHEMA_VERSION = 1
@@ -37,17 +37,6 @@ def _pep440(value: str) -> str:
         return str(Version(value))
     except InvalidVersion:
         raise ValueError(f"{value!r} is not a PEP 440 version") from None
-
-
-def _matching(pattern: re.Pattern[str], expected: str) -> AfterValidator:
-    """A string that must match `pattern`; else `'<value>' <expected>`."""
-
-    def check(value: str) -> str:
-        if not pattern.match(value):
-            raise ValueError(f"{value!r} {expected}")
-        return value
-
-    return AfterValidator(check)
 
 
 def _absolute_posix(value: str) -> str:
@@ -70,9 +59,9 @@ def _port_key(value: str) -> str:
 
 
 PinnedVersion = Annotated[str, BeforeValidator(version_text), AfterValidator(_pep440)]
-EnvName = Annotated[str, _matching(_ENV_NAME, "is not an environment variable name")]
+EnvName = Annotated[str, matching(_ENV_NAME, "is not an environment variable name")]
 ContainerPath = Annotated[str, AfterValidator(_absolute_posix)]
-CommitId = Annotated[str, _matching(_COMMIT, "is not a commit id (7 to 64 lower-case hex digits)")]
+CommitId = Annotated[str, matching(_COMMIT, "is not a commit id (7 to 64 lower-case hex digits)")]
 PortKey = Annotated[str, BeforeValidator(_port_number_as_text), AfterValidator(_port_key)]
 PinName = Literal["vllm", "flashinfer", "base_image"]
 
@@ -237,10 +226,10 @@ class BootProfile(_Strict):
 
 
 EntryPointGroup = Annotated[
-    str, _matching(_ENTRY_POINT_GROUP, "is not an entry point group (e.g. vllm.general_plugins)")
+    str, matching(_ENTRY_POINT_GROUP, "is not an entry point group (e.g. vllm.general_plugins)")
 ]
 ObjectReference = Annotated[
-    str, _matching(_OBJECT_REFERENCE, "is not an object reference 'package.module:function'")
+    str, matching(_OBJECT_REFERENCE, "is not an object reference 'package.module:function'")
 ]
 
 

@@ -12,11 +12,10 @@ from collections.abc import Callable, Iterator
 from itertools import combinations
 from pathlib import PurePosixPath
 
+from lifecycle.manifest.checks import Finding
 from lifecycle.manifest.defaults import BOOT_ENV
 from lifecycle.manifest.located import KeyPath
 from lifecycle.manifest.model import JitCache, Manifest
-
-Finding = tuple[KeyPath, str]
 
 # The container needs these trees as the image and the kernel made them, all the way down.
 _OFF_LIMITS = tuple(PurePosixPath(p) for p in ("/proc", "/sys", "/dev", "/etc"))
@@ -40,9 +39,8 @@ def check_mounts(manifest: Manifest, written: Callable[[KeyPath], bool]) -> Iter
     that a conflict is reported where the user can change it."""
     caches = manifest.active_caches()
     package_dir = PurePosixPath(manifest.engine.package_dir)
-    placed: dict[
-        str, JitCache
-    ] = {}  # caches whose own place is fine; only those are compared with each other
+    # The caches whose own place is fine: only those are compared with each other.
+    placed: dict[str, JitCache] = {}
     for name, cache in caches.items():
         where = ("caches", name, "path")
         path = PurePosixPath(cache.path)

@@ -76,10 +76,10 @@ def classify(
     """Every patch's result, and the bytes of each patch kept in the new series."""
     old_commits, new_commits = list(replayed.old.values()), list(replayed.new.values())
     with ThreadPoolExecutor(max_workers=3) as pool:  # four independent reads of the repository
-        old_exports = pool.submit(_exports, git, old_commits, bases.subdir)
-        old_paths = pool.submit(_paths, git, old_commits)
-        new_paths = pool.submit(_paths, git, new_commits)
-        new_exports = _exports(git, new_commits, bases.subdir)
+        old_exports = pool.submit(export.export, git, old_commits, bases.subdir)
+        old_paths = pool.submit(export.touched, git, old_commits)
+        new_paths = pool.submit(export.touched, git, new_commits)
+        new_exports = export.export(git, new_commits, bases.subdir)
     return _outcomes(
         git,
         bases,
@@ -171,21 +171,18 @@ def _emptied(git: Git, bases: Bases, moved: _Moved) -> PatchResult:
             git, bases.old_commit, bases.new_commit, bases.subdir, moved.old, moved.old_paths
         )
     )
+    upstream = (
+        f"and upstream {related.commit[:12]} {related.subject!r} {related.how}, " if related else ""
+    )
     why = note or (
-        "its change is already in the tree it was moved onto, "
-        + (
-            f"and upstream {related.commit[:12]} {related.subject!r} {related.how}, but "
-            if related
-            else "but "
-        )
-        + "neither patch-id nor a reverse-apply proves the change is upstream's: check it"
+        f"its change is already in the tree it was moved onto, {upstream}but neither patch-id "
+        "nor a reverse-apply proves the change is upstream's: check it"
     )
     return PatchResult(
         patch.index,
         patch.file,
         PatchOutcome.EMPTIED,
-        None,
-        moved.resolved,
+        conflict=moved.resolved,
         note=why,
         related=related,
     )
@@ -222,9 +219,8 @@ def _applied(git: Git, bases: Bases, moved: _Moved) -> tuple[PatchResult, bytes]
         patch.index,
         patch.file,
         outcome,
-        None,
-        moved.resolved,
-        renames,
+        conflict=moved.resolved,
+        renames=renames,
         unchanged=unchanged,
         note=note,
     )
@@ -276,11 +272,3 @@ def _in_package(conflict: Conflict, bases: Bases) -> Conflict:
     prefix = f"{bases.subdir}/"
     files = tuple(ConflictedFile(f.path.removeprefix(prefix), f.kind) for f in conflict.files)
     return Conflict(files, conflict.hint)
-
-
-def _exports(git: Git, commits: list[str], subdir: str) -> dict[str, bytes]:
-    return export.export(git, commits, subdir) if commits else {}
-
-
-def _paths(git: Git, commits: list[str]) -> dict[str, list[str]]:
-    return export.touched(git, commits) if commits else {}

@@ -44,6 +44,8 @@ _INDEX = re.compile(rb"(?m)^index .*\n")
 
 def export(git: Git, commits: list[str], subdir: str) -> dict[str, bytes]:
     """commit → its patch in the pinned format, paths relative to `subdir`."""
+    if not commits:
+        return {}  # `git log --no-walk` with no commit would show HEAD
     patches = _log_patches(git, commits, subdir, binary=False)
     for commit, text in patches.items():
         if _BINARY_STUB.search(text):
@@ -75,6 +77,8 @@ def patch_indices(git: Git, revisions: list[str]) -> dict[str, int]:
 
 def touched(git: Git, commits: list[str]) -> dict[str, list[str]]:
     """commit → the repository paths it changes (a rename counts as both of its paths)."""
+    if not commits:
+        return {}
     out = git.out(
         "log",
         "--no-walk=unsorted",

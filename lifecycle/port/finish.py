@@ -139,11 +139,9 @@ def _validated_digest(plan: PortPlan, files: dict[str, bytes], base: str | None)
 
 
 def _as_on_branch(plan: PortPlan, file: Path, base: str | None) -> bytes:
-    if plan.repo is None or base is None or not file.is_relative_to(plan.repo.root.resolve()):
-        return file.read_bytes()
-    name = file.relative_to(plan.repo.root.resolve()).as_posix()
-    if name not in plan.uncommitted:
-        return file.read_bytes()  # the same bytes as HEAD's
+    name = port_branch.in_repository(plan.repo, file) if plan.repo else None
+    if plan.repo is None or base is None or name not in plan.uncommitted:
+        return file.read_bytes()  # outside the repository, or the same bytes as HEAD's
     done = Git.user(plan.repo.root).run("cat-file", "blob", f"{base}:{name}", check=False)
     return done.out.encode("utf-8", "surrogateescape") if done.rc == 0 else file.read_bytes()
 
@@ -205,10 +203,8 @@ def _warnings(
 
 
 def _old_manifest(plan: PortPlan) -> str:
-    file = plan.loaded.file.resolve()
-    if plan.repo and file.is_relative_to(plan.repo.root.resolve()):
-        return file.relative_to(plan.repo.root.resolve()).as_posix()
-    return str(file)
+    name = port_branch.in_repository(plan.repo, plan.loaded.file) if plan.repo else None
+    return name or str(plan.loaded.file.resolve())
 
 
 def _message(plan: PortPlan, results: list[PatchResult]) -> str:

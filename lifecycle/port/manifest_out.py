@@ -26,13 +26,13 @@ from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.merge import deep_merge
 from lifecycle.manifest.model import Patch, TunedValue
 from lifecycle.manifest.source import read_yaml
+from lifecycle.port.mirror import REMOTE
 from lifecycle.port.pins import PinChange, base_image_pin
 from lifecycle.port.plan import PortPlan
 from lifecycle.port.report import TunedFate
 
 _ORDER = ("schema_version", "extends", "name", "engine", "upstream", "patches", "tuned")
 _VERSIONISH = re.compile(r"[0-9][0-9A-Za-z.+!_-]*")
-_REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/]+:")
 
 
 @dataclass(frozen=True)
@@ -77,15 +77,13 @@ def carry_tuned(
 ) -> dict[str, TunedValue]:
     """Every tuned value as `carried`, from `old_label` unless it was carried already; but a
     value the existing NEW `validated` is kept as it is, never turned into a carried one."""
-    kept = validated or {}
     carried = {
-        name: kept.get(name)
-        or value.model_copy(
+        name: value.model_copy(
             update={"status": "carried", "carried_from": value.carried_from or old_label}
         )
         for name, value in tuned.items()
     }
-    return {**carried, **{name: value for name, value in kept.items() if name not in carried}}
+    return {**carried, **(validated or {})}  # a validated one replaces its carried one in place
 
 
 def manifest_data(
@@ -154,7 +152,7 @@ def _rebase_upstream(own: dict[str, Any], loaded: LoadedManifest, new_dir: Path)
     if not isinstance(upstream, dict) or "repository" not in upstream:
         return
     repository = str(upstream["repository"])
-    if _REMOTE.match(repository) or Path(repository).is_absolute():
+    if REMOTE.match(repository) or Path(repository).is_absolute():
         return
     for file in loaded.chain[:-1]:
         declared = read_yaml(file).data.get("upstream") or {}

@@ -23,7 +23,7 @@ from lifecycle.manifest.source import read_yaml
 from lifecycle.port.git import Git
 
 # git's own rule: `scheme://...`, or `host:path` with the colon before any slash, is remote.
-_REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/]+:")
+REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/]+:")
 
 
 class UpstreamError(LifecycleError):
@@ -48,7 +48,7 @@ def upstream_source(loaded: LoadedManifest) -> str:
     """`upstream.repository` as git fetches it: a URL as written, a local path resolved against
     the directory of the manifest that declares it (like a patch file)."""
     repository = loaded.manifest.upstream.repository
-    if _REMOTE.match(repository):
+    if REMOTE.match(repository):
         return repository
     declaring = loaded.file
     if len(loaded.chain) > 1:  # a derived manifest may inherit the path: find who wrote it

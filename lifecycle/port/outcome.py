@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -173,24 +173,16 @@ class PatchResult:
             "unchanged": self.unchanged,
         }
         if self.drop:
-            data["dropped"] = {
-                "method": self.drop.method.value,
-                "commit": self.drop.commit,
-                "subject": self.drop.subject,
-            }
+            data["dropped"] = asdict(self.drop)
             data["applied_upstream"] = self.drop.commit  # DEP-3's name for it
         if self.conflict:
             data["conflict"] = self.conflict.to_json()
         if self.renames:
-            data["renamed"] = [{"old": r.old, "new": r.new} for r in self.renames]
+            data["renamed"] = [asdict(r) for r in self.renames]
         if self.blocked_by:
             data["blocked_by"] = self.blocked_by
         if self.note:
             data["note"] = self.note
         if self.related:
-            data["related_upstream"] = {
-                "commit": self.related.commit,
-                "subject": self.related.subject,
-                "how": self.related.how,
-            }
+            data["related_upstream"] = asdict(self.related)
         return data

@@ -178,8 +178,7 @@ def restart_at(git: Git, stop: Stop, commits: list[str], by_commit: dict[str, in
     """Put the worktree back at the first conflict after a --keep-going survey."""
     git.run("reset", "--quiet", "--hard", stop.head)
     rest = [c for c in commits if by_commit[c] >= stop.index]
-    done = git.run("cherry-pick", "--keep-redundant-commits", "--allow-empty", *rest, check=False)
-    stops = follow(git, done.out + done.err, done.rc, by_commit, keep_going=False)
+    stops = cherry_pick(git, rest, by_commit, keep_going=False)
     if not stops or stops[0].index != stop.index:
         raise ReplayError("replaying to the first conflict did not stop where the survey did")
     return stops[0]

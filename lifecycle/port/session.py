@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from lifecycle.port import branch as port_branch
@@ -221,10 +221,7 @@ def _save(
             base_commit=base,
             old_commits=old_commits,
             picks=picks,
-            pre_dropped={
-                str(i): {"method": d.method.value, "commit": d.commit, "subject": d.subject}
-                for i, d in pre_dropped.items()
-            },
+            pre_dropped={str(i): asdict(d) for i, d in pre_dropped.items()},
             resolved={str(i): c.to_json() for i, c in resolved.items()},
             stop={"index": stop.index, "conflict": stop.conflict.to_json(), "head": stop.head},
             allow_dirty=plan.request.flags.allow_dirty,

@@ -128,11 +128,8 @@ def _dirs(facts: BootFacts) -> str | None:
 
 
 def _hashes(facts: BootFacts) -> dict[str, str]:
-    return (
-        {k: v for k, v in facts.factor_hashes[-1].items() if k != "dir"}
-        if facts.factor_hashes
-        else {}
-    )
+    last = facts.factor_hashes[-1] if facts.factor_hashes else {}
+    return {k: v for k, v in last.items() if k != "dir"}
 
 
 def _one_factors(facts: BootFacts) -> dict[str, Any]:
@@ -152,15 +149,8 @@ def _factor_changes(then: BootFacts, now: BootFacts) -> Iterator[tuple[Change | 
     env_before, env_after = before.get("env", {}), after.get("env", {})
     if isinstance(env_before, Mapping) and isinstance(env_after, Mapping):
         names = sorted(set(env_before) | set(env_after))
-        changed = [
-            Change("env", n, env_before.get(n), env_after.get(n), "in vLLM's env hash")
-            for n in names
-            if env_before.get(n) != env_after.get(n)
-        ]
-        for change in changed:
-            yield change, ""
-        if not changed:
-            yield None, f"the {len(names)} env vars of vLLM's env hash"
+        same = f"the {len(names)} env vars of vLLM's env hash"
+        yield from _env_diff(env_before, env_after, names, "in vLLM's env hash", same)
     for key in sorted((set(before) | set(after)) - {"env"}):
         yield (
             _differs("factor", key, before.get(key), after.get(key), "in cache_key_factors.json"),
@@ -174,15 +164,20 @@ def _env_changes(then: BootFacts, now: BootFacts) -> Iterator[tuple[Change | Non
     hashed = set(_one_factors(now).get("env") or {}) | set(_one_factors(then).get("env") or {})
     names = sorted((set(then.env) | set(now.env)) - _PER_BOOT_ENV - hashed)
     note = "not in the engine's hashed factors: cannot move its cache dir"
+    yield from _env_diff(then.env, now.env, names, note, "the container's other env")
+
+
+def _env_diff(
+    then: Mapping[str, Any], now: Mapping[str, Any], names: list[str], note: str, same: str
+) -> Iterator[tuple[Change | None, str]]:
+    """A change for each of `names` whose value differs; else one `same` row."""
     changed = [
-        Change("env", n, then.env.get(n), now.env.get(n), note)
-        for n in names
-        if then.env.get(n) != now.env.get(n)
+        Change("env", n, then.get(n), now.get(n), note) for n in names if then.get(n) != now.get(n)
     ]
     for change in changed:
         yield change, ""
     if not changed:
-        yield None, "the container's other env"
+        yield None, same
 
 
 def _untracked(then: BootFacts, now: BootFacts) -> Change | None:

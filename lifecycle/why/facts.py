@@ -66,13 +66,14 @@ def boot_facts(ledger: Ledger, boot: BootRecord) -> BootFacts:
             caches[cache.cache_name] = cache
     writes = untracked_writes(ledger, boot.id)
     evidence = Path(boot.evidence_path) if boot.evidence_path else None
-    summary = _bundle_summary(evidence)
+    summary = _read_json(evidence, "bundle/evidence.json") or {}
     log = summary.get("log", {})
+    spec = _read_json(evidence, "spec.json")
     return BootFacts(
         boot=boot,
         uses=uses,
         caches=caches,
-        env=_spec_env(evidence),
+        env=spec.get("environment", {}) if spec is not None else None,
         factors=_factors(evidence, summary),
         factor_hashes=list(log.get("compile_factors", [])),
         compile_dirs=[log["compile_cache_dir"]] if log.get("compile_cache_dir") else [],
@@ -81,20 +82,12 @@ def boot_facts(ledger: Ledger, boot: BootRecord) -> BootFacts:
     )
 
 
-def _bundle_summary(evidence: Path | None) -> dict[str, Any]:
-    path = evidence / "bundle" / "evidence.json" if evidence else None
-    if path is None or not path.is_file():
-        return {}
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
-
-
-def _spec_env(evidence: Path | None) -> dict[str, str] | None:
-    path = evidence / "spec.json" if evidence else None
+def _read_json(evidence: Path | None, name: str) -> dict[str, Any] | None:
+    path = evidence / name if evidence else None
     if path is None or not path.is_file():
         return None
-    env: dict[str, str] = json.loads(path.read_text()).get("environment", {})
-    return env
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
 
 
 def _factors(evidence: Path | None, summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
