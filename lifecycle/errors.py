@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +37,12 @@ EXIT_CODES = (
     ),
     (EXIT_INTERNAL, "an unexpected error: one line here, the traceback in a file it names"),
 )
+
+
+def did_you_mean(name: str, known: Iterable[str], otherwise: str = "") -> str:
+    """`; did you mean 'x'?` for the known name closest to a mistyped one, else `otherwise`."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else otherwise
 
 
 class LifecycleError(Exception):

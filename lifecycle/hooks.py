@@ -25,7 +25,6 @@ variable or file that holds one), never their values.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
@@ -40,7 +39,7 @@ from pathlib import Path, PurePath
 from types import FrameType
 from typing import Any
 
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import LifecycleError, did_you_mean
 
 EVENTS = ("pre-boot", "post-boot", "pre-teardown", "post-teardown", "on-exit")
 STEPS = ("boot", "teardown")
@@ -213,8 +212,7 @@ def _why_not(hooks_dir: Path, name: str, available: Mapping[str, Hook]) -> str:
         return f"unknown hook {name!r}: there is no hooks directory at {hooks_dir}"
     if not available:
         return f"unknown hook {name!r}: {hooks_dir} holds no executable hooks"
-    close = difflib.get_close_matches(name, available, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(name, available)
     return f"unknown hook {name!r}{hint} (in {hooks_dir}: {', '.join(available)})"
 
 

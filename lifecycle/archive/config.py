@@ -8,13 +8,12 @@ exists, so that a mistake in it is seen even while a flag overrides it.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.archive.location import ArchiveLocation, location_problem
-from lifecycle.errors import LifecycleError, ManifestError, Problem
+from lifecycle.errors import LifecycleError, ManifestError, Problem, did_you_mean
 from lifecycle.manifest.located import Located, render_key_path
 from lifecycle.manifest.source import read_yaml
 
@@ -43,8 +42,7 @@ def read_config(file: Path) -> ProjectConfig:
         raise _error(located, (), "expected a mapping, e.g. `archive: s3://BUCKET/PREFIX`")
     for key in data:
         if key not in KEYS:
-            hint = difflib.get_close_matches(str(key), KEYS, n=1)
-            also = f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(KEYS)}"
+            also = did_you_mean(str(key), KEYS, f"; known: {', '.join(KEYS)}")
             raise _error(located, (str(key),), f"unknown key {str(key)!r}{also}", key=True)
     archive = data.get("archive")
     if archive is None:

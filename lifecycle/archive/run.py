@@ -37,7 +37,7 @@ from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, os_problem
 from lifecycle.archive.transfer import Progress, Sent, upload_all
 from lifecycle.archive.verify import check_record
 from lifecycle.archive.version import plan_version
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import (
@@ -124,11 +124,8 @@ def archivable(ledger: Ledger, cache_id: str) -> CacheRecord:
     """The cache, if it can be archived now: known, not torn down, no boot writing it."""
     cache = cache_by_id(ledger, cache_id)
     if cache is None:
-        import difflib
-
-        known = [c.id for c in all_caches(ledger)]
-        near = difflib.get_close_matches(cache_id, known, n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else "; `lifecycle caches` lists them"
+        known = (c.id for c in all_caches(ledger))
+        hint = did_you_mean(cache_id, known, "; `lifecycle caches` lists them")
         raise LifecycleError(f"no cache {cache_id!r} in the ledger{hint}")
     if cache.in_use_by:
         raise ArchiveError(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 from pathlib import Path
 
@@ -10,7 +9,7 @@ from lifecycle.archive.bootrecord import image_snapshot
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.sources import read_snapshot
 from lifecycle.audit.chain import ArchiveFacts, CacheAuditFacts, CacheFacts, ChainFacts
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, VersionRow, archive_of, versions_of
 from lifecycle.ledger.boots import (
@@ -37,8 +36,7 @@ def find_result(ledger: Ledger, result_id: str) -> ResultRecord:
     result = result_by_id(ledger, result_id)
     if result is not None:
         return result
-    close = difflib.get_close_matches(result_id, [r.id for r in all_results(ledger)], n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(result_id, (r.id for r in all_results(ledger)))
     raise LifecycleError(
         f"no result {result_id!r} in the ledger at {ledger.home}{hint}"
         " (recorded elsewhere, or the ledger is gone? add --from s3://BUCKET/PREFIX)"
@@ -77,8 +75,7 @@ def cache_facts(ledger: Ledger, cache_id: str) -> CacheAuditFacts:
     """A cache, the boots that used it and the results on them, as this ledger knows them."""
     cache = cache_by_id(ledger, cache_id)
     if cache is None:
-        close = difflib.get_close_matches(cache_id, [c.id for c in all_caches(ledger)], n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(cache_id, (c.id for c in all_caches(ledger)))
         raise LifecycleError(
             f"no cache {cache_id!r} in the ledger at {ledger.home}{hint}"
             " (archived from another host? add --from s3://BUCKET/PREFIX)"

@@ -13,7 +13,6 @@ keeps it and everything behind it, whichever host runs it. A result only the arc
 
 from __future__ import annotations
 
-import difflib
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -26,7 +25,7 @@ from lifecycle.archive.pins import remove_pins, write_pin
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id, cache_uses
 from lifecycle.ledger.pins import pin, pins, unpin
@@ -63,8 +62,7 @@ def resolve_target(ledger: Ledger, target: str) -> list[CacheRecord]:
         ]
         return [c for c in found if c is not None]
     known = [c.id for c in all_caches(ledger)] + [r.id for r in all_results(ledger)]
-    close = difflib.get_close_matches(target, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else " (`lifecycle caches` lists them)"
+    hint = did_you_mean(target, known, " (`lifecycle caches` lists them)")
     raise LifecycleError(f"unknown cache or result {target!r}{hint}")
 
 

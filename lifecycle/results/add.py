@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from lifecycle.errors import did_you_mean
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, boot_by_id, boot_ids
 from lifecycle.ledger.results import ResultRecord, insert_result, result_named
@@ -45,8 +45,7 @@ def find_boot(ledger: Ledger, boot_id: str) -> BootRecord:
     boot = boot_by_id(ledger, boot_id)
     if boot is not None:
         return boot
-    close = difflib.get_close_matches(boot_id, boot_ids(ledger), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else " (`lifecycle boots` lists them)"
+    hint = did_you_mean(boot_id, boot_ids(ledger), " (`lifecycle boots` lists them)")
     raise ResultError(f"unknown boot {boot_id!r}{hint}")
 
 

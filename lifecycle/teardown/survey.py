@@ -6,7 +6,6 @@ tells the truth about what would go; the run verifies again at the moment each c
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.transfer import Progress
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of
@@ -222,9 +221,7 @@ def _named(cache_ids: Sequence[str], caches: Sequence[CacheRecord]) -> tuple[str
     problems = []
     for name in cache_ids:
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            problems.append(f"unknown cache {name!r}{hint}")
+            problems.append(f"unknown cache {name!r}{did_you_mean(name, known)}")
     if problems:
         raise LifecycleError("\n".join(problems))
     return tuple(f"{i}: already torn down" for i in cache_ids if known[i].state == "torn-down")
