@@ -21,6 +21,7 @@ crashes/                        tracebacks of unexpected errors
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,3 +128,19 @@ def check_writable(home: Path) -> None:
     """The ledger's lock, its journal and every record are written here."""
     if not os.access(home, os.W_OK | os.X_OK):
         raise HomeUnusable(f"LIFECYCLE_HOME {home} is not writable (read-only?)")
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write a file whole or not at all: a temp file beside it, synced, renamed over it. A
+    crash leaves the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        Path(temp).replace(path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle.evidence.logs import parse_boot_log, parse_ninja_log
+from lifecycle.home import write_atomic
 from lifecycle.redact import Secrets, redact
 
 EVIDENCE_JSON = "evidence.json"
@@ -142,7 +142,7 @@ def collect_evidence(
         "skipped": [{"path": path, "reason": reason} for path, reason in skipped],
     }
     _write_all(copies)
-    _write_atomic(out_dir / EVIDENCE_JSON, json.dumps(summary, indent=1).encode() + b"\n")
+    write_atomic(out_dir / EVIDENCE_JSON, json.dumps(summary, indent=1).encode() + b"\n")
     _fsync_dir(out_dir)
     return EvidenceBundle(out_dir, summary, tuple(files), tuple(skipped))
 
@@ -258,20 +258,6 @@ def _write_copy(path: Path, data: bytes) -> None:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        Path(temp).replace(path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 def _fsync_dir(path: Path) -> None:

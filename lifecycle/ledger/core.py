@@ -7,14 +7,20 @@ row that points at nothing.
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from lifecycle.home import Home, HomeUnusable, NoLedger, check_home, check_writable, default_home
+from lifecycle.home import (
+    Home,
+    HomeUnusable,
+    NoLedger,
+    check_home,
+    check_writable,
+    default_home,
+    write_atomic,
+)
 from lifecycle.leases import exclusive
 from lifecycle.ledger.rows import Record, from_row
 from lifecycle.ledger.schema import MIGRATIONS
@@ -108,15 +114,8 @@ class Ledger:
 
     def keep_evidence(self, kind: str, name: str, content: bytes) -> Path:
         """Write an evidence file atomically under evidence/<kind>/ and return its path."""
-        directory = self.home.evidence(kind)
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
-        with os.fdopen(fd, "wb") as out:
-            out.write(content)
-            out.flush()
-            os.fsync(out.fileno())
-        final = directory / name
-        Path(temp).replace(final)
+        final = self.home.evidence(kind) / name
+        write_atomic(final, content)
         return final
 
 

@@ -10,14 +10,12 @@ and the newest revision of a night's report is the last one listed.
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
 from lifecycle.archive.store import BlobStore
-from lifecycle.home import Home
+from lifecycle.home import Home, write_atomic
 from lifecycle.night.html import render_html
 from lifecycle.night.view import NightView, ReportPlaces
 
@@ -46,16 +44,9 @@ def publish(view: NightView, home: Home, store: BlobStore | None) -> NightView:
     view = view.model_copy(update={"report": places})
     html = render_html(view, view.archive).encode()
     document = (json.dumps(report_json(view), indent=1) + "\n").encode()
-    _write(Path(places.html_file), html)
-    _write(Path(places.json_file), document)
+    write_atomic(Path(places.html_file), html)
+    write_atomic(Path(places.json_file), document)
     if store is not None and html_key and json_key:
         store.put_document(json_key, document, only_new=True)
         store.put_document(html_key, html, content_type="text/html; charset=utf-8", only_new=True)
     return view
-
-
-def _write(path: Path, data: bytes) -> None:
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    Path(temp).replace(path)
