@@ -435,11 +435,6 @@ class RecordInvalid(ValueError):
         super().__init__("; ".join(problems))
 
 
-def parse_cache_record(document: object) -> CacheRecordV1:
-    """A cache record from parsed JSON; RecordInvalid naming what is wrong."""
-    return _parse(CacheRecordV1, document)
-
-
 def parse_as(model: type[Model], document: object) -> Model:
     """Any record from parsed JSON (a result's canonical part checked too); RecordInvalid
     naming what is wrong."""

@@ -76,17 +76,6 @@ def redact(text: str, secret_values: Secrets) -> str:
     return _drop_survivors(text, [value for value, _ in pairs])
 
 
-def redact_bytes(data: bytes, secret_values: Secrets) -> bytes:
-    """`redact` for file content; binary content only loses the exact secret byte strings."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        pairs = [(v.encode(), h.encode()) for v, h in _spellings(secret_values)]
-        replaced = _replace_values(data, pairs)
-        return _drop_survivors(replaced, [value for value, _ in pairs])
-    return redact(text, secret_values).encode("utf-8")
-
-
 @functools.lru_cache(maxsize=4096)  # evidence files repeat the same few keys thousands of times
 def is_sensitive_key(key: str) -> bool:
     """Whether a `key=value` key names a credential (`HF_TOKEN`, `apiKey`, `--api-key`)."""

@@ -20,8 +20,9 @@ from lifecycle.records import (
     RESULT_FORMAT,
     RESULT_FORMAT_2,
     VERSION_FORMAT,
+    CacheRecordV1,
     RecordInvalid,
-    parse_cache_record,
+    parse_as,
 )
 from lifecycle.results.archive import load_result_record
 
@@ -56,7 +57,7 @@ CACHE = {
 
 
 def test_a_valid_record_reads_as_its_model() -> None:
-    record = parse_cache_record(CACHE)
+    record = parse_as(CacheRecordV1, CACHE)
     assert record.boot_ids() == {"b-1"} and record.fingerprint.tree_digest == SHA
     assert record.withheld == []  # older records have none
 
@@ -99,7 +100,7 @@ def test_other_formats_and_broken_json_are_refused_by_name() -> None:
 
 def test_too_many_problems_are_counted_not_listed() -> None:
     with pytest.raises(RecordInvalid) as refused:
-        parse_cache_record({"format": CACHE_FORMAT})
+        parse_as(CacheRecordV1, {"format": CACHE_FORMAT})
     assert len(refused.value.problems) == 4 and refused.value.problems[-1].startswith("and ")
 
 

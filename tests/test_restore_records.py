@@ -72,8 +72,8 @@ def _publish(
         {"format": FINGERPRINT_FORMAT, "tree_digest": digest, "entries": rows}, sort_keys=True
     ).encode()
     sha = hashlib.sha256(fingerprint).hexdigest()
-    store.put_blob(sha, fingerprint)
-    store.put_blob(hashlib.sha256(CONTENT).hexdigest(), CONTENT)
+    store.upload_blob(sha, fingerprint)
+    store.upload_blob(hashlib.sha256(CONTENT).hexdigest(), CONTENT)
     files = [e for e in entries if e.kind == "file"]
     fingerprint_blob = {"sha256": sha, "size": len(fingerprint), "tree_digest": digest}
     record = _complete(cache_id, row, record_format, digest) | {

@@ -28,12 +28,12 @@ def store(s3_bucket: str) -> BlobStore:
 def test_a_blob_goes_up_once_and_verifies_by_the_servers_checksum(
     store: BlobStore, s3_client: Any
 ) -> None:
-    assert store.put_blob(SHA, BODY) == len(BODY)
-    assert store.put_blob(SHA, BODY) == 0  # already there: not sent again
+    key = store.blob_key(SHA)
+    assert store.put(key, SHA, BODY, len(BODY)) is True
+    assert store.put(key, SHA, BODY, len(BODY)) is False  # If-None-Match: never written twice
     assert store.verify_blob(SHA, size=len(BODY)) is None
     assert store.download_sha256(store.blob_key(SHA)) == SHA
     # The server kept the checksum it checked the PUT against (what verify_blob relies on).
-    key = store.blob_key(SHA)
     head = s3_client.head_object(Bucket=store.location.bucket, Key=key, ChecksumMode="ENABLED")
     assert (
         head["ChecksumSHA256"] == b64_sha256(SHA) == base64.b64encode(bytes.fromhex(SHA)).decode()

@@ -66,16 +66,6 @@ class BlobStore(ObjectStore):
         """`PREFIX/blobs/sha256/ab/<sha256>`."""
         return self.key(blob_key(sha256))
 
-    def has_blob(self, sha256: str) -> bool:
-        """True when an object exists under the blob's key (its content is not checked)."""
-        return self.head(self.blob_key(sha256), checksum=False) is not None
-
-    def put_blob(self, sha256: str, source: bytes | BinaryIO) -> int:
-        """Upload unless present; bytes sent (0 when it was already there)."""
-        if self.has_blob(sha256):
-            return 0
-        return self.upload_blob(sha256, source)
-
     def upload_blob(self, sha256: str, source: bytes | BinaryIO) -> int:
         """PUT the blob unless one is there, streamed, with its ChecksumSHA256; bytes sent. A
         blob already there (another host's upload, or a retry of ours) is no error: the check

@@ -85,9 +85,3 @@ def pending_objects(ledger: Ledger, run_id: str) -> list[GcObject]:
         " ORDER BY phase, key"
     )
     return ledger.records(GcObject, sql, (run_id,))
-
-
-def gc_objects(ledger: Ledger, run_id: str) -> list[GcObject]:
-    """Every object a run planned, in phase order."""
-    sql = "SELECT * FROM gc_objects WHERE run_id = ? ORDER BY phase, key"
-    return ledger.records(GcObject, sql, (run_id,))
