@@ -220,3 +220,47 @@ def test_a_file_over_the_single_put_cap_goes_up_in_parts(
     done = restore_cache(other, archive_target.client, location, "packs-000000000001")
     other.close()
     assert done.tree_digest == scan(tree).tree_digest
+
+
+def test_a_blob_a_gc_removes_before_the_records_is_sent_again_and_a_pack_refuses_the_version(
+    archive_target: ArchiveTarget, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a `gc --remote` on another host could do between an archive's survey and its
+    # records: remove objects this archive just verified. The look once more after the
+    # records (listing only) finds them: a blob is sent again, a pack refuses the version.
+    from lifecycle.archive import run
+
+    tree = _tree(tmp_path / "cache")
+    _register(tmp_path / "home", "packs-000000000001", tree)
+    store = BlobStore(archive_target.client, ArchiveLocation(archive_target.bucket,
+                                                             archive_target.prefix))  # fmt: skip
+    big = hashlib.sha256((tree / "big.so").read_bytes()).hexdigest()
+    real_write = run._write_version
+    removed: list[str] = []
+
+    def gc_meanwhile(*args: Any) -> Any:
+        if not removed:
+            removed.append(store.blob_key(big))
+            store.delete([store.relative(removed[0])])
+        return real_write(*args)
+
+    monkeypatch.setattr(run, "_write_version", gc_meanwhile)
+    report = _archive(tmp_path / "home", archive_target, "packs-000000000001")
+    assert removed and store.head(removed[0], checksum=False) is not None  # sent again
+    assert check_record(store, store.relative(report.record_key), report.record_sha256)[0] == []
+
+    (tree / "new.json").write_bytes(os.urandom(999))  # a new tree: a new version, a new pack
+    packs_before = set(store.list_packs())
+
+    def pack_gone(*args: Any) -> Any:
+        for sha in set(store.list_packs()) - packs_before:
+            store.delete([store.relative(store.pack_key(sha))])
+        return real_write(*args)
+
+    monkeypatch.setattr(run, "_write_version", pack_gone)
+    with pytest.raises(ArchiveError, match="went while this archive named it"):
+        _archive(tmp_path / "home", archive_target, "packs-000000000001")
+    ledger = Ledger.open(tmp_path / "home")
+    [row] = [r for r in ledger.query("SELECT tree_digest FROM archives")]
+    ledger.close()
+    assert row[0] == report.tree_digest  # the ledger kept the version that verifies

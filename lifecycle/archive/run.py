@@ -403,13 +403,13 @@ def _resend_removed(run: _Run, planned: _Planned, sent: Sent) -> None:
     are content-addressed, so sending one again is always right. A pack cannot be: it may
     hold other caches' blobs, so a version naming a pack that went is refused (the ledger
     does not take it, and the next archive packs those blobs anew)."""
+    # Every object here was verified by its checksum moments ago: what is asked now is only
+    # whether it is still there, which a listing answers for a thousand at a time.
     store, workers = run.store, run.workers
     packed = planned.packed | sent.placed
-    gone_packs = sorted(
-        sha
-        for sha, problem in store.check_packs(planned.pack_sizes | sent.packs, workers).items()
-        if problem
-    )
+    listing = store.list_packs()
+    sizes = planned.pack_sizes | sent.packs
+    gone_packs = sorted(sha for sha, size in sizes.items() if listing.get(sha, (None,))[0] != size)
     if gone_packs:
         raise ArchiveError(
             f"{store.url(store.pack_key(gone_packs[0]))} went while this archive named it (a"
@@ -418,7 +418,7 @@ def _resend_removed(run: _Run, planned: _Planned, sent: Sent) -> None:
     sources = {sha: s for _, plan in planned.boots for sha, s in plan.sources.items()}
     sources |= planned.version.sources if planned.version else {}
     refs = [BlobRef(sha, source.size) for sha, source in sources.items() if sha not in packed]
-    gone = [sources[sha] for sha, problem in store.check_blobs(refs, workers).items() if problem]
+    gone = [sources[sha] for sha in sorted(store.absent_blobs(refs, workers))]
     if not gone:
         return
     run.say(f"{planned.cache.id}: {len(gone)} blobs went since the survey; sending them again")

@@ -195,6 +195,24 @@ class BlobStore(ObjectStore):
         results.update(zip((ref.sha256 for ref in doubtful), checked, strict=True))
         return results
 
+    def absent_blobs(self, blobs: Sequence[BlobRef], workers: int) -> set[str]:
+        """The blobs the server holds no object of at their size, by sha256: from the listing
+        (a HEAD past it), no checksum read. For a look again at blobs verified moments ago."""
+        listed = self.survey(ref.sha256 for ref in blobs)
+        unlisted = [ref for ref in blobs if ref.sha256 not in listed]
+        heads = pool_map(
+            lambda ref: self.head(self.blob_key(ref.sha256), checksum=False),
+            unlisted,
+            workers,
+            "look",
+        )
+        sizes = {sha: item[0] if item else None for sha, item in listed.items()}
+        sizes |= {
+            r.sha256: h["ContentLength"] if h else None
+            for r, h in zip(unlisted, heads, strict=True)
+        }
+        return {ref.sha256 for ref in blobs if sizes[ref.sha256] != ref.size}
+
     def check_packs(self, sizes: Mapping[str, int], workers: int) -> dict[str, str | None]:
         """pack sha256 -> None when the server holds it intact, else a problem naming it. Each
         is asked by HEAD for the ChecksumSHA256 it was written with: packs are few."""
