@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import AnyStr, TypeAlias
+from typing import TypeAlias
 
 MIN_SECRET_LEN = 4
 
@@ -106,18 +106,18 @@ def _spellings(secret_values: Secrets) -> list[tuple[str, str]]:
     return sorted(found.items(), key=lambda pair: -len(pair[0]))
 
 
-def _replace_values(text: AnyStr, pairs: Sequence[tuple[AnyStr, AnyStr]]) -> AnyStr:
+def _replace_values(text: str, pairs: Sequence[tuple[str, str]]) -> str:
     # Longest first: a secret that contains another is replaced whole, under its own name.
     for value, holder in pairs:
         text = text.replace(value, holder)
     return text
 
 
-def _drop_survivors(text: AnyStr, values: Sequence[AnyStr]) -> AnyStr:
+def _drop_survivors(text: str, values: Sequence[str]) -> str:
     """Delete what a placeholder plus its neighbours might have spelled again (pathological)."""
     while values and any(value in text for value in values):
         for value in values:
-            text = text.replace(value, type(text)())
+            text = text.replace(value, "")
     return text
 
 

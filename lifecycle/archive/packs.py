@@ -91,7 +91,7 @@ def build(sources: list[BlobSource], buffer: bytearray) -> tuple[memoryview, Pac
     if len(buffer) < buffer_size(sources):
         buffer = bytearray(buffer_size(sources))  # a pack of unusually many tiny blobs
     view = memoryview(buffer)
-    index: list[str] = []
+    laid: list[tuple[str, int, int]] = []  # (sha256, offset, size) of each blob, in order
     offset = 0
     for source in sources:
         end = offset + source.size
@@ -103,17 +103,15 @@ def build(sources: list[BlobSource], buffer: bytearray) -> tuple[memoryview, Pac
                 raise ArchiveError(f"{source.what} changed since its scan; archive it again")
         if hashlib.sha256(view[end - source.size : end]).hexdigest() != source.sha256:
             raise ArchiveError(f"{source.what} changed since its scan; archive it again")
-        index.append(_line(source.sha256, end - source.size, source.size))
-    text = "".join(index).encode()
+        laid.append((source.sha256, end - source.size, source.size))
+    text = "".join(_line(*blob) for blob in laid).encode()
     tail = text + _TRAILER.pack(MAGIC, len(text))
     view[offset : offset + len(tail)] = tail
     body = view[: offset + len(tail)]
     sha = hashlib.sha256(body).hexdigest()
     placed: dict[str, Placed] = {}
-    at = 0
-    for source in sources:
-        placed.setdefault(source.sha256, Placed(sha, at, source.size))
-        at += source.size
+    for blob, at, size in laid:
+        placed.setdefault(blob, Placed(sha, at, size))
     return body, Pack(sha, len(body), placed)
 
 
