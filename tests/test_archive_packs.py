@@ -6,6 +6,7 @@ checks every file's sha256."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from lifecycle.fingerprint import scan
 from lifecycle.gc.snapshot import needs
 from lifecycle.ledger import Ledger
 from lifecycle.records import VERSION_FORMAT, CacheVersion
-from tests.services import ArchiveTarget
+from tests.services import ArchiveTarget, run_lifecycle
 
 pytestmark = pytest.mark.s3
 
@@ -264,3 +265,35 @@ def test_a_blob_a_gc_removes_before_the_records_is_sent_again_and_a_pack_refuses
     [row] = [r for r in ledger.query("SELECT tree_digest FROM archives")]
     ledger.close()
     assert row[0] == report.tree_digest  # the ledger kept the version that verifies
+
+
+def test_restore_file_writes_a_new_file_and_never_replaces_one(
+    archive_target: ArchiveTarget, tmp_path: Path, first: tuple[Path, ArchiveReport]
+) -> None:
+    tree, _ = first
+    (tmp_path / "manifests").mkdir()
+    path = "triton/03/kernel-010.json"
+
+    def restore(*args: str) -> Any:
+        return run_lifecycle(
+            tmp_path, "restore", "packs-000000000001", "--from", archive_target.url, *args,
+            env={**archive_target.env, "LIFECYCLE_HOME": str(tmp_path / "home")},
+        )  # fmt: skip
+
+    out = tmp_path / "out.json"
+    done = restore("--file", path, "--output", str(out), "--json")
+    assert done.exit_code == 0, done.output
+    assert out.read_bytes() == (tree / path).read_bytes()
+    assert json.loads(done.stdout)["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+
+    mine = tmp_path / "mine.json"
+    mine.write_bytes(b"a file of the user's")
+    refused = restore("--file", path, "--output", str(mine))
+    assert refused.exit_code == 2 and "File exists" in refused.output, refused.output
+    assert mine.read_bytes() == b"a file of the user's"  # never replaced
+
+    absent = restore("--file", "triton/no-such.json", "--output", str(tmp_path / "none"))
+    assert absent.exit_code == 1 and "is not a file of the archived tree" in absent.output
+    assert not (tmp_path / "none").exists()
+    assert restore("--file", path).exit_code == 2  # --file goes with --output
+    assert sorted(p.name for p in tmp_path.iterdir() if ".restore-" in p.name) == []

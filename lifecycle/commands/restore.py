@@ -82,7 +82,8 @@ def run_restore_file(
     try:
         with partial.open("xb") as sink:
             done = restore_file(client, location, cache_id, path, sink, tree=tree or None)
-        partial.rename(output)
+        # A link, not a rename: it fails rather than replace a file there (FILE must be new).
+        os.link(partial, output)
     except OSError as exc:
         raise LifecycleError(f"{output}: {exc.strerror}") from exc
     finally:
