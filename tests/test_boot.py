@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from lifecycle.boot.spec import CacheMount, EngineExtras, build_spec
 from lifecycle.cli import cli
 from lifecycle.errors import LifecycleError
-from lifecycle.fingerprint import Fingerprint
+from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.manifest import load_manifest
 
 pytestmark = pytest.mark.docker
@@ -38,6 +38,12 @@ def _boot(project: Path, *args: str, env: dict[str, str] | None = None) -> dict[
     assert result.exit_code == 0, result.output
     report: dict[str, Any] = json.loads(result.stdout)
     return report
+
+
+def _caches(project: Path) -> dict[str, dict[str, Any]]:
+    """The newest cache of each name, as `caches --json` lists it."""
+    rows = json.loads(_lifecycle(project, "caches", "--json").stdout)["caches"]
+    return {c["cache_name"]: c for c in reversed(rows)}
 
 
 def _built(project: Path) -> None:
@@ -106,26 +112,56 @@ def test_tree_digest_stable_on_rescan_and_sensitive_to_a_byte(project: Path) -> 
 def test_symlink_and_fifo_are_recorded_never_followed(project: Path) -> None:
     _built(project)
     _boot(project)
-    listed = {
-        c["cache_name"]: c
-        for c in json.loads(_lifecycle(project, "caches", "--json").stdout)["caches"]
-    }
+    listed = _caches(project)
     root = Path(listed["triton"]["host_path"])
     (root / "etc-link").symlink_to("/etc")
     os.mkfifo(root / "a-fifo")
     warm = _boot(project)
-    triton = next(u for u in warm["caches"] if u["cache_id"] == listed["triton"]["id"])
-    assert triton["files_added"] == 2  # the link and the FIFO, nothing from behind the link
-    scan_path = json.loads(_lifecycle(project, "caches", "--json").stdout)["caches"]
-    recorded = Fingerprint.from_json(
-        Path(next(c for c in scan_path if c["cache_name"] == "triton")["scan_path"]).read_text()
-    )
-    kinds = {e.path: (e.kind, e.link, e.sha256) for e in recorded.entries}
+    # Planted behind lifecycle's back: seen before the mount, as the link and the FIFO only.
+    [passed] = warm["passed_over"]
+    assert passed["cache_id"] == listed["triton"]["id"]
+    assert (passed["added"], passed["changed"], passed["removed"]) == (
+        ["a-fifo", "etc-link"], [], []
+    )  # fmt: skip
+    kinds = {e.path: (e.kind, e.link, e.sha256) for e in scan(root).entries}
     assert kinds["etc-link"] == ("symlink", "/etc", None)
     assert kinds["a-fifo"][0] == "other" and kinds["a-fifo"][2] is None
     assert not any(path.startswith("etc-link/") for path in kinds)
     bundle = Path(warm["evidence_path"])
     assert b"root:x:0:0" not in b"".join(p.read_bytes() for p in bundle.rglob("*") if p.is_file())
+
+
+def test_a_cache_changed_between_boots_is_caught_before_the_mount(project: Path) -> None:
+    _built(project)
+    cold = _boot(project)
+    listed = _caches(project)
+    flashinfer = listed["flashinfer"]
+    root = Path(flashinfer["host_path"])
+    # A compiled op halved on disk, mtime and all as a careless copy leaves it.
+    [shared] = [p for p in root.rglob("*.so")]
+    shared.write_bytes(shared.read_bytes()[: shared.stat().st_size // 2])
+    relative = str(shared.relative_to(root))
+    second = _boot(project)
+    [passed] = second["passed_over"]
+    assert passed["cache_id"] == flashinfer["id"] and passed["changed"] == [relative]
+    # Never mounted: that cache started afresh, the others were warm as before.
+    modes = {u["cache_id"].rsplit("-", 1)[0]: (u["cache_id"], u["mode"]) for u in second["caches"]}
+    assert modes["flashinfer"][1] == "cold" and modes["flashinfer"][0] != flashinfer["id"]
+    assert modes["vllm"] == (listed["vllm"]["id"], "warm")
+    assert second["outcome"] == "ok"
+    text = _lifecycle(project, "boot", "demo/0.2").stdout
+    assert f"passed over {flashinfer['id']}" not in text  # marked once: never a candidate again
+    # `caches` says why it will not be reused, and never blames the engine for it.
+    again = _caches(project)
+    assert again["flashinfer"]["id"] != flashinfer["id"]  # the newest is the new one
+    why = next(
+        c["not_reusable"]
+        for c in json.loads(_lifecycle(project, "caches", "--json").stdout)["caches"]
+        if c["id"] == flashinfer["id"]
+    )
+    assert why.startswith(f"changed behind lifecycle's back ({relative})")
+    assert second["id"] in why and cold["id"] not in why
+    assert "not reusable: changed behind lifecycle's back" in _lifecycle(project, "caches").stdout
 
 
 def test_evidence_has_compile_line_and_ninja_log(project: Path) -> None:

@@ -23,18 +23,20 @@ INDUCTOR = f"{BACKBONE}/inductor_cache"
 
 
 @pytest.mark.parametrize(
-    ("mode", "files_after", "compiled", "named", "verdict"),
+    ("before", "after", "compiled", "read", "verdict"),
     [
-        ("cold", 0, 0, False, "empty"),
-        ("warm", 0, 0, True, "empty"),  # an empty cache is empty, not warm
-        ("cold", 29, 21, True, "cold-compiled"),
-        ("warm", 29, 0, True, "warm-hit"),
-        ("warm", 29, 0, False, "unused"),
-        ("warm", 40, 11, True, "mounted-but-missed"),  # the log may say hit: files say not
+        (0, 0, 0, False, "empty"),
+        (29, 0, 0, True, "empty"),  # an empty cache is empty, not warm
+        (0, 29, 21, False, "cold-compiled"),
+        (0, 1, 0, False, "cold-compiled"),  # it wrote into an empty cache: a JIT log is a write
+        (29, 29, 0, True, "warm-hit"),
+        (29, 29, 0, False, "unused"),  # nothing opened: whatever a log says
+        (29, 40, 11, True, "mounted-but-missed"),  # read some, compiled the rest
+        (29, 40, 11, False, "mounted-but-missed"),
     ],
 )
-def test_judge_cache(mode: str, files_after: int, compiled: int, named: bool, verdict: str) -> None:
-    assert judge_cache(mode, files_after, compiled, named) == verdict
+def test_judge_cache(before: int, after: int, compiled: int, read: bool, verdict: str) -> None:
+    assert judge_cache(before, after, compiled, read) == verdict
 
 
 def test_log_names_a_path_inside_the_mount_only() -> None:

@@ -70,7 +70,12 @@ def test_a_hashed_env_var_moves_the_cache_dir_and_why_names_it(project: Path) ->
     assert f"compared with {warm['id']}: warm (the newest warm boot of" in result.stdout
     assert f"env {SIDE}: 10.0.0.7 → 10.0.0.9 (in vLLM's env hash)" in result.stdout
     assert "compile-dir vLLM:" in result.stdout and "hash env:" in result.stdout
-    assert "mounted warm, yet the engine compiled into it" in result.stdout
+    assert "cache vllm: warm-hit → mounted-but-missed (mounted warm, and the engine compiled" in (
+        result.stdout
+    )
+    assert "\n  missed: mounted warm, the engine still compiled into its caches (vllm +" in (
+        result.stdout
+    )
     for same in ("image", "GPU arch", "manifest digest", "config hash", "code hash"):
         assert same in result.stdout.split("the same: ")[1]
 
@@ -107,9 +112,21 @@ def test_a_boot_stopped_at_its_timeout_is_timeout(project: Path) -> None:
     [boot] = json.loads(run_lifecycle(project, "boots", "--json").stdout)["boots"]
     assert boot["outcome"] == "timeout" and boot["exit_code"] in (137, 143)
     assert boot["error"] == "timed out: stopped after the --timeout of 3 s"
-    # A timed-out boot's caches may hold half a build: the next boot does not reuse them.
+    # A timed-out boot's caches may hold half a build: the next boot does not reuse them,
+    # and `caches` says so, with why.
     again = _boot(project, "serve")
     assert {u["mode"] for u in again["caches"]} == {"cold"}
+    rows = json.loads(run_lifecycle(project, "caches", "--json").stdout)["caches"]
+    stale = {c["id"]: c["not_reusable"] for c in rows if boot["id"] in c["boots_cold"]}
+    assert len(stale) == 4
+    assert set(stale.values()) == {
+        f"its last boot {boot['id']} ended timeout: it may hold a half-built file"
+    }
+    fresh = [c["not_reusable"] for c in rows if again["id"] in c["boots_cold"]]
+    assert fresh == [None] * 4
+    assert f"not reusable: its last boot {boot['id']} ended timeout" in (
+        run_lifecycle(project, "caches").stdout
+    )
 
 
 def test_a_warm_boot_that_spills_outside_its_caches_is_partial(project: Path) -> None:

@@ -3,20 +3,35 @@
 Each cache is taken under its lease (lifecycle.leases), held until the boot's end-of-boot scan
 is recorded: a teardown verifying that cache makes the boot pass to the next candidate, and a
 cache whose dir a teardown has already moved away is never mounted.
+
+Before a cache is mounted warm it is scanned again against the tree its last scan recorded
+(cheap: only changed files are read): a cache changed behind lifecycle's back (a `.so`
+truncated by hand, a disk that lost a block) is marked, never mounted, and the boot says which
+files changed, so a crash that follows is not blamed on the engine.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lifecycle.boot.spec import CacheMount
 from lifecycle.build.keys import cache_key, key_factors
+from lifecycle.errors import LifecycleError
+from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.leases import CacheLease, try_lease
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import CacheRecord, CacheUse, cache_by_id, warm_candidates
+from lifecycle.ledger.boots import (
+    CacheDamage,
+    CacheRecord,
+    CacheUse,
+    cache_by_id,
+    record_damage,
+    warm_candidates,
+)
 from lifecycle.manifest.model import Manifest
 
 
@@ -29,6 +44,7 @@ class CachePlan:
     uses: list[CacheUse]
     records: dict[str, CacheRecord]  # cache name -> the cache mounted for it (new or reused)
     leases: list[CacheLease]  # one per mounted cache: release once the boot is recorded
+    damaged: list[CacheDamage] = field(default_factory=list)  # passed over: changed by hand
 
     def release(self) -> None:
         """Give back every cache's lease."""
@@ -57,7 +73,7 @@ def plan_caches(
     try:
         for name, declared in manifest.active_caches().items():
             key = cache_key(key_factors(labels, name, manifest_digest, arch))
-            taken = None if cold else _take_warm(ledger, key)
+            taken = None if cold else _take_warm(ledger, key, plan, boot_id, now)
             if taken is None:
                 cache_id = f"{name}-{secrets.token_hex(6)}"
                 host_path = ledger.home.cache_dir(cache_id)
@@ -86,7 +102,15 @@ def plan_caches(
             plan.leases.append(lease)
             plan.records[name] = record
             plan.mounts.append(
-                CacheMount(record.id, name, record.host_path, declared.path, declared.env, mode)
+                CacheMount(
+                    record.id,
+                    name,
+                    record.host_path,
+                    declared.path,
+                    declared.env,
+                    mode,
+                    files_before=(record.files or 0) if mode == "warm" else 0,
+                )
             )
             plan.uses.append(CacheUse(boot_id=boot_id, cache_id=record.id, mode=mode))
     except BaseException:
@@ -95,8 +119,11 @@ def plan_caches(
     return plan
 
 
-def _take_warm(ledger: Ledger, key: str) -> tuple[CacheRecord, CacheLease] | None:
-    """The newest candidate whose lease is free and which is still there once we hold it."""
+def _take_warm(
+    ledger: Ledger, key: str, plan: CachePlan, boot_id: str, now: str
+) -> tuple[CacheRecord, CacheLease] | None:
+    """The newest candidate whose lease is free, which is still there once we hold it, and
+    which holds the tree its last scan recorded (one that does not is marked and passed)."""
     for candidate in warm_candidates(ledger, key):
         lease = try_lease(ledger.home, candidate.id)
         if lease is None:
@@ -109,6 +136,35 @@ def _take_warm(ledger: Ledger, key: str) -> tuple[CacheRecord, CacheLease] | Non
             and current.in_use_by is None
             and Path(current.host_path).is_dir()
         ):
-            return current, lease
+            damage = _changed_since_scan(current, boot_id, now)
+            if damage is None:
+                return current, lease
+            record_damage(ledger, damage)
+            plan.damaged.append(damage)
         lease.release()
     return None
+
+
+def last_scan(cache: CacheRecord) -> Fingerprint | None:
+    """The fingerprint of the cache's last recorded scan; None when there is none to read."""
+    if cache.scan_path and Path(cache.scan_path).is_file():
+        try:
+            return Fingerprint.from_json(Path(cache.scan_path).read_text())
+        except LifecycleError:
+            return None  # a damaged scan file: judged by its tree digest alone
+    return None
+
+
+def _changed_since_scan(cache: CacheRecord, boot_id: str, now: str) -> CacheDamage | None:
+    """None when the cache holds the tree its last scan recorded; else what changed."""
+    previous = last_scan(cache)
+    found = scan(Path(cache.host_path), previous)
+    if found.tree_digest == cache.tree_digest:
+        return None
+    diff = previous.diff(found) if previous is not None else None
+    paths = {
+        "changed": list(diff.changed) if diff else [],
+        "added": list(diff.added) if diff else [],
+        "removed": list(diff.removed) if diff else [],
+    }
+    return CacheDamage(cache.id, now, boot_id, found.tree_digest, json.dumps(paths))

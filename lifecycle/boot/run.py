@@ -17,9 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lifecycle.boot.caches import CachePlan, plan_caches
+from lifecycle.boot.caches import CachePlan, last_scan, plan_caches
 from lifecycle.boot.container import BootFailed, remove_container, run_container
 from lifecycle.boot.judge import judge, read_untracked
+from lifecycle.boot.observe import AccessWatch, CacheAccess, NotObserved
 from lifecycle.boot.provenance import keep_provenance
 from lifecycle.boot.spec import (
     CacheMount,
@@ -81,6 +82,8 @@ class _Progress:
     aborted: bool = False  # a pre-boot hook said no
     timed_out: bool = False  # stopped by us at the boot's --timeout
     untracked: list[UntrackedWrite] = field(default_factory=list)  # JIT output outside caches
+    access: dict[str, CacheAccess] | None = None  # what the engine opened and wrote, per cache
+    not_observed: str | None = None  # why `access` is None
 
     def outcome(self) -> str:
         if self.interrupted:
@@ -233,13 +236,18 @@ def _run(
             session.fire("pre-boot", {})
             container = _create(client, spec)
             progress.container_id = container.id
-            ended = run_container(
-                container,
-                request.timeout_s,
-                progress.log.append,
-                # What is shown is redacted like what is kept: the engine may print a secret.
-                lambda line: on_line(redact(line, secrets_by_name)),
-            )
+            watch = _watch(plan, progress)
+            try:
+                ended = run_container(
+                    container,
+                    request.timeout_s,
+                    progress.log.append,
+                    # What is shown is redacted like what is kept: the engine may print a secret.
+                    lambda line: on_line(redact(line, secrets_by_name)),
+                )
+            finally:
+                if watch is not None:
+                    progress.access = watch.stop()
             progress.exit_code, progress.timed_out = ended.code, ended.timed_out
             if ended.timed_out:
                 progress.error = (
@@ -264,6 +272,17 @@ def _run(
             progress.error = _join(progress.error, remove_container(container))
         record = _finish(ledger, record, plan, progress, evidence_dir, secrets_by_name)
     return record
+
+
+def _watch(plan: CachePlan, progress: _Progress) -> AccessWatch | None:
+    """Start watching the caches' files; where the kernel will not, say why and go on."""
+    try:
+        watch = AccessWatch({m.name: Path(m.host_path) for m in plan.mounts})
+        watch.start()
+    except (NotObserved, OSError) as exc:
+        progress.not_observed = str(exc)
+        return None
+    return watch
 
 
 def _create(client: Any, spec: ContainerSpec) -> Any:
@@ -313,7 +332,9 @@ def _finish(
         scans[mount.name] = (after, written)
     # A path can hold a secret's value as well as a file can (a JIT named by a token).
     untracked = [replace(w, path=redact(w.path, secrets_by_name)) for w in progress.untracked]
-    judged = judge(plan.mounts, uses, scans, log_text.splitlines(), untracked)
+    judged = judge(plan.mounts, uses, scans, log_text.splitlines(), untracked, progress.access)
+    if progress.not_observed:
+        judged.boot["not_observed"] = progress.not_observed
     uses = judged.uses
     caches = {m.name: Path(m.host_path) for m in plan.mounts}
     try:
@@ -351,7 +372,7 @@ def _scan_cache(
 ) -> tuple[CacheUse, CacheRecord, Fingerprint, frozenset[str]]:
     """Fingerprint one cache after the boot; compare with its last scan when warm. Also the
     paths the boot wrote (added or changed; every path when cold)."""
-    previous = _last_scan(cache) if mount.mode == "warm" else None
+    previous = last_scan(cache) if mount.mode == "warm" else None
     after = scan(Path(mount.host_path), previous)
     scan_path = ledger.keep_evidence(
         f"scans/{cache.id}", f"{boot_id}.json", after.to_json().encode()
@@ -401,12 +422,6 @@ def _tainted(
         for name in secrets_in_file(Path(cache.host_path) / entry.path, secrets_by_name):
             found.append(TaintedFile(cache.id, entry.path, entry.sha256, name, boot_id))
     return found
-
-
-def _last_scan(cache: CacheRecord) -> Fingerprint | None:
-    if cache.scan_path and Path(cache.scan_path).is_file():
-        return Fingerprint.from_json(Path(cache.scan_path).read_text())
-    return None
 
 
 def _stamp(moment: datetime) -> str:

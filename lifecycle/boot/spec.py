@@ -24,6 +24,7 @@ class CacheMount:
     container_path: str
     env: str
     mode: str  # cold | warm
+    files_before: int = 0  # files it held when mounted
 
 
 @dataclass(frozen=True)

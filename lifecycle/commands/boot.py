@@ -23,9 +23,11 @@ from lifecycle.hooks import select
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
     BootRecord,
+    CacheDamage,
     CacheUse,
     UntrackedWrite,
     cache_uses,
+    damage_found_by,
     untracked_writes,
 )
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
@@ -60,6 +62,7 @@ class BootReport(Report):
     boot: BootRecord
     caches: tuple[CacheUse, ...]
     untracked: tuple[UntrackedWrite, ...] = ()  # JIT output written outside the caches
+    passed_over: tuple[CacheDamage, ...] = ()  # caches it found changed behind our back
 
     @property
     def warmth(self) -> tuple[str, str]:
@@ -91,6 +94,10 @@ class BootReport(Report):
             "warmth": warmth,
             "untracked": [
                 {"path": w.path, "change": w.change, "bytes": w.bytes} for w in self.untracked
+            ],
+            "passed_over": [
+                {"cache_id": d.cache_id, "tree_digest": d.tree_digest, **json.loads(d.paths)}
+                for d in self.passed_over
             ],
         }
 
@@ -142,7 +149,8 @@ def run(ctx: Context, options: BootOptions) -> BootReport:
         record = boot_then_accept(client, ledger, boot_request, ctx.environ, watch)
         uses = tuple(cache_uses(ledger, boot_id=record.id))
         writes = tuple(untracked_writes(ledger, record.id))
-    return BootReport(record, uses, writes)
+        passed_over = tuple(damage_found_by(ledger, record.id))
+    return BootReport(record, uses, writes, passed_over)
 
 
 def dry_run(ctx: Context, options: BootOptions) -> BootSpecReport:
@@ -180,10 +188,27 @@ def render(report: BootReport) -> str:
     caches = ", ".join(f"{u.cache_id} {u.mode}" for u in report.caches)
     flag = " [instrumented]" if boot.instrumented else ""
     why = f" ({boot.error})" if boot.outcome == "timeout" and boot.error else ""
+    passed = [
+        f"  passed over {d.cache_id}: changed behind lifecycle's back since its last scan"
+        f" ({_paths(d)}); marked, not mounted\n"
+        for d in report.passed_over
+    ]
     return (
         f"boot {boot.id}: {boot.outcome} (exit {boot.exit_code}){why}{flag}\n"
-        f"  caches: {caches}\n  jit: {report.warmth[1]}\n  evidence: {boot.evidence_path}\n"
+        + "".join(passed)
+        + f"  caches: {caches}\n  jit: {report.warmth[1]}\n  evidence: {boot.evidence_path}\n"
     )
+
+
+def _paths(damage: CacheDamage) -> str:
+    """`changed: a/x.so; removed: b.json`, at most five paths of each kind."""
+    found = json.loads(damage.paths)
+    parts = [
+        f"{kind}: {', '.join(found[kind][:5])}" + (" …" if len(found[kind]) > 5 else "")
+        for kind in ("changed", "added", "removed")
+        if found[kind]
+    ]
+    return "; ".join(parts) or "its tree digest differs"
 
 
 def render_spec(report: BootSpecReport) -> str:

@@ -20,6 +20,7 @@ from lifecycle.ledger.boots import (
     all_caches,
     cache_by_id,
     cache_uses,
+    not_reusable,
     untracked_writes,
 )
 from lifecycle.ledger.pins import pins
@@ -42,9 +43,11 @@ class ListedCache(Row):
     boots_warm: tuple[str, ...]
     pins: tuple[str, ...]
     age_s: float
+    not_reusable: str | None = None  # why a warm boot would pass it over; None: it would not
 
     def to_json(self) -> dict[str, Any]:
-        """The cache's row, its state as shown, the boots that used it, its pins, its age."""
+        """The cache's row, its state as shown, the boots that used it, its pins, its age,
+        why a warm boot would not reuse it."""
         listed = {k: v for k, v in fields_of(self).items() if k != "cache"}
         return {**plain(self.cache), **listed}
 
@@ -138,7 +141,7 @@ def list_caches(ctx: Context, filters: Filters = EVERYTHING) -> CachesReport:
         return CachesReport(())
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
-        uses, pinned = cache_uses(ledger), pins(ledger)
+        uses, pinned, passed_over = cache_uses(ledger), pins(ledger), not_reusable(ledger)
         rows = []
         for cache in all_caches(ledger):
             mine = [u for u in uses if u.cache_id == cache.id]
@@ -156,6 +159,7 @@ def list_caches(ctx: Context, filters: Filters = EVERYTHING) -> CachesReport:
                     boots_warm=tuple(u.boot_id for u in mine if u.mode == "warm"),
                     pins=tuple(pinned.get(cache.id, [])),
                     age_s=_age(now, cache.created_at),
+                    not_reusable=passed_over.get(cache.id) if state != "missing" else None,
                 )
             )
     return CachesReport(tuple(rows))
@@ -279,7 +283,12 @@ def render_caches(report: CachesReport) -> str:
                 f"{len(r.boots_cold)} cold, {len(r.boots_warm)} warm",
                 r.state
                 + (f" (in use by {r.cache.in_use_by})" if r.cache.in_use_by else "")
-                + (" pinned" if r.pins else ""),
+                + (" pinned" if r.pins else "")
+                + (
+                    f", not reusable: {r.not_reusable}"
+                    if r.not_reusable and not r.cache.in_use_by
+                    else ""
+                ),
                 human_age(r.age_s),
             ]
             for r in report.caches

@@ -32,6 +32,7 @@ class WhyReport(Report):
             "format": self.FORMAT,
             "boot": _boot(found.now),
             "against": {**_boot(found.then), "chosen": found.chosen},
+            "summary": found.summary,
             "changed": plain(found.changes),
             "same": found.same,
         }
@@ -44,7 +45,10 @@ def _boot(facts: BootFacts) -> dict[str, Any]:
         "outcome": facts.boot.outcome,
         "verdict": facts.verdict,
         "warmth": facts.warmth,
-        "caches": {r.name: {"mode": r.mode, "verdict": r.verdict} for r in facts.recorded},
+        "caches": {
+            r.name: {"mode": r.mode, "verdict": r.verdict, "files_read": r.read}
+            for r in facts.recorded
+        },
         "untracked": [{"path": path, "bytes": size} for path, size in facts.writes],
     }
 
@@ -62,6 +66,7 @@ def render(report: WhyReport) -> str:
     now, then = found.now, found.then
     lines = [
         f"boot {now.boot.id}: {now.warmth}",
+        f"  {found.summary}",
         *(f"  {r.name}: {r.mode}, {r.verdict or '-'}" for r in now.recorded),
         f"compared with {then.boot.id}: {then.warmth} ({found.chosen})",
     ]

@@ -1,16 +1,22 @@
-"""How warm a boot was, judged from what it wrote as well as from what it logged.
+"""How warm a boot was, judged from what the engine did to each cache's files.
 
 Hit counters and log lines are not proof of warm: with Inductor's `.so` files deleted, its
-graph cache still reported every lookup a hit while 17 kernels recompiled. So each cache is
-judged first from its files (what the boot created in it), then from the log:
+graph cache still reported every lookup a hit while 17 kernels recompiled; and only vLLM logs
+the path of the cache it read, so a plain `torch.compile`, an SGLang or TensorRT-LLM server
+read a warm cache without a word. So each cache is judged from what lifecycle observed: the
+files the engine opened and wrote while it ran (inotify, `lifecycle.boot.observe`) and what
+the boot added to or changed in the cache (its scans before and after):
 
 - `empty`: the cache holds no file after the boot;
-- `cold-compiled`: it started empty (a cold boot) and the engine filled it;
-- `mounted-but-missed`: mounted warm, and the boot still compiled into it (new artefacts);
-- `warm-hit`: mounted warm, nothing compiled into it, and the log names a path inside it;
-- `unused`: mounted warm, nothing compiled into it, and nothing in the log shows it was
-  read (an engine that reads a cache silently — Triton does — reads as unused: at least it
-  did not miss).
+- `cold-compiled`: it held no file before the boot and the engine wrote into it;
+- `mounted-but-missed`: it held files, and the engine still wrote compiled artefacts beside
+  them (a JIT log rewritten each boot, lock and temporary files do not count);
+- `warm-hit`: it held files, the engine opened some of them and compiled nothing into it;
+- `unused`: it held files and the engine opened none of them.
+
+Where the opens could not be observed (no inotify), a log line naming a path inside the cache
+stands in for them, and the verdict says so (`observed: false`). Otherwise the log only
+corroborates.
 
 The boot's own verdict is the same words, plus `partial`: warm where it was mounted, but JIT
 output went outside the tracked caches (lost with the container, rebuilt by every boot).
@@ -44,17 +50,18 @@ NOT_COMPILED = frozenset({"jit-log"})
 
 
 def judge_cache(
-    mode: str, files_after: int, compiled_files: int, named_in_log: bool
+    files_before: int, files_after: int, compiled_files: int, read: bool
 ) -> CacheVerdict:
-    """One cache's verdict: `mode` cold|warm, the files it holds after the boot, how many
-    compiled artefacts the boot created or changed in it, whether the log names a path in it."""
+    """One cache's verdict: the files it held before and after the boot, how many compiled
+    artefacts the boot created or changed in it, and whether the engine read any of its files
+    (opened without writing them; from the log only where opens were not observed)."""
     if files_after == 0:
         return "empty"
-    if mode == "cold":
+    if files_before == 0:
         return "cold-compiled"
     if compiled_files:
         return "mounted-but-missed"
-    return "warm-hit" if named_in_log else "unused"
+    return "warm-hit" if read else "unused"
 
 
 def log_names(log_lines: Sequence[str], container_path: str) -> bool:
@@ -119,6 +126,7 @@ class RecordedUse:
     mode: str
     verdict: str | None  # None: recorded before verdicts were
     written: int  # files added or changed
+    read: int | None = None  # files the engine opened and left as they were; None: not seen
 
 
 def recorded_warmth(
@@ -145,6 +153,7 @@ def recorded_uses(uses: Sequence[CacheUse]) -> list[RecordedUse]:
             u.mode,
             u.verdict,
             (u.files_added or 0) + (u.files_changed or 0),
+            u.files_read,
         )
         for u in uses
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
 
@@ -81,6 +82,7 @@ class CacheUse:
     dirs_added: int | None = None
     # cold-compiled | warm-hit | mounted-but-missed | unused | empty (lifecycle.evidence.verdict)
     verdict: str | None = None
+    files_read: int | None = None  # opened by the engine and left as they were; None: not seen
 
 
 @dataclass(frozen=True)
@@ -116,9 +118,30 @@ class HookRunRecord:
     duration_s: float
 
 
+@dataclass(frozen=True)
+class CacheDamage:
+    """A cache found changed behind lifecycle's back when a boot was about to mount it: not
+    the engine's doing (no boot held it), so it is never reused warm, until a restore."""
+
+    cache_id: str
+    found_at: str
+    found_by: str  # the boot that found it
+    tree_digest: str  # of the tree found
+    paths: str  # JSON {"changed": [...], "added": [...], "removed": [...]}, relative paths
+
+
+# The outcome of the newest boot that used cache `c`; 'ok' for one no boot here used yet (a
+# restored cache).
+_LAST_OUTCOME = (
+    "COALESCE((SELECT b.outcome FROM boot_caches u JOIN boots b ON b.id = u.boot_id"
+    " WHERE u.cache_id = c.id ORDER BY b.started_at DESC, b.rowid DESC LIMIT 1), 'ok')"
+)
+
+
 def warm_candidates(ledger: Ledger, cache_key: str) -> list[CacheRecord]:
     """Caches a warm boot may reuse, newest first: this key, on disk as far as the ledger knows
-    (live or archived), held by no boot, scanned, and whose last boot here ended `ok`.
+    (live or archived), held by no boot, scanned, not found changed behind lifecycle's back,
+    and whose last boot here ended `ok`.
 
     A boot that failed or timed out may have left a half-built cache (a truncated `.so` crashes
     the engine that loads it); a cache restored from another host has no boot here yet.
@@ -127,12 +150,52 @@ def warm_candidates(ledger: Ledger, cache_key: str) -> list[CacheRecord]:
         CacheRecord,
         "SELECT c.* FROM caches c WHERE c.cache_key = ? AND c.state IN ('live', 'archived')"
         " AND c.in_use_by IS NULL AND c.tree_digest IS NOT NULL"
-        " AND COALESCE((SELECT b.outcome FROM boot_caches u JOIN boots b ON b.id = u.boot_id"
-        "   WHERE u.cache_id = c.id ORDER BY b.started_at DESC, b.rowid DESC LIMIT 1), 'ok')"
-        "   = 'ok'"
+        f" AND {_LAST_OUTCOME} = 'ok'"
+        " AND NOT EXISTS (SELECT 1 FROM cache_damage d WHERE d.cache_id = c.id)"
         " ORDER BY c.created_at DESC, c.rowid DESC",
         (cache_key,),
     )
+
+
+def not_reusable(ledger: Ledger) -> dict[str, str]:
+    """Why each live or archived cache a warm boot would pass over is passed over."""
+    why: dict[str, str] = {}
+    rows = ledger.query(
+        f"SELECT c.id, c.in_use_by, c.tree_digest, {_LAST_OUTCOME} AS outcome,"
+        " (SELECT u.boot_id FROM boot_caches u JOIN boots b ON b.id = u.boot_id"
+        "  WHERE u.cache_id = c.id ORDER BY b.started_at DESC, b.rowid DESC LIMIT 1) AS last"
+        " FROM caches c WHERE c.state IN ('live', 'archived')"
+    )
+    for row in rows:
+        if row["in_use_by"] is not None:
+            why[row["id"]] = f"in use by {row['in_use_by']}"
+        elif row["outcome"] != "ok":
+            why[row["id"]] = (
+                f"its last boot {row['last']} ended {row['outcome']}: it may hold a half-built file"
+            )
+        elif row["tree_digest"] is None:
+            why[row["id"]] = "never scanned"
+    for damage in ledger.records(CacheDamage, "SELECT * FROM cache_damage ORDER BY found_at"):
+        paths = json.loads(damage.paths)
+        named = [*paths["changed"], *paths["added"], *paths["removed"]]
+        shown = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+        why[damage.cache_id] = (
+            f"changed behind lifecycle's back ({shown}), found by boot {damage.found_by}"
+            f" at {damage.found_at}"
+        )
+    return why
+
+
+def damage_found_by(ledger: Ledger, boot_id: str) -> list[CacheDamage]:
+    """The caches a boot found changed behind lifecycle's back, and passed over."""
+    sql = "SELECT * FROM cache_damage WHERE found_by = ? ORDER BY rowid"
+    return ledger.records(CacheDamage, sql, (boot_id,))
+
+
+def record_damage(ledger: Ledger, damage: CacheDamage) -> None:
+    """Mark a cache found changed: one transaction of its own, whatever the boot does next."""
+    with ledger.transaction() as conn:
+        insert(conn, "cache_damage", damage)
 
 
 def start_boot(
@@ -266,10 +329,13 @@ def record_scan(
     new_row: CacheRecord | None = None,
 ) -> None:
     """Record a cache's new scan (adding its row first when this host did not know it; making
-    it live when it was restored): one transaction."""
+    it live when it was restored, which also lifts a mark of damage: its tree was put back
+    and verified): one transaction."""
     with ledger.transaction() as conn:
         if new_row is not None:
             insert(conn, "caches", new_row)
+        if live:
+            conn.execute("DELETE FROM cache_damage WHERE cache_id = ?", (cache_id,))
         conn.execute(
             "UPDATE caches SET tree_digest = ?, files = ?, bytes = ?, scan_path = ?,"
             " scanned_at = ?, state = CASE WHEN ? THEN 'live' ELSE state END WHERE id = ?",

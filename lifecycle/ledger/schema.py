@@ -308,4 +308,19 @@ MIGRATIONS: tuple[str, ...] = (
     # 10: md5s are no longer kept: a single blob is verified by the ChecksumSHA256 its PUT
     # stored, a cache's small files by their pack's, and an upload hashes nothing again.
     "DROP TABLE blob_md5s;",
+    # 11: how many of a cache's files the engine read during a boot (opened and left as they
+    # were, seen by inotify; NULL where not observed), and caches found changed behind
+    # lifecycle's back before a boot would have mounted them (never reused warm again, until a
+    # later scan records the tree they hold).
+    """
+    ALTER TABLE boot_caches ADD COLUMN files_read INTEGER;
+    CREATE TABLE cache_damage (
+        cache_id TEXT NOT NULL REFERENCES caches (id),
+        found_at TEXT NOT NULL,
+        found_by TEXT NOT NULL,
+        tree_digest TEXT NOT NULL,
+        paths TEXT NOT NULL,
+        PRIMARY KEY (cache_id, found_at, found_by)
+    );
+    """,
 )

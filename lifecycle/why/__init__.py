@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, all_boots, boot_by_id
-from lifecycle.why.compare import Change, compare
+from lifecycle.why.compare import Change, compare, missed
 from lifecycle.why.facts import BootFacts, boot_facts
 
 __all__ = ["BootFacts", "Change", "Explanation", "explain"]
@@ -30,6 +30,7 @@ class Explanation:
     chosen: str  # why `then` was compared with
     changes: list[Change]
     same: list[str]
+    summary: str  # what the boot was, from what lifecycle observed of it
 
 
 def explain(ledger: Ledger, boot_id: str, against: str | None = None) -> Explanation:
@@ -40,7 +41,31 @@ def explain(ledger: Ledger, boot_id: str, against: str | None = None) -> Explana
     else:
         then, chosen = _candidate(ledger, now)
     changes, same = compare(now, then)
-    return Explanation(now, then, chosen, changes, same)
+    return Explanation(now, then, chosen, changes, same, summarize(now))
+
+
+def summarize(now: BootFacts) -> str:
+    """The boot's verdict in a sentence, with the facts it rests on."""
+    verdict, recorded = now.verdict, now.recorded
+    reads = [r for r in recorded if r.read]
+    read = ", ".join(f"{r.name} {r.read}" for r in reads)
+    if verdict in _WARM:
+        how = (
+            f"the engine read files of its caches ({read}) and compiled nothing into them"
+            if reads
+            else "nothing was compiled into its caches, and the log names them (reads not seen)"
+        )
+        if verdict == "warm-hit":
+            return f"warm: {how}"
+        return f"partly warm: {how}, but it wrote JIT output outside the tracked caches"
+    if verdict == "mounted-but-missed":
+        where = ", ".join(f"{r.name} +{r.written} files" for r in missed(now))
+        return f"missed: mounted warm, the engine still compiled into its caches ({where})"
+    if verdict == "cold-compiled":
+        return "cold: the engine compiled into caches that started empty"
+    if verdict == "unused":
+        return "unused: the engine opened none of its caches' files"
+    return "no JIT output: its caches hold no file" if verdict == "empty" else verdict
 
 
 def _boot(ledger: Ledger, boot_id: str) -> BootRecord:

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lifecycle.evidence.verdict import RecordedUse
 from lifecycle.table import human_bytes
 from lifecycle.why.facts import BootFacts
 
@@ -84,7 +85,7 @@ def _all(now: BootFacts, then: BootFacts) -> Iterator[tuple[Change | None, str]]
 
 
 def _cache_changes(then: BootFacts, now: BootFacts) -> Iterator[tuple[Change | None, str]]:
-    """Each cache whose verdict differs, with what lifecycle did about it."""
+    """Each cache whose verdict differs, with what lifecycle saw and did about it."""
     before = {r.name: r for r in then.recorded}
     for use in now.recorded:
         other = before.get(use.name)
@@ -92,7 +93,7 @@ def _cache_changes(then: BootFacts, now: BootFacts) -> Iterator[tuple[Change | N
             continue
         mine, theirs = now.caches.get(use.name), then.caches.get(use.name)
         if use.mode == "warm":
-            note = "mounted warm, yet the engine compiled into it: its own key moved"
+            note = _warm_note(use)
         elif mine and theirs and mine.id == theirs.id:
             note = "this boot created the cache the other reused: a first boot is cold"
         elif mine and theirs and mine.cache_key == theirs.cache_key:
@@ -100,6 +101,23 @@ def _cache_changes(then: BootFacts, now: BootFacts) -> Iterator[tuple[Change | N
         else:
             note = "a new cache: lifecycle's cache key (manifest, base image, pins, arch) differs"
         yield Change("cache", use.name, other.verdict, use.verdict, note), ""
+
+
+def _warm_note(use: RecordedUse) -> str:
+    """What the engine did with a cache mounted warm, as its verdict was judged."""
+    read = f"{use.read} files read" if use.read is not None else "reads not observed"
+    if use.verdict == "mounted-but-missed":
+        return f"mounted warm, and the engine compiled {use.written} files into it ({read})"
+    if use.verdict == "unused":
+        return f"mounted warm, and the engine opened none of its files ({read})"
+    if use.verdict == "warm-hit":
+        return f"mounted warm and reused: {read}, nothing compiled into it"
+    return f"mounted warm; {use.written} files written, {read}"
+
+
+def missed(facts: BootFacts) -> list[RecordedUse]:
+    """The caches the boot compiled into although they were mounted warm."""
+    return [r for r in facts.recorded if r.verdict == "mounted-but-missed"]
 
 
 def _differs(kind: str, name: str, then: Any, now: Any, note: str = "") -> Change | None:
@@ -163,8 +181,22 @@ def _env_changes(then: BootFacts, now: BootFacts) -> Iterator[tuple[Change | Non
         return
     hashed = set(_one_factors(now).get("env") or {}) | set(_one_factors(then).get("env") or {})
     names = sorted((set(then.env) | set(now.env)) - _PER_BOOT_ENV - hashed)
-    note = "not in the engine's hashed factors: cannot move its cache dir"
-    yield from _env_diff(then.env, now.env, names, note, "the container's other env")
+    yield from _env_diff(
+        then.env, now.env, names, _env_note(now, bool(hashed)), "the container's other env"
+    )
+
+
+def _env_note(now: BootFacts, factors_known: bool) -> str:
+    """What a changed env var outside vLLM's env hash means for this boot: the likely cause
+    when the engine then compiled into a cache mounted warm (whatever keys it uses: Inductor,
+    Triton and FlashInfer hash env and config of their own), else a change without effect."""
+    compiled = missed(now)
+    if compiled:
+        where = ", ".join(f"{r.written} files into {r.name}" for r in compiled)
+        return f"the likely cause: after it changed, the engine compiled {where}"
+    if factors_known:
+        return "not in vLLM's env hash, and no cache was compiled into after it changed"
+    return "no cache was compiled into after it changed"
 
 
 def _env_diff(

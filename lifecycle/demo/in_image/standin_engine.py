@@ -6,6 +6,12 @@ the `vllm.general_plugins` entry points, keys a compile cache dir
 compiler hashes (writing `cache_key_factors.json` and `computation_graph.py` there), points
 Inductor's cache at `inductor_cache/` inside it, and logs vLLM's lines. Then it really
 compiles a small MLP and prints Inductor's own cache counters, which tell hit from miss.
+
+`--plain` is an engine that does not log like vLLM: a bare `torch.compile` of a decoder block
+(RMSNorm, causal attention, SwiGLU) whose Inductor cache is wherever `TORCHINDUCTOR_CACHE_DIR`
+says, printing no path and no log line, only Inductor's counters at the end (the tests' truth);
+its sequence length is `STANDIN_SEQ` (16), so a new value compiles again.
+`--plain --eager` runs the same block without compiling: it never opens the cache.
 """
 
 from __future__ import annotations
@@ -169,6 +175,54 @@ def compile_and_run(config: dict[str, Any], local: Path) -> dict[str, int]:
     return found
 
 
+def decoder_block(width: int) -> Any:
+    """RMSNorm → causal self-attention → RMSNorm → SwiGLU, each with its residual."""
+    import torch
+    import torch.nn.functional as F
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.heads = 4
+            self.norm1 = torch.nn.RMSNorm(width)
+            self.qkv = torch.nn.Linear(width, 3 * width, bias=False)
+            self.out = torch.nn.Linear(width, width, bias=False)
+            self.norm2 = torch.nn.RMSNorm(width)
+            self.gate_up = torch.nn.Linear(width, 4 * width, bias=False)
+            self.down = torch.nn.Linear(2 * width, width, bias=False)
+
+        def forward(self, x: Any) -> Any:
+            batch, seq, _ = x.shape
+            q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+            q, k, v = (t.view(batch, seq, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.out(attn.transpose(1, 2).reshape(batch, seq, -1))
+            gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
+            return x + self.down(F.silu(gate) * up)
+
+    torch.manual_seed(0)
+    return Block().eval()
+
+
+def plain_main(args: argparse.Namespace) -> int:
+    """A workload that logs nothing: compile (or not) and print only Inductor's counters."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    block = decoder_block(args.hidden)
+    run = block if args.eager else torch.compile(block, backend="inductor")
+    with torch.no_grad():
+        run(torch.randn(2, int(os.environ.get("STANDIN_SEQ") or 16), args.hidden))
+    found = {
+        "fxgraph_cache_hit": counters["inductor"]["fxgraph_cache_hit"],
+        "fxgraph_cache_miss": counters["inductor"]["fxgraph_cache_miss"],
+        "autograd_cache_hit": counters["aot_autograd"]["autograd_cache_hit"],
+        "autograd_cache_miss": counters["aot_autograd"]["autograd_cache_miss"],
+    }
+    print("inductor counters:", " ".join(f"{k}={v}" for k, v in found.items()), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Boot once; a failure is one ERROR line and exit code 1."""
     parser = argparse.ArgumentParser(prog="standin_engine")
@@ -176,7 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)  # tuned; unused
+    parser.add_argument("--plain", action="store_true", help="a decoder block; logs nothing")
+    parser.add_argument("--eager", action="store_true", help="with --plain: do not compile")
     args = parser.parse_args(argv)
+    if args.plain:
+        return plain_main(args)
     _log_setup()
     started = time.monotonic()
     try:
