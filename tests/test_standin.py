@@ -40,10 +40,15 @@ def _ok(project: Path, *args: str, env: dict[str, str] | None = None) -> Any:
     return result
 
 
-def _boot(project: Path) -> dict[str, Any]:
-    result = _ok(project, "boot", REF, "--profile", "compile", "--json")
+def _boot(project: Path, profile: str = "compile", **env: str) -> dict[str, Any]:
+    result = _ok(project, "boot", REF, "--profile", profile, "--json", env=env)
     report: dict[str, Any] = json.loads(result.stdout)
     return report
+
+
+def _use(report: dict[str, Any], name: str) -> dict[str, Any]:
+    [use] = [u for u in report["caches"] if u["cache_id"].rsplit("-", 1)[0] == name]
+    return use
 
 
 def _jit(report: dict[str, Any]) -> tuple[dict[str, int], float]:
@@ -138,15 +143,70 @@ def test_cold_warm_archive_teardown_restore_warm(
     assert {"image", "manifest digest", "vLLM compile dir", "env hash"} <= set(why["same"])
 
 
+def test_an_engine_that_logs_nothing_is_judged_by_what_it_touched(project: Path) -> None:
+    """A bare torch.compile of a decoder block, which prints no path and no log line: its
+    verdicts rest on the files it opened and wrote, which the kernel reported."""
+    cold = _boot(project, "plain", STANDIN_SEQ="16")
+    counters, _ = _counters_only(cold)
+    assert counters["fxgraph_cache_miss"] >= 1 and counters["fxgraph_cache_hit"] == 0
+    assert _verdicts(cold) == {
+        "vllm": "empty", "flashinfer": "empty", "triton": "empty", "inductor": "cold-compiled"
+    }  # fmt: skip
+    assert cold["verdict"] == "cold-compiled"
+
+    warm = _boot(project, "plain", STANDIN_SEQ="16")
+    counters, log = _counters_only(warm)
+    assert counters["fxgraph_cache_hit"] >= 1 and counters["fxgraph_cache_miss"] == 0
+    assert counters["autograd_cache_hit"] >= 1 and counters["autograd_cache_miss"] == 0
+    assert "/" not in log  # not one path for a log reader to find
+    inductor = _use(warm, "inductor")
+    assert inductor["verdict"] == "warm-hit" and inductor["mode"] == "warm"
+    assert inductor["files_read"] > 0 and inductor["files_added"] == 0
+    assert warm["verdict"] == "warm-hit" and warm["warmth"] == "warm"
+    bundle = json.loads((Path(warm["evidence_path"]) / "bundle" / "evidence.json").read_text())
+    seen = bundle["caches"]["inductor"]["observed"]
+    assert seen["files_written"] == 0 and any(p.endswith(".so") for p in seen["read"])
+    assert bundle["caches"]["inductor"]["log_names_cache"] is False
+    why = json.loads(_ok(project, "why", warm["id"], "--json").stdout)
+    assert why["summary"].startswith("warm: the engine read files of its caches (inductor ")
+
+    eager = _boot(project, "plain-eager")
+    assert _use(eager, "inductor")["verdict"] == "unused"
+    assert _use(eager, "inductor")["files_read"] == 0
+    assert eager["verdict"] == "unused"
+
+    moved = _boot(project, "plain", STANDIN_SEQ="32")
+    counters, _ = _counters_only(moved)
+    assert counters["fxgraph_cache_miss"] >= 1
+    assert _use(moved, "inductor")["verdict"] == "mounted-but-missed"
+    why = json.loads(_ok(project, "why", moved["id"], "--json").stdout)
+    assert why["against"]["id"] == warm["id"] and "none was warm" not in why["against"]["chosen"]
+    [env] = [c for c in why["changed"] if c["kind"] == "env"]
+    assert (env["name"], env["then"], env["now"]) == ("STANDIN_SEQ", "16", "32")
+    assert env["note"].startswith("the likely cause: after it changed, the engine compiled ")
+    assert env["note"].endswith(" files into inductor")
+    assert why["summary"].startswith("missed: mounted warm, the engine still compiled")
+
+
+def _counters_only(report: dict[str, Any]) -> tuple[dict[str, int], str]:
+    """Inductor's counters, the one line the plain workload prints; and the rest of its log."""
+    log = Path(report["log_path"]).read_text()
+    [counters] = COUNTERS.findall(log)
+    pairs = dict(pair.split("=") for pair in counters.split())
+    return {k: int(v) for k, v in pairs.items()}, COUNTERS.sub("", log)
+
+
 def test_a_secretly_partial_warm_boot_is_caught(tmp_path: Path, standin_image: str) -> None:
+    """On the engine that logs nothing: every counter a hit, the inductor cache read and not
+    written, and still the precompiled header was built again outside it: partial."""
     project = standin_root(tmp_path, WITH_HEADERS)
     _ok(project, "build", REF, "--force")
-    _boot(project)
-    warm = _boot(project)
-    counters, _ = _jit(warm)
+    _boot(project, "plain", STANDIN_SEQ="16")
+    warm = _boot(project, "plain", STANDIN_SEQ="16")
+    counters, _ = _counters_only(warm)
     # Inductor's counters say warm, and so does every tracked cache …
     assert counters["fxgraph_cache_hit"] >= 1 and counters["fxgraph_cache_miss"] == 0
-    assert _verdicts(warm)["vllm"] == "warm-hit"
+    assert _verdicts(warm)["inductor"] == "warm-hit"
     # … but the precompiled header was built again, in the container's own layer.
     headers = [w for w in warm["untracked"] if "/precompiled_headers/" in w["path"]]
     assert any(w["path"].endswith(".gch") and w["bytes"] > 50_000_000 for w in headers)
@@ -160,3 +220,4 @@ def test_a_secretly_partial_warm_boot_is_caught(tmp_path: Path, standin_image: s
     assert why["format"] == "lifecycle-why/1" and why["boot"]["verdict"] == "partial"
     [untracked] = [c for c in why["changed"] if c["kind"] == "untracked"]
     assert "precompiled_headers" in untracked["note"]
+    assert why["summary"].startswith("partly warm: the engine read files of its caches")
