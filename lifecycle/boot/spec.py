@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lifecycle.errors import LifecycleError
-from lifecycle.manifest.model import BootProfile, Manifest
+from lifecycle.manifest.model import Manifest, engine_flag
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def build_spec(
         )
     environment.update(extras.env)
     environment.update({name: host_env[name] for name in (*profile.from_host, *profile.secrets)})
-    tuned = _tuned_args(manifest, profile, profile_name)
+    tuned = _tuned_args(manifest)
     return ContainerSpec(
         image=image,
         command=[*profile.command, *profile.args, *tuned, *extras.args],
@@ -172,20 +172,11 @@ def pick_profile(manifest: Manifest, requested: str | None) -> str:
     return requested
 
 
-def engine_flag(name: str) -> str:
-    """The engine's flag for a tuned value: gpu_memory_utilization -> --gpu-memory-utilization."""
-    return "--" + name.replace("_", "-")
-
-
-def _tuned_args(manifest: Manifest, profile: BootProfile, profile_name: str) -> list[str]:
-    """Tuned values become engine arguments; one also set in the profile's args is an error."""
+def _tuned_args(manifest: Manifest) -> list[str]:
+    """Tuned values become engine arguments (`validate` refuses one the profile's args set)."""
     args: list[str] = []
     for name, tuned in manifest.tuned.items():
         flag = engine_flag(name)
-        if flag in profile.args:
-            raise LifecycleError(
-                f"profile {profile_name!r} sets {flag} and tuned.{name} sets it too; keep one"
-            )
         if tuned.value is True:
             args.append(flag)
         elif tuned.value is not False:

@@ -133,6 +133,11 @@ class Patch(_Strict):
     drop_when: Text | None = None
 
 
+def engine_flag(name: str) -> str:
+    """The engine's flag for a tuned value: gpu_memory_utilization -> --gpu-memory-utilization."""
+    return "--" + name.replace("_", "-")
+
+
 class TunedValue(_Strict):
     """An engine argument whose value was measured, and how."""
 
