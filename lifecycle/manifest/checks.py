@@ -97,16 +97,20 @@ def check_profiles(manifest: Manifest) -> Iterator[Finding]:
 
 
 def check_tuned_in_args(manifest: Manifest) -> Iterator[Finding]:
-    """Refuse a profile's arg that a tuned value appends too (`--flag` or
-    `--flag=VALUE`): the engine would get it twice, and which one wins is its parser's choice."""
+    """Refuse an engine profile's arg that a tuned value appends too (`--flag` or
+    `--flag=VALUE`): the engine would get it twice, and which one wins is its parser's choice.
+    A profile that runs another program may use the flag for its own purposes."""
     flags = {engine_flag(name): name for name in manifest.tuned}
     for profile_name, profile in manifest.profiles.items():
+        if not profile.engine:
+            continue
         for index, arg in enumerate(profile.args):
             name = flags.get(arg.partition("=")[0])
             if name is not None:
                 yield (
                     ("profiles", profile_name, "args", index),
-                    f"{engine_flag(name)} is also tuned.{name}, which boot appends; keep one",
+                    f"{engine_flag(name)} is also tuned.{name}, which boot appends to this "
+                    "engine profile; keep one (or say engine: false if it runs another program)",
                 )
 
 
