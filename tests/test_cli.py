@@ -67,6 +67,44 @@ def test_show_text_flags_carried_values(tmp_path: Path, repo_root: Path) -> None
     assert "gpu_memory_utilization=0.94 (carried from 0.30)  <- NOT re-validated" in result.output
 
 
+def _with_bench_profile(tmp_path: Path, repo_root: Path) -> Path:
+    """0.31 plus a profile that runs a benchmark client, not the engine."""
+    child = tmp_path / "m.yaml"
+    child.write_text(
+        f"extends: {repo_root}/manifests/0.31/manifest.yaml\n"
+        "profiles:\n"
+        "  bench: {engine: false, command: [python3, -m, bench], args: [--rate, '2']}\n"
+    )
+    return child
+
+
+def test_show_says_which_args_each_profile_gets(tmp_path: Path, repo_root: Path) -> None:
+    child = _with_bench_profile(tmp_path, repo_root)
+    result = CliRunner().invoke(cli, ["show", str(child)])
+    assert result.exit_code == 0, result.output
+    assert (
+        "# profile serve: vllm serve --model /models/served --port 8000"
+        " [tuned: --gpu-memory-utilization 0.94]\n" in result.output
+    )
+    assert "# profile bench: python3 -m bench --rate 2 [not the engine: no tuned args]\n" in (
+        result.output
+    )
+    report = json.loads(CliRunner().invoke(cli, ["show", str(child), "--json"]).output)
+    assert report["profiles"] == {
+        "serve": {
+            "engine": True,
+            "command": ["vllm", "serve", "--model", "/models/served", "--port", "8000",
+                        "--gpu-memory-utilization", "0.94"],
+            "tuned_args": ["--gpu-memory-utilization", "0.94"],
+        },
+        "bench": {
+            "engine": False,
+            "command": ["python3", "-m", "bench", "--rate", "2"],
+            "tuned_args": [],
+        },
+    }  # fmt: skip
+
+
 def test_show_unknown_version_is_a_clear_error(repo_root: Path) -> None:
     result = _run("lifecycle", "show", "0.99", cwd=repo_root)
     assert result.returncode == 2

@@ -75,3 +75,22 @@ def test_port_keys_as_docker_takes_them(tmp_path: Path) -> None:
     )
     ports = load_manifest(file).manifest.profiles["serve"].ports
     assert ports == {"8000": 8000, "8001/udp": 1, "65535/sctp": 2}
+
+
+def test_a_profile_that_runs_another_program_may_use_a_tuned_flag(tmp_path: Path) -> None:
+    # Tuned values are appended only where the engine runs; a benchmark client's own
+    # --gpu-memory-utilization is its business.
+    file = tmp_path / "manifest.yaml"
+    file.write_text(
+        BASE + "tuned:\n"
+        "  gpu_memory_utilization:\n"
+        "    {value: 0.94, status: validated, measured_on: vllm 0.31.0, method: ladder}\n"
+        "profiles:\n"
+        "  serve: {command: [vllm, serve]}\n"
+        "  bench:\n"
+        "    engine: false\n"
+        "    command: [python3, -m, bench]\n"
+        "    args: [--gpu-memory-utilization, '0.5']\n"
+    )
+    profiles = load_manifest(file).manifest.profiles
+    assert profiles["serve"].engine and not profiles["bench"].engine

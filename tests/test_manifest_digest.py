@@ -69,3 +69,19 @@ def test_extends_path_is_not_part_of_the_digest(repo_root: Path, tmp_path: Path)
     child = tmp_path / "child.yaml"
     child.write_text("extends: 0.30/manifest.yaml\n")
     assert _digest(child) == _digest(path)
+
+
+def test_a_profile_that_runs_the_engine_digests_as_before_the_engine_key(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    """`engine: true` is the default: writing it changes nothing (images and caches keep their
+    keys); `engine: false` boots another command, so it is another manifest."""
+    path = _copy_030(repo_root, tmp_path)
+    before = _digest(path)
+    data = yaml.safe_load(path.read_text())
+    data["profiles"]["serve"]["engine"] = True
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert _digest(path) == before
+    data["profiles"]["serve"]["engine"] = False
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert _digest(path) != before

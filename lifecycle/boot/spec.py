@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lifecycle.errors import LifecycleError
-from lifecycle.manifest.model import BootProfile, Manifest
+from lifecycle.manifest.model import Manifest
 
 
 @dataclass(frozen=True)
@@ -116,9 +116,10 @@ def build_spec(
     boot_env: Mapping[str, str],
     extras: EngineExtras = EngineExtras(),
 ) -> ContainerSpec:
-    """Profile + tuned values + cache mounts (and their settings) + the boot's own provenance
-    (`boot_env`: LIFECYCLE_BOOT_ID, …) + a caller's extras → spec; a secret missing on the
-    host is an error, and so is a hook's engine env over a name the boot sets otherwise."""
+    """Profile + tuned values (if it runs the engine) + cache mounts (and their settings) +
+    the boot's own provenance (`boot_env`: LIFECYCLE_BOOT_ID, …) + a caller's extras → spec;
+    a secret missing on the host is an error, and so is a hook's engine env over a name the
+    boot sets otherwise."""
     profile = manifest.profiles[profile_name]
     caches = manifest.active_caches()
     environment = dict(profile.env)
@@ -135,10 +136,9 @@ def build_spec(
         )
     environment.update(extras.env)
     environment.update({name: host_env[name] for name in (*profile.from_host, *profile.secrets)})
-    tuned = _tuned_args(manifest, profile, profile_name)
     return ContainerSpec(
         image=image,
-        command=[*profile.command, *profile.args, *tuned, *extras.args],
+        command=[*manifest.boot_command(profile_name), *extras.args],
         environment=environment,
         secret_names=tuple(profile.secrets),
         mounts=tuple(mounts),
@@ -171,27 +171,6 @@ def pick_profile(manifest: Manifest, requested: str | None) -> str:
         known = ", ".join(manifest.profiles) or "none"
         raise LifecycleError(f"no boot profile {requested!r} in the manifest (profiles: {known})")
     return requested
-
-
-def engine_flag(name: str) -> str:
-    """The engine's flag for a tuned value: gpu_memory_utilization -> --gpu-memory-utilization."""
-    return "--" + name.replace("_", "-")
-
-
-def _tuned_args(manifest: Manifest, profile: BootProfile, profile_name: str) -> list[str]:
-    """Tuned values become engine arguments; one also set in the profile's args is an error."""
-    args: list[str] = []
-    for name, tuned in manifest.tuned.items():
-        flag = engine_flag(name)
-        if flag in profile.args:
-            raise LifecycleError(
-                f"profile {profile_name!r} sets {flag} and tuned.{name} sets it too; keep one"
-            )
-        if tuned.value is True:
-            args.append(flag)
-        elif tuned.value is not False:
-            args += [flag, str(tuned.value)]
-    return args
 
 
 def _device_requests(gpus: str | int | None) -> list[dict[str, Any]]:

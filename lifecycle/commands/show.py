@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -23,6 +24,16 @@ class PatchDigest:
 
 
 @dataclass(frozen=True)
+class ProfileCommand:
+    """What a boot of a profile runs: its command and args, then the tuned engine arguments
+    it gets (none unless it runs the engine)."""
+
+    engine: bool
+    command: tuple[str, ...]  # in full, tuned arguments included
+    tuned_args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ShowReport(Report):
     """The resolved manifest of one release and what it is made of."""
 
@@ -35,11 +46,13 @@ class ShowReport(Report):
     unconfirmed: dict[str, str]  # pin -> why the port could not derive it; build refuses it
     patches: tuple[PatchDigest, ...]
     tuned: dict[str, TunedValue]
+    profiles: dict[str, ProfileCommand]
     manifest: dict[str, Any]  # the canonical resolved manifest
 
 
 def run(ctx: Context, ref: str) -> ShowReport:
-    """VERSION (or a manifest path) resolved: file, extends chain, digest, patches, manifest."""
+    """VERSION (or a manifest path) resolved: file, extends chain, digest, patches, what each
+    profile runs, manifest."""
     loaded = load_manifest(find_manifest(ctx.manifests_dir, ref))
     manifest = loaded.manifest
     return ShowReport(
@@ -55,6 +68,14 @@ def run(ctx: Context, ref: str) -> ShowReport:
         unconfirmed={str(pin): why for pin, why in manifest.engine.unconfirmed.items()},
         patches=tuple(PatchDigest(f, sha) for f, sha in patch_digests(loaded)),
         tuned=dict(manifest.tuned),
+        profiles={
+            name: ProfileCommand(
+                profile.engine,
+                tuple(manifest.boot_command(name)),
+                tuple(manifest.tuned_args(name)),
+            )
+            for name, profile in manifest.profiles.items()
+        },
         manifest=canonical_form(loaded),
     )
 
@@ -75,8 +96,19 @@ def render(report: ShowReport) -> str:
         lines.append(f"# tuned {name}={tuned.value} ({tuned.status}{origin}){flag}")
     for patch in report.patches:
         lines.append(f"# patch {patch.file} sha256:{patch.sha256[:16]}")
+    for name, profile in report.profiles.items():
+        lines.append(f"# profile {name}: {_command_line(profile)}")
     body = yaml.safe_dump(_without_nulls(report.manifest), sort_keys=False, width=100)
     return "\n".join(lines) + "\n" + body
+
+
+def _command_line(profile: ProfileCommand) -> str:
+    """The command as a shell would take it, its tuned part marked: `vllm serve --model m
+    [tuned: --gpu-memory-utilization 0.94]`."""
+    own = shlex.join(profile.command[: len(profile.command) - len(profile.tuned_args)])
+    if not profile.engine:
+        return f"{own} [not the engine: no tuned args]"
+    return f"{own} [tuned: {shlex.join(profile.tuned_args)}]" if profile.tuned_args else own
 
 
 def _without_nulls(data: Any) -> Any:

@@ -1,11 +1,12 @@
-"""Checks that need more than one field's type: tuned ranges, stray secrets."""
+"""Checks that need more than one field's type: tuned ranges, stray secrets, an engine
+argument set twice."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
 
-from lifecycle.manifest.model import Manifest
+from lifecycle.manifest.model import Manifest, engine_flag
 from lifecycle.manifest.source import KeyPath
 
 Finding = tuple[KeyPath, str]
@@ -93,6 +94,24 @@ def check_profiles(manifest: Manifest) -> Iterator[Finding]:
                 )
             elif name in profile.secrets[:index]:
                 yield where, f"{name} is listed twice"
+
+
+def check_tuned_in_args(manifest: Manifest) -> Iterator[Finding]:
+    """Refuse an engine profile's arg that a tuned value appends too (`--flag` or
+    `--flag=VALUE`): the engine would get it twice, and which one wins is its parser's choice.
+    A profile that runs another program may use the flag for its own purposes."""
+    flags = {engine_flag(name): name for name in manifest.tuned}
+    for profile_name, profile in manifest.profiles.items():
+        if not profile.engine:
+            continue
+        for index, arg in enumerate(profile.args):
+            name = flags.get(arg.partition("=")[0])
+            if name is not None:
+                yield (
+                    ("profiles", profile_name, "args", index),
+                    f"{engine_flag(name)} is also tuned.{name}, which boot appends to this "
+                    "engine profile; keep one (or say engine: false if it runs another program)",
+                )
 
 
 def unconfirmed_pins(manifest: Manifest) -> Iterator[Finding]:

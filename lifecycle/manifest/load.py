@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from lifecycle.errors import LifecycleError, ManifestError, Problem
-from lifecycle.manifest.checks import check_profiles, check_tuned
+from lifecycle.manifest.checks import check_profiles, check_tuned, check_tuned_in_args
 from lifecycle.manifest.defaults import DEFAULT_CACHES
 from lifecycle.manifest.limits import MAX_EXTENDS
 from lifecycle.manifest.merge import deep_merge, merge_located
@@ -43,6 +43,7 @@ def load_manifest(file: Path) -> LoadedManifest:
     findings = [
         *check_tuned(manifest),
         *check_profiles(manifest),
+        *check_tuned_in_args(manifest),
         *check_mounts(manifest, lambda path: path in located.values),
         *check_cache_env(manifest),
     ]

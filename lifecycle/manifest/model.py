@@ -68,15 +68,17 @@ PinName = Literal["vllm", "flashinfer", "base_image"]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-    # Keys added after manifests were first digested: dumped only when set, so a manifest
-    # that does not use one dumps, and digests (image tag included), as before it existed.
+    # Keys added after manifests were first digested: dumped only when not at their default,
+    # so a manifest that does not use one dumps, and digests (image tag included), as before
+    # it existed.
     _LATER_KEYS: ClassVar[tuple[str, ...]] = ()
 
     @model_serializer(mode="wrap")
     def _without_unset_later_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
+        fields = type(self).model_fields
         for key in self._LATER_KEYS:
-            if not data.get(key):
+            if getattr(self, key) == fields[key].get_default(call_default_factory=True):
                 data.pop(key, None)
         return data
 
@@ -133,6 +135,11 @@ class Patch(_Strict):
     drop_when: Text | None = None
 
 
+def engine_flag(name: str) -> str:
+    """The engine's flag for a tuned value: gpu_memory_utilization -> --gpu-memory-utilization."""
+    return "--" + name.replace("_", "-")
+
+
 class TunedValue(_Strict):
     """An engine argument whose value was measured, and how."""
 
@@ -159,6 +166,15 @@ class TunedValue(_Strict):
         if self.status == "validated" and self.carried_from is not None:
             raise ValueError("carried_from is only for status 'carried'")
         return self
+
+    def engine_args(self, name: str) -> list[str]:
+        """The value as the engine takes it: `--flag VALUE`; `--flag` alone for true, nothing
+        for false."""
+        if self.value is True:
+            return [engine_flag(name)]
+        if self.value is False:
+            return []
+        return [engine_flag(name), str(self.value)]
 
 
 class JitCache(_Strict):
@@ -192,12 +208,24 @@ class Acceptance(_Strict):
 
 
 class BootProfile(_Strict):
-    """How to start the engine: command, environment, secrets by name, devices."""
+    """How to start the engine (or another program in its image): command, environment,
+    secrets by name, devices."""
 
-    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("acceptance", "from_host")
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("acceptance", "from_host", "engine")
 
     command: list[str] = Field(default_factory=list)
     args: list[str] = Field(default_factory=list)
+    # A yes/no about what the command is, rather than a list of the tuned values a profile
+    # takes: the tuned values are the engine's arguments, so the one thing to know is whether
+    # the engine runs. True by default, as every profile was the engine before the key.
+    engine: bool = Field(
+        default=True,
+        description=(
+            "Whether the command runs the engine. A boot appends the tuned values to an engine "
+            "profile's command, whose args may then not set one of them too; false for another "
+            "program in the image (a benchmark client, a shell, a smoke test), which gets none."
+        ),
+    )
     env: dict[EnvName, str] = Field(default_factory=dict)
     secrets: list[EnvName] = Field(
         default_factory=list,
@@ -268,3 +296,15 @@ class Manifest(_Strict):
     def active_caches(self) -> dict[str, JitCache]:
         """The caches a boot mounts."""
         return {name: cache for name, cache in self.caches.items() if cache.enabled}
+
+    def tuned_args(self, profile_name: str) -> list[str]:
+        """The tuned values as engine arguments, for a profile that runs the engine; none for
+        one that runs another program."""
+        if not self.profiles[profile_name].engine:
+            return []
+        return [arg for name, tuned in self.tuned.items() for arg in tuned.engine_args(name)]
+
+    def boot_command(self, profile_name: str) -> list[str]:
+        """What a boot of the profile runs: its command and args, then its tuned arguments."""
+        profile = self.profiles[profile_name]
+        return [*profile.command, *profile.args, *self.tuned_args(profile_name)]

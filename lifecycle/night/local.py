@@ -19,7 +19,6 @@ from typing import Any
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import archive_caches
 from lifecycle.boot.run import BootRequest, Watch
-from lifecycle.boot.spec import engine_flag
 from lifecycle.build.engine import find_built
 from lifecycle.build.keys import cache_key, key_factors
 from lifecycle.build.plan import image_tag
@@ -29,6 +28,7 @@ from lifecycle.hooks import HookFailed
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, cache_by_id, cache_uses, warm_candidates
 from lifecycle.manifest import LoadedManifest
+from lifecycle.manifest.model import engine_flag
 from lifecycle.night.checks import CheckVerdict, Finding, judge, metrics_in
 from lifecycle.night.engine import CheckOutcome, EndSummary, Pin, RunOrder, RunSummary, worst
 from lifecycle.results.add import ResultRequest, add_result
