@@ -67,8 +67,12 @@ def test_cold_then_warm_reuses_the_same_caches(project: Path) -> None:
     assert "Building JIT module" in cold_log
     assert "Directly load the compiled graph(s) for dynamic shape from the cache" in warm_log
     assert "Compiling a graph" not in warm_log and "Building JIT module" not in warm_log
-    # warm judged from the files too: the warm boot created no compiled artefact
+    # warm judged from the files too: the warm boot created no compiled artefact, and each
+    # cache called warm-hit had files the engine read (the kernel saw them opened)
     assert sum(u["files_added"] for u in warm["caches"]) == 0
+    hits = [u for u in warm["caches"] if u["verdict"] == "warm-hit"]
+    assert hits and all(u["files_read"] > 0 for u in hits)
+    assert all(u["files_read"] == 0 for u in warm["caches"] if u["verdict"] == "unused")
 
     listed = json.loads(_lifecycle(project, "caches", "--json").stdout)["caches"]
     for cache in listed:
@@ -253,3 +257,24 @@ def test_a_cells_arguments_and_the_hooks_engine_env_reach_the_spec(repo_root: Pa
     with pytest.raises(LifecycleError, match="VLLM_CACHE_ROOT"):
         moved = EngineExtras((), {"VLLM_CACHE_ROOT": "/elsewhere"})
         build_spec(manifest, "serve", "img", mounts, {}, {}, {}, moved)
+
+
+def test_where_opens_cannot_be_observed_the_log_stands_in_and_says_so(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lifecycle.boot import observe
+
+    def no_inotify(self: object) -> int:
+        raise observe.NotObserved("too few inotify watches allowed (fs.inotify.max_user_watches)")
+
+    _built(project)
+    _boot(project)
+    monkeypatch.setattr(observe._Libc, "init", no_inotify)
+    warm = _boot(project)
+    verdicts = {u["cache_id"].rsplit("-", 1)[0]: u for u in warm["caches"]}
+    # vLLM's log names its compile dir: warm-hit on the log's word, with no reads counted.
+    assert verdicts["vllm"]["verdict"] == "warm-hit" and verdicts["vllm"]["files_read"] is None
+    bundle = json.loads((Path(warm["evidence_path"]) / "bundle" / "evidence.json").read_text())
+    assert bundle["caches"]["vllm"]["observed"] is False
+    assert bundle["boot"]["not_observed"].startswith("too few inotify watches")
+    assert warm["outcome"] == "ok"

@@ -74,9 +74,10 @@ def judge(
         in_log = log_names(log_lines, mount.container_path)
         # Read: opened, and found unchanged by the scan after the boot (a file opened to be
         # written, a log appended to, is not a file the engine reused).
-        # Where opens were not observed, a log line naming the cache stands in for them.
+        # Where opens were not observed (or not all of them), a log line naming the cache
+        # stands in for them.
         read = sorted(seen.opened - written) if seen is not None else None
-        reused = bool(read) if read is not None else in_log
+        reused = bool(read) or ((seen is None or not seen.complete) and in_log)
         verdict = judge_cache(mount.files_before, len(files), compiled, reused)
         judged.append(CacheJudged(mount.name, verdict, compiled))
         files_read = len(read) if read is not None else None

@@ -28,8 +28,6 @@ from pathlib import Path
 
 from lifecycle.fingerprint import is_transient
 
-IN_ACCESS = 0x001
-IN_MODIFY = 0x002
 IN_CLOSE_WRITE = 0x008
 IN_OPEN = 0x020
 IN_MOVED_FROM = 0x040
@@ -58,11 +56,9 @@ class CacheAccess:
 
     opened: set[str] = field(default_factory=set)  # files (not dirs) opened, to read or write
     written: set[str] = field(default_factory=set)  # created, written, moved or deleted
-    complete: bool = True  # False: the kernel's event queue overflowed; counts are a floor
-
-    def read_only(self) -> set[str]:
-        """Files opened and not written."""
-        return self.opened - self.written
+    # False: the kernel's event queue overflowed, or a new dir could not be watched; what is
+    # here happened, but more may have
+    complete: bool = True
 
 
 class _Libc:
@@ -132,20 +128,30 @@ class AccessWatch:
 
     def _watch_tree(self, name: str, root: Path, relative: str, *, created: bool) -> None:
         """Watch `relative` and every dir under it; when it was created during the boot, what
-        is already in it was written by the engine before the watch could see it."""
-        top = root / relative if relative else root
-        for here, dirs, files in os.walk(top):
-            rel = os.path.relpath(here, root)
-            rel = "" if rel == "." else rel
+        is already in it was written by the engine before the watch could see it. Each dir's
+        watch is added before it is listed, so a file is either listed or an event."""
+        pending = [relative]
+        while pending:
+            rel = pending.pop()
             try:
-                wd = self._libc.add_watch(self._fd, here)
+                wd = self._libc.add_watch(self._fd, str(root / rel if rel else root))
+                self._dirs[wd] = (name, rel)
+                entries = list(os.scandir(root / rel if rel else root))
             except FileNotFoundError:
                 continue  # removed again before we got to it
-            self._dirs[wd] = (name, rel)
-            if created:
-                for file in files:
-                    self._note(name, _join(rel, file), IN_CREATE)
-            dirs.sort()
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(_join(rel, entry.name))
+                elif created:
+                    self._note(name, _join(rel, entry.name), IN_CREATE)
+
+    def _watch_new(self, name: str, relative: str) -> None:
+        """A dir made during the boot; one the kernel will not watch leaves the access
+        incomplete rather than stopping the watch of every other dir."""
+        try:
+            self._watch_tree(name, self.roots[name], relative, created=True)
+        except (NotObserved, OSError):
+            self.access[name].complete = False
 
     def _read_loop(self) -> None:
         while True:
@@ -181,7 +187,7 @@ class AccessWatch:
             child = _join(rel, os.fsdecode(raw))
             if mask & IN_ISDIR:
                 if mask & (IN_CREATE | IN_MOVED_TO):
-                    self._watch_tree(name, self.roots[name], child, created=True)
+                    self._watch_new(name, child)
                 continue
             self._note(name, child, mask)
 
