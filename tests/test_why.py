@@ -159,3 +159,50 @@ def test_why_refuses_what_it_cannot_explain(project: Path) -> None:
     other = _boot(project, "serve")
     assert run_lifecycle(project, "why", only["id"], "--against", other["id"]).exit_code == 0
     assert os.environ["LIFECYCLE_HOME"]
+
+
+def test_a_boot_killed_mid_run_leaves_its_caches_not_reusable(
+    project: Path, docker_client: Any
+) -> None:
+    """SIGKILL of lifecycle while its engine runs: the boot stays `running` with no process,
+    and `caches` says its caches may hold half a build, naming the boot."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    command = [sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests")]
+    process = subprocess.Popen(
+        [*command, "boot", "demo/0.2", "--profile", "slow"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    boots: list[dict[str, Any]] = []
+    try:
+        deadline = time.monotonic() + 60
+        running: list[Any] = []
+        while time.monotonic() < deadline and not running:
+            time.sleep(0.2)
+            boots = json.loads(run_lifecycle(project, "boots", "--json").stdout)["boots"]
+            if boots:  # the engine runs once its container does: the caches are mounted
+                label = f"lifecycle.boot.id={boots[0]['id']}"
+                running = docker_client.containers.list(filters={"label": label})
+        [boot] = boots
+        assert boot["outcome"] == "running"
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        rows = json.loads(run_lifecycle(project, "caches", "--json").stdout)["caches"]
+        assert len(rows) == 4
+        for row in rows:
+            assert row["not_reusable"] == (
+                f"its boot {boot['id']} died while holding it (process gone): it may hold a"
+                " half-built file"
+            )
+        assert "not reusable: its boot" in run_lifecycle(project, "caches").stdout
+    finally:
+        process.kill()
+        for mine in boots:  # this test's engine only: other tests may be running theirs
+            label = f"lifecycle.boot.id={mine['id']}"
+            for container in docker_client.containers.list(all=True, filters={"label": label}):
+                container.remove(force=True)

@@ -14,6 +14,7 @@ from lifecycle.commands.context import Context
 from lifecycle.commands.filters import EVERYTHING, Facts, Filters, open_archive
 from lifecycle.commands.report import Report, Row, fields_of, plain
 from lifecycle.leases import lease_held
+from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
     CacheRecord,
     all_boots,
@@ -159,10 +160,25 @@ def list_caches(ctx: Context, filters: Filters = EVERYTHING) -> CachesReport:
                     boots_warm=tuple(u.boot_id for u in mine if u.mode == "warm"),
                     pins=tuple(pinned.get(cache.id, [])),
                     age_s=_age(now, cache.created_at),
-                    not_reusable=passed_over.get(cache.id) if state != "missing" else None,
+                    not_reusable=_not_reusable(ledger, cache, state, passed_over),
                 )
             )
     return CachesReport(tuple(rows))
+
+
+def _not_reusable(
+    ledger: Ledger, cache: CacheRecord, state: str, passed_over: dict[str, str]
+) -> str | None:
+    """Why a warm boot would pass the cache over; a boot that holds it and whose process is
+    gone (killed) crashed: what it left may be half built."""
+    if state == "missing":
+        return None
+    if cache.in_use_by is not None and not lease_held(ledger.home, cache.id):
+        return (
+            f"its boot {cache.in_use_by} died while holding it (process gone): it may hold a"
+            " half-built file"
+        )
+    return passed_over.get(cache.id)
 
 
 def list_archived_caches(
@@ -282,13 +298,13 @@ def render_caches(report: CachesReport) -> str:
                 r.cache.files if r.cache.files is not None else "-",
                 f"{len(r.boots_cold)} cold, {len(r.boots_warm)} warm",
                 r.state
-                + (f" (in use by {r.cache.in_use_by})" if r.cache.in_use_by else "")
-                + (" pinned" if r.pins else "")
                 + (
-                    f", not reusable: {r.not_reusable}"
-                    if r.not_reusable and not r.cache.in_use_by
+                    f" (in use by {r.cache.in_use_by})"
+                    if r.cache.in_use_by and not r.not_reusable
                     else ""
-                ),
+                )
+                + (" pinned" if r.pins else "")
+                + (f", not reusable: {r.not_reusable}" if r.not_reusable else ""),
                 human_age(r.age_s),
             ]
             for r in report.caches
