@@ -20,6 +20,7 @@ from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, KeyOf, b64
 from lifecycle.ledger import Ledger
 from lifecycle.records import BOOT_FORMAT, VERSION_FORMAT
 from tests.archive_support import boot_records, newest_version, verify_key
+from tests.cache_support import adopt
 from tests.services import ArchiveTarget, WeedServer, boot_demo, run_lifecycle
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
@@ -212,7 +213,7 @@ def test_a_file_whose_bytes_changed_behind_its_scan_is_refused(
     cache_id = _flashinfer(boot_demo(demo_project))
     big = Path(_caches(demo_project)[cache_id]["host_path"]) / "big.cubin"
     big.write_bytes(os.urandom(3 * SMALL_BLOB))
-    assert _flashinfer(boot_demo(demo_project)) == cache_id  # warm: its scan holds big.cubin
+    adopt(cache_id)  # its scan holds big.cubin
     before = big.stat()
     with big.open("r+b") as handle:
         handle.write(b"other bytes")

@@ -142,7 +142,10 @@ def collect_evidence(
         "skipped": [{"path": path, "reason": reason} for path, reason in skipped],
     }
     _write_all(copies)
-    write_atomic(out_dir / EVIDENCE_JSON, json.dumps(summary, indent=1).encode() + b"\n")
+    # Every string of the summary, paths the engine opened included (a JIT may name a file by
+    # a token), is redacted, not only the copied files.
+    text = redact(json.dumps(summary, indent=1), secret_values)
+    write_atomic(out_dir / EVIDENCE_JSON, text.encode() + b"\n")
     _fsync_dir(out_dir)
     return EvidenceBundle(out_dir, summary, tuple(files), tuple(skipped))
 
