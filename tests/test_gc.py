@@ -32,12 +32,9 @@ def _json(project: Path, *args: str, env: dict[str, str | None] | None = None) -
 
 
 def _grow_and_boot(project: Path, tag: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Each cache grows a file (as a JIT build would), a warm boot, a result (archived at once,
-    LIFECYCLE_ARCHIVE being set)."""
-    for cache in _json(project, "caches")["caches"]:
-        if Path(cache["host_path"]).is_dir():
-            (Path(cache["host_path"]) / f"{tag}.o").write_bytes(os.urandom(3000))
-    booted = _json(project, "boot", "demo/0.2")
+    """A warm boot that grows each cache by a file (as a JIT build would), a result (archived
+    at once, LIFECYCLE_ARCHIVE being set)."""
+    booted = _json(project, "boot", "demo/0.2", "--profile", "grows")
     added = _json(project, "result", "add", booted["id"], "--name", tag, "--status", "pass")
     assert added["archives"], added
     return booted, added
