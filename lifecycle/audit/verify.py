@@ -36,6 +36,9 @@ class Finding:
     subject: str
     problem: str | None
     note: str | None = None
+    # When nothing differs: "ok" (checked) or "history" (a record no longer needed, not
+    # checked without --all-versions).
+    status: str = "ok"
 
 
 def live_cache(
