@@ -814,7 +814,7 @@ def tune(
 @click.pass_context
 def verify(ctx: click.Context, target: str, source: str | None, every: bool, as_json: bool) -> None:
     """Hash the live cache and the archived objects needed now again; name whatever differs.
-    Older versions are history, checked with --all-versions.
+    What a gc removed by rule is reported as collected, older versions as history.
 
     Exit 1 when anything needed differs, 3 when the archive cannot be reached.
     """

@@ -72,7 +72,8 @@ class VerifyReport:
         return [f for f in self.findings if f.problem is not None]
 
     def marked(self, status: str) -> list[Finding]:
-        """The findings that differ from nothing recorded, of one status: `ok` or `history`."""
+        """The findings that differ from nothing recorded, of one status: `ok`, `collected` or
+        `history`."""
         return [f for f in self.findings if f.problem is None and f.status == status]
 
 

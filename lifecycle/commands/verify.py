@@ -2,8 +2,8 @@
 
 From the ledger: the live cache dirs (if still here) and the archived objects needed now,
 where the ledger says each was archived. With `--from s3://…`: the archived objects alone.
-What is no longer needed is history, not checked and not a difference (`--all-versions`
-checks it too).
+What a gc removed by rule is reported as collected, what is no longer needed as history:
+neither is a difference (`--all-versions` checks the history too).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ class VerifyRunReport(Report):
             "all_versions": self.all_versions,
             "ok": not self.report.problems,
             "problems": [f"{f.subject}: {f.problem}" for f in self.report.problems],
+            "collected": [f"{f.subject}: {f.note}" for f in self.report.marked("collected")],
             "history": [f.subject for f in self.report.marked("history")],
             "checked": [
                 {
@@ -112,11 +113,13 @@ def verify(
 
 def render(run_report: VerifyRunReport) -> str:
     """What differs first, each naming the file or object; then what was found as recorded,
-    and what is history."""
+    what a gc collected, and what is history."""
     report = run_report.report
     count = len(report.problems)
     verdict = "as recorded" if not count else f"{count} difference{'s' * (count != 1)}"
-    history = report.marked("history")
+    collected, history = report.marked("collected"), report.marked("history")
+    if collected:
+        verdict += f"; {len(collected)} collected by gc"
     if history:
         verdict += f"; {len(history)} in history, not checked"
     lines = [f"verify {report.kind} {report.target} (from {report.source}): {verdict}"]
@@ -124,5 +127,5 @@ def render(run_report: VerifyRunReport) -> str:
     lines += [
         f"  ok      {f.subject}" + (f": {f.note}" if f.note else "") for f in report.marked("ok")
     ]
-    lines += [f"  {f.status} {f.subject}: {f.note}" for f in history]
+    lines += [f"  {f.status} {f.subject}: {f.note}" for f in collected + history]
     return "\n".join(lines) + "\n"
