@@ -804,18 +804,23 @@ def tune(
 
 
 @cli.command()
-@click.argument("target", metavar="CACHE|RESULT")
+@click.argument("target", metavar="CACHE[@TREE]|RESULT")
 @archive_only_option
+@click.option(
+    "--all-versions", "every", is_flag=True,
+    help="Every version and boot record, not only those needed now.",
+)  # fmt: skip
 @json_option
 @click.pass_context
-def verify(ctx: click.Context, target: str, source: str | None, as_json: bool) -> None:
-    """Hash the live cache and the archived objects again; name whatever differs.
+def verify(ctx: click.Context, target: str, source: str | None, every: bool, as_json: bool) -> None:
+    """Hash the live cache and the archived objects needed now again; name whatever differs.
+    What a gc removed by rule is reported as collected, older versions as history.
 
-    Exit 1 when anything differs, 3 when the archive cannot be reached.
+    Exit 1 when anything needed differs, 3 when the archive cannot be reached.
     """
     from lifecycle.commands import verify as verb
 
-    _answer(ctx, verb.run(_context(ctx), target, source), verb.render, as_json)
+    _answer(ctx, verb.run(_context(ctx), target, source, every), verb.render, as_json)
 
 
 def main() -> None:

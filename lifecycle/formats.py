@@ -16,6 +16,7 @@ BOOT_FORMAT: Final = "lifecycle-boot-record/1"
 RESULT_FORMAT_2: Final = "lifecycle-result-record/2"
 IMAGE_FORMAT: Final = "lifecycle-image-record/1"
 PIN_FORMAT: Final = "lifecycle-pin/1"
+GC_FORMAT: Final = "lifecycle-gc-record/1"
 
 # `--record KIND`: the format each kind is written in now.
 CURRENT = {
@@ -24,6 +25,7 @@ CURRENT = {
     "result": RESULT_FORMAT_2,
     "image": IMAGE_FORMAT,
     "pin": PIN_FORMAT,
+    "gc": GC_FORMAT,
 }
 EVERY_FORMAT = (*CURRENT.values(), VERSION_FORMAT_1, CACHE_FORMAT, RESULT_FORMAT)
 RECORD_KINDS = (*CURRENT, *EVERY_FORMAT)  # a kind, or any format's full name

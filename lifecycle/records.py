@@ -13,7 +13,9 @@ holds: its key ends in the sha256 of its bytes, so a reader checks that too. Cur
   it stands on and the exact version (tree digest and record) of each cache behind it;
 - `lifecycle-image-record/1` at `images/<manifest digest>/<sha256>.json`: an image pushed to a
   registry, by digest;
-- `lifecycle-pin/1` at `pins/<result>/<sha256>.json`: a result pinned for the whole team.
+- `lifecycle-pin/1` at `pins/<result>/<sha256>.json`: a result pinned for the whole team;
+- `lifecycle-gc-record/1` at `gc/<run>/<sha256>.json`: what one `gc --remote` removed, by which
+  rule, on which host, written before its first deletion.
 
 The previous release wrote one mutable record per cache and per result; they are still read:
 - `lifecycle-cache-record/1` at `caches/<cache id>.json`: one cache, its fingerprint, every
@@ -45,6 +47,7 @@ from lifecycle.formats import (
     BOOT_FORMAT,
     CACHE_FORMAT,
     CURRENT,
+    GC_FORMAT,
     IMAGE_FORMAT,
     PIN_FORMAT,
     RESULT_FORMAT,
@@ -57,6 +60,7 @@ from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
 __all__ = [
     "BOOT_FORMAT",
     "CACHE_FORMAT",
+    "GC_FORMAT",
     "IMAGE_FORMAT",
     "PIN_FORMAT",
     "RESULT_FORMAT",
@@ -390,6 +394,19 @@ class PinV1(_Part):
     pinned_at: str
 
 
+class GcRecordV1(_Part):
+    """`lifecycle-gc-record/1`: what one sweep of `gc --remote` removed, and by which rule."""
+
+    format: Literal["lifecycle-gc-record/1"]
+    run_id: str  # g-…, as the host's ledger journals it
+    host: str
+    tool_version: str
+    policy: str  # the options it ran with, as the user gave them
+    removed_at: str  # stamped just before its first deletion
+    removed: dict[str, list[str]]  # kind (lifecycle.archive.layout) -> keys under the prefix
+    rules: dict[str, str]  # kind -> why the policy let objects of that kind go
+
+
 Record = (
     CacheRecordV1
     | ResultRecordV1
@@ -398,6 +415,7 @@ Record = (
     | ResultRecordV2
     | ImageRecordV1
     | PinV1
+    | GcRecordV1
 )
 
 _MODELS: dict[str, type[Record]] = {
@@ -407,6 +425,7 @@ _MODELS: dict[str, type[Record]] = {
     RESULT_FORMAT_2: ResultRecordV2,
     IMAGE_FORMAT: ImageRecordV1,
     PIN_FORMAT: PinV1,
+    GC_FORMAT: GcRecordV1,
     CACHE_FORMAT: CacheRecordV1,
     RESULT_FORMAT: ResultRecordV1,
 }

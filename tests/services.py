@@ -389,6 +389,15 @@ _LEAKY = (
     "    secrets: [HF_TOKEN]\n    network: none\n"
 )
 
+# Grows every cache it mounts by a file of its own, as a JIT build would: a boot's own writes,
+# recorded by its end-of-boot scan (a file written into a cache dir by hand between boots is
+# damage: the next boot passes that cache over).
+_GROWS = (
+    "  grows:\n    command: [sh, -c, 'for d in /var/cache/lifecycle/*; do head -c 3000"
+    ' /dev/urandom > "$d/grown-$(date +%s%N).o"; done; exec python3 -m demollm.serve "$@"\','
+    " sh]\n    network: none\n"
+)
+
 
 def demo_copy(root: Path) -> Path:
     """A project at `root` with a copy of the demo manifests (0.1 and 0.2) and no hooks."""
@@ -421,9 +430,9 @@ def archive_project(
     tmp_path: Path, demo_images: None, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Path]:
     """A demo project archiving to a fresh bucket at s3://BUCKET/test (LIFECYCLE_ARCHIVE), run
-    from its root, with profiles `fails` (the engine exits 3) and `leaky` (writes the HF_TOKEN
-    secret into a cache file and prints it)."""
-    root = _demo_root(tmp_path, _WITH_TOKEN + _FAILS + _LEAKY)
+    from its root, with profiles `fails` (the engine exits 3), `leaky` (writes the HF_TOKEN
+    secret into a cache file and prints it) and `grows` (adds a file to every cache)."""
+    root = _demo_root(tmp_path, _WITH_TOKEN + _FAILS + _LEAKY + _GROWS)
     monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
     monkeypatch.chdir(root)
     yield root

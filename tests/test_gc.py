@@ -9,6 +9,7 @@ import json
 import os
 import random
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
 from lifecycle.fingerprint import scan
-from tests.archive_support import keys
+from tests.archive_support import keys, read_json
 from tests.trust_support import PREFIX, cli, process, start
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
@@ -32,12 +33,9 @@ def _json(project: Path, *args: str, env: dict[str, str | None] | None = None) -
 
 
 def _grow_and_boot(project: Path, tag: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Each cache grows a file (as a JIT build would), a warm boot, a result (archived at once,
-    LIFECYCLE_ARCHIVE being set)."""
-    for cache in _json(project, "caches")["caches"]:
-        if Path(cache["host_path"]).is_dir():
-            (Path(cache["host_path"]) / f"{tag}.o").write_bytes(os.urandom(3000))
-    booted = _json(project, "boot", "demo/0.2")
+    """A warm boot that grows each cache by a file (as a JIT build would), a result (archived
+    at once, LIFECYCLE_ARCHIVE being set)."""
+    booted = _json(project, "boot", "demo/0.2", "--profile", "grows")
     added = _json(project, "result", "add", booted["id"], "--name", tag, "--status", "pass")
     assert added["archives"], added
     return booted, added
@@ -64,6 +62,16 @@ def _whole(project: Path, url: str, bucket: str, client: Any) -> None:
         assert checked["ok"], checked["problems"]
 
 
+def _needed_intact(project: Path) -> None:
+    """This host's verify of each of its caches and results passes (what gc took by rule is
+    reported as collected, not missing)."""
+    targets = [c["id"] for c in _json(project, "caches")["caches"]]
+    targets += [r["id"] for r in _json(project, "results")["results"]]
+    for target in targets:
+        checked = _json(project, "verify", target)
+        assert checked["ok"], (target, checked["problems"])
+
+
 def test_gc_keeps_a_pinned_result_and_all_behind_it_and_removes_the_rest_it_may(
     archive_project: Path, s3_bucket: str, s3_client: Any, tmp_path: Path
 ) -> None:
@@ -81,7 +89,8 @@ def test_gc_keeps_a_pinned_result_and_all_behind_it_and_removes_the_rest_it_may(
     done = _json(archive_project, "gc", "--remote", *POLICY, "--yes")
     assert done["result"]["removed"] == len(dry["plan"]["objects"]) > 0
     after = set(keys(s3_client, s3_bucket, f"{PREFIX}/"))
-    assert after == before - {f"{PREFIX}/{key}" for key in dry["plan"]["objects"]}
+    records = set(keys(s3_client, s3_bucket, f"{PREFIX}/gc/"))  # what it removed, written once
+    assert after == before - {f"{PREFIX}/{key}" for key in dry["plan"]["objects"]} | records
     assert f"{PREFIX}/notes.txt" in after  # not ours: never touched
 
     results = {r["id"] for r in _json(archive_project, "results", "--from", url)["results"]}
@@ -110,6 +119,47 @@ def test_gc_keeps_a_pinned_result_and_all_behind_it_and_removes_the_rest_it_may(
     assert r1["id"] and r2["id"]
 
 
+def test_after_gc_verify_passes_and_names_what_gc_collected_by_rule(
+    archive_project: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    (_, r0), (_, r1), _ = _nights(archive_project)
+    assert cli(archive_project, "pin", r0["id"]).exit_code == 0
+    done = _json(archive_project, "gc", "--remote", *POLICY, "--yes")
+    run_id, removed = done["result"]["run_id"], done["plan"]["objects"]
+    # What gc removed is in the archive itself: one record, written once, naming each key.
+    [key] = keys(s3_client, s3_bucket, f"{PREFIX}/gc/")
+    assert key.startswith(f"{PREFIX}/gc/{run_id}/")
+    record = read_json(s3_client, s3_bucket, key)
+    assert (record["format"], record["run_id"]) == ("lifecycle-gc-record/1", run_id)
+    assert record["host"] == socket.gethostname() and record["policy"].startswith("--keep-last 1")
+    assert sorted(k for listed in record["removed"].values() for k in listed) == sorted(removed)
+    assert set(record["rules"]) == set(record["removed"])
+
+    # The pinned result's objects are all intact: it verifies, and so does every cache here;
+    # what gc took by rule (r1's record, the middle night's versions) is named as collected.
+    assert _json(archive_project, "verify", r0["id"])["ok"]
+    collected = f"collected by gc {run_id} on {socket.gethostname()} at "
+    for cache in _json(archive_project, "caches")["caches"]:
+        checked = _json(archive_project, "verify", cache["id"])
+        assert checked["ok"] and checked["collected"], checked
+        notes = [c["note"] for c in checked["checked"] if c["status"] == "collected"]
+        assert notes and all(n.startswith(collected) for n in notes), notes
+        assert all(f"({' '.join(POLICY)}: " in n for n in notes), notes
+    checked = _json(archive_project, "verify", r1["id"])
+    assert checked["ok"] and any(f"/results/{r1['id']}/" in c for c in checked["collected"])
+    text = cli(archive_project, "verify", r1["id"])
+    assert text.exit_code == 0 and "  collected " in text.stdout, text.stdout
+    # A later gc leaves gc's own records alone.
+    _json(archive_project, "gc", "--remote", *POLICY, "--yes")
+    assert key in keys(s3_client, s3_bucket, f"{PREFIX}/gc/")
+    # A gc record altered in place is not believed: what it listed is missing again, and why.
+    s3_client.put_object(Bucket=s3_bucket, Key=key, Body=b"{}")
+    refused = cli(archive_project, "verify", r1["id"])
+    assert refused.exit_code == 1 and "missing, and gc's records cannot be read: s3://" in (
+        refused.stdout
+    )
+
+
 @pytest.mark.parametrize("crash", ["gc-planned", "gc-after-batch", "gc-after-batch:3"])
 def test_a_gc_killed_at_a_step_leaves_every_record_whole_and_the_next_completes_it(
     archive_project: Path, s3_bucket: str, s3_client: Any, crash: str
@@ -124,12 +174,15 @@ def test_a_gc_killed_at_a_step_leaves_every_record_whole_and_the_next_completes_
     )  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     _whole(archive_project, url, s3_bucket, s3_client)
+    _needed_intact(archive_project)  # what the killed run removed, its record names
     done = _json(archive_project, "gc", "--remote", *POLICY, "--yes")
     [resumed] = done["resumed"]
     assert resumed["spared"] == {}
     after = set(keys(s3_client, s3_bucket, f"{PREFIX}/"))
-    assert after == before - {f"{PREFIX}/{key}" for key in planned}
+    records = set(keys(s3_client, s3_bucket, f"{PREFIX}/gc/"))
+    assert after == before - {f"{PREFIX}/{key}" for key in planned} | records
     _whole(archive_project, url, s3_bucket, s3_client)
+    _needed_intact(archive_project)
 
 
 def test_sigkill_at_random_moments_never_leaves_a_broken_record(

@@ -8,7 +8,8 @@ result add, which archives, teardown --archive); the checks between rounds run i
 After every round, nothing is lost (every boot and result of either ledger has its record in
 S3), each host's `verify` of its own results passes whatever the other archived since, and at
 the end an empty third home restores the exact tree behind A's result and the exact tree
-behind B's, by their versions."""
+behind B's, by their versions. Last, B's `gc --remote` collects all it may and every host's
+`verify` of its caches and results still passes, A's pinned result with nothing collected."""
 
 from __future__ import annotations
 
@@ -70,14 +71,11 @@ class Host:
 
     def round(self, number: int) -> None:
         """Restore what a teardown took (the newest complete versions, perhaps the other
-        host's), grow every cache its own way, boot warm, record a result (archived at once),
+        host's), boot warm growing every cache its own way, record a result (archived at once),
         tear down archiving with content."""
         if any(state in ("torn-down", "missing") for state, _ in self.caches().values()):
             self.run("restore", "--best", "demo/0.2")
-        for _, path in self.caches().values():
-            grown = Path(path) / f"{self.name}-round-{number}.o"
-            grown.write_bytes(os.urandom(512) + f"{self.name} {number}".encode())
-        booted = self.json("boot", "demo/0.2")
+        booted = self.json("boot", "demo/0.2", "--profile", "grows")  # a file of its own each
         assert {u["mode"] for u in booted["caches"]} == {"warm"}, booted
         self.run(
             "result", "add", booted["id"], "--name", f"round-{number}", "--status", "pass",
@@ -147,6 +145,23 @@ def test_two_hosts_archiving_booting_and_tearing_down_at_once_lose_nothing(
         assert len(trees) >= 2 * ROUNDS + 1, cache["id"]
         parents = [v["parent"] for v in cache["versions"]]
         assert parents.count(None) == 1 and set(parents) - {None} <= trees, cache["id"]
+
+    # A's first result is pinned for the team; B's cron collects everything else it may. Each
+    # host's verify of its caches and results then passes: what gc took by rule is collected,
+    # not a difference, and nothing behind the pinned result was taken.
+    pinned = a.here("results")["results"][-1]["id"]
+    a.run("pin", pinned)
+    b.run("gc", "--remote", "--keep-last", "1", "--older-than", "0s", "--grace", "0s", "--yes")
+    collected = 0
+    for host in (a, b):
+        targets = [*host.caches(), *(r["id"] for r in host.here("results")["results"])]
+        for target in targets:
+            report = host.here("verify", target)
+            assert report["ok"], (host.name, target, report["problems"])
+            collected += len(report["collected"])
+    assert collected > 0  # gc did take what these hosts once archived
+    report = a.here("verify", pinned)
+    assert report["ok"] and report["collected"] == [], report
 
 
 def _verified(host: Host, results: list[dict[str, Any]], number: int) -> None:

@@ -15,6 +15,7 @@ from lifecycle.cli import cli
 from lifecycle.records import (
     BOOT_FORMAT,
     CACHE_FORMAT,
+    GC_FORMAT,
     IMAGE_FORMAT,
     PIN_FORMAT,
     RESULT_FORMAT,
@@ -112,6 +113,7 @@ def test_too_many_problems_are_counted_not_listed() -> None:
         ("result", RESULT_FORMAT_2),
         ("image", IMAGE_FORMAT),
         ("pin", PIN_FORMAT),
+        ("gc", GC_FORMAT),
         (CACHE_FORMAT, CACHE_FORMAT),  # the previous release's, still read
         (RESULT_FORMAT, RESULT_FORMAT),
     ],

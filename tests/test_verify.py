@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from lifecycle.fingerprint import Fingerprint
+from tests.archive_support import keys, read_json
 from tests.services import ArchiveTarget, boot_demo, run_lifecycle
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
@@ -151,3 +152,50 @@ def test_an_unknown_target_is_a_usage_error(project: Path) -> None:
     boot_demo(project, "--cold")  # a ledger exists, without this target
     result = run_lifecycle(project, "verify", "r-nothing")
     assert result.exit_code == 2 and "add --from s3://" in result.stderr
+
+
+def test_a_damaged_superseded_version_is_history_and_cache_at_tree_checks_that_tree(
+    archive_project: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    url = f"s3://{s3_bucket}/test"
+    first = boot_demo(archive_project, "--cold")
+    assert run_lifecycle(archive_project, "archive", "--all", "--with-content").exit_code == 0
+    second = boot_demo(archive_project, "--profile", "grows")  # a second tree of each cache
+    assert run_lifecycle(archive_project, "archive", "--all", "--with-content").exit_code == 0
+    [old] = [u for u in first["caches"] if u["cache_id"].startswith("flashinfer-")]
+    [new] = [u for u in second["caches"] if u["cache_id"] == old["cache_id"]]
+    cache_id, old_tree, new_tree = (
+        old["cache_id"],
+        old["tree_digest_after"],
+        new["tree_digest_after"],
+    )
+    assert old_tree != new_tree
+    [record] = keys(s3_client, s3_bucket, f"test/caches/{cache_id}/versions/{old_tree}.")
+    # Bit rot in what only the superseded version names: its fingerprint.
+    fingerprint = read_json(s3_client, s3_bucket, record)["fingerprint"]["sha256"]
+    rotted = f"test/blobs/sha256/{fingerprint[:2]}/{fingerprint}"
+    s3_client.put_object(Bucket=s3_bucket, Key=rotted, Body=b"rot")
+
+    for source in ((), ("--from", url)):
+        # What is needed now (the newest version) is intact: the old one is history.
+        code, report = _verify(archive_project, cache_id, *source)
+        assert (code, report["problems"]) == (0, []), report["problems"]
+        assert f"s3://{s3_bucket}/{record}" in report["history"], report["history"]
+        # The full history, or that tree by its digest, names the damage.
+        for target in ((cache_id, "--all-versions"), (f"{cache_id}@{old_tree[:12]}",)):
+            code, report = _verify(archive_project, *target, *source)
+            assert code == 1 and any(
+                p.startswith(f"s3://{s3_bucket}/{rotted} ") for p in report["problems"]
+            )
+        code, report = _verify(archive_project, f"{cache_id}@{new_tree}", *source)
+        assert code == 0 and report["history"] == [], report
+        checked = [c["subject"] for c in report["checked"] if "/versions/" in c["subject"]]
+        assert checked and all(f"/versions/{new_tree}." in c for c in checked), checked
+        unknown = run_lifecycle(archive_project, "verify", f"{cache_id}@0000000000", *source)
+        assert unknown.exit_code == 2, unknown.output
+        assert unknown.stderr == f"no version 0000000000 of cache {cache_id} " + (
+            f"at {url}\n" if source else f"in the ledger at {os.environ['LIFECYCLE_HOME']}\n"
+        )
+    text = run_lifecycle(archive_project, "verify", cache_id)
+    assert text.exit_code == 0 and "in history, not checked" in text.stdout.splitlines()[0]
+    assert f"  history s3://{s3_bucket}/{record}: history: superseded" in text.stdout

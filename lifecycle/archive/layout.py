@@ -10,6 +10,7 @@
     results/<result>/<sha256>.json                  a result (lifecycle-result-record/2)
     images/<manifest digest>/<sha256>.json          an image pushed (lifecycle-image-record/1)
     pins/<result>/<sha256>.json                     a team pin (lifecycle-pin/1)
+    gc/<run>/<sha256>.json                          what a gc removed (lifecycle-gc-record/1)
 
 Nothing is ever written twice: every record's key ends in the sha256 of its bytes and every
 marker's key is the pair it records, so two hosts writing at once write two objects, never
@@ -43,12 +44,13 @@ _PATTERNS = {
     "result": re.compile(rf"^results/(?P<id>{_ID})/(?P<sha>{_SHA})\.json$"),
     "image": re.compile(rf"^images/(?P<id>{_SHA})/(?P<sha>{_SHA})\.json$"),
     "pin": re.compile(rf"^pins/(?P<id>{_ID})/(?P<sha>{_SHA})\.json$"),
+    "gc": re.compile(rf"^gc/(?P<id>{_ID})/(?P<sha>{_SHA})\.json$"),
     "legacy-cache": re.compile(rf"^caches/(?P<id>{_ID})\.json$"),
     "legacy-result": re.compile(rf"^results/(?P<id>{_ID})\.json$"),
     "legacy-marker": re.compile(rf"^results-by-cache/(?P<id>{_ID})/(?P<other>{_ID})$"),
 }
 KINDS = tuple(_PATTERNS)
-Records = Literal["boots", "results", "images", "pins"]  # records listed by their owner
+Records = Literal["boots", "results", "images", "pins", "gc"]  # records listed by their owner
 
 
 @dataclass(frozen=True)
@@ -115,8 +117,8 @@ def marker_body(other: str) -> bytes:
 
 
 def records_of(kind: Records, owner: str) -> str:
-    """Where the records of one boot, result, manifest (its pushed images) or pinned result are
-    listed: `<kind>/<owner>/`."""
+    """Where the records of one boot, result, manifest (its pushed images), pinned result or
+    gc run are listed: `<kind>/<owner>/`."""
     return f"{kind}/{owner}/"
 
 

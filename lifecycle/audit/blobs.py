@@ -2,7 +2,8 @@
 
 Unlike teardown's check (listing, ETag, stored checksum), verify trusts nothing the server
 says about an object: it reads every byte back and hashes it, so it also catches an object
-overwritten in place without a checksum.
+overwritten in place without a checksum. A record found missing is looked up in what gc
+recorded removing at its location (lifecycle.archive.collected), read once per run.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO, cast
 
+from lifecycle.archive.collected import Removal, removals
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.parallel import pool_map
 
@@ -38,10 +40,24 @@ class _Counter:
 
 @dataclass
 class BlobChecker:
-    """Download-and-hash with a memory: blobs shared by several records are read once."""
+    """Download-and-hash with a memory: blobs shared by several records are read once, and
+    gc's records at each location once, when a record is first found missing there."""
 
     workers: int = 8
     seen: dict[tuple[str, str], tuple[str, str] | None] = field(default_factory=dict)
+    collected: dict[str, dict[str, Removal]] = field(default_factory=dict)  # location -> key
+
+    def removal(self, store: BlobStore, relative: str) -> Removal | None:
+        """What a gc's record says of a key it removed at this location; None if it says nothing."""
+        url = store.location.url()
+        if url not in self.collected:
+            try:
+                self.collected[url] = removals(store)
+            except S3Unavailable:  # the environment, not the archive: exit 3
+                raise
+            except ArchiveError as exc:
+                raise ArchiveError(f"missing, and gc's records cannot be read: {exc}") from exc
+        return self.collected[url].get(relative)
 
     def check(self, store: BlobStore, claims: Sequence[BlobClaim]) -> list[tuple[str, str]]:
         """(object, what differs) for each claimed blob not on the server with those bytes."""

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from lifecycle.archive.layout import (
+    Key,
     cache_prefix,
     legacy_cache_key,
     legacy_result_key,
+    parse_key,
     records_of,
 )
-from lifecycle.archive.store import BlobStore
+from lifecycle.archive.objects import Listing
+from lifecycle.archive.record import read_as
+from lifecycle.archive.restore import check_tree
+from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.audit.blobs import BlobChecker
 from lifecycle.audit.verify import (
     Finding,
@@ -22,6 +28,7 @@ from lifecycle.audit.verify import (
     result_document,
     result_record,
 )
+from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import (
     ArchiveRecord,
@@ -31,11 +38,19 @@ from lifecycle.ledger.archives import (
     boot_archives,
     versions_of,
 )
-from lifecycle.ledger.boots import CacheRecord, cache_by_id, cache_uses
-from lifecycle.ledger.results import ResultRecord, result_archives
+from lifecycle.ledger.boots import CacheRecord, CacheUse, cache_by_id, cache_uses
+from lifecycle.ledger.results import ResultRecord, result_archives, results_of_cache
+from lifecycle.records import CacheVersion, ResultRecordV2
+from lifecycle.results.archive import read_result
+from lifecycle.results.archive import results_of_cache as results_at
 from lifecycle.results.model import canonical_result, result_digest
 
 StoreFor = Callable[[str], BlobStore]  # an archive location (s3://bucket/prefix) -> its store
+Row = VersionRow | ArchiveRecord | BootArchiveRow  # a record this host wrote or read, by key
+_NOT_CHECKED = "not checked (--all-versions checks it)"
+_SUPERSEDED = f"history: superseded, and no result here stands on it; {_NOT_CHECKED}"
+_UNNEEDED_BOOT = f"history: a boot that touched no version needed now; {_NOT_CHECKED}"
+_SUPERSEDED_THERE = f"history: superseded, and no result there stands on it; {_NOT_CHECKED}"
 
 
 @dataclass(frozen=True)
@@ -56,42 +71,87 @@ class VerifyReport:
         """The findings that differ from what was recorded."""
         return [f for f in self.findings if f.problem is not None]
 
+    def marked(self, status: str) -> list[Finding]:
+        """The findings that differ from nothing recorded, of one status: `ok`, `collected` or
+        `history`."""
+        return [f for f in self.findings if f.problem is None and f.status == status]
+
 
 def verify_cache(
-    ledger: Ledger, cache: CacheRecord, store_for: StoreFor, checker: BlobChecker
+    ledger: Ledger,
+    cache: CacheRecord,
+    store_for: StoreFor,
+    checker: BlobChecker,
+    *,
+    tree: str | None = None,
+    every: bool = False,
 ) -> list[Finding]:
-    """The live cache (if still here), every version of it this host archived or restored,
-    and the record of every boot of it this host archived: each exactly as this host wrote or
-    read it, whatever other hosts archived since."""
-    subject = f"live cache {cache.id}"
-    findings = []
-    if cache.state == "torn-down" or not Path(cache.host_path).exists():
-        findings.append(Finding(subject, None, "not on this host (torn down): archive only"))
-    elif cache.in_use_by:
-        note = f"in use by boot {cache.in_use_by}: not re-hashed while a boot may write it"
-        findings.append(Finding(subject, None, note))
-    else:
-        findings += live_cache(cache.id, cache.host_path, cache.scan_path, cache.tree_digest)
-    records: list[VersionRow | ArchiveRecord | BootArchiveRow] = [*versions_of(ledger, cache.id)]
+    """The live cache (if still here) and the records of it this host wrote or read that are
+    needed now: its newest version, the version each result here stands on, and the record of
+    every boot that started from or left one of those. Older versions and boots are history,
+    checked only with `every`; with `tree`, that version alone. Each record is checked exactly
+    as this host wrote or read it, whatever other hosts archived since."""
+    every = every and tree is None  # a tree asked for is that version alone
+    findings = _live(cache, tree)
+    uses = [u for u in cache_uses(ledger) if u.cache_id == cache.id]
     archive = archive_of(ledger, cache.id)
+    versions: list[VersionRow | ArchiveRecord] = [*versions_of(ledger, cache.id)]
     if archive is not None and archive.tree_digest is None:  # the previous release's record
-        records.append(archive)
-    elif archive is None and not records:
+        versions.append(archive)
+    if not versions and tree is None:
         findings.append(Finding(f"archive of cache {cache.id}", None, "not archived"))
-    for use in (u for u in cache_uses(ledger) if u.cache_id == cache.id):
-        records += boot_archives(ledger, use.boot_id)
-    for row in records:
+    needed = {tree} if tree is not None else _needed_trees(ledger, cache.id, archive, uses)
+    rows: list[tuple[Row, str | None]] = [
+        (v, None if every or v.tree_digest in needed else _SUPERSEDED) for v in versions
+    ]
+    for use in uses:
+        touched = {use.tree_digest_before, use.tree_digest_after} - {None}
+        why = None if every or touched & needed else _UNNEEDED_BOOT
+        rows += [(row, why) for row in boot_archives(ledger, use.boot_id)]
+    for row, history in rows:
         store = store_for(row.location)
         relative = store.relative(row.record_key)
-        findings += archived_record(store, relative, row.record_sha256, checker)
+        if history is None:
+            findings += archived_record(store, relative, row.record_sha256, checker)
+        elif tree is None:  # with a tree, the other versions are not what was asked about
+            findings.append(Finding(store.where(relative), None, history, "history"))
     return findings
 
 
+def _needed_trees(
+    ledger: Ledger, cache_id: str, archive: ArchiveRecord | None, uses: list[CacheUse]
+) -> set[str | None]:
+    """The trees of a cache needed now: the newest this host archived or restored (None: a
+    record of the previous release), and the one each result recorded here stands on."""
+    trees: set[str | None] = {archive.tree_digest} if archive is not None else set()
+    with_results = {result.boot_id for result in results_of_cache(ledger, cache_id)}
+    trees |= {u.tree_digest_after for u in uses if u.boot_id in with_results}
+    return trees
+
+
+def _live(cache: CacheRecord, tree: str | None) -> list[Finding]:
+    """The cache dir, re-hashed, when it is here, free, and (with `tree`) holds that tree."""
+    subject = f"live cache {cache.id}"
+    if cache.state == "torn-down" or not Path(cache.host_path).exists():
+        return [Finding(subject, None, "not on this host (torn down): archive only")]
+    if tree is not None and cache.tree_digest != tree:
+        return [Finding(subject, None, f"holds tree {cache.tree_digest} now: archive only")]
+    if cache.in_use_by:
+        note = f"in use by boot {cache.in_use_by}: not re-hashed while a boot may write it"
+        return [Finding(subject, None, note)]
+    return live_cache(cache.id, cache.host_path, cache.scan_path, cache.tree_digest)
+
+
 def verify_result(
-    ledger: Ledger, result: ResultRecord, store_for: StoreFor, checker: BlobChecker
+    ledger: Ledger,
+    result: ResultRecord,
+    store_for: StoreFor,
+    checker: BlobChecker,
+    *,
+    every: bool = False,
 ) -> list[Finding]:
     """The result's digest and document, its archived records and the records they name,
-    then every cache behind it."""
+    then the exact version of each cache behind it (every version with `every`)."""
     # An instrumented result says so here too: its verdict is the engine's plus a hook's.
     subject = f"result {result.id}" + (" [INSTRUMENTED]" if result.instrumented else "")
     digest = result_digest(canonical_result(result))
@@ -115,18 +175,47 @@ def verify_result(
     for use in cache_uses(ledger, boot_id=result.boot_id):
         cache = cache_by_id(ledger, use.cache_id)
         assert cache is not None, "a cache use refers to a cache row (foreign key)"
-        findings += verify_cache(ledger, cache, store_for, checker)
+        tree = None if every else use.tree_digest_after  # None: it left no tree; the needed ones
+        findings += verify_cache(ledger, cache, store_for, checker, tree=tree, every=every)
     return findings
 
 
-def verify_archived(store: BlobStore, target: str, checker: BlobChecker) -> VerifyReport:
-    """A result or a cache from the archive alone: every record and blob behind it."""
+def tree_in_ledger(ledger: Ledger, cache: CacheRecord, prefix: str) -> str:
+    """The tree of the cache that `prefix` names among those this host holds or archived."""
+    trees = {v.tree_digest for v in versions_of(ledger, cache.id)}
+    if cache.tree_digest is not None and cache.state != "torn-down":
+        trees.add(cache.tree_digest)
+    return one_tree(prefix, trees, cache.id, f"in the ledger at {ledger.home.root}")
+
+
+def one_tree(prefix: str, trees: Iterable[str | None], cache_id: str, where: str) -> str:
+    """The one tree digest among `trees` that starts with `prefix`; else what is wrong."""
+    check_tree(prefix)
+    found = {tree for tree in trees if tree is not None and tree.startswith(prefix)}
+    if len(found) > 1:
+        what = f"{len(found)} versions of {cache_id}"
+        raise LifecycleError(f"{prefix!r} names {what}: give more digits")
+    if not found:
+        raise LifecycleError(f"no version {prefix} of cache {cache_id} {where}")
+    return found.pop()
+
+
+def verify_archived(
+    store: BlobStore, target: str, checker: BlobChecker, *, every: bool = False
+) -> VerifyReport:
+    """A result, a cache or one version of it (`CACHE@TREE`) from the archive alone: every
+    record and blob behind it."""
     url = store.location.url()
+    cache_id, at, tree = target.partition("@")
+    if at:
+        found = _archived_cache(store, cache_id, checker, tree=tree, every=every)
+        return VerifyReport(target, "cache", url, tuple(found))
     keys = [item.key for item in store.list(records_of("results", target))]
     if not keys and store.head(store.key(legacy_result_key(target)), checksum=False):
         keys = [legacy_result_key(target)]
     if not keys:
-        return VerifyReport(target, "cache", url, tuple(_archived_cache(store, target, checker)))
+        found = _archived_cache(store, target, checker, every=every)
+        return VerifyReport(target, "cache", url, tuple(found))
     findings: list[Finding] = []
     for relative in keys:
         found, document = result_record(store, relative, None, None, checker)
@@ -136,8 +225,62 @@ def verify_archived(store: BlobStore, target: str, checker: BlobChecker) -> Veri
     return VerifyReport(target, "result", url, tuple(findings))
 
 
-def _archived_cache(store: BlobStore, cache_id: str, checker: BlobChecker) -> list[Finding]:
-    """Every version of a cache the archive holds (or its previous-format record)."""
-    listed = store.list(cache_prefix(cache_id, "versions/"))
-    keys = [item.key for item in listed] or [legacy_cache_key(cache_id)]
-    return [f for key in keys for f in archived_record(store, key, None, checker)]
+def _archived_cache(
+    store: BlobStore,
+    cache_id: str,
+    checker: BlobChecker,
+    *,
+    tree: str | None = None,
+    every: bool = False,
+) -> list[Finding]:
+    """The versions of a cache the archive holds that are needed now: the newest written and
+    each one a result there stands on (all of them with `every`; with `tree`, that one); or
+    its previous-format record."""
+    every = every and tree is None  # a tree asked for is that version alone
+    listed = {item.key: item for item in store.list(cache_prefix(cache_id, "versions/"))}
+    versions = {k: v for k in listed if (v := parse_key(k)) is not None and v.kind == "version"}
+    url = store.location.url()
+    needed: set[str | None]
+    if tree is not None:
+        needed = {one_tree(tree, (v.tree for v in versions.values()), cache_id, f"at {url}")}
+    elif versions:
+        needed = {_newest(store, versions, listed)} | _trees_behind_results(store, cache_id)
+    else:
+        return archived_record(store, legacy_cache_key(cache_id), None, checker)
+    findings: list[Finding] = []
+    for key, version in sorted(versions.items()):
+        if every or version.tree in needed:
+            findings += archived_record(store, key, None, checker)
+        elif tree is None:
+            findings.append(Finding(store.where(key), None, _SUPERSEDED_THERE, "history"))
+    return findings
+
+
+def _newest(store: BlobStore, versions: dict[str, Key], listed: dict[str, Listing]) -> str | None:
+    """The tree of the version archived last, as its record says (one that cannot be read, as
+    the server stored it: its check names what is wrong with it)."""
+
+    def archived(key: str) -> datetime:
+        try:
+            return datetime.fromisoformat(read_as(store, CacheVersion, key).archived_at)
+        except S3Unavailable:
+            raise
+        except (ArchiveError, ValueError):  # unreadable, or no time in `archived_at`
+            return listed[key].modified
+
+    return versions[max(versions, key=lambda key: (archived(key), key))].tree
+
+
+def _trees_behind_results(store: BlobStore, cache_id: str) -> set[str | None]:
+    """The trees of the cache that the results archived at this location stand on."""
+    trees: set[str | None] = set()
+    for result_id in results_at(store, cache_id):
+        try:
+            _, document = read_result(store, result_id)
+        except S3Unavailable:
+            raise
+        except ArchiveError:
+            continue  # unreadable, or its record never written: `verify RESULT` names it
+        if isinstance(document, ResultRecordV2):
+            trees |= {ref.tree_digest for ref in document.caches if ref.cache_id == cache_id}
+    return trees

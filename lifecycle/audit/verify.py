@@ -36,6 +36,9 @@ class Finding:
     subject: str
     problem: str | None
     note: str | None = None
+    # When nothing differs: "ok" (checked), "collected" (a gc removed it by rule, its record
+    # says so) or "history" (a record no longer needed, not checked without --all-versions).
+    status: str = "ok"
 
 
 def live_cache(
@@ -78,7 +81,7 @@ def archived_record(
     url = store.where(relative)
     findings: list[Finding] = []
     try:
-        body = _read(store, relative, record_sha256, findings)
+        body = _read(store, relative, record_sha256, findings, checker)
         if body is None:
             return findings
         record = load_by_key(body, relative, url)
@@ -133,7 +136,7 @@ def result_record(
     url = store.where(relative)
     findings: list[Finding] = []
     try:
-        body = _read(store, relative, record_sha256, findings)
+        body = _read(store, relative, record_sha256, findings, checker)
         if body is None:
             return findings, None
         document = load_result_record(body, relative, url)
@@ -177,14 +180,23 @@ def behind_result(
 
 
 def _read(
-    store: BlobStore, relative: str, record_sha256: str | None, findings: list[Finding]
+    store: BlobStore,
+    relative: str,
+    record_sha256: str | None,
+    findings: list[Finding],
+    checker: BlobChecker,
 ) -> bytes | None:
     """A record's bytes, noting in `findings` what differs from the sha256 recorded for it;
-    None (and a finding) when it is not there."""
+    None (and a finding) when it is not there: collected, when a gc's record says it removed
+    it, else missing."""
     url = store.where(relative)
     body = store.read(relative)
     if body is None:
-        findings.append(Finding(url, "missing"))
+        removal = checker.removal(store, relative)
+        if removal is not None:
+            findings.append(Finding(url, None, removal.describe(), "collected"))
+        else:
+            findings.append(Finding(url, "missing"))
         return None
     found = hashlib.sha256(body).hexdigest()
     if record_sha256 is not None and found != record_sha256:

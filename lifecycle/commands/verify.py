@@ -1,7 +1,9 @@
-"""`lifecycle verify CACHE|RESULT`: hash again everything behind it; say what differs.
+"""`lifecycle verify CACHE[@TREE]|RESULT`: hash again what is needed of it; say what differs.
 
-From the ledger: the live cache dirs (if still here) and every archived object, where the
-ledger says each was archived. With `--from s3://…`: the archived objects alone.
+From the ledger: the live cache dirs (if still here) and the archived objects needed now,
+where the ledger says each was archived. With `--from s3://…`: the archived objects alone.
+What a gc removed by rule is reported as collected, what is no longer needed as history:
+neither is a difference (`--all-versions` checks the history too).
 """
 
 from __future__ import annotations
@@ -12,7 +14,13 @@ from typing import Any, ClassVar
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
 from lifecycle.audit.blobs import BlobChecker
-from lifecycle.audit.check import VerifyReport, verify_archived, verify_cache, verify_result
+from lifecycle.audit.check import (
+    VerifyReport,
+    tree_in_ledger,
+    verify_archived,
+    verify_cache,
+    verify_result,
+)
 from lifecycle.commands.audit import reading
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
@@ -28,6 +36,7 @@ class VerifyRunReport(Report):
 
     FORMAT: ClassVar[str] = "lifecycle-verify/1"
     report: VerifyReport
+    all_versions: bool = False
 
     @property
     def exit_code(self) -> int:
@@ -40,59 +49,83 @@ class VerifyRunReport(Report):
             "target": self.report.target,
             "kind": self.report.kind,
             "source": self.report.source,
+            "all_versions": self.all_versions,
             "ok": not self.report.problems,
             "problems": [f"{f.subject}: {f.problem}" for f in self.report.problems],
+            "collected": [f"{f.subject}: {f.note}" for f in self.report.marked("collected")],
+            "history": [f.subject for f in self.report.marked("history")],
             "checked": [
-                {"subject": f.subject, "problem": f.problem, "note": f.note}
+                {
+                    "subject": f.subject,
+                    "status": "differs" if f.problem else f.status,
+                    "problem": f.problem,
+                    "note": f.note,
+                }
                 for f in self.report.findings
             ],
         }
 
 
-def run(ctx: Context, target: str, source: str | None) -> VerifyRunReport:
-    """Verify a cache or a result from the ledger, or (with --from) from the archive alone."""
+def run(ctx: Context, target: str, source: str | None, every: bool = False) -> VerifyRunReport:
+    """Verify a cache, one version of it, or a result from the ledger, or (with --from) from
+    the archive alone; `every`: every version, not only those needed now."""
     with reading(ctx, source) as read:
-        return VerifyRunReport(
-            verify(target, ledger=read.ledger, client=read.client, source=read.archive)
+        found = verify(
+            target, ledger=read.ledger, client=read.client, source=read.archive, every=every
         )
+    return VerifyRunReport(found, every)
 
 
 def verify(
-    target: str, *, ledger: Ledger | None, client: Any, source: ArchiveLocation | None
+    target: str,
+    *,
+    ledger: Ledger | None,
+    client: Any,
+    source: ArchiveLocation | None,
+    every: bool = False,
 ) -> VerifyReport:
-    """Verify a cache or a result from the ledger, or (with `source`) from the archive alone."""
+    """Verify a cache, one version of it, or a result from the ledger, or (with `source`)
+    from the archive alone."""
     checker = BlobChecker()
     if source is not None:
-        return verify_archived(BlobStore(client, source), target, checker)
+        return verify_archived(BlobStore(client, source), target, checker, every=every)
     assert ledger is not None, "verify reads the ledger or the archive"
 
     def store_for(url: str) -> BlobStore:
         return BlobStore(client, ArchiveLocation.parse(url))
 
-    cache = cache_by_id(ledger, target)
+    cache_id, at, tree = target.partition("@")
+    cache = cache_by_id(ledger, cache_id)
     if cache is not None:
-        findings = verify_cache(ledger, cache, store_for, checker)
+        full = tree_in_ledger(ledger, cache, tree) if at else None
+        findings = verify_cache(ledger, cache, store_for, checker, tree=full, every=every)
         return VerifyReport(target, "cache", "ledger", tuple(findings))
     result = result_by_id(ledger, target)
     if result is not None:
-        findings = verify_result(ledger, result, store_for, checker)
+        findings = verify_result(ledger, result, store_for, checker, every=every)
         return VerifyReport(target, "result", "ledger", tuple(findings))
+    what = "cache" if at else "cache or result"
     raise LifecycleError(
-        f"no cache or result {target!r} in the ledger at {ledger.home}"
+        f"no {what} {cache_id!r} in the ledger at {ledger.home.root}"
         " (archived elsewhere? add --from s3://BUCKET/PREFIX to verify its archive alone)"
     )
 
 
 def render(run_report: VerifyRunReport) -> str:
-    """What differs first, each naming the file or object; then what was found as recorded."""
+    """What differs first, each naming the file or object; then what was found as recorded,
+    what a gc collected, and what is history."""
     report = run_report.report
     count = len(report.problems)
     verdict = "as recorded" if not count else f"{count} difference{'s' * (count != 1)}"
+    collected, history = report.marked("collected"), report.marked("history")
+    if collected:
+        verdict += f"; {len(collected)} collected by gc"
+    if history:
+        verdict += f"; {len(history)} in history, not checked"
     lines = [f"verify {report.kind} {report.target} (from {report.source}): {verdict}"]
     lines += [f"  DIFFERS {f.subject}: {f.problem}" for f in report.problems]
     lines += [
-        f"  ok      {f.subject}" + (f": {f.note}" if f.note else "")
-        for f in report.findings
-        if f.problem is None
+        f"  ok      {f.subject}" + (f": {f.note}" if f.note else "") for f in report.marked("ok")
     ]
+    lines += [f"  {f.status} {f.subject}: {f.note}" for f in collected + history]
     return "\n".join(lines) + "\n"

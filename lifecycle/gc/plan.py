@@ -49,6 +49,19 @@ PHASES = {
     "blob": 6,
     "pack": 6,
 }
+# Why the plan lets an object of each kind go: what gc's record of a run says of each key.
+RULES = {
+    "result": "a result the policy did not keep, not pinned",
+    "legacy-result": "a result the policy did not keep, not pinned",
+    "result-marker": "the marker of a result that went",
+    "legacy-marker": "the marker of a result that went",
+    "boot": "a boot's record no kept result names, that touched no kept version",
+    "boot-marker": "the marker of a boot whose record went",
+    "version": "a version the policy did not keep, behind no kept result",
+    "legacy-cache": "a version the policy did not keep, behind no kept result",
+    "blob": "a blob no kept record names",
+    "pack": "a pack holding no blob a kept record names",
+}
 Tree = tuple[str, str]  # (cache id, tree digest): one version of one cache
 
 

@@ -1,7 +1,8 @@
 """Carry out a `gc --remote` plan: journalled first, checked again, then removed phase by phase.
 
     plan -> journal (every object, one transaction) -> a fresh look at the archive -> spare what
-    a record written since names -> delete a batch -> journal it removed -> ... -> finished
+    a record written since names -> the record of what goes, in the archive
+    (lifecycle.archive.collected) -> delete a batch -> journal it removed -> ... -> finished
 
 A run killed anywhere leaves its plan in the ledger with some objects not marked; the next run
 at that location completes it first, with the same fresh look: nothing is deleted that a record
@@ -16,15 +17,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from lifecycle.archive.collected import record_removal
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.faults import Checkpoint
-from lifecycle.gc.plan import GcPlan, Policy
+from lifecycle.gc.plan import RULES, GcPlan, Policy
 from lifecycle.gc.snapshot import Snapshot, markers_of, needed, take_snapshot
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.gc import (
     GcObject,
     GcRun,
     finish_gc,
+    gc_run,
     mark_removed,
     mark_spared,
     pending_objects,
@@ -78,6 +81,12 @@ def sweep(
     spared = _spared(fresh, {item.key for item in pending})
     mark_spared(ledger, run_id, spared)
     going = [item for item in pending if item.key not in spared]
+    if going:  # no object goes that gc's record in the archive does not account for
+        policy, keys = gc_run(ledger, run_id).policy, [item.key for item in going]
+        try:
+            record_removal(store, run_id, policy, keys, RULES, _stamp(clock()))
+        except ArchiveError as exc:
+            raise exc.within("gc stopped, nothing more removed: its record not written") from exc
     removed = freed = 0
     for batch in _batches(going):
         store.delete([item.key for item in batch])

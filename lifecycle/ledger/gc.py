@@ -69,6 +69,13 @@ def finish_gc(ledger: Ledger, run_id: str, at: str) -> None:
         conn.execute("UPDATE gc_runs SET finished_at = ? WHERE run_id = ?", (at, run_id))
 
 
+def gc_run(ledger: Ledger, run_id: str) -> GcRun:
+    """One run, as journalled when it planned."""
+    found = ledger.record(GcRun, "SELECT * FROM gc_runs WHERE run_id = ?", (run_id,))
+    assert found is not None, "a run's objects are journalled with the run (one transaction)"
+    return found
+
+
 def unfinished_gc(ledger: Ledger, location: str) -> list[GcRun]:
     """Runs at this location that a kill stopped before they finished, oldest first."""
     sql = (
