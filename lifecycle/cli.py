@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from lifecycle import __version__
+from lifecycle.commands.params import GIVEN
 from lifecycle.crash import known_secrets
 from lifecycle.errors import EXIT_CODES, EXIT_INTERNAL, LifecycleError
 from lifecycle.formats import RECORD_KINDS
@@ -333,17 +334,25 @@ def why(ctx: click.Context, boot_id: str, against: str | None, as_json: bool) ->
 
 
 @cli.command()
-@click.argument("cache_ids", nargs=-1, metavar="[CACHE]...")
+@click.argument("cache_ids", nargs=-1, metavar="[CACHE]...", type=GIVEN)
 @click.option("--archive", "archive_first", is_flag=True, help="Archive caches not archived yet.")
 @click.option("--with-content", is_flag=True, help="With --archive: archive file content too.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing anywhere.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--images", is_flag=True, help="Also remove engine images no cache refers to.")
-@click.option("--manifest", metavar="NAME", help="Only caches (and images) of this manifest.")
-@click.option("--older-than", metavar="DURATION", help="Only caches older than this (2h, 3d).")
+@click.option(
+    "--manifest", type=GIVEN, metavar="NAME", help="Only caches (and images) of this manifest."
+)
+@click.option(
+    "--older-than", type=GIVEN, metavar="DURATION", help="Only caches older than this (2h, 3d)."
+)
 @click.option("--state", type=click.Choice(["live", "archived"]), help="Only caches in this state.")
-@click.option("--to", metavar="S3_URL", help="Where --archive writes (s3://BUCKET/PREFIX).")
-@click.option("--hook", "hook_names", multiple=True, metavar="NAME", help="Attach hooks/NAME.")
+@click.option(
+    "--to", type=GIVEN, metavar="S3_URL", help="Where --archive writes (s3://BUCKET/PREFIX)."
+)
+@click.option(
+    "--hook", "hook_names", multiple=True, type=GIVEN, metavar="NAME", help="Attach hooks/NAME."
+)
 @json_option
 @click.pass_context
 def teardown(
@@ -392,14 +401,17 @@ def teardown(
 @cli.command()
 @click.option("--remote", is_flag=True, help="Collect in the archive (the only kind there is).")
 @click.option(
-    "--from", "source", metavar="S3_URL", help="The archive (default: LIFECYCLE_ARCHIVE)."
-)
+    "--from", "source", type=GIVEN, metavar="S3_URL",
+    help="The archive (default: LIFECYCLE_ARCHIVE).",
+)  # fmt: skip
 @click.option(
     "--keep-last", type=int, metavar="N", help="Keep each cache's N newest versions (trees)."
 )
-@click.option("--older-than", metavar="DURATION", help="Remove only what is older (3d, 2w).")
 @click.option(
-    "--grace", metavar="DURATION", default="1h", show_default=True,
+    "--older-than", type=GIVEN, metavar="DURATION", help="Remove only what is older (3d, 2w)."
+)
+@click.option(
+    "--grace", type=GIVEN, metavar="DURATION", default="1h", show_default=True,
     help="Never remove what was written this recently (another host may be archiving).",
 )  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Print the plan; remove nothing.")
@@ -426,7 +438,7 @@ def gc(
         raise click.UsageError("only `gc --remote` exists: teardown removes this host's caches")
     options = verb.GcOptions(
         source, keep_last,
-        parse_duration(older_than, "--older-than") if older_than else None,
+        parse_duration(older_than, "--older-than") if older_than is not None else None,
         parse_duration(grace, "--grace"), dry_run,
     )  # fmt: skip
 
@@ -469,9 +481,9 @@ def pin(ctx: click.Context, target: str, reason: str | None, to: str | None, as_
 
 
 @cli.command()
-@click.argument("target", metavar="CACHE|RESULT")
-@click.option("--reason", help="Remove only the pin with this reason.")
-@click.option("--to", metavar="S3_URL", help="Unpin a RESULT in this archive too.")
+@click.argument("target", metavar="CACHE|RESULT", type=GIVEN)
+@click.option("--reason", type=GIVEN, help="Remove only the pin with this reason.")
+@click.option("--to", type=GIVEN, metavar="S3_URL", help="Unpin a RESULT in this archive too.")
 @json_option
 @click.pass_context
 def unpin(
@@ -733,6 +745,7 @@ def audit_cache(ctx: click.Context, cache_id: str, source: str | None, as_json: 
 @click.option(
     "--rerun",
     multiple=True,
+    type=GIVEN,
     metavar="CELL",
     help="Run this cell again (a pattern: 'demo/0.2:batch:*').",
 )
@@ -742,7 +755,9 @@ def audit_cache(ctx: click.Context, cache_id: str, source: str | None, as_json: 
 @click.option(
     "--recover", is_flag=True, help="Bring production back wherever a night left it down."
 )
-@click.option("--to", metavar="S3_URL", help="Archive location (default: LIFECYCLE_ARCHIVE).")
+@click.option(
+    "--to", type=GIVEN, metavar="S3_URL", help="Archive location (default: LIFECYCLE_ARCHIVE)."
+)
 @json_option
 @click.pass_context
 def night(

@@ -163,3 +163,33 @@ def test_an_unexpected_error_is_one_redacted_line_and_a_traceback_file(
     assert "Traceback" in text and "RuntimeError" in text and "sk-live" not in text
     debug = CliRunner().invoke(cli, ["--debug", "schema"])
     assert debug.exit_code == 4 and "Traceback" in debug.stderr
+
+
+# Verbs that remove or widen what they act on: a value left empty must not mean "every one".
+DESTRUCTIVE = ("teardown", "gc", "unpin", "night")
+
+
+@pytest.mark.parametrize("verb", DESTRUCTIVE)
+def test_no_text_value_of_a_destructive_verb_may_be_empty(verb: str) -> None:
+    import click
+
+    from lifecycle.commands.params import Given
+
+    command = cli.commands[verb]
+    for param in command.params:
+        if isinstance(param, click.Option) and (param.is_flag or param.name == "as_json"):
+            continue
+        if param.type is click.STRING:  # plain text: '' would pass as if the flag were not given
+            pytest.fail(f"{verb} {param.opts[0]} takes any text, '' too: declare it type=GIVEN")
+        if isinstance(param.type, Given):
+            found = CliRunner().invoke(cli, [verb, *_blank(param)])
+            assert found.exit_code == 2, (param.opts, found.output)
+
+
+def _blank(param: object) -> list[str]:
+    import click
+
+    assert isinstance(param, click.Parameter)
+    if isinstance(param, click.Argument):
+        return [" "]
+    return [param.opts[0], " "] + (["--remote"] if param.opts[0] in ("--from", "--grace") else [])

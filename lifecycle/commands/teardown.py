@@ -124,7 +124,7 @@ def make_request(ctx: Context, options: TeardownOptions) -> TeardownRequest:
     selection = Selection(
         cache_ids=tuple(dict.fromkeys(options.cache_ids)),
         manifest=options.manifest,
-        older_than=parse_duration(options.older_than) if options.older_than else None,
+        older_than=(None if options.older_than is None else parse_duration(options.older_than)),
         state=options.state,
     )
     return TeardownRequest(
