@@ -341,6 +341,11 @@ def why(ctx: click.Context, boot_id: str, against: str | None, as_json: bool) ->
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--images", is_flag=True, help="Also remove engine images no cache refers to.")
 @click.option(
+    "--drop-withheld",
+    is_flag=True,
+    help="Also remove caches holding files no archive may hold (a secret's value in them).",
+)
+@click.option(
     "--manifest", type=GIVEN, metavar="NAME", help="Only caches (and images) of this manifest."
 )
 @click.option(
@@ -363,6 +368,7 @@ def teardown(
     dry_run: bool,
     yes: bool,
     images: bool,
+    drop_withheld: bool,
     manifest: str | None,
     older_than: str | None,
     state: str | None,
@@ -377,7 +383,7 @@ def teardown(
 
     options = verb.TeardownOptions(
         cache_ids, archive_first, with_content, dry_run, images, manifest, older_than, state, to,
-        hook_names,
+        hook_names, drop_withheld,
     )  # fmt: skip
 
     def show(plan: TeardownPlan) -> None:

@@ -15,13 +15,14 @@ import json
 import os
 import stat
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter, is_
 from pathlib import Path
 
 from lifecycle.errors import LifecycleError
 from lifecycle.parallel import pool_map
+from lifecycle.secret_paths import PathMask
 
 CHUNK = 1 << 20  # read size; also the largest file read in one go
 # Small files go to the pool in batches, not one task each; bench/README.md has the figures.
@@ -153,11 +154,19 @@ def tree_digest(entries: Iterable[Entry]) -> str:
 
 
 def scan(
-    root: Path, previous: Fingerprint | None = None, *, workers: int | None = None
+    root: Path,
+    previous: Fingerprint | None = None,
+    *,
+    workers: int | None = None,
+    secrets: Mapping[str, str] | None = None,
+    masked_like: Fingerprint | None = None,
 ) -> Fingerprint:
     """Fingerprint the tree under `root`; with `previous`, unchanged files are not read again.
 
     An unchanged tree gives back `previous` itself. `workers` threads hash (default: one per CPU).
+    A path holding one of the `secrets`' values (name -> value), or shaped like a path
+    `masked_like` (default: `previous`) masked, is masked (lifecycle.secret_paths): its real
+    name is in no fingerprint.
     """
     # The root itself may be a symlink (a cache dir moved to a bigger disk); nothing below it is.
     if not root.exists():
@@ -174,9 +183,16 @@ def scan(
     # without touching content, and mode is compared anyway. A same-size rewrite within one
     # mtime tick would go unseen, one more reason never to scan a cache a boot is writing.
     known = {} if previous is None else {e.path: e for e in previous.entries}
+    walked = list(_walk(top))
+    like = masked_like or previous
+    mask = PathMask(
+        secrets or {}, () if like is None else ((e.path, e.inode) for e in like.entries)
+    )
+    masked = mask.apply((path, st.st_ino) for path, st, _ in walked)
     entries: list[Entry] = []
-    stale: list[int] = []  # positions in `entries` of files still to hash
-    for path, st, link in _walk(top):
+    stale: list[tuple[int, str]] = []  # position in `entries` and real path of files to hash
+    for real, st, link in walked:
+        path = masked.get(real, real)
         mode = st.st_mode & 0o7777
         kind = _KINDS.get(stat.S_IFMT(st.st_mode), "other")
         size = st.st_size if kind == "file" else 0
@@ -185,11 +201,12 @@ def scan(
             same = prev.mode == mode and prev.link == link
             entries.append(prev if same else replace(prev, mode=mode, link=link))
         elif kind == "file":
-            stale.append(len(entries))
+            stale.append((len(entries), real))
             entries.append(Entry(path, kind, size, mode, None, None, st.st_mtime_ns, st.st_ino))
         else:
             entries.append(Entry(path, kind, size, mode, None, link, st.st_mtime_ns, st.st_ino))
-    for i, sha in zip(stale, _hash_all(top, [entries[i] for i in stale], workers), strict=True):
+    files = [(real, entries[i]) for i, real in stale]
+    for (i, _), sha in zip(stale, _hash_all(top, files, workers), strict=True):
         entries[i] = replace(entries[i], sha256=sha)
     entries.sort(key=attrgetter("path"))
     # Every entry the very object of `previous`: its digest stands, and re-encoding ~1 µs per
@@ -256,15 +273,16 @@ def _scan_error(path: str, exc: OSError) -> ScanError:
     return ScanError(f"{path}: cannot read: {exc.strerror}")
 
 
-def _hash_all(top: str, files: Sequence[Entry], workers: int) -> list[str]:
-    """sha256 of every file on a thread pool (hashlib drops the GIL); results in `files` order."""
+def _hash_all(top: str, files: Sequence[tuple[str, Entry]], workers: int) -> list[str]:
+    """sha256 of every (real path, entry) on a thread pool (hashlib drops the GIL); results in
+    `files` order."""
     # Largest first, so one big .so is not left for the end while the other threads idle; small
     # files then go in batches, so the pool's per-task overhead is not paid per file.
-    order = sorted(range(len(files)), key=lambda i: -files[i].size)
+    order = sorted(range(len(files)), key=lambda i: -files[i][1].size)
     batches: list[list[int]] = []
     weight = 0
     for i in order:
-        size = files[i].size
+        size = files[i][1].size
         if size > CHUNK or not batches or len(batches[-1]) >= BATCH_FILES or weight >= BATCH_BYTES:
             batches.append([])
             weight = 0
@@ -272,7 +290,7 @@ def _hash_all(top: str, files: Sequence[Entry], workers: int) -> list[str]:
         weight += size
 
     def hash_batch(batch: list[int]) -> list[str]:
-        return [_hash_file(f"{top}/{files[i].path}", files[i]) for i in batch]
+        return [_hash_masked(top, *files[i]) for i in batch]
 
     digests = [""] * len(files)
     # On the first failure the queued batches are dropped rather than hashed for nothing.
@@ -282,6 +300,16 @@ def _hash_all(top: str, files: Sequence[Entry], workers: int) -> list[str]:
         for i, sha in zip(batch, shas, strict=True):
             digests[i] = sha
     return digests
+
+
+def _hash_masked(top: str, real: str, entry: Entry) -> str:
+    """`_hash_file` of a file whose path may be masked: an error names the masked path."""
+    try:
+        return _hash_file(f"{top}/{real}", entry)
+    except ScanError as exc:
+        if real == entry.path:
+            raise
+        raise ScanError(str(exc).replace(real, entry.path)) from None
 
 
 _buffers = threading.local()

@@ -76,6 +76,13 @@ def redact(text: str, secret_values: Secrets) -> str:
     return _drop_survivors(text, [value for value, _ in pairs])
 
 
+def redact_values(text: str, secret_values: Secrets) -> str:
+    """`text` with the given secret values (in every spelling `redact` knows) replaced, and
+    nothing else: for text whose other words are not prose, such as a file's name."""
+    pairs = _spellings(secret_values)
+    return _drop_survivors(_replace_values(text, pairs), [value for value, _ in pairs])
+
+
 @functools.lru_cache(maxsize=4096)  # evidence files repeat the same few keys thousands of times
 def is_sensitive_key(key: str) -> bool:
     """Whether a `key=value` key names a credential (`HF_TOKEN`, `apiKey`, `--api-key`)."""

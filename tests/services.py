@@ -398,6 +398,15 @@ _GROWS = (
     " sh]\n    network: none\n"
 )
 
+# Names files and a dir after the secret (a hub cache keyed by a token might), contents clean.
+_LEAKY_NAME = (
+    "  leaky-name:\n    command: [sh, -c, 'hub=$FLASHINFER_WORKSPACE_BASE/hub;"
+    ' mkdir -p "$hub/models--$HF_TOKEN"; echo ref > "$hub/models--x--$HF_TOKEN.ref";'
+    ' echo weights > "$hub/models--$HF_TOKEN/a.bin";'
+    ' exec python3 -m demollm.serve "$@"\', sh]\n'
+    "    secrets: [HF_TOKEN]\n    network: none\n"
+)
+
 
 def demo_copy(root: Path) -> Path:
     """A project at `root` with a copy of the demo manifests (0.1 and 0.2) and no hooks."""
@@ -431,8 +440,9 @@ def archive_project(
 ) -> Iterator[Path]:
     """A demo project archiving to a fresh bucket at s3://BUCKET/test (LIFECYCLE_ARCHIVE), run
     from its root, with profiles `fails` (the engine exits 3), `leaky` (writes the HF_TOKEN
-    secret into a cache file and prints it) and `grows` (adds a file to every cache)."""
-    root = _demo_root(tmp_path, _WITH_TOKEN + _FAILS + _LEAKY + _GROWS)
+    secret into a cache file and prints it), `leaky-name` (names cache files after it) and
+    `grows` (adds a file to every cache)."""
+    root = _demo_root(tmp_path, _WITH_TOKEN + _FAILS + _LEAKY + _LEAKY_NAME + _GROWS)
     monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
     monkeypatch.chdir(root)
     yield root

@@ -66,14 +66,77 @@ def test_the_secret_is_nowhere_but_the_engines_own_cache_file(
     inspected = subprocess.run(["docker", "inspect", report["image_id"]], capture_output=True)
     assert needle not in inspected.stdout
 
+    # A file no archive holds keeps its cache, named in the plan, until --drop-withheld.
+    kept = process(archive_project, "teardown", flashinfer.id, "--yes", env=env)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert "1 files withheld from any archive (they hold a secret's value): leak.log" in kept.stdout
+    assert leak.exists()
     # Torn down, then restored: everything but the withheld file comes back, and it says so.
-    torn = process(archive_project, "teardown", flashinfer.id, "--yes", env=env)
+    torn = process(archive_project, "teardown", flashinfer.id, "--drop-withheld", "--yes", env=env)
     assert torn.returncode == 0, torn.stdout + torn.stderr
     assert not leak.exists()
     restored = process(archive_project, "restore", flashinfer.id, "--json", env=env)
     assert restored.returncode == 0, restored.stderr
     assert json.loads(restored.stdout)["withheld"] == ["leak.log"]
     assert not leak.exists() and Path(flashinfer.host_path).is_dir()
+
+
+def test_a_secret_in_a_file_name_is_nowhere_but_the_engines_own_cache(
+    archive_project: Path, s3_client: Any, s3_bucket: str
+) -> None:
+    # The engine (profile `leaky-name`) names a file and a dir of its FlashInfer cache after the
+    # token; their contents hold nothing secret. The secret check used to read contents only.
+    token = f"q{secrets.token_hex(20)}"
+    env = {"HF_TOKEN": token}
+    outputs = [process(archive_project, "boot", "demo/0.2", "--profile", "leaky-name", env=env)]
+    flashinfer = next(c for c in caches().values() if c.cache_name == "flashinfer")
+    hub = Path(flashinfer.host_path) / "hub"
+    assert (hub / f"models--x--{token}.ref").is_file()  # the engine's own, on this host
+    # A warm boot without the secret finds the tree it left (the masks carried, not "damage").
+    outputs.append(process(archive_project, "boot", "demo/0.2", "--json", env=env))
+    assert json.loads(outputs[-1].stdout)["passed_over"] == []
+    outputs.append(process(archive_project, "archive", "--all", "--with-content", env=env))
+    for verb in (("caches", "--json"), ("boots", "--json"), ("audit", "cache", flashinfer.id)):
+        outputs.append(process(archive_project, *verb, env=env))
+    outputs.append(process(archive_project, "teardown", "--dry-run", env=env))
+    for done in outputs:
+        assert done.returncode == 0, done.stdout + done.stderr
+    masked = "hub/models--x--<redacted:HF_TOKEN>.ref"
+    assert masked in outputs[-1].stdout  # the plan names what it keeps, by the secret's name
+    # Re-hashed in full, the live cache is the tree recorded: its masks found again.
+    outputs.append(process(archive_project, "verify", flashinfer.id, env=env))
+    warm_boot = json.loads(outputs[1].stdout)["id"]
+    explained = process(archive_project, "why", warm_boot, env=env)  # its exit code is its own
+
+    document = record(s3_client, s3_bucket, flashinfer.id)
+    assert document is not None and document["with_content"]
+    why = "its name holds the value of secret HF_TOKEN"
+    assert [(w["path"], w["why"]) for w in document["withheld"]] == [
+        ("hub/models--<redacted:HF_TOKEN>/a.bin", why),
+        (masked, why),
+    ]
+    needle = token.encode()
+    for key, body in _objects(s3_client, s3_bucket):
+        assert needle not in key.encode() and needle not in body, key
+    for path in home().rglob("*"):
+        if not path.is_relative_to(home() / "caches"):
+            assert needle not in str(path).encode(), path
+            assert not path.is_file() or needle not in path.read_bytes(), path
+
+    # Kept until told; then gone, and a restore makes neither the file nor the dir.
+    outputs.append(process(archive_project, "teardown", "--yes", env=env))
+    assert hub.is_dir()
+    outputs.append(process(archive_project, "teardown", "--drop-withheld", "--yes", env=env))
+    assert not hub.exists()
+    outputs.append(process(archive_project, "restore", flashinfer.id, "--json", env=env))
+    assert json.loads(outputs[-1].stdout)["withheld"] == sorted(
+        ["hub/models--<redacted:HF_TOKEN>/a.bin", masked]
+    )
+    assert not any(hub.iterdir())
+    for done in outputs:
+        assert done.returncode == 0, done.stdout + done.stderr
+    for done in [*outputs, explained]:
+        assert token not in done.stdout + done.stderr
 
 
 def _result_id() -> str:

@@ -34,7 +34,7 @@ from lifecycle.home import Home
 from lifecycle.leases import try_lease
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version
-from lifecycle.ledger.boots import CacheRecord, cache_by_id
+from lifecycle.ledger.boots import CacheRecord, TaintedFile, cache_by_id
 from lifecycle.ledger.builds import record_build
 from lifecycle.ledger.journal import TeardownStep, steps_of
 from lifecycle.ledger.rows import insert
@@ -239,6 +239,33 @@ def test_the_removal_invariant_names_each_gap(tmp_path: Path) -> None:
         "its files are not in the archive (archived without --with-content)"
         " (--archive archives it first)",
     )
+
+
+def test_a_file_no_archive_holds_keeps_its_cache_until_drop_withheld(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path)
+    cache, archive = _tracked(ledger)
+    tree = _tree_of(cache).fingerprint
+    assert tree is not None
+    log = next(e for e in tree.entries if e.path == "flashinfer_jit.log")
+    assert log.sha256 is not None
+    tainted = {cache.id: [TaintedFile(cache.id, log.path, log.sha256, "HF_TOKEN", "b-1")]}
+    facts = _facts(archives={cache.id: replace(archive, with_content=True)}, tainted=tainted)
+    same = _verified(_record(tree.tree_digest, content=True))
+    flags = {"archive_first": False, "want_content": False, "verify": same, "rescan": _tree_of}
+
+    kept = decide(cache, Selection(), facts, **flags)
+    assert kept.action is Action.KEEP and not kept.problem
+    assert kept.why == (
+        "1 files withheld from any archive (they hold a secret's value): flashinfer_jit.log;"
+        " --drop-withheld removes it all the same",
+    )
+    dropped = decide(cache, Selection(), facts, drop_withheld=True, **flags)
+    assert dropped.action is Action.REMOVE
+    assert dropped.why[1:] == ("--drop-withheld: 1 files no archive holds go with it",)
+    # Archived without its files, and none asked for: nothing was withheld from anything.
+    evidence = _facts(archives={cache.id: archive}, tainted=tainted)
+    plain = _verified(_record(tree.tree_digest))
+    assert decide(cache, Selection(), evidence, **{**flags, "verify": plain}).removes
 
 
 class _Crash(Exception):

@@ -34,6 +34,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version, remember_archive
 from lifecycle.ledger.boots import CacheRecord, CacheRow, Scanned, cache_by_id, record_scan
 from lifecycle.records import CacheRecordV1, CacheVersion
+from lifecycle.secret_paths import is_masked
 
 # Permission bits a restore keeps: never setuid, setgid or sticky, never writable by others.
 SAFE_MODES = 0o775
@@ -245,9 +246,12 @@ def _remember_legacy(ledger: Ledger, store: BlobStore, cache_id: str) -> None:
 
 def restorable(archived: Fingerprint, withheld: Collection[str]) -> Fingerprint:
     """The tree a restore makes of an archived one: without the files the archive withheld, and
-    with no mode a crafted record could abuse (setuid, setgid, sticky, world-writable)."""
+    with no mode a crafted record could abuse (setuid, setgid, sticky, world-writable). A masked
+    path (its name held a secret's value) is never made: its real name was never kept."""
     return Fingerprint.of(
-        replace(e, mode=_safe_mode(e)) for e in archived.entries if e.path not in withheld
+        replace(e, mode=_safe_mode(e))
+        for e in archived.entries
+        if e.path not in withheld and not is_masked(e.path)
     )
 
 

@@ -13,7 +13,7 @@
     content       {files, bytes} when with_content, else null; each file's blob is the
                   sha256 its fingerprint entry names
     withheld      [{path, sha256, why}] of the files left out: a boot wrote a secret's value
-                  into them
+                  into them, or their name holds one (masked, as in the fingerprint)
     blobs         [{sha256, size}] sorted: every blob the record refers to, which is what
                   verification checks; a packed one has {sha256, size, pack, offset}
     packs         [{sha256, size}]: the packs those blobs live in (lifecycle.archive.packs)
@@ -35,6 +35,7 @@ from lifecycle.fingerprint import Fingerprint
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord, boot_by_id, cache_uses, tainted_files
 from lifecycle.records import VERSION_FORMAT
+from lifecycle.withheld import withheld_files
 
 _LOCAL_ONLY = ("state", "in_use_by")  # this host's bookkeeping, not facts about the cache
 
@@ -74,24 +75,12 @@ def plan_version(
     }
     if with_content:
         root = Path(cache.host_path)
-        # A file a boot wrote a secret's value into stays on this host; the record says so.
-        secret_in: dict[tuple[str, str | None], list[str]] = {}
-        for found in tainted_files(ledger, cache.id):
-            secret_in.setdefault((found.path, found.sha256), []).append(found.secret)
-        document["withheld"] = [
-            {
-                "path": e.path,
-                "sha256": e.sha256,
-                "why": f"holds the value of secret {', '.join(secret_in[e.path, e.sha256])}",
-            }
-            for e in fingerprint.entries
-            if (e.path, e.sha256) in secret_in
-        ]
-        files = [
-            e
-            for e in fingerprint.entries
-            if e.kind == "file" and (e.path, e.sha256) not in secret_in
-        ]
+        # A file holding a secret's value, in its bytes or its name, stays on this host; the
+        # record says so.
+        withheld = withheld_files(fingerprint, tainted_files(ledger, cache.id))
+        document["withheld"] = [asdict(w) for w in withheld]
+        left_out = {w.path for w in withheld}
+        files = [e for e in fingerprint.entries if e.kind == "file" and e.path not in left_out]
         for e in files:
             assert e.sha256 is not None, "a scanned file always has its sha256"
             source = BlobSource(e.sha256, e.size, f"cache file {e.path}", root=root, entry=e)

@@ -50,7 +50,8 @@ def live_cache(
         return [Finding(subject, "no recorded fingerprint to compare with")]
     try:
         recorded = Fingerprint.from_json(Path(scan_path).read_text())
-        now = scan(Path(host_path))  # no earlier scan given: every file is read and hashed
+        # No earlier scan given: every file is read and hashed; its masked names kept masked.
+        now = scan(Path(host_path), masked_like=recorded)
     except LifecycleError as exc:
         return [Finding(subject, str(exc))]
     findings = []

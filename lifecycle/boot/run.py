@@ -48,7 +48,8 @@ from lifecycle.ledger.boots import (
 )
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.defaults import BOOT_ENV
-from lifecycle.redact import redact, secrets_in_file
+from lifecycle.redact import redact
+from lifecycle.withheld import secrets_in_cache
 
 SPEC_JSON = "spec.json"  # in the boot's evidence dir: the container spec as `describe` shows it
 
@@ -321,7 +322,7 @@ def _finish(
     for mount, use in zip(plan.mounts, plan.uses, strict=True):
         try:
             use, cache, after, written = _scan_cache(
-                ledger, record.id, plan.records[mount.name], use, mount
+                ledger, record.id, plan.records[mount.name], use, mount, secrets_by_name
             )
             tainted += _tainted(cache, after, written, record.id, secrets_by_name)
         except (LifecycleError, OSError) as exc:
@@ -368,12 +369,18 @@ def _finish(
 
 
 def _scan_cache(
-    ledger: Ledger, boot_id: str, cache: CacheRecord, use: CacheUse, mount: CacheMount
+    ledger: Ledger,
+    boot_id: str,
+    cache: CacheRecord,
+    use: CacheUse,
+    mount: CacheMount,
+    secrets_by_name: Mapping[str, str],
 ) -> tuple[CacheUse, CacheRecord, Fingerprint, frozenset[str]]:
-    """Fingerprint one cache after the boot; compare with its last scan when warm. Also the
-    paths the boot wrote (added or changed; every path when cold)."""
+    """Fingerprint one cache after the boot (a path holding a secret's value masked); compare
+    with its last scan when warm. Also the paths the boot wrote (added or changed; every path
+    when cold)."""
     previous = last_scan(cache) if mount.mode == "warm" else None
-    after = scan(Path(mount.host_path), previous)
+    after = scan(Path(mount.host_path), previous, secrets=secrets_by_name)
     scan_path = ledger.keep_evidence(
         f"scans/{cache.id}", f"{boot_id}.json", after.to_json().encode()
     )
@@ -411,17 +418,9 @@ def _tainted(
     boot_id: str,
     secrets_by_name: Mapping[str, str],
 ) -> list[TaintedFile]:
-    """The files this boot wrote that hold one of its secrets' values (found by name)."""
-    if not secrets_by_name:
-        return []
-    found = []
-    for entry in after.entries:
-        if entry.kind != "file" or entry.path not in written:
-            continue
-        assert entry.sha256 is not None, "a scanned file always has its sha256"
-        for name in secrets_in_file(Path(cache.host_path) / entry.path, secrets_by_name):
-            found.append(TaintedFile(cache.id, entry.path, entry.sha256, name, boot_id))
-    return found
+    """The files this boot wrote whose bytes or name hold one of its secrets' values (by name)."""
+    found = secrets_in_cache(Path(cache.host_path), after, written, secrets_by_name)
+    return [TaintedFile(cache.id, path, sha256, name, boot_id) for path, sha256, name in found]
 
 
 def _stamp(moment: datetime) -> str:

@@ -39,6 +39,7 @@ class TeardownOptions:
     state: str | None = None
     to: str | None = None
     hook_names: Sequence[str] = field(default_factory=tuple)
+    drop_withheld: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,9 @@ def make_request(ctx: Context, options: TeardownOptions) -> TeardownRequest:
         state=options.state,
     )
     return TeardownRequest(
-        selection, options.archive_first, options.with_content, options.images, archive_to
-    )
+        selection, options.archive_first, options.with_content, options.images, archive_to,
+        options.drop_withheld,
+    )  # fmt: skip
 
 
 def connect_services(

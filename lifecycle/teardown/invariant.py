@@ -3,7 +3,9 @@
 A cache dir is removed only if, under its lease (lifecycle.leases), which a boot also takes:
   (a) its tree, scanned again at that moment, is the tree its verified archived version holds;
   (b) that version holds the cache's files when they were asked for or archived before;
-  (c) every boot that used the cache has a verified record where that version is.
+  (c) every boot that used the cache has a verified record where that version is;
+  (d) when its files count (archived, or asked for, with content), none of them is withheld
+      (lifecycle.withheld), unless `--drop-withheld` says they may go.
 The plan checks the same when it is made, so that it says why a cache stays; the removal checks
 again because a boot, a hand edit or another host may have changed things in between.
 """
@@ -11,7 +13,7 @@ again because a boot, a hand edit or another host may have changed things in bet
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +21,9 @@ from pathlib import Path
 from lifecycle.archive.verify import Covered
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Fingerprint, scan
-from lifecycle.ledger.boots import CacheRecord
+from lifecycle.ledger.boots import CacheRecord, TaintedFile
 from lifecycle.teardown.journal import Unfinished, trash_path
+from lifecycle.withheld import withheld_files
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,27 @@ def archive_gaps(
     return gaps
 
 
+def withheld_paths(tree: Tree | None, tainted: Sequence[TaintedFile]) -> list[str]:
+    """The files of the cache's tree as scanned now that no archive holds (lifecycle.withheld;
+    `tainted`: what the ledger knows of their bytes); none when it was not scanned (a crashed
+    run had begun removing it, having checked this first; or it cannot be, which keeps it)."""
+    if tree is None or tree.fingerprint is None:
+        return []
+    return [w.path for w in withheld_files(tree.fingerprint, tainted)]
+
+
+def withheld_reason(paths: Sequence[str]) -> str:
+    """Why a cache holding `paths` stays: an archive cannot take them; --drop-withheld can."""
+    return (
+        f"{len(paths)} files withheld from any archive (they hold a secret's value):"
+        f" {_some(paths)}; --drop-withheld removes it all the same"
+    )
+
+
+def _some(paths: Sequence[str]) -> str:
+    return ", ".join(paths[:3]) + (", …" if len(paths) > 3 else "")
+
+
 def _what_changed(tree: Tree, archived: str) -> str:
     assert tree.fingerprint is not None
     now = tree.fingerprint
@@ -91,7 +115,7 @@ def _what_changed(tree: Tree, archived: str) -> str:
         return f"tree {now.tree_digest[:12]} is not the archived {archived[:12]}"
     diff = tree.last_scan.diff(now)
     parts = [
-        f"{len(paths)} {label} ({', '.join(paths[:3])}{', …' if len(paths) > 3 else ''})"
+        f"{len(paths)} {label} ({_some(paths)})"
         for label, paths in (
             ("added", diff.added),
             ("changed", diff.changed),

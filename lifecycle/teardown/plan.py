@@ -6,6 +6,7 @@ archives, unfinished runs) and passes a `verify` function, so the rules read in 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,10 +17,10 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.verify import VerifiedRecord
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger.archives import ArchiveRecord
-from lifecycle.ledger.boots import CacheRecord
+from lifecycle.ledger.boots import CacheRecord, TaintedFile
 from lifecycle.table import human_age
 from lifecycle.teardown.containers import BootContainer, ImageDecision
-from lifecycle.teardown.invariant import Tree, archive_gaps
+from lifecycle.teardown.invariant import Tree, archive_gaps, withheld_paths, withheld_reason
 from lifecycle.teardown.journal import Unfinished
 
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -81,6 +82,8 @@ class Facts:
     gone: frozenset[str] = frozenset()  # caches whose dir is not there (and in no trash)
     dead_boots: frozenset[str] = frozenset()  # boots holding a cache whose process has died
     archive_to_problem: str | None = None  # why --archive cannot write where it would
+    # cache id -> its files the ledger knows hold a secret's value (lifecycle.withheld)
+    tainted: Mapping[str, Sequence[TaintedFile]] = field(default_factory=dict)
 
 
 class Action(StrEnum):
@@ -156,16 +159,21 @@ def decide(
     want_content: bool,
     verify: Verify,
     rescan: Rescan,
+    drop_withheld: bool = False,
 ) -> CacheDecision:
     """Keep for every reason that applies; else remove only if the removal invariant holds now
     (lifecycle.teardown.invariant): the archive verifies and covers the tree as it is."""
     archive = facts.archives.get(cache.id)
+    tree = functools.cache(lambda: rescan(cache))  # scanned once, and only if asked
     resumes = facts.unfinished.get(cache.id)
     state = "archived (not checked)" if archive else "not archived"
+    going: list[str] = []  # said of every decision that removes it
 
     def decision(
         action: Action, *why: str, archive_state: str = state, problem: bool = False
     ) -> CacheDecision:
+        if action in (Action.REMOVE, Action.ARCHIVE_THEN_REMOVE):
+            why += tuple(going)
         return CacheDecision(cache, action, why, archive, archive_state, problem, resumes)
 
     def archive_first_then_remove(why: str, *, archive_state: str = state) -> CacheDecision:
@@ -184,6 +192,13 @@ def decide(
         return decision(Action.KEEP, *kept)
     if cache.id in facts.gone:
         return decision(Action.SETTLE, f"its dir {cache.host_path} is gone: nothing to remove")
+    # Its files count: the archive holds them, or is to. One no archive can hold stays with it.
+    if want_content or (archive is not None and archive.with_content):
+        withheld = withheld_paths(tree(), facts.tainted.get(cache.id, ()))
+        if withheld and not drop_withheld:
+            return decision(Action.KEEP, withheld_reason(withheld))
+        if withheld:
+            going.append(f"--drop-withheld: {len(withheld)} files no archive holds go with it")
     if archive is None:
         return archive_first_then_remove("not archived yet" if archive_first else "not archived")
     if results := facts.results_not_archived.get(cache.id):
@@ -203,7 +218,7 @@ def decide(
         return decision(Action.KEEP, *refused, archive_state="does not verify", problem=True)
     gaps = archive_gaps(
         checked.document,
-        rescan(cache),
+        tree(),
         facts.used_by.get(cache.id, ()),
         want_content=want_content or archive.with_content,
     )

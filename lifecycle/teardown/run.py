@@ -19,7 +19,14 @@ from lifecycle.hooks import Hook, HookRun, hook_session
 from lifecycle.leases import lease_held, try_lease
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, mark_verified
-from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id, cache_uses, settle_boot
+from lifecycle.ledger.boots import (
+    CacheRecord,
+    all_caches,
+    cache_by_id,
+    cache_uses,
+    settle_boot,
+    tainted_files,
+)
 from lifecycle.ledger.pins import pins
 from lifecycle.ledger.results import results_not_archived_on
 from lifecycle.teardown.containers import (
@@ -30,7 +37,7 @@ from lifecycle.teardown.containers import (
     remove_image,
 )
 from lifecycle.teardown.execute import CacheOutcome, Verdict, refuse, remove_cache
-from lifecycle.teardown.invariant import archive_gaps, scan_now
+from lifecycle.teardown.invariant import archive_gaps, scan_now, withheld_paths, withheld_reason
 from lifecycle.teardown.journal import Journal, new_run_id
 from lifecycle.teardown.plan import Action, CacheDecision, TeardownPlan
 from lifecycle.teardown.survey import (
@@ -161,6 +168,9 @@ def _carry_out(
         used_by = [u.boot_id for u in cache_uses(ledger) if u.cache_id == cache.id]
         want_content = request.with_content or archive.with_content
         gaps = archive_gaps(checked.document, tree, used_by, want_content=want_content)
+        if want_content and not request.drop_withheld:
+            withheld = withheld_paths(tree, tainted_files(ledger, cache.id))
+            gaps += [withheld_reason(withheld)] if withheld else []
         if gaps:
             return Verdict(gaps)
         mark_verified(ledger, cache.id, _stamp(services.now()))

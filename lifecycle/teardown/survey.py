@@ -21,7 +21,7 @@ from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of
-from lifecycle.ledger.boots import CacheRecord, all_caches, cache_uses
+from lifecycle.ledger.boots import CacheRecord, all_caches, cache_uses, tainted_files
 from lifecycle.ledger.builds import all_builds
 from lifecycle.ledger.pins import pins
 from lifecycle.ledger.results import results_not_archived_on
@@ -50,6 +50,7 @@ class TeardownRequest:
     with_content: bool = False
     images: bool = False
     archive_to: ArchiveLocation | None = None  # where --archive writes
+    drop_withheld: bool = False  # remove caches holding files no archive may hold (secrets)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ def make_plan(
         gone=frozenset(c.id for c in caches if c.id not in unfinished and is_gone(c)),
         dead_boots=frozenset(dead_boots(ledger, caches)),
         archive_to_problem=verify.problem_with(to) if request.archive_first and to else None,
+        tainted={c.id: tainted_files(ledger, c.id) for c in caches},
     )
     decisions = tuple(
         decide(
@@ -107,6 +109,7 @@ def make_plan(
             want_content=request.with_content,
             verify=verify,
             rescan=lambda cache: scan_where_it_is(cache, unfinished.get(cache.id)),
+            drop_withheld=request.drop_withheld,
         )
         for c in caches
     )

@@ -1,0 +1,69 @@
+"""What of a cache never leaves this host: the files a boot wrote a secret's value into, and
+every file whose path holds one (masked in its fingerprint, lifecycle.secret_paths).
+
+Found at the end of the boot that wrote them (`secrets_in_cache`) and kept in the ledger by the
+secret's name, never its value; an archive with content leaves them out and says why
+(`withheld_files`); a teardown removes a cache holding them only when told so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from lifecycle.fingerprint import Fingerprint
+from lifecycle.ledger.boots import TaintedFile
+from lifecycle.redact import secrets_in_file
+from lifecycle.secret_paths import is_masked, secrets_in_path
+
+
+@dataclass(frozen=True)
+class Withheld:
+    """A cache file no archive holds, and why (as an archive record says it)."""
+
+    path: str  # as its fingerprint has it: masked where the name held a secret's value
+    sha256: str
+    why: str
+
+
+def secrets_in_cache(
+    root: Path, after: Fingerprint, written: Collection[str], secrets: Mapping[str, str]
+) -> list[tuple[str, str, str]]:
+    """(path, sha256, secret name) of each file a boot wrote (`written`, paths of `after`,
+    the cache at `root` as scanned with the boot's `secrets`) whose bytes or name hold a
+    secret's value."""
+    if not secrets:
+        return []
+    found = []
+    for entry in after.entries:
+        if entry.kind != "file" or entry.path not in written:
+            continue
+        assert entry.sha256 is not None, "a scanned file always has its sha256"
+        # A masked name is not the file's real name: withheld whatever its bytes hold.
+        names = (
+            secrets_in_path(entry.path)
+            if is_masked(entry.path)
+            else secrets_in_file(root / entry.path, secrets)
+        )
+        found += [(entry.path, entry.sha256, name) for name in names]
+    return found
+
+
+def withheld_files(fingerprint: Fingerprint, tainted: Iterable[TaintedFile]) -> list[Withheld]:
+    """The files of `fingerprint` an archive leaves out: those the ledger knows hold a secret's
+    value as they are now (`tainted`), and those whose names held one; in path order."""
+    in_bytes: dict[tuple[str, str], set[str]] = {}
+    for found in tainted:
+        in_bytes.setdefault((found.path, found.sha256), set()).add(found.secret)
+    withheld = []
+    for entry in fingerprint.entries:
+        if entry.kind != "file" or entry.sha256 is None:
+            continue
+        named = secrets_in_path(entry.path)
+        held = sorted(in_bytes.get((entry.path, entry.sha256), set()) - set(named))
+        reasons = [f"its name holds the value of secret {', '.join(named)}"] if named else []
+        reasons += [f"holds the value of secret {', '.join(held)}"] if held else []
+        if reasons:
+            withheld.append(Withheld(entry.path, entry.sha256, "; ".join(reasons)))
+    return withheld

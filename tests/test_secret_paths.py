@@ -1,0 +1,108 @@
+"""A secret's value in a cache's paths (lifecycle.secret_paths) is in no fingerprint, scan after
+scan, whether or not the secret is known to the scan; and what of it no archive takes."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from pathlib import Path
+
+from lifecycle.archive.restore import restorable
+from lifecycle.fingerprint import Fingerprint, scan
+from lifecycle.ledger.boots import TaintedFile
+from lifecycle.secret_paths import PathMask, is_masked, secrets_in_path
+from lifecycle.withheld import Withheld, secrets_in_cache, withheld_files
+
+TOKEN = f"q{secrets.token_hex(20)}"
+HOLDER = "<redacted:HF_TOKEN>"
+
+
+def _cache(root: Path) -> Path:
+    (root / f"hub/models--{TOKEN}").mkdir(parents=True)
+    (root / f"hub/models--{TOKEN}/a.bin").write_bytes(b"weights")
+    (root / f"hub/models--x--{TOKEN}.ref").write_bytes(b"ref")
+    (root / "hub/models--x--main.txt").write_bytes(b"plain")
+    return root
+
+
+def test_a_path_holding_the_value_is_masked_and_its_bytes_still_hashed(tmp_path: Path) -> None:
+    found = scan(_cache(tmp_path), secrets={"HF_TOKEN": TOKEN})
+    assert [e.path for e in found.entries] == sorted(
+        [
+            "hub",
+            f"hub/models--{HOLDER}",
+            f"hub/models--{HOLDER}/a.bin",
+            "hub/models--x--main.txt",  # shaped like the others, but holding no value
+            f"hub/models--x--{HOLDER}.ref",
+        ]
+    )
+    assert TOKEN not in found.to_json()
+    ref = next(e for e in found.entries if e.path.endswith(".ref"))
+    assert ref.sha256 == hashlib.sha256(b"ref").hexdigest()
+    assert Fingerprint.from_json(found.to_json()) == found
+
+
+def test_the_mask_is_carried_by_later_scans_that_do_not_know_the_value(tmp_path: Path) -> None:
+    root = _cache(tmp_path)
+    first = scan(root, secrets={"HF_TOKEN": TOKEN})
+    kept = Fingerprint.from_json(first.to_json())  # as the ledger's scan file gives it back
+    assert scan(root, kept) is kept  # unchanged: the same tree, not a changed one
+    # New names holding the value, found again from the entries the mask hid.
+    (root / f"hub/models--{TOKEN}/b.bin").write_bytes(b"more")
+    (root / f"hub/{TOKEN}.lock.d").mkdir()
+    (root / "hub/models--y--main.txt").write_bytes(b"plain")
+    grown = scan(root, kept)
+    assert {f"hub/models--{HOLDER}/b.bin", f"hub/{HOLDER}.lock.d"} <= {
+        e.path for e in grown.entries
+    }
+    assert "hub/models--y--main.txt" in {e.path for e in grown.entries}
+    assert TOKEN not in grown.to_json()
+    # A full re-hash (nothing reused) masks alike when told what was masked before.
+    assert scan(root, masked_like=grown).tree_digest == grown.tree_digest
+
+
+def test_two_values_of_one_secret_are_masked_apart_in_a_stable_order(tmp_path: Path) -> None:
+    root = _cache(tmp_path)
+    kept = scan(root, secrets={"HF_TOKEN": TOKEN})
+    rotated = f"r{secrets.token_hex(20)}"  # the next boot's token
+    (root / f"hub/models--x--{rotated}.ref").write_bytes(b"ref2")
+    found = scan(root, kept, secrets={"HF_TOKEN": rotated})
+    refs = sorted(e.path for e in found.entries if e.path.endswith(".ref"))
+    assert refs == [f"hub/models--x--{HOLDER}.ref", "hub/models--x--<redacted:HF_TOKEN~2>.ref"]
+    assert rotated not in found.to_json() and TOKEN not in found.to_json()
+    assert scan(root, found).tree_digest == found.tree_digest  # knowing neither value now
+    # A value too short to be one is no value; an unknown name is nobody's.
+    assert PathMask({"PW": "abc"}).apply([("abc.log", 1)]) == {}
+    before = [(f"hub/models--x--{HOLDER}.ref", 7)]
+    assert PathMask({}, before).apply([("hub/models--x--ab.ref", 7)]) == {}
+    assert PathMask({}, before).apply([("hub/other", 7)]) == {}  # the inode, another file
+
+
+def test_what_no_archive_takes_and_no_restore_makes(tmp_path: Path) -> None:
+    root = _cache(tmp_path)
+    (root / "jit.log").write_bytes(f"token={TOKEN}\n".encode())
+    found = scan(root, secrets={"HF_TOKEN": TOKEN})
+    written = {e.path for e in found.entries}
+    rows = [
+        TaintedFile("c", path, sha, name, "b-1")
+        for path, sha, name in secrets_in_cache(root, found, written, {"HF_TOKEN": TOKEN})
+    ]
+    assert {(row.path, row.secret) for row in rows} == {
+        (f"hub/models--x--{HOLDER}.ref", "HF_TOKEN"),
+        (f"hub/models--{HOLDER}/a.bin", "HF_TOKEN"),
+        ("jit.log", "HF_TOKEN"),
+    }
+    sha = {e.path: e.sha256 for e in found.entries}
+    named = "its name holds the value of secret HF_TOKEN"
+    assert withheld_files(found, rows) == [
+        Withheld(f"hub/models--{HOLDER}/a.bin", str(sha[f"hub/models--{HOLDER}/a.bin"]), named),
+        Withheld(f"hub/models--x--{HOLDER}.ref", str(sha[f"hub/models--x--{HOLDER}.ref"]), named),
+        Withheld("jit.log", str(sha["jit.log"]), "holds the value of secret HF_TOKEN"),
+    ]
+    left_out = {w.path for w in withheld_files(found, rows)}
+    made = {e.path for e in restorable(found, left_out).entries}
+    assert made == {"hub", "hub/models--x--main.txt"}  # not the masked dir either
+    assert is_masked(f"a/{HOLDER}~2") and secrets_in_path(f"{HOLDER}/<redacted:B~2>") == [
+        "B",
+        "HF_TOKEN",
+    ]
