@@ -71,17 +71,31 @@ def check_events(file: Path, text: str) -> None:
             elif isinstance(event, _CLOSES):
                 depth -= 1
     except yaml.MarkedYAMLError as exc:
-        raise yaml_problem(file, exc) from None
+        raise yaml_problem(file, exc, text) from None
     finally:
         loader.dispose()
 
 
-def yaml_problem(file: Path, exc: yaml.MarkedYAMLError) -> ManifestError:
-    """A YAML syntax or construction error as one located problem."""
+def yaml_problem(file: Path, exc: yaml.MarkedYAMLError, text: str) -> ManifestError:
+    """A YAML syntax or construction error as one located problem; the two a person makes
+    most (a tab that indents, a second document) said plainly instead of in parser terms."""
     mark = exc.problem_mark or exc.context_mark
     line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
     problem = exc.problem or exc.context or "invalid YAML"
+    indent = _indent(text, line)
+    if "\t" in indent and col <= len(indent) + 1:
+        col = indent.index("\t") + 1
+        problem = "a tab indents this line; YAML indents with spaces only"
+    elif problem == "but found another document":
+        problem = "a second YAML document starts here (---); a manifest is one document"
     return ManifestError([Problem(file, line, col, "(yaml)", problem)])
+
+
+def _indent(text: str, line: int) -> str:
+    """The leading whitespace of line `line` (1-based) of `text`."""
+    lines = text.split("\n", line)
+    found = lines[line - 1] if line <= len(lines) else ""
+    return found[: len(found) - len(found.lstrip(" \t"))]
 
 
 def file_problem(file: Path, message: str) -> ManifestError:

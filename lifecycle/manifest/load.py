@@ -40,12 +40,16 @@ def load_manifest(file: Path) -> LoadedManifest:
         manifest = Manifest.model_validate(located.data)
     except ValidationError as exc:
         raise ManifestError(problems_from_validation(exc, located)) from None
+
+    def written(path: KeyPath) -> bool:  # by the manifest, not implied by a default
+        return path in located.values
+
     findings = [
         *check_tuned(manifest),
         *check_profiles(manifest),
         *check_tuned_in_args(manifest),
-        *check_mounts(manifest, lambda path: path in located.values),
-        *check_cache_env(manifest),
+        *check_mounts(manifest, written),
+        *check_cache_env(manifest, written),
     ]
     problems = [_problem(located, path, message) for path, message in findings]
     patch_files: list[Path] = []
@@ -78,12 +82,11 @@ def find_manifest(manifests_dir: Path, ref: str) -> Path:
     )
 
 
-def _resolve(file: Path, stack: tuple[Path, ...]) -> tuple[Located, tuple[Path, ...]]:
-    located = read_yaml(file)
-    if located.data is None:
-        raise ManifestError([Problem(file, 1, 1, "(document)", "empty manifest")])
-    if not isinstance(located.data, dict):
-        raise ManifestError([_problem(located, (), "expected a mapping of manifest keys")])
+def _resolve(
+    file: Path, stack: tuple[Path, ...], located: Located | None = None
+) -> tuple[Located, tuple[Path, ...]]:
+    located = located or _read_document(file)
+    assert isinstance(located.data, dict), "a document _read_document gave back is a mapping"
     parent_ref = located.data.get("extends")
     if parent_ref is None:
         return located, (file,)
@@ -97,11 +100,44 @@ def _resolve(file: Path, stack: tuple[Path, ...]) -> tuple[Located, tuple[Path, 
     if parent_file.resolve() in here:
         cycle = " -> ".join(str(p) for p in (*here, parent_file.resolve()))
         raise ManifestError([_problem(located, ("extends",), f"extends cycle: {cycle}")])
-    if not parent_file.is_file():
-        message = f"no such manifest to extend: {parent_file}"
-        raise ManifestError([_problem(located, ("extends",), message)])
-    parent, chain = _resolve(parent_file, here)
+    parent, chain = _resolve(parent_file, here, _read_parent(located, parent_ref, parent_file))
     return merge_located(parent, located), (file, *chain)
+
+
+def _read_document(file: Path) -> Located:
+    """The file as a YAML mapping; anything else is a ManifestError about the whole file."""
+    located = read_yaml(file)
+    if located.data is None:
+        raise ManifestError([Problem(file, 1, 1, "(document)", "empty manifest")])
+    if not isinstance(located.data, dict):
+        raise ManifestError([_problem(located, (), "expected a mapping of manifest keys")])
+    return located
+
+
+def _read_parent(child: Located, ref: str, file: Path) -> Located:
+    """The manifest `child` extends. What is no manifest at all (a dir, a file of another kind)
+    is the `extends:` line's mistake and reported there; a manifest with mistakes, in it."""
+
+    def wrong(message: str) -> ManifestError:
+        return ManifestError([_problem(child, ("extends",), message)])
+
+    if file.is_dir():
+        inside = file / MANIFEST_NAME
+        hint = f"; did you mean {ref.rstrip('/')}/{MANIFEST_NAME}?" if inside.is_file() else ""
+        raise wrong(f"{ref} is a directory, not a manifest{hint}")
+    if not file.is_file():
+        raise wrong(f"no such manifest to extend: {file}")
+    try:
+        parent = _read_document(file)
+    except ManifestError as exc:
+        first = exc.problems[0]
+        if first.key_path not in ("(file)", "(document)"):
+            raise
+        raise wrong(f"{ref} is not a manifest: {first.message}") from None
+    assert isinstance(parent.data, dict), "a document _read_document gave back is a mapping"
+    if not parent.data.keys() & Manifest.model_fields.keys():  # `Title: some prose` is YAML too
+        raise wrong(f"{ref} is not a manifest: none of its keys is a manifest's")
+    return parent
 
 
 def _problem(located: Located, path: KeyPath, message: str) -> Problem:

@@ -53,7 +53,8 @@ CacheState = Literal["cold", "warm"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # No .inf or .nan: no measured value is infinite, and a NaN equals nothing, itself included.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class Evidence(_Strict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import PurePosixPath
 from typing import Annotated, Any, ClassVar, Literal
@@ -46,6 +47,14 @@ def _absolute_posix(value: str) -> str:
     return str(path)
 
 
+def _finite(value: object) -> object:
+    # Said here, before the union's four members each say why they refuse it.
+    if isinstance(value, float) and not math.isfinite(value):
+        spelled = ".nan" if math.isnan(value) else ("-.inf" if value < 0 else ".inf")
+        raise ValueError(f"must be a finite number, not {spelled}")
+    return value
+
+
 def _port_number_as_text(value: object) -> object:
     # YAML reads the key `8000:` as an integer; Docker takes "8000" and "8000/tcp" alike.
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
@@ -67,7 +76,8 @@ PinName = Literal["vllm", "flashinfer", "base_image"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # No .inf or .nan: no measured value is infinite, and a NaN equals nothing, itself included.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
     # Keys added after manifests were first digested: dumped only when not at their default,
     # so a manifest that does not use one dumps, and digests (image tag included), as before
     # it existed.
@@ -145,7 +155,7 @@ class TunedValue(_Strict):
 
     _LATER_KEYS: ClassVar[tuple[str, ...]] = ("measure", "validity")
 
-    value: bool | int | float | str
+    value: Annotated[bool | int | float | str, BeforeValidator(_finite)]
     status: Literal["validated", "carried"]
     measured_on: Text = Field(description="The build the value was measured on.")
     method: Text

@@ -66,25 +66,36 @@ def check_mounts(manifest: Manifest, written: Callable[[KeyPath], bool]) -> Iter
             yield ("caches", later, "env"), f"cache {earlier!r} sets {a.env} too"
 
 
-def check_cache_env(manifest: Manifest) -> Iterator[Finding]:
-    """A profile's env var or secret that a cache or the boot sets would silently lose."""
+def check_cache_env(manifest: Manifest, written: Callable[[KeyPath], bool]) -> Iterator[Finding]:
+    """A profile's env var or secret that a cache or the boot sets would silently lose.
+
+    A secret's name taken by a cache the manifest declares is the cache's mistake, reported
+    there (`written` as for check_mounts); one taken by an implied cache, at the secret."""
     setters: dict[str, tuple[str, str]] = {}  # env var -> (who sets it, what to do instead)
+    declared: dict[str, KeyPath] = {}  # env var -> where a cache of the manifest sets it
     for name, cache in manifest.active_caches().items():
         setters[cache.env] = (
             f"cache {name!r} sets {cache.env} to its mount",
             "change the cache's path instead (or disable the cache)",
         )
+        declared[cache.env] = ("caches", name, "env")
         for key in cache.settings:
             setters[key] = (f"cache {name!r} sets {key}", f"change caches.{name}.settings instead")
+            declared[key] = ("caches", name, "settings", key)
+    declared = {key: where for key, where in declared.items() if written(where)}
     for key in BOOT_ENV:
         setters[key] = (f"lifecycle boot sets {key} to the boot's own value", "remove it")
+        declared.pop(key, None)
     for profile_name, profile in manifest.profiles.items():
         for key in profile.env:
             if key in setters:
                 who, instead = setters[key]
                 yield ("profiles", profile_name, "env", key), f"{who}; {instead}"
         for index, secret in enumerate(profile.secrets):
-            if secret in setters:
+            if secret in declared:
+                message = f"{secret} is a secret of profile {profile_name!r}; name another variable"
+                yield declared[secret], message
+            elif secret in setters:
                 who, _ = setters[secret]
                 yield ("profiles", profile_name, "secrets", index), f"{who}; it cannot be a secret"
         for index, name in enumerate(profile.from_host):

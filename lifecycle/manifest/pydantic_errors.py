@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import types
 import typing
+import unicodedata
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -35,7 +36,12 @@ def problems_from_validation(
     for path, error in errors:
         if error["type"] == "missing" and path in typo_targets:
             continue
-        message = _unknown_key_message(root, path, hints) if path in unknown else _message(error)
+        if path in unknown:
+            message = _unknown_key_message(root, path, hints)
+        elif path in keys and path:  # a key its mapping refuses: one that only looks right?
+            message = _message(error) + _not_ascii(str(path[-1]))
+        else:
+            message = _message(error)
         bucket = messages.setdefault(path, [])
         if message not in bucket:
             bucket.append(message)
@@ -85,12 +91,23 @@ def _typo_hint(root: type[BaseModel], path: KeyPath) -> str | None:
 
 
 def _unknown_key_message(root: type[BaseModel], path: KeyPath, hints: bool) -> str:
-    message = f"unknown key {str(path[-1])!r}"
+    message = f"unknown key {str(path[-1])!r}{_not_ascii(str(path[-1]))}"
     hint = _typo_hint(root, path) if hints else None
     if hint:
         return f"{message}; did you mean {hint!r}?"
     allowed = _fields_at(root, path[:-1])
     return f"{message}; expected one of: {', '.join(allowed)}" if allowed else message
+
+
+def _not_ascii(key: str) -> str:
+    """` (its 'x' is U+0430 CYRILLIC SMALL LETTER A; not ASCII)`, 'x' being that letter, for
+    a key holding a letter that looks like an ASCII one and is not: it reads right and never
+    matches."""
+    odd = list(dict.fromkeys(char for char in key if not char.isascii()))
+    if not odd:
+        return ""
+    named = ", ".join(f"{c!r} is U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}" for c in odd[:3])
+    return f" (its {named}{', …' if len(odd) > 3 else ''}; not ASCII)"
 
 
 def _fields_at(root: type[BaseModel], path: KeyPath) -> list[str]:

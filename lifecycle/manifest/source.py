@@ -30,6 +30,6 @@ def read_yaml(file: Path) -> Located:
             return Located(None)
         return compose(file, node, loader)
     except yaml.MarkedYAMLError as exc:
-        raise yaml_problem(file, exc) from None
+        raise yaml_problem(file, exc, text) from None
     finally:
         loader.dispose()
