@@ -48,7 +48,7 @@ from lifecycle.ledger.boots import (
 )
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.defaults import BOOT_ENV
-from lifecycle.redact import redact
+from lifecycle.redact import redact, redact_values
 from lifecycle.withheld import secrets_in_cache
 
 SPEC_JSON = "spec.json"  # in the boot's evidence dir: the container spec as `describe` shows it
@@ -286,6 +286,23 @@ def _watch(plan: CachePlan, progress: _Progress) -> AccessWatch | None:
     return watch
 
 
+def _masked(
+    access: dict[str, CacheAccess] | None, secrets_by_name: Mapping[str, str]
+) -> dict[str, CacheAccess] | None:
+    """The paths the engine touched, spelled as the scans spell them: a path holding a
+    secret's value masked (lifecycle.secret_paths), so the two compare, and neither is kept."""
+    if access is None or not secrets_by_name:
+        return access
+    return {
+        name: CacheAccess(
+            {redact_values(p, secrets_by_name) for p in seen.opened},
+            {redact_values(p, secrets_by_name) for p in seen.written},
+            seen.complete,
+        )
+        for name, seen in access.items()
+    }
+
+
 def _create(client: Any, spec: ContainerSpec) -> Any:
     """Create the boot's container; dockerd's refusal is one line, not a traceback."""
     from docker.errors import APIError
@@ -333,7 +350,8 @@ def _finish(
         scans[mount.name] = (after, written)
     # A path can hold a secret's value as well as a file can (a JIT named by a token).
     untracked = [replace(w, path=redact(w.path, secrets_by_name)) for w in progress.untracked]
-    judged = judge(plan.mounts, uses, scans, log_text.splitlines(), untracked, progress.access)
+    access = _masked(progress.access, secrets_by_name)
+    judged = judge(plan.mounts, uses, scans, log_text.splitlines(), untracked, access)
     if progress.not_observed:
         judged.boot["not_observed"] = progress.not_observed
     uses = judged.uses
