@@ -47,3 +47,11 @@ def boot_records(client: Any, bucket: str, prefix: str, boot_id: str) -> list[di
 def verify_key(store: BlobStore, key: str, sha256: str | None = None) -> list[str]:
     """Problems with the record at a full key (against `sha256` if given) and its blobs."""
     return check_record(store, store.relative(key), sha256)[0]
+
+
+def damage(client: Any, bucket: str, key: str, *, truncate: int | None = None) -> None:
+    """Put other bytes in place of an object, without a checksum, as bit rot or a careless
+    tool would: the same size with its first byte changed, or its first `truncate` bytes."""
+    body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    other = body[:truncate] if truncate is not None else bytes([body[0] ^ 0x01]) + body[1:]
+    client.put_object(Bucket=bucket, Key=key, Body=other)

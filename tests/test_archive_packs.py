@@ -180,6 +180,72 @@ def test_a_damaged_pack_is_named(archive_target: ArchiveTarget, tmp_path: Path) 
                         f" {hashlib.sha256(b'x' * pack.size).hexdigest()}"]  # fmt: skip
 
 
+def _store(target: ArchiveTarget) -> BlobStore:
+    return BlobStore(target.client, ArchiveLocation(target.bucket, target.prefix))
+
+
+def _whole(target: ArchiveTarget, report: ArchiveReport) -> bool:
+    store = _store(target)
+    return check_record(store, store.relative(report.record_key), report.record_sha256)[0] == []
+
+
+def test_a_pack_with_wrong_bytes_fails_no_other_archive_and_is_built_again_byte_for_byte(
+    archive_target: ArchiveTarget, tmp_path: Path
+) -> None:
+    home, store = tmp_path / "home", _store(archive_target)
+    _register(home, "packs-000000000001", _tree(tmp_path / "one", small=20))
+    first = _archive(home, archive_target, "packs-000000000001")
+    [pack] = _version(archive_target, first).packs
+    key = store.pack_key(pack.sha256)
+    archive_target.client.put_object(  # no index at its end any more
+        Bucket=archive_target.bucket, Key=key, Body=b"x" * pack.size
+    )
+    _register(home, "packs-000000000002", _tree(tmp_path / "two", small=5))
+    other = _archive(home, archive_target, "packs-000000000002")  # reads every pack's index
+    assert _whole(archive_target, other)
+    assert other.repaired == (f"{store.url(key)}: content has sha256"
+                              f" {hashlib.sha256(b'x' * pack.size).hexdigest()}",)  # fmt: skip
+    assert store.head(key, checksum=False) is None  # set aside: its bytes were not its name
+
+    again = _archive(home, archive_target, "packs-000000000001")
+    # The version there names the pack's every byte: built again, the very pack it names.
+    assert (again.record_key, again.record_written) == (first.record_key, False)
+    assert again.blobs_uploaded == 20 and _whole(archive_target, first)
+
+
+def test_a_damaged_pack_another_version_shares_is_set_aside_then_made_whole_by_its_own(
+    archive_target: ArchiveTarget, tmp_path: Path
+) -> None:
+    home, store = tmp_path / "home", _store(archive_target)
+    one = _tree(tmp_path / "one", small=20)
+    _register(home, "packs-000000000001", one)
+    first = _archive(home, archive_target, "packs-000000000001")
+    two = tmp_path / "two"
+    for n in range(5):  # five of the first cache's files, and new ones
+        path = f"triton/{n % 7:02}/kernel-{n:03}.json"
+        (two / path).parent.mkdir(parents=True, exist_ok=True)
+        (two / path).write_bytes((one / path).read_bytes())
+        (two / f"new-{n}.json").write_bytes(os.urandom(300))
+    _register(home, "packs-000000000002", two)
+    second = _archive(home, archive_target, "packs-000000000002")
+    [shared] = _version(archive_target, first).packs
+    assert shared.sha256 in {p.sha256 for p in _version(archive_target, second).packs}
+    key = store.pack_key(shared.sha256)
+    body = archive_target.client.get_object(Bucket=archive_target.bucket, Key=key)["Body"].read()
+    flipped = body[:100] + bytes([body[100] ^ 1]) + body[101:]  # its index still reads
+    archive_target.client.put_object(Bucket=archive_target.bucket, Key=key, Body=flipped)
+
+    # The second cache's version names only some of the pack: it cannot make it again, so
+    # it packs its blobs anew in a new version, and sets the damaged pack aside.
+    again = _archive(home, archive_target, "packs-000000000002")
+    assert again.record_written and again.record_key != second.record_key
+    assert _whole(archive_target, again) and store.head(key, checksum=False) is None
+    # The first cache's version names all of it: built again, both earlier versions are whole.
+    healed = _archive(home, archive_target, "packs-000000000001")
+    assert (healed.record_key, healed.record_written) == (first.record_key, False)
+    assert _whole(archive_target, first) and _whole(archive_target, second)
+
+
 def test_adjacent_blobs_are_fetched_by_one_ranged_get() -> None:
     placed = {f"{n:064x}": packs.Placed("a" * 64, n * 100, 100) for n in range(50)}
     placed["f" * 64] = packs.Placed("a" * 64, 10 << 20, 10)  # far away: its own GET

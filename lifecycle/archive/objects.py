@@ -243,6 +243,23 @@ class ObjectStore:
                     + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
                 )
 
+    def delete_if_match(self, relative: str, etag: str) -> bool:
+        """Delete an object only if it still has this ETag (the bytes the caller looked at):
+        True when deleted, False when it is gone or holds other bytes now. A server without
+        conditional deletes (501) gets a plain delete: the caller's look was a moment ago."""
+        key = self.key(relative)
+        try:
+            self.client.delete_object(Bucket=self.location.bucket, Key=key, IfMatch=etag)
+        except (BotoCoreError, ClientError) as exc:
+            code = _code(exc)
+            if code in _UNSUPPORTED:
+                self.delete([relative])
+                return True
+            if code in (*_EXISTS, *_RACING, *_MISSING):
+                return False
+            raise self.error(exc, key) from exc
+        return True
+
     def head(self, key: str, *, checksum: bool) -> dict[str, Any] | None:
         """HEAD of a full key (with its stored checksum if asked); None when it is absent."""
         extra = {"ChecksumMode": "ENABLED"} if checksum else {}

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, cast
 
 from lifecycle.archive.sources import BlobSource
-from lifecycle.archive.store import ArchiveError, BlobStore, Listed
+from lifecycle.archive.store import ArchiveError, BlobStore, Listed, S3Unavailable
 from lifecycle.parallel import pool_map
 
 PACK_BLOB_MAX = 1 << 20  # cache files up to this size are packed
@@ -44,6 +44,9 @@ class Placed(NamedTuple):
     pack: str
     offset: int
     size: int
+
+
+Index = dict[str, Placed] | None  # a pack's blobs, or None when its index cannot be read
 
 
 @dataclass(frozen=True)
@@ -104,15 +107,20 @@ def build(sources: list[BlobSource], buffer: bytearray) -> tuple[memoryview, Pac
         if hashlib.sha256(view[end - source.size : end]).hexdigest() != source.sha256:
             raise ArchiveError(f"{source.what} changed since its scan; archive it again")
         laid.append((source.sha256, end - source.size, source.size))
-    text = "".join(_line(*blob) for blob in laid).encode()
-    tail = text + _TRAILER.pack(MAGIC, len(text))
-    view[offset : offset + len(tail)] = tail
-    body = view[: offset + len(tail)]
+    index = tail(laid)
+    view[offset : offset + len(index)] = index
+    body = view[: offset + len(index)]
     sha = hashlib.sha256(body).hexdigest()
     placed: dict[str, Placed] = {}
     for blob, at, size in laid:
         placed.setdefault(blob, Placed(sha, at, size))
     return body, Pack(sha, len(body), placed)
+
+
+def tail(laid: Iterable[tuple[str, int, int]]) -> bytes:
+    """What follows a pack's blobs: the index of (sha256, offset, size), then the trailer."""
+    text = "".join(_line(*blob) for blob in laid).encode()
+    return text + _TRAILER.pack(MAGIC, len(text))
 
 
 def _line(sha256: str, offset: int, size: int) -> str:
@@ -175,15 +183,26 @@ def read_index(store: BlobStore, sha256: str, size: int) -> dict[str, Placed]:
 
 
 def known_blobs(
-    store: BlobStore, packs: Mapping[str, Listed], workers: int, cache: dict[str, dict[str, Placed]]
+    store: BlobStore, packs: Mapping[str, Listed], workers: int, cache: dict[str, Index]
 ) -> dict[str, Placed]:
     """Every blob the listed packs hold, by sha256. `cache` keeps indexes read before (a pack
-    never changes), so a second archive in one run reads only the new ones."""
+    never changes), so a second archive in one run reads only the new ones. A pack whose index
+    cannot be read is kept there as None: it offers no blob, and fails no archive (whether its
+    bytes are damaged, its checksum says: lifecycle.archive.heal)."""
     todo = [sha for sha in packs if sha not in cache]
-    read = pool_map(lambda sha: read_index(store, sha, packs[sha][0]), todo, workers, "pack-index")
+    read = pool_map(lambda sha: _index(store, sha, packs[sha][0]), todo, workers, "pack-index")
     cache.update(zip(todo, read, strict=True))
     found: dict[str, Placed] = {}
     for sha in sorted(packs):
-        for blob, placed in cache[sha].items():
+        for blob, placed in (cache[sha] or {}).items():
             found.setdefault(blob, placed)
     return found
+
+
+def _index(store: BlobStore, sha256: str, size: int) -> Index:
+    try:
+        return read_index(store, sha256, size)
+    except S3Unavailable:
+        raise
+    except ArchiveError:  # no index at its end, or a damaged one
+        return None

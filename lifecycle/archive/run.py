@@ -12,11 +12,12 @@ and at most objects no record names yet (which `gc --remote` removes).
 Nothing is ever overwritten: a record is a new object named by the sha256 of its bytes, so a
 cache archived by two hosts at once becomes two versions, each of which verifies as its host
 wrote it. An unchanged cache archived again re-uses (and re-verifies) the version this host
-already wrote.
+already wrote; what the records rely on that is damaged is put right (lifecycle.archive.heal).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import socket
 from collections.abc import Sequence
@@ -27,15 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle import __version__
-from lifecycle.archive import packs
+from lifecycle.archive import heal, packs
 from lifecycle.archive.bootrecord import plan_boot_record
+from lifecycle.archive.heal import Relied, Standing
 from lifecycle.archive.layout import marker, marker_body, record_key, version_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.record import load_as, read_legacy_cache
 from lifecycle.archive.sources import BlobSource, RecordPlan, render_record
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, os_problem
 from lifecycle.archive.transfer import Progress, Sent, upload_all
-from lifecycle.archive.verify import check_record
 from lifecycle.archive.version import plan_version
 from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.fingerprint import Fingerprint, scan
@@ -45,7 +46,7 @@ from lifecycle.ledger.archives import (
     BootArchiveRow,
     VersionRow,
     archive_of,
-    boot_archive,
+    forget_versions,
     record_boot_archive,
     record_version,
     versions_of,
@@ -55,9 +56,7 @@ from lifecycle.ledger.boots import (
     CacheRecord,
     Scanned,
     all_caches,
-    boot_by_id,
     cache_by_id,
-    cache_uses,
     record_scan,
 )
 from lifecycle.records import BootRecordV1, CacheVersion
@@ -87,6 +86,8 @@ class ArchiveReport:
     to_upload: tuple[tuple[str, int, str], ...] = ()  # dry run: (sha256, size, what) of each
     # Results standing on this cache whose records the same run wrote (lifecycle.results).
     results: tuple[str, ...] = ()
+    # Objects the records rely on that were found damaged on the server, and put right.
+    repaired: tuple[str, ...] = ()
 
 
 def archive_caches(
@@ -117,7 +118,8 @@ class _Run:
     # A dry run uploads nothing, so what an earlier cache of the run would send is counted
     # as there for the later ones, as it would be.
     sent: set[str] = field(default_factory=set)
-    indexes: dict[str, dict[str, packs.Placed]] = field(default_factory=dict)  # read once a run
+    indexes: dict[str, packs.Index] = field(default_factory=dict)  # read once a run
+    checked_boots: set[str] = field(default_factory=set)  # whose records stand (heal)
 
 
 def archivable(ledger: Ledger, cache_id: str) -> CacheRecord:
@@ -143,13 +145,13 @@ class _Planned:
 
     cache: CacheRecord
     tree_digest: str
-    boots: list[tuple[BootRecord, RecordPlan]]  # boots with no record at the location yet
-    version: RecordPlan | None  # None: an intact version of this tree is there already
-    reused: VersionRow | None
+    boots: list[tuple[BootRecord, RecordPlan]]  # boots whose record at the location is due
+    version: RecordPlan | None  # None: a version of this tree stands there already
+    standing: Standing | None
     packed: dict[str, packs.Placed]  # blobs already in a pack the server holds intact
     pack_sizes: dict[str, int]  # of those packs
     todo: list[BlobSource]  # missing or damaged on the server
-    damaged: list[str]  # sha256 of blobs there with other bytes: removed, then sent again
+    relied: Relied  # what is damaged among the objects the records name, and its repair
     report: ArchiveReport
 
 
@@ -165,12 +167,11 @@ def _archive(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) 
         )
         if run.dry_run:
             return report
-        # A blob whose bytes are not the ones its name says is not that blob: it goes, and
-        # the right bytes take its place (the one deletion an archive ever makes).
-        store.delete([store.relative(store.blob_key(sha)) for sha in planned.damaged])
+        _set_aside(ledger, run, planned.relied)
         # The rest were verified on the server by the survey a moment ago, in this same run.
-        uploaded = _send(run, cache.id, planned.todo)
+        uploaded = _send(run, cache.id, planned.todo, planned.relied)
         booted = [_write_boot(store, boot, plan) for boot, plan in planned.boots]
+        run.checked_boots.update(boot.id for boot, _ in planned.boots)
         version, written = _write_version(store, planned, uploaded)
         _resend_removed(run, planned, uploaded)
         for row in booted:
@@ -191,7 +192,8 @@ def _archive(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) 
 
 
 def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> _Planned:
-    """Scan, collect the records and their blobs, and ask the server which it already holds."""
+    """Scan, collect the records and their blobs, and ask the server which it already holds;
+    check what the records rely on that is there already (lifecycle.archive.heal)."""
     store, workers, dry_run = run.store, run.workers, run.dry_run
     url = store.location.url()
     previous = archive_of(ledger, cache.id)
@@ -201,105 +203,69 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
     fingerprint, cache = _fresh_scan(ledger, cache, keep=not dry_run)
     tree = fingerprint.tree_digest
     host = socket.gethostname()
+    relied = Relied()
+    due = heal.boots_to_write(
+        ledger, store, cache.id, relied, run.checked_boots,
+        host=host, tool_version=__version__, workers=workers,
+    )  # fmt: skip
     boots = [
-        (boot, plan_boot_record(ledger, boot, host=host, tool_version=__version__))
-        for boot in _unarchived_boots(ledger, cache.id, url)
+        (boot, plan_boot_record(ledger, boot, host=host, tool_version=__version__)) for boot in due
     ]
     rows = versions_of(ledger, cache.id)
-    reused = _intact_version(run, rows, tree, with_content)
     parent = _parent(rows, tree) or _legacy_parent(store, previous, tree)
-    version = None
-    if reused is None:
-        version = plan_version(
-            ledger, cache, fingerprint, with_content=with_content, parent=parent,
-            host=host, tool_version=__version__,
+
+    @functools.cache
+    def plan() -> RecordPlan:  # the version's record: to write, or to repair the one there
+        return plan_version(
+            ledger, cache, fingerprint, with_content=with_content, parent=parent, host=host,
+            tool_version=__version__,
         )  # fmt: skip
+
+    standing = heal.standing_version(store, rows, tree, with_content, plan, relied, workers)
+    version = None if standing else plan()
     sources: dict[str, BlobSource] = {}
-    for plan in [*(plan for _, plan in boots), *([version] if version else [])]:
-        for sha, source in plan.sources.items():
+    for each in [*(planned for _, planned in boots), *([version] if version else [])]:
+        for sha, source in each.sources.items():
             sources.setdefault(sha, source)
     singles = [BlobRef(sha, s.size) for sha, s in sources.items() if not packs.packable(s)]
     found = store.check_blobs(singles, workers)
-    packed, pack_sizes = _packed_already(run, sources)
+    packed, pack_sizes = heal.packed_already(store, sources, run.indexes, relied, workers)
     unpacked = {sha for sha, source in sources.items() if packs.packable(source)} - packed.keys()
     missing = unpacked | {sha for sha, problem in found.items() if problem}
     # In the order of `sources` (a cache's path order), which packs follow.
     todo = [source for sha, source in sources.items() if sha in missing and sha not in run.sent]
-    damaged = [
-        s.sha256
-        for s in todo
-        if found.get(s.sha256) and not str(found[s.sha256]).endswith(": missing")
-    ]
+    # A blob whose bytes are not the ones its name says is not that blob: it is set aside,
+    # and the right bytes take its place.
+    damaged = {sha: p for sha, p in found.items() if p and not p.endswith(": missing")}
+    relied.damaged_objects({sha: p for sha, p in damaged.items() if sha not in run.sent}, {})
+    relied.alone = {sha: s for sha, s in relied.alone.items() if sha not in missing}
+    repairs = [*relied.alone.values(), *(s for blobs in relied.rebuilt.values() for s in blobs)]
     if dry_run:
-        run.sent.update(source.sha256 for source in todo)
+        run.sent.update(source.sha256 for source in [*todo, *repairs])
+    named = {sha: s.size for sha, s in sources.items()} | relied.named
+    sent = [*todo, *repairs]
+    if relied.found:
+        more = f" (and {len(relied.found) - 1} more)" if len(relied.found) > 1 else ""
+        run.say(f"{cache.id}: damaged on the server, set aside: {relied.found[0]}{more}")
     report = ArchiveReport(
         cache_id=cache.id,
         location=url,
-        record_key=reused.record_key if reused else "",
-        blobs=len(sources),
-        blobs_uploaded=len(todo),
-        bytes_uploaded=sum(source.size for source in todo),
+        record_key=standing.row.record_key if standing else "",
+        blobs=len(named),
+        blobs_uploaded=len(sent),
+        bytes_uploaded=sum(source.size for source in sent),
         with_content=with_content,
         verified=False,
         dry_run=dry_run,
-        blobs_present=len(sources) - len(todo),
-        bytes_total=sum(source.size for source in sources.values()),
+        blobs_present=len(named) - len(sent),
+        bytes_total=sum(named.values()),
         tree_digest=tree,
-        parent=reused.parent if reused else parent,
+        parent=standing.row.parent if standing else parent,
         boots=tuple(boot.id for boot, _ in boots),
-        to_upload=tuple((s.sha256, s.size, s.what) for s in todo) if dry_run else (),
+        to_upload=tuple((s.sha256, s.size, s.what) for s in sent) if dry_run else (),
+        repaired=tuple(relied.found),
     )
-    return _Planned(cache, tree, boots, version, reused, packed, pack_sizes, todo, damaged, report)
-
-
-def _packed_already(
-    run: _Run, sources: dict[str, BlobSource]
-) -> tuple[dict[str, packs.Placed], dict[str, int]]:
-    """The packable blobs some intact pack at the location already holds (whichever cache or
-    host wrote it), and the sizes of those packs."""
-    wanted = {sha for sha, source in sources.items() if packs.packable(source)}
-    if not wanted:
-        return {}, {}
-    store, workers = run.store, run.workers
-    listing = store.list_packs()
-    known = packs.known_blobs(store, listing, workers, run.indexes)
-    placed = {sha: known[sha] for sha in wanted if sha in known}
-    sizes = {pack: listing[pack][0] for pack in {p.pack for p in placed.values()}}
-    # A pack is checked whole (its ChecksumSHA256): one that is not what its name says holds
-    # none of the blobs its index claims, and they are packed again.
-    bad = {sha for sha, problem in store.check_packs(sizes, workers).items() if problem}
-    placed = {sha: p for sha, p in placed.items() if p.pack not in bad}
-    return placed, {pack: size for pack, size in sizes.items() if pack not in bad}
-
-
-def _unarchived_boots(ledger: Ledger, cache_id: str, url: str) -> list[BootRecord]:
-    """The finished boots that used the cache and have no record at `url` yet."""
-    found = []
-    for use in cache_uses(ledger):
-        boot = boot_by_id(ledger, use.boot_id) if use.cache_id == cache_id else None
-        if (
-            boot is not None
-            and boot.outcome != "running"
-            and not boot_archive(ledger, boot.id, url)
-        ):
-            found.append(boot)
-    return sorted(found, key=lambda boot: boot.started_at)
-
-
-def _intact_version(
-    run: _Run, rows: Sequence[VersionRow], tree: str, with_content: bool
-) -> VersionRow | None:
-    """A version of this very tree here that holds what is wanted and verifies now."""
-    store = run.store
-    for row in rows:
-        if (row.tree_digest, row.location) != (tree, store.location.url()):
-            continue
-        if with_content and not row.with_content:
-            continue
-        relative = store.relative(row.record_key)
-        if not check_record(store, relative, row.record_sha256, run.workers)[0]:
-            return row
-    return None
+    return _Planned(cache, tree, boots, version, standing, packed, pack_sizes, todo, relied, report)
 
 
 def _parent(rows: Sequence[VersionRow], tree: str) -> str | None:
@@ -380,8 +346,8 @@ def _write_version(store: BlobStore, planned: _Planned, sent: Sent) -> tuple[Ver
     whether this run wrote it."""
     cache, report = planned.cache, planned.report
     if planned.version is None:
-        assert planned.reused is not None, "a plan writes a version or re-uses one"
-        return planned.reused, False
+        assert planned.standing is not None, "a plan writes a version or re-uses one"
+        return planned.standing.row, False
     now = _stamp()
     placed = {sha: (p.pack, p.offset) for sha, p in (planned.packed | sent.placed).items()}
     sizes = planned.pack_sizes | sent.packs
@@ -406,9 +372,10 @@ def _resend_removed(run: _Run, planned: _Planned, sent: Sent) -> None:
     # Every object here was verified by its checksum moments ago: what is asked now is only
     # whether it is still there, which a listing answers for a thousand at a time.
     store, workers = run.store, run.workers
-    packed = planned.packed | sent.placed
+    standing = planned.standing
+    packed = planned.packed | sent.placed | (standing.placed if standing else {})
     listing = store.list_packs()
-    sizes = planned.pack_sizes | sent.packs
+    sizes = planned.pack_sizes | sent.packs | (standing.pack_sizes if standing else {})
     gone_packs = sorted(sha for sha, size in sizes.items() if listing.get(sha, (None,))[0] != size)
     if gone_packs:
         raise ArchiveError(
@@ -425,11 +392,15 @@ def _resend_removed(run: _Run, planned: _Planned, sent: Sent) -> None:
     _send(run, planned.cache.id, gone)
 
 
-def _send(run: _Run, cache_id: str, todo: list[BlobSource]) -> Sent:
-    """Upload blobs (small cache files in packs) and check each single blob and each pack on
-    the server; what was sent."""
+def _send(run: _Run, cache_id: str, todo: list[BlobSource], relied: Relied | None = None) -> Sent:
+    """Upload blobs (small cache files in packs) and what `relied` puts right, and check
+    each single blob and each pack on the server; what was sent."""
     store, workers = run.store, run.workers
-    sent = upload_all(store, cache_id, todo, workers, run.say)
+    relied = relied or Relied()
+    sent = upload_all(
+        store, cache_id, todo, workers, run.say,
+        rebuilt=list(relied.rebuilt.values()), alone=list(relied.alone.values()),
+    )  # fmt: skip
     uploaded = [BlobRef(sha, size) for sha, size in sent.singles.items()]
     found = store.check_blobs(uploaded, workers) if uploaded else {}
     problems = sorted(
@@ -439,6 +410,15 @@ def _send(run: _Run, cache_id: str, todo: list[BlobSource]) -> Sent:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ArchiveError(f"not verified after upload: {problems[0]}{more}")
     return sent
+
+
+def _set_aside(ledger: Ledger, run: _Run, relied: Relied) -> None:
+    """Delete what is damaged (lifecycle.archive.heal) before its right bytes are sent; the
+    ledger forgets the versions whose records went."""
+    gone = set(heal.set_aside(run.store, relied.set_aside, run.workers))
+    forget_versions(ledger, [r for r in relied.forget if run.store.relative(r.record_key) in gone])
+    for relative in gone:
+        run.indexes.pop(relied.set_aside[relative], None)  # a pack made again is read anew
 
 
 def _record(ledger: Ledger, planned: _Planned, version: VersionRow) -> None:

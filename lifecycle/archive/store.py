@@ -16,7 +16,7 @@ import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -95,10 +95,16 @@ class BlobStore(ObjectStore):
         """None if the server holds the blob (or, with `key_of=pack_key`, the pack) with that
         sha256; else one line naming its key."""
         key = (key_of or self.blob_key)(sha256)
+        return self.judge(key, sha256, self.head(key, checksum=True), size=size)
+
+    def judge(
+        self, key: str, sha256: str, head: dict[str, Any] | None, *, size: int | None = None
+    ) -> str | None:
+        """None if the object whose HEAD (with its checksum) this is holds the bytes of that
+        sha256; else one line naming its key."""
         # HEAD with ChecksumMode=ENABLED returns the ChecksumSHA256 the server checked at PUT
         # (SeaweedFS and AWS both do, confirmed against `weed mini`); an object stored without
         # one (another tool, an overwrite) is downloaded and hashed instead.
-        head = self.head(key, checksum=True)
         if head is None:
             return f"{self.url(key)}: missing"
         if size is not None and head.get("ContentLength") != size:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from lifecycle.archive import packs
@@ -43,17 +43,27 @@ class Sent:
 
 
 def upload_all(
-    store: BlobStore, cache_id: str, todo: list[BlobSource], workers: int, say: Progress
+    store: BlobStore,
+    cache_id: str,
+    todo: list[BlobSource],
+    workers: int,
+    say: Progress,
+    *,
+    rebuilt: Sequence[list[BlobSource]] = (),
+    alone: Sequence[BlobSource] = (),
 ) -> Sent:
-    """PUT every blob: packable ones (in the order given) as packs, the rest one by one.
+    """PUT every blob: packable ones (in the order given) as packs, the rest one by one; and
+    packs built again of exactly the blobs given (`rebuilt`), blobs sent again as objects of
+    their own whatever their size (`alone`): what records already there name.
 
     Packs first, largest work first: their building reads many small files, and a pack
     finishing late would hold up the end. On the first failure the rest are dropped, and it
     is raised.
     """
-    grouped = packs.group(s for s in todo if packs.packable(s))
-    singles = sorted((s for s in todo if not packs.packable(s)), key=lambda s: -s.size)
-    total = sum(s.size for s in todo)
+    grouped = [*rebuilt, *packs.group(s for s in todo if packs.packable(s))]
+    singles = [*alone, *(s for s in todo if not packs.packable(s))]
+    singles.sort(key=lambda s: -s.size)
+    total = sum(s.size for s in singles) + sum(s.size for group in grouped for s in group)
     # A few buffers, each reused pack after pack: they bound the memory packs take.
     buffers: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
     for _ in range(min(PACKS_AT_ONCE, len(grouped))):

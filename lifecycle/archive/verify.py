@@ -8,11 +8,11 @@ whatever other hosts archived since.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lifecycle.archive.record import CacheOrBoot, load_by_key, record_blobs, record_packs
+from lifecycle.archive.heal import inspect_record
+from lifecycle.archive.record import CacheOrBoot
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.ledger.archives import ArchiveRecord, BootArchiveRow
 from lifecycle.records import BootRecordV1, CacheRecordV1
@@ -79,18 +79,5 @@ def check_record(
 ) -> tuple[list[str], CacheOrBoot | None]:
     """A record (by its key under the prefix) and every blob it names: the problems, one line
     each naming the object, and the record when it could be read."""
-    where = store.where(relative)
-    body = store.read(relative)
-    if body is None:
-        return [f"{where}: missing"], None
-    problems = []
-    found = hashlib.sha256(body).hexdigest()
-    if expected_sha256 and found != expected_sha256:
-        problems.append(f"{where}: sha256 {found}, not the {expected_sha256} recorded")
-    try:
-        document = load_by_key(body, relative, where)
-    except ArchiveError as exc:
-        return [*problems, str(exc)], None
-    checked = store.check_blobs(record_blobs(document), workers)
-    checked |= store.check_packs(record_packs(document), workers)
-    return problems + sorted(p for p in checked.values() if p), document
+    found = inspect_record(store, relative, expected_sha256, workers)
+    return found.lines(), found.document

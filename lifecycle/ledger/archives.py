@@ -8,6 +8,7 @@ says can be verified again at any time, whatever other hosts archived since.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lifecycle.ledger.core import Ledger
@@ -79,6 +80,16 @@ def record_version(
                 "UPDATE caches SET state = 'archived' WHERE id = ? AND state = 'live'",
                 (archive.cache_id,),
             )
+
+
+def forget_versions(ledger: Ledger, rows: Sequence[VersionRow]) -> None:
+    """These versions' records are no longer at their location (an archive set them aside,
+    damaged): their rows go, so nothing this host writes later names them."""
+    with ledger.transaction() as conn:
+        conn.executemany(
+            "DELETE FROM cache_versions WHERE location = ? AND record_key = ?",
+            [(row.location, row.record_key) for row in rows],
+        )
 
 
 def remember_archive(ledger: Ledger, archive: ArchiveRecord) -> None:
