@@ -168,6 +168,36 @@ def test_a_cache_changed_between_boots_is_caught_before_the_mount(project: Path)
     assert "not reusable: changed behind lifecycle's back" in _lifecycle(project, "caches").stdout
 
 
+@pytest.mark.s3
+def test_an_archive_that_finds_a_cache_changed_marks_it_before_any_boot_can(
+    project: Path, archive_target: Any
+) -> None:
+    """The archive's own scan would become the tree the next boot compares with: it marks
+    a cache it finds changed since its last boot ended, so the damage is not laundered."""
+    _built(project)
+    _boot(project)
+    flashinfer = _caches(project)["flashinfer"]
+    root = Path(flashinfer["host_path"])
+    [shared] = list(root.rglob("*.so"))
+    shared.write_bytes(shared.read_bytes()[:10])
+    archived = _lifecycle(
+        project, "archive", flashinfer["id"], "--to", archive_target.url, env=archive_target.env
+    )
+    assert archived.exit_code == 0, archived.output
+    why = next(
+        c["not_reusable"]
+        for c in json.loads(_lifecycle(project, "caches", "--json").stdout)["caches"]
+        if c["id"] == flashinfer["id"]
+    )
+    assert why.startswith(
+        f"changed behind lifecycle's back ({shared.relative_to(root)}), found by archive"
+    )
+    again = _boot(project)
+    assert again["passed_over"] == []  # never a candidate again
+    modes = {u["cache_id"].rsplit("-", 1)[0]: u for u in again["caches"]}
+    assert modes["flashinfer"]["mode"] == "cold" and modes["vllm"]["mode"] == "warm"
+
+
 def test_evidence_has_compile_line_and_ninja_log(project: Path) -> None:
     _built(project)
     cold = _boot(project)

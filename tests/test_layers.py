@@ -53,9 +53,10 @@ def test_the_check_finds_sql_where_it_is() -> None:
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("lifecycle", "errors", "formats"),
     ("home", "limits", "parallel", "proc", "redact", "table", "faults"),
-    ("leases", "crash", "dockerd"),
+    ("leases", "crash", "dockerd", "secret_paths"),
     ("ledger", "manifest"),
     ("fingerprint", "evidence", "hooks", "records"),
+    ("withheld",),
     ("build", "port", "demo"),
     ("boot",),
     ("archive",),

@@ -38,6 +38,7 @@ from lifecycle.archive.sources import BlobSource, RecordPlan, render_record
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, os_problem
 from lifecycle.archive.transfer import Progress, Sent, upload_all
 from lifecycle.archive.version import plan_version
+from lifecycle.boot.caches import damage
 from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.ledger import Ledger
@@ -57,6 +58,8 @@ from lifecycle.ledger.boots import (
     Scanned,
     all_caches,
     cache_by_id,
+    last_boot_ended,
+    record_damage,
     record_scan,
 )
 from lifecycle.records import BootRecordV1, CacheVersion
@@ -305,6 +308,12 @@ def _fresh_scan(
     if fingerprint is previous:
         return fingerprint, cache
     now = _stamp()
+    # Nothing of lifecycle's changes a cache between the end of one boot and the next: a
+    # tree that moved was changed behind its back, and no boot may reuse it (the scan below
+    # would otherwise become the tree the next boot's check compares with).
+    changed = damage(cache, previous, fingerprint, "archive", now) if cache.tree_digest else None
+    if keep and changed is not None and last_boot_ended(ledger, cache.id):
+        record_damage(ledger, changed)
     scan_path = cache.scan_path
     if keep:
         name = f"archive-{now.replace(':', '')}.json"

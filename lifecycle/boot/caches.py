@@ -158,7 +158,14 @@ def last_scan(cache: CacheRecord) -> Fingerprint | None:
 def _changed_since_scan(cache: CacheRecord, boot_id: str, now: str) -> CacheDamage | None:
     """None when the cache holds the tree its last scan recorded; else what changed."""
     previous = last_scan(cache)
-    found = scan(Path(cache.host_path), previous)
+    return damage(cache, previous, scan(Path(cache.host_path), previous), boot_id, now)
+
+
+def damage(
+    cache: CacheRecord, previous: Fingerprint | None, found: Fingerprint, by: str, now: str
+) -> CacheDamage | None:
+    """None when `found` is the tree the cache's last scan recorded; else what changed, as
+    found by `by` (a boot, or `archive`)."""
     if found.tree_digest == cache.tree_digest:
         return None
     diff = previous.diff(found) if previous is not None else None
@@ -167,4 +174,4 @@ def _changed_since_scan(cache: CacheRecord, boot_id: str, now: str) -> CacheDama
         "added": list(diff.added) if diff else [],
         "removed": list(diff.removed) if diff else [],
     }
-    return CacheDamage(cache.id, now, boot_id, found.tree_digest, json.dumps(paths))
+    return CacheDamage(cache.id, now, by, found.tree_digest, json.dumps(paths))

@@ -125,7 +125,7 @@ class CacheDamage:
 
     cache_id: str
     found_at: str
-    found_by: str  # the boot that found it
+    found_by: str  # the boot that found it, or `archive`
     tree_digest: str  # of the tree found
     paths: str  # JSON {"changed": [...], "added": [...], "removed": [...]}, relative paths
 
@@ -180,10 +180,19 @@ def not_reusable(ledger: Ledger) -> dict[str, str]:
         named = [*paths["changed"], *paths["added"], *paths["removed"]]
         shown = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
         why[damage.cache_id] = (
-            f"changed behind lifecycle's back ({shown}), found by boot {damage.found_by}"
+            f"changed behind lifecycle's back ({shown}), found by {damage.found_by}"
             f" at {damage.found_at}"
         )
     return why
+
+
+def last_boot_ended(ledger: Ledger, cache_id: str) -> bool:
+    """Whether the newest boot that used the cache ended and recorded its end-of-boot scan
+    (or no boot used it yet): then nothing of lifecycle's may change it until the next boot."""
+    rows = ledger.query(
+        f"SELECT {_LAST_OUTCOME} AS outcome FROM caches c WHERE c.id = ?", (cache_id,)
+    )
+    return bool(rows) and rows[0]["outcome"] not in ("running", "interrupted")
 
 
 def damage_found_by(ledger: Ledger, boot_id: str) -> list[CacheDamage]:
