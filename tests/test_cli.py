@@ -105,6 +105,20 @@ def test_show_says_which_args_each_profile_gets(tmp_path: Path, repo_root: Path)
     }  # fmt: skip
 
 
+@pytest.mark.parametrize("args", [["verify", "c-nope"], ["audit", "result", "r-nope"]])
+def test_an_unknown_id_names_the_home_by_its_path(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lifecycle.ledger import Ledger
+
+    Ledger.open(tmp_path / "home").close()
+    monkeypatch.setenv("LIFECYCLE_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert f"in the ledger at {tmp_path / 'home'} (" in result.stderr, result.stderr
+    assert "Home(" not in result.stderr
+
+
 def test_show_unknown_version_is_a_clear_error(repo_root: Path) -> None:
     result = _run("lifecycle", "show", "0.99", cwd=repo_root)
     assert result.returncode == 2
