@@ -105,6 +105,21 @@ def test_show_says_which_args_each_profile_gets(tmp_path: Path, repo_root: Path)
     }  # fmt: skip
 
 
+def test_show_prints_the_registry_outside_the_digest(tmp_path: Path, repo_root: Path) -> None:
+    release = tmp_path / "0.31-team"
+    release.mkdir()
+    (release / "manifest.yaml").write_text(
+        f"extends: {repo_root}/manifests/0.31/manifest.yaml\nregistry: 127.0.0.1:5000/team\n"
+    )
+    shown = CliRunner().invoke(cli, ["show", str(release)])
+    assert shown.exit_code == 0, shown.output
+    assert "\nname: vllm-prod\nregistry: 127.0.0.1:5000/team\n" in shown.output
+    report = json.loads(CliRunner().invoke(cli, ["show", str(release), "--json"]).output)
+    assert report["registry"] == "127.0.0.1:5000/team"
+    plain = json.loads(CliRunner().invoke(cli, ["show", "0.31", "--json"]).output)
+    assert report["digest"] == plain["digest"]  # where it is kept is not what it is
+
+
 @pytest.mark.parametrize("args", [["verify", "c-nope"], ["audit", "result", "r-nope"]])
 def test_an_unknown_id_names_the_home_by_its_path(
     args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
