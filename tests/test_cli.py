@@ -120,6 +120,17 @@ def test_show_prints_the_registry_outside_the_digest(tmp_path: Path, repo_root: 
     assert report["digest"] == plain["digest"]  # where it is kept is not what it is
 
 
+def test_validate_takes_a_manifest_dir_as_show_does(repo_root: Path) -> None:
+    one = _run("lifecycle", "validate", "manifests/0.31", cwd=repo_root)
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.startswith("ok manifests/0.31/manifest.yaml sha256:")
+    shown = _run("lifecycle", "show", "manifests/0.31", cwd=repo_root)
+    assert shown.returncode == 0, shown.stderr
+    nested = _run("lifecycle", "validate", "manifests/demo", cwd=repo_root)  # every one under it
+    assert nested.returncode == 0, nested.stderr
+    assert nested.stdout.count("ok manifests/demo/") == 2
+
+
 @pytest.mark.parametrize("args", [["verify", "c-nope"], ["audit", "result", "r-nope"]])
 def test_an_unknown_id_names_the_home_by_its_path(
     args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
