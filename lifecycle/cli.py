@@ -546,6 +546,11 @@ def archive(
     type=click.Path(dir_okay=False, path_type=Path),
     help="...written to this new file (nothing else is downloaded; the ledger is untouched).",
 )
+@click.option(
+    "--into",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Rebuild CACHE[@TREE] in this new dir instead, beside the cache (which is untouched).",
+)
 @json_option
 @click.pass_context
 def restore(
@@ -556,17 +561,20 @@ def restore(
     cache_name: str | None,
     file_path: str | None,
     output: Path | None,
+    into: Path | None,
     as_json: bool,
 ) -> None:
     """Rebuild CACHE's dir from an archived version's files (the newest, or the one of TREE, a
-    tree digest), verified, and mark it live; or with --best, what a boot here would reuse; or
-    with --file PATH --output FILE, one file of it."""
+    tree digest), verified, and mark it live; or with --into DIR, in a new dir beside it; or
+    with --best, what a boot here would reuse; or with --file PATH --output FILE, one file."""
     from lifecycle.commands import restore as verb
 
     if (target is None) == (best is None) or (cache_name and not best):
         raise click.UsageError("give CACHE[@TREE], or --best MANIFEST [--cache NAME]")
     if (file_path is None) != (output is None) or (file_path and target is None):
         raise click.UsageError("--file PATH goes with --output FILE and CACHE[@TREE]")
+    if into is not None and (target is None or file_path is not None):
+        raise click.UsageError("--into DIR goes with CACHE[@TREE] alone")
     if file_path is not None and output is not None and target is not None:
         single = verb.run_restore_file(_context(ctx), target, source, file_path, output)
         _answer(ctx, single, verb.render_file, as_json)
@@ -574,7 +582,7 @@ def restore(
         found = verb.run_best(_context(ctx), best, cache_name, source)
         _answer(ctx, found, verb.render_best, as_json)
     assert target is not None
-    report = verb.run_restore(_context(ctx), target, source)
+    report = verb.run_restore(_context(ctx), target, source, into)
     _answer(ctx, report, verb.render_restore, as_json)
 
 

@@ -69,6 +69,10 @@ class Home:
         for name, relative in fixed.items():
             object.__setattr__(self, name, self.root / relative)  # frozen: set once, here
 
+    def __str__(self) -> str:
+        """The home's path: what a message that names the home shows."""
+        return str(self.root)
+
     def cache_dir(self, cache_id: str) -> Path:
         """A cache's dir, made by the boot that creates the cache."""
         return self.root / "caches" / cache_id

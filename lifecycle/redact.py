@@ -3,8 +3,9 @@
 Two nets. The values the caller knows are secret (say the value of HF_TOKEN passed into the
 container) are replaced wherever they occur, also in their JSON-escaped spelling. Then anything
 shaped like a credential is replaced even if nobody named it: `key=value` pairs whose key names
-a token, secret, password, API key, access key, credential or auth; HuggingFace tokens; AWS
-access key ids; `Authorization:` headers and bearer tokens; passwords in URLs.
+a token, secret, password, API key, access key, credential or auth (but not a plain word
+after `key: `, which is prose); HuggingFace tokens; AWS access key ids; `Authorization:`
+headers and bearer tokens; passwords in URLs.
 
 Values shorter than MIN_SECRET_LEN characters are not replaced by value: a 2-character
 "secret" would shred ordinary words and numbers all over a log, and hides nothing anyway.
@@ -58,6 +59,9 @@ _HARMLESS_LAST = frozenset(
 )
 # Bare values that are never credentials; keeping them also keeps redacted JSON valid.
 _LITERALS = frozenset({"null", "none", "true", "false"})
+# After `key: ` a bare word is prose, not a value: `leak_secret: wrote 3 files`. After `=`, or
+# quoted, or holding a digit or a symbol (`password: hunter22`), it is taken as a credential.
+_PROSE_WORD = re.compile(r"[A-Za-z][a-z]+")
 
 
 def redact(text: str, secret_values: Secrets) -> str:
@@ -145,6 +149,8 @@ def _pair(match: re.Match[str]) -> str:
     if not is_sensitive_key(key):
         # The value may itself hold a pair: `url: http://h/?token=abc` (no separator, no pair).
         return head + (_redact_pairs(value) if ":" in value or "=" in value else value)
+    if ":" in match["sep"] and not match["q"] and _PROSE_WORD.fullmatch(value):
+        return match[0]
     return head + _placeholder(value, quoted_key=bool(match["q"]))
 
 

@@ -105,6 +105,46 @@ def test_show_says_which_args_each_profile_gets(tmp_path: Path, repo_root: Path)
     }  # fmt: skip
 
 
+def test_show_prints_the_registry_outside_the_digest(tmp_path: Path, repo_root: Path) -> None:
+    release = tmp_path / "0.31-team"
+    release.mkdir()
+    (release / "manifest.yaml").write_text(
+        f"extends: {repo_root}/manifests/0.31/manifest.yaml\nregistry: 127.0.0.1:5000/team\n"
+    )
+    shown = CliRunner().invoke(cli, ["show", str(release)])
+    assert shown.exit_code == 0, shown.output
+    assert "\nname: vllm-prod\nregistry: 127.0.0.1:5000/team\n" in shown.output
+    report = json.loads(CliRunner().invoke(cli, ["show", str(release), "--json"]).output)
+    assert report["registry"] == "127.0.0.1:5000/team"
+    plain = json.loads(CliRunner().invoke(cli, ["show", "0.31", "--json"]).output)
+    assert report["digest"] == plain["digest"]  # where it is kept is not what it is
+
+
+def test_validate_takes_a_manifest_dir_as_show_does(repo_root: Path) -> None:
+    one = _run("lifecycle", "validate", "manifests/0.31", cwd=repo_root)
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.startswith("ok manifests/0.31/manifest.yaml sha256:")
+    shown = _run("lifecycle", "show", "manifests/0.31", cwd=repo_root)
+    assert shown.returncode == 0, shown.stderr
+    nested = _run("lifecycle", "validate", "manifests/demo", cwd=repo_root)  # every one under it
+    assert nested.returncode == 0, nested.stderr
+    assert nested.stdout.count("ok manifests/demo/") == 2
+
+
+@pytest.mark.parametrize("args", [["verify", "c-nope"], ["audit", "result", "r-nope"]])
+def test_an_unknown_id_names_the_home_by_its_path(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lifecycle.ledger import Ledger
+
+    Ledger.open(tmp_path / "home").close()
+    monkeypatch.setenv("LIFECYCLE_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert f"in the ledger at {tmp_path / 'home'} (" in result.stderr, result.stderr
+    assert "Home(" not in result.stderr
+
+
 def test_show_unknown_version_is_a_clear_error(repo_root: Path) -> None:
     result = _run("lifecycle", "show", "0.99", cwd=repo_root)
     assert result.returncode == 2

@@ -1,11 +1,10 @@
-"""A Docker engine or an S3 server that accepts connections and never answers: every command
-fails within 60 s, exit 3, with one line naming the endpoint; nothing is removed, no record is
-written. The default time limits are used (no test-only settings), and the commands run side by
-side so the whole attack costs about one minute."""
+"""A Docker engine that accepts connections and never answers: every command fails within 60 s,
+exit 3, with one line naming the endpoint; nothing is removed, no record is written. The default
+time limits are used (no test-only settings), and the commands run side by side so the whole
+attack costs about one minute. An S3 server's: tests/test_bounded_s3.py."""
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import threading
@@ -112,34 +111,3 @@ def test_a_hung_docker_engine_fails_every_command_in_bounded_time(
     results += _run_all(archive_project, [images], hung_docker)
     _assert_failed_fast(results, f"tcp://{hung}")
     assert _state(s3_client, s3_bucket) == before  # nothing removed, nothing archived
-
-
-def test_a_hung_s3_server_fails_every_command_in_bounded_time(
-    archive_project: Path, hung: str, s3_client: Any, s3_bucket: str
-) -> None:
-    report = boot(archive_project, "--cold")
-    ids = cache_ids(report)
-    assert cli(archive_project, "archive", *ids[:2], "--with-content").exit_code == 0
-    added = cli(archive_project, "result", "add", report["id"], "--name", "a", "--status", "pass")
-    assert added.exit_code == 0, added.output
-    result_id = json.loads(cli(archive_project, "results", "--json").stdout)["results"][0]["id"]
-    before = _state(s3_client, s3_bucket)
-    url = f"s3://{s3_bucket}/test"
-    commands = [
-        ["archive", "--all"],
-        ["archive", ids[2], "--dry-run"],
-        ["verify", ids[0]],
-        ["restore", ids[1]],
-        ["teardown", "--yes"],
-        ["audit", "result", result_id, "--from", url],
-    ]
-    hung_s3 = {"AWS_ENDPOINT_URL": f"http://{hung}"}
-    results = _run_all(archive_project, commands, hung_s3)
-    # Then the commands that would meet the first batch's: one teardown at a time per host,
-    # and a new result changes what a teardown's plan must wait for.
-    add = ["result", "add", report["id"], "--name", "b", "--status", "fail", "--to", url]
-    results += _run_all(archive_project, [["teardown", "--archive", "--yes"], add], hung_s3)
-    _assert_failed_fast(results, f"http://{hung}")
-    assert _state(s3_client, s3_bucket) == before
-    for _, _, _, err, _ in results:
-        assert "no answer to" in err  # the wait was shown while it lasted

@@ -137,8 +137,15 @@ def test_an_image_pushed_on_one_host_is_pulled_by_digest_on_another_and_boots_wa
     assert sorted(r["cache_id"] for r in best["restored"]) == sorted(
         u["cache_id"] for u in cold["caches"]
     )
-    warm = _lifecycle(project, host_b, "boot", "demo/0.2", "--pull", "--json")
+    pulling = run_lifecycle(
+        project, "boot", "demo/0.2", "--pull", "--json", env={"LIFECYCLE_HOME": str(host_b)}
+    )
+    assert pulling.exit_code == 0, pulling.output
+    warm = json.loads(pulling.stdout)
     assert warm["image_id"] == image_id  # the very image A built, pulled by its digest
+    assert f"pulled {pushed['pushed_reference']} (pushed, as s3://" in pulling.stderr
+    # Pulled by digest it has no tag here: the boot names it by what it was pulled as.
+    assert warm["image_tag"] == pushed["pushed_reference"]
     assert {u["mode"] for u in warm["caches"]} == {"warm"}
     assert HIT in Path(warm["log_path"]).read_text()
     pulled = docker_client.images.get(image_id)

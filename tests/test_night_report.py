@@ -75,6 +75,7 @@ def summary(cell: str, verdict: str, margin: float | None = None) -> RunSummary:
         outcome="ok" if verdict == "pass" else "failed", exit_code=0, instrumented=False,
         hooks=[], args=[], verdict=verdict, checks=[], margin_mib=margin,
         log=f"/var/lib/lifecycle/evidence/boots/{cell}.log",
+        evidence=f"/var/lib/lifecycle/evidence/boots/{cell}",
     )  # fmt: skip
 
 
@@ -130,6 +131,21 @@ def test_the_report_renders_in_chromium_with_its_table_and_chart(
     shot = tmp_path / "report.png"
     browse(page, f"--screenshot={shot}", "--window-size=1200,2400")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    assert missing_glyphs(html) == []  # none drawn as a box by the fonts chromium has here
+
+
+def missing_glyphs(html: str) -> list[str]:
+    """The characters beyond ASCII in `html` that no installed font has (fontconfig's view,
+    which is chromium's): each would be drawn as an empty box."""
+    if shutil.which("fc-list") is None:
+        pytest.skip("fontconfig's fc-list not installed (chromium depends on it)")
+    return [
+        f"{char} U+{ord(char):04X}"
+        for char in sorted({c for c in html if ord(c) > 127})
+        if not subprocess.run(
+            ["fc-list", f":charset={ord(char):x}", "family"], capture_output=True, text=True
+        ).stdout.strip()
+    ]
 
 
 def test_the_report_says_what_the_night_found(view: NightView) -> None:

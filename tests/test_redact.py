@@ -118,6 +118,8 @@ def test_credential_shapes_are_redacted(line: str, expected: str) -> None:
         "2026-06-01 07:02:13,481 - INFO - flashinfer.jit: Building JIT module sampling",
         "hf_hub_download cached at /root/.cache/huggingface/hub",
         "triton key ehyiuiskutrzt4ftl6xxt7geztrfjf4iyxec4pgpv4ed2gxzkkwa",
+        "leak_secret: wrote 3 files",  # a word after `key: ` is prose
+        "Token: Expired, asking again",
     ],
 )
 def test_ordinary_lines_survive(line: str) -> None:
@@ -128,6 +130,12 @@ def test_ordinary_lines_survive(line: str) -> None:
 def test_sample_boot_logs_survive_whole(log: Path) -> None:
     text = log.read_text()
     assert redact(text, ()) == text
+
+
+def test_a_word_is_left_by_the_shapes_but_not_when_it_is_a_given_value() -> None:
+    assert redact("leak_secret: wrote", {"S": "wrote"}) == "leak_secret: <redacted:S>"
+    assert redact("leak_secret=wrote", ()) == "leak_secret=<redacted>"  # an assignment
+    assert redact("leak_secret: 'wrote'", ()) == "leak_secret: '<redacted>'"  # quoted
 
 
 def test_redaction_is_idempotent() -> None:

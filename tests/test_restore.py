@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from lifecycle.fingerprint import scan
 from lifecycle.ledger import Ledger
 from tests.archive_support import newest_version
 from tests.services import ArchiveTarget, boot_demo, run_lifecycle
@@ -196,3 +197,33 @@ def test_no_mode_a_record_asks_for_is_dangerous_after_restore(
         assert info.st_uid == os.getuid() and info.st_gid == os.getgid(), path
         if not stat.S_ISLNK(info.st_mode):
             assert not info.st_mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | 0o002), path
+
+
+def test_into_a_new_dir_a_second_tree_stands_beside_the_live_one(
+    demo_project: Path, archive_target: ArchiveTarget, tmp_path: Path
+) -> None:
+    cold = boot_demo(demo_project)
+    cache_id = sorted(u["cache_id"] for u in cold["caches"])[0]
+    _archive(demo_project, archive_target, cache_id, "--with-content")
+    first = _caches(demo_project)[cache_id]["tree_digest"]
+    live = Path(_caches(demo_project)[cache_id]["host_path"])
+    (live / "grown-later.bin").write_bytes(os.urandom(4096))
+    _archive(demo_project, archive_target, cache_id, "--with-content")
+    row = _caches(demo_project)[cache_id]
+    assert row["tree_digest"] != first
+
+    args = ("restore", f"{cache_id}@{first[:12]}", "--from", archive_target.url)
+    in_place = run_lifecycle(demo_project, *args, env=archive_target.env)
+    assert in_place.exit_code == 1 and "holds another tree" in in_place.stderr  # the live one
+    beside = tmp_path / "first-tree"
+    done = run_lifecycle(demo_project, *args, "--into", str(beside), "--json")
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert report["beside"] and report["host_path"] == str(beside)
+    assert report["tree_digest"] == first
+    assert scan(beside).tree_digest == first and not (beside / "grown-later.bin").exists()
+    assert scan(live).tree_digest == row["tree_digest"]  # the live cache as it was
+    now = _caches(demo_project)[cache_id]
+    assert {**now, "age_s": 0} == {**row, "age_s": 0}  # and its row
+    again = run_lifecycle(demo_project, *args, "--into", str(beside))
+    assert again.exit_code == 2 and f"{beside}: File exists" in again.stderr

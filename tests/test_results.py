@@ -394,3 +394,27 @@ def test_a_pinned_results_caches_survive_teardown_until_unpinned(
     assert run_lifecycle(project, "unpin", behind[0]).exit_code == 0
     down = run_lifecycle(project, "teardown", "--archive", "--yes", env=env)
     assert down.exit_code == 0 and "removed 4 caches," in down.stdout, down.output
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_pinning_a_result_after_its_teardown_says_why_only_the_team_pin_was_made(
+    project: Path, archive_target: ArchiveTarget
+) -> None:
+    env: dict[str, str | None] = {"LIFECYCLE_ARCHIVE": archive_target.url}
+    cold = boot_demo(project, "--cold")
+    result = _add(project, cold["id"], "--name", "gone", "--status", "pass", env=env)
+    down = run_lifecycle(project, "teardown", "--archive", "--yes", env=env)
+    assert down.exit_code == 0 and "removed 4 caches," in down.stdout, down.output
+    pinned = run_lifecycle(project, "pin", result["id"], env=env)
+    assert pinned.exit_code == 0, pinned.output
+    assert f"pinned for the team at {archive_target.url}/pins/{result['id']}/" in pinned.stdout
+    assert (
+        f"nothing pinned on this host: {result['id']}: already torn down;"
+        " nothing on this host to keep\n" in pinned.stdout
+    )
+    report = json.loads(run_lifecycle(project, "pin", result["id"], "--json", env=env).stdout)
+    assert report["pinned"] == [] and "already torn down" in report["not_here"]
+    unpinned = run_lifecycle(project, "unpin", result["id"], env=env)
+    assert unpinned.exit_code == 0, unpinned.output
+    assert f"nothing unpinned on this host: {result['id']} has no pin" in unpinned.stdout

@@ -47,12 +47,21 @@ def read_config(file: Path) -> ProjectConfig:
     archive = data.get("archive")
     if archive is None:
         return ProjectConfig()
-    problem = "expected s3://BUCKET[/PREFIX]"
-    if isinstance(archive, str):
-        problem = location_problem(archive) or ""
-    if problem:
-        raise _error(located, ("archive",), problem)
+    if not isinstance(archive, str):
+        raise _error(located, ("archive",), f"expected s3://BUCKET[/PREFIX], got {_kind(archive)}")
+    problem = location_problem(archive)
+    if problem:  # the value named, as a flag's or the environment's is (a long one clipped)
+        raise _error(located, ("archive",), f"{problem}, got {archive!r}")
     return ProjectConfig(ArchiveLocation.parse(archive))
+
+
+def _kind(value: object) -> str:
+    """What YAML gave where a string was wanted, in a user's words."""
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
 
 
 def resolve_location(

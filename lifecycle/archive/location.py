@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +12,6 @@ from lifecycle.errors import LifecycleError
 
 S3_CONNECT_TIMEOUT_S = 5.0
 S3_READ_TIMEOUT_S = 20.0
-SLOW_AFTER_S = 5.0
 MAX_PREFIX_BYTES = 512  # S3 keys are at most 1024 bytes; the rest is the archive's layout
 _BUCKET_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-")
 _IP_ADDRESS = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$")
@@ -101,14 +99,16 @@ def s3_client(environ: Mapping[str, str], on_slow: Callable[[str], None] | None 
     """A boto3 S3 client from the normal credential chain; AWS_ENDPOINT_URL for other servers.
 
     Time limits, so that a server that accepts connections and never answers fails a command
-    in well under a minute: connect within 5 s, each response within LIFECYCLE_S3_TIMEOUT
-    (default 20 s), two attempts per request. `on_slow` is told when a request has waited
+    within two timeouts: connect within 5 s, each response within LIFECYCLE_S3_TIMEOUT
+    (default 20 s), two attempts per request, and none more for a while once one attempt ran
+    out of time (lifecycle.archive.waiting). `on_slow` is told when a request has waited
     SLOW_AFTER_S for its answer, so a long wait is never silent.
     """
     import boto3  # imported here: start-up of other verbs must not pay for boto3
     from botocore.config import Config
     from botocore.exceptions import BotoCoreError
 
+    from lifecycle.archive.waiting import Patience, tell_when_slow
     from lifecycle.limits import seconds_from
 
     endpoint = environ.get("AWS_ENDPOINT_URL")
@@ -142,28 +142,8 @@ def s3_client(environ: Mapping[str, str], on_slow: Callable[[str], None] | None 
         client = session.client("s3", endpoint_url=endpoint or None, config=config)
     except (BotoCoreError, ValueError) as exc:  # a profile, a region that cannot be
         raise LifecycleError(f"cannot make an S3 client: {exc}") from None
+    # First: a request refused unsent is not waited for, so it starts no slow-teller's timer.
+    Patience(endpoint or client.meta.endpoint_url, config.read_timeout).watch(client)
     if on_slow is not None:
-        _tell_when_slow(client, on_slow, config.read_timeout)
+        tell_when_slow(client, on_slow, config.read_timeout)
     return client
-
-
-def _tell_when_slow(client: Any, on_slow: Callable[[str], None], limit: float) -> None:
-    """One line per request that waits SLOW_AFTER_S for its answer (each attempt, each thread)."""
-    where = client.meta.endpoint_url
-    waiting = threading.local()
-
-    def sent(event_name: str, **_: Any) -> None:
-        operation = event_name.rpartition(".")[2]
-        line = f"S3 at {where}: no answer to {operation} for {SLOW_AFTER_S:g} s"
-        line += f" (gives up after {limit:g} s, twice)"
-        waiting.timer = threading.Timer(SLOW_AFTER_S, on_slow, (line,))
-        waiting.timer.daemon = True
-        waiting.timer.start()
-
-    def answered(**_: Any) -> None:
-        timer = getattr(waiting, "timer", None)
-        if timer is not None:
-            timer.cancel()
-
-    client.meta.events.register("before-send.s3", sent)
-    client.meta.events.register("needs-retry.s3", answered)

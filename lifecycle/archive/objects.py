@@ -28,7 +28,7 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.errors import EXIT_ENVIRONMENT, AnswerNo
 
 READ_CHUNK = 1 << 20
-_TIMEOUTS = ("ConnectTimeoutError", "ReadTimeoutError")
+_TIMEOUTS = ("ConnectTimeoutError", "ReadTimeoutError", "NotAskedAgain")  # archive.waiting
 _CONNECTION_ERRORS = ("EndpointConnectionError", "ConnectionClosedError", "ProxyConnectionError")
 _AUTH_CODES = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403")
 _MISSING = ("404", "NoSuchKey", "NotFound")

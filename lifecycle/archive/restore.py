@@ -58,6 +58,7 @@ class RestoreReport:
     record: str = ""  # s3:// URL of the version record it was restored from
     withheld: tuple[str, ...] = ()  # files the archive left out (they held a secret's value)
     modes_masked: tuple[str, ...] = ()  # entries restored without setuid/setgid/sticky/o+w
+    beside: bool = False  # --into: a dir of its own beside the cache; cache and ledger untouched
 
 
 def restore_cache(
@@ -77,12 +78,7 @@ def restore_cache(
     store = BlobStore(client, location)
     known = cache_by_id(ledger, cache_id)
     try:
-        relative, document = pick_version(store, cache_id, tree)
-        if not document.with_content:
-            raise ArchiveError(
-                "it was archived without --with-content: the record keeps its evidence,"
-                " not its files, so there is nothing to restore"
-            )
+        relative, document = _version_with_files(store, cache_id, tree)
         if known is not None and known.in_use_by:
             raise ArchiveError(f"boot {known.in_use_by} is using the cache")
         target = Path(known.host_path) if known else ledger.home.cache_dir(cache_id)
@@ -98,11 +94,7 @@ def restore_cache(
         present = _already_there(target, wanted)
         restored = present or _rebuild(store, wanted, placements(document), target, workers, say)
     except (LifecycleError, OSError) as exc:
-        failed = f"restore of {cache_id} from {location.url()} failed"
-        if isinstance(exc, ArchiveError):
-            raise exc.within(failed) from exc
-        why = os_problem(exc) if isinstance(exc, OSError) else exc
-        raise ArchiveError(f"{failed}: {why}") from exc
+        raise _failed(exc, cache_id, location) from exc
     now = datetime.now(UTC).isoformat(timespec="seconds")
     name = f"restore-{now.replace(':', '')}.json"
     kept = ledger.keep_evidence(f"scans/{cache_id}", name, restored.to_json().encode())
@@ -125,6 +117,72 @@ def restore_cache(
         modes_masked=tuple(e.path for e in archived.entries if e.mode != _safe_mode(e)),
         record=store.where(relative),
     )
+
+
+def restore_beside(
+    client: Any,
+    location: ArchiveLocation,
+    cache_id: str,
+    into: Path,
+    *,
+    tree: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    workers: int = 8,
+) -> RestoreReport:
+    """Rebuild an archived version's tree (as `pick_version` chooses it) in `into`, a new dir,
+    verified as a restore is; the cache, its dir and the ledger stay as they are. So a second
+    tree of a cache, the one behind a result, can stand beside the live one to compare."""
+    check_cache_id(cache_id)
+    if os.path.lexists(into):
+        raise LifecycleError(f"{into}: File exists (--into makes a new dir)")
+    store = BlobStore(client, location)
+    try:
+        relative, document = _version_with_files(store, cache_id, tree)
+        archived = _fetch_fingerprint(store, document)
+        withheld = {item.path for item in document.withheld}
+        wanted = restorable(archived, withheld)
+        say = progress or (lambda line: None)
+        restored = _rebuild(store, wanted, placements(document), into, workers, say)
+    except (LifecycleError, OSError) as exc:
+        raise _failed(exc, cache_id, location) from exc
+    return RestoreReport(
+        cache_id=cache_id,
+        location=location.url(),
+        host_path=str(into),
+        tree_digest=restored.tree_digest,
+        files=restored.files,
+        bytes=restored.bytes,
+        known=False,
+        already_present=False,
+        record=store.where(relative),
+        withheld=tuple(sorted(withheld)),
+        modes_masked=tuple(e.path for e in archived.entries if e.mode != _safe_mode(e)),
+        beside=True,
+    )
+
+
+def _version_with_files(
+    store: BlobStore, cache_id: str, tree: str | None
+) -> tuple[str, CacheVersion | CacheRecordV1]:
+    """`pick_version`'s choice, which must hold the cache's files."""
+    relative, document = pick_version(store, cache_id, tree)
+    if not document.with_content:
+        raise ArchiveError(
+            "it was archived without --with-content: the record keeps its evidence,"
+            " not its files, so there is nothing to restore"
+        )
+    return relative, document
+
+
+def _failed(
+    exc: LifecycleError | OSError, cache_id: str, location: ArchiveLocation
+) -> ArchiveError:
+    """A restore's failure in one line, of the error's family (so its exit code)."""
+    failed = f"restore of {cache_id} from {location.url()} failed"
+    if isinstance(exc, ArchiveError):
+        return exc.within(failed)
+    why = os_problem(exc) if isinstance(exc, OSError) else exc
+    return ArchiveError(f"{failed}: {why}")
 
 
 @dataclass(frozen=True)

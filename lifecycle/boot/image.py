@@ -23,9 +23,16 @@ class NotBuilt(LifecycleError):
 
 
 def engine_image(
-    client: Any, ledger: Ledger, digest: str, ref: str, *, pull_from: References | None
+    client: Any,
+    ledger: Ledger,
+    digest: str,
+    ref: str,
+    *,
+    pull_from: References | None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> Any:
-    """The image to boot for manifest digest `digest` (`ref` names it in messages)."""
+    """The image to boot for manifest digest `digest` (`ref` names it in messages); a pull is
+    told through `say`: what was pulled, and where that reference was found."""
     built = find_built(client, ledger, digest)
     if built is not None:
         return built
@@ -43,6 +50,7 @@ def engine_image(
             continue
         at = datetime.now(UTC).isoformat(timespec="seconds")
         record_registry_image(ledger, RegistryImage(image.id, digest, reference, "pulled", at))
+        say(f"pulled {reference} ({found_in}): image {image.id}")
         return image
     why = "; ".join(tried) or "no image of it was pushed where this host looks"
     raise NotBuilt(f"{ref} is not built here and could not be pulled: {why}")

@@ -126,7 +126,8 @@ def request(
     if client is not None and ledger is not None:
         pulls = options.pull or loaded.manifest.registry is not None
         pull_from = (lambda: _references(ctx, client, loaded, digest, tag)) if pulls else None
-        built = engine_image(client, ledger, digest, options.ref, pull_from=pull_from)
+        built = engine_image(client, ledger, digest, options.ref, pull_from=pull_from, say=ctx.say)
+        tag = existing_tag(built, tag)
         image = {
             "id": built.id,
             "tags": built.tags,
@@ -138,6 +139,16 @@ def request(
     return BootRequest(
         loaded, digest, image, tag, options.profile, options.cold, hooks, arch, options.timeout_s
     )
+
+
+def existing_tag(image: Any, derived: str) -> str:
+    """What a boot names its image by: the tag `build` gives it, when the image has it; else
+    (an image pulled by digest has only where it came from) its first tag or reference."""
+    tags = [str(tag) for tag in image.tags or []]
+    if derived in tags:
+        return derived
+    found = tags or [str(ref) for ref in image.attrs.get("RepoDigests") or []]
+    return found[0] if found else str(image.id)
 
 
 def run(ctx: Context, options: BootOptions) -> BootReport:

@@ -48,6 +48,7 @@ class PinReport(Report):
     skipped: tuple[str, ...]  # caches left alone, each with why
     reasons: dict[str, list[str]]  # cache id -> every pin reason it carries now
     team: tuple[str, ...] = ()  # the result's pins in the archive written (pin) or removed
+    not_here: str | None = None  # why nothing was pinned (unpinned) on this host, when so
 
 
 def resolve_target(ledger: Ledger, target: str) -> list[CacheRecord]:
@@ -75,7 +76,9 @@ def run_pin(ctx: Context, target: str, reason: str | None, to: str | None = None
         with ctx.ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
             return pin_target(ledger, target, why, ctx.now())
     local = _here(ctx, lambda ledger: pin_target(ledger, target, why, ctx.now()))
-    return replace(local or PinReport("pin", target, (), (), {}), team=team)
+    if isinstance(local, str):
+        return PinReport("pin", target, (), (), {}, team, not_here=local)
+    return replace(local, team=team)
 
 
 def _team_pin(
@@ -106,22 +109,24 @@ def run_unpin(ctx: Context, target: str, reason: str | None, to: str | None = No
             return unpin_target(ledger, target, reason)
     removed = remove_pins(BlobStore(ctx.s3(), where), target, reason)
     local = _here(ctx, lambda ledger: unpin_target(ledger, target, reason))
-    if not removed and local is None:
+    if not removed and isinstance(local, str):
         raise LifecycleError(f"{target} has no pin at {where.url()} nor on this host")
     team = tuple(f"{where.url()}: {r}" for r in removed)
-    return replace(local or PinReport("unpin", target, (), (), {}), team=team)
+    if isinstance(local, str):
+        return PinReport("unpin", target, (), (), {}, team, not_here=local)
+    return replace(local, team=team)
 
 
-def _here(ctx: Context, act: Callable[[Ledger], PinReport]) -> PinReport | None:
-    """The pin or unpin on this host, or None when this host knows nothing of the result or
-    has nothing of it left to pin (its pin in the archive is what counts then)."""
+def _here(ctx: Context, act: Callable[[Ledger], PinReport]) -> PinReport | str:
+    """The pin or unpin on this host, or why there was none: this host knows nothing of the
+    result, or has nothing of it left to pin (its pin in the archive is what counts then)."""
     if not ctx.recorded():
-        return None
+        return "nothing is recorded on this host"
     with ctx.ledger(create=False) as ledger:
         try:
             return act(ledger)
-        except LifecycleError:
-            return None
+        except LifecycleError as exc:
+            return str(exc)
 
 
 def render(report: PinReport) -> str:
@@ -138,6 +143,9 @@ def render(report: PinReport) -> str:
     lines += [f"skipped {skipped}" for skipped in report.skipped]
     verb = "pinned for the team at" if report.action == "pin" else "unpinned for the team:"
     lines += [f"{verb} {where}" for where in report.team]
+    if report.not_here:
+        done = "pinned" if report.action == "pin" else "unpinned"
+        lines.append(f"nothing {done} on this host: {report.not_here}")
     return "".join(f"{line}\n" for line in lines)
 
 

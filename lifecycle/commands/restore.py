@@ -16,6 +16,7 @@ from lifecycle.archive.restore import (
     RestoreReport,
     check_cache_id,
     check_tree,
+    restore_beside,
     restore_cache,
     restore_file,
 )
@@ -42,14 +43,22 @@ class RestoreRunReport(Report):
         return {"format": self.FORMAT, **super().to_json()["restore"]}
 
 
-def run_restore(ctx: Context, target: str, source: str | None) -> RestoreRunReport:
+def run_restore(
+    ctx: Context, target: str, source: str | None, into: Path | None = None
+) -> RestoreRunReport:
     """Restore one cache's files from the archive: `CACHE` (its newest version with files) or
-    `CACHE@TREE` (that version, by its tree digest or a prefix of at least 8 digits)."""
+    `CACHE@TREE` (that version, by its tree digest or a prefix of at least 8 digits); in place,
+    or `into` a new dir beside it (the cache and the ledger untouched)."""
     cache_id, _, tree = target.partition("@")
     location = resolve_location(source, ctx.environ, ctx.project, option="--from")
     check_cache_id(cache_id)
     check_tree(tree or None)
     client = ctx.s3()
+    if into is not None:
+        beside = restore_beside(
+            client, location, cache_id, into, tree=tree or None, progress=ctx.say
+        )
+        return RestoreRunReport(beside)
     with ctx.ledger() as ledger:
         done = restore_cache(
             ledger, client, location, cache_id, tree=tree or None, progress=ctx.say
@@ -191,10 +200,13 @@ def render_restore(report: RestoreRunReport) -> str:
     done = report.restore
     how = "already in place" if done.already_present else "restored"
     origin = "" if done.known else " (new to this host: its row was made from the record)"
+    state = "live"
+    if done.beside:
+        origin, state = " (beside the cache: it and the ledger are untouched)", "not a cache"
     text = (
         f"{done.cache_id}: {how} at {done.host_path}{origin}\n"
         f"  {done.files} files, {human_bytes(done.bytes)},"
-        f" tree digest {done.tree_digest}; live; from {done.location}\n"
+        f" tree digest {done.tree_digest}; {state}; from {done.location}\n"
     )
     if done.withheld:
         text += (

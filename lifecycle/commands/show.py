@@ -48,6 +48,7 @@ class ShowReport(Report):
     tuned: dict[str, TunedValue]
     profiles: dict[str, ProfileCommand]
     manifest: dict[str, Any]  # the canonical resolved manifest
+    registry: str | None = None  # where its images are pushed and pulled; not in the digest
 
 
 def run(ctx: Context, ref: str) -> ShowReport:
@@ -77,6 +78,7 @@ def run(ctx: Context, ref: str) -> ShowReport:
             for name, profile in manifest.profiles.items()
         },
         manifest=canonical_form(loaded),
+        registry=manifest.registry,
     )
 
 
@@ -98,8 +100,20 @@ def render(report: ShowReport) -> str:
         lines.append(f"# patch {patch.file} sha256:{patch.sha256[:16]}")
     for name, profile in report.profiles.items():
         lines.append(f"# profile {name}: {_command_line(profile)}")
-    body = yaml.safe_dump(_without_nulls(report.manifest), sort_keys=False, width=100)
+    if report.registry is not None:
+        lines.append("# registry: where its images are kept, not part of the digest")
+    body = yaml.safe_dump(_without_nulls(_with_registry(report)), sort_keys=False, width=100)
     return "\n".join(lines) + "\n" + body
+
+
+def _with_registry(report: ShowReport) -> dict[str, Any]:
+    """The manifest with its `registry:` where the manifest keeps it, after `name:`."""
+    shown: dict[str, Any] = {}
+    for key, value in report.manifest.items():
+        shown[key] = value
+        if key == "name":
+            shown["registry"] = report.registry
+    return shown
 
 
 def _command_line(profile: ProfileCommand) -> str:

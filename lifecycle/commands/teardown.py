@@ -53,16 +53,20 @@ class TeardownReport(Report):
 
     @property
     def exit_code(self) -> int:
-        if self.plan is not None and self.plan.unreachable:
+        if self.unreachable:
             return EXIT_ENVIRONMENT
         failed = self.result is not None and self.result.failed
         return EXIT_NO if (self.plan is not None and self.plan.has_problems) or failed else EXIT_OK
 
     @property
+    def unreachable(self) -> tuple[str, ...]:
+        """Why dockerd or S3 could not be used: found by the plan, or S3 stopping mid-run."""
+        found = self.plan.unreachable if self.plan is not None else ()
+        return found + (self.result.unreachable if self.result is not None else ())
+
+    @property
     def notes(self) -> tuple[str, ...]:
-        if self.plan is None:
-            return ()
-        return tuple(f"lifecycle: {p}; what it guards was kept" for p in self.plan.unreachable)
+        return tuple(f"lifecycle: {p}; what it guards was kept" for p in self.unreachable)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -13,6 +13,7 @@ from lifecycle.errors import EXIT_OK, EXIT_USAGE, LifecycleError, ManifestError,
 from lifecycle.manifest import LoadedManifest, load_manifest
 from lifecycle.manifest.checks import unconfirmed_pins
 from lifecycle.manifest.digest import manifest_digest
+from lifecycle.manifest.load import MANIFEST_NAME
 from lifecycle.manifest.source import render_key_path
 
 
@@ -56,7 +57,8 @@ class ValidateReport(Report):
 def run(ctx: Context, paths: Sequence[Path]) -> ValidateReport:
     """Validate each file independently (default: every manifest under the manifests dir, nested
     ones such as `demo/0.2` included), so one broken manifest does not hide another."""
-    files = list(paths) or sorted(ctx.manifests_dir.glob("**/manifest.yaml"))
+    files = [file for path in paths for file in _manifests_in(path)]
+    files = files or sorted(ctx.manifests_dir.glob(f"**/{MANIFEST_NAME}"))
     if not files:
         raise LifecycleError(f"no manifests found under {ctx.manifests_dir}")
     found = []
@@ -72,6 +74,16 @@ def run(ctx: Context, paths: Sequence[Path]) -> ValidateReport:
         except ManifestError as exc:
             found.append(Validation(file, None, tuple(problem_lines(exc.problems))))
     return ValidateReport(tuple(found))
+
+
+def _manifests_in(path: Path) -> list[Path]:
+    """A file as it is; a dir, as `show` takes it: its manifest.yaml, else every one under it
+    (none: the dir is reported as the file it is, a problem)."""
+    if not path.is_dir():
+        return [path]
+    if (path / MANIFEST_NAME).is_file():
+        return [path / MANIFEST_NAME]
+    return sorted(path.glob(f"**/{MANIFEST_NAME}")) or [path]
 
 
 def render(report: ValidateReport) -> str:

@@ -14,7 +14,7 @@ from datetime import datetime
 from lifecycle.archive.layout import Key, blob_key, legacy_cache_key, pack_key, parse_key
 from lifecycle.archive.objects import Listing
 from lifecycle.archive.record import read_as
-from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.parallel import pool_map
 from lifecycle.records import (
     BootRecordV1,
@@ -67,6 +67,8 @@ def take_snapshot(
     def read(key: Key) -> tuple[str, Record | str]:
         try:
             return key.key, _read(store, key)
+        except S3Unavailable:  # not this record's fault: no other is read (exit 3)
+            raise
         except ArchiveError as exc:
             return key.key, str(exc)
 

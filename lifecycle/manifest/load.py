@@ -68,10 +68,13 @@ def load_manifest(file: Path) -> LoadedManifest:
 
 
 def find_manifest(manifests_dir: Path, ref: str) -> Path:
-    """`0.31` → manifests/0.31/manifest.yaml; a path to a file is taken as it is."""
+    """`0.31` → manifests/0.31/manifest.yaml; a path to a file is taken as it is, a path to
+    a dir holding a manifest.yaml is that file."""
     as_path = Path(ref)
     if as_path.suffix in {".yaml", ".yml"} or as_path.is_file():
         return as_path
+    if (as_path / MANIFEST_NAME).is_file():
+        return as_path / MANIFEST_NAME
     candidate = manifests_dir / ref / MANIFEST_NAME
     if candidate.is_file():
         return candidate

@@ -163,7 +163,7 @@ def _run_link(run: RunSummary) -> str:
         return f'<span title="{escape(title)}">{run.run}</span>'
     evidence = ""
     if run.evidence:
-        evidence = f'<a href="file://{escape(run.evidence)}" title="evidence bundle">⧉</a>'
+        evidence = f'<a href="file://{escape(run.evidence)}" title="evidence bundle">↗</a>'
     return (
         f'<a class="{run.verdict}" href="file://{escape(run.log)}" title="{escape(title)}">'
         f"{run.run}</a>{evidence}"

@@ -62,6 +62,7 @@ class TeardownResult:
     evidence: tuple[str, ...]  # archive locations of the removed caches
     notes: tuple[str, ...] = ()  # what dockerd refused while cleaning up
     hook_runs: tuple[HookRun, ...] = ()
+    unreachable: tuple[str, ...] = ()  # S3 stopped answering during the run: why (exit 3)
 
     @property
     def removed(self) -> tuple[CacheOutcome, ...]:
@@ -116,6 +117,10 @@ def run_teardown(
             tuple(images),
             tuple(sorted(evidence)),
             notes,
+            unreachable=tuple(
+                sorted({p for p in problems.values() if p.startswith(_GONE)})
+                + sorted(set(verify.unreachable.values()))
+            ),
         )
         session.fire(
             "post-teardown",

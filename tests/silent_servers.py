@@ -1,0 +1,181 @@
+"""Servers that stop answering, and commands run side by side against them, for the tests of
+lifecycle's time limits: a listener that accepts every connection and never says a word, and
+a relay to the real S3 server that falls silent at a request of the test's choosing, the way a
+server does when it is stopped (SIGSTOP) in the middle of a command."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.trust_support import lifecycle_argv
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One command run to its end: its argv, exit code, output and wall time."""
+
+    argv: list[str]
+    rc: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def __str__(self) -> str:
+        return f"lifecycle {' '.join(self.argv)}: rc {self.rc} after {self.seconds:.1f} s\n" + (
+            f"{self.stdout}\n{self.stderr}"
+        )
+
+
+class SilentRelay:
+    """`127.0.0.1:PORT` relaying to `upstream` until a request whose first line matches
+    `freeze_at` (a regex, or None: from the start) arrives. From then on nothing more is
+    relayed either way, every connection is held open unread, and new ones are accepted and
+    never answered."""
+
+    def __init__(self, upstream: tuple[str, int] | None, freeze_at: str | None) -> None:
+        self.upstream = upstream
+        self.freeze_at = re.compile(freeze_at.encode()) if freeze_at else None
+        self.frozen = threading.Event()
+        if upstream is None or freeze_at is None:
+            self.frozen.set()
+        self.stop = threading.Event()
+        self.relayed: list[bytes] = []  # the first line of every request relayed
+        self.server = socket.create_server(("127.0.0.1", 0), backlog=256)
+        self.server.settimeout(0.2)
+        self.port = self.server.getsockname()[1]
+        self.held: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    @property
+    def address(self) -> str:
+        """`127.0.0.1:PORT`."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def endpoint(self) -> str:
+        """The URL lifecycle is given as AWS_ENDPOINT_URL."""
+        return f"http://{self.address}"
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                client = self.server.accept()[0]
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.held.append(client)
+            if self.frozen.is_set() or self.upstream is None:
+                continue  # accepted, never read, never answered
+            upstream = socket.create_connection(self.upstream)
+            self.held.append(upstream)
+            for source, sink, asks in ((client, upstream, True), (upstream, client, False)):
+                pump = threading.Thread(target=self._pump, args=(source, sink, asks), daemon=True)
+                pump.start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, asks: bool) -> None:
+        while not self.stop.is_set():
+            try:
+                data = source.recv(1 << 16)
+            except OSError:
+                return
+            if not data:
+                return
+            if asks and self.freeze_at and re.match(rb"^[A-Z]+ /", data):
+                line = data.split(b"\r\n", 1)[0]
+                if self.freeze_at.search(line):
+                    self.frozen.set()
+                elif not self.frozen.is_set():
+                    self.relayed.append(line)
+            if self.frozen.is_set():
+                self.stop.wait()  # held: neither read nor answered any more
+                return
+            try:
+                sink.sendall(data)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        """Let go of every connection."""
+        self.stop.set()
+        self.server.close()
+        self.thread.join()
+        for held in self.held:
+            held.close()
+
+
+@contextmanager
+def silent_listener() -> Iterator[SilentRelay]:
+    """A listener that accepts every connection and never says a word."""
+    relay = SilentRelay(None, None)
+    try:
+        yield relay
+    finally:
+        relay.close()
+
+
+@contextmanager
+def silent_relay(upstream_url: str, freeze_at: str) -> Iterator[SilentRelay]:
+    """A SilentRelay to the server at `upstream_url` (http://HOST:PORT), closed afterwards."""
+    host, _, port = upstream_url.removeprefix("http://").rstrip("/").partition(":")
+    relay = SilentRelay((host, int(port)), freeze_at)
+    try:
+        yield relay
+    finally:
+        relay.close()
+
+
+def side_by_side(
+    project: Path, commands: list[tuple[list[str], dict[str, str]]], at_once: int = 6
+) -> list[Ran]:
+    """Run the commands (argv, environment added), `at_once` at a time, each as a process of
+    its own; what each did, in their order. Each one's wall time is its own, from its start to
+    its exit: with more at once, the start-up of each (Python, boto3) on a loaded 2-core machine
+    would be most of what is timed."""
+    done: dict[int, Ran] = {}
+
+    def one(index: int, argv: list[str], env: dict[str, str]) -> None:
+        started = time.monotonic()
+        finished = subprocess.run(
+            lifecycle_argv(project, *argv),
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        elapsed = time.monotonic() - started
+        done[index] = Ran(argv, finished.returncode, finished.stdout, finished.stderr, elapsed)
+
+    for start in range(0, len(commands), at_once):
+        threads = [
+            threading.Thread(target=one, args=(index, *commands[index]))
+            for index in range(start, min(start + at_once, len(commands)))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return [done[index] for index in range(len(commands))]
+
+
+def assert_failed_within(results: list[Ran], limit: float, endpoint: str, rc: int = 3) -> None:
+    """Every command failed (`rc`) within `limit` seconds, its last line naming the endpoint,
+    no traceback."""
+    for ran in results:
+        assert ran.rc == rc, ran
+        assert ran.seconds <= limit, ran
+        assert "Traceback" not in ran.stderr, ran
+        errors = [line for line in ran.stderr.splitlines() if not line.startswith("  | ")]
+        assert errors and endpoint in errors[-1], ran
