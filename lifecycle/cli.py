@@ -144,7 +144,7 @@ _TICKING: list[bool] = [False]  # a progress line is shown in place on the termi
 def _say(line: str) -> None:
     """Progress on stderr, so stdout stays the command's answer. A ticker line (bytes, rate,
     time left) replaces the one before it on a terminal, and is left out of a pipe or a log."""
-    from lifecycle.archive.transfer import Ticker
+    from lifecycle.ticker import Ticker
 
     if isinstance(line, Ticker):
         if sys.stderr.isatty():
