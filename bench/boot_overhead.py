@@ -1,7 +1,10 @@
 """Time a boot's own work after the engine exits, without Docker: lifecycle.boot.run._finish.
+With `--whole`, time whole boots against `docker run --rm` of the same engine (bench/boot_whole.py).
 
     python3 bench/boot_overhead.py                        # the 2 GiB / 20,000-file tree
     python3 bench/boot_overhead.py --files 500 --total-mb 50 --repeat 1 --json   # CI-sized
+    python3 bench/boot_overhead.py --whole demo --rounds 15     # needs dockerd; ~1 min
+    python3 bench/boot_overhead.py --whole all --rounds 5       # and the stand-in, if built
 
 The tree is bench/fingerprint.py's (same generator, same seed), and each of its top-level dirs
 (flashinfer, inductor, torch_compile_cache, triton) is one cache of the boot, as a real boot
@@ -39,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout, not whatever copy of lifecycle is installed
 sys.path.insert(1, str(REPO / "bench"))
 
+import boot_whole  # noqa: E402  (bench/boot_whole.py: --whole)
 import fingerprint as fingerprint_bench  # noqa: E402  (bench/fingerprint.py: the tree)
 
 from lifecycle.boot import run  # noqa: E402
@@ -280,7 +284,22 @@ def main() -> None:
         default="text",
         help="evidence files as Triton metadata (default) or random bytes as generated",
     )
+    parser.add_argument(
+        "--whole",
+        choices=("demo", "standin", "all"),
+        help="time whole boots against `docker run --rm` of the same engine instead",
+    )
+    parser.add_argument("--rounds", type=int, default=10, help="--whole: pairs (median)")
+    parser.add_argument(
+        "--pycache",
+        type=Path,
+        help="--whole: lifecycle's bytecode cached in this dir, as an installed lifecycle has"
+        " it (default: as the environment says; PYTHONDONTWRITEBYTECODE=1 compiles every run)",
+    )
     opts = parser.parse_args()
+    if opts.whole:
+        whole(opts.whole, opts.rounds, opts.pycache, opts.json)
+        return
     base = opts.dir or Path(tempfile.mkdtemp(prefix="boot-overhead-", dir="/var/tmp"))
     tree = base / f"boot-cache-{opts.evidence}"
     work = Path(tempfile.mkdtemp(prefix="boot-overhead-home-"))
@@ -322,6 +341,26 @@ def main() -> None:
         row = results[mode]
         parts = ", ".join(f"{part} {s * 1000:.0f}" for part, s in row["parts_s"].items())
         print(f"{mode}: {row['wall_s']:.3f} s ({parts} ms); rounds {row['walls_s']}")
+
+
+def whole(engines: str, rounds: int, pycache: Path | None, as_json: bool) -> None:
+    """`--whole`: each engine's rounds against `docker run --rm`, and one boot's phases."""
+    names = list(boot_whole.ENGINES) if engines == "all" else [engines]
+    results = {name: boot_whole.compare(name, rounds, pycache) for name in names}
+    setting = {
+        "python": sys.executable,
+        "bytecode": f"cached in {pycache}"
+        if pycache
+        else "not written (PYTHONDONTWRITEBYTECODE)"
+        if os.environ.get("PYTHONDONTWRITEBYTECODE")
+        else "cached beside the sources",
+    }
+    if as_json:
+        print(json.dumps({**setting, **results}, indent=2))
+        return
+    print(f"python {setting['python']}, bytecode {setting['bytecode']}")
+    for name, result in results.items():
+        print(boot_whole.show(name, result))
 
 
 if __name__ == "__main__":

@@ -10,13 +10,15 @@ pydantic nor docker nor boto3: start-up time is paid only by the verb that needs
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -145,7 +147,7 @@ _TICKING: list[bool] = [False]  # a progress line is shown in place on the termi
 def _say(line: str) -> None:
     """Progress on stderr, so stdout stays the command's answer. A ticker line (bytes, rate,
     time left) replaces the one before it on a terminal, and is left out of a pipe or a log."""
-    from lifecycle.archive.transfer import Ticker
+    from lifecycle.ticker import Ticker
 
     if isinstance(line, Ticker):
         if sys.stderr.isatty():
@@ -867,4 +869,23 @@ def main() -> None:
     except click.Abort:
         click.echo("Aborted!", err=True)
         code = 1
-    sys.exit(code if isinstance(code, int) else 0)
+    _exit(code if isinstance(code, int) else 0)
+
+
+def _exit(code: int) -> NoReturn:
+    """Exit with `code` after what Python's exit does that anyone sees (its exit handlers, the
+    flush of stdout and stderr), but without its teardown: clearing every module and garbage
+    collecting all they made (pydantic's schemas, the docker SDK) costs ~55 ms after a boot,
+    and frees memory the kernel takes back at once. Everything lifecycle keeps was closed,
+    synced and committed before; a thread still running (none should be) gets Python's own
+    exit, which waits for it."""
+    main_thread = threading.main_thread()
+    if any(t is not main_thread and not t.daemon for t in threading.enumerate()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe: Python's exit says so, and sets the status
+        sys.exit(code)
+    os._exit(code)

@@ -52,7 +52,7 @@ def test_the_check_finds_sql_where_it_is() -> None:
 # cells, each a flow, its production guard, its ladders, its end actions) above that.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("lifecycle", "errors", "formats"),
-    ("home", "limits", "parallel", "proc", "redact", "table", "faults"),
+    ("home", "limits", "parallel", "proc", "redact", "table", "ticker", "faults"),
     ("leases", "crash", "dockerd", "secret_paths"),
     ("ledger", "manifest"),
     ("fingerprint", "evidence", "hooks", "records"),

@@ -20,16 +20,12 @@ from lifecycle.archive.sources import BlobSource
 from lifecycle.archive.store import BlobStore
 from lifecycle.parallel import bounded_map
 from lifecycle.table import human_bytes
+from lifecycle.ticker import Ticker
 
 SMALL_BLOB = 1 << 20  # read whole and sent from memory; one per worker at a time
 PACKS_AT_ONCE = 2  # packs held in memory at a time (a packs.BUFFER each)
 TICK_S = 0.5  # between two progress lines
 Progress = Callable[[str], None]
-
-
-class Ticker(str):
-    """A progress line that the next one replaces: a terminal shows it in place, and a pipe
-    or a log, which would keep every one, is spared it."""
 
 
 @dataclass

@@ -1,19 +1,23 @@
 """After a boot, before its container is removed: the JIT output it wrote outside its caches.
 
-dockerd's list of the container's changes (`GET /containers/{id}/changes`, `docker diff`)
-holds every path written into the container's own layer, and none under a bind mount: so
-none inside a tracked cache. Sizes come from the archive endpoint's stat header
-(`HEAD /containers/{id}/archive`), which reads no file content and runs nothing in the
-container: measured here 4 to 5 ms a path (500 paths 2.1 s, 2,000 paths 9 s, on 2 busy cores);
-paths past `MAX_SIZED` are recorded without a size, so a boot that spilled a whole cache into
-its container costs seconds, not minutes.
+The container's own layer holds every path it wrote, and none under a bind mount: so none
+inside a tracked cache. When dockerd keeps that layer on this host and it may be read here,
+it is walked directly (lifecycle.boot.layer: milliseconds, sizes from each file's `lstat`).
+Otherwise dockerd is asked: its list of the container's changes (`GET
+/containers/{id}/changes`, `docker diff`: 0.27 s on the demo image, 1.4 s on the stand-in,
+as it walks the whole image), then sizes from the archive endpoint's stat header (`HEAD
+/containers/{id}/archive`), which reads no file content and runs nothing in the container:
+measured here 4 to 5 ms a path (500 paths 2.1 s, 2,000 paths 9 s, on 2 busy cores); paths past
+`MAX_SIZED` are recorded without a size, so a boot that spilled a whole cache into its
+container costs seconds, not minutes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from lifecycle.boot.layer import layer_writes
 from lifecycle.evidence.untracked import inside_any, looks_like_jit_output
 from lifecycle.ledger.boots import UntrackedWrite
 
@@ -27,12 +31,27 @@ def untracked_writes(
 ) -> list[UntrackedWrite]:
     """The JIT-looking files the container wrote outside the `tracked` container paths."""
     roots = list(tracked)
+
+    def wanted(path: str) -> bool:
+        # The regexes first: most paths are `__pycache__` noise, and `inside_any` builds paths.
+        return looks_like_jit_output(path) and not inside_any(path, roots)
+
+    # The create's inspect (container.attrs) already names the layer: no request for it.
+    from_layer = layer_writes(container.attrs, wanted)
+    if from_layer is not None:
+        return [UntrackedWrite(boot_id, w.path, w.change, w.size) for w in from_layer]
+    return _asked_of_dockerd(client, container, boot_id, wanted)
+
+
+def _asked_of_dockerd(
+    client: Any, container: Any, boot_id: str, wanted: Callable[[str], bool]
+) -> list[UntrackedWrite]:
+    """The same from dockerd: its list of changes, then a stat header per path found."""
     found = []
     for change in container.diff() or []:
         path, kind = change["Path"], change["Kind"]
-        if kind not in _CHANGES or inside_any(path, roots) or not looks_like_jit_output(path):
-            continue
-        found.append((path, _CHANGES[kind]))
+        if kind in _CHANGES and wanted(path):
+            found.append((path, _CHANGES[kind]))
     writes = []
     for index, (path, change) in enumerate(sorted(found)):
         stat = _stat(client, container.id, path) if index < MAX_SIZED else None

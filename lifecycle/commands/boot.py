@@ -7,13 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from lifecycle.archive.config import optional_location
-from lifecycle.archive.images import pushed_images
-from lifecycle.archive.store import BlobStore
 from lifecycle.boot.image import engine_image
 from lifecycle.boot.run import BootRequest, Watch, dry_run_spec
 from lifecycle.build.plan import image_tag
-from lifecycle.build.registry import RegistryFailed, registry_digest
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report, plain
 from lifecycle.errors import EXIT_NO, EXIT_OK
@@ -174,6 +170,12 @@ def _references(
 ) -> list[tuple[str, str]]:
     """Where this manifest's image can be pulled by digest: what the archive recorded of its
     pushes, newest first; then the digest the manifest's `registry:` has for its tag now."""
+    # Here, not at the top: only a boot that pulls loads the archive's record models (~35 ms).
+    from lifecycle.archive.config import optional_location
+    from lifecycle.archive.images import pushed_images
+    from lifecycle.archive.store import BlobStore
+    from lifecycle.build.registry import RegistryFailed, registry_digest
+
     found = []
     location = optional_location(None, ctx.environ, ctx.project)
     if location is not None:
