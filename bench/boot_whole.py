@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -113,10 +114,12 @@ def prepare(engine: str, home: Path, env: dict[str, str]) -> dict[str, Any] | No
     return spec
 
 
-def docker_run_argv(spec: dict[str, Any], tag: str) -> list[str]:
+def docker_run_argv(spec: dict[str, Any], tag: str, copies: Path) -> list[str]:
     """`docker run --rm` of the spec: same image (by id), command, variables (a secret by
-    name, from this environment), mounts, network, IPC, shm and ports; labelled `tag` so its
-    events can be told from others'."""
+    name, from this environment), network, IPC, shm and ports; labelled `tag` so its events
+    can be told from others'. Its mounts are copies (under `copies`) of the warm caches:
+    the engine rewrites its JIT log on every boot, and lifecycle would rightly pass over a
+    cache changed behind its back, booting it cold."""
     if spec["device_requests"]:
         raise SystemExit("a profile that asks for GPUs is not benched here")
     argv = ["docker", "run", "--rm", "--label", f"{BENCH_LABEL}={tag}"]
@@ -130,7 +133,9 @@ def docker_run_argv(spec: dict[str, Any], tag: str) -> list[str]:
         secret = value == f"<from host env {key}>"
         argv += ["-e", key if secret else f"{key}={value}"]
     for mount in spec["mounts"]:
-        argv += ["-v", f"{mount['source']}:{mount['target']}"]
+        copy = copies / Path(mount["source"]).name
+        shutil.copytree(mount["source"], copy, symlinks=True)
+        argv += ["-v", f"{copy}:{mount['target']}"]
     return [*argv, spec["image"], *spec["command"]]
 
 
@@ -175,7 +180,7 @@ def compare(engine: str, rounds: int, pycache: Path | None) -> dict[str, Any]:
             }
         commands = {
             "lifecycle": lifecycle_argv(*boot_args(ref, profile)),
-            "docker run": docker_run_argv(spec, home.name),
+            "docker run": docker_run_argv(spec, home.name, home / "baseline-caches"),
         }
         walls: dict[str, list[float]] = {name: [] for name in commands}
         rss: list[float] = []
