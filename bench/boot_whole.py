@@ -303,7 +303,7 @@ def child(out: Path, args: list[str]) -> None:
     for (module_name, function), name in PHASES.items():
         module = importlib.import_module(module_name)
         if hasattr(module, function):  # a checkout of another time may lack one
-            setattr(module, function, _timed(getattr(module, function), spent, name))
+            setattr(module, function, timed_calls(getattr(module, function), spent, name))
     argv = ["--manifests", str(REPO / "manifests"), *args]
     lifecycle.cli.cli.main(argv, prog_name="lifecycle", standalone_mode=False)
     total = time.perf_counter() - imported
@@ -322,7 +322,8 @@ def child(out: Path, args: list[str]) -> None:
     exit_as_the_cli(0)
 
 
-def _timed(function: Callable[..., Any], spent: dict[str, float], name: str) -> Any:
+def timed_calls(function: Callable[..., Any], spent: dict[str, float], name: str) -> Any:
+    """`function`, its every call's seconds added to `spent[name]` (boot_overhead's too)."""
     def timed(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:

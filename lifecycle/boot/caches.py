@@ -45,6 +45,9 @@ class CachePlan:
     records: dict[str, CacheRecord]  # cache name -> the cache mounted for it (new or reused)
     leases: list[CacheLease]  # one per mounted cache: release once the boot is recorded
     damaged: list[CacheDamage] = field(default_factory=list)  # passed over: changed by hand
+    # cache name -> the tree a warm cache held when mounted (its re-scan): what the end-of-boot
+    # scan compares with, so the last scan's file is read once a boot
+    before: dict[str, Fingerprint] = field(default_factory=dict)
 
     def release(self) -> None:
         """Give back every cache's lease."""
@@ -97,7 +100,7 @@ def plan_caches(
                 plan.new_caches.append(record)
                 mode = "cold"
             else:
-                record, lease = taken
+                record, lease, plan.before[name] = taken
                 mode = "warm"
             plan.leases.append(lease)
             plan.records[name] = record
@@ -121,9 +124,10 @@ def plan_caches(
 
 def _take_warm(
     ledger: Ledger, key: str, plan: CachePlan, boot_id: str, now: str
-) -> tuple[CacheRecord, CacheLease] | None:
+) -> tuple[CacheRecord, CacheLease, Fingerprint] | None:
     """The newest candidate whose lease is free, which is still there once we hold it, and
-    which holds the tree its last scan recorded (one that does not is marked and passed)."""
+    which holds the tree its last scan recorded (one that does not is marked and passed);
+    with that tree as scanned now."""
     for candidate in warm_candidates(ledger, key):
         lease = try_lease(ledger.home, candidate.id)
         if lease is None:
@@ -136,11 +140,13 @@ def _take_warm(
             and current.in_use_by is None
             and Path(current.host_path).is_dir()
         ):
-            damage = _changed_since_scan(current, boot_id, now)
-            if damage is None:
-                return current, lease
-            record_damage(ledger, damage)
-            plan.damaged.append(damage)
+            previous = last_scan(current)
+            found = scan(Path(current.host_path), previous)
+            changed = damage(current, previous, found, boot_id, now)
+            if changed is None:
+                return current, lease, found
+            record_damage(ledger, changed)
+            plan.damaged.append(changed)
         lease.release()
     return None
 
@@ -153,12 +159,6 @@ def last_scan(cache: CacheRecord) -> Fingerprint | None:
         except LifecycleError:
             return None  # a damaged scan file: judged by its tree digest alone
     return None
-
-
-def _changed_since_scan(cache: CacheRecord, boot_id: str, now: str) -> CacheDamage | None:
-    """None when the cache holds the tree its last scan recorded; else what changed."""
-    previous = last_scan(cache)
-    return damage(cache, previous, scan(Path(cache.host_path), previous), boot_id, now)
 
 
 def damage(

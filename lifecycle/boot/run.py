@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lifecycle.boot.caches import CachePlan, last_scan, plan_caches
+from lifecycle.boot.caches import CachePlan, plan_caches
 from lifecycle.boot.container import BootFailed, remove_container, run_container
 from lifecycle.boot.judge import judge, read_untracked
 from lifecycle.boot.observe import AccessWatch, CacheAccess, NotObserved
@@ -339,7 +339,13 @@ def _finish(
     for mount, use in zip(plan.mounts, plan.uses, strict=True):
         try:
             use, cache, after, written = _scan_cache(
-                ledger, record.id, plan.records[mount.name], use, mount, secrets_by_name
+                ledger,
+                record.id,
+                plan.records[mount.name],
+                use,
+                mount,
+                plan.before.get(mount.name),
+                secrets_by_name,
             )
             tainted += _tainted(cache, after, written, record.id, secrets_by_name)
         except (LifecycleError, OSError) as exc:
@@ -392,12 +398,12 @@ def _scan_cache(
     cache: CacheRecord,
     use: CacheUse,
     mount: CacheMount,
+    previous: Fingerprint | None,
     secrets_by_name: Mapping[str, str],
 ) -> tuple[CacheUse, CacheRecord, Fingerprint, frozenset[str]]:
     """Fingerprint one cache after the boot (a path holding a secret's value masked); compare
-    with its last scan when warm. Also the paths the boot wrote (added or changed; every path
-    when cold)."""
-    previous = last_scan(cache) if mount.mode == "warm" else None
+    with `previous`, the tree it held when mounted warm (None: cold). Also the paths the boot
+    wrote (added or changed; every path when cold)."""
     after = scan(Path(mount.host_path), previous, secrets=secrets_by_name)
     scan_path = ledger.keep_evidence(
         f"scans/{cache.id}", f"{boot_id}.json", after.to_json().encode()
