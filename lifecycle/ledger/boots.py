@@ -120,8 +120,9 @@ class HookRunRecord:
 
 @dataclass(frozen=True)
 class CacheDamage:
-    """A cache found changed behind lifecycle's back when a boot was about to mount it: not
-    the engine's doing (no boot held it), so it is never reused warm, until a restore."""
+    """A cache found changed behind lifecycle's back (by a boot about to mount it, or by an
+    archive's scan): not the engine's doing (no boot held it), so it is never reused warm,
+    until a restore."""
 
     cache_id: str
     found_at: str
