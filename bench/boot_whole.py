@@ -324,6 +324,7 @@ def child(out: Path, args: list[str]) -> None:
 
 def timed_calls(function: Callable[..., Any], spent: dict[str, float], name: str) -> Any:
     """`function`, its every call's seconds added to `spent[name]` (boot_overhead's too)."""
+
     def timed(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
