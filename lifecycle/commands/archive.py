@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from lifecycle.archive.config import resolve_location
 from lifecycle.archive.run import ArchiveReport, archive_caches
+from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
 from lifecycle.errors import LifecycleError
@@ -40,6 +41,32 @@ class ArchiveRunReport(Report):
     skipped: tuple[str, ...]  # caches --all left out, each with why
     totals: ArchiveTotals
 
+    def text(self) -> str:
+        """A line per cache, then the summary line."""
+        lines = [f"skipped {why}" for why in self.skipped]
+        verb = "would upload" if self.dry_run else "uploaded"
+        for cache in self.caches:
+            state = "verified" if cache.verified else "not verified (dry run)"
+            lines.append(
+                f"{cache.cache_id}: {cache.blobs} blobs, {verb} {cache.blobs_uploaded}"
+                f" ({human_bytes(cache.bytes_uploaded)}); {state}"
+            )
+        totals = self.totals
+        plural = "" if totals.caches == 1 else "s"
+        if self.dry_run:
+            lines.append(
+                f"dry run, nothing written: {totals.caches} cache{plural}, {totals.blobs} blobs,"
+                f" {totals.blobs_uploaded} to upload ({human_bytes(totals.bytes_uploaded)}),"
+                f" {totals.blobs_present} already there; {self.location}"
+            )
+        else:
+            lines.append(
+                f"archived {totals.caches} cache{plural}: {totals.blobs} blobs,"
+                f" {totals.blobs_uploaded} new ({human_bytes(totals.bytes_uploaded)} sent);"
+                f" verified; {self.location}"
+            )
+        return "\n".join(lines) + "\n"
+
 
 def check_selection(names: Sequence[str], every: bool) -> None:
     """Cache ids or --all, one of the two."""
@@ -65,18 +92,11 @@ def select_caches(ledger: Ledger, names: Sequence[str], every: bool) -> tuple[li
     return chosen, skipped
 
 
-def run_archive(
-    ctx: Context,
-    names: Sequence[str],
-    *,
-    every: bool,
-    with_content: bool,
-    to: str | None,
-    dry_run: bool,
-) -> ArchiveRunReport | None:
+def run(ctx: Context, request: verbs.Archive) -> ArchiveRunReport | None:
     """Archive the selected caches (and the results they complete); None when this home has
     recorded nothing yet."""
-    location = resolve_location(to, ctx.environ, ctx.project)
+    names, every, dry_run = request.cache_ids, request.every, request.dry_run
+    location = resolve_location(request.to, ctx.environ, ctx.project)
     check_selection(names, every)
     client = ctx.s3()
     if not ctx.recorded(f"unknown cache {names[0]!r}" if names else None):
@@ -85,7 +105,7 @@ def run_archive(
         cache_ids, skipped = select_caches(ledger, names, every)
         archived = archive_caches(
             ledger, client, location, cache_ids,
-            with_content=with_content, dry_run=dry_run, progress=ctx.say,
+            with_content=request.with_content, dry_run=dry_run, progress=ctx.say,
         )  # fmt: skip
         reports = with_results(ledger, client, location, archived, ctx.say)
     totals = ArchiveTotals(
@@ -96,30 +116,3 @@ def run_archive(
         blobs_present=sum(r.blobs_present for r in reports),
     )
     return ArchiveRunReport(location.url(), dry_run, tuple(reports), tuple(skipped), totals)
-
-
-def render_archive(report: ArchiveRunReport) -> str:
-    """A line per cache, then the summary line."""
-    lines = [f"skipped {why}" for why in report.skipped]
-    verb = "would upload" if report.dry_run else "uploaded"
-    for cache in report.caches:
-        state = "verified" if cache.verified else "not verified (dry run)"
-        lines.append(
-            f"{cache.cache_id}: {cache.blobs} blobs, {verb} {cache.blobs_uploaded}"
-            f" ({human_bytes(cache.bytes_uploaded)}); {state}"
-        )
-    totals = report.totals
-    plural = "" if totals.caches == 1 else "s"
-    if report.dry_run:
-        lines.append(
-            f"dry run, nothing written: {totals.caches} cache{plural}, {totals.blobs} blobs,"
-            f" {totals.blobs_uploaded} to upload ({human_bytes(totals.bytes_uploaded)}),"
-            f" {totals.blobs_present} already there; {report.location}"
-        )
-    else:
-        lines.append(
-            f"archived {totals.caches} cache{plural}: {totals.blobs} blobs,"
-            f" {totals.blobs_uploaded} new ({human_bytes(totals.bytes_uploaded)} sent);"
-            f" verified; {report.location}"
-        )
-    return "\n".join(lines) + "\n"

@@ -27,6 +27,7 @@ from lifecycle.audit.chain import (
 )
 from lifecycle.audit.provenance import statement
 from lifecycle.audit.render import cache_text, chain_text
+from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
 from lifecycle.errors import LifecycleError
@@ -89,6 +90,13 @@ class ChainReport(Report):
     def to_json(self) -> dict[str, Any]:
         return dict(self.chain)
 
+    def text(self) -> str:
+        """The chain, link by link; then where the provenance statement went."""
+        text = chain_text(self.chain, self.where)
+        if self.provenance is not None:
+            text += f"provenance: {self.provenance} (in-toto Statement v1)\n"
+        return text
+
 
 @dataclass(frozen=True)
 class CacheAuditReport(Report):
@@ -101,11 +109,14 @@ class CacheAuditReport(Report):
     def to_json(self) -> dict[str, Any]:
         return dict(self.audit)
 
+    def text(self) -> str:
+        """The cache's boots and results."""
+        return cache_text(self.audit, self.where)
 
-def run_result(
-    ctx: Context, result_id: str, source: str | None, provenance: Path | None
-) -> ChainReport:
-    """The chain of one result; with `provenance`, also written there as an in-toto Statement."""
+
+def result(ctx: Context, request: verbs.AuditResult) -> ChainReport:
+    """The chain of one result; with --provenance, also written there as an in-toto Statement."""
+    result_id, source, provenance = request.result_id, request.source, request.provenance
     if provenance is not None:
         check_output_file(provenance, "--provenance")
     with reading(ctx, source) as read:
@@ -116,24 +127,12 @@ def run_result(
     return ChainReport(chain, read.where, provenance)
 
 
-def run_cache(ctx: Context, cache_id: str, source: str | None) -> CacheAuditReport:
+def cache(ctx: Context, request: verbs.AuditCache) -> CacheAuditReport:
     """A cache, its boots and its results."""
+    cache_id, source = request.cache_id, request.source
     with reading(ctx, source) as read:
         facts = read.facts(from_s3.cache_facts, from_ledger.cache_facts, cache_id)
     return CacheAuditReport(build_cache_audit(facts), read.where)
-
-
-def render_result(report: ChainReport) -> str:
-    """The chain, link by link; then where the provenance statement went."""
-    text = chain_text(report.chain, report.where)
-    if report.provenance is not None:
-        text += f"provenance: {report.provenance} (in-toto Statement v1)\n"
-    return text
-
-
-def render_cache(report: CacheAuditReport) -> str:
-    """The cache's boots and results."""
-    return cache_text(report.audit, report.where)
 
 
 def check_output_file(path: Path, option: str) -> None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from lifecycle.boot.image import engine_image
 from lifecycle.boot.run import BootRequest, Watch, dry_run_spec
 from lifecycle.build.plan import image_tag
+from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report, plain
 from lifecycle.errors import EXIT_NO, EXIT_OK
@@ -28,18 +28,6 @@ from lifecycle.ledger.boots import (
 )
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.manifest.digest import manifest_digest
-
-
-@dataclass(frozen=True)
-class BootOptions:
-    """What the command line asks of a boot."""
-
-    ref: str
-    profile: str | None = None
-    cold: bool = False
-    hook_names: Sequence[str] = ()
-    timeout_s: float | None = None
-    pull: bool = False  # pull the image by digest when this host has none
 
 
 @dataclass(frozen=True)
@@ -97,6 +85,23 @@ class BootReport(Report):
             ],
         }
 
+    def text(self) -> str:
+        """`boot ID: OUTCOME (exit N)`, its caches cold or warm, where its evidence is."""
+        boot = self.boot
+        caches = ", ".join(f"{u.cache_id} {u.mode}" for u in self.caches)
+        flag = " [instrumented]" if boot.instrumented else ""
+        why = f" ({boot.error})" if boot.outcome == "timeout" and boot.error else ""
+        passed = [
+            f"  passed over {d.cache_id}: changed behind lifecycle's back since its last scan"
+            f" ({_paths(d)}); marked, not mounted\n"
+            for d in self.passed_over
+        ]
+        return (
+            f"boot {boot.id}: {boot.outcome} (exit {boot.exit_code}){why}{flag}\n"
+            + "".join(passed)
+            + f"  caches: {caches}\n  jit: {self.warmth[1]}\n  evidence: {boot.evidence_path}\n"
+        )
+
 
 @dataclass(frozen=True)
 class BootSpecReport(Report):
@@ -110,19 +115,21 @@ class BootSpecReport(Report):
 
 
 def request(
-    ctx: Context, options: BootOptions, client: Any | None, ledger: Ledger | None
+    ctx: Context, options: verbs.Boot, client: Any | None, ledger: Ledger | None
 ) -> BootRequest:
     """Resolve manifest, image and hooks; with no client (dry run) the tag is derived. The
     image is found (or, with --pull or a manifest `registry:`, pulled by digest) and run by
     its id."""
-    loaded = load_manifest(find_manifest(ctx.manifests_dir, options.ref))
+    loaded = load_manifest(find_manifest(ctx.manifests_dir, options.version))
     digest = manifest_digest(loaded)
     tag = image_tag(loaded.manifest.name, loaded.manifest.engine.vllm, digest)
     image: dict[str, Any] = {"id": "(not looked up in a dry run)", "tags": [tag], "labels": {}}
     if client is not None and ledger is not None:
         pulls = options.pull or loaded.manifest.registry is not None
         pull_from = (lambda: _references(ctx, client, loaded, digest, tag)) if pulls else None
-        built = engine_image(client, ledger, digest, options.ref, pull_from=pull_from, say=ctx.say)
+        built = engine_image(
+            client, ledger, digest, options.version, pull_from=pull_from, say=ctx.say
+        )
         tag = existing_tag(built, tag)
         image = {
             "id": built.id,
@@ -133,7 +140,7 @@ def request(
     hooks = select(ctx.project / "hooks", options.hook_names)
     arch = ctx.gpu_arch  # part of the cache key: set LIFECYCLE_GPU_ARCH on GPU hosts
     return BootRequest(
-        loaded, digest, image, tag, options.profile, options.cold, hooks, arch, options.timeout_s
+        loaded, digest, image, tag, options.profile, options.cold, hooks, arch, options.timeout
     )
 
 
@@ -147,8 +154,12 @@ def existing_tag(image: Any, derived: str) -> str:
     return found[0] if found else str(image.id)
 
 
-def run(ctx: Context, options: BootOptions) -> BootReport:
-    """Boot once (then the profile's acceptance, if any); the boot as recorded."""
+def run(ctx: Context, options: verbs.Boot) -> BootReport | BootSpecReport:
+    """Boot once (then the profile's acceptance, if any); the boot as recorded. With --dry-run,
+    the spec a boot would send; nothing is made, recorded or sent."""
+    if options.dry_run:
+        spec = dry_run_spec(request(ctx, options, None, None), ctx.environ)
+        return BootSpecReport(spec.describe())
     client = ctx.docker()
     with ctx.ledger() as ledger:
         boot_request = request(ctx, options, client, ledger)
@@ -158,11 +169,6 @@ def run(ctx: Context, options: BootOptions) -> BootReport:
         writes = tuple(untracked_writes(ledger, record.id))
         passed_over = tuple(damage_found_by(ledger, record.id))
     return BootReport(record, uses, writes, passed_over)
-
-
-def dry_run(ctx: Context, options: BootOptions) -> BootSpecReport:
-    """The spec a boot would send; nothing is made, recorded or sent."""
-    return BootSpecReport(dry_run_spec(request(ctx, options, None, None), ctx.environ).describe())
 
 
 def _references(
@@ -195,24 +201,6 @@ def _references(
     return found
 
 
-def render(report: BootReport) -> str:
-    """`boot ID: OUTCOME (exit N)`, its caches cold or warm, where its evidence is."""
-    boot = report.boot
-    caches = ", ".join(f"{u.cache_id} {u.mode}" for u in report.caches)
-    flag = " [instrumented]" if boot.instrumented else ""
-    why = f" ({boot.error})" if boot.outcome == "timeout" and boot.error else ""
-    passed = [
-        f"  passed over {d.cache_id}: changed behind lifecycle's back since its last scan"
-        f" ({_paths(d)}); marked, not mounted\n"
-        for d in report.passed_over
-    ]
-    return (
-        f"boot {boot.id}: {boot.outcome} (exit {boot.exit_code}){why}{flag}\n"
-        + "".join(passed)
-        + f"  caches: {caches}\n  jit: {report.warmth[1]}\n  evidence: {boot.evidence_path}\n"
-    )
-
-
 def _paths(damage: CacheDamage) -> str:
     """`changed: a/x.so; removed: b.json`, at most five paths of each kind."""
     found = json.loads(damage.paths)
@@ -222,8 +210,3 @@ def _paths(damage: CacheDamage) -> str:
         if found[kind]
     ]
     return "; ".join(parts) or "its tree digest differs"
-
-
-def render_spec(report: BootSpecReport) -> str:
-    """The dry run's spec, as JSON (it is what dockerd would be sent)."""
-    return json.dumps(report.to_json(), indent=2) + "\n"

@@ -16,6 +16,7 @@ from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.build.engine import BuildResult, base_image_digest, build_image
 from lifecycle.build.plan import BuildPlan, SourceInfo, plan_build
 from lifecycle.build.registry import Pushed, push_image
+from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report, plain
 from lifecycle.errors import EXIT_NO, EXIT_OK
@@ -53,6 +54,19 @@ class BuildReport(Report):
             "image_record": self.image_record,
         }
 
+    def text(self) -> str:
+        """`built TAG (ID) in S s`, or `TAG is up to date (ID)`; then where it was pushed."""
+        built = self.build
+        if built.outcome == "up-to-date":
+            text = f"{built.tag} is up to date ({built.image_id[:19]})\n"
+        else:
+            text = f"built {built.tag} ({built.image_id[:19]}) in {built.duration_s} s\n"
+        if self.pushed:
+            text += f"pushed {self.pushed.tag}\n  as {self.pushed.reference}\n"
+        if self.image_record:
+            text += f"  recorded at {self.image_record}\n"
+        return text
+
 
 @dataclass(frozen=True)
 class BuildPlanReport(Report):
@@ -66,6 +80,16 @@ class BuildPlanReport(Report):
     dockerfile: str
     context: dict[str, int]  # path in the build context -> its size in bytes
 
+    def text(self) -> str:
+        """The Dockerfile, headed by the tag, the labels and the context's files as comments."""
+        lines = ["# dry run: nothing is built", f"# tag {self.tag}"]
+        lines += [f"# label {key}={value}" for key, value in self.labels.items()]
+        lines.append(
+            "# label lifecycle.base.digest: the base image's id, read from dockerd at build"
+        )
+        lines += [f"# context {name} ({size} bytes)" for name, size in self.context.items()]
+        return "\n".join(lines) + "\n" + self.dockerfile
+
 
 def plan(ctx: Context, loaded: LoadedManifest, base_digest: str | None = None) -> BuildPlan:
     """The plan for a loaded manifest, with the manifests' git revision if any."""
@@ -77,16 +101,22 @@ def plan(ctx: Context, loaded: LoadedManifest, base_digest: str | None = None) -
     )
 
 
-def run(ctx: Context, ref: str, *, force: bool, push: str | None) -> BuildReport:
-    """Build (or find up to date: same manifest, same base image), optionally push."""
-    loaded = load_manifest(find_manifest(ctx.manifests_dir, ref))
+def run(ctx: Context, request: verbs.Build) -> BuildReport | BuildPlanReport:
+    """Build (or find up to date: same manifest, same base image), optionally push; or with
+    --dry-run, what would be sent to dockerd."""
+    loaded = load_manifest(find_manifest(ctx.manifests_dir, request.version))
+    if request.dry_run:
+        return dry_run(ctx, loaded)
+    push = request.push
     plan(ctx, loaded)  # refuses what cannot be built (an unconfirmed pin) before dockerd is asked
     where = optional_location(None, ctx.environ, ctx.project) if push else None
     client = ctx.docker()  # its settings are checked before the ledger is made
     base = base_image_digest(client, loaded.manifest.engine.base_image)
     build_plan = plan(ctx, loaded, base)
     with ctx.ledger() as ledger:
-        result: BuildResult = build_image(client, build_plan, ledger, force=force, on_line=ctx.say)
+        result: BuildResult = build_image(
+            client, build_plan, ledger, force=request.force, on_line=ctx.say
+        )
         if not push:
             return BuildReport(result)
         pushed = push_image(client, result.image_id, result.tag, push)
@@ -115,10 +145,10 @@ def run(ctx: Context, ref: str, *, force: bool, push: str | None) -> BuildReport
     return BuildReport(result, pushed, store.where(key))
 
 
-def dry_run(ctx: Context, ref: str) -> BuildPlanReport:
+def dry_run(ctx: Context, loaded: LoadedManifest) -> BuildPlanReport:
     """What `run` would send to dockerd; nothing is built or recorded (and no dockerd is
     asked, so the base image's digest label is left out)."""
-    build_plan = plan(ctx, load_manifest(find_manifest(ctx.manifests_dir, ref)))
+    build_plan = plan(ctx, loaded)
     return BuildPlanReport(
         manifest=build_plan.manifest_file,
         digest=build_plan.digest,
@@ -127,29 +157,6 @@ def dry_run(ctx: Context, ref: str) -> BuildPlanReport:
         dockerfile=build_plan.dockerfile,
         context={name: len(data) for name, data in sorted(build_plan.context.items())},
     )
-
-
-def render(report: BuildReport) -> str:
-    """`built TAG (ID) in S s`, or `TAG is up to date (ID)`; then where it was pushed."""
-    built = report.build
-    if built.outcome == "up-to-date":
-        text = f"{built.tag} is up to date ({built.image_id[:19]})\n"
-    else:
-        text = f"built {built.tag} ({built.image_id[:19]}) in {built.duration_s} s\n"
-    if report.pushed:
-        text += f"pushed {report.pushed.tag}\n  as {report.pushed.reference}\n"
-    if report.image_record:
-        text += f"  recorded at {report.image_record}\n"
-    return text
-
-
-def render_plan(report: BuildPlanReport) -> str:
-    """The Dockerfile, headed by the tag, the labels and the context's files as comments."""
-    lines = ["# dry run: nothing is built", f"# tag {report.tag}"]
-    lines += [f"# label {key}={value}" for key, value in report.labels.items()]
-    lines.append("# label lifecycle.base.digest: the base image's id, read from dockerd at build")
-    lines += [f"# context {name} ({size} bytes)" for name, size in report.context.items()]
-    return "\n".join(lines) + "\n" + report.dockerfile
 
 
 def _source_info(directory: Path) -> SourceInfo:

@@ -6,6 +6,7 @@ opens the ledger and reaches dockerd and S3 only through it. Tests make their ow
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,6 +29,9 @@ class Context:
     say: Callable[[str], None] = field(default=lambda line: None)  # progress, on stderr
     note: Callable[[str], None] = field(default=lambda line: None)  # a remark, on stderr
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))  # the clock
+    out: Callable[[str], None] = field(default=lambda text: None)  # text on stdout
+    # Returns when the user agreed, raises when not; None: no terminal to ask on.
+    ask: Callable[[str], None] | None = None
 
     @property
     def project(self) -> Path:
@@ -43,6 +47,17 @@ class Context:
     def home(self) -> Path:
         """LIFECYCLE_HOME."""
         return default_home(self.environ)
+
+    def agree(self, question: str, request: Any, plan_json: Callable[[], Any]) -> None:
+        """Go on only with the user's agreement: `--yes`, or a yes on the terminal. With no
+        terminal, refuse (with --json, the plan is printed first, with no result)."""
+        if request.yes:
+            return
+        if self.ask is None:
+            if request.as_json:
+                self.out(json.dumps(plan_json(), indent=2) + "\n")
+            raise LifecycleError("nothing removed: no terminal to confirm on; pass --yes")
+        self.ask(question)
 
     def checkpoint(self) -> Checkpoint:
         """The test-only fault injection points (a no-op unless the tests set them)."""

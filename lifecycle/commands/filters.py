@@ -10,8 +10,10 @@ from typing import TypeVar
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
+from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import LifecycleError
+from lifecycle.teardown.plan import parse_duration
 
 Item = TypeVar("Item")
 
@@ -35,6 +37,19 @@ class Filters:
     state: str | None = None
     older_than: timedelta | None = None
     newer_than: timedelta | None = None
+
+    @classmethod
+    def of(cls, request: verbs.Listing) -> Filters:
+        """The filters a listing's command line asked for; a bad duration is a usage error."""
+
+        def duration(text: str | None, flag: str) -> timedelta | None:
+            return None if text is None else parse_duration(text, flag)
+
+        older, newer = request.older_than, request.newer_than
+        return cls(
+            request.manifest, request.arch, request.state,
+            duration(older, "--older-than"), duration(newer, "--newer-than"),
+        )  # fmt: skip
 
     def check_state(self, states: Sequence[str], listing: str) -> None:
         """A --state this listing cannot have is a usage error, not an empty table."""
@@ -68,6 +83,3 @@ def open_archive(
     `states` first, then the store, and now."""
     filters.check_state(states, listing)
     return BlobStore(ctx.s3(), ArchiveLocation.parse(source, "--from")), ctx.now()
-
-
-EVERYTHING = Filters()  # the default of every listing

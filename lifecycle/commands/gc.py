@@ -8,14 +8,15 @@ again first. Runs on one host take turns (a lock under LIFECYCLE_HOME).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, ClassVar
+
+import click
 
 from lifecycle.archive.config import resolve_location
 from lifecycle.archive.pins import pins_at
 from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report, plain
 from lifecycle.errors import LifecycleError
@@ -27,17 +28,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.gc import unfinished_gc
 from lifecycle.ledger.pins import pins
 from lifecycle.table import human_bytes
-
-
-@dataclass(frozen=True)
-class GcOptions:
-    """What the command line asks of a collection."""
-
-    source: str | None = None  # --from; else LIFECYCLE_ARCHIVE, else lifecycle.yaml
-    keep_last: int | None = None
-    older_than: timedelta | None = None
-    grace: timedelta = timedelta(hours=1)
-    dry_run: bool = False
+from lifecycle.teardown.plan import parse_duration
 
 
 @dataclass(frozen=True)
@@ -69,22 +60,53 @@ class GcReport(Report):
             "result": plain(self.result),
         }
 
+    def plan_text(self) -> str:
+        """What a stopped run's completion did, then the plan: what goes, what stays and why."""
+        plan = self.plan
+        lines = [f"# gc of {self.location} ({self.policy})"]
+        for done in self.resumed:
+            lines.append(
+                f"completed stopped run {done.run_id}: removed {done.removed} objects"
+                f" ({human_bytes(done.bytes_freed)}), spared {len(done.spared)}"
+            )
+        removing = Counter(doomed.kind for doomed in plan.remove)
+        going = ", ".join(f"{n} {kind}" for kind, n in sorted(removing.items())) or "nothing"
+        lines.append(f"to remove: {going} ({human_bytes(plan.bytes)})")
+        kept = ", ".join(f"{n} {kind}" for kind, n in sorted(plan.kept.items())) or "nothing"
+        lines.append(f"kept: {kept}")
+        if plan.pinned:
+            lines.append(f"pinned (kept with all behind them): {', '.join(plan.pinned)}")
+        if self.dry_run:
+            lines.append("dry run: nothing removed")
+        return "\n".join(lines) + "\n"
 
-@dataclass(frozen=True)
-class Consent:
-    """The CLI's part: showing the plan, then agreeing to it (raises to stop)."""
+    def text(self) -> str:
+        """The outcome line (the plan was shown before)."""
+        done = self.result
+        if done is None:
+            return "" if self.dry_run or self.plan.remove else "nothing to remove\n"
+        spared = f"; spared {len(done.spared)} named since the plan" if done.spared else ""
+        return (
+            f"removed {done.removed} objects, {human_bytes(done.bytes_freed)} freed"
+            f" (run {done.run_id}){spared}\n"
+        )
 
-    show: Callable[[GcReport], None]
-    agree: Callable[[GcReport], None]
 
-
-def run(ctx: Context, options: GcOptions, consent: Consent) -> GcReport:
+def run(ctx: Context, options: verbs.Gc) -> GcReport:
     """Complete any stopped run here, plan, show the plan, and (agreed) carry it out."""
+    if not options.remote:
+        raise click.UsageError("only `gc --remote` exists: teardown removes this host's caches")
     if options.keep_last is not None and options.keep_last < 1:
         raise LifecycleError("--keep-last must be at least 1 (the newest version of each cache)")
+    older_than = options.older_than
+    grace = parse_duration(options.grace, "--grace")
+    policy = Policy(
+        options.keep_last,
+        None if older_than is None else parse_duration(older_than, "--older-than"),
+        grace,
+    )
     location = resolve_location(options.source, ctx.environ, ctx.project, option="--from")
     store = BlobStore(ctx.s3(), location)
-    policy = Policy(options.keep_last, options.older_than, options.grace)
     checkpoint = ctx.checkpoint()
     with ctx.ledger() as ledger, exclusive(ledger.home.gc_lock):
         resumed: tuple[Swept, ...] = ()
@@ -101,10 +123,12 @@ def run(ctx: Context, options: GcOptions, consent: Consent) -> GcReport:
             )
         plan = plan_gc(snap, policy, _pinned(ledger, store), ctx.now())
         report = GcReport(location.url(), policy.describe(), options.dry_run, plan, resumed)
-        consent.show(report)
+        if not options.as_json:
+            ctx.out(report.plan_text())
         if options.dry_run or not plan.remove:
             return report
-        consent.agree(report)
+        question = f"remove {len(plan.remove)} objects from {report.location}?"
+        ctx.agree(question, options, report.to_json)
         run_id = journal_plan(ledger, store, plan, policy, ctx.now())
         checkpoint("gc-planned")
         swept = sweep(ledger, store, run_id, ctx.now, snap=snap, checkpoint=checkpoint)
@@ -119,36 +143,3 @@ def _pinned(ledger: Ledger, store: BlobStore) -> set[str]:
             if reason.startswith("result "):  # `result <id>` or `result <id>: text`
                 found.add(reason.removeprefix("result ").split(":", 1)[0])
     return found
-
-
-def plan_text(report: GcReport) -> str:
-    """What a stopped run's completion did, then the plan: what goes, what stays and why."""
-    plan = report.plan
-    lines = [f"# gc of {report.location} ({report.policy})"]
-    for done in report.resumed:
-        lines.append(
-            f"completed stopped run {done.run_id}: removed {done.removed} objects"
-            f" ({human_bytes(done.bytes_freed)}), spared {len(done.spared)}"
-        )
-    removing = Counter(doomed.kind for doomed in plan.remove)
-    going = ", ".join(f"{n} {kind}" for kind, n in sorted(removing.items())) or "nothing"
-    lines.append(f"to remove: {going} ({human_bytes(plan.bytes)})")
-    kept = ", ".join(f"{n} {kind}" for kind, n in sorted(plan.kept.items())) or "nothing"
-    lines.append(f"kept: {kept}")
-    if plan.pinned:
-        lines.append(f"pinned (kept with all behind them): {', '.join(plan.pinned)}")
-    if report.dry_run:
-        lines.append("dry run: nothing removed")
-    return "\n".join(lines) + "\n"
-
-
-def render(report: GcReport) -> str:
-    """The outcome line (the plan was shown before)."""
-    done = report.result
-    if done is None:
-        return "" if report.dry_run or report.plan.remove else "nothing to remove\n"
-    spared = f"; spared {len(done.spared)} named since the plan" if done.spared else ""
-    return (
-        f"removed {done.removed} objects, {human_bytes(done.bytes_freed)} freed"
-        f" (run {done.run_id}){spared}\n"
-    )

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lifecycle.archive.catalog import ArchivedBoot, ArchivedCache, archived_boots, archived_caches
+from lifecycle.commands import verbs
 from lifecycle.commands.boot import BootReport
 from lifecycle.commands.context import Context
-from lifecycle.commands.filters import EVERYTHING, Facts, Filters, open_archive
+from lifecycle.commands.filters import Facts, Filters, open_archive
 from lifecycle.commands.report import Report, Row, fields_of, plain
 from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
@@ -19,7 +20,6 @@ from lifecycle.ledger.boots import (
     CacheRecord,
     all_boots,
     all_caches,
-    cache_by_id,
     cache_uses,
     not_reusable,
     untracked_writes,
@@ -60,6 +60,32 @@ class CachesReport(Report):
     FORMAT: ClassVar[str] = "lifecycle-caches/1"
     caches: tuple[ListedCache, ...]
 
+    def text(self) -> str:
+        """The table of `lifecycle caches`."""
+        return render(
+            ["CACHE", "MANIFEST", "NAME", "SIZE", "FILES", "BOOTS", "STATE", "AGE"],
+            [
+                [
+                    r.cache.id,
+                    r.cache.manifest_name,
+                    r.cache.cache_name,
+                    human_bytes(r.cache.bytes),
+                    r.cache.files if r.cache.files is not None else "-",
+                    f"{len(r.boots_cold)} cold, {len(r.boots_warm)} warm",
+                    r.state
+                    + (
+                        f" (in use by {r.cache.in_use_by})"
+                        if r.cache.in_use_by and not r.not_reusable
+                        else ""
+                    )
+                    + (" pinned" if r.pins else "")
+                    + (f", not reusable: {r.not_reusable}" if r.not_reusable else ""),
+                    human_age(r.age_s),
+                ]
+                for r in self.caches
+            ],
+        )
+
 
 @dataclass(frozen=True)
 class ListedBoot(Row):
@@ -81,6 +107,40 @@ class BootsReport(Report):
 
     FORMAT: ClassVar[str] = "lifecycle-boots/1"
     boots: tuple[ListedBoot, ...]
+
+    def text(self) -> str:
+        """The table of `lifecycle boots`; instrumented boots are flagged on their row."""
+
+        def caches(boot: BootReport) -> str:
+            # An empty cache is `empty`, whether it was mounted cold or warm.
+            modes = ["empty" if u.verdict == "empty" else u.mode for u in boot.caches]
+            warm = [u for u in boot.caches if u.mode == "warm"]
+            files = sum(u.files_added or 0 for u in warm)
+            dirs = sum(u.dirs_added or 0 for u in warm)
+            text = ", ".join(
+                f"{modes.count(m)} {m}" for m in ("cold", "warm", "empty") if m in modes
+            )
+            grew = [f"+{files} files"] * bool(files) + [f"+{dirs} dirs"] * bool(dirs)
+            return text + (f" ({', '.join(grew)} while warm)" if grew else "")
+
+        return render(
+            ["BOOT", "STARTED", "MANIFEST", "PROFILE", "OUTCOME", "EXIT", "CACHES", "JIT", "HOOKS"],
+            [
+                [
+                    row.boot.boot.id,
+                    row.boot.boot.started_at,
+                    row.boot.boot.manifest_name,
+                    row.boot.boot.profile,
+                    row.boot.boot.outcome + (" (process gone)" if row.process_gone else ""),
+                    row.boot.boot.exit_code,
+                    caches(row.boot),
+                    row.boot.warmth[1],
+                    ", ".join(h.name for h in row.boot.hooks)
+                    + (" INSTRUMENTED" if row.boot.boot.instrumented else ""),
+                ]
+                for row in self.boots
+            ],
+        )
 
 
 @dataclass(frozen=True)
@@ -111,6 +171,38 @@ class ArchivedCachesReport(Report):
     location: str
     caches: tuple[ListedArchivedCache, ...]
 
+    def text(self) -> str:
+        """The table of `lifecycle caches --from`: each cache's newest version and how many."""
+        return f"# {self.location}\n" + render(
+            [
+                "CACHE",
+                "MANIFEST",
+                "NAME",
+                "ARCH",
+                "VERSIONS",
+                "NEWEST",
+                "SIZE",
+                "STATE",
+                "BY",
+                "AGE",
+            ],
+            [
+                [
+                    r.cache.row.id,
+                    r.cache.row.manifest_name,
+                    r.cache.row.cache_name,
+                    r.cache.row.arch,
+                    len(r.cache.versions),
+                    r.cache.newest.tree_digest[:12],
+                    human_bytes(r.cache.newest.bytes),
+                    r.cache.state,
+                    r.cache.newest.host,
+                    human_age(r.age_s),
+                ]
+                for r in self.caches
+            ],
+        )
+
 
 @dataclass(frozen=True)
 class ListedArchivedBoot(Row):
@@ -133,8 +225,43 @@ class ArchivedBootsReport(Report):
     location: str
     boots: tuple[ListedArchivedBoot, ...]
 
+    def text(self) -> str:
+        """The table of `lifecycle boots --from`."""
+        return f"# {self.location}\n" + render(
+            ["BOOT", "STARTED", "HOST", "MANIFEST", "PROFILE", "OUTCOME", "ARCH", "CACHES"],
+            [
+                [
+                    r.boot.boot.id,
+                    r.boot.boot.started_at,
+                    r.boot.boot.host,
+                    r.boot.boot.manifest_name,
+                    r.boot.boot.profile,
+                    r.boot.boot.outcome,
+                    r.boot.arch,
+                    ", ".join(f"{u.cache_id} {u.mode}" for u in r.boot.uses),
+                ]
+                for r in self.boots
+            ],
+        )
 
-def list_caches(ctx: Context, filters: Filters = EVERYTHING) -> CachesReport:
+
+def caches(ctx: Context, request: verbs.Caches) -> CachesReport | ArchivedCachesReport:
+    """`lifecycle caches`: this host's, or with --from an archive's."""
+    filters = Filters.of(request)
+    if request.source is not None:
+        return list_archived_caches(ctx, request.source, filters)
+    return list_caches(ctx, filters)
+
+
+def boots(ctx: Context, request: verbs.Boots) -> BootsReport | ArchivedBootsReport:
+    """`lifecycle boots`: this host's, or with --from an archive's."""
+    filters = Filters.of(request)
+    if request.source is not None:
+        return list_archived_boots(ctx, request.source, filters)
+    return list_boots(ctx, filters)
+
+
+def list_caches(ctx: Context, filters: Filters) -> CachesReport:
     """Every cache with the boots that used it, cold and warm; in a home where nothing is
     recorded yet, none (and a note)."""
     filters.check_state(CACHE_STATES, "caches here")
@@ -181,9 +308,7 @@ def _not_reusable(
     return passed_over.get(cache.id)
 
 
-def list_archived_caches(
-    ctx: Context, source: str, filters: Filters = EVERYTHING
-) -> ArchivedCachesReport:
+def list_archived_caches(ctx: Context, source: str, filters: Filters) -> ArchivedCachesReport:
     """Every cache the archive at `source` holds, whoever archived it."""
     store, now = open_archive(ctx, source, filters, ARCHIVED_CACHE_STATES, "caches in an archive")
     return ArchivedCachesReport(
@@ -205,7 +330,7 @@ def _cache_facts(cache: ArchivedCache) -> Facts:
     return Facts(row.manifest_name, row.arch, cache.state, cache.newest.archived_at)
 
 
-def list_boots(ctx: Context, filters: Filters = EVERYTHING) -> BootsReport:
+def list_boots(ctx: Context, filters: Filters) -> BootsReport:
     """Every boot with the caches it used; none in a home where nothing is recorded yet."""
     filters.check_state(OUTCOMES, "boots")
     if not ctx.recorded():
@@ -213,10 +338,11 @@ def list_boots(ctx: Context, filters: Filters = EVERYTHING) -> BootsReport:
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
         uses, writes = cache_uses(ledger), untracked_writes(ledger)
+        arch_of = {cache.id: cache.arch for cache in all_caches(ledger)}
         rows = []
         for boot in all_boots(ledger):
             mine = [u for u in uses if u.boot_id == boot.id]
-            arches = {c.arch for u in mine if (c := cache_by_id(ledger, u.cache_id)) is not None}
+            arches = {arch_of[u.cache_id] for u in mine if u.cache_id in arch_of}
             facts = {"manifest": boot.manifest_name, "arch": ", ".join(sorted(arches))}
             if not filters.keeps(now, **facts, state=boot.outcome, at=boot.started_at):
                 continue
@@ -228,9 +354,7 @@ def list_boots(ctx: Context, filters: Filters = EVERYTHING) -> BootsReport:
     return BootsReport(tuple(rows))
 
 
-def list_archived_boots(
-    ctx: Context, source: str, filters: Filters = EVERYTHING
-) -> ArchivedBootsReport:
+def list_archived_boots(ctx: Context, source: str, filters: Filters) -> ArchivedBootsReport:
     """Every boot the archive at `source` holds a record of."""
     store, now = open_archive(ctx, source, filters, OUTCOMES, "boots")
     kept = filters.select(now, archived_boots(store), _boot_facts)
@@ -241,105 +365,3 @@ def _boot_facts(found: ArchivedBoot) -> Facts:
     """An archived boot is filtered by when it started."""
     boot = found.boot
     return Facts(boot.manifest_name, found.arch, boot.outcome, boot.started_at)
-
-
-def render_archived_caches(report: ArchivedCachesReport) -> str:
-    """The table of `lifecycle caches --from`: each cache's newest version and how many."""
-    return f"# {report.location}\n" + render(
-        ["CACHE", "MANIFEST", "NAME", "ARCH", "VERSIONS", "NEWEST", "SIZE", "STATE", "BY", "AGE"],
-        [
-            [
-                r.cache.row.id,
-                r.cache.row.manifest_name,
-                r.cache.row.cache_name,
-                r.cache.row.arch,
-                len(r.cache.versions),
-                r.cache.newest.tree_digest[:12],
-                human_bytes(r.cache.newest.bytes),
-                r.cache.state,
-                r.cache.newest.host,
-                human_age(r.age_s),
-            ]
-            for r in report.caches
-        ],
-    )
-
-
-def render_archived_boots(report: ArchivedBootsReport) -> str:
-    """The table of `lifecycle boots --from`."""
-    return f"# {report.location}\n" + render(
-        ["BOOT", "STARTED", "HOST", "MANIFEST", "PROFILE", "OUTCOME", "ARCH", "CACHES"],
-        [
-            [
-                r.boot.boot.id,
-                r.boot.boot.started_at,
-                r.boot.boot.host,
-                r.boot.boot.manifest_name,
-                r.boot.boot.profile,
-                r.boot.boot.outcome,
-                r.boot.arch,
-                ", ".join(f"{u.cache_id} {u.mode}" for u in r.boot.uses),
-            ]
-            for r in report.boots
-        ],
-    )
-
-
-def render_caches(report: CachesReport) -> str:
-    """The table of `lifecycle caches`."""
-    return render(
-        ["CACHE", "MANIFEST", "NAME", "SIZE", "FILES", "BOOTS", "STATE", "AGE"],
-        [
-            [
-                r.cache.id,
-                r.cache.manifest_name,
-                r.cache.cache_name,
-                human_bytes(r.cache.bytes),
-                r.cache.files if r.cache.files is not None else "-",
-                f"{len(r.boots_cold)} cold, {len(r.boots_warm)} warm",
-                r.state
-                + (
-                    f" (in use by {r.cache.in_use_by})"
-                    if r.cache.in_use_by and not r.not_reusable
-                    else ""
-                )
-                + (" pinned" if r.pins else "")
-                + (f", not reusable: {r.not_reusable}" if r.not_reusable else ""),
-                human_age(r.age_s),
-            ]
-            for r in report.caches
-        ],
-    )
-
-
-def render_boots(report: BootsReport) -> str:
-    """The table of `lifecycle boots`; instrumented boots are flagged on their row."""
-
-    def caches(boot: BootReport) -> str:
-        # An empty cache is `empty`, whether it was mounted cold or warm.
-        modes = ["empty" if u.verdict == "empty" else u.mode for u in boot.caches]
-        warm = [u for u in boot.caches if u.mode == "warm"]
-        files = sum(u.files_added or 0 for u in warm)
-        dirs = sum(u.dirs_added or 0 for u in warm)
-        text = ", ".join(f"{modes.count(m)} {m}" for m in ("cold", "warm", "empty") if m in modes)
-        grew = [f"+{files} files"] * bool(files) + [f"+{dirs} dirs"] * bool(dirs)
-        return text + (f" ({', '.join(grew)} while warm)" if grew else "")
-
-    return render(
-        ["BOOT", "STARTED", "MANIFEST", "PROFILE", "OUTCOME", "EXIT", "CACHES", "JIT", "HOOKS"],
-        [
-            [
-                row.boot.boot.id,
-                row.boot.boot.started_at,
-                row.boot.boot.manifest_name,
-                row.boot.boot.profile,
-                row.boot.boot.outcome + (" (process gone)" if row.process_gone else ""),
-                row.boot.boot.exit_code,
-                caches(row.boot),
-                row.boot.warmth[1],
-                ", ".join(h.name for h in row.boot.hooks)
-                + (" INSTRUMENTED" if row.boot.boot.instrumented else ""),
-            ]
-            for row in report.boots
-        ],
-    )

@@ -8,14 +8,13 @@ LIFECYCLE_ARCHIVE, else `archive:` in lifecycle.yaml), which a plan that archive
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 from lifecycle.archive.config import optional_location, resolve_location
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
+from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report, plain
 from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
@@ -41,18 +40,6 @@ WHY_CHARS = 160  # of a cell's first non-passing verdict in the text report; --j
 
 
 @dataclass(frozen=True)
-class NightOptions:
-    """What the command line asks of a night."""
-
-    plan: Path | None
-    dry_run: bool = False
-    rerun: Sequence[str] = ()
-    new: bool = False
-    recover: bool = False
-    to: str | None = None
-
-
-@dataclass(frozen=True)
 class NightReport(Report):
     """A night after this invocation: its view, what this run booted, what it recovered."""
 
@@ -70,6 +57,9 @@ class NightReport(Report):
     @property
     def notes(self) -> tuple[str, ...]:
         return (f"lifecycle: {self.outcome.note}",) if self.outcome.note else ()
+
+    def text(self) -> str:
+        return render_view(self.outcome)
 
     def to_json(self) -> dict[str, Any]:
         """The report the night wrote (`report.json`), and what this invocation did."""
@@ -89,6 +79,9 @@ class NightPlanReport(Report):
     FORMAT: ClassVar[str] = "lifecycle-night-plan/1"
     plan: DryRun
 
+    def text(self) -> str:
+        return render_plan(self.plan)
+
 
 @dataclass(frozen=True)
 class RecoverReport(Report):
@@ -101,8 +94,16 @@ class RecoverReport(Report):
     def exit_code(self) -> int:
         return EXIT_OK if all(r.up for r in self.recovered) else EXIT_NO
 
+    def text(self) -> str:
+        if not self.recovered:
+            return "production: no night left it down\n"
+        return "".join(
+            f"night {r.night_id}: {'production is up' if r.up else 'STILL DOWN'}: {r.detail}\n"
+            for r in self.recovered
+        )
 
-def run(ctx: Context, options: NightOptions) -> NightReport | NightPlanReport | RecoverReport:
+
+def run(ctx: Context, options: verbs.Night) -> NightReport | NightPlanReport | RecoverReport:
     """Recover, plan or run, as asked."""
     if options.plan is None:
         if not options.recover:
@@ -164,20 +165,6 @@ def run_recover(ctx: Context) -> RecoverReport:
         return RecoverReport(())
     with ctx.ledger(create=False) as ledger, night_lock(ledger.home):
         return RecoverReport(tuple(recover(ledger, journal_stamp(ctx.now), ctx.say)))
-
-
-def render(report: NightReport | NightPlanReport | RecoverReport) -> str:
-    """The report in a few lines."""
-    if isinstance(report, NightPlanReport):
-        return render_plan(report.plan)
-    if isinstance(report, RecoverReport):
-        if not report.recovered:
-            return "production: no night left it down\n"
-        return "".join(
-            f"night {r.night_id}: {'production is up' if r.up else 'STILL DOWN'}: {r.detail}\n"
-            for r in report.recovered
-        )
-    return render_view(report.outcome)
 
 
 def render_view(outcome: NightOutcome) -> str:

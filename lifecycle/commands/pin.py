@@ -23,12 +23,13 @@ from lifecycle.archive.config import optional_location
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.pins import remove_pins, write_pin
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
+from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
 from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.ledger import Ledger
+from lifecycle.ledger import pins as ledger_pins
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id, cache_uses
-from lifecycle.ledger.pins import pin, pins, unpin
 from lifecycle.ledger.results import ResultRecord, all_results, result_by_id
 from lifecycle.records import PIN_FORMAT, PinV1
 from lifecycle.results.archive import read_result
@@ -50,6 +51,25 @@ class PinReport(Report):
     team: tuple[str, ...] = ()  # the result's pins in the archive written (pin) or removed
     not_here: str | None = None  # why nothing was pinned (unpinned) on this host, when so
 
+    def text(self) -> str:
+        """A line per cache: pinned (with every reason), or unpinned (with what pins stay)."""
+        lines = []
+        for cache_id in self.pinned:
+            held = self.reasons[cache_id]
+            if self.action == "pin":
+                lines.append(f"pinned {cache_id}: {'; '.join(held)}")
+            else:
+                lines.append(
+                    f"unpinned {cache_id}" + (f"; still pinned: {'; '.join(held)}" if held else "")
+                )
+        lines += [f"skipped {skipped}" for skipped in self.skipped]
+        verb = "pinned for the team at" if self.action == "pin" else "unpinned for the team:"
+        lines += [f"{verb} {where}" for where in self.team]
+        if self.not_here:
+            done = "pinned" if self.action == "pin" else "unpinned"
+            lines.append(f"nothing {done} on this host: {self.not_here}")
+        return "".join(f"{line}\n" for line in lines)
+
 
 def resolve_target(ledger: Ledger, target: str) -> list[CacheRecord]:
     """The caches a pin target stands for: the cache itself, or every cache behind a result."""
@@ -67,10 +87,11 @@ def resolve_target(ledger: Ledger, target: str) -> list[CacheRecord]:
     raise LifecycleError(f"unknown cache or result {target!r}{hint}")
 
 
-def run_pin(ctx: Context, target: str, reason: str | None, to: str | None = None) -> PinReport:
+def pin(ctx: Context, request: verbs.Pin) -> PinReport:
     """`lifecycle pin`: on this host, and for a result in the archive too when one is set."""
-    where = optional_location(to, ctx.environ, ctx.project)
-    why = reason or DEFAULT_REASON
+    target = request.target
+    where = optional_location(request.to, ctx.environ, ctx.project)
+    why = request.reason or DEFAULT_REASON
     team = _team_pin(ctx, where, target, why)
     if not team:
         with ctx.ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
@@ -101,9 +122,10 @@ def _team_pin(
     return (store.where(write_pin(store, pin)),)
 
 
-def run_unpin(ctx: Context, target: str, reason: str | None, to: str | None = None) -> PinReport:
+def unpin(ctx: Context, request: verbs.Unpin) -> PinReport:
     """`lifecycle unpin`: on this host, and a result's pins in the archive when one is set."""
-    where = optional_location(to, ctx.environ, ctx.project)
+    target, reason = request.target, request.reason
+    where = optional_location(request.to, ctx.environ, ctx.project)
     if where is None or not target.startswith("r-"):
         with ctx.ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
             return unpin_target(ledger, target, reason)
@@ -129,26 +151,6 @@ def _here(ctx: Context, act: Callable[[Ledger], PinReport]) -> PinReport | str:
             return str(exc)
 
 
-def render(report: PinReport) -> str:
-    """A line per cache: pinned (with every reason), or unpinned (with what pins stay)."""
-    lines = []
-    for cache_id in report.pinned:
-        held = report.reasons[cache_id]
-        if report.action == "pin":
-            lines.append(f"pinned {cache_id}: {'; '.join(held)}")
-        else:
-            lines.append(
-                f"unpinned {cache_id}" + (f"; still pinned: {'; '.join(held)}" if held else "")
-            )
-    lines += [f"skipped {skipped}" for skipped in report.skipped]
-    verb = "pinned for the team at" if report.action == "pin" else "unpinned for the team:"
-    lines += [f"{verb} {where}" for where in report.team]
-    if report.not_here:
-        done = "pinned" if report.action == "pin" else "unpinned"
-        lines.append(f"nothing {done} on this host: {report.not_here}")
-    return "".join(f"{line}\n" for line in lines)
-
-
 def pin_target(ledger: Ledger, target: str, reason: str, now: datetime) -> PinReport:
     """Pin every cache behind `target` that is still on this host."""
     caches = resolve_target(ledger, target)
@@ -160,7 +162,7 @@ def pin_target(ledger: Ledger, target: str, reason: str, now: datetime) -> PinRe
         raise LifecycleError(f"{target}: already torn down; nothing on this host to keep")
     at = now.isoformat(timespec="seconds")
     for cache in live:
-        pin(ledger, cache.id, reason, at)
+        ledger_pins.pin(ledger, cache.id, reason, at)
     skipped = tuple(f"{c.id}: already torn down" for c in caches if c not in live)
     return _report(ledger, "pin", target, tuple(c.id for c in live), skipped)
 
@@ -169,7 +171,7 @@ def unpin_target(ledger: Ledger, target: str, reason: str | None) -> PinReport:
     """Remove the pin with `reason` (every pin when None) from the caches behind `target`;
     for a result, only the pins it put there."""
     caches = resolve_target(ledger, target)
-    current = pins(ledger)
+    current = ledger_pins.pins(ledger)
     result = _result(ledger, target)
     wanted = _matcher(result, reason)
     held = sorted({r for c in caches for r in current.get(c.id, [])})
@@ -181,7 +183,7 @@ def unpin_target(ledger: Ledger, target: str, reason: str | None) -> PinReport:
     for cache in caches:
         gone = [r for r in current.get(cache.id, []) if wanted(r)]
         for one in gone:
-            unpin(ledger, cache.id, one)
+            ledger_pins.unpin(ledger, cache.id, one)
         if gone:
             removed.append(cache.id)
     skipped = tuple(f"{c.id}: was not pinned" for c in caches if c.id not in removed)
@@ -207,6 +209,6 @@ def _result(ledger: Ledger, target: str) -> ResultRecord | None:
 def _report(
     ledger: Ledger, action: str, target: str, changed: tuple[str, ...], skipped: tuple[str, ...]
 ) -> PinReport:
-    current = pins(ledger)
+    current = ledger_pins.pins(ledger)
     ids = [*changed, *(s.split(":", 1)[0] for s in skipped)]
     return PinReport(action, target, changed, skipped, {i: current.get(i, []) for i in ids})

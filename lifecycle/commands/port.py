@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
 from lifecycle.errors import EXIT_OK, LifecycleError
@@ -23,17 +24,6 @@ _STOPPED = (PatchOutcome.CONFLICT, PatchOutcome.BLOCKED_BY)
 
 class PortFailed(LifecycleError):
     """git failed in a way a port does not expect (exit 2: exit 1 means conflicts pending)."""
-
-
-@dataclass(frozen=True)
-class PortOptions:
-    """What the command line asks of a port."""
-
-    old: str | None = None
-    new: str | None = None
-    resume: bool = False  # --continue
-    abort: bool = False
-    flags: PortFlags = field(default_factory=PortFlags)  # for a port that starts
 
 
 @dataclass(frozen=True)
@@ -53,13 +43,24 @@ class PortCommandReport(Report):
             return {"format": self.FORMAT, "aborted": True, "message": self.aborted}
         return {"format": self.FORMAT, **self.report.to_json()}
 
+    def text(self) -> str:
+        """The port's human self, or what an abort removed."""
+        if self.report is None:
+            return f"{self.aborted}\n"
+        return render_text(self.report)
 
-def run(ctx: Context, options: PortOptions, cwd: Path) -> PortCommandReport:
-    """Start a port (or only compute its report, with `dry_run`); or, run from `cwd`, continue
-    the stopped one (its worktree is the resolution) or abort it (a line saying what went)."""
-    home = ctx.home
+
+def run(ctx: Context, options: verbs.Port) -> PortCommandReport:
+    """Start a port (or only compute its report, with `dry_run`); or, run from the current
+    dir, continue the stopped one (its worktree is the resolution) or abort it (a line saying
+    what went)."""
+    home, cwd = ctx.home, Path.cwd()
+    flags = PortFlags(
+        options.dry_run, options.keep_going, options.branch, options.release,
+        options.allow_dirty, options.force,
+    )  # fmt: skip
     if options.resume or options.abort:
-        others = options.old or options.new or options.flags != PortFlags()
+        others = options.old or options.new or flags != PortFlags()
         if (options.resume and options.abort) or others:
             raise LifecycleError("--continue and --abort take no other arguments or options")
         with _git_failures():
@@ -69,16 +70,9 @@ def run(ctx: Context, options: PortOptions, cwd: Path) -> PortCommandReport:
             return PortCommandReport(session.resume(stopped, home))
     if not (options.old and options.new):
         raise LifecycleError("give OLD and NEW (e.g. `lifecycle port 0.30 0.31`)")
-    request = PortRequest(ctx.manifests_dir, options.old, options.new, home, options.flags)
+    request = PortRequest(ctx.manifests_dir, options.old, options.new, home, flags)
     with _git_failures():
         return PortCommandReport(session.start(request))
-
-
-def render(report: PortCommandReport) -> str:
-    """The port's human report, or what an abort removed."""
-    if report.report is None:
-        return f"{report.aborted}\n"
-    return render_text(report.report)
 
 
 @contextmanager

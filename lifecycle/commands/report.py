@@ -8,6 +8,7 @@ never a JSON string holding JSON.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import PurePath
@@ -35,6 +36,10 @@ class Report:
     def notes(self) -> tuple[str, ...]:
         """Lines for stderr, whichever form stdout takes (problems, warnings)."""
         return ()
+
+    def text(self) -> str:
+        """What the verb prints without --json; by default that JSON (a spec, a plan)."""
+        return json.dumps(self.to_json(), indent=2) + "\n"
 
     def to_json(self) -> dict[str, Any]:
         """`{"format": FORMAT, …fields}`."""

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
 
+import click
+
 from lifecycle.archive.best import Best, best_versions
 from lifecycle.archive.config import resolve_location
 from lifecycle.archive.images import pushed_images
@@ -23,6 +25,7 @@ from lifecycle.archive.restore import (
 from lifecycle.archive.store import BlobStore
 from lifecycle.build.engine import find_built
 from lifecycle.build.keys import cache_key, key_factors
+from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
 from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
@@ -41,6 +44,53 @@ class RestoreRunReport(Report):
 
     def to_json(self) -> dict[str, object]:
         return {"format": self.FORMAT, **super().to_json()["restore"]}
+
+    def text(self) -> str:
+        """Where it was restored, what it holds, and what was withheld or masked."""
+        done = self.restore
+        how = "already in place" if done.already_present else "restored"
+        origin = "" if done.known else " (new to this host: its row was made from the record)"
+        state = "live"
+        if done.beside:
+            origin, state = " (beside the cache: it and the ledger are untouched)", "not a cache"
+        text = (
+            f"{done.cache_id}: {how} at {done.host_path}{origin}\n"
+            f"  {done.files} files, {human_bytes(done.bytes)},"
+            f" tree digest {done.tree_digest}; {state}; from {done.location}\n"
+        )
+        if done.withheld:
+            text += (
+                f"  not restored: {', '.join(done.withheld)} (the archive withheld them: they"
+                " held a secret's value; the engine writes them again)\n"
+            )
+        if done.modes_masked:
+            text += (
+                f"  modes masked (no setuid, setgid, sticky or world-writable):"
+                f" {', '.join(done.modes_masked)}\n"
+            )
+        return text
+
+
+def run(ctx: Context, request: verbs.Restore) -> RestoreRunReport | FileReport | RestoreBestReport:
+    """One of restore's four forms, as the flags given say."""
+    target, best, file_path, output = (
+        request.target,
+        request.best,
+        request.file_path,
+        request.output,
+    )
+    if (target is None) == (best is None) or (request.cache_name and not best):
+        raise click.UsageError("give CACHE[@TREE], or --best MANIFEST [--cache NAME]")
+    if (file_path is None) != (output is None) or (file_path and target is None):
+        raise click.UsageError("--file PATH goes with --output FILE and CACHE[@TREE]")
+    if request.into is not None and (target is None or file_path is not None):
+        raise click.UsageError("--into DIR goes with CACHE[@TREE] alone")
+    if best is not None:
+        return run_best(ctx, best, request.cache_name, request.source)
+    assert target is not None
+    if file_path is not None and output is not None:
+        return run_restore_file(ctx, target, request.source, file_path, output)
+    return run_restore(ctx, target, request.source, request.into)
 
 
 def run_restore(
@@ -77,6 +127,14 @@ class FileReport(Report):
     def to_json(self) -> dict[str, object]:
         return {"format": self.FORMAT, "output": self.output, **asdict(self.restored)}
 
+    def text(self) -> str:
+        """One line: what was written where."""
+        done = self.restored
+        return (
+            f"restored {done.path} of {done.cache_id} ({human_bytes(done.size)}, sha256"
+            f" {done.sha256[:12]}…) to {self.output}\n"
+        )
+
 
 def run_restore_file(
     ctx: Context, target: str, source: str | None, path: str, output: Path
@@ -100,15 +158,6 @@ def run_restore_file(
     return FileReport(done, str(output))
 
 
-def render_file(report: FileReport) -> str:
-    """One line: what was written where."""
-    done = report.restored
-    return (
-        f"restored {done.path} of {done.cache_id} ({human_bytes(done.size)}, sha256"
-        f" {done.sha256[:12]}…) to {report.output}\n"
-    )
-
-
 @dataclass(frozen=True)
 class RestoreBestReport(Report):
     """`restore --best`: for each cache of a manifest, the version chosen and restored."""
@@ -126,6 +175,24 @@ class RestoreBestReport(Report):
     @property
     def exit_code(self) -> int:
         return EXIT_NO if self.none_found else EXIT_OK
+
+    def text(self) -> str:
+        """A paragraph per cache restored, then the names nothing matched."""
+        lines = [
+            f"best versions for {self.manifest} (sha256:{self.manifest_digest[:12]}…),"
+            f" arch {self.arch}, image {self.image}:"
+        ]
+        for best, done in zip(self.chosen, self.restored, strict=True):
+            lines.append(
+                f"{best.cache_name}: {best.cache_id}@{best.tree_digest[:12]} archived by"
+                f" {best.host} at {best.archived_at}"
+            )
+            lines.append("  " + RestoreRunReport(done).text().splitlines()[0])
+        lines += [
+            f"{name}: no complete version with key {self.keys[name][:12]}…; boots cold"
+            for name in self.none_found
+        ]
+        return "\n".join(lines) + "\n"
 
 
 def run_best(
@@ -174,48 +241,3 @@ def _image_labels(
         f"no image of {ref} on this host, and none recorded as pushed at"
         f" {store.location.url()}: build it here, or `build --push` it on another host"
     )
-
-
-def render_best(report: RestoreBestReport) -> str:
-    """A paragraph per cache restored, then the names nothing matched."""
-    lines = [
-        f"best versions for {report.manifest} (sha256:{report.manifest_digest[:12]}…),"
-        f" arch {report.arch}, image {report.image}:"
-    ]
-    for best, done in zip(report.chosen, report.restored, strict=True):
-        lines.append(
-            f"{best.cache_name}: {best.cache_id}@{best.tree_digest[:12]} archived by"
-            f" {best.host} at {best.archived_at}"
-        )
-        lines.append("  " + render_restore(RestoreRunReport(done)).splitlines()[0])
-    lines += [
-        f"{name}: no complete version with key {report.keys[name][:12]}…; boots cold"
-        for name in report.none_found
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def render_restore(report: RestoreRunReport) -> str:
-    """Where it was restored, what it holds, and what was withheld or masked."""
-    done = report.restore
-    how = "already in place" if done.already_present else "restored"
-    origin = "" if done.known else " (new to this host: its row was made from the record)"
-    state = "live"
-    if done.beside:
-        origin, state = " (beside the cache: it and the ledger are untouched)", "not a cache"
-    text = (
-        f"{done.cache_id}: {how} at {done.host_path}{origin}\n"
-        f"  {done.files} files, {human_bytes(done.bytes)},"
-        f" tree digest {done.tree_digest}; {state}; from {done.location}\n"
-    )
-    if done.withheld:
-        text += (
-            f"  not restored: {', '.join(done.withheld)} (the archive withheld them: they"
-            " held a secret's value; the engine writes them again)\n"
-        )
-    if done.modes_masked:
-        text += (
-            f"  modes masked (no setuid, setgid, sticky or world-writable):"
-            f" {', '.join(done.modes_masked)}\n"
-        )
-    return text

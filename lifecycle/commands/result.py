@@ -16,13 +16,14 @@ from typing import Any, ClassVar
 from lifecycle.archive.config import optional_location
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import ArchiveError
+from lifecycle.commands import verbs
 from lifecycle.commands.boot import HookEntry
 from lifecycle.commands.context import Context
-from lifecycle.commands.filters import EVERYTHING, Facts, Filters, open_archive
+from lifecycle.commands.filters import Facts, Filters, open_archive
 from lifecycle.commands.report import Report, Row, plain
 from lifecycle.errors import EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import cache_by_id, cache_uses
+from lifecycle.ledger.boots import all_boots, all_caches, cache_uses
 from lifecycle.ledger.pins import pins
 from lifecycle.ledger.results import (
     ResultArchiveRecord,
@@ -30,7 +31,7 @@ from lifecycle.ledger.results import (
     all_results,
     result_archives,
 )
-from lifecycle.results.add import ResultRequest, add_result, find_boot
+from lifecycle.results.add import ResultRequest, add_result
 from lifecycle.results.catalog import ArchivedResult, archived_results
 from lifecycle.results.model import (
     STATUSES,
@@ -38,6 +39,7 @@ from lifecycle.results.model import (
     canonical_result,
     is_pin_of,
     metrics_text,
+    parse_metric,
     pin_reason,
     read_document,
 )
@@ -108,6 +110,27 @@ class ResultAddReport(Report):
     def to_json(self) -> dict[str, Any]:
         return {"format": self.FORMAT, **plain(self.result), "not_archived": self.not_archived}
 
+    def text(self) -> str:
+        """The result recorded: its verdict, digest, what it is instrumented by, where archived."""
+        r = self.result
+        lines = [
+            f"result {r.id} {r.name!r}: {r.status} on boot {r.boot_id}"
+            f" ({r.manifest_name}, {r.profile})",
+            f"  digest sha256:{r.digest}",
+        ]
+        if r.instrumented:
+            hooks = ", ".join(h.name for h in r.hooks if h.observing)
+            lines.append(
+                f"  INSTRUMENTED: the boot ran with observing hook {hooks}, which can change what"
+                " it observes; this is a result of the engine plus the hook"
+            )
+        if r.metrics:
+            lines.append(f"  metrics: {metrics_text(r.metrics, None)}")
+        for archive in r.archives:
+            bucket = ArchiveLocation.parse(archive.location).bucket
+            lines.append(f"  archived: s3://{bucket}/{archive.record_key}")
+        return "\n".join(lines) + "\n"
+
 
 @dataclass(frozen=True)
 class ResultsReport(Report):
@@ -116,11 +139,51 @@ class ResultsReport(Report):
     FORMAT: ClassVar[str] = "lifecycle-results/1"
     results: tuple[ResultView, ...]
 
+    def text(self) -> str:
+        """The table of `lifecycle results`; instrumented results are flagged on their row."""
+        return render(
+            [
+                "RESULT",
+                "CREATED",
+                "NAME",
+                "STATUS",
+                "BOOT",
+                "MANIFEST",
+                "METRICS",
+                "ARCHIVED",
+                "FLAGS",
+            ],
+            [
+                [
+                    r.id,
+                    r.created_at,
+                    r.name,
+                    r.status,
+                    r.boot_id,
+                    r.manifest_name,
+                    metrics_text(r.metrics, METRICS_WIDTH),
+                    "yes" if r.archives else "no",
+                    flags(r.instrumented, bool(r.pinned)),
+                ]
+                for r in self.results
+            ],
+        )
 
-def run_add(ctx: Context, request: ResultRequest, *, to: str | None) -> ResultAddReport:
+
+def add(ctx: Context, asked: verbs.ResultAdd) -> ResultAddReport:
     """Record the result; archive it when a location is set (--to, LIFECYCLE_ARCHIVE,
     lifecycle.yaml)."""
-    where = optional_location(to, ctx.environ, ctx.project)
+    document = asked.document
+    request = ResultRequest(
+        asked.boot_id,
+        asked.name,
+        asked.status,
+        metrics=dict(parse_metric(text) for text in asked.metrics),
+        note=asked.note,
+        document=read_result_file(document) if document else None,
+        document_where=str(document),
+    )
+    where = optional_location(asked.to, ctx.environ, ctx.project)
     with ctx.ledger(create=False, missing=f"unknown boot {request.boot_id!r}") as ledger:
         result = add_result(ledger, request, ctx.now())
         problem = None
@@ -129,23 +192,26 @@ def run_add(ctx: Context, request: ResultRequest, *, to: str | None) -> ResultAd
                 publish_result(ledger, ctx.s3(), where, result, progress=ctx.say)
             except ArchiveError as exc:
                 problem = exc
-        view = describe(ledger, result)
+        [view] = describe(ledger, [result])
     if problem is None:
         return ResultAddReport(view)
     return ResultAddReport(view, str(problem), problem.exit_code)
 
 
-def run_list(ctx: Context, filters: Filters = EVERYTHING) -> ResultsReport:
-    """Every result (of the filters); none in a home where nothing is recorded yet."""
+def results(ctx: Context, request: verbs.Results) -> ResultsReport | ArchivedResultsReport:
+    """`lifecycle results`: this host's, or with --from an archive's."""
+    filters = Filters.of(request)
+    if request.source is not None:
+        return run_archived(ctx, request.source, filters)
     filters.check_state(STATUSES, "results")
     if not ctx.recorded():
         return ResultsReport(())
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
+        arch_of = {cache.id: cache.arch for cache in all_caches(ledger)}
         views = []
-        for result in all_results(ledger):
-            view = describe(ledger, result)
-            arches = {c.arch for i in view.caches if (c := cache_by_id(ledger, i)) is not None}
+        for view in describe(ledger, all_results(ledger)):
+            arches = {arch_of[i] for i in view.caches if i in arch_of}
             facts = {"manifest": view.manifest_name, "arch": ", ".join(sorted(arches))}
             if filters.keeps(now, **facts, state=view.status, at=view.created_at):
                 views.append(view)
@@ -173,8 +239,28 @@ class ArchivedResultsReport(Report):
     location: str
     results: tuple[ListedArchivedResult, ...]
 
+    def text(self) -> str:
+        """The table of `lifecycle results --from`; instrumented and pinned ones flagged."""
+        return f"# {self.location}\n" + render(
+            ["RESULT", "CREATED", "NAME", "STATUS", "BOOT", "MANIFEST", "HOST", "METRICS", "FLAGS"],
+            [
+                [
+                    r.result.result["id"],
+                    r.result.result["created_at"],
+                    r.result.result["name"],
+                    r.result.result["status"],
+                    r.result.result["boot_id"],
+                    r.result.manifest_name,
+                    r.result.host,
+                    metrics_text(r.result.result["metrics"], METRICS_WIDTH),
+                    flags(bool(r.result.result["instrumented"]), bool(r.result.pins)),
+                ]
+                for r in self.results
+            ],
+        )
 
-def run_archived(ctx: Context, source: str, filters: Filters = EVERYTHING) -> ArchivedResultsReport:
+
+def run_archived(ctx: Context, source: str, filters: Filters) -> ArchivedResultsReport:
     """Every result the archive at `source` holds, whichever host archived it."""
     store, now = open_archive(ctx, source, filters, STATUSES, "results")
     kept = filters.select(
@@ -185,87 +271,36 @@ def run_archived(ctx: Context, source: str, filters: Filters = EVERYTHING) -> Ar
     return ArchivedResultsReport(store.location.url(), tuple(map(ListedArchivedResult, kept)))
 
 
-def render_archived(report: ArchivedResultsReport) -> str:
-    """The table of `lifecycle results --from`; instrumented and pinned ones flagged."""
-    return f"# {report.location}\n" + render(
-        ["RESULT", "CREATED", "NAME", "STATUS", "BOOT", "MANIFEST", "HOST", "METRICS", "FLAGS"],
-        [
-            [
-                r.result.result["id"],
-                r.result.result["created_at"],
-                r.result.result["name"],
-                r.result.result["status"],
-                r.result.result["boot_id"],
-                r.result.manifest_name,
-                r.result.host,
-                metrics_text(r.result.result["metrics"], METRICS_WIDTH),
-                flags(bool(r.result.result["instrumented"]), bool(r.result.pins)),
-            ]
-            for r in report.results
-        ],
-    )
-
-
-def describe(ledger: Ledger, result: ResultRecord) -> ResultView:
-    """A result with its boot's manifest, profile and hooks, its caches, pins and archives."""
-    boot = find_boot(ledger, result.boot_id)
-    caches = tuple(u.cache_id for u in cache_uses(ledger, boot_id=boot.id))
-    held, mine = pins(ledger), pin_reason(result.id)
-    pinned = tuple(sorted(c for c in caches if any(is_pin_of(r, mine) for r in held.get(c, []))))
-    return ResultView(
-        **canonical_result(result),
-        digest=result.digest,
-        manifest_name=boot.manifest_name,
-        profile=boot.profile,
-        hooks=tuple(HookEntry(**hook) for hook in json.loads(boot.hooks)),
-        document_path=result.document_path,
-        caches=caches,
-        pinned=pinned,
-        archives=tuple(result_archives(ledger, result.id)),
-    )
-
-
-def render_list(report: ResultsReport) -> str:
-    """The table of `lifecycle results`; instrumented results are flagged on their row."""
-    return render(
-        ["RESULT", "CREATED", "NAME", "STATUS", "BOOT", "MANIFEST", "METRICS", "ARCHIVED", "FLAGS"],
-        [
-            [
-                r.id,
-                r.created_at,
-                r.name,
-                r.status,
-                r.boot_id,
-                r.manifest_name,
-                metrics_text(r.metrics, METRICS_WIDTH),
-                "yes" if r.archives else "no",
-                flags(r.instrumented, bool(r.pinned)),
-            ]
-            for r in report.results
-        ],
-    )
-
-
-def render_add(report: ResultAddReport) -> str:
-    """The result recorded: its verdict, digest, what it is instrumented by, where archived."""
-    r = report.result
-    lines = [
-        f"result {r.id} {r.name!r}: {r.status} on boot {r.boot_id}"
-        f" ({r.manifest_name}, {r.profile})",
-        f"  digest sha256:{r.digest}",
-    ]
-    if r.instrumented:
-        hooks = ", ".join(h.name for h in r.hooks if h.observing)
-        lines.append(
-            f"  INSTRUMENTED: the boot ran with observing hook {hooks}, which can change what"
-            " it observes; this is a result of the engine plus the hook"
+def describe(ledger: Ledger, results: list[ResultRecord]) -> list[ResultView]:
+    """Results with their boots' manifest, profile and hooks, their caches, pins and archives;
+    the ledger is read once for all of them."""
+    boots = {boot.id: boot for boot in all_boots(ledger)}
+    caches: dict[str, list[str]] = {}
+    for use in cache_uses(ledger):
+        caches.setdefault(use.boot_id, []).append(use.cache_id)
+    archives: dict[str, list[ResultArchiveRecord]] = {}
+    for archive in result_archives(ledger):
+        archives.setdefault(archive.result_id, []).append(archive)
+    held = pins(ledger)
+    views = []
+    for result in results:
+        boot, mine = boots[result.boot_id], pin_reason(result.id)
+        used = tuple(caches.get(boot.id, ()))
+        pinned = tuple(sorted(c for c in used if any(is_pin_of(r, mine) for r in held.get(c, []))))
+        views.append(
+            ResultView(
+                **canonical_result(result),
+                digest=result.digest,
+                manifest_name=boot.manifest_name,
+                profile=boot.profile,
+                hooks=tuple(HookEntry(**hook) for hook in json.loads(boot.hooks)),
+                document_path=result.document_path,
+                caches=used,
+                pinned=pinned,
+                archives=tuple(archives.get(result.id, ())),
+            )
         )
-    if r.metrics:
-        lines.append(f"  metrics: {metrics_text(r.metrics, None)}")
-    for archive in r.archives:
-        bucket = ArchiveLocation.parse(archive.location).bucket
-        lines.append(f"  archived: s3://{bucket}/{archive.record_key}")
-    return "\n".join(lines) + "\n"
+    return views
 
 
 def flags(instrumented: bool, pinned: bool) -> str:

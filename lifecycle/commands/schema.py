@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from lifecycle.commands import verbs
+from lifecycle.commands.context import Context
+from lifecycle.commands.report import Report
 from lifecycle.manifest import Manifest
 from lifecycle.records import json_schema
 
@@ -38,3 +43,20 @@ def record_json_schema(kind: str) -> dict[str, Any]:
     """JSON Schema of one archive record format: `cache`, `boot`, `result`, `image`, `pin`
     (the current ones) or any format's full name (the previous release's too)."""
     return json_schema(kind)
+
+
+@dataclass(frozen=True)
+class SchemaReport(Report):
+    """A JSON Schema, printed as it is (there is no --json: it is JSON)."""
+
+    FORMAT: ClassVar[str] = "json-schema"
+    schema: dict[str, Any]
+
+    def text(self) -> str:
+        return json.dumps(self.schema, indent=2) + "\n"
+
+
+def run(ctx: Context, request: verbs.Schema) -> SchemaReport:
+    """The manifest's schema, or with --record a record format's."""
+    kind = request.record_kind
+    return SchemaReport(record_json_schema(kind) if kind else manifest_json_schema())

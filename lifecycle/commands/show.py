@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import yaml
 
+from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
 from lifecycle.manifest import find_manifest, load_manifest
@@ -50,11 +51,36 @@ class ShowReport(Report):
     manifest: dict[str, Any]  # the canonical resolved manifest
     registry: str | None = None  # where its images are pushed and pulled; not in the digest
 
+    def text(self) -> str:
+        """Human form: a header naming what needs re-validation, then the resolved YAML."""
+        lines = [
+            f"# {self.file}",
+            *(f"#   extends {parent}" for parent in self.extends_chain),
+            f"# digest sha256:{self.digest}",
+        ]
+        for name, why in self.unconfirmed.items():
+            value = self.pins[name]
+            lines.append(
+                f"# pin {name}={value} UNCONFIRMED ({why})  <- build refuses it until checked"
+            )
+        for name, tuned in self.tuned.items():
+            flag = "" if tuned.status == "validated" else "  <- NOT re-validated on this release"
+            origin = f" from {tuned.carried_from}" if tuned.carried_from else ""
+            lines.append(f"# tuned {name}={tuned.value} ({tuned.status}{origin}){flag}")
+        for patch in self.patches:
+            lines.append(f"# patch {patch.file} sha256:{patch.sha256[:16]}")
+        for name, profile in self.profiles.items():
+            lines.append(f"# profile {name}: {_command_line(profile)}")
+        if self.registry is not None:
+            lines.append("# registry: where its images are kept, not part of the digest")
+        body = yaml.safe_dump(_without_nulls(_with_registry(self)), sort_keys=False, width=100)
+        return "\n".join(lines) + "\n" + body
 
-def run(ctx: Context, ref: str) -> ShowReport:
+
+def run(ctx: Context, request: verbs.Show) -> ShowReport:
     """VERSION (or a manifest path) resolved: file, extends chain, digest, patches, what each
     profile runs, manifest."""
-    loaded = load_manifest(find_manifest(ctx.manifests_dir, ref))
+    loaded = load_manifest(find_manifest(ctx.manifests_dir, request.version))
     manifest = loaded.manifest
     return ShowReport(
         file=str(loaded.file),
@@ -80,30 +106,6 @@ def run(ctx: Context, ref: str) -> ShowReport:
         manifest=canonical_form(loaded),
         registry=manifest.registry,
     )
-
-
-def render(report: ShowReport) -> str:
-    """Human form: a header naming what needs re-validation, then the resolved YAML."""
-    lines = [
-        f"# {report.file}",
-        *(f"#   extends {parent}" for parent in report.extends_chain),
-        f"# digest sha256:{report.digest}",
-    ]
-    for name, why in report.unconfirmed.items():
-        value = report.pins[name]
-        lines.append(f"# pin {name}={value} UNCONFIRMED ({why})  <- build refuses it until checked")
-    for name, tuned in report.tuned.items():
-        flag = "" if tuned.status == "validated" else "  <- NOT re-validated on this release"
-        origin = f" from {tuned.carried_from}" if tuned.carried_from else ""
-        lines.append(f"# tuned {name}={tuned.value} ({tuned.status}{origin}){flag}")
-    for patch in report.patches:
-        lines.append(f"# patch {patch.file} sha256:{patch.sha256[:16]}")
-    for name, profile in report.profiles.items():
-        lines.append(f"# profile {name}: {_command_line(profile)}")
-    if report.registry is not None:
-        lines.append("# registry: where its images are kept, not part of the digest")
-    body = yaml.safe_dump(_without_nulls(_with_registry(report)), sort_keys=False, width=100)
-    return "\n".join(lines) + "\n" + body
 
 
 def _with_registry(report: ShowReport) -> dict[str, Any]:

@@ -7,39 +7,24 @@ show the plan and how to ask for agreement (a terminal prompt, or `--yes`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from lifecycle.archive.config import optional_location, resolve_location
 from lifecycle.archive.location import s3_client
+from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
 from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.hooks import select
+from lifecycle.table import human_bytes
 from lifecycle.teardown.journal import teardown_lock
 from lifecycle.teardown.plan import Selection, TeardownPlan, parse_duration
-from lifecycle.teardown.report import plan_json, result_json, summary_text
+from lifecycle.teardown.report import plan_json, plan_text, result_json, summary_text
 from lifecycle.teardown.run import TeardownResult, run_teardown
 from lifecycle.teardown.survey import Services, TeardownRequest, make_plan
-
-
-@dataclass(frozen=True)
-class TeardownOptions:
-    """What the command line asks of a teardown."""
-
-    cache_ids: Sequence[str] = ()
-    archive_first: bool = False
-    with_content: bool = False
-    dry_run: bool = False
-    images: bool = False
-    manifest: str | None = None
-    older_than: str | None = None
-    state: str | None = None
-    to: str | None = None
-    hook_names: Sequence[str] = field(default_factory=tuple)
-    drop_withheld: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,15 +60,15 @@ class TeardownReport(Report):
             "result": result_json(self.result) if self.result else None,
         }
 
+    def text(self) -> str:
+        """After the plan (shown already): what the run did, or that there was nothing to do."""
+        if self.result is not None:
+            return summary_text(self.result)
+        return "" if self.dry_run and self.plan is not None else "nothing to remove\n"
 
-def run(
-    ctx: Context,
-    options: TeardownOptions,
-    *,
-    show: Callable[[TeardownPlan], None],
-    agree: Callable[[TeardownPlan], None],
-) -> TeardownReport:
-    """Plan, `show` the plan, `agree` (raises to stop), carry it out."""
+
+def run(ctx: Context, options: verbs.Teardown) -> TeardownReport:
+    """Plan, show the plan, ask for agreement (or --yes), carry it out."""
     request = make_request(ctx, options)
     hooks = select(ctx.project / "hooks", options.hook_names)
     checkpoint = ctx.checkpoint()  # test-only fault injection; a no-op when unset
@@ -98,9 +83,11 @@ def run(
         nullcontext() if dry_run else teardown_lock(ledger.home),  # a dry run changes nothing
     ):
         plan = make_plan(ledger, services, request, preview=dry_run)
-        show(plan)
+        if not options.as_json:
+            ctx.out(plan_text(plan, dry_run=dry_run))
         if not dry_run and plan.has_work:
-            agree(plan)
+            question = f"remove {len(plan.removing)} caches ({human_bytes(plan.bytes_to_free)})?"
+            ctx.agree(question, options, lambda: {"plan": plan_json(plan), "result": None})
             result = run_teardown(
                 ledger, services, plan, request, hooks=hooks, checkpoint=checkpoint,
                 progress=ctx.say,
@@ -108,14 +95,7 @@ def run(
     return TeardownReport(plan, result, options.dry_run)
 
 
-def render(report: TeardownReport) -> str:
-    """After the plan (shown already): what the run did, or that there was nothing to do."""
-    if report.result is not None:
-        return summary_text(report.result)
-    return "" if report.dry_run and report.plan is not None else "nothing to remove\n"
-
-
-def make_request(ctx: Context, options: TeardownOptions) -> TeardownRequest:
+def make_request(ctx: Context, options: verbs.Teardown) -> TeardownRequest:
     """The filters and switches, checked: a bad duration is a usage error. Without --archive
     no location need be configured: each archive is verified where its record says it was
     written; one given but wrong is an error all the same."""

@@ -8,9 +8,7 @@ again by its recorded ladder: it becomes validated, or a new value is proposed (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
+from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.night import NightPlanReport, NightReport, plan_only, run_plan
 from lifecycle.errors import LifecycleError
@@ -19,19 +17,7 @@ from lifecycle.night.run import NightRequest
 from lifecycle.night.tuning import ladder_plan, revalidation_plan
 
 
-@dataclass(frozen=True)
-class TuneOptions:
-    """What the command line asks of a ladder."""
-
-    version: str
-    ladder: Path | None = None
-    revalidate: bool = False
-    dry_run: bool = False
-    new: bool = False
-    to: str | None = None
-
-
-def run(ctx: Context, options: TuneOptions) -> NightReport | NightPlanReport:
+def run(ctx: Context, options: verbs.Tune) -> NightReport | NightPlanReport:
     """Climb the ladder (or revalidate), as a night of kind `tune`."""
     if (options.ladder is None) != options.revalidate:
         raise LifecycleError("give a LADDER file, or --revalidate (not both)")

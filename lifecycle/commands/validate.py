@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
 from lifecycle.errors import EXIT_OK, EXIT_USAGE, LifecycleError, ManifestError, problem_lines
@@ -53,11 +53,15 @@ class ValidateReport(Report):
             entry["valid"] = not validation.problems
         return document
 
+    def text(self) -> str:
+        """`ok FILE sha256:DIGEST` per valid file (the problems go to stderr)."""
+        return "".join(f"ok {v.file} sha256:{v.digest}\n" for v in self.files if not v.problems)
 
-def run(ctx: Context, paths: Sequence[Path]) -> ValidateReport:
+
+def run(ctx: Context, request: verbs.Validate) -> ValidateReport:
     """Validate each file independently (default: every manifest under the manifests dir, nested
     ones such as `demo/0.2` included), so one broken manifest does not hide another."""
-    files = [file for path in paths for file in _manifests_in(path)]
+    files = [file for path in request.paths for file in _manifests_in(path)]
     files = files or sorted(ctx.manifests_dir.glob(f"**/{MANIFEST_NAME}"))
     if not files:
         raise LifecycleError(f"no manifests found under {ctx.manifests_dir}")
@@ -84,8 +88,3 @@ def _manifests_in(path: Path) -> list[Path]:
     if (path / MANIFEST_NAME).is_file():
         return [path / MANIFEST_NAME]
     return sorted(path.glob(f"**/{MANIFEST_NAME}")) or [path]
-
-
-def render(report: ValidateReport) -> str:
-    """`ok FILE sha256:DIGEST` per valid file (the problems go to stderr)."""
-    return "".join(f"ok {v.file} sha256:{v.digest}\n" for v in report.files if not v.problems)

@@ -21,6 +21,7 @@ from lifecycle.audit.check import (
     verify_cache,
     verify_result,
 )
+from lifecycle.commands import verbs
 from lifecycle.commands.audit import reading
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report
@@ -65,10 +66,31 @@ class VerifyRunReport(Report):
             ],
         }
 
+    def text(self) -> str:
+        """What differs first, each naming the file or object; then what was found as recorded,
+        what a gc collected, and what is history."""
+        report = self.report
+        count = len(report.problems)
+        verdict = "as recorded" if not count else f"{count} difference{'s' * (count != 1)}"
+        collected, history = report.marked("collected"), report.marked("history")
+        if collected:
+            verdict += f"; {len(collected)} collected by gc"
+        if history:
+            verdict += f"; {len(history)} in history, not checked"
+        lines = [f"verify {report.kind} {report.target} (from {report.source}): {verdict}"]
+        lines += [f"  DIFFERS {f.subject}: {f.problem}" for f in report.problems]
+        lines += [
+            f"  ok      {f.subject}" + (f": {f.note}" if f.note else "")
+            for f in report.marked("ok")
+        ]
+        lines += [f"  {f.status} {f.subject}: {f.note}" for f in collected + history]
+        return "\n".join(lines) + "\n"
 
-def run(ctx: Context, target: str, source: str | None, every: bool = False) -> VerifyRunReport:
+
+def run(ctx: Context, request: verbs.Verify) -> VerifyRunReport:
     """Verify a cache, one version of it, or a result from the ledger, or (with --from) from
-    the archive alone; `every`: every version, not only those needed now."""
+    the archive alone; --all-versions: every version, not only those needed now."""
+    target, source, every = request.target, request.source, request.every
     with reading(ctx, source) as read:
         found = verify(
             target, ledger=read.ledger, client=read.client, source=read.archive, every=every
@@ -109,23 +131,3 @@ def verify(
         f"no {what} {cache_id!r} in the ledger at {ledger.home.root}"
         " (archived elsewhere? add --from s3://BUCKET/PREFIX to verify its archive alone)"
     )
-
-
-def render(run_report: VerifyRunReport) -> str:
-    """What differs first, each naming the file or object; then what was found as recorded,
-    what a gc collected, and what is history."""
-    report = run_report.report
-    count = len(report.problems)
-    verdict = "as recorded" if not count else f"{count} difference{'s' * (count != 1)}"
-    collected, history = report.marked("collected"), report.marked("history")
-    if collected:
-        verdict += f"; {len(collected)} collected by gc"
-    if history:
-        verdict += f"; {len(history)} in history, not checked"
-    lines = [f"verify {report.kind} {report.target} (from {report.source}): {verdict}"]
-    lines += [f"  DIFFERS {f.subject}: {f.problem}" for f in report.problems]
-    lines += [
-        f"  ok      {f.subject}" + (f": {f.note}" if f.note else "") for f in report.marked("ok")
-    ]
-    lines += [f"  {f.status} {f.subject}: {f.note}" for f in collected + history]
-    return "\n".join(lines) + "\n"

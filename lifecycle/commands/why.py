@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.report import Report, plain
 from lifecycle.table import human_bytes
@@ -37,6 +38,30 @@ class WhyReport(Report):
             "same": found.same,
         }
 
+    def text(self) -> str:
+        """The boot's warmth, the other boot and why it was chosen, then each change."""
+        found = self.explanation
+        now, then = found.now, found.then
+        lines = [
+            f"boot {now.boot.id}: {now.warmth}",
+            f"  {found.summary}",
+            *(f"  {r.name}: {r.mode}, {r.verdict or '-'}" for r in now.recorded),
+            f"compared with {then.boot.id}: {then.warmth} ({found.chosen})",
+        ]
+        if found.changes:
+            lines.append("what changed:")
+            lines += [f"  {change.line()}" for change in found.changes]
+        else:
+            lines.append("nothing that decides a cache's reuse changed")
+        lines.append("the same: " + ", ".join(found.same))
+        if now.untracked and now.untracked.files:
+            lines.append(
+                f"outside tracked caches: {human_bytes(now.untracked.bytes)} in "
+                f"{now.untracked.files} files, lost with the container and rebuilt by every boot:"
+            )
+            lines += [f"  {d}: {human_bytes(b)} in {n} files" for d, n, b in now.untracked.roots]
+        return "\n".join(lines) + "\n"
+
 
 def _boot(facts: BootFacts) -> dict[str, Any]:
     return {
@@ -53,33 +78,9 @@ def _boot(facts: BootFacts) -> dict[str, Any]:
     }
 
 
-def run(ctx: Context, boot_id: str, against: str | None) -> WhyReport:
+def run(ctx: Context, request: verbs.Why) -> WhyReport:
     """Explain one boot from this host's ledger and evidence."""
+    boot_id, against = request.boot_id, request.against
     ctx.recorded(missing=f"no boot {boot_id!r} to explain")
     with ctx.ledger(create=False) as ledger:
         return WhyReport(explain(ledger, boot_id, against))
-
-
-def render(report: WhyReport) -> str:
-    """The boot's warmth, the other boot and why it was chosen, then each change."""
-    found = report.explanation
-    now, then = found.now, found.then
-    lines = [
-        f"boot {now.boot.id}: {now.warmth}",
-        f"  {found.summary}",
-        *(f"  {r.name}: {r.mode}, {r.verdict or '-'}" for r in now.recorded),
-        f"compared with {then.boot.id}: {then.warmth} ({found.chosen})",
-    ]
-    if found.changes:
-        lines.append("what changed:")
-        lines += [f"  {change.line()}" for change in found.changes]
-    else:
-        lines.append("nothing that decides a cache's reuse changed")
-    lines.append("the same: " + ", ".join(found.same))
-    if now.untracked and now.untracked.files:
-        lines.append(
-            f"outside tracked caches: {human_bytes(now.untracked.bytes)} in "
-            f"{now.untracked.files} files, lost with the container and rebuilt by every boot:"
-        )
-        lines += [f"  {d}: {human_bytes(b)} in {n} files" for d, n, b in now.untracked.roots]
-    return "\n".join(lines) + "\n"

@@ -87,8 +87,11 @@ def record_result_archive(ledger: Ledger, archive: ResultArchiveRecord) -> None:
         insert(conn, "result_archives", archive)
 
 
-def result_archives(ledger: Ledger, result_id: str) -> list[ResultArchiveRecord]:
+def result_archives(ledger: Ledger, result_id: str | None = None) -> list[ResultArchiveRecord]:
     """Where the result was archived, oldest first."""
+    if result_id is None:
+        sql = "SELECT * FROM result_archives ORDER BY archived_at, rowid"
+        return ledger.records(ResultArchiveRecord, sql)
     return ledger.records(
         ResultArchiveRecord,
         "SELECT * FROM result_archives WHERE result_id = ? ORDER BY archived_at, rowid",

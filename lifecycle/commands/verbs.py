@@ -1,0 +1,424 @@
+"""Every verb's arguments and options, declared once.
+
+A request class is a verb: its docstring is the verb's help, its fields are the verb's
+arguments (`arg`) and options (`opt`), and `lifecycle.cli` builds the click command from them;
+the function named by `run=` (in lifecycle.commands) receives an instance. A field's flag is
+its name (`dry_run` is `--dry-run`) unless declared; its Python type says the rest: `bool` is
+a flag, `tuple[...]` repeatable, `int`/`float` typed, `Path` a path (`path="file"`/`"dir"`).
+Only click is imported here: `lifecycle --help` reads these classes.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, ClassVar, dataclass_transform
+
+import click
+
+from lifecycle.commands.params import GIVEN
+from lifecycle.formats import RECORD_KINDS
+
+REQUIRED: Any = object()  # an argument with no default must be given
+
+
+class Param:
+    """How one field of a request is given on the command line."""
+
+    def __init__(self, decls: tuple[str, ...], default: Any, settings: dict[str, Any]) -> None:
+        self.decls = decls  # for an option: its flags; for an argument: ()
+        self.default = default
+        self.settings = settings  # click's own keywords (help, metavar, type, ...)
+        self.name = ""
+        self.kind = ""  # the field's annotation, as written
+
+    @property
+    def is_argument(self) -> bool:
+        return self.settings.get("argument", False) is True
+
+
+def opt(*decls: str, default: Any = None, **settings: Any) -> Any:
+    """An option; a `bool` is a flag that defaults to False, a `tuple` repeatable and ()."""
+    return Param(decls, default, settings)
+
+
+def arg(*, default: Any = REQUIRED, **settings: Any) -> Any:
+    """A positional argument; a `tuple` takes any number."""
+    return Param((), default, {**settings, "argument": True})
+
+
+def _field(param: Param, name: str, kind: str) -> Param:
+    param.name, param.kind = name, kind
+    if param.default is None and kind == "bool":
+        param.default = False
+    elif param.default is None and kind.startswith("tuple["):
+        param.default = ()
+    return param
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(opt, arg))
+class Request:
+    """What the command line asked of a verb. Subclass with `verb=` (default: the class's name,
+    lowercased) and `run=` ("module:function" in lifecycle.commands; default: VERB:run)."""
+
+    VERB: ClassVar[str]
+    RUN: ClassVar[str]
+    PARAMS: ClassVar[dict[str, Param]]
+    as_json: bool = opt("--json", help="Print the report as JSON.")
+
+    def __init_subclass__(cls, verb: str = "", run: str = "", json: bool = True) -> None:
+        cls.VERB = verb or cls.__name__.lower()
+        cls.RUN = run or f"{cls.VERB}:run"
+        cls.PARAMS = {}
+        for klass in reversed(cls.__mro__[: cls.__mro__.index(Request)]):  # bases' fields first
+            for name, kind in inspect.get_annotations(klass).items():
+                if not kind.startswith("ClassVar"):
+                    cls.PARAMS[name] = _field(klass.__dict__[name], name, kind)
+        if json:
+            cls.PARAMS["as_json"] = _field(Request.__dict__["as_json"], "as_json", "bool")
+        else:
+            cls.as_json = False  # the verb prints no report
+
+    def __init__(self, **given: Any) -> None:
+        for name, param in self.PARAMS.items():
+            value = given.pop(name, param.default)
+            if value is REQUIRED:
+                raise TypeError(f"{self.VERB}: {name} is required")
+            object.__setattr__(self, name, value)
+        if given:
+            raise TypeError(f"{self.VERB}: no such field {', '.join(given)}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a request is read-only: {name}")
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.PARAMS)
+        return f"{type(self).__name__}({fields})"
+
+
+# Help shared by several verbs.
+TO = "Archive location (default: LIFECYCLE_ARCHIVE)."
+FROM = "Read the archive alone (no ledger)."
+HOOK = "Attach hooks/NAME."
+
+
+class Validate(Request):
+    """Validate manifests (default: every manifest.yaml under the manifests dir)."""
+
+    paths: tuple[Path, ...] = arg(type=click.Path(path_type=Path))
+
+
+class Show(Request):
+    """Print the resolved manifest of VERSION (or a manifest path) and its digest."""
+
+    version: str = arg()
+
+
+class Build(Request):
+    """Build the engine image of VERSION through the Docker Engine API."""
+
+    version: str = arg()
+    dry_run: bool = opt(help="Print the plan (Dockerfile, context, tag, labels).")
+    force: bool = opt(help="Build even if an image of this digest exists.")
+    push: str | None = opt(metavar="REGISTRY", help="Tag and push the image to REGISTRY.")
+
+
+class Boot(Request):
+    """Boot the built engine of VERSION with its JIT caches mounted from tracked host dirs."""
+
+    version: str = arg()
+    profile: str | None = opt(help="Boot profile (default: the only one, else 'serve').")
+    cold: bool = opt(help="Start from empty caches instead of reusing live ones.")
+    hook_names: tuple[str, ...] = opt("--hook", metavar="NAME", help=HOOK)
+    timeout: float | None = opt(
+        type=click.FloatRange(min=0, min_open=True),
+        help="Stop the engine after this many seconds.",
+    )
+    dry_run: bool = opt(help="Print the exact container spec; run nothing.")
+    pull: bool = opt(help="Pull the image by digest if this host has none (see README).")
+
+
+class Listing(Request):
+    """--from and the filters every listing takes."""
+
+    STATES: ClassVar[str]  # what --state may say
+    source: str | None = opt(
+        "--from",
+        metavar="S3_URL",
+        help="List what this archive holds, whichever host archived it (no ledger).",
+    )
+    manifest: str | None = opt(metavar="NAME", help="Only of this manifest.")
+    arch: str | None = opt(metavar="ARCH", help="Only of this GPU arch (e.g. 90a).")
+    state: str | None = opt(metavar="STATE", help="Only in this state: {states}.")
+    older_than: str | None = opt(metavar="DURATION", help="Only older (2h, 3d).")
+    newer_than: str | None = opt(metavar="DURATION", help="Only newer (2h, 3d).")
+
+
+class Caches(Listing, run="listing:caches"):
+    """List tracked JIT caches: size, files, boots that used them, state, age; with --from,
+    every cache an archive holds and its versions."""
+
+    STATES = "live, archived, torn-down, missing; with --from: restorable, evidence"
+
+
+class Boots(Listing, run="listing:boots"):
+    """List boots: when, which profile, outcome, caches cold/warm, hooks, instrumented; with
+    --from, every boot an archive holds."""
+
+    STATES = "running, ok, failed, interrupted, aborted"
+
+
+class Results(Listing, run="result:results"):
+    """List results: name, status, boot, metrics, archived; instrumented ones are flagged; with
+    --from, every result an archive holds."""
+
+    STATES = "pass, fail, inconclusive"
+
+
+class Why(Request):
+    """Why BOOT was cold or partly warm: what changed against a warm boot."""
+
+    boot_id: str = arg(metavar="BOOT")
+    against: str | None = opt(metavar="BOOT", help="The boot to compare with (default: best warm).")
+
+
+class Teardown(Request):
+    """Remove boot caches whose archive verifies in S3 now; kept ones are shown with why."""
+
+    cache_ids: tuple[str, ...] = arg(metavar="[CACHE]...", type=GIVEN)
+    archive_first: bool = opt("--archive", help="Archive caches not archived yet.")
+    with_content: bool = opt(help="With --archive: archive file content too.")
+    dry_run: bool = opt(help="Print the plan; change nothing anywhere.")
+    yes: bool = opt(help="Do not ask for confirmation.")
+    images: bool = opt(help="Also remove engine images no cache refers to.")
+    drop_withheld: bool = opt(
+        help="Also remove caches holding files no archive may hold (a secret's value in them)."
+    )
+    manifest: str | None = opt(
+        type=GIVEN, metavar="NAME", help="Only caches (and images) of this manifest."
+    )
+    older_than: str | None = opt(
+        type=GIVEN, metavar="DURATION", help="Only caches older than this (2h, 3d)."
+    )
+    state: str | None = opt(
+        type=click.Choice(["live", "archived"]), help="Only caches in this state."
+    )
+    to: str | None = opt(
+        type=GIVEN, metavar="S3_URL", help="Where --archive writes (s3://BUCKET/PREFIX)."
+    )
+    hook_names: tuple[str, ...] = opt("--hook", type=GIVEN, metavar="NAME", help=HOOK)
+
+
+class Gc(Request):
+    """Remove from an archive every object no kept record needs; never what is behind a pinned
+    result. The plan is shown first; a stopped run is completed by the next."""
+
+    remote: bool = opt(help="Collect in the archive (the only kind there is).")
+    source: str | None = opt(
+        "--from", type=GIVEN, metavar="S3_URL", help="The archive (default: LIFECYCLE_ARCHIVE)."
+    )
+    keep_last: int | None = opt(metavar="N", help="Keep each cache's N newest versions (trees).")
+    older_than: str | None = opt(
+        type=GIVEN, metavar="DURATION", help="Remove only what is older (3d, 2w)."
+    )
+    grace: str = opt(
+        type=GIVEN,
+        metavar="DURATION",
+        default="1h",
+        show_default=True,
+        help="Never remove what was written this recently (another host may be archiving).",
+    )
+    dry_run: bool = opt(help="Print the plan; remove nothing.")
+    yes: bool = opt(help="Do not ask for confirmation.")
+
+
+class Pin(Request, run="pin:pin"):
+    """Make CACHE (or every cache behind RESULT) a GC root: teardown keeps it until unpinned.
+
+    A pin is this host's: it keeps the caches still here and is kept in this host's ledger.
+    """
+
+    target: str = arg(metavar="CACHE|RESULT")
+    reason: str | None = opt(
+        help="Why it is kept.", show_default="pinned by hand; for RESULT: result <id>"
+    )
+    to: str | None = opt(
+        metavar="S3_URL", help="Pin a RESULT in this archive too (default: LIFECYCLE_ARCHIVE)."
+    )
+
+
+class Unpin(Request, run="pin:unpin"):
+    """Remove CACHE's pins (or the one with --reason); teardown may then remove it.
+
+    For RESULT, only the pins that result put on its caches come off; other pins stay.
+    """
+
+    target: str = arg(metavar="CACHE|RESULT", type=GIVEN)
+    reason: str | None = opt(type=GIVEN, help="Remove only the pin with this reason.")
+    to: str | None = opt(type=GIVEN, metavar="S3_URL", help="Unpin a RESULT in this archive too.")
+
+
+class Archive(Request):
+    """Archive caches' evidence (and files, --with-content) to S3, content-addressed, verified."""
+
+    cache_ids: tuple[str, ...] = arg(metavar="[CACHE]...")
+    every: bool = opt("--all", help="Every live cache; re-verify archived ones.")
+    with_content: bool = opt(help="Archive the cache's files too (restorable).")
+    to: str | None = opt(metavar="S3_URL", help=TO)
+    dry_run: bool = opt(help="Show what would be uploaded; write nothing.")
+
+
+class Restore(Request):
+    """Rebuild CACHE's dir from an archived version's files (the newest, or the one of TREE, a
+    tree digest), verified, and mark it live; or with --into DIR, in a new dir beside it; or
+    with --best, what a boot here would reuse; or with --file PATH --output FILE, one file."""
+
+    target: str | None = arg(metavar="CACHE[@TREE]", default=None)
+    source: str | None = opt(
+        "--from", metavar="S3_URL", help="Archive location (as for archive --to)."
+    )
+    best: str | None = opt(
+        metavar="MANIFEST",
+        help="For each cache of MANIFEST, the newest complete version a boot here would reuse.",
+    )
+    cache_name: str | None = opt("--cache", metavar="NAME", help="With --best: only this cache.")
+    file_path: str | None = opt("--file", metavar="PATH", help="Only this file of the cache...")
+    output: Path | None = opt(
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="...written to this new file (nothing else is downloaded; the ledger is untouched).",
+    )
+    into: Path | None = opt(
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Rebuild CACHE[@TREE] in this new dir instead, beside the cache (which is untouched).",
+    )
+
+
+class Schema(Request, json=False):
+    """Print the manifest JSON Schema (for editors' YAML language servers), or a record's."""
+
+    record_kind: str | None = opt(
+        "--record",
+        type=click.Choice(sorted(RECORD_KINDS)),
+        help="The JSON Schema of an archive record format (or a format's full name) instead.",
+    )
+
+
+class Port(Request):
+    """Port the patch series of OLD to the upstream release NEW, on branch port/NEW.
+
+    Exit 0 when the port is complete, 1 while conflicts are pending, 2 on usage errors.
+    """
+
+    old: str | None = arg(default=None)
+    new: str | None = arg(default=None)
+    dry_run: bool = opt(help="Compute the report; write nothing.")
+    keep_going: bool = opt(help="Try every patch; report every conflict.")
+    resume: bool = opt("--continue", help="Go on after resolving a conflict.")
+    abort: bool = opt(help="Forget the stopped port, restoring everything.")
+    branch: str | None = opt(metavar="NAME", help="Branch to commit on (default: port/NEW).")
+    release: str | None = opt(metavar="VERSION", help="Upstream release (default: from NEW).")
+    allow_dirty: bool = opt(help="Port OLD as in the working tree though HEAD differs.")
+    force: bool = opt(help="Replace a NEW that exists (keeps what it validated).")
+
+
+GROUPS = {
+    "result": "Record results against boots; `lifecycle results` lists them.",
+    "audit": "Which caches, image, manifest and patches stand behind a result; what stands on a"
+    " cache.",
+}
+
+
+class ResultAdd(Request, verb="result add", run="result:add"):
+    """Record a result against BOOT; archived at once when an archive location is set."""
+
+    boot_id: str = arg(metavar="BOOT")
+    name: str = opt(required=True, help="What was tested, e.g. batch-burst-64.")
+    status: str = opt(
+        required=True, type=click.Choice(["pass", "fail", "inconclusive"]), help="Verdict."
+    )
+    metrics: tuple[str, ...] = opt(
+        "--metric",
+        metavar="NAME=VALUE",
+        help="A measured value: a JSON number, true, false, null, or text. Repeatable.",
+    )
+    document: Path | None = opt(
+        "--file",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="A JSON object kept with the result; its `metrics` and `note` are taken too.",
+    )
+    note: str | None = opt(help="Free text kept with the result.")
+    to: str | None = opt(
+        metavar="S3_URL", help="Archive it there now (default: LIFECYCLE_ARCHIVE)."
+    )
+
+
+class AuditResult(Request, verb="audit result", run="audit:result"):
+    """The chain: result, boot, caches, image, manifest, patches."""
+
+    result_id: str = arg(metavar="RESULT")
+    source: str | None = opt("--from", metavar="S3_URL", help=FROM)
+    provenance: Path | None = opt(
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Also write the chain as an in-toto Statement v1 to this file.",
+    )
+
+
+class AuditCache(Request, verb="audit cache", run="audit:cache"):
+    """Every boot that used CACHE and every result that stands on it."""
+
+    cache_id: str = arg(metavar="CACHE")
+    source: str | None = opt("--from", metavar="S3_URL", help=FROM)
+
+
+class Night(Request):
+    """Run the acceptance night PLAN: every cell a recorded boot with its results, production
+    down for the night and always brought back, the ladders' values written, the evidence
+    archived; resumes where a stopped night left off.
+
+    Exit 0 when every pin passes and every ladder wrote its value, 1 otherwise.
+    """
+
+    plan: Path | None = arg(default=None, type=click.Path(dir_okay=False, path_type=Path))
+    dry_run: bool = opt(help="Show the cells in order; boot nothing, run no acting hook.")
+    rerun: tuple[str, ...] = opt(
+        type=GIVEN, metavar="CELL", help="Run this cell again (a pattern: 'demo/0.2:batch:*')."
+    )
+    new: bool = opt(help="A new night, even if this plan's last one did not finish.")
+    recover: bool = opt(help="Bring production back wherever a night left it down.")
+    to: str | None = opt(type=GIVEN, metavar="S3_URL", help=TO)
+
+
+class Tune(Request):
+    """Climb a LADDER of a tuned engine argument on VERSION: predictions registered first,
+    every rung cold and warm at a forced shape, the highest value whose margin clears the floor
+    in both written as validated. --revalidate re-measures carried values instead.
+
+    Exit 0 when a value was written, 1 when none clears or a new value is proposed.
+    """
+
+    version: str = arg()
+    ladder: Path | None = arg(default=None, type=click.Path(dir_okay=False, path_type=Path))
+    revalidate: bool = opt(help="Measure each carried value again by its recorded ladder.")
+    dry_run: bool = opt(help="Show the rungs; boot nothing.")
+    new: bool = opt(help="Start over, even if this ladder's last run did not finish.")
+    to: str | None = opt(metavar="S3_URL", help=TO)
+
+
+class Verify(Request):
+    """Hash the live cache and the archived objects needed now again; name whatever differs.
+    What a gc removed by rule is reported as collected, older versions as history.
+
+    Exit 1 when anything needed differs, 3 when the archive cannot be reached.
+    """
+
+    target: str = arg(metavar="CACHE[@TREE]|RESULT")
+    source: str | None = opt("--from", metavar="S3_URL", help=FROM)
+    every: bool = opt(
+        "--all-versions", help="Every version and boot record, not only those needed now."
+    )
+
+
+VERBS: tuple[type[Request], ...] = (
+    Validate, Show, Build, Boot, Caches, Boots, Why, Teardown, Gc, Pin, Unpin, Archive,
+    Restore, Schema, Port, ResultAdd, Results, AuditResult, AuditCache, Night, Tune, Verify,
+)  # fmt: skip
