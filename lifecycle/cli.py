@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import importlib
-import json
 import os
 import sys
 import threading
@@ -174,6 +173,8 @@ def _answer(ctx: click.Context, report: Report | None, as_json: bool) -> NoRetur
     if report is None:
         ctx.exit(0)
     if as_json:
+        import json  # here: `lifecycle --help` need not load it
+
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
         click.echo(report.text(), nl=False)

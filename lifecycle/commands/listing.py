@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from lifecycle.archive.catalog import ArchivedBoot, ArchivedCache, archived_boots, archived_caches
 from lifecycle.commands import verbs
 from lifecycle.commands.boot import BootReport
 from lifecycle.commands.context import Context
 from lifecycle.commands.filters import Facts, Filters, open_archive
-from lifecycle.commands.report import Report, Row, fields_of, plain
+from lifecycle.commands.report import Listing, Row, fields_of, plain
 from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
@@ -25,7 +25,7 @@ from lifecycle.ledger.boots import (
     untracked_writes,
 )
 from lifecycle.ledger.pins import pins
-from lifecycle.table import human_age, human_bytes, render
+from lifecycle.table import human_age, human_bytes
 
 CACHE_STATES = ("live", "archived", "torn-down", "missing")
 ARCHIVED_CACHE_STATES = ("restorable", "evidence")  # with the cache's files, or not
@@ -54,40 +54,6 @@ class ListedCache(Row):
 
 
 @dataclass(frozen=True)
-class CachesReport(Report):
-    """Every tracked cache, newest first."""
-
-    FORMAT: ClassVar[str] = "lifecycle-caches/1"
-    caches: tuple[ListedCache, ...]
-
-    def text(self) -> str:
-        """The table of `lifecycle caches`."""
-        return render(
-            ["CACHE", "MANIFEST", "NAME", "SIZE", "FILES", "BOOTS", "STATE", "AGE"],
-            [
-                [
-                    r.cache.id,
-                    r.cache.manifest_name,
-                    r.cache.cache_name,
-                    human_bytes(r.cache.bytes),
-                    r.cache.files if r.cache.files is not None else "-",
-                    f"{len(r.boots_cold)} cold, {len(r.boots_warm)} warm",
-                    r.state
-                    + (
-                        f" (in use by {r.cache.in_use_by})"
-                        if r.cache.in_use_by and not r.not_reusable
-                        else ""
-                    )
-                    + (" pinned" if r.pins else "")
-                    + (f", not reusable: {r.not_reusable}" if r.not_reusable else ""),
-                    human_age(r.age_s),
-                ]
-                for r in self.caches
-            ],
-        )
-
-
-@dataclass(frozen=True)
 class ListedBoot(Row):
     """One boot, as `lifecycle boots` lists it."""
 
@@ -99,48 +65,6 @@ class ListedBoot(Row):
         """The boot's report, less its format tag, and whether its process is gone."""
         boot = {k: v for k, v in self.boot.to_json().items() if k != "format"}
         return {**boot, "process_gone": self.process_gone}
-
-
-@dataclass(frozen=True)
-class BootsReport(Report):
-    """Every boot, newest first."""
-
-    FORMAT: ClassVar[str] = "lifecycle-boots/1"
-    boots: tuple[ListedBoot, ...]
-
-    def text(self) -> str:
-        """The table of `lifecycle boots`; instrumented boots are flagged on their row."""
-
-        def caches(boot: BootReport) -> str:
-            # An empty cache is `empty`, whether it was mounted cold or warm.
-            modes = ["empty" if u.verdict == "empty" else u.mode for u in boot.caches]
-            warm = [u for u in boot.caches if u.mode == "warm"]
-            files = sum(u.files_added or 0 for u in warm)
-            dirs = sum(u.dirs_added or 0 for u in warm)
-            text = ", ".join(
-                f"{modes.count(m)} {m}" for m in ("cold", "warm", "empty") if m in modes
-            )
-            grew = [f"+{files} files"] * bool(files) + [f"+{dirs} dirs"] * bool(dirs)
-            return text + (f" ({', '.join(grew)} while warm)" if grew else "")
-
-        return render(
-            ["BOOT", "STARTED", "MANIFEST", "PROFILE", "OUTCOME", "EXIT", "CACHES", "JIT", "HOOKS"],
-            [
-                [
-                    row.boot.boot.id,
-                    row.boot.boot.started_at,
-                    row.boot.boot.manifest_name,
-                    row.boot.boot.profile,
-                    row.boot.boot.outcome + (" (process gone)" if row.process_gone else ""),
-                    row.boot.boot.exit_code,
-                    caches(row.boot),
-                    row.boot.warmth[1],
-                    ", ".join(h.name for h in row.boot.hooks)
-                    + (" INSTRUMENTED" if row.boot.boot.instrumented else ""),
-                ]
-                for row in self.boots
-            ],
-        )
 
 
 @dataclass(frozen=True)
@@ -164,47 +88,6 @@ class ListedArchivedCache(Row):
 
 
 @dataclass(frozen=True)
-class ArchivedCachesReport(Report):
-    """Every cache an archive holds, newest first."""
-
-    FORMAT: ClassVar[str] = "lifecycle-archived-caches/1"
-    location: str
-    caches: tuple[ListedArchivedCache, ...]
-
-    def text(self) -> str:
-        """The table of `lifecycle caches --from`: each cache's newest version and how many."""
-        return f"# {self.location}\n" + render(
-            [
-                "CACHE",
-                "MANIFEST",
-                "NAME",
-                "ARCH",
-                "VERSIONS",
-                "NEWEST",
-                "SIZE",
-                "STATE",
-                "BY",
-                "AGE",
-            ],
-            [
-                [
-                    r.cache.row.id,
-                    r.cache.row.manifest_name,
-                    r.cache.row.cache_name,
-                    r.cache.row.arch,
-                    len(r.cache.versions),
-                    r.cache.newest.tree_digest[:12],
-                    human_bytes(r.cache.newest.bytes),
-                    r.cache.state,
-                    r.cache.newest.host,
-                    human_age(r.age_s),
-                ]
-                for r in self.caches
-            ],
-        )
-
-
-@dataclass(frozen=True)
 class ListedArchivedBoot(Row):
     """One boot an archive holds, as `lifecycle boots --from` lists it."""
 
@@ -217,35 +100,100 @@ class ListedArchivedBoot(Row):
         return {**row, "arch": self.boot.arch, "record": self.boot.record}
 
 
-@dataclass(frozen=True)
-class ArchivedBootsReport(Report):
-    """Every boot an archive holds, newest first."""
-
-    FORMAT: ClassVar[str] = "lifecycle-archived-boots/1"
-    location: str
-    boots: tuple[ListedArchivedBoot, ...]
-
-    def text(self) -> str:
-        """The table of `lifecycle boots --from`."""
-        return f"# {self.location}\n" + render(
-            ["BOOT", "STARTED", "HOST", "MANIFEST", "PROFILE", "OUTCOME", "ARCH", "CACHES"],
-            [
-                [
-                    r.boot.boot.id,
-                    r.boot.boot.started_at,
-                    r.boot.boot.host,
-                    r.boot.boot.manifest_name,
-                    r.boot.boot.profile,
-                    r.boot.boot.outcome,
-                    r.boot.arch,
-                    ", ".join(f"{u.cache_id} {u.mode}" for u in r.boot.uses),
-                ]
-                for r in self.boots
-            ],
-        )
+CACHE_COLUMNS = ("CACHE", "MANIFEST", "NAME", "SIZE", "FILES", "BOOTS", "STATE", "AGE")
 
 
-def caches(ctx: Context, request: verbs.Caches) -> CachesReport | ArchivedCachesReport:
+def _cache_cells(r: ListedCache) -> list[object]:
+    in_use = f" (in use by {r.cache.in_use_by})" if r.cache.in_use_by and not r.not_reusable else ""
+    state = r.state + in_use + (" pinned" if r.pins else "")
+    state += f", not reusable: {r.not_reusable}" if r.not_reusable else ""
+    return [
+        r.cache.id, r.cache.manifest_name, r.cache.cache_name, human_bytes(r.cache.bytes),
+        r.cache.files if r.cache.files is not None else "-",
+        f"{len(r.boots_cold)} cold, {len(r.boots_warm)} warm", state, human_age(r.age_s),
+    ]  # fmt: skip
+
+
+BOOT_COLUMNS = (
+    "BOOT",
+    "STARTED",
+    "MANIFEST",
+    "PROFILE",
+    "OUTCOME",
+    "EXIT",
+    "CACHES",
+    "JIT",
+    "HOOKS",
+)
+
+
+def _boot_cells(row: ListedBoot) -> list[object]:
+    """A boot's row; instrumented boots are flagged on it."""
+    boot = row.boot.boot
+    hooks = ", ".join(h.name for h in row.boot.hooks) + (
+        " INSTRUMENTED" if boot.instrumented else ""
+    )
+    outcome = boot.outcome + (" (process gone)" if row.process_gone else "")
+    return [
+        boot.id, boot.started_at, boot.manifest_name, boot.profile, outcome, boot.exit_code,
+        _caches_cell(row.boot), row.boot.warmth[1], hooks,
+    ]  # fmt: skip
+
+
+def _caches_cell(boot: BootReport) -> str:
+    # An empty cache is `empty`, whether it was mounted cold or warm.
+    modes = ["empty" if u.verdict == "empty" else u.mode for u in boot.caches]
+    warm = [u for u in boot.caches if u.mode == "warm"]
+    files = sum(u.files_added or 0 for u in warm)
+    dirs = sum(u.dirs_added or 0 for u in warm)
+    text = ", ".join(f"{modes.count(m)} {m}" for m in ("cold", "warm", "empty") if m in modes)
+    grew = [f"+{files} files"] * bool(files) + [f"+{dirs} dirs"] * bool(dirs)
+    return text + (f" ({', '.join(grew)} while warm)" if grew else "")
+
+
+ARCHIVED_CACHE_COLUMNS = (
+    "CACHE", "MANIFEST", "NAME", "ARCH", "VERSIONS", "NEWEST", "SIZE", "STATE", "BY", "AGE",
+)  # fmt: skip
+
+
+def _archived_cache_cells(r: ListedArchivedCache) -> list[object]:
+    """Each cache's newest version, and how many it has."""
+    row, newest = r.cache.row, r.cache.newest
+    return [
+        row.id, row.manifest_name, row.cache_name, row.arch, len(r.cache.versions),
+        newest.tree_digest[:12], human_bytes(newest.bytes), r.cache.state, newest.host,
+        human_age(r.age_s),
+    ]  # fmt: skip
+
+
+ARCHIVED_BOOT_COLUMNS = (
+    "BOOT",
+    "STARTED",
+    "HOST",
+    "MANIFEST",
+    "PROFILE",
+    "OUTCOME",
+    "ARCH",
+    "CACHES",
+)
+
+
+def _archived_boot_cells(r: ListedArchivedBoot) -> list[object]:
+    boot = r.boot.boot
+    uses = ", ".join(f"{u.cache_id} {u.mode}" for u in r.boot.uses)
+    return [
+        boot.id,
+        boot.started_at,
+        boot.host,
+        boot.manifest_name,
+        boot.profile,
+        boot.outcome,
+        r.boot.arch,
+        uses,
+    ]
+
+
+def caches(ctx: Context, request: verbs.Caches) -> Listing:
     """`lifecycle caches`: this host's, or with --from an archive's."""
     filters = Filters.of(request)
     if request.source is not None:
@@ -253,7 +201,7 @@ def caches(ctx: Context, request: verbs.Caches) -> CachesReport | ArchivedCaches
     return list_caches(ctx, filters)
 
 
-def boots(ctx: Context, request: verbs.Boots) -> BootsReport | ArchivedBootsReport:
+def boots(ctx: Context, request: verbs.Boots) -> Listing:
     """`lifecycle boots`: this host's, or with --from an archive's."""
     filters = Filters.of(request)
     if request.source is not None:
@@ -261,12 +209,12 @@ def boots(ctx: Context, request: verbs.Boots) -> BootsReport | ArchivedBootsRepo
     return list_boots(ctx, filters)
 
 
-def list_caches(ctx: Context, filters: Filters) -> CachesReport:
+def list_caches(ctx: Context, filters: Filters) -> Listing:
     """Every cache with the boots that used it, cold and warm; in a home where nothing is
     recorded yet, none (and a note)."""
     filters.check_state(CACHE_STATES, "caches here")
     if not ctx.recorded():
-        return CachesReport(())
+        return Listing("lifecycle-caches/1", "caches", (), CACHE_COLUMNS, _cache_cells)
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
         uses, pinned, passed_over = cache_uses(ledger), pins(ledger), not_reusable(ledger)
@@ -290,7 +238,7 @@ def list_caches(ctx: Context, filters: Filters) -> CachesReport:
                     not_reusable=_not_reusable(ledger, cache, state, passed_over),
                 )
             )
-    return CachesReport(tuple(rows))
+    return Listing("lifecycle-caches/1", "caches", tuple(rows), CACHE_COLUMNS, _cache_cells)
 
 
 def _not_reusable(
@@ -308,16 +256,17 @@ def _not_reusable(
     return passed_over.get(cache.id)
 
 
-def list_archived_caches(ctx: Context, source: str, filters: Filters) -> ArchivedCachesReport:
+def list_archived_caches(ctx: Context, source: str, filters: Filters) -> Listing:
     """Every cache the archive at `source` holds, whoever archived it."""
     store, now = open_archive(ctx, source, filters, ARCHIVED_CACHE_STATES, "caches in an archive")
-    return ArchivedCachesReport(
-        store.location.url(),
-        tuple(
-            ListedArchivedCache(c, _age(now, c.newest.archived_at))
-            for c in filters.select(now, archived_caches(store), _cache_facts)
-        ),
+    rows = tuple(
+        ListedArchivedCache(c, _age(now, c.newest.archived_at))
+        for c in filters.select(now, archived_caches(store), _cache_facts)
     )
+    return Listing(
+        "lifecycle-archived-caches/1", "caches", rows, ARCHIVED_CACHE_COLUMNS,
+        _archived_cache_cells, store.location.url(),
+    )  # fmt: skip
 
 
 def _age(now: datetime, at: str) -> float:
@@ -330,11 +279,11 @@ def _cache_facts(cache: ArchivedCache) -> Facts:
     return Facts(row.manifest_name, row.arch, cache.state, cache.newest.archived_at)
 
 
-def list_boots(ctx: Context, filters: Filters) -> BootsReport:
+def list_boots(ctx: Context, filters: Filters) -> Listing:
     """Every boot with the caches it used; none in a home where nothing is recorded yet."""
     filters.check_state(OUTCOMES, "boots")
     if not ctx.recorded():
-        return BootsReport(())
+        return Listing("lifecycle-boots/1", "boots", (), BOOT_COLUMNS, _boot_cells)
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
         uses, writes = cache_uses(ledger), untracked_writes(ledger)
@@ -351,14 +300,17 @@ def list_boots(ctx: Context, filters: Filters) -> BootsReport:
             )
             outside = tuple(w for w in writes if w.boot_id == boot.id)
             rows.append(ListedBoot(BootReport(boot, tuple(mine), outside), gone))
-    return BootsReport(tuple(rows))
+    return Listing("lifecycle-boots/1", "boots", tuple(rows), BOOT_COLUMNS, _boot_cells)
 
 
-def list_archived_boots(ctx: Context, source: str, filters: Filters) -> ArchivedBootsReport:
+def list_archived_boots(ctx: Context, source: str, filters: Filters) -> Listing:
     """Every boot the archive at `source` holds a record of."""
     store, now = open_archive(ctx, source, filters, OUTCOMES, "boots")
     kept = filters.select(now, archived_boots(store), _boot_facts)
-    return ArchivedBootsReport(store.location.url(), tuple(map(ListedArchivedBoot, kept)))
+    return Listing(
+        "lifecycle-archived-boots/1", "boots", tuple(map(ListedArchivedBoot, kept)),
+        ARCHIVED_BOOT_COLUMNS, _archived_boot_cells, store.location.url(),
+    )  # fmt: skip
 
 
 def _boot_facts(found: ArchivedBoot) -> Facts:

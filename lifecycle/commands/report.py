@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel
 
 from lifecycle.errors import EXIT_OK
+from lifecycle.table import render
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -46,6 +48,27 @@ class Report:
         fields = plain(self)
         assert isinstance(fields, dict), "a report is a dataclass"
         return {"format": self.FORMAT, **fields}
+
+
+@dataclass(frozen=True)
+class Listing(Report):
+    """A listing verb's answer: rows, as a table or as JSON under `key` (`caches`, `boots`,
+    `results`); one of an archive is headed by its location."""
+
+    format: str  # lifecycle-caches/1, lifecycle-archived-boots/1, …
+    key: str
+    rows: tuple[Any, ...]  # each a Row, or a dataclass whose fields are its JSON
+    columns: tuple[str, ...]
+    cells: Callable[[Any], list[object]]  # a row's cells, in the columns' order
+    location: str | None = None  # s3://bucket/prefix, for a listing of an archive
+
+    def to_json(self) -> dict[str, Any]:
+        where = {} if self.location is None else {"location": self.location}
+        return {"format": self.format, **where, self.key: plain(self.rows)}
+
+    def text(self) -> str:
+        table = render(self.columns, [self.cells(row) for row in self.rows])
+        return table if self.location is None else f"# {self.location}\n{table}"
 
 
 class Row:

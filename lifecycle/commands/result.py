@@ -20,7 +20,7 @@ from lifecycle.commands import verbs
 from lifecycle.commands.boot import HookEntry
 from lifecycle.commands.context import Context
 from lifecycle.commands.filters import Facts, Filters, open_archive
-from lifecycle.commands.report import Report, Row, plain
+from lifecycle.commands.report import Listing, Report, Row, plain
 from lifecycle.errors import EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_boots, all_caches, cache_uses
@@ -44,7 +44,6 @@ from lifecycle.results.model import (
     read_document,
 )
 from lifecycle.results.publish import publish_result
-from lifecycle.table import render
 
 METRICS_WIDTH = 40  # characters of `k=v, …` in the table; --json has them all
 MAX_DOCUMENT_BYTES = 16 * 2**20  # a result document is metrics and notes, not data
@@ -132,44 +131,6 @@ class ResultAddReport(Report):
         return "\n".join(lines) + "\n"
 
 
-@dataclass(frozen=True)
-class ResultsReport(Report):
-    """Every result, newest first."""
-
-    FORMAT: ClassVar[str] = "lifecycle-results/1"
-    results: tuple[ResultView, ...]
-
-    def text(self) -> str:
-        """The table of `lifecycle results`; instrumented results are flagged on their row."""
-        return render(
-            [
-                "RESULT",
-                "CREATED",
-                "NAME",
-                "STATUS",
-                "BOOT",
-                "MANIFEST",
-                "METRICS",
-                "ARCHIVED",
-                "FLAGS",
-            ],
-            [
-                [
-                    r.id,
-                    r.created_at,
-                    r.name,
-                    r.status,
-                    r.boot_id,
-                    r.manifest_name,
-                    metrics_text(r.metrics, METRICS_WIDTH),
-                    "yes" if r.archives else "no",
-                    flags(r.instrumented, bool(r.pinned)),
-                ]
-                for r in self.results
-            ],
-        )
-
-
 def add(ctx: Context, asked: verbs.ResultAdd) -> ResultAddReport:
     """Record the result; archive it when a location is set (--to, LIFECYCLE_ARCHIVE,
     lifecycle.yaml)."""
@@ -198,14 +159,42 @@ def add(ctx: Context, asked: verbs.ResultAdd) -> ResultAddReport:
     return ResultAddReport(view, str(problem), problem.exit_code)
 
 
-def results(ctx: Context, request: verbs.Results) -> ResultsReport | ArchivedResultsReport:
+RESULT_COLUMNS = (
+    "RESULT", "CREATED", "NAME", "STATUS", "BOOT", "MANIFEST", "METRICS", "ARCHIVED", "FLAGS",
+)  # fmt: skip
+
+
+def _result_cells(r: ResultView) -> list[object]:
+    """A result's row; instrumented and pinned ones are flagged on it."""
+    return [
+        r.id, r.created_at, r.name, r.status, r.boot_id, r.manifest_name,
+        metrics_text(r.metrics, METRICS_WIDTH), "yes" if r.archives else "no",
+        flags(r.instrumented, bool(r.pinned)),
+    ]  # fmt: skip
+
+
+ARCHIVED_RESULT_COLUMNS = (
+    "RESULT", "CREATED", "NAME", "STATUS", "BOOT", "MANIFEST", "HOST", "METRICS", "FLAGS",
+)  # fmt: skip
+
+
+def _archived_result_cells(listed: ListedArchivedResult) -> list[object]:
+    found, result = listed.result, listed.result.result
+    return [
+        result["id"], result["created_at"], result["name"], result["status"], result["boot_id"],
+        found.manifest_name, found.host, metrics_text(result["metrics"], METRICS_WIDTH),
+        flags(bool(result["instrumented"]), bool(found.pins)),
+    ]  # fmt: skip
+
+
+def results(ctx: Context, request: verbs.Results) -> Listing:
     """`lifecycle results`: this host's, or with --from an archive's."""
     filters = Filters.of(request)
     if request.source is not None:
         return run_archived(ctx, request.source, filters)
     filters.check_state(STATUSES, "results")
     if not ctx.recorded():
-        return ResultsReport(())
+        return Listing("lifecycle-results/1", "results", (), RESULT_COLUMNS, _result_cells)
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
         arch_of = {cache.id: cache.arch for cache in all_caches(ledger)}
@@ -215,7 +204,8 @@ def results(ctx: Context, request: verbs.Results) -> ResultsReport | ArchivedRes
             facts = {"manifest": view.manifest_name, "arch": ", ".join(sorted(arches))}
             if filters.keeps(now, **facts, state=view.status, at=view.created_at):
                 views.append(view)
-        return ResultsReport(tuple(views))
+        rows = tuple(views)
+        return Listing("lifecycle-results/1", "results", rows, RESULT_COLUMNS, _result_cells)
 
 
 @dataclass(frozen=True)
@@ -231,36 +221,7 @@ class ListedArchivedResult(Row):
         return {**facts.pop("result"), **facts}
 
 
-@dataclass(frozen=True)
-class ArchivedResultsReport(Report):
-    """Every result an archive holds, newest first."""
-
-    FORMAT: ClassVar[str] = "lifecycle-archived-results/1"
-    location: str
-    results: tuple[ListedArchivedResult, ...]
-
-    def text(self) -> str:
-        """The table of `lifecycle results --from`; instrumented and pinned ones flagged."""
-        return f"# {self.location}\n" + render(
-            ["RESULT", "CREATED", "NAME", "STATUS", "BOOT", "MANIFEST", "HOST", "METRICS", "FLAGS"],
-            [
-                [
-                    r.result.result["id"],
-                    r.result.result["created_at"],
-                    r.result.result["name"],
-                    r.result.result["status"],
-                    r.result.result["boot_id"],
-                    r.result.manifest_name,
-                    r.result.host,
-                    metrics_text(r.result.result["metrics"], METRICS_WIDTH),
-                    flags(bool(r.result.result["instrumented"]), bool(r.result.pins)),
-                ]
-                for r in self.results
-            ],
-        )
-
-
-def run_archived(ctx: Context, source: str, filters: Filters) -> ArchivedResultsReport:
+def run_archived(ctx: Context, source: str, filters: Filters) -> Listing:
     """Every result the archive at `source` holds, whichever host archived it."""
     store, now = open_archive(ctx, source, filters, STATUSES, "results")
     kept = filters.select(
@@ -268,7 +229,10 @@ def run_archived(ctx: Context, source: str, filters: Filters) -> ArchivedResults
         archived_results(store),
         lambda r: Facts(r.manifest_name, r.arch, r.result["status"], r.result["created_at"]),
     )
-    return ArchivedResultsReport(store.location.url(), tuple(map(ListedArchivedResult, kept)))
+    return Listing(
+        "lifecycle-archived-results/1", "results", tuple(map(ListedArchivedResult, kept)),
+        ARCHIVED_RESULT_COLUMNS, _archived_result_cells, store.location.url(),
+    )  # fmt: skip
 
 
 def describe(ledger: Ledger, results: list[ResultRecord]) -> list[ResultView]:
