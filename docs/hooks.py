@@ -49,11 +49,8 @@ def record_formats() -> str:
             else f"Read, no longer written; `lifecycle schema --record {name}` prints its "
             "JSON Schema."
         )
-        required = set(schema.get("required", ()))
-        rows = [
-            f"| `{field}` | {_type(spec)} | {'yes' if field in required else 'no'} "
-            f"| {_cell(spec.get('description', ''))} |"
-            for field, spec in schema["properties"].items()
+        nested = [
+            f"- `{defname}`: {_fields(spec)}" for defname, spec in schema.get("$defs", {}).items()
         ]
         sections.append(
             "\n".join(
@@ -64,13 +61,27 @@ def record_formats() -> str:
                     "",
                     written,
                     "",
-                    "| field | type | required | description |",
-                    "|---|---|---|---|",
-                    *rows,
+                    _table(schema),
+                    *(["", "Inside it:", "", *nested] if nested else []),
                 ]
             )
         )
     return "\n\n".join(sections)
+
+
+def _table(schema: dict[str, Any]) -> str:
+    required = set(schema.get("required", ()))
+    rows = [
+        f"| `{field}` | {_type(spec)} | {'yes' if field in required else 'no'} |"
+        for field, spec in schema["properties"].items()
+    ]
+    return "\n".join(["| field | type | required |", "|---|---|---|", *rows])
+
+
+def _fields(spec: dict[str, Any]) -> str:
+    fields = ", ".join(f"`{field}`" for field in spec.get("properties", {}))
+    about = _cell(spec.get("description", "")).split(". ")[0].rstrip(".")
+    return f"{about}: {fields}" if about and fields else about or fields or "(no fields)"
 
 
 def _type(spec: dict[str, Any]) -> str:
