@@ -1,5 +1,5 @@
 """Bounded means bounded: every command that reaches the archive ends within S3_LIMIT_S of its
-start (README, "Time limits") against an S3 server that accepts connections and never answers,
+start (docs/time-limits.md) against an S3 server that accepts connections and never answers,
 one stopped with SIGSTOP, and one that falls silent in the middle of the command: exit 3, one
 line naming the server, the wait shown while it lasted, nothing removed, no cache recorded as
 archived. The default time limits are used (no test-only settings)."""
@@ -28,7 +28,7 @@ from tests.silent_servers import (
 from tests.trust_support import boot, cache_ids, caches, cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
-S3_LIMIT_S = 45.0  # README, "Time limits": two LIFECYCLE_S3_TIMEOUTs (20 s each) and 5 s
+S3_LIMIT_S = 45.0  # docs/time-limits.md: two LIFECYCLE_S3_TIMEOUTs (20 s each) and 5 s
 # The demo night's forced check, one pin, no production hooks: a night that archives.
 NIGHT_PLAN = {
     "schema_version": 1,
