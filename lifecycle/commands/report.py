@@ -1,7 +1,7 @@
 """What a verb returns: a typed report that says its own exit code and prints as tagged JSON.
 
 Every `--json` output is one object whose `format` names it and its version
-(`lifecycle-<verb>/<n>`), followed by the report's fields; README.md lists them. A field is
+(`lifecycle-<verb>/<n>`), followed by the report's fields; docs/formats.md lists them. A field is
 never a JSON string holding JSON.
 """
 

@@ -135,7 +135,7 @@ class Boot(Request):
         help="Stop the engine after this many seconds.",
     )
     dry_run: bool = opt(help="Print the exact container spec; run nothing.")
-    pull: bool = opt(help="Pull the image by digest if this host has none (see README).")
+    pull: bool = opt(help="Pull the image by digest if this host has none (docs: bucket.md).")
 
 
 class Listing(Request):
