@@ -129,7 +129,7 @@ def _find_manifests_dir(start: Path) -> Path:
     return start / "manifests"
 
 
-def _context(request: Request) -> Context:
+def _context() -> Context:
     from lifecycle.commands.context import Context
 
     ask = _confirm if sys.stdin.isatty() else None
@@ -190,7 +190,7 @@ def _command(request: type[Request]) -> click.Command:
         module, _, function = request.RUN.partition(":")
         verb = getattr(importlib.import_module(f"lifecycle.commands.{module}"), function)
         asked = request(**given)
-        _answer(click.get_current_context(), verb(_context(asked), asked), asked.as_json)
+        _answer(click.get_current_context(), verb(_context(), asked), asked.as_json)
 
     states = getattr(request, "STATES", "")
     params = [_parameter(param, states) for param in request.PARAMS.values()]

@@ -39,7 +39,7 @@ class Filters:
     newer_than: timedelta | None = None
 
     @classmethod
-    def of(cls, request: verbs.Listing) -> Filters:
+    def of(cls, request: verbs.Filtered) -> Filters:
         """The filters a listing's command line asked for; a bad duration is a usage error."""
 
         def duration(text: str | None, flag: str) -> timedelta | None:

@@ -38,6 +38,11 @@ from lifecycle.results.model import is_pin_of, pin_reason
 DEFAULT_REASON = "pinned by hand"
 
 
+class NothingHere(LifecycleError):
+    """This host has nothing of the target to (un)pin: it does not know it, it was torn down,
+    or it carries no such pin. For a result the archive holds, its pin there is what counts."""
+
+
 @dataclass(frozen=True)
 class PinReport(Report):
     """What a pin or unpin did to each cache the target resolved to."""
@@ -84,7 +89,7 @@ def resolve_target(ledger: Ledger, target: str) -> list[CacheRecord]:
         return [c for c in found if c is not None]
     known = [c.id for c in all_caches(ledger)] + [r.id for r in all_results(ledger)]
     hint = did_you_mean(target, known, " (`lifecycle caches` lists them)")
-    raise LifecycleError(f"unknown cache or result {target!r}{hint}")
+    raise NothingHere(f"unknown cache or result {target!r}{hint}")
 
 
 def pin(ctx: Context, request: verbs.Pin) -> PinReport:
@@ -147,7 +152,7 @@ def _here(ctx: Context, act: Callable[[Ledger], PinReport]) -> PinReport | str:
     with ctx.ledger(create=False) as ledger:
         try:
             return act(ledger)
-        except LifecycleError as exc:
+        except NothingHere as exc:
             return str(exc)
 
 
@@ -159,7 +164,7 @@ def pin_target(ledger: Ledger, target: str, reason: str, now: datetime) -> PinRe
         reason = pin_reason(result.id, None if reason == DEFAULT_REASON else reason)
     live = [c for c in caches if c.state != "torn-down"]
     if not live:
-        raise LifecycleError(f"{target}: already torn down; nothing on this host to keep")
+        raise NothingHere(f"{target}: already torn down; nothing on this host to keep")
     at = now.isoformat(timespec="seconds")
     for cache in live:
         ledger_pins.pin(ledger, cache.id, reason, at)
@@ -178,7 +183,7 @@ def unpin_target(ledger: Ledger, target: str, reason: str | None) -> PinReport:
     if not any(wanted(r) for r in held) and (reason is not None or result is not None):
         have = f"its pins: {'; '.join(held)}" if held else "it is not pinned"
         what = pin_reason(result.id, reason) if result is not None else reason
-        raise LifecycleError(f"{target} has no pin with reason {what!r}; {have}")
+        raise NothingHere(f"{target} has no pin with reason {what!r}; {have}")
     removed = []
     for cache in caches:
         gone = [r for r in current.get(cache.id, []) if wanted(r)]

@@ -138,7 +138,7 @@ class Boot(Request):
     pull: bool = opt(help="Pull the image by digest if this host has none (docs: bucket.md).")
 
 
-class Listing(Request):
+class Filtered(Request):
     """--from and the filters every listing takes."""
 
     STATES: ClassVar[str]  # what --state may say
@@ -154,21 +154,21 @@ class Listing(Request):
     newer_than: str | None = opt(metavar="DURATION", help="Only newer (2h, 3d).")
 
 
-class Caches(Listing, run="listing:caches"):
+class Caches(Filtered, run="listing:caches"):
     """List tracked JIT caches: size, files, boots that used them, state, age; with --from,
     every cache an archive holds and its versions."""
 
     STATES = "live, archived, torn-down, missing; with --from: restorable, evidence"
 
 
-class Boots(Listing, run="listing:boots"):
+class Boots(Filtered, run="listing:boots"):
     """List boots: when, which profile, outcome, caches cold/warm, hooks, instrumented; with
     --from, every boot an archive holds."""
 
     STATES = "running, ok, failed, interrupted, aborted"
 
 
-class Results(Listing, run="result:results"):
+class Results(Filtered, run="result:results"):
     """List results: name, status, boot, metrics, archived; instrumented ones are flagged; with
     --from, every result an archive holds."""
 
