@@ -12,8 +12,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from lifecycle.errors import LifecycleError
-from lifecycle.home import Home
+from lifecycle.home import Home, HomeUnusable
 from lifecycle.ledger.core import Ledger, has_ledger
 from lifecycle.ledger.rows import insert
 
@@ -145,20 +144,26 @@ def production_left_down(ledger: Ledger) -> list[NightEvent]:
 
 
 def production_left_down_in(home: Path) -> list[NightEvent]:
-    """The same, read from the ledger in `home` without writing anything (no ledger, an older
-    one, or one that cannot be read: nothing to say), so every verb can ask when it starts."""
+    """The same, read from the ledger in `home` without writing anything, so every verb can
+    ask when it starts: no ledger, nothing to say; HomeUnusable when it cannot be read."""
+    if not has_ledger(home):  # reads the file's header only: a home with no ledger opens none
+        return []
+    file = Home(home).ledger_file
+    # A read-only connection still makes the WAL's -shm index when it is not there; with
+    # no -wal file every commit is in the file itself, which is then read as immutable
+    # (nothing made, nothing locked). A -wal file (a writer open, or killed) is read too.
+    wal = file.with_name(file.name + "-wal").exists()
+    uri = file.absolute().as_uri() + ("?mode=ro" if wal else "?mode=ro&immutable=1")
     try:
-        if not has_ledger(home):
-            return []
-        file = Home(home).ledger_file
-        # A read-only connection still makes the WAL's -shm index when it is not there; with
-        # no -wal file every commit is in the file itself, which is then read as immutable
-        # (nothing made, nothing locked). A -wal file (a writer open, or killed) is read too.
-        wal = file.with_name(file.name + "-wal").exists()
-        uri = file.absolute().as_uri() + ("?mode=ro" if wal else "?mode=ro&immutable=1")
         with closing(sqlite3.connect(uri, uri=True, timeout=2)) as conn:
             rows = conn.execute(_LAST_PRODUCTION_EVENT).fetchall()
-    except (sqlite3.Error, OSError, LifecycleError):  # the verb itself will say what is wrong
-        return []
+    except sqlite3.DatabaseError as exc:
+        # Two answers are expected and mean nothing to say: a ledger from before the nights
+        # tables (the verb migrates it), and a writer holding the file past the timeout (a
+        # migration, a checkpoint: the verb waits its turn). Anything else is a broken ledger.
+        name = getattr(exc, "sqlite_errorname", "")
+        if "no such table" in str(exc) or name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            return []
+        raise HomeUnusable(f"the ledger {file} cannot be read: {exc}") from None
     found = [NightEvent(*row) for row in rows]
     return [e for e in found if e.event != PRODUCTION_UP]
