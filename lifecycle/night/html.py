@@ -11,7 +11,8 @@ from html import escape
 
 from lifecycle.night.chart import ladder_chart
 from lifecycle.night.engine import RunSummary
-from lifecycle.night.view import CellView, LadderView, NightView
+from lifecycle.night.ladder import LadderView
+from lifecycle.night.view import CellView, NightView
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
