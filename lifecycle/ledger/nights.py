@@ -72,10 +72,20 @@ class Prediction:
     registered_at: str
 
 
-def start_night(ledger: Ledger, night: NightRecord) -> None:
-    """Record a new night."""
+_TABLES = {
+    NightRecord: "nights",
+    NightRunStep: "night_runs",
+    NightEvent: "night_events",
+    Prediction: "predictions",
+}
+
+
+def add(ledger: Ledger, *rows: NightRecord | NightRunStep | NightEvent | Prediction) -> None:
+    """Add rows of nights in one transaction; a second prediction for the same night and rung
+    is refused by the primary key (predictions are registered once, never changed)."""
     with ledger.transaction() as conn:
-        insert(conn, "nights", night)
+        for row in rows:
+            insert(conn, _TABLES[type(row)], row)
 
 
 def night_by_id(ledger: Ledger, night_id: str) -> NightRecord | None:
@@ -83,18 +93,10 @@ def night_by_id(ledger: Ledger, night_id: str) -> NightRecord | None:
     return ledger.record(NightRecord, "SELECT * FROM nights WHERE id = ?", (night_id,))
 
 
-def nights(ledger: Ledger, plan_name: str | None = None) -> list[NightRecord]:
-    """Every night (of one plan), newest first."""
-    if plan_name is None:
-        return ledger.records(NightRecord, "SELECT * FROM nights ORDER BY started_at DESC, id DESC")
-    sql = "SELECT * FROM nights WHERE plan_name = ? ORDER BY started_at DESC, id DESC"
-    return ledger.records(NightRecord, sql, (plan_name,))
-
-
-def record_run_step(ledger: Ledger, step: NightRunStep) -> None:
-    """Journal one step of a cell run (one transaction)."""
-    with ledger.transaction() as conn:
-        insert(conn, "night_runs", step)
+def latest_night(ledger: Ledger, plan_name: str) -> NightRecord | None:
+    """The newest night of a plan, or None."""
+    sql = "SELECT * FROM nights WHERE plan_name = ? ORDER BY started_at DESC, id DESC LIMIT 1"
+    return ledger.record(NightRecord, sql, (plan_name,))
 
 
 def run_steps(ledger: Ledger, night_id: str) -> list[NightRunStep]:
@@ -104,24 +106,10 @@ def run_steps(ledger: Ledger, night_id: str) -> list[NightRunStep]:
     return ledger.records(NightRunStep, sql, (night_id,))
 
 
-def record_event(ledger: Ledger, event: NightEvent) -> None:
-    """Journal one event of a night (one transaction)."""
-    with ledger.transaction() as conn:
-        insert(conn, "night_events", event)
-
-
 def events(ledger: Ledger, night_id: str) -> list[NightEvent]:
     """Every event of a night, oldest first."""
     sql = "SELECT night_id, event, detail, at FROM night_events WHERE night_id = ? ORDER BY id"
     return ledger.records(NightEvent, sql, (night_id,))
-
-
-def register_predictions(ledger: Ledger, predictions: list[Prediction]) -> None:
-    """Register a night's predictions, all at once and once: a second registration for the
-    same night is refused by the primary key, and nothing here ever changes one."""
-    with ledger.transaction() as conn:
-        for prediction in predictions:
-            insert(conn, "predictions", prediction)
 
 
 def predictions(ledger: Ledger, night_id: str) -> list[Prediction]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lifecycle.hooks import HookRunner
 from lifecycle.ledger import Ledger
-from lifecycle.night.journal import latest_of_plan
+from lifecycle.night.journal import NightJournal
 from lifecycle.night.plan import LoadedPlan
 from lifecycle.night.prepare import prepare
 from lifecycle.night.production import status
@@ -67,7 +67,7 @@ def dry_run(
     """The plan checked and laid out; only a status hook that asks is run."""
     plan = loaded.plan
     prepared = prepare(plan, manifests_dir, project, None)
-    latest = latest_of_plan(ledger, plan.name, lambda: "") if ledger else None
+    latest = NightJournal.latest(ledger, plan.name, lambda: "") if ledger else None
     resumes = latest if latest and latest.night.plan_digest == loaded.digest else None
     resumes = resumes if resumes and not resumes.finished else None
     done = resumes.runs() if resumes else {}

@@ -28,7 +28,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.nights import production_left_down
 from lifecycle.night.cells import Cell, matching, warm_up
 from lifecycle.night.engine import Engine, RunOrder, RunSummary
-from lifecycle.night.journal import BUILDS, FINISHED, RERUN, NightJournal, latest_of_plan
+from lifecycle.night.journal import BUILDS, FINISHED, RERUN, NightJournal
 from lifecycle.night.ladder import climb
 from lifecycle.night.plan import LoadedPlan, Plan
 from lifecycle.night.predictions import Registered, register
@@ -187,7 +187,7 @@ def _journal(
     other builds now (`builds`: pin -> manifest digest); else a new one. A night whose runs so
     far measured other builds is never resumed: its measurements would mix two builds."""
     loaded = request.loaded
-    latest = latest_of_plan(night.ledger, loaded.plan.name, night.stamp)
+    latest = NightJournal.latest(night.ledger, loaded.plan.name, night.stamp)
     if latest is not None and not request.new:
         same_plan = latest.night.plan_digest == loaded.digest
         measured = latest.builds()
