@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from types import FrameType
 from typing import Any
@@ -285,28 +285,17 @@ def _tail(text: str) -> str:
     return "\n".join(text.splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
 
 
+@dataclass
 class HookSession:
-    """The hooks attached to one step; made by `hook_session`, which also runs on-exit."""
+    """The hooks attached to one step, and every run of them; made by `hook_session`."""
 
-    def __init__(
-        self,
-        hooks: Sequence[Hook],
-        step: str,
-        context: Mapping[str, Any],
-        runner: HookRunner,
-        cwd: Path,
-        timeout_s: float,
-    ) -> None:
-        if step not in STEPS:
-            raise ValueError(f"unknown step {step!r}; expected one of {', '.join(STEPS)}")
-        _payload(context)  # an unserialisable context is refused before any hook runs
-        self.hooks = tuple(hooks)
-        self.step = step
-        self.context = dict(context)
-        self.runs: list[HookRun] = []
-        self._runner = runner
-        self._cwd = cwd
-        self._timeout_s = timeout_s
+    hooks: Sequence[Hook]
+    step: str
+    context: dict[str, Any]
+    runner: HookRunner
+    cwd: Path
+    timeout_s: float
+    runs: list[HookRun] = field(default_factory=list)
 
     def fire(self, event: str, extra_context: Mapping[str, Any] | None = None) -> list[HookRun]:
         """Run `event` on every hook in order; a failing pre-* hook raises HookFailed.
@@ -325,15 +314,10 @@ class HookSession:
                 raise HookFailed(run)
         return runs
 
-    def _finish(self, outcome: str, error: str | None) -> list[HookRun]:
-        """Run every hook's on-exit; failures are recorded, never raised."""
-        context = {**self.context, "outcome": outcome, "error": error}
-        return [self._run(hook, "on-exit", context) for hook in self.hooks]
-
     def _run(self, hook: Hook, event: str, context: Mapping[str, Any]) -> HookRun:
         payload = _payload({**context, "event": event, "step": self.step})
         started = time.monotonic()
-        done = self._runner([str(hook.path), event], payload, self._cwd, self._timeout_s)
+        done = self.runner([str(hook.path), event], payload, self.cwd, self.timeout_s)
         run = HookRun(
             name=hook.name,
             event=event,
@@ -361,8 +345,11 @@ def hook_session(
     The first SIGINT or SIGTERM raises Interrupted in the block (outcome "interrupted"); later
     ones are held until on-exit is done. `cwd` defaults to the hooks directory's parent.
     """
+    if step not in STEPS:
+        raise ValueError(f"unknown step {step!r}; expected one of {', '.join(STEPS)}")
+    _payload(context)  # an unserialisable context is refused before any hook runs
     root = cwd or (hooks[0].path.parent.parent if hooks else Path.cwd())
-    session = HookSession(hooks, step, context, runner, root, timeout_s)
+    session = HookSession(tuple(hooks), step, dict(context), runner, root, timeout_s)
     guard = SignalGuard()
     outcome, error = "ok", None
     try:
@@ -375,7 +362,12 @@ def hook_session(
         raise
     finally:
         guard.holding = True  # first thing: from here on a signal waits for on-exit
-        guard.clean_up(lambda: session._finish(outcome, error), outcome == "interrupted")
+        on_exit = {**session.context, "outcome": outcome, "error": error}
+        # Every hook's on-exit runs; a failure is recorded in its run, never raised.
+        guard.clean_up(
+            lambda: [session._run(hook, "on-exit", on_exit) for hook in session.hooks],
+            outcome == "interrupted",
+        )
 
 
 class SignalGuard:

@@ -218,6 +218,7 @@ def night_view(
     cells: list[Cell],
     engine: str,
     registered: Registered | None,
+    archive: str | None = None,
 ) -> NightView:
     """The view of a night as its journal has it now."""
     night = journal.night
@@ -251,4 +252,5 @@ def night_view(
         predictions=registered,
         ladders=ladder_views(plan, cells, runs, events),
         end=end,
+        archive=archive,
     )
