@@ -350,10 +350,25 @@ def hook_session(
     _payload(context)  # an unserialisable context is refused before any hook runs
     root = cwd or (hooks[0].path.parent.parent if hooks else Path.cwd())
     session = HookSession(tuple(hooks), step, dict(context), runner, root, timeout_s)
+
+    def on_exit(outcome: str, error: str | None) -> None:
+        context = {**session.context, "outcome": outcome, "error": error}
+        for hook in session.hooks:  # each one runs; a failure is recorded, never raised
+            session._run(hook, "on-exit", context)
+
+    with always(on_exit):
+        yield session
+
+
+@contextmanager
+def always(cleanup: Callable[[str, str | None], object]) -> Iterator[None]:
+    """Run the block, then `cleanup(outcome, error)` however it was left (outcome ok, failed or
+    interrupted), then re-raise. The first SIGINT or SIGTERM raises Interrupted in the block;
+    later ones wait until the cleanup is done, then the first of them is raised."""
     guard = SignalGuard()
     outcome, error = "ok", None
     try:
-        yield session
+        yield
     except KeyboardInterrupt as exc:
         outcome, error = "interrupted", str(exc) or "interrupted by SIGINT"
         raise
@@ -361,17 +376,18 @@ def hook_session(
         outcome, error = "failed", str(exc) or type(exc).__name__
         raise
     finally:
-        guard.holding = True  # first thing: from here on a signal waits for on-exit
-        on_exit = {**session.context, "outcome": outcome, "error": error}
-        # Every hook's on-exit runs; a failure is recorded in its run, never raised.
-        guard.clean_up(
-            lambda: [session._run(hook, "on-exit", on_exit) for hook in session.hooks],
-            outcome == "interrupted",
-        )
+        guard.holding = True  # first thing: from here on a signal waits for the cleanup
+        try:
+            cleanup(outcome, error)
+        finally:
+            for signum, handler in guard.previous.items():
+                signal.signal(signum, handler)
+        if guard.held and outcome != "interrupted":
+            raise Interrupted(guard.held[0])
 
 
 class SignalGuard:
-    """SIGINT/SIGTERM handlers for one session: the first signal raises, later ones wait.
+    """SIGINT/SIGTERM handlers for one `always` block: the first signal raises, later ones wait.
 
     A second Ctrl-C must not cut short the cleanup it started, nor the on-exit hook that
     brings production back. Signals the process was told to ignore stay ignored, and off the
@@ -381,14 +397,14 @@ class SignalGuard:
     def __init__(self) -> None:
         self.holding = False
         self.held: list[int] = []
-        self._previous: dict[int, Any] = {}
+        self.previous: dict[int, Any] = {}
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in _SIGNALS:
             current = signal.getsignal(signum)
             if current is signal.SIG_IGN:  # e.g. a background job of a non-interactive shell
                 continue
-            self._previous[signum] = signal.SIG_DFL if current is None else current
+            self.previous[signum] = signal.SIG_DFL if current is None else current
             signal.signal(signum, self._handle)
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
@@ -397,15 +413,3 @@ class SignalGuard:
             return
         self.holding = True
         raise Interrupted(signum)
-
-    def clean_up(self, cleanup: Callable[[], object], interrupted: bool) -> None:
-        """Run `cleanup` (signals held: the caller's `finally` sets `holding` first thing), put
-        back the handlers there were before, then raise the first signal held meanwhile unless a
-        signal stopped the block."""
-        try:
-            cleanup()
-        finally:
-            for signum, handler in self._previous.items():
-                signal.signal(signum, handler)
-        if self.held and not interrupted:
-            raise Interrupted(self.held[0])
