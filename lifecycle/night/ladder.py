@@ -11,22 +11,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict
-
 from lifecycle.ledger.nights import NightEvent
 from lifecycle.night.cells import Cell
 from lifecycle.night.engine import RunSummary
-from lifecycle.night.plan import Ladder, Plan
+from lifecycle.night.plan import Frozen, Ladder, Plan
 
 STATES = ("cold", "warm")
 WRITTEN = "ladder:written"
 
 
-class _View(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-class MeasuredView(_View):
+class MeasuredView(Frozen):
     """One rung in one cache state, as its run found it."""
 
     margin_mib: float | None  # None: not measured (the shape's path never ran)
@@ -36,7 +30,7 @@ class MeasuredView(_View):
     under_prediction_mib: float | None  # predicted less measured
 
 
-class RungView(_View):
+class RungView(Frozen):
     """A rung of one pin: predicted, and measured cold and warm."""
 
     value: float
@@ -45,7 +39,7 @@ class RungView(_View):
     clears: bool  # measured in both states, and at or above the floor in each
 
 
-class PinLadderView(_View):
+class PinLadderView(Frozen):
     """One pin's climb: its rungs, the value chosen, and where it was written."""
 
     pin: str
@@ -64,7 +58,7 @@ class PinLadderView(_View):
         return next((r for r in self.rungs if r.value == value), None)
 
 
-class LadderView(_View):
+class LadderView(Frozen):
     """One ladder of the plan."""
 
     argument: str

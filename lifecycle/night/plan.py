@@ -61,6 +61,12 @@ Document = TypeVar("Document", bound=BaseModel)
 Finding = tuple[KeyPath, str]  # a problem at a key path, located in the file when raised
 
 
+class Frozen(BaseModel):
+    """A model that never changes once made: what a night records and reports."""
+
+    model_config = ConfigDict(frozen=True)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 

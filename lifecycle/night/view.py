@@ -11,22 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict
-
 from lifecycle.ledger.nights import NightEvent
 from lifecycle.night.cells import Cell, is_warm_up
 from lifecycle.night.engine import EndSummary, RunSummary, worst
 from lifecycle.night.journal import NightJournal
 from lifecycle.night.ladder import LadderView, ladder_views
-from lifecycle.night.plan import Plan
+from lifecycle.night.plan import Frozen, Plan
 from lifecycle.night.predictions import Registered
 
 
-class _View(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-class CellView(_View):
+class CellView(Frozen):
     """One cell: its runs of the current attempt and its verdict over them."""
 
     id: str
@@ -42,7 +36,7 @@ class CellView(_View):
     verdict: str  # pass | fail | inconclusive | pending (not every run done)
 
 
-class PinView(_View):
+class PinView(Frozen):
     """A pin's verdict: the worst of its counted cells."""
 
     pin: str
@@ -51,7 +45,7 @@ class PinView(_View):
     why: str
 
 
-class Disagreement(_View):
+class Disagreement(Frozen):
     """A plain cell and its instrumented twin that came out differently."""
 
     pin: str
@@ -63,7 +57,7 @@ class Disagreement(_View):
     text: str
 
 
-class Interval(_View):
+class Interval(Frozen):
     """From a production.down hook's start to the end of the up hook that brought it back."""
 
     down_at: str
@@ -71,7 +65,7 @@ class Interval(_View):
     seconds: float | None
 
 
-class ProductionView(_View):
+class ProductionView(Frozen):
     """Production's hours down, as the journal has them."""
 
     intervals: list[Interval]
@@ -80,7 +74,7 @@ class ProductionView(_View):
     last_event: str | None
 
 
-class ReportPlaces(_View):
+class ReportPlaces(Frozen):
     """Where a night's report is: on this host, and in the archive."""
 
     html_file: str
@@ -89,7 +83,7 @@ class ReportPlaces(_View):
     archived_json: str | None
 
 
-class NightView(_View):
+class NightView(Frozen):
     """Everything a night's report shows."""
 
     id: str
