@@ -102,11 +102,14 @@ class LocalEngine:
 
     def _judge(self, order: RunOrder, record: BootRecord, pending: RunSummary) -> RunSummary:
         cell = order.cell
-        seen = _Seen(self.ledger, record)
-        modes = {}
+        modes, dirs = {}, {}
         for use in cache_uses(self.ledger, boot_id=record.id):
             if (cache := cache_by_id(self.ledger, use.cache_id)) is not None:
                 modes[cache.cache_name] = use.mode
+                dirs[cache.cache_name] = Path(cache.host_path)
+        path = record.log_path
+        log = Path(path).read_text(errors="replace") if path and Path(path).is_file() else ""
+        seen = _Seen(log, record.outcome == "ok", dirs)
         condition = _state_condition(cell.state, modes)
         metrics = metrics_in(seen.log)
         margin = metrics.get(cell.rung.margin_metric) if cell.rung else None
@@ -206,27 +209,15 @@ class LocalEngine:
 
 @dataclass(frozen=True)
 class _Seen:
-    """What a local boot left: its log file and its caches' dirs."""
+    """What a local boot left: its log, and its caches' dirs by name."""
 
-    ledger: Ledger
-    record: BootRecord
-
-    @property
-    def log(self) -> str:
-        path = self.record.log_path
-        return Path(path).read_text(errors="replace") if path and Path(path).is_file() else ""
-
-    @property
-    def boot_ok(self) -> bool:
-        return self.record.outcome == "ok"
+    log: str
+    boot_ok: bool
+    dirs: dict[str, Path]
 
     def files(self, cache: str, glob: str) -> list[str]:
-        for use in cache_uses(self.ledger, boot_id=self.record.id):
-            found = cache_by_id(self.ledger, use.cache_id)
-            if found is not None and found.cache_name == cache:
-                root = Path(found.host_path)
-                return sorted(str(p.relative_to(root)) for p in root.glob(glob))
-        return []
+        root = self.dirs.get(cache)
+        return sorted(str(p.relative_to(root)) for p in root.glob(glob)) if root else []
 
 
 def _state_condition(state: str, modes: dict[str, str]) -> Finding:
