@@ -363,9 +363,33 @@ def hook_session(
 @contextmanager
 def always(cleanup: Callable[[str, str | None], object]) -> Iterator[None]:
     """Run the block, then `cleanup(outcome, error)` however it was left (outcome ok, failed or
-    interrupted), then re-raise. The first SIGINT or SIGTERM raises Interrupted in the block;
-    later ones wait until the cleanup is done, then the first of them is raised."""
-    guard = SignalGuard()
+    interrupted), then re-raise.
+
+    The first SIGINT or SIGTERM raises Interrupted in the block; later ones wait until the
+    cleanup is done, then the first of them is raised: a second Ctrl-C must not cut short the
+    cleanup it started, nor the on-exit hook that brings production back. Signals the process
+    was told to ignore stay ignored, and off the main thread, where Python cannot install
+    handlers, the block runs without them.
+    """
+    holding = False
+    held: list[int] = []  # signals that came while holding
+    previous: dict[int, Any] = {}  # the handlers to put back
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        nonlocal holding
+        if holding:
+            held.append(signum)
+            return
+        holding = True
+        raise Interrupted(signum)
+
+    if threading.current_thread() is threading.main_thread():
+        for signum in _SIGNALS:
+            current = signal.getsignal(signum)
+            if current is signal.SIG_IGN:  # e.g. a background job of a non-interactive shell
+                continue
+            previous[signum] = signal.SIG_DFL if current is None else current
+            signal.signal(signum, handle)
     outcome, error = "ok", None
     try:
         yield
@@ -376,40 +400,11 @@ def always(cleanup: Callable[[str, str | None], object]) -> Iterator[None]:
         outcome, error = "failed", str(exc) or type(exc).__name__
         raise
     finally:
-        guard.holding = True  # first thing: from here on a signal waits for the cleanup
+        holding = True  # first thing: from here on a signal waits for the cleanup
         try:
             cleanup(outcome, error)
         finally:
-            for signum, handler in guard.previous.items():
+            for signum, handler in previous.items():
                 signal.signal(signum, handler)
-        if guard.held and outcome != "interrupted":
-            raise Interrupted(guard.held[0])
-
-
-class SignalGuard:
-    """SIGINT/SIGTERM handlers for one `always` block: the first signal raises, later ones wait.
-
-    A second Ctrl-C must not cut short the cleanup it started, nor the on-exit hook that
-    brings production back. Signals the process was told to ignore stay ignored, and off the
-    main thread, where Python cannot install handlers, the session runs without them.
-    """
-
-    def __init__(self) -> None:
-        self.holding = False
-        self.held: list[int] = []
-        self.previous: dict[int, Any] = {}
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for signum in _SIGNALS:
-            current = signal.getsignal(signum)
-            if current is signal.SIG_IGN:  # e.g. a background job of a non-interactive shell
-                continue
-            self.previous[signum] = signal.SIG_DFL if current is None else current
-            signal.signal(signum, self._handle)
-
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        if self.holding:
-            self.held.append(signum)
-            return
-        self.holding = True
-        raise Interrupted(signum)
+        if held and outcome != "interrupted":
+            raise Interrupted(held[0])
