@@ -90,9 +90,9 @@ def dry_run(
             PlannedHook("down", production.down.name, production.down.acts, False),
             PlannedHook("up", production.up.name, production.up.acts, False),
         ]
-        context = {"night_id": "(dry run)", "plan": plan.name, "host": "(dry run)"}
-        said = status(production, context, runner, project)
         if production.status is not None:
+            context = {"night_id": "(dry run)", "plan": plan.name, "host": "(dry run)"}
+            said = status(production.status, context, runner, project)
             hooks.append(PlannedHook("status", production.status.name, False, True, said))
     predictions = sum(len(r) for ladder in plan.ladders for r in ladder.predictions.values())
     return DryRun(

@@ -114,13 +114,9 @@ def bring_up(
     return False
 
 
-def status(
-    hooks: ProductionHooks, context: dict[str, str], runner: HookRunner, cwd: Path
-) -> str | None:
-    """What the status hook says (it only asks), or None when the plan names none."""
-    if hooks.status is None:
-        return None
-    done = run_hook(hooks.status, "production.status", context, runner, cwd)
+def status(hook: Hook, context: dict[str, str], runner: HookRunner, cwd: Path) -> str:
+    """What the status hook says (it only asks)."""
+    done = run_hook(hook, "production.status", context, runner, cwd)
     text = (done.out.strip() or done.err.strip())[-TAIL:]
     return f"exit {done.rc}: {text}" if done.rc else text or "exit 0"
 

@@ -190,7 +190,8 @@ def production_view(events: list[NightEvent]) -> ProductionView | None:
         if event.event == "production.down:intent" and opened is None:
             opened = event.at
         elif event.event == "production.up:done" and opened is not None:
-            seconds = _seconds(opened, event.at)
+            took = datetime.fromisoformat(event.at) - datetime.fromisoformat(opened)
+            seconds = round(took.total_seconds(), 1)
             intervals.append(Interval(down_at=opened, up_at=event.at, seconds=seconds))
             opened = None
     if opened is not None:
@@ -200,10 +201,6 @@ def production_view(events: list[NightEvent]) -> ProductionView | None:
         intervals=intervals, downtime_s=round(total, 1), up=opened is None,
         last_event=production[-1].event,
     )  # fmt: skip
-
-
-def _seconds(start: str, end: str) -> float:
-    return round((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds(), 1)
 
 
 def night_view(
