@@ -373,7 +373,7 @@ def always(cleanup: Callable[[str, str | None], object]) -> Iterator[None]:
     """
     holding = False
     held: list[int] = []  # signals that came while holding
-    previous: dict[int, Any] = {}  # the handlers to put back
+    previous: dict[signal.Signals, Any] = {}  # the handlers to put back
 
     def handle(signum: int, _frame: FrameType | None) -> None:
         nonlocal holding
