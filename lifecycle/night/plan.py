@@ -1,25 +1,10 @@
 """A night plan: the acceptance matrix, its checks, its ladders and its production hooks.
 
-    schema_version: 1
-    name: acceptance-0.2
-    pins: [demo/0.1, demo/0.2]            # manifests, as `lifecycle show` names them
-    cache_states: [cold, warm]            # every cell runs in each
-    repeats: 1                            # runs per cell, unless a profile says otherwise
-    production: {down: production-down, up: production-up, status: production-status}
-    profiles:
-      batch:
-        boot_profile: serve               # the manifest's profile to boot
-        args: [--burst, "64", --seed, "{run}"]   # {run}: the run's number in its cell
-        repeats: 5
-        instrumented: {hooks: [memory-history], repeats: 3}   # shown, never counted
-        checks:
-          - name: burst-64
-            creates: [{what: ..., args: [...]}]  # the condition that makes its path run
-            path: {log: [...], metrics: [...], files: [...]}  # observed: the path ran
-            pass_when: {...}                   # all observed, and the boot ended ok: pass
-            fail_when: {...}                   # any observed: fail
-    ladders: [...]                        # lifecycle.night.ladder
-    end: {archive: true, teardown: true}
+`nights/demo.yaml` is the worked example. Each profile of the matrix runs on each pin (a
+manifest, as `lifecycle show` names it) in each cache state, `repeats` times (`{run}` in its
+args: the run's number); its instrumented twin, observing hooks attached, is shown and never
+counted. A check says what makes its path run (`creates`), what shows that it ran (`path`),
+and what passes or fails it; a ladder is lifecycle.night.ladder's.
 
 Validated like a manifest: strict models, every problem located (`file:line:col: key:
 message`), exit 2. What needs the manifests or the hooks (a profile name, a cache name, a
