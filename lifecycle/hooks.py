@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from types import FrameType
 from typing import Any
@@ -285,28 +285,17 @@ def _tail(text: str) -> str:
     return "\n".join(text.splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
 
 
+@dataclass
 class HookSession:
-    """The hooks attached to one step; made by `hook_session`, which also runs on-exit."""
+    """The hooks attached to one step, and every run of them; made by `hook_session`."""
 
-    def __init__(
-        self,
-        hooks: Sequence[Hook],
-        step: str,
-        context: Mapping[str, Any],
-        runner: HookRunner,
-        cwd: Path,
-        timeout_s: float,
-    ) -> None:
-        if step not in STEPS:
-            raise ValueError(f"unknown step {step!r}; expected one of {', '.join(STEPS)}")
-        _payload(context)  # an unserialisable context is refused before any hook runs
-        self.hooks = tuple(hooks)
-        self.step = step
-        self.context = dict(context)
-        self.runs: list[HookRun] = []
-        self._runner = runner
-        self._cwd = cwd
-        self._timeout_s = timeout_s
+    hooks: Sequence[Hook]
+    step: str
+    context: dict[str, Any]
+    runner: HookRunner
+    cwd: Path
+    timeout_s: float
+    runs: list[HookRun] = field(default_factory=list)
 
     def fire(self, event: str, extra_context: Mapping[str, Any] | None = None) -> list[HookRun]:
         """Run `event` on every hook in order; a failing pre-* hook raises HookFailed.
@@ -325,15 +314,10 @@ class HookSession:
                 raise HookFailed(run)
         return runs
 
-    def _finish(self, outcome: str, error: str | None) -> list[HookRun]:
-        """Run every hook's on-exit; failures are recorded, never raised."""
-        context = {**self.context, "outcome": outcome, "error": error}
-        return [self._run(hook, "on-exit", context) for hook in self.hooks]
-
     def _run(self, hook: Hook, event: str, context: Mapping[str, Any]) -> HookRun:
         payload = _payload({**context, "event": event, "step": self.step})
         started = time.monotonic()
-        done = self._runner([str(hook.path), event], payload, self._cwd, self._timeout_s)
+        done = self.runner([str(hook.path), event], payload, self.cwd, self.timeout_s)
         run = HookRun(
             name=hook.name,
             event=event,
@@ -361,12 +345,54 @@ def hook_session(
     The first SIGINT or SIGTERM raises Interrupted in the block (outcome "interrupted"); later
     ones are held until on-exit is done. `cwd` defaults to the hooks directory's parent.
     """
+    if step not in STEPS:
+        raise ValueError(f"unknown step {step!r}; expected one of {', '.join(STEPS)}")
+    _payload(context)  # an unserialisable context is refused before any hook runs
     root = cwd or (hooks[0].path.parent.parent if hooks else Path.cwd())
-    session = HookSession(hooks, step, context, runner, root, timeout_s)
-    guard = SignalGuard()
+    session = HookSession(tuple(hooks), step, dict(context), runner, root, timeout_s)
+
+    def on_exit(outcome: str, error: str | None) -> None:
+        context = {**session.context, "outcome": outcome, "error": error}
+        for hook in session.hooks:  # each one runs; a failure is recorded, never raised
+            session._run(hook, "on-exit", context)
+
+    with always(on_exit):
+        yield session
+
+
+@contextmanager
+def always(cleanup: Callable[[str, str | None], object]) -> Iterator[None]:
+    """Run the block, then `cleanup(outcome, error)` however it was left (outcome ok, failed or
+    interrupted), then re-raise.
+
+    The first SIGINT or SIGTERM raises Interrupted in the block; later ones wait until the
+    cleanup is done, then the first of them is raised: a second Ctrl-C must not cut short the
+    cleanup it started, nor the on-exit hook that brings production back. Signals the process
+    was told to ignore stay ignored, and off the main thread, where Python cannot install
+    handlers, the block runs without them.
+    """
+    holding = False
+    held: list[int] = []  # signals that came while holding
+    previous: dict[signal.Signals, Any] = {}  # the handlers to put back
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        nonlocal holding
+        if holding:
+            held.append(signum)
+            return
+        holding = True
+        raise Interrupted(signum)
+
+    if threading.current_thread() is threading.main_thread():
+        for signum in _SIGNALS:
+            current = signal.getsignal(signum)
+            if current is signal.SIG_IGN:  # e.g. a background job of a non-interactive shell
+                continue
+            previous[signum] = signal.SIG_DFL if current is None else current
+            signal.signal(signum, handle)
     outcome, error = "ok", None
     try:
-        yield session
+        yield
     except KeyboardInterrupt as exc:
         outcome, error = "interrupted", str(exc) or "interrupted by SIGINT"
         raise
@@ -374,46 +400,11 @@ def hook_session(
         outcome, error = "failed", str(exc) or type(exc).__name__
         raise
     finally:
-        guard.holding = True  # first thing: from here on a signal waits for on-exit
-        guard.clean_up(lambda: session._finish(outcome, error), outcome == "interrupted")
-
-
-class SignalGuard:
-    """SIGINT/SIGTERM handlers for one session: the first signal raises, later ones wait.
-
-    A second Ctrl-C must not cut short the cleanup it started, nor the on-exit hook that
-    brings production back. Signals the process was told to ignore stay ignored, and off the
-    main thread, where Python cannot install handlers, the session runs without them.
-    """
-
-    def __init__(self) -> None:
-        self.holding = False
-        self.held: list[int] = []
-        self._previous: dict[int, Any] = {}
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for signum in _SIGNALS:
-            current = signal.getsignal(signum)
-            if current is signal.SIG_IGN:  # e.g. a background job of a non-interactive shell
-                continue
-            self._previous[signum] = signal.SIG_DFL if current is None else current
-            signal.signal(signum, self._handle)
-
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        if self.holding:
-            self.held.append(signum)
-            return
-        self.holding = True
-        raise Interrupted(signum)
-
-    def clean_up(self, cleanup: Callable[[], object], interrupted: bool) -> None:
-        """Run `cleanup` (signals held: the caller's `finally` sets `holding` first thing), put
-        back the handlers there were before, then raise the first signal held meanwhile unless a
-        signal stopped the block."""
+        holding = True  # first thing: from here on a signal waits for the cleanup
         try:
-            cleanup()
+            cleanup(outcome, error)
         finally:
-            for signum, handler in self._previous.items():
+            for signum, handler in previous.items():
                 signal.signal(signum, handler)
-        if self.held and not interrupted:
-            raise Interrupted(self.held[0])
+        if held and outcome != "interrupted":
+            raise Interrupted(held[0])

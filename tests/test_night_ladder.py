@@ -87,7 +87,7 @@ def test_the_value_is_the_highest_rung_clearing_the_floor_in_both_cache_states()
     }  # fmt: skip
     climbed = climb(ladder, "a", ordered, runs, {0.92: 60.0})
     assert climbed.complete and climbed.chosen == 0.91
-    assert climbed.why() == "0.91 clears 40 MiB (790.0 MiB cold, 810.0 MiB warm); 0.92 does not"
+    assert climbed.why == "0.91 clears 40 MiB (790.0 MiB cold, 810.0 MiB warm); 0.92 does not"
     assert climbed.rung(0.92) is not None and climbed.rung(0.92).predicted_mib == 60.0
     # A margin that was not measured (the shape never forced) never clears.
     runs[("a:gpu_memory_utilization=0.91:cold", 1)] = run("x", 1, "inconclusive", None)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 from collections.abc import Sequence
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from lifecycle.cli import cli
+from lifecycle.home import HomeUnusable
 from lifecycle.hooks import HookExit, Interrupted, discover
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.nights import production_left_down, production_left_down_in
@@ -155,6 +158,30 @@ def test_left_down_every_verb_says_so_until_a_recovery_brings_it_up(
     assert back.up and production_left_down_in(home) == []
     out = CliRunner().invoke(cli, ["--manifests", str(REPO / "manifests"), "boots"])
     assert "PRODUCTION" not in out.stderr
+
+
+def test_an_unreadable_ledger_is_reported_not_taken_for_no_night(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    Ledger.open(home).close()
+    file = home / "ledger.sqlite3"
+    pages = bytearray(file.read_bytes())
+    pages[100:] = bytes(len(pages) - 100)  # the header (and so the size) kept, every page gone
+    file.write_bytes(pages)
+    with pytest.raises(HomeUnusable, match="cannot be read: database disk image is malformed"):
+        production_left_down_in(home)
+    file.write_bytes(b"not a ledger" * 100)
+    with pytest.raises(HomeUnusable, match="is not a SQLite database"):
+        production_left_down_in(home)
+
+
+def test_no_ledger_or_one_from_before_nights_has_nothing_to_say(tmp_path: Path) -> None:
+    assert production_left_down_in(tmp_path / "nowhere") == []
+    home = tmp_path / "home"
+    home.mkdir()
+    with closing(sqlite3.connect(home / "ledger.sqlite3")) as conn:
+        conn.execute("CREATE TABLE boots (id TEXT)")
+        conn.execute("PRAGMA user_version = 1")
+    assert production_left_down_in(home) == []
 
 
 def test_a_status_hook_must_only_ask(tmp_path: Path) -> None:

@@ -22,9 +22,9 @@ import pytest
 from lifecycle.ledger import Ledger
 from lifecycle.night.cells import cells
 from lifecycle.night.engine import RunSummary
-from lifecycle.night.html import render_html
 from lifecycle.night.journal import NightJournal
 from lifecycle.night.plan import load_plan
+from lifecycle.night.publish import render_html
 from lifecycle.night.view import NightView, night_view
 
 REPO = Path(__file__).resolve().parent.parent

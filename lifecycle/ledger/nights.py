@@ -12,8 +12,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from lifecycle.errors import LifecycleError
-from lifecycle.home import Home
+from lifecycle.home import Home, HomeUnusable
 from lifecycle.ledger.core import Ledger, has_ledger
 from lifecycle.ledger.rows import insert
 
@@ -73,10 +72,20 @@ class Prediction:
     registered_at: str
 
 
-def start_night(ledger: Ledger, night: NightRecord) -> None:
-    """Record a new night."""
+_TABLES = {
+    NightRecord: "nights",
+    NightRunStep: "night_runs",
+    NightEvent: "night_events",
+    Prediction: "predictions",
+}
+
+
+def add(ledger: Ledger, *rows: NightRecord | NightRunStep | NightEvent | Prediction) -> None:
+    """Add rows of nights in one transaction; a second prediction for the same night and rung
+    is refused by the primary key (predictions are registered once, never changed)."""
     with ledger.transaction() as conn:
-        insert(conn, "nights", night)
+        for row in rows:
+            insert(conn, _TABLES[type(row)], row)
 
 
 def night_by_id(ledger: Ledger, night_id: str) -> NightRecord | None:
@@ -84,18 +93,10 @@ def night_by_id(ledger: Ledger, night_id: str) -> NightRecord | None:
     return ledger.record(NightRecord, "SELECT * FROM nights WHERE id = ?", (night_id,))
 
 
-def nights(ledger: Ledger, plan_name: str | None = None) -> list[NightRecord]:
-    """Every night (of one plan), newest first."""
-    if plan_name is None:
-        return ledger.records(NightRecord, "SELECT * FROM nights ORDER BY started_at DESC, id DESC")
-    sql = "SELECT * FROM nights WHERE plan_name = ? ORDER BY started_at DESC, id DESC"
-    return ledger.records(NightRecord, sql, (plan_name,))
-
-
-def record_run_step(ledger: Ledger, step: NightRunStep) -> None:
-    """Journal one step of a cell run (one transaction)."""
-    with ledger.transaction() as conn:
-        insert(conn, "night_runs", step)
+def latest_night(ledger: Ledger, plan_name: str) -> NightRecord | None:
+    """The newest night of a plan, or None."""
+    sql = "SELECT * FROM nights WHERE plan_name = ? ORDER BY started_at DESC, id DESC LIMIT 1"
+    return ledger.record(NightRecord, sql, (plan_name,))
 
 
 def run_steps(ledger: Ledger, night_id: str) -> list[NightRunStep]:
@@ -105,24 +106,10 @@ def run_steps(ledger: Ledger, night_id: str) -> list[NightRunStep]:
     return ledger.records(NightRunStep, sql, (night_id,))
 
 
-def record_event(ledger: Ledger, event: NightEvent) -> None:
-    """Journal one event of a night (one transaction)."""
-    with ledger.transaction() as conn:
-        insert(conn, "night_events", event)
-
-
 def events(ledger: Ledger, night_id: str) -> list[NightEvent]:
     """Every event of a night, oldest first."""
     sql = "SELECT night_id, event, detail, at FROM night_events WHERE night_id = ? ORDER BY id"
     return ledger.records(NightEvent, sql, (night_id,))
-
-
-def register_predictions(ledger: Ledger, predictions: list[Prediction]) -> None:
-    """Register a night's predictions, all at once and once: a second registration for the
-    same night is refused by the primary key, and nothing here ever changes one."""
-    with ledger.transaction() as conn:
-        for prediction in predictions:
-            insert(conn, "predictions", prediction)
 
 
 def predictions(ledger: Ledger, night_id: str) -> list[Prediction]:
@@ -145,20 +132,26 @@ def production_left_down(ledger: Ledger) -> list[NightEvent]:
 
 
 def production_left_down_in(home: Path) -> list[NightEvent]:
-    """The same, read from the ledger in `home` without writing anything (no ledger, an older
-    one, or one that cannot be read: nothing to say), so every verb can ask when it starts."""
+    """The same, read from the ledger in `home` without writing anything, so every verb can
+    ask when it starts: no ledger, nothing to say; HomeUnusable when it cannot be read."""
+    if not has_ledger(home):  # reads the file's header only: a home with no ledger opens none
+        return []
+    file = Home(home).ledger_file
+    # A read-only connection still makes the WAL's -shm index when it is not there; with
+    # no -wal file every commit is in the file itself, which is then read as immutable
+    # (nothing made, nothing locked). A -wal file (a writer open, or killed) is read too.
+    wal = file.with_name(file.name + "-wal").exists()
+    uri = file.absolute().as_uri() + ("?mode=ro" if wal else "?mode=ro&immutable=1")
     try:
-        if not has_ledger(home):
-            return []
-        file = Home(home).ledger_file
-        # A read-only connection still makes the WAL's -shm index when it is not there; with
-        # no -wal file every commit is in the file itself, which is then read as immutable
-        # (nothing made, nothing locked). A -wal file (a writer open, or killed) is read too.
-        wal = file.with_name(file.name + "-wal").exists()
-        uri = file.absolute().as_uri() + ("?mode=ro" if wal else "?mode=ro&immutable=1")
         with closing(sqlite3.connect(uri, uri=True, timeout=2)) as conn:
             rows = conn.execute(_LAST_PRODUCTION_EVENT).fetchall()
-    except (sqlite3.Error, OSError, LifecycleError):  # the verb itself will say what is wrong
-        return []
+    except sqlite3.DatabaseError as exc:
+        # Two answers are expected and mean nothing to say: a ledger from before the nights
+        # tables (the verb migrates it), and a writer holding the file past the timeout (a
+        # migration, a checkpoint: the verb waits its turn). Anything else is a broken ledger.
+        name = getattr(exc, "sqlite_errorname", "")
+        if "no such table" in str(exc) or name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            return []
+        raise HomeUnusable(f"the ledger {file} cannot be read: {exc}") from None
     found = [NightEvent(*row) for row in rows]
     return [e for e in found if e.event != PRODUCTION_UP]

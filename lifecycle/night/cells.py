@@ -14,7 +14,7 @@ pin once more first (a warm-up) rather than let a warm cell run cold.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from lifecycle.manifest.measure import Evidence
 from lifecycle.night.plan import Check, Created, Ladder, Plan
@@ -39,15 +39,15 @@ class Cell:
     pin: str
     workload: str  # the profile's name, or `argument=value` for a rung
     state: str  # cold | warm
-    instrumented: bool
-    repeats: int
     boot_profile: str | None
-    args: tuple[str, ...]  # the workload's, then each check's created conditions'
-    hooks: tuple[str, ...]
-    checks: tuple[Check, ...]
-    timeout_s: float
+    instrumented: bool = False
+    repeats: int = 1
+    args: tuple[str, ...] = ()  # the workload's, then each check's created conditions'
+    hooks: tuple[str, ...] = ()
+    checks: tuple[Check, ...] = ()
+    timeout_s: float = 600.0
     rung: Rung | None = None
-    created: tuple[str, ...] = field(default=())  # what the checks create, for the report
+    created: tuple[str, ...] = ()  # what the checks create, for the report
 
     @property
     def id(self) -> str:
@@ -87,9 +87,8 @@ def _matrix(plan: Plan, pin: str, state: str) -> list[Cell]:
             pin=pin,
             workload=name,
             state=state,
-            instrumented=False,
-            repeats=profile.repeats or plan.repeats,
             boot_profile=profile.boot_profile,
+            repeats=profile.repeats or plan.repeats,
             args=(*profile.args, *(arg for condition in created for arg in condition.args)),
             hooks=tuple(profile.hooks),
             checks=tuple(profile.checks),
@@ -117,11 +116,8 @@ def _rung(ladder: Ladder, pin: str, state: str, value: float) -> Cell:
         pin=pin,
         workload=f"{ladder.argument}={value:g}",
         state=state,
-        instrumented=False,
-        repeats=1,
         boot_profile=shape.boot_profile,
         args=tuple(shape.args),
-        hooks=(),
         checks=(check,),
         timeout_s=ladder.timeout_s,
         rung=rung,
@@ -132,18 +128,7 @@ def _rung(ladder: Ladder, pin: str, state: str, value: float) -> Cell:
 def warm_up(pin: str, boot_profile: str | None) -> Cell:
     """The boot that makes good caches for a pin's warm cells when none is left: the pin's
     profile with nothing to serve, cold, nothing checked."""
-    return Cell(
-        pin=pin,
-        workload=WARM_UP,
-        state="cold",
-        instrumented=False,
-        repeats=1,
-        boot_profile=boot_profile,
-        args=(),
-        hooks=(),
-        checks=(),
-        timeout_s=600.0,
-    )
+    return Cell(pin, WARM_UP, "cold", boot_profile)
 
 
 def is_warm_up(cell_id: str) -> bool:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from html import escape
 
-from lifecycle.night.view import LadderView
+from lifecycle.night.ladder import LadderView
 
 WIDTH, HEIGHT = 760, 380
 LEFT, RIGHT, TOP, BOTTOM = 70, 190, 24, 52

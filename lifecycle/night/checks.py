@@ -15,10 +15,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
-
 from lifecycle.manifest.measure import CACHE_FILE, CONDITION, Evidence
-from lifecycle.night.plan import Check
+from lifecycle.night.plan import Check, Frozen
 
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt,
@@ -53,10 +51,8 @@ class Observed(Protocol):
         ...
 
 
-class Finding(BaseModel):
+class Finding(Frozen):
     """One piece of evidence, looked for: observed or not, and what was seen instead."""
-
-    model_config = ConfigDict(frozen=True)
 
     kind: str  # log | metric | file | condition
     what: str
@@ -64,10 +60,8 @@ class Finding(BaseModel):
     seen: str | None = None  # the matching line, the metric's value, the files found
 
 
-class CheckVerdict(BaseModel):
+class CheckVerdict(Frozen):
     """A check's verdict on one boot, with every finding it rests on."""
-
-    model_config = ConfigDict(frozen=True)
 
     check: str
     status: str  # pass | fail | inconclusive

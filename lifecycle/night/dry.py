@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lifecycle.hooks import HookRunner
 from lifecycle.ledger import Ledger
-from lifecycle.night.journal import latest_of_plan
+from lifecycle.night.journal import NightJournal
 from lifecycle.night.plan import LoadedPlan
 from lifecycle.night.prepare import prepare
 from lifecycle.night.production import status
@@ -67,7 +67,7 @@ def dry_run(
     """The plan checked and laid out; only a status hook that asks is run."""
     plan = loaded.plan
     prepared = prepare(plan, manifests_dir, project, None)
-    latest = latest_of_plan(ledger, plan.name, lambda: "") if ledger else None
+    latest = NightJournal.latest(ledger, plan.name, lambda: "") if ledger else None
     resumes = latest if latest and latest.night.plan_digest == loaded.digest else None
     resumes = resumes if resumes and not resumes.finished else None
     done = resumes.runs() if resumes else {}
@@ -90,9 +90,9 @@ def dry_run(
             PlannedHook("down", production.down.name, production.down.acts, False),
             PlannedHook("up", production.up.name, production.up.acts, False),
         ]
-        context = {"night_id": "(dry run)", "plan": plan.name, "host": "(dry run)"}
-        said = status(production, context, runner, project)
         if production.status is not None:
+            context = {"night_id": "(dry run)", "plan": plan.name, "host": "(dry run)"}
+            said = status(production.status, context, runner, project)
             hooks.append(PlannedHook("status", production.status.name, False, True, said))
     predictions = sum(len(r) for ladder in plan.ladders for r in ladder.predictions.values())
     return DryRun(

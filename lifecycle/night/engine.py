@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from lifecycle.hooks import Hook
 from lifecycle.manifest import LoadedManifest
 from lifecycle.night.cells import Cell
 from lifecycle.night.checks import CheckVerdict
+from lifecycle.night.plan import Frozen
 
 
 @dataclass(frozen=True)
@@ -44,19 +45,15 @@ class RunOrder:
     hooks: tuple[Hook, ...]
 
 
-class CheckOutcome(BaseModel):
+class CheckOutcome(Frozen):
     """A check's verdict on one run, and the result it was recorded as."""
-
-    model_config = ConfigDict(frozen=True)
 
     verdict: CheckVerdict
     result_id: str | None  # None: the boot never happened, so nothing to record it against
 
 
-class RunSummary(BaseModel):
+class RunSummary(Frozen):
     """What one run of a cell did, as the journal keeps it and the report shows it."""
-
-    model_config = ConfigDict(frozen=True)
 
     cell: str
     run: int
@@ -80,10 +77,8 @@ class RunSummary(BaseModel):
     ended_at: str | None = None
 
 
-class EndSummary(BaseModel):
+class EndSummary(Frozen):
     """What an end action (archive, teardown) did with the night's boots."""
-
-    model_config = ConfigDict(frozen=True)
 
     action: str  # archive | teardown
     ok: bool

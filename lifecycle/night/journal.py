@@ -21,13 +21,11 @@ from lifecycle.ledger.nights import (
     NightEvent,
     NightRecord,
     NightRunStep,
+    add,
     events,
+    latest_night,
     night_by_id,
-    nights,
-    record_event,
-    record_run_step,
     run_steps,
-    start_night,
 )
 from lifecycle.night.engine import RunSummary
 from lifecycle.night.plan import LoadedPlan
@@ -35,11 +33,6 @@ from lifecycle.night.plan import LoadedPlan
 FINISHED = "finished"  # the event that closes a night: every run done, the end actions taken
 RERUN = "rerun"  # detail: the cell's id; its next attempt starts
 BUILDS = "builds"  # detail: pin -> the manifest digest the night measures (JSON), at its start
-
-
-def new_night_id(now: datetime) -> str:
-    """`n-<UTC time>-<6 hex>`, sorting by time like boot ids."""
-    return f"n-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
 
 
 @dataclass(frozen=True)
@@ -54,9 +47,9 @@ class NightJournal:
     def begin(
         cls, ledger: Ledger, loaded: LoadedPlan, kind: str, project: Path, stamp: Callable[[], str]
     ) -> NightJournal:
-        """A new night of this plan."""
+        """A new night of this plan, its id `n-<UTC time>-<6 hex>` sorting by time like boots'."""
         night = NightRecord(
-            id=new_night_id(datetime.fromisoformat(stamp())),
+            id=f"n-{datetime.fromisoformat(stamp()):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}",
             kind=kind,
             plan_name=loaded.plan.name,
             plan_file=str(loaded.file),
@@ -66,7 +59,7 @@ class NightJournal:
             host=socket.gethostname(),
             started_at=stamp(),
         )
-        start_night(ledger, night)
+        add(ledger, night)
         return cls(ledger, night, stamp)
 
     @classmethod
@@ -75,9 +68,17 @@ class NightJournal:
         night = night_by_id(ledger, night_id)
         return None if night is None else cls(ledger, night, stamp)
 
+    @classmethod
+    def latest(
+        cls, ledger: Ledger, plan_name: str, stamp: Callable[[], str]
+    ) -> NightJournal | None:
+        """The newest night of a plan, if any."""
+        night = latest_night(ledger, plan_name)
+        return None if night is None else cls(ledger, night, stamp)
+
     def event(self, name: str, detail: str | None = None) -> None:
         """Journal an event now."""
-        record_event(self.ledger, NightEvent(self.night.id, name, detail, self.stamp()))
+        add(self.ledger, NightEvent(self.night.id, name, detail, self.stamp()))
 
     def events(self) -> list[NightEvent]:
         """Every event, oldest first."""
@@ -89,10 +90,9 @@ class NightJournal:
 
     def started(self, cell: str, run: int, attempt: int) -> None:
         """Journal that a run is about to boot."""
-        step = NightRunStep(
-            self.night.id, cell, run, attempt, "started", None, None, None, self.stamp()
-        )
-        record_run_step(self.ledger, step)
+        at = self.stamp()
+        step = NightRunStep(self.night.id, cell, run, attempt, "started", None, None, None, at)
+        add(self.ledger, step)
 
     def done(self, summary: RunSummary) -> None:
         """Journal a run's summary, once its boot and results are recorded."""
@@ -100,7 +100,7 @@ class NightJournal:
             self.night.id, summary.cell, summary.run, summary.attempt, "done", summary.boot_id,
             summary.verdict, summary.model_dump_json(), self.stamp(),
         )  # fmt: skip
-        record_run_step(self.ledger, step)
+        add(self.ledger, step)
 
     def runs(self) -> dict[tuple[str, int], RunSummary]:
         """The done runs of each cell's current attempt, by (cell, run)."""
@@ -130,9 +130,3 @@ class NightJournal:
         """Whether the night ran to its end (every run, the end actions)."""
         last = [e.event for e in self.events() if e.event in (FINISHED, RERUN)]
         return bool(last) and last[-1] == FINISHED
-
-
-def latest_of_plan(ledger: Ledger, plan_name: str, stamp: Callable[[], str]) -> NightJournal | None:
-    """The newest night of a plan, if any."""
-    found = nights(ledger, plan_name)
-    return NightJournal(ledger, found[0], stamp) if found else None

@@ -2,81 +2,70 @@
 
 The value chosen is the highest rung whose measured margin clears the floor in both cache
 states. A rung whose margin was not measured in a state (its shape was not forced, the engine
-never got there) does not clear: a value is valid only for conditions it was measured in.
+never got there) does not clear: a value is valid only for conditions it was measured in. The
+outcome is also what the night's report shows of the ladder.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+from lifecycle.ledger.nights import NightEvent
 from lifecycle.night.cells import Cell
 from lifecycle.night.engine import RunSummary
-from lifecycle.night.plan import Ladder
+from lifecycle.night.plan import Frozen, Ladder, Plan
 
 STATES = ("cold", "warm")
+WRITTEN = "ladder:written"
 
 
-@dataclass(frozen=True)
-class Measured:
+class MeasuredView(Frozen):
     """One rung in one cache state, as its run found it."""
 
     margin_mib: float | None  # None: not measured (the shape's path never ran)
     verdict: str  # the rung's check: pass (clears the floor), fail, inconclusive
     boot_id: str | None
     result_id: str | None
+    under_prediction_mib: float | None  # predicted less measured
 
 
-@dataclass(frozen=True)
-class RungOutcome:
+class RungView(Frozen):
     """A rung of one pin: predicted, and measured cold and warm."""
 
     value: float
     predicted_mib: float | None
-    measured: dict[str, Measured]  # by cache state; a state that has not run yet is absent
-
-    def clears(self, floor_mib: float) -> bool:
-        """Measured in both states, and at or above the floor in each."""
-        return all(
-            (m := self.measured.get(state)) is not None
-            and m.margin_mib is not None
-            and m.verdict != "inconclusive"
-            and m.margin_mib >= floor_mib
-            for state in STATES
-        )
+    measured: dict[str, MeasuredView]  # by cache state; a state that has not run yet is absent
+    clears: bool  # measured in both states, and at or above the floor in each
 
 
-@dataclass(frozen=True)
-class PinLadder:
-    """One pin's climb of one ladder."""
+class PinLadderView(Frozen):
+    """One pin's climb: its rungs, the value chosen, and where it was written."""
 
     pin: str
-    argument: str
-    floor_mib: float
-    rungs: tuple[RungOutcome, ...]
+    rungs: list[RungView]
     chosen: float | None  # the highest rung clearing the floor cold and warm
+    why: str  # the choice in one line, with the margins it rests on
+    written: str | None = None
 
     @property
     def complete(self) -> bool:
         """Every rung measured in both states."""
         return all(len(r.measured) == len(STATES) for r in self.rungs)
 
-    def rung(self, value: float) -> RungOutcome | None:
+    def rung(self, value: float) -> RungView | None:
         """The rung at `value`."""
         return next((r for r in self.rungs if r.value == value), None)
 
-    def why(self) -> str:
-        """The choice in one line, with the margins it rests on."""
-        if self.chosen is None:
-            return f"no rung clears {self.floor_mib:g} MiB cold and warm"
-        chosen = self.rung(self.chosen)
-        assert chosen is not None
-        margins = ", ".join(
-            f"{chosen.measured[s].margin_mib:.1f} MiB {s}" for s in STATES if s in chosen.measured
-        )
-        higher = [r for r in self.rungs if r.value > self.chosen]
-        beyond = f"; {higher[0].value:g} does not" if higher else ""
-        return f"{self.chosen:g} clears {self.floor_mib:g} MiB ({margins}){beyond}"
+
+class LadderView(Frozen):
+    """One ladder of the plan."""
+
+    argument: str
+    floor_mib: float
+    shape: str
+    margin: str
+    pins: list[PinLadderView]
 
 
 def climb(
@@ -85,20 +74,85 @@ def climb(
     cells: list[Cell],
     runs: Mapping[tuple[str, int], RunSummary],
     predictions: Mapping[float, float],
-) -> PinLadder:
+    written: str | None = None,
+) -> PinLadderView:
     """The pin's rungs as the night's runs measured them (each rung cell runs once)."""
-    outcomes = []
+    rungs = []
     for value in ladder.rungs:
-        measured: dict[str, Measured] = {}
+        predicted = predictions.get(value)
+        measured: dict[str, MeasuredView] = {}
         for cell in cells:
             rung = cell.rung
             if cell.pin != pin or rung is None or rung.argument != ladder.argument:
                 continue
             if rung.value != value or (run := runs.get((cell.id, 1))) is None:
                 continue
+            under = None
+            if predicted is not None and run.margin_mib is not None:
+                under = round(predicted - run.margin_mib, 1)
             result = run.checks[0].result_id if run.checks else None
-            measured[cell.state] = Measured(run.margin_mib, run.verdict, run.boot_id, result)
-        outcomes.append(RungOutcome(value, predictions.get(value), measured))
-    clearing = [r.value for r in outcomes if r.clears(ladder.floor_mib)]
-    chosen = max(clearing) if clearing else None
-    return PinLadder(pin, ladder.argument, ladder.floor_mib, tuple(outcomes), chosen)
+            measured[cell.state] = MeasuredView(
+                margin_mib=run.margin_mib, verdict=run.verdict, boot_id=run.boot_id,
+                result_id=result, under_prediction_mib=under,
+            )  # fmt: skip
+        clears = all(
+            (m := measured.get(state)) is not None
+            and m.margin_mib is not None
+            and m.verdict != "inconclusive"
+            and m.margin_mib >= ladder.floor_mib
+            for state in STATES
+        )
+        rungs.append(
+            RungView(value=value, predicted_mib=predicted, measured=measured, clears=clears)
+        )
+    clearing = [r for r in rungs if r.clears]
+    chosen = max(clearing, key=lambda r: r.value) if clearing else None
+    return PinLadderView(
+        pin=pin, rungs=rungs, chosen=chosen.value if chosen else None,
+        why=_why(rungs, chosen, ladder.floor_mib), written=written,
+    )  # fmt: skip
+
+
+def _why(rungs: list[RungView], chosen: RungView | None, floor_mib: float) -> str:
+    if chosen is None:
+        return f"no rung clears {floor_mib:g} MiB cold and warm"
+    margins = ", ".join(
+        f"{chosen.measured[s].margin_mib:.1f} MiB {s}" for s in STATES if s in chosen.measured
+    )
+    higher = [r for r in rungs if r.value > chosen.value]
+    beyond = f"; {higher[0].value:g} does not" if higher else ""
+    return f"{chosen.value:g} clears {floor_mib:g} MiB ({margins}){beyond}"
+
+
+def ladder_views(
+    plan: Plan,
+    cells: list[Cell],
+    runs: Mapping[tuple[str, int], RunSummary],
+    events: list[NightEvent],
+) -> list[LadderView]:
+    """Each ladder, pin by pin: predicted and measured margins per rung, and the choice."""
+    written = {}  # `pin:argument` -> where the ladder wrote its value, from the journal
+    for event in events:
+        if event.event == WRITTEN and event.detail:
+            detail = json.loads(event.detail)
+            written[f"{detail['pin']}:{detail['argument']}"] = detail["file"]
+    return [
+        LadderView(
+            argument=ladder.argument,
+            floor_mib=ladder.floor_mib,
+            shape=ladder.shape.what,
+            margin=ladder.margin,
+            pins=[
+                climb(
+                    ladder,
+                    pin,
+                    cells,
+                    runs,
+                    ladder.predictions.get(pin, {}),
+                    written.get(f"{pin}:{ladder.argument}"),
+                )
+                for pin in plan.ladder_pins(ladder)
+            ],
+        )
+        for ladder in plan.ladders
+    ]

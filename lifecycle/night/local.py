@@ -29,7 +29,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, cache_by_id, cache_uses, warm_candidates
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.model import engine_flag
-from lifecycle.night.checks import CheckVerdict, Finding, judge, metrics_in
+from lifecycle.night.checks import Finding, judge, metrics_in
 from lifecycle.night.engine import CheckOutcome, EndSummary, Pin, RunOrder, RunSummary, worst
 from lifecycle.results.add import ResultRequest, add_result
 from lifecycle.results.publish import with_results
@@ -102,18 +102,41 @@ class LocalEngine:
 
     def _judge(self, order: RunOrder, record: BootRecord, pending: RunSummary) -> RunSummary:
         cell = order.cell
-        seen = _Seen(self.ledger, record)
-        modes = {}
+        modes, dirs = {}, {}
         for use in cache_uses(self.ledger, boot_id=record.id):
             if (cache := cache_by_id(self.ledger, use.cache_id)) is not None:
                 modes[cache.cache_name] = use.mode
+                dirs[cache.cache_name] = Path(cache.host_path)
+        path = record.log_path
+        log = Path(path).read_text(errors="replace") if path and Path(path).is_file() else ""
+        seen = _Seen(log, record.outcome == "ok", dirs)
         condition = _state_condition(cell.state, modes)
         metrics = metrics_in(seen.log)
         margin = metrics.get(cell.rung.margin_metric) if cell.rung else None
+        rung: dict[str, float | str | None] = {}
+        if cell.rung is not None:
+            rung = {
+                cell.rung.argument: cell.rung.value,
+                "margin_mib": margin,
+                "floor_mib": cell.rung.floor_mib,
+                "cache_state": cell.state,
+            }
         outcomes = []
         for check in cell.checks:
+            # Each verdict is a result of the boot; its findings are the result's document.
             verdict = judge(check, seen, [condition])
-            request = self._result(order, record, verdict, margin)
+            document = {
+                "night": order.night_id,
+                "cell": cell.id,
+                "run": order.run,
+                "attempt": order.attempt,
+                "verdict": verdict.model_dump(mode="json"),
+            }
+            request = ResultRequest(
+                record.id, verdict.check, verdict.status, metrics=dict(rung), note=verdict.why,
+                document=json.dumps(document, indent=1, sort_keys=True).encode(),
+                document_where=f"the verdict of check {verdict.check}", source="acceptance",
+            )  # fmt: skip
             result = add_result(self.ledger, request, datetime.now(UTC))
             outcomes.append(CheckOutcome(verdict=verdict, result_id=result.id))
         done = {
@@ -134,41 +157,10 @@ class LocalEngine:
         }
         return pending.model_copy(update=done)
 
-    def _result(
-        self, order: RunOrder, record: BootRecord, verdict: CheckVerdict, margin: float | None
-    ) -> ResultRequest:
-        """A check's verdict as a result of the boot; its findings are the result's document."""
-        cell = order.cell
-        metrics: dict[str, float | str | None] = {}
-        if cell.rung is not None:
-            metrics = {
-                cell.rung.argument: cell.rung.value,
-                "margin_mib": margin,
-                "floor_mib": cell.rung.floor_mib,
-                "cache_state": cell.state,
-            }
-        document = {
-            "night": order.night_id,
-            "cell": cell.id,
-            "run": order.run,
-            "attempt": order.attempt,
-            "verdict": verdict.model_dump(mode="json"),
-        }
-        return ResultRequest(
-            record.id,
-            verdict.check,
-            verdict.status,
-            metrics=dict(metrics),
-            note=verdict.why,
-            document=json.dumps(document, indent=1, sort_keys=True).encode(),
-            document_where=f"the verdict of check {verdict.check}",
-            source="acceptance",
-        )
-
     def archive(self, boot_ids: Sequence[str]) -> EndSummary:
         if self.s3 is None or self.location is None:
             return EndSummary(action="archive", ok=False, detail="no archive location is set")
-        cache_ids = self._caches_of(boot_ids, ("live", "archived"))
+        cache_ids = self._caches_of(boot_ids)
         reports = archive_caches(
             self.ledger, self.s3, self.location, cache_ids, with_content=False, dry_run=False,
             progress=None,
@@ -182,7 +174,7 @@ class LocalEngine:
         )  # fmt: skip
 
     def teardown(self, boot_ids: Sequence[str]) -> EndSummary:
-        cache_ids = self._caches_of(boot_ids, ("live", "archived"))
+        cache_ids = self._caches_of(boot_ids)
         if not cache_ids:
             return EndSummary(action="teardown", ok=True, detail="no cache of this night is left")
         services = Services(self.docker, self.s3)
@@ -200,39 +192,32 @@ class LocalEngine:
             caches=len(result.removed), bytes=freed,
         )  # fmt: skip
 
-    def _caches_of(self, boot_ids: Sequence[str], states: tuple[str, ...]) -> list[str]:
+    def _caches_of(self, boot_ids: Sequence[str]) -> list[str]:
+        """The caches those boots used that are still on this host."""
         found: dict[str, None] = {}
         for boot_id in boot_ids:
             for use in cache_uses(self.ledger, boot_id=boot_id):
                 cache = cache_by_id(self.ledger, use.cache_id)
-                if cache is not None and cache.state in states and Path(cache.host_path).is_dir():
+                if (
+                    cache is not None
+                    and cache.state in ("live", "archived")
+                    and Path(cache.host_path).is_dir()
+                ):
                     found[cache.id] = None
         return list(found)
 
 
 @dataclass(frozen=True)
 class _Seen:
-    """What a local boot left: its log file and its caches' dirs."""
+    """What a local boot left: its log, and its caches' dirs by name."""
 
-    ledger: Ledger
-    record: BootRecord
-
-    @property
-    def log(self) -> str:
-        path = self.record.log_path
-        return Path(path).read_text(errors="replace") if path and Path(path).is_file() else ""
-
-    @property
-    def boot_ok(self) -> bool:
-        return self.record.outcome == "ok"
+    log: str
+    boot_ok: bool
+    dirs: dict[str, Path]
 
     def files(self, cache: str, glob: str) -> list[str]:
-        for use in cache_uses(self.ledger, boot_id=self.record.id):
-            found = cache_by_id(self.ledger, use.cache_id)
-            if found is not None and found.cache_name == cache:
-                root = Path(found.host_path)
-                return sorted(str(p.relative_to(root)) for p in root.glob(glob))
-        return []
+        root = self.dirs.get(cache)
+        return sorted(str(p.relative_to(root)) for p in root.glob(glob)) if root else []
 
 
 def _state_condition(state: str, modes: dict[str, str]) -> Finding:

@@ -1,25 +1,10 @@
 """A night plan: the acceptance matrix, its checks, its ladders and its production hooks.
 
-    schema_version: 1
-    name: acceptance-0.2
-    pins: [demo/0.1, demo/0.2]            # manifests, as `lifecycle show` names them
-    cache_states: [cold, warm]            # every cell runs in each
-    repeats: 1                            # runs per cell, unless a profile says otherwise
-    production: {down: production-down, up: production-up, status: production-status}
-    profiles:
-      batch:
-        boot_profile: serve               # the manifest's profile to boot
-        args: [--burst, "64", --seed, "{run}"]   # {run}: the run's number in its cell
-        repeats: 5
-        instrumented: {hooks: [memory-history], repeats: 3}   # shown, never counted
-        checks:
-          - name: burst-64
-            creates: [{what: ..., args: [...]}]  # the condition that makes its path run
-            path: {log: [...], metrics: [...], files: [...]}  # observed: the path ran
-            pass_when: {...}                   # all observed, and the boot ended ok: pass
-            fail_when: {...}                   # any observed: fail
-    ladders: [...]                        # lifecycle.night.ladder
-    end: {archive: true, teardown: true}
+`nights/demo.yaml` is the worked example. Each profile of the matrix runs on each pin (a
+manifest, as `lifecycle show` names it) in each cache state, `repeats` times (`{run}` in its
+args: the run's number); its instrumented twin, observing hooks attached, is shown and never
+counted. A check says what makes its path run (`creates`), what shows that it ran (`path`),
+and what passes or fails it; a ladder is lifecycle.night.ladder's.
 
 Validated like a manifest: strict models, every problem located (`file:line:col: key:
 message`), exit 2. What needs the manifests or the hooks (a profile name, a cache name, a
@@ -31,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
@@ -43,7 +28,7 @@ from lifecycle.manifest.fields import Slug, Text, version_text
 from lifecycle.manifest.located import KeyPath, render_key_path
 from lifecycle.manifest.measure import CacheState, Evidence, LadderMethod
 from lifecycle.manifest.pydantic_errors import problems_from_validation
-from lifecycle.manifest.source import Located, read_yaml
+from lifecycle.manifest.source import read_yaml
 
 _ARGUMENT = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -58,6 +43,13 @@ PinRef = Annotated[str, BeforeValidator(version_text), Field(min_length=1)]
 Argument = Annotated[str, AfterValidator(_argument)]
 Positive = Annotated[int, Field(ge=1)]
 Document = TypeVar("Document", bound=BaseModel)
+Finding = tuple[KeyPath, str]  # a problem at a key path, located in the file when raised
+
+
+class Frozen(BaseModel):
+    """A model that never changes once made: what a night records and reports."""
+
+    model_config = ConfigDict(frozen=True)
 
 
 class _Strict(BaseModel):
@@ -152,54 +144,49 @@ class Plan(_Strict):
 
 @dataclass(frozen=True)
 class LoadedPlan:
-    """A valid plan, where it came from, and its digest (sha256 of its canonical JSON)."""
+    """A valid plan and where it came from."""
 
     file: Path
     plan: Plan
-    digest: str
 
     def canonical(self) -> str:
         """The plan as JSON, keys sorted: what the digest is taken over and the ledger keeps."""
-        return canonical_json(self.plan)
+        return json.dumps(self.plan.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
-
-def canonical_json(plan: Plan) -> str:
-    """A plan's canonical JSON."""
-    return json.dumps(plan.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    @property
+    def digest(self) -> str:
+        """sha256 of the plan's canonical JSON."""
+        return hashlib.sha256(self.canonical().encode()).hexdigest()
 
 
 def load_plan(file: Path) -> LoadedPlan:
     """Read and validate a plan; ManifestError (exit 2) with every problem located."""
-    plan, located = load_validated(file, Plan)
-    problems = located_problems(located, cross_checks(plan))
-    if problems:
-        raise ManifestError(problems)
-    return LoadedPlan(file, plan, plan_digest(plan))
+    return LoadedPlan(file, load_validated(file, Plan, cross_checks))
 
 
-def load_validated(file: Path, model: type[Document]) -> tuple[Document, Located]:
-    """A YAML document validated as `model`, and where each of its keys is; ManifestError
-    (exit 2) with every problem located, as for a manifest."""
+def load_validated(
+    file: Path, model: type[Document], checks: Callable[[Document], Iterator[Finding]]
+) -> Document:
+    """A YAML document validated as `model`, then by `checks` (what its types cannot say);
+    ManifestError (exit 2) with every problem located, as for a manifest."""
     located = read_yaml(file)
     if not isinstance(located.data, dict):
         raise ManifestError([Problem(file, 1, 1, "(document)", "expected a mapping of keys")])
     try:
-        return model.model_validate(located.data), located
+        document = model.model_validate(located.data)
     except ValidationError as exc:
         raise ManifestError(problems_from_validation(exc, located, model)) from None
+    problems = []
+    for path, message in checks(document):
+        mark = located.mark(path, prefer_key=True)  # a finding is about the key: point at it
+        assert mark is not None, "the document root always has a mark"
+        problems.append(Problem(mark.file, mark.line, mark.col, render_key_path(path), message))
+    if problems:
+        raise ManifestError(problems)
+    return document
 
 
-def located_problems(located: Located, findings: Iterator[tuple[KeyPath, str]]) -> list[Problem]:
-    """Findings (key path, message) as problems at their place in the file."""
-    return [_problem(located, path, message) for path, message in findings]
-
-
-def plan_digest(plan: Plan) -> str:
-    """sha256 of the plan's canonical JSON."""
-    return hashlib.sha256(canonical_json(plan).encode()).hexdigest()
-
-
-def cross_checks(plan: Plan) -> Iterator[tuple[KeyPath, str]]:
+def cross_checks(plan: Plan) -> Iterator[Finding]:
     """What a field's type cannot say: duplicates, references between keys, empty checks."""
     yield from listed_twice(("pins",), plan.pins)
     yield from listed_twice(("cache_states",), plan.cache_states)
@@ -232,16 +219,10 @@ def cross_checks(plan: Plan) -> Iterator[tuple[KeyPath, str]]:
                     yield (*where, "predictions", pin, str(rung)), message
 
 
-def listed_twice(where: KeyPath, values: Sequence[object]) -> Iterator[tuple[KeyPath, str]]:
+def listed_twice(where: KeyPath, values: Sequence[object]) -> Iterator[Finding]:
     """A finding for each value listed again after its first time."""
     seen: set[object] = set()
     for index, value in enumerate(values):
         if value in seen:
             yield (*where, index), f"{value!r} is listed twice"
         seen.add(value)
-
-
-def _problem(located: Located, path: KeyPath, message: str) -> Problem:
-    mark = located.mark(path, prefer_key=True)  # a finding is about the key: point at it
-    assert mark is not None, "the document root always has a mark"
-    return Problem(mark.file, mark.line, mark.col, render_key_path(path), message)

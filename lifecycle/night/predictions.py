@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 
 from lifecycle.archive.store import ArchiveError, BlobStore
-from lifecycle.ledger.nights import Prediction, predictions, register_predictions
+from lifecycle.ledger.nights import Prediction, add, predictions
 from lifecycle.night.journal import NightJournal
 from lifecycle.night.plan import Plan
 
@@ -46,7 +46,7 @@ def register(journal: NightJournal, plan: Plan, store: BlobStore | None) -> Regi
         ]
         if not found:
             return Registered((), None, None)
-        register_predictions(ledger, found)
+        add(ledger, *found)
     body = record(journal, found)
     sha = hashlib.sha256(body).hexdigest()
     if store is None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.errors import AnswerNo, LifecycleError
-from lifecycle.hooks import Hook, HookExit, HookRunner, SignalGuard, run_hook_process, select
+from lifecycle.hooks import Hook, HookExit, HookRunner, always, run_hook_process, select
 from lifecycle.ledger.nights import NightEvent
 from lifecycle.night.journal import NightJournal
 from lifecycle.night.plan import Production
@@ -83,9 +83,8 @@ def production_down(
 ) -> Iterator[None]:
     """Take production down for the block; bring it up when the block is left, however."""
     cwd = Path(journal.night.project)
-    guard = SignalGuard()
-    interrupted = False
-    try:
+    # A second Ctrl-C waits: it must not stop production coming back.
+    with always(lambda _outcome, _error: bring_up(journal, hooks.up, say, runner)):
         journal.event("production.down:intent", hooks.down.name)
         say(f"production.down: running hooks/{hooks.down.name}")
         done = run_hook(hooks.down, "production.down", night_context(journal), runner, cwd)
@@ -94,12 +93,6 @@ def production_down(
             raise ProductionFailed(f"production.down hook {hooks.down.name!r} {_failure(done)}")
         journal.event("production.down:done", hooks.down.name)
         yield
-    except KeyboardInterrupt:
-        interrupted = True
-        raise
-    finally:
-        guard.holding = True  # a second Ctrl-C must not stop production coming back
-        guard.clean_up(lambda: bring_up(journal, hooks.up, say, runner), interrupted)
 
 
 def bring_up(
@@ -121,13 +114,9 @@ def bring_up(
     return False
 
 
-def status(
-    hooks: ProductionHooks, context: dict[str, str], runner: HookRunner, cwd: Path
-) -> str | None:
-    """What the status hook says (it only asks), or None when the plan names none."""
-    if hooks.status is None:
-        return None
-    done = run_hook(hooks.status, "production.status", context, runner, cwd)
+def status(hook: Hook, context: dict[str, str], runner: HookRunner, cwd: Path) -> str:
+    """What the status hook says (it only asks)."""
+    done = run_hook(hook, "production.status", context, runner, cwd)
     text = (done.out.strip() or done.err.strip())[-TAIL:]
     return f"exit {done.rc}: {text}" if done.rc else text or "exit 0"
 

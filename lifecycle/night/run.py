@@ -28,10 +28,10 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.nights import production_left_down
 from lifecycle.night.cells import Cell, matching, warm_up
 from lifecycle.night.engine import Engine, RunOrder, RunSummary
-from lifecycle.night.journal import BUILDS, FINISHED, RERUN, NightJournal, latest_of_plan
+from lifecycle.night.journal import BUILDS, FINISHED, RERUN, NightJournal
 from lifecycle.night.ladder import climb
 from lifecycle.night.plan import LoadedPlan, Plan
-from lifecycle.night.predictions import Registered, register
+from lifecycle.night.predictions import register
 from lifecycle.night.prepare import Prepared, prepare
 from lifecycle.night.production import bring_up, production_down
 from lifecycle.night.publish import publish
@@ -120,11 +120,14 @@ def run_night(night: Night, request: NightRequest) -> NightOutcome:
             )
             with guard:
                 ran = _run(night, journal, prepared, pending)
-        decisions = _settle(night, journal, plan, prepared, request.revalidate)
+        archive = night.store.location.url() if night.store else None
+        decisions = _settle(night, journal, plan, prepared, request.revalidate, archive)
         if ran or not journal.finished:
             _end(night, journal, plan)
             journal.event(FINISHED)
-        view = _view(night, journal, plan, prepared, registered)
+        cells = list(prepared.cells)
+        view = night_view(journal, plan, cells, night.engine.where, registered, archive)
+        view = publish(view, night.ledger.home, night.store)
     return NightOutcome(view, ran, recovered, tuple(decisions), note)
 
 
@@ -147,7 +150,8 @@ def recover(
     for event in production_left_down(ledger):
         journal = NightJournal.of(ledger, event.night_id, stamp)
         assert journal is not None, "an event's night is in the ledger"
-        production = plan_of(journal).production
+        plan = Plan.model_validate(json.loads(journal.night.plan), strict=False)  # as it ran
+        production = plan.production
         if production is None:
             found.append(Recovery(journal.night.id, False, "its plan names no production.up"))
             continue
@@ -161,11 +165,6 @@ def recover(
         detail = "production is up" if up else f"hooks/{hook.name} failed; still down"
         found.append(Recovery(journal.night.id, up, detail))
     return found
-
-
-def plan_of(journal: NightJournal) -> Plan:
-    """The plan a night ran, as its journal keeps it."""
-    return Plan.model_validate(json.loads(journal.night.plan), strict=False)
 
 
 def night_lock(home: Home) -> AbstractContextManager[None]:
@@ -187,7 +186,7 @@ def _journal(
     other builds now (`builds`: pin -> manifest digest); else a new one. A night whose runs so
     far measured other builds is never resumed: its measurements would mix two builds."""
     loaded = request.loaded
-    latest = latest_of_plan(night.ledger, loaded.plan.name, night.stamp)
+    latest = NightJournal.latest(night.ledger, loaded.plan.name, night.stamp)
     if latest is not None and not request.new:
         same_plan = latest.night.plan_digest == loaded.digest
         measured = latest.builds()
@@ -272,10 +271,14 @@ def _one(night: Night, journal: NightJournal, order: RunOrder) -> RunSummary:
 
 
 def _settle(
-    night: Night, journal: NightJournal, plan: Plan, prepared: Prepared, revalidate: bool
+    night: Night,
+    journal: NightJournal,
+    plan: Plan,
+    prepared: Prepared,
+    revalidate: bool,
+    archive: str | None,
 ) -> list[Decision]:
     runs = journal.runs()
-    archive = night.store.location.url() if night.store else None
     decisions = []
     for ladder in plan.ladders:
         for ref in plan.ladder_pins(ladder):
@@ -299,16 +302,3 @@ def _end(night: Night, journal: NightJournal, plan: Plan) -> None:
         done = night.engine.teardown(boots)
         journal.event("end:teardown", done.model_dump_json())
         night.say(f"teardown: {done.detail}")
-
-
-def _view(
-    night: Night,
-    journal: NightJournal,
-    plan: Plan,
-    prepared: Prepared,
-    registered: Registered,
-) -> NightView:
-    view = night_view(journal, plan, list(prepared.cells), night.engine.where, registered)
-    if night.store is not None:
-        view = view.model_copy(update={"archive": night.store.location.url()})
-    return publish(view, night.ledger.home, night.store)

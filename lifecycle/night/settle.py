@@ -16,11 +16,10 @@ from lifecycle.manifest.measure import Validity
 from lifecycle.manifest.model import TunedValue
 from lifecycle.night.engine import Pin
 from lifecycle.night.journal import NightJournal
-from lifecycle.night.ladder import STATES, PinLadder
+from lifecycle.night.ladder import STATES, WRITTEN, PinLadderView
 from lifecycle.night.plan import Ladder
 from lifecycle.night.tuned_write import write_tuned
 
-WRITTEN = "ladder:written"
 PROPOSED = "ladder:proposed"
 
 
@@ -39,7 +38,7 @@ class Decision:
 def settle(
     journal: NightJournal,
     ladder: Ladder,
-    climbed: PinLadder,
+    climbed: PinLadderView,
     pin: Pin,
     *,
     revalidate: bool,
@@ -57,17 +56,17 @@ def settle(
     if revalidate and current is not None:
         carried = float(current.value) if isinstance(current.value, int | float) else None
         rung = climbed.rung(carried) if carried is not None else None
-        if rung is None or not rung.clears(ladder.floor_mib):
+        if rung is None or not rung.clears:
             detail = (
                 f"carried {current.value} does not clear {ladder.floor_mib:g} MiB cold and warm;"
-                f" proposed {target:g}: {climbed.why()}"
+                f" proposed {target:g}: {climbed.why}"
                 if target is not None
                 else f"carried {current.value} does not clear, and no rung does"
             )
             return _journal(journal, Decision(pin.ref, name, "proposed", target, detail))
         target = carried
     if target is None:
-        return Decision(pin.ref, name, "none", None, climbed.why())
+        return Decision(pin.ref, name, "none", None, climbed.why)
     value = validated(ladder, climbed, pin, target, journal, archive)
     write_tuned(pin.loaded.file, name, value)
     detail = f"{target:g} validated: {value.margin}"
@@ -78,7 +77,7 @@ def settle(
 
 def validated(
     ladder: Ladder,
-    climbed: PinLadder,
+    climbed: PinLadderView,
     pin: Pin,
     value: float,
     journal: NightJournal,
@@ -86,7 +85,7 @@ def validated(
 ) -> TunedValue:
     """The tuned value as the manifest records it: measured, and valid for what it saw."""
     rung = climbed.rung(value)
-    assert rung is not None and rung.clears(ladder.floor_mib), "only a clearing rung is written"
+    assert rung is not None and rung.clears, "only a clearing rung is written"
     margins = {s: m.margin_mib for s in STATES if (m := rung.measured[s]).margin_mib is not None}
     engine = pin.loaded.manifest.engine
     rungs = ", ".join(f"{r:g}" for r in ladder.rungs)

@@ -24,21 +24,19 @@ from typing import Literal
 
 from pydantic import Field
 
-from lifecycle.errors import LifecycleError, ManifestError
+from lifecycle.errors import LifecycleError
 from lifecycle.manifest import LoadedManifest
-from lifecycle.manifest.located import KeyPath
 from lifecycle.manifest.measure import LadderMethod
 from lifecycle.night.plan import (
     Argument,
     End,
+    Finding,
     Ladder,
     LoadedPlan,
     Plan,
     Production,
     listed_twice,
     load_validated,
-    located_problems,
-    plan_digest,
 )
 
 
@@ -56,10 +54,7 @@ class LadderFile(LadderMethod):
 
 def ladder_plan(file: Path, version: str) -> LoadedPlan:
     """The night of one ladder file on `version`; problems located in the file (exit 2)."""
-    ladder, located = load_validated(file, LadderFile)
-    problems = located_problems(located, _ladder_checks(ladder))
-    if problems:
-        raise ManifestError(problems)
+    ladder = load_validated(file, LadderFile, _ladder_checks)
     method = {name: getattr(ladder, name) for name in LadderMethod.model_fields}
     predictions = {version: dict(ladder.predictions)} if ladder.predictions else {}
     plan = Plan(
@@ -70,7 +65,7 @@ def ladder_plan(file: Path, version: str) -> LoadedPlan:
         production=ladder.production,
         end=ladder.end,
     )
-    return LoadedPlan(file, plan, plan_digest(plan))
+    return LoadedPlan(file, plan)
 
 
 def revalidation_plan(version: str, loaded: LoadedManifest) -> LoadedPlan:
@@ -106,10 +101,10 @@ def revalidation_plan(version: str, loaded: LoadedManifest) -> LoadedPlan:
     plan = Plan(
         schema_version=1, name=f"revalidate-{_slug(version)}", pins=[version], ladders=ladders
     )
-    return LoadedPlan(loaded.file, plan, plan_digest(plan))
+    return LoadedPlan(loaded.file, plan)
 
 
-def _ladder_checks(ladder: LadderFile) -> Iterator[tuple[KeyPath, str]]:
+def _ladder_checks(ladder: LadderFile) -> Iterator[Finding]:
     yield from listed_twice(("rungs",), ladder.rungs)
     if not ladder.shape.path.items():
         yield ("shape", "path"), "say what shows the shape was forced"

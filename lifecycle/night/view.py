@@ -8,26 +8,19 @@ against their predictions.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime
-
-from pydantic import BaseModel, ConfigDict
 
 from lifecycle.ledger.nights import NightEvent
 from lifecycle.night.cells import Cell, is_warm_up
 from lifecycle.night.engine import EndSummary, RunSummary, worst
 from lifecycle.night.journal import NightJournal
-from lifecycle.night.ladder import STATES, PinLadder, climb
-from lifecycle.night.plan import Plan
+from lifecycle.night.ladder import LadderView, ladder_views
+from lifecycle.night.plan import Frozen, Plan
 from lifecycle.night.predictions import Registered
 
 
-class _View(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-class CellView(_View):
+class CellView(Frozen):
     """One cell: its runs of the current attempt and its verdict over them."""
 
     id: str
@@ -43,7 +36,7 @@ class CellView(_View):
     verdict: str  # pass | fail | inconclusive | pending (not every run done)
 
 
-class PinView(_View):
+class PinView(Frozen):
     """A pin's verdict: the worst of its counted cells."""
 
     pin: str
@@ -52,7 +45,7 @@ class PinView(_View):
     why: str
 
 
-class Disagreement(_View):
+class Disagreement(Frozen):
     """A plain cell and its instrumented twin that came out differently."""
 
     pin: str
@@ -64,7 +57,7 @@ class Disagreement(_View):
     text: str
 
 
-class Interval(_View):
+class Interval(Frozen):
     """From a production.down hook's start to the end of the up hook that brought it back."""
 
     down_at: str
@@ -72,7 +65,7 @@ class Interval(_View):
     seconds: float | None
 
 
-class ProductionView(_View):
+class ProductionView(Frozen):
     """Production's hours down, as the journal has them."""
 
     intervals: list[Interval]
@@ -81,46 +74,7 @@ class ProductionView(_View):
     last_event: str | None
 
 
-class MeasuredView(_View):
-    """A rung in one cache state."""
-
-    margin_mib: float | None
-    verdict: str
-    boot_id: str | None
-    result_id: str | None
-    under_prediction_mib: float | None  # predicted less measured
-
-
-class RungView(_View):
-    """One rung of one pin."""
-
-    value: float
-    predicted_mib: float | None
-    measured: dict[str, MeasuredView]
-    clears: bool
-
-
-class PinLadderView(_View):
-    """One pin's climb: its rungs, the value chosen, and where it was written."""
-
-    pin: str
-    rungs: list[RungView]
-    chosen: float | None
-    why: str
-    written: str | None
-
-
-class LadderView(_View):
-    """One ladder of the plan."""
-
-    argument: str
-    floor_mib: float
-    shape: str
-    margin: str
-    pins: list[PinLadderView]
-
-
-class ReportPlaces(_View):
+class ReportPlaces(Frozen):
     """Where a night's report is: on this host, and in the archive."""
 
     html_file: str
@@ -129,7 +83,7 @@ class ReportPlaces(_View):
     archived_json: str | None
 
 
-class NightView(_View):
+class NightView(Frozen):
     """Everything a night's report shows."""
 
     id: str
@@ -236,7 +190,8 @@ def production_view(events: list[NightEvent]) -> ProductionView | None:
         if event.event == "production.down:intent" and opened is None:
             opened = event.at
         elif event.event == "production.up:done" and opened is not None:
-            seconds = _seconds(opened, event.at)
+            took = datetime.fromisoformat(event.at) - datetime.fromisoformat(opened)
+            seconds = round(took.total_seconds(), 1)
             intervals.append(Interval(down_at=opened, up_at=event.at, seconds=seconds))
             opened = None
     if opened is not None:
@@ -248,83 +203,13 @@ def production_view(events: list[NightEvent]) -> ProductionView | None:
     )  # fmt: skip
 
 
-def ladder_views(
-    plan: Plan,
-    cells: list[Cell],
-    runs: Mapping[tuple[str, int], RunSummary],
-    written: dict[str, str],
-) -> list[LadderView]:
-    """Each ladder, pin by pin: predicted and measured margins per rung, and the choice."""
-    views = []
-    for ladder in plan.ladders:
-        pins = []
-        for pin in plan.ladder_pins(ladder):
-            climbed = climb(ladder, pin, cells, runs, ladder.predictions.get(pin, {}))
-            key = f"{pin}:{ladder.argument}"
-            pins.append(_pin_ladder_view(climbed, written.get(key)))
-        views.append(
-            LadderView(
-                argument=ladder.argument,
-                floor_mib=ladder.floor_mib,
-                shape=ladder.shape.what,
-                margin=ladder.margin,
-                pins=pins,
-            )
-        )
-    return views
-
-
-def written_values(events: list[NightEvent]) -> dict[str, str]:
-    """`pin:argument` -> where the ladder wrote its value, from the journal."""
-    found = {}
-    for event in events:
-        if event.event == "ladder:written" and event.detail:
-            detail = json.loads(event.detail)
-            found[f"{detail['pin']}:{detail['argument']}"] = detail["file"]
-    return found
-
-
-def _pin_ladder_view(climbed: PinLadder, written: str | None) -> PinLadderView:
-    rungs = []
-    for rung in climbed.rungs:
-        measured = {}
-        for state in STATES:
-            m = rung.measured.get(state)
-            if m is None:
-                continue
-            under = None
-            if rung.predicted_mib is not None and m.margin_mib is not None:
-                under = round(rung.predicted_mib - m.margin_mib, 1)
-            measured[state] = MeasuredView(
-                margin_mib=m.margin_mib,
-                verdict=m.verdict,
-                boot_id=m.boot_id,
-                result_id=m.result_id,
-                under_prediction_mib=under,
-            )
-        rungs.append(
-            RungView(
-                value=rung.value,
-                predicted_mib=rung.predicted_mib,
-                measured=measured,
-                clears=rung.clears(climbed.floor_mib),
-            )
-        )
-    return PinLadderView(
-        pin=climbed.pin, rungs=rungs, chosen=climbed.chosen, why=climbed.why(), written=written
-    )
-
-
-def _seconds(start: str, end: str) -> float:
-    return round((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds(), 1)
-
-
 def night_view(
     journal: NightJournal,
     plan: Plan,
     cells: list[Cell],
     engine: str,
     registered: Registered | None,
+    archive: str | None = None,
 ) -> NightView:
     """The view of a night as its journal has it now."""
     night = journal.night
@@ -356,6 +241,7 @@ def night_view(
         warm_ups=warm_ups,
         production=production_view(events),
         predictions=registered,
-        ladders=ladder_views(plan, cells, runs, written_values(events)),
+        ladders=ladder_views(plan, cells, runs, events),
         end=end,
+        archive=archive,
     )
