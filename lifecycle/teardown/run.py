@@ -13,6 +13,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.store import S3Unavailable
 from lifecycle.archive.transfer import Progress
+from lifecycle.dockerd import sdk_errors
 from lifecycle.errors import LifecycleError
 from lifecycle.faults import Checkpoint
 from lifecycle.hooks import Hook, HookRun, hook_session
@@ -288,7 +289,7 @@ def _clean_docker(
             for image in images_going(ledger, services.docker, kept, request, containers):
                 problem = remove_image(services.docker, image) if image.removes else None
                 images.append(replace(image, removes=False, why=problem) if problem else image)
-    except Exception as exc:  # the SDK raises several unrelated types
+    except sdk_errors() as exc:
         return (f"dockerd: {exc}",)
     return ()
 

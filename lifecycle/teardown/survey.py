@@ -17,6 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.transfer import Progress
+from lifecycle.dockerd import sdk_errors
 from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
@@ -185,7 +186,7 @@ def current_mounts(services: Services) -> tuple[dict[str, list[str]], str | None
         return {}, services.docker_problem or "no docker client"
     try:
         return running_mounts(services.docker), None
-    except Exception as exc:  # the SDK raises several unrelated types for "not there"
+    except sdk_errors() as exc:  # not there, or refusing: nothing it guards can go
         return {}, str(exc)
 
 
