@@ -4,7 +4,7 @@ phases (verified again at that moment), then stopped boot containers and engine 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -34,13 +34,12 @@ from lifecycle.teardown.containers import (
     BootContainer,
     ImageDecision,
     mounted_by,
-    remove_container,
     remove_image,
 )
 from lifecycle.teardown.execute import CacheOutcome, Verdict, refuse, remove_cache
 from lifecycle.teardown.invariant import archive_gaps, scan_now, withheld_paths, withheld_reason
 from lifecycle.teardown.journal import Journal, new_run_id
-from lifecycle.teardown.plan import Action, CacheDecision, TeardownPlan
+from lifecycle.teardown.plan import Action, CacheDecision, TeardownPlan, holders
 from lifecycle.teardown.survey import (
     Services,
     TeardownRequest,
@@ -162,7 +161,10 @@ def _carry_out(
         archive = archive_of(ledger, cache.id)
         if current is None or archive is None:
             return Verdict(["not archived"])
-        problems = _holders(ledger, services, current)
+        # Who holds it now: a pin, a boot or a running container that came since the plan.
+        mounts, docker_problem = current_mounts(services)
+        by = mounted_by(current.host_path, mounts)
+        problems = holders(pins(ledger).get(cache.id, ()), by, docker_problem, current.in_use_by)
         # Asked again now: archiving first may have archived them, or one may have come since.
         if results := results_not_archived_on(ledger, cache.id, archive.location):
             problems.append(f"result {', '.join(results)} on it not archived at {archive.location}")
@@ -224,19 +226,6 @@ def _settle(
     return CacheOutcome(cache.id, removed=False, settled="torn-down" if safe else "missing")
 
 
-def _holders(ledger: Ledger, services: Services, cache: CacheRecord) -> list[str]:
-    """Who holds the cache now: a pin, a boot or a running container that came since the plan."""
-    held = [f"in use by boot {cache.in_use_by}"] if cache.in_use_by else []
-    if reasons := pins(ledger).get(cache.id):
-        held.append("pinned: " + "; ".join(reasons))
-    mounts, problem = current_mounts(services)
-    if problem:
-        held.append(f"cannot ask dockerd which containers mount it: {problem}")
-    if by := mounted_by(cache.host_path, mounts):
-        held.append("mounted by running container " + ", ".join(by))
-    return held
-
-
 def _archive_first(
     ledger: Ledger,
     services: Services,
@@ -278,10 +267,13 @@ def _clean_docker(
     the caches are gone and journalled whatever happens here."""
     if services.docker is None:
         return ()
+    from docker.errors import NotFound  # the SDK is loaded: services.docker is its client
+
     try:
         gone = {c.id for c in all_caches(ledger) if c.state == "torn-down"}
         for container in containers_going(ledger, services.docker, gone):
-            remove_container(services.docker, container)
+            with suppress(NotFound):  # one already gone is fine
+                services.docker.containers.get(container.id).remove()
             containers.append(container)
         if request.images:
             # Decided again now: a cache refused at its moment keeps its image.

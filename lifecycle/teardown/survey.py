@@ -97,7 +97,10 @@ def make_plan(
         },
         used_by=used_by,
         gone=frozenset(c.id for c in caches if c.id not in unfinished and is_gone(c)),
-        dead_boots=frozenset(dead_boots(ledger, caches)),
+        # Boots the ledger says hold a cache whose lease nobody holds: their process died.
+        dead_boots=frozenset(
+            c.in_use_by for c in caches if c.in_use_by and not lease_held(ledger.home, c.id)
+        ),
         archive_to_problem=verify.problem_with(to) if request.archive_first and to else None,
         tainted={c.id: tainted_files(ledger, c.id) for c in caches},
     )
@@ -173,11 +176,6 @@ def _preview(ledger: Ledger, services: Services, request: TeardownRequest, cache
 def is_gone(cache: CacheRecord) -> bool:
     """Whether the cache's dir is not there, and not in a teardown's trash either."""
     return not os.path.lexists(cache.host_path) and not trash_path(cache).exists()
-
-
-def dead_boots(ledger: Ledger, caches: Sequence[CacheRecord]) -> set[str]:
-    """Boots the ledger says hold a cache whose lease nobody holds: their process died."""
-    return {c.in_use_by for c in caches if c.in_use_by and not lease_held(ledger.home, c.id)}
 
 
 def current_mounts(services: Services) -> tuple[dict[str, list[str]], str | None]:
