@@ -3,6 +3,7 @@ phases (verified again at that moment), then stopped boot containers and engine 
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass, replace
@@ -38,7 +39,7 @@ from lifecycle.teardown.containers import (
 )
 from lifecycle.teardown.execute import CacheOutcome, Verdict, refuse, remove_cache
 from lifecycle.teardown.invariant import archive_gaps, scan_now, withheld_paths, withheld_reason
-from lifecycle.teardown.journal import Journal, new_run_id
+from lifecycle.teardown.journal import Journal
 from lifecycle.teardown.plan import Action, CacheDecision, TeardownPlan, holders
 from lifecycle.teardown.survey import (
     Services,
@@ -86,7 +87,8 @@ def run_teardown(
     progress: Progress | None = None,
 ) -> TeardownResult:
     """Carry out `plan` (after the user agreed to it) with the hooks attached to the step."""
-    journal = Journal(ledger, new_run_id(services.now()), lambda: _stamp(services.now()))
+    run_id = f"t-{services.now():%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"  # like boot ids
+    journal = Journal(ledger, run_id, lambda: _stamp(services.now()))
     context = {
         "run_id": journal.run_id,
         "caches": [d.cache.id for d in plan.removing],
