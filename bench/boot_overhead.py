@@ -48,7 +48,7 @@ from lifecycle.boot import run  # noqa: E402
 from lifecycle.boot.caches import CachePlan, last_scan  # noqa: E402
 from lifecycle.boot.spec import CacheMount  # noqa: E402
 from lifecycle.evidence import bundle as evidence  # noqa: E402
-from lifecycle.evidence import is_evidence_file  # noqa: E402
+from lifecycle.evidence.bundle import is_evidence_file  # noqa: E402
 from lifecycle.ledger import Ledger  # noqa: E402
 from lifecycle.ledger.boots import (  # noqa: E402
     BootRecord,

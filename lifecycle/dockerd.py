@@ -31,6 +31,17 @@ def timeouts(environ: Mapping[str, str]) -> tuple[float, float]:
     )
 
 
+def sdk_errors() -> tuple[type[Exception], ...]:
+    """What the docker SDK raises when the engine is not there, does not answer or refuses."""
+    # Its own errors (APIError, NotFound, TLSParameterError, and DockerException wrapping a
+    # failed first contact), and requests' (ConnectionError, ReadTimeout...), which its calls
+    # let through unwrapped; requests wraps urllib3's and the socket's.
+    from docker.errors import DockerException
+    from requests.exceptions import RequestException
+
+    return (DockerException, RequestException)
+
+
 def connect(environ: Mapping[str, str]) -> Any:
     """A docker SDK client as the docker CLI would make it (DOCKER_HOST, DOCKER_TLS_VERIFY,
     DOCKER_CERT_PATH), checked with a ping; one line naming the endpoint when it fails."""
@@ -41,7 +52,7 @@ def connect(environ: Mapping[str, str]) -> Any:
     try:
         client = docker.from_env(environment=dict(environ), timeout=first)
         client.ping()
-    except Exception as exc:  # the SDK raises several unrelated types for "not there"
+    except sdk_errors() as exc:
         why = " ".join(str(exc).split())
         if "timed out" in why.lower():
             why = f"no answer within {first:g} s (LIFECYCLE_DOCKER_CONNECT_TIMEOUT)"

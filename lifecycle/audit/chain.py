@@ -70,102 +70,10 @@ class CacheAuditFacts:
     versions: list[ArchiveFacts]  # every archived version, oldest first
 
 
-class ChainHook(TypedDict):
-    name: str
-    observing: bool
-
-
-class ChainHookRun(TypedDict):
-    name: str
-    event: str
-    exit_code: int | None
-
-
-class ChainBoot(TypedDict):
-    id: str
-    started_at: str
-    ended_at: str | None
-    host: str
-    profile: str
-    outcome: str
-    exit_code: int | None
-    hooks: list[ChainHook]
-    instrumented: bool
-
-
-class ChainResultBoot(ChainBoot):
-    hook_runs: list[ChainHookRun]
-    image_tag: str
-    container_id: str | None
-    secret_names: list[str]
-    error: str | None
-    log: dict[str, Json] | None  # {sha256, size}
-
-
-class ChainCache(TypedDict):
-    id: str
-    name: str
-    mode: str
-    tree_digest: str | None  # what the cache held when the boot ended
-    tree_digest_before: str | None  # warm: what the boot started from
-    files_added: int | None
-    files_changed: int | None
-    files_removed: int | None
-    arch: str
-    host_path: str
-    container_path: str
-    archive: ArchiveFacts | None
-
-
-class ChainImage(TypedDict):
-    id: str
-    tags: list[str] | None
-    labels: dict[str, str] | None
-    repo_digests: list[str]  # REGISTRY/REPOSITORY@sha256:… it was pushed to or pulled from
-
-
-class ChainManifest(TypedDict):
-    name: str
-    digest: str
-    file: str | None
-    pins: dict[str, Json] | None
-    tuned: dict[str, Json]
-    not_revalidated: list[str]  # carried values: measured on another release
-
-
-class ChainPatch(TypedDict):
-    file: str
-    sha256: str
-
-
-class Chain(TypedDict):
-    """`lifecycle-audit-chain/1`: what `audit result --json` prints."""
-
-    format: str
-    result: dict[str, Json]
-    boot: ChainResultBoot
-    caches: list[ChainCache]
-    image: ChainImage
-    manifest: ChainManifest
-    patches: list[ChainPatch] | None
-    warnings: list[str]  # a tree behind the result that the archive cannot give back
-
-
-class CacheAuditBoot(ChainBoot):
-    mode: str
-    tree_digest_before: str | None
-    tree_digest_after: str | None
-
-
-class CacheAudit(TypedDict):
-    """`lifecycle-audit-cache/1`: what `audit cache --json` prints."""
-
-    format: str
-    cache: dict[str, Json]
-    archive: ArchiveFacts | None
-    versions: list[ArchiveFacts]
-    boots: list[CacheAuditBoot]
-    results: list[dict[str, Json]]
+# `lifecycle-audit-chain/1` (`audit result --json`) and `lifecycle-audit-cache/1` (`audit cache
+# --json`): their keys are the ones build_chain and build_cache_audit write, in that order.
+Chain = dict[str, Json]
+CacheAudit = dict[str, Json]
 
 
 def build_chain(facts: ChainFacts) -> Chain:
@@ -195,6 +103,7 @@ def build_chain(facts: ChainFacts) -> Chain:
             if facts.manifest
             else None
         ),
+        # A tree behind the result that the archive cannot give back.
         "warnings": [w for c in caches if (w := _not_restorable(c))],
     }
 
@@ -270,7 +179,7 @@ def _sorted(data: Json) -> Json:
     return data
 
 
-def _boot(boot: BootRecord) -> ChainBoot:
+def _boot(boot: BootRecord) -> dict[str, Json]:
     return {
         "id": boot.id,
         "started_at": boot.started_at,
@@ -284,14 +193,14 @@ def _boot(boot: BootRecord) -> ChainBoot:
     }
 
 
-def _cache(cache: CacheFacts) -> ChainCache:
+def _cache(cache: CacheFacts) -> dict[str, Json]:
     row, use = cache.row, cache.use
     return {
         "id": row.id,
         "name": row.cache_name,
         "mode": use.mode,
-        "tree_digest": use.tree_digest_after,
-        "tree_digest_before": use.tree_digest_before,
+        "tree_digest": use.tree_digest_after,  # what the cache held when the boot ended
+        "tree_digest_before": use.tree_digest_before,  # warm: what the boot started from
         "files_added": use.files_added,
         "files_changed": use.files_changed,
         "files_removed": use.files_removed,
@@ -302,18 +211,18 @@ def _cache(cache: CacheFacts) -> ChainCache:
     }
 
 
-def _image(snapshot: ImageSnapshot | None, image_id: str) -> ChainImage:
+def _image(snapshot: ImageSnapshot | None, image_id: str) -> dict[str, Json]:
     if snapshot is None:  # the boot kept no snapshot: only the id is known
         return {"id": image_id, "tags": None, "labels": None, "repo_digests": []}
     return {
         "id": snapshot.id,
         "tags": list(snapshot.tags),
         "labels": _sorted(snapshot.labels),
-        "repo_digests": sorted(snapshot.repo_digests),
+        "repo_digests": sorted(snapshot.repo_digests),  # REGISTRY/REPO@sha256:… pushed or pulled
     }
 
 
-def _manifest(snapshot: ManifestSnapshot | None, name: str, digest: str) -> ChainManifest:
+def _manifest(snapshot: ManifestSnapshot | None, name: str, digest: str) -> dict[str, Json]:
     """The `manifest` step of the chain."""
     canonical = snapshot.canonical if snapshot else {}
     tuned = canonical.get("tuned") or {}

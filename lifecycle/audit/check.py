@@ -23,7 +23,6 @@ from lifecycle.audit.blobs import BlobChecker
 from lifecycle.audit.verify import (
     Finding,
     archived_record,
-    behind_result,
     live_cache,
     result_document,
     result_record,
@@ -41,8 +40,7 @@ from lifecycle.ledger.archives import (
 from lifecycle.ledger.boots import CacheRecord, CacheUse, cache_by_id, cache_uses
 from lifecycle.ledger.results import ResultRecord, result_archives, results_of_cache
 from lifecycle.records import CacheVersion, ResultRecordV2
-from lifecycle.results.archive import read_result
-from lifecycle.results.archive import results_of_cache as results_at
+from lifecycle.results.archive import results_on_cache
 from lifecycle.results.model import canonical_result, result_digest
 
 StoreFor = Callable[[str], BlobStore]  # an archive location (s3://bucket/prefix) -> its store
@@ -164,12 +162,7 @@ def verify_result(
     for archive in archives:
         store = store_for(archive.location)
         relative = store.relative(archive.record_key)
-        found, document = result_record(
-            store, relative, archive.record_sha256, result.digest, checker
-        )
-        findings += found
-        if document is not None:
-            findings += behind_result(store, document, checker)
+        findings += result_record(store, relative, archive.record_sha256, result.digest, checker)
     if not archives:
         findings.append(Finding(f"archive of result {result.id}", None, "not archived"))
     for use in cache_uses(ledger, boot_id=result.boot_id):
@@ -216,12 +209,7 @@ def verify_archived(
     if not keys:
         found = _archived_cache(store, target, checker, every=every)
         return VerifyReport(target, "cache", url, tuple(found))
-    findings: list[Finding] = []
-    for relative in keys:
-        found, document = result_record(store, relative, None, None, checker)
-        findings += found
-        if document is not None:  # else unreadable or altered: the findings say so
-            findings += behind_result(store, document, checker)
+    findings = [f for relative in keys for f in result_record(store, relative, None, None, checker)]
     return VerifyReport(target, "result", url, tuple(findings))
 
 
@@ -273,14 +261,10 @@ def _newest(store: BlobStore, versions: dict[str, Key], listed: dict[str, Listin
 
 def _trees_behind_results(store: BlobStore, cache_id: str) -> set[str | None]:
     """The trees of the cache that the results archived at this location stand on."""
-    trees: set[str | None] = set()
-    for result_id in results_at(store, cache_id):
-        try:
-            _, document = read_result(store, result_id)
-        except S3Unavailable:
-            raise
-        except ArchiveError:
-            continue  # unreadable, or its record never written: `verify RESULT` names it
-        if isinstance(document, ResultRecordV2):
-            trees |= {ref.tree_digest for ref in document.caches if ref.cache_id == cache_id}
-    return trees
+    return {
+        ref.tree_digest
+        for document in results_on_cache(store, cache_id)
+        if isinstance(document, ResultRecordV2)
+        for ref in document.caches
+        if ref.cache_id == cache_id
+    }

@@ -87,7 +87,8 @@ def cache_facts(ledger: Ledger, cache_id: str) -> CacheAuditFacts:
     ]
     rows = versions_of(ledger, cache.id)
     archive = archive_of(ledger, cache.id)
-    newest = _facts(archive, _parent_of(rows, archive)) if archive else None
+    parent = next((r.parent for r in rows if archive and r.record_key == archive.record_key), None)
+    newest = _facts(archive, parent) if archive else None
     versions = [_facts(row, row.parent) for row in rows]
     return CacheAuditFacts(cache.row(), cache.state, newest, boots, results, versions)
 
@@ -104,10 +105,6 @@ def _stood_on(ledger: Ledger, use: CacheUse, where: list[str]) -> ArchiveFacts |
     if archive is not None and archive.tree_digest is None:
         return _facts(archive, None)
     return None
-
-
-def _parent_of(rows: list[VersionRow], archive: ArchiveRecord) -> str | None:
-    return next((r.parent for r in rows if r.record_key == archive.record_key), None)
 
 
 def _facts(row: ArchiveRecord | VersionRow, parent: str | None) -> ArchiveFacts:

@@ -27,7 +27,7 @@ from lifecycle.records import (
     ResultRecordV1,
     ResultRecordV2,
 )
-from lifecycle.results.archive import read_result, results_of_cache
+from lifecycle.results.archive import read_result, results_on_cache
 
 
 def result_facts(store: BlobStore, result_id: str) -> ChainFacts:
@@ -61,7 +61,8 @@ def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
     if not versions:
         return _legacy_cache_facts(store, cache_id)
     boots = []
-    for boot_id in _boot_ids(store, cache_id):
+    index = cache_prefix(cache_id, "boots/")
+    for boot_id in sorted(item.key[len(index) :] for item in store.list(index)):
         record = _first_boot_record(store, boot_id)
         use = next((u for u in record.uses if u.cache_id == cache_id), None) if record else None
         if record is not None and use is not None:
@@ -96,11 +97,6 @@ def _versions(store: BlobStore, cache_id: str) -> list[tuple[str, CacheVersion]]
     return sorted(found, key=lambda pair: (pair[1].archived_at, pair[0]))
 
 
-def _boot_ids(store: BlobStore, cache_id: str) -> list[str]:
-    prefix = f"caches/{cache_id}/boots/"
-    return sorted(item.key[len(prefix) :] for item in store.list(prefix))
-
-
 def _first_boot_record(store: BlobStore, boot_id: str) -> BootRecordV1 | None:
     """A boot's record (the first written: any other says the same); None when its marker
     was written and its record not (that archive did not finish)."""
@@ -110,14 +106,7 @@ def _first_boot_record(store: BlobStore, boot_id: str) -> BootRecordV1 | None:
 
 
 def _results(store: BlobStore, cache_id: str) -> list[dict[str, object]]:
-    results = []
-    for result_id in results_of_cache(store, cache_id):
-        try:
-            _, document = read_result(store, result_id)
-        except ArchiveError:
-            continue  # a marker whose record was never written: that archive did not finish
-        results.append({**document.result, "digest": document.digest})
-    return results
+    return [{**d.result, "digest": d.digest} for d in results_on_cache(store, cache_id)]
 
 
 def _sha(relative: str) -> str:

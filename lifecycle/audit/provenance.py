@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lifecycle.audit.chain import Chain, ChainCache, ChainImage, ChainManifest
+from lifecycle.audit.chain import Chain, Json
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "urn:lifecycle:provenance:v1"
@@ -72,7 +72,7 @@ def _digest(sha256: str) -> dict[str, Any]:
     return {"digest": {"sha256": sha256}}
 
 
-def _cache(cache: ChainCache) -> dict[str, Any]:
+def _cache(cache: Json) -> dict[str, Any]:
     archive = cache["archive"]
     return {
         "id": cache["id"],
@@ -86,7 +86,7 @@ def _cache(cache: ChainCache) -> dict[str, Any]:
     }
 
 
-def _image(image: ChainImage) -> dict[str, Any]:
+def _image(image: Json) -> dict[str, Any]:
     algorithm, _, value = image["id"].partition(":")
     return {
         "name": (image["tags"] or [image["id"]])[0],
@@ -96,7 +96,7 @@ def _image(image: ChainImage) -> dict[str, Any]:
     }
 
 
-def _manifest(manifest: ChainManifest) -> dict[str, Any]:
+def _manifest(manifest: Json) -> dict[str, Any]:
     return {
         "name": manifest["name"],
         **_digest(manifest["digest"]),

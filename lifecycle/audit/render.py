@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lifecycle.audit.chain import CacheAudit, Chain, ChainHook, ChainManifest
+from lifecycle.audit.chain import CacheAudit, Chain, Json
 from lifecycle.results.model import metrics_text
 
 INSTRUMENTED = (
@@ -96,12 +96,12 @@ def _flag(instrumented: bool) -> str:
     return " INSTRUMENTED" if instrumented else ""
 
 
-def hooks_text(hooks: list[ChainHook]) -> str:
+def hooks_text(hooks: list[Json]) -> str:
     """`memory-snapshot (observing), log-event`."""
     return ", ".join(h["name"] + (" (observing)" if h["observing"] else "") for h in hooks)
 
 
-def _manifest_lines(manifest: ChainManifest) -> list[str]:
+def _manifest_lines(manifest: Json) -> list[str]:
     lines = [f"<- manifest {manifest['name']} sha256:{manifest['digest']}"]
     if manifest["file"]:
         lines.append(f"  file {manifest['file']}")

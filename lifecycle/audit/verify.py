@@ -132,14 +132,15 @@ def result_record(
     record_sha256: str | None,
     digest: str | None,
     checker: BlobChecker,
-) -> tuple[list[Finding], ResultRecordV1 | ResultRecordV2 | None]:
-    """A result's record: its bytes, its own name, its result's digest, the blobs it names."""
+) -> list[Finding]:
+    """A result's record: its bytes, its own name, its result's digest, the blobs it names;
+    then the records it names (`behind_result`)."""
     url = store.where(relative)
     findings: list[Finding] = []
     try:
         body = _read(store, relative, record_sha256, findings, checker)
         if body is None:
-            return findings, None
+            return findings
         document = load_result_record(body, relative, url)
         if digest is not None and document.digest != digest:
             findings.append(Finding(url, f"result digest {document.digest}, not {digest}"))
@@ -150,12 +151,12 @@ def result_record(
     except S3Unavailable:  # the environment, not the archive: exit 3
         raise
     except ArchiveError as exc:  # unreadable, altered, or the server did not answer
-        return [*findings, Finding(url, str(exc).removeprefix(f"{url}: "))], None
+        return [*findings, Finding(url, str(exc).removeprefix(f"{url}: "))]
     findings += [Finding(subject, problem) for subject, problem in problems]
     if not findings:
         note = "record and its blobs downloaded and hashed: as recorded"
         findings.append(Finding(url, None, note))
-    return findings, document
+    return findings + behind_result(store, document, checker)
 
 
 def behind_result(

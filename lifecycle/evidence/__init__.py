@@ -4,25 +4,7 @@
 `layout` knows what the files of real caches are (vLLM's compile dirs, Inductor's FX graph and
 AOTAutograd entries and C++ kernels, Triton's kernel dirs, FlashInfer's built ops); `verdict`
 judges each cache of a boot from both; `untracked` picks the JIT output a container wrote
-outside its tracked caches; `bundle` writes it all down; `factors` compares two boots' cache
-key factors.
+outside its tracked caches; `bundle` writes it all down.
 """
 
-from lifecycle.evidence.bundle import (
-    EVIDENCE_JSON,
-    EvidenceBundle,
-    collect_evidence,
-    is_evidence_file,
-)
-from lifecycle.evidence.logs import LogFacts, NinjaRow, parse_boot_log, parse_ninja_log
-
-__all__ = [
-    "EVIDENCE_JSON",
-    "EvidenceBundle",
-    "LogFacts",
-    "NinjaRow",
-    "collect_evidence",
-    "is_evidence_file",
-    "parse_boot_log",
-    "parse_ninja_log",
-]
+from lifecycle.evidence.bundle import collect_evidence as collect_evidence

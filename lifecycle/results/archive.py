@@ -43,7 +43,7 @@ from lifecycle.archive.layout import (
 )
 from lifecycle.archive.record import load_as, named_by_content, read_as
 from lifecycle.archive.sources import BlobSource, RecordPlan, file_blob, render_record
-from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, boot_archive, version_of
 from lifecycle.ledger.boots import CacheUse, cache_by_id, cache_uses
@@ -197,12 +197,22 @@ def read_result(store: BlobStore, result_id: str) -> tuple[str, ResultRecordV1 |
     return legacy, load_result_record(body, legacy, store.where(legacy))
 
 
-def results_of_cache(store: BlobStore, cache_id: str) -> list[str]:
-    """The ids of every result marked as standing on the cache (either release's markers)."""
+def results_on_cache(store: BlobStore, cache_id: str) -> list[ResultRecordV1 | ResultRecordV2]:
+    """The records of the results marked as standing on the cache (either release's markers),
+    less those that cannot be read: a marker whose record was never written (that archive did
+    not finish), or one unreadable or altered (`verify RESULT` names it)."""
     found = set()
     for prefix in (cache_prefix(cache_id, "results/"), legacy_marker_prefix(cache_id)):
         found |= {item.key[len(prefix) :] for item in store.list(prefix)}
-    return sorted(name for name in found if name and "/" not in name)
+    records = []
+    for result_id in sorted(name for name in found if name and "/" not in name):
+        try:
+            records.append(read_result(store, result_id)[1])
+        except S3Unavailable:  # the environment, not the archive: exit 3
+            raise
+        except ArchiveError:
+            continue
+    return records
 
 
 def _version_ref(ledger: Ledger, store: BlobStore, use: CacheUse) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """Teardown: remove boot caches whose evidence is verified in S3, journalled and crash-safe.
 
-`plan` decides what goes and why, `execute` removes one cache in two phases, `journal` finds
-runs a crash left unfinished, `containers` asks dockerd, `verify` asks S3, `faults` is test-only.
+`survey` gathers the facts and `plan` decides what goes and why; `run` carries the plan out,
+each cache through `execute` (two journalled phases, the `invariant` checked again under its
+lease); `journal` finds runs a crash left unfinished; `containers` asks dockerd, `verify` S3.
 """

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Mapping, Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,14 +70,6 @@ def stopped_boot_containers(client: Any) -> list[BootContainer]:
         for c in listed
     ]
     return sorted(found, key=lambda c: c.name)
-
-
-def remove_container(client: Any, container: BootContainer) -> None:
-    """Remove a stopped container; one already gone is fine."""
-    from docker.errors import NotFound
-
-    with suppress(NotFound):
-        client.containers.get(container.id).remove()
 
 
 def plan_images(

@@ -7,11 +7,9 @@ killed run got, so the next run can finish the job without ever guessing.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from lifecycle.errors import LifecycleError
@@ -66,11 +64,6 @@ class Journal:
         """Journal one step; with `cache_state`, set the cache's state in the same transaction."""
         record = TeardownStep(self.run_id, cache_id, step, detail, bytes_freed, self.stamp())
         record_step(self.ledger, record, cache_state=cache_state)
-
-
-def new_run_id(now: datetime) -> str:
-    """`t-<UTC time>-<random>`, like boot ids."""
-    return f"t-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
 
 
 def trash_path(cache: CacheRecord) -> Path:

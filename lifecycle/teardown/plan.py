@@ -236,13 +236,19 @@ def _keep_reasons(
     excluded = None if resumes else selection.excludes(cache, facts.now)
     if excluded:
         return (excluded,)
-    reasons = []
-    if facts.pins.get(cache.id):
-        reasons.append("pinned: " + "; ".join(facts.pins[cache.id]))
-    if facts.mounted_by.get(cache.id):
-        reasons.append("mounted by running container " + ", ".join(facts.mounted_by[cache.id]))
-    if facts.docker_problem:
-        reasons.append(f"cannot ask dockerd which containers mount it: {facts.docker_problem}")
-    if cache.in_use_by and cache.in_use_by not in facts.dead_boots:
-        reasons.append(f"in use by boot {cache.in_use_by}")
-    return tuple(reasons)
+    boot = cache.in_use_by if cache.in_use_by not in facts.dead_boots else None
+    pinned, mounted = facts.pins.get(cache.id, ()), facts.mounted_by.get(cache.id, ())
+    return tuple(holders(pinned, mounted, facts.docker_problem, boot))
+
+
+def holders(
+    pins: Sequence[str], mounted_by: Sequence[str], docker_problem: str | None, boot: str | None
+) -> list[str]:
+    """Who holds a cache: its pins, running containers mounting it (if dockerd could be
+    asked), the boot using it. The plan asks, and the removal again under the lease."""
+    held = ["pinned: " + "; ".join(pins)] if pins else []
+    if mounted_by:
+        held.append("mounted by running container " + ", ".join(mounted_by))
+    if docker_problem:
+        held.append(f"cannot ask dockerd which containers mount it: {docker_problem}")
+    return held + ([f"in use by boot {boot}"] if boot else [])

@@ -3,8 +3,9 @@ phases (verified again at that moment), then stopped boot containers and engine 
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -13,6 +14,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.store import S3Unavailable
 from lifecycle.archive.transfer import Progress
+from lifecycle.dockerd import sdk_errors
 from lifecycle.errors import LifecycleError
 from lifecycle.faults import Checkpoint
 from lifecycle.hooks import Hook, HookRun, hook_session
@@ -33,13 +35,12 @@ from lifecycle.teardown.containers import (
     BootContainer,
     ImageDecision,
     mounted_by,
-    remove_container,
     remove_image,
 )
 from lifecycle.teardown.execute import CacheOutcome, Verdict, refuse, remove_cache
 from lifecycle.teardown.invariant import archive_gaps, scan_now, withheld_paths, withheld_reason
-from lifecycle.teardown.journal import Journal, new_run_id
-from lifecycle.teardown.plan import Action, CacheDecision, TeardownPlan
+from lifecycle.teardown.journal import Journal
+from lifecycle.teardown.plan import Action, CacheDecision, TeardownPlan, holders
 from lifecycle.teardown.survey import (
     Services,
     TeardownRequest,
@@ -86,7 +87,8 @@ def run_teardown(
     progress: Progress | None = None,
 ) -> TeardownResult:
     """Carry out `plan` (after the user agreed to it) with the hooks attached to the step."""
-    journal = Journal(ledger, new_run_id(services.now()), lambda: _stamp(services.now()))
+    run_id = f"t-{services.now():%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"  # like boot ids
+    journal = Journal(ledger, run_id, lambda: _stamp(services.now()))
     context = {
         "run_id": journal.run_id,
         "caches": [d.cache.id for d in plan.removing],
@@ -161,7 +163,10 @@ def _carry_out(
         archive = archive_of(ledger, cache.id)
         if current is None or archive is None:
             return Verdict(["not archived"])
-        problems = _holders(ledger, services, current)
+        # Who holds it now: a pin, a boot or a running container that came since the plan.
+        mounts, docker_problem = current_mounts(services)
+        by = mounted_by(current.host_path, mounts)
+        problems = holders(pins(ledger).get(cache.id, ()), by, docker_problem, current.in_use_by)
         # Asked again now: archiving first may have archived them, or one may have come since.
         if results := results_not_archived_on(ledger, cache.id, archive.location):
             problems.append(f"result {', '.join(results)} on it not archived at {archive.location}")
@@ -223,19 +228,6 @@ def _settle(
     return CacheOutcome(cache.id, removed=False, settled="torn-down" if safe else "missing")
 
 
-def _holders(ledger: Ledger, services: Services, cache: CacheRecord) -> list[str]:
-    """Who holds the cache now: a pin, a boot or a running container that came since the plan."""
-    held = [f"in use by boot {cache.in_use_by}"] if cache.in_use_by else []
-    if reasons := pins(ledger).get(cache.id):
-        held.append("pinned: " + "; ".join(reasons))
-    mounts, problem = current_mounts(services)
-    if problem:
-        held.append(f"cannot ask dockerd which containers mount it: {problem}")
-    if by := mounted_by(cache.host_path, mounts):
-        held.append("mounted by running container " + ", ".join(by))
-    return held
-
-
 def _archive_first(
     ledger: Ledger,
     services: Services,
@@ -277,10 +269,13 @@ def _clean_docker(
     the caches are gone and journalled whatever happens here."""
     if services.docker is None:
         return ()
+    from docker.errors import NotFound  # the SDK is loaded: services.docker is its client
+
     try:
         gone = {c.id for c in all_caches(ledger) if c.state == "torn-down"}
         for container in containers_going(ledger, services.docker, gone):
-            remove_container(services.docker, container)
+            with suppress(NotFound):  # one already gone is fine
+                services.docker.containers.get(container.id).remove()
             containers.append(container)
         if request.images:
             # Decided again now: a cache refused at its moment keeps its image.
@@ -288,7 +283,7 @@ def _clean_docker(
             for image in images_going(ledger, services.docker, kept, request, containers):
                 problem = remove_image(services.docker, image) if image.removes else None
                 images.append(replace(image, removes=False, why=problem) if problem else image)
-    except Exception as exc:  # the SDK raises several unrelated types
+    except sdk_errors() as exc:
         return (f"dockerd: {exc}",)
     return ()
 

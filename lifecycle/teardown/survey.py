@@ -17,6 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.transfer import Progress
+from lifecycle.dockerd import sdk_errors
 from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
@@ -96,7 +97,10 @@ def make_plan(
         },
         used_by=used_by,
         gone=frozenset(c.id for c in caches if c.id not in unfinished and is_gone(c)),
-        dead_boots=frozenset(dead_boots(ledger, caches)),
+        # Boots the ledger says hold a cache whose lease nobody holds: their process died.
+        dead_boots=frozenset(
+            c.in_use_by for c in caches if c.in_use_by and not lease_held(ledger.home, c.id)
+        ),
         archive_to_problem=verify.problem_with(to) if request.archive_first and to else None,
         tainted={c.id: tainted_files(ledger, c.id) for c in caches},
     )
@@ -174,18 +178,13 @@ def is_gone(cache: CacheRecord) -> bool:
     return not os.path.lexists(cache.host_path) and not trash_path(cache).exists()
 
 
-def dead_boots(ledger: Ledger, caches: Sequence[CacheRecord]) -> set[str]:
-    """Boots the ledger says hold a cache whose lease nobody holds: their process died."""
-    return {c.in_use_by for c in caches if c.in_use_by and not lease_held(ledger.home, c.id)}
-
-
 def current_mounts(services: Services) -> tuple[dict[str, list[str]], str | None]:
     """Running containers' mounts by host path, or why dockerd could not be asked."""
     if services.docker is None:
         return {}, services.docker_problem or "no docker client"
     try:
         return running_mounts(services.docker), None
-    except Exception as exc:  # the SDK raises several unrelated types for "not there"
+    except sdk_errors() as exc:  # not there, or refusing: nothing it guards can go
         return {}, str(exc)
 
 

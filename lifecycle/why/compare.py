@@ -21,6 +21,10 @@ from lifecycle.why.facts import BootFacts
 
 # Per boot, never a cause: its own id, and where its caches are mounted from on this host.
 _PER_BOOT_ENV = frozenset({"LIFECYCLE_BOOT_ID"})
+_KEY = "manifest, base image, pins, arch"
+_DIR_HASH = "vLLM's cache dir hash"
+# The four hashes vLLM folds into its compile dir's: (key in its log line, name shown).
+_HASHES = (("env", "env"), ("cfg", "config"), ("comp", "compiler"), ("code", "code"))
 
 
 @dataclass(frozen=True)
@@ -41,43 +45,28 @@ class Change:
 
 def compare(now: BootFacts, then: BootFacts) -> tuple[list[Change], list[str]]:
     """(what changed, the names of what was compared and found the same)."""
-    changes: list[Change] = []
-    same: list[str] = []
-    for change, label in _all(now, then):
-        if change is None:
-            same.append(label)
-        else:
-            changes.append(change)
-    return changes, same
+    pairs = list(_all(now, then))
+    return [c for c, _ in pairs if c is not None], [label for c, label in pairs if c is None]
 
 
 def _all(now: BootFacts, then: BootFacts) -> Iterator[tuple[Change | None, str]]:
-    yield (
-        _differs("image", "id", then.boot.image_id, now.boot.image_id, "not in the cache key"),
-        "image",
-    )
-    yield (
-        _differs("key", "lifecycle", _keys(then), _keys(now), "manifest, base image, pins, arch"),
-        "lifecycle cache key",
-    )
-    archs = (_archs(then), _archs(now))
-    yield _differs("arch", "GPU", *archs, "in lifecycle's cache key"), "GPU arch"
-    yield (
-        _differs("manifest", "digest", then.boot.manifest_digest, now.boot.manifest_digest),
-        "manifest digest",
-    )
-    yield _differs("profile", "name", then.boot.profile, now.boot.profile), "profile"
-    yield (
-        _differs("compile-dir", "vLLM", _dirs(then), _dirs(now), "vLLM's cache dir hash"),
-        "vLLM compile dir",
-    )
+    old, new = then.boot, now.boot
     hashes_then, hashes_now = _hashes(then), _hashes(now)
-    for key, label in (("env", "env"), ("cfg", "config"), ("comp", "compiler"), ("code", "code")):
-        note = "folded into vLLM's cache dir hash"
-        yield (
-            _differs("hash", label, hashes_then.get(key), hashes_now.get(key), note),
-            f"{label} hash",
-        )
+    folded = "folded into vLLM's cache dir hash"
+    rows = [  # label: kind, name, then, now, note
+        ("image", "image", "id", old.image_id, new.image_id, "not in the cache key"),
+        ("lifecycle cache key", "key", "lifecycle", _keys(then), _keys(now), _KEY),
+        ("GPU arch", "arch", "GPU", _archs(then), _archs(now), "in lifecycle's cache key"),
+        ("manifest digest", "manifest", "digest", old.manifest_digest, new.manifest_digest, ""),
+        ("profile", "profile", "name", old.profile, new.profile, ""),
+        ("vLLM compile dir", "compile-dir", "vLLM", _dirs(then), _dirs(now), _DIR_HASH),
+        *(
+            (f"{label} hash", "hash", label, hashes_then.get(key), hashes_now.get(key), folded)
+            for key, label in _HASHES
+        ),
+    ]
+    for label, kind, name, before, after, note in rows:
+        yield _differs(kind, name, before, after, note), label
     yield from _factor_changes(then, now)
     yield from _env_changes(then, now)
     yield _untracked(then, now), "writes outside tracked caches"
