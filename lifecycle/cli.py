@@ -106,12 +106,17 @@ def cli(ctx: click.Context, debug: bool, manifests_dir: Path | None) -> None:
 
 def _warn_if_production_down() -> None:
     """Whatever the verb: say so when a night left production down (a SIGKILL, a reboot, a
-    failed up hook). Read-only, and silent when no ledger is there."""
-    from lifecycle.home import default_home
+    failed up hook). Read-only; a ledger that cannot be read is said, and the verb goes on
+    (`validate` needs no ledger; one that does fails on its own with the same cause)."""
+    from lifecycle.home import HomeUnusable, default_home
     from lifecycle.ledger.nights import production_left_down_in
 
     home = default_home(os.environ)
-    events = production_left_down_in(home)
+    try:
+        events = production_left_down_in(home)
+    except HomeUnusable as exc:
+        _stderr(f"lifecycle: warning: cannot tell whether a night left production down: {exc}")
+        return
     if events:  # the wording needs the night package; the common case imports none of it
         from lifecycle.home import Home
         from lifecycle.night.production import is_down

@@ -233,3 +233,17 @@ def _blank(param: object) -> list[str]:
     if isinstance(param, click.Argument):
         return [" "]
     return [param.opts[0], " "] + (["--remote"] if param.opts[0] in ("--from", "--grace") else [])
+
+
+def test_an_unreadable_ledger_is_said_and_a_verb_that_needs_none_goes_on(repo_root: Path) -> None:
+    from lifecycle.ledger import Ledger
+
+    home = Path(os.environ["LIFECYCLE_HOME"])
+    Ledger.open(home).close()
+    (home / "ledger.sqlite3").write_bytes(b"not a ledger" * 100)
+    result = CliRunner().invoke(cli, ["validate"])
+    assert result.exit_code == 0, result.output
+    assert "warning: cannot tell whether a night left production down" in result.stderr
+    assert "is not a SQLite database" in result.stderr
+    listing = CliRunner().invoke(cli, ["caches"])  # it needs the ledger: it fails on its own
+    assert listing.exit_code != 0 and "not a SQLite database" in listing.stderr
