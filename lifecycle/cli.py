@@ -28,7 +28,7 @@ from lifecycle.errors import EXIT_CODES, EXIT_INTERNAL, LifecycleError
 
 if TYPE_CHECKING:
     from lifecycle.commands.context import Context
-    from lifecycle.commands.report import Report
+    from lifecycle.report import Report
 
 
 class _Group(click.Group):

@@ -53,7 +53,7 @@ def test_the_check_finds_sql_where_it_is() -> None:
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("lifecycle", "errors", "formats"),
     ("home", "limits", "parallel", "proc", "redact", "table", "ticker", "faults"),
-    ("leases", "crash", "dockerd", "secret_paths"),
+    ("leases", "crash", "dockerd", "secret_paths", "report"),
     ("ledger", "manifest"),
     ("fingerprint", "evidence", "hooks", "records"),
     ("withheld",),

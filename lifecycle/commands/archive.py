@@ -11,10 +11,10 @@ from lifecycle.archive.config import resolve_location
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_caches
+from lifecycle.report import Report
 from lifecycle.results.publish import with_results
 from lifecycle.table import human_bytes
 

@@ -29,10 +29,10 @@ from lifecycle.audit.provenance import statement
 from lifecycle.audit.render import cache_text, chain_text
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report
 from lifecycle.errors import LifecycleError
 from lifecycle.home import NoLedger
 from lifecycle.ledger import Ledger
+from lifecycle.report import Report
 
 Facts = TypeVar("Facts")
 

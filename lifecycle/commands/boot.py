@@ -11,7 +11,6 @@ from lifecycle.boot.run import BootRequest, Watch, dry_run_spec
 from lifecycle.build.plan import image_tag
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report, plain
 from lifecycle.errors import EXIT_NO, EXIT_OK
 from lifecycle.evidence.verdict import recorded_uses, recorded_warmth
 from lifecycle.flows import boot_then_accept
@@ -28,6 +27,7 @@ from lifecycle.ledger.boots import (
 )
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.manifest.digest import manifest_digest
+from lifecycle.report import Report, plain
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ from lifecycle.build.plan import BuildPlan, SourceInfo, plan_build
 from lifecycle.build.registry import Pushed, push_image
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report, plain
 from lifecycle.errors import EXIT_NO, EXIT_OK
 from lifecycle.ledger.builds import RegistryImage, record_registry_image
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.records import IMAGE_FORMAT, ImageRecordV1
+from lifecycle.report import Report, plain
 
 
 @dataclass(frozen=True)

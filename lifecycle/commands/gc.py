@@ -18,7 +18,6 @@ from lifecycle.archive.pins import pins_at
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report, plain
 from lifecycle.errors import LifecycleError
 from lifecycle.gc.plan import GcPlan, Policy, plan_gc
 from lifecycle.gc.run import Swept, journal_plan, sweep
@@ -27,6 +26,7 @@ from lifecycle.leases import exclusive
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.gc import unfinished_gc
 from lifecycle.ledger.pins import pins
+from lifecycle.report import Report, plain
 from lifecycle.table import human_bytes
 from lifecycle.teardown.plan import parse_duration
 

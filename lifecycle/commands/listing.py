@@ -13,7 +13,6 @@ from lifecycle.commands import verbs
 from lifecycle.commands.boot import BootReport
 from lifecycle.commands.context import Context
 from lifecycle.commands.filters import Facts, Filters, open_archive
-from lifecycle.commands.report import Listing, Row, fields_of, plain
 from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
@@ -25,6 +24,7 @@ from lifecycle.ledger.boots import (
     untracked_writes,
 )
 from lifecycle.ledger.pins import pins
+from lifecycle.report import Listing, Row, fields_of, plain
 from lifecycle.table import human_age, human_bytes
 
 CACHE_STATES = ("live", "archived", "torn-down", "missing")

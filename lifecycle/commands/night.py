@@ -16,7 +16,6 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report, plain
 from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.hooks import run_hook_process
 from lifecycle.ledger import Ledger
@@ -35,6 +34,7 @@ from lifecycle.night.run import (
     run_night,
 )
 from lifecycle.night.view import NightView
+from lifecycle.report import Report, plain
 
 WHY_CHARS = 160  # of a cell's first non-passing verdict in the text report; --json has all
 

@@ -25,13 +25,13 @@ from lifecycle.archive.pins import remove_pins, write_pin
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report
 from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.ledger import Ledger
 from lifecycle.ledger import pins as ledger_pins
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id, cache_uses
 from lifecycle.ledger.results import ResultRecord, all_results, result_by_id
 from lifecycle.records import PIN_FORMAT, PinV1
+from lifecycle.report import Report
 from lifecycle.results.archive import read_result
 from lifecycle.results.model import is_pin_of, pin_reason
 

@@ -10,13 +10,13 @@ from typing import Any, ClassVar
 
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report
 from lifecycle.errors import EXIT_OK, LifecycleError
 from lifecycle.port import session
 from lifecycle.port.outcome import PatchOutcome
 from lifecycle.port.plan import PortFlags, PortRequest
 from lifecycle.port.report import PortReport, PortStatus
 from lifecycle.proc import CommandFailed
+from lifecycle.report import Report
 from lifecycle.table import render as table
 
 _STOPPED = (PatchOutcome.CONFLICT, PatchOutcome.BLOCKED_BY)

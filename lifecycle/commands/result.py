@@ -20,7 +20,6 @@ from lifecycle.commands import verbs
 from lifecycle.commands.boot import HookEntry
 from lifecycle.commands.context import Context
 from lifecycle.commands.filters import Facts, Filters, open_archive
-from lifecycle.commands.report import Listing, Report, Row, plain
 from lifecycle.errors import EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_boots, all_caches, cache_uses
@@ -31,6 +30,7 @@ from lifecycle.ledger.results import (
     all_results,
     result_archives,
 )
+from lifecycle.report import Listing, Report, Row, plain
 from lifecycle.results.add import ResultRequest, add_result
 from lifecycle.results.catalog import ArchivedResult, archived_results
 from lifecycle.results.model import (

@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report
 from lifecycle.manifest import Manifest
 from lifecycle.records import json_schema
+from lifecycle.report import Report
 
 
 def manifest_json_schema() -> dict[str, Any]:

@@ -10,10 +10,10 @@ import yaml
 
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report
 from lifecycle.manifest import find_manifest, load_manifest
 from lifecycle.manifest.digest import canonical_form, manifest_digest, patch_digests
 from lifecycle.manifest.model import TunedValue
+from lifecycle.report import Report
 
 
 @dataclass(frozen=True)

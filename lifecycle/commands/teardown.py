@@ -16,9 +16,9 @@ from lifecycle.archive.config import optional_location, resolve_location
 from lifecycle.archive.location import s3_client
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report
 from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.hooks import select
+from lifecycle.report import Report
 from lifecycle.table import human_bytes
 from lifecycle.teardown.journal import teardown_lock
 from lifecycle.teardown.plan import Selection, TeardownPlan, parse_duration

@@ -24,11 +24,11 @@ from lifecycle.audit.check import (
 from lifecycle.commands import verbs
 from lifecycle.commands.audit import reading
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report
 from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import cache_by_id
 from lifecycle.ledger.results import result_by_id
+from lifecycle.report import Report
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.commands.report import Report, plain
+from lifecycle.report import Report, plain
 from lifecycle.table import human_bytes
 from lifecycle.why import Explanation, explain
 from lifecycle.why.facts import BootFacts
