@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lifecycle.errors import LifecycleError
 from lifecycle.parallel import pool_map
-from lifecycle.secret_paths import PathMask
+from lifecycle.secret_paths import mask_paths
 
 CHUNK = 1 << 20  # read size; also the largest file read in one go
 # Small files go to the pool in batches, not one task each; bench/README.md has the figures.
@@ -185,10 +185,11 @@ def scan(
     known = {} if previous is None else {e.path: e for e in previous.entries}
     walked = list(_walk(top))
     like = masked_like or previous
-    mask = PathMask(
-        secrets or {}, () if like is None else ((e.path, e.inode) for e in like.entries)
+    masked = mask_paths(
+        ((path, st.st_ino) for path, st, _ in walked),
+        secrets or {},
+        () if like is None else ((e.path, e.inode) for e in like.entries),
     )
-    masked = mask.apply((path, st.st_ino) for path, st, _ in walked)
     entries: list[Entry] = []
     stale: list[tuple[int, str]] = []  # position in `entries` and real path of files to hash
     for real, st, link in walked:
