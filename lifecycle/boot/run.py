@@ -349,7 +349,10 @@ def _finish(
                 plan.before.get(mount.name),
                 secrets_by_name,
             )
-            tainted += _tainted(cache, after, written, record.id, secrets_by_name)
+            found = secrets_in_cache(Path(cache.host_path), after, written, secrets_by_name)
+            tainted += [
+                TaintedFile(cache.id, path, sha, name, record.id) for path, sha, name in found
+            ]
         except (LifecycleError, OSError) as exc:
             problems.append(f"scan of cache {mount.cache_id} failed: {exc}")
             continue
@@ -436,18 +439,6 @@ def _scan_cache(
         state="live",  # whatever it was, a boot used it: any archive is now out of date
     )
     return use, cache, after, frozenset((*added, *changed))
-
-
-def _tainted(
-    cache: CacheRecord,
-    after: Fingerprint,
-    written: frozenset[str],
-    boot_id: str,
-    secrets_by_name: Mapping[str, str],
-) -> list[TaintedFile]:
-    """The files this boot wrote whose bytes or name hold one of its secrets' values (by name)."""
-    found = secrets_in_cache(Path(cache.host_path), after, written, secrets_by_name)
-    return [TaintedFile(cache.id, path, sha256, name, boot_id) for path, sha256, name in found]
 
 
 def _stamp(moment: datetime) -> str:
