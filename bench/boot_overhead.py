@@ -66,7 +66,7 @@ LOG_LINES = 1000  # a vLLM boot log is a few hundred to a few thousand lines
 # parts (its walk with the reads, its redaction, its writes) are inside "evidence".
 PARTS: dict[tuple[Any, str], str] = {
     (run, "scan"): "scan",
-    (run, "_tainted"): "secret search",
+    (run, "secrets_in_cache"): "secret search",
     (run, "collect_evidence"): "evidence",
     (run, "finish_boot"): "ledger",
     (evidence, "_walk"): "evidence: walk and read",

@@ -1,13 +1,5 @@
-"""Error families the CLI renders as one line each, with the exit code of their family.
-
-| exit | meaning                                                                        |
-|------|--------------------------------------------------------------------------------|
-| 0    | ok                                                                             |
-| 1    | the answer is no: differs, conflicts, engine failed, not archived, refused     |
-| 2    | bad input or usage: a manifest, a flag, a record that does not parse           |
-| 3    | the environment failed: Docker or S3 unreachable or too slow, home unusable    |
-| 4    | an unexpected error (a bug): one line, the traceback written to a file         |
-"""
+"""Error families the CLI renders as one line each, with the exit code of their family
+(EXIT_CODES says what each code means; `lifecycle --help` shows it)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lifecycle.errors import LifecycleError
 from lifecycle.parallel import pool_map
-from lifecycle.secret_paths import PathMask
+from lifecycle.secret_paths import mask_paths
 
 CHUNK = 1 << 20  # read size; also the largest file read in one go
 # Small files go to the pool in batches, not one task each; bench/README.md has the figures.
@@ -106,7 +106,7 @@ class Fingerprint:
                 raise ValueError("a path appears twice")
         except (ValueError, KeyError, TypeError) as exc:
             raise FingerprintFormatError(f"not a fingerprint: {exc}") from exc
-        fingerprint = _fingerprint(tuple(sorted(entries, key=attrgetter("path"))))
+        fingerprint = cls.of(entries)
         if fingerprint.tree_digest != stored:
             raise FingerprintFormatError(
                 f"tree digest {stored} does not match its entries ({fingerprint.tree_digest})"
@@ -142,15 +142,18 @@ def is_transient(name: str, parent: str) -> bool:
     )
 
 
-def tree_digest(entries: Iterable[Entry]) -> str:
-    """sha256 over path, kind, size, mode and content (sha256 or link target) of sorted entries."""
+def _fingerprint(entries: tuple[Entry, ...]) -> Fingerprint:
+    """The fingerprint of sorted entries; its tree digest is the sha256 over path, kind, size,
+    mode and content (sha256 or link target) of each."""
     # Every field ends in NUL, which no path or link target can contain, so the encoding is
     # unambiguous without escaping; surrogateescape gives back the exact bytes of odd file names.
     lines = [_DIGEST_HEADER]
     for e in entries:
         content = e.sha256 if e.kind == "file" else e.link if e.kind == "symlink" else ""
         lines.append(f"{e.path}\0{e.kind}\0{e.size}\0{e.mode:o}\0{content}\0")
-    return hashlib.sha256(os.fsencode("".join(lines))).hexdigest()
+    digest = hashlib.sha256(os.fsencode("".join(lines))).hexdigest()
+    files = [e.size for e in entries if e.kind == "file"]
+    return Fingerprint(entries, digest, files=len(files), bytes=sum(files))
 
 
 def scan(
@@ -185,10 +188,11 @@ def scan(
     known = {} if previous is None else {e.path: e for e in previous.entries}
     walked = list(_walk(top))
     like = masked_like or previous
-    mask = PathMask(
-        secrets or {}, () if like is None else ((e.path, e.inode) for e in like.entries)
+    masked = mask_paths(
+        ((path, st.st_ino) for path, st, _ in walked),
+        secrets or {},
+        () if like is None else ((e.path, e.inode) for e in like.entries),
     )
-    masked = mask.apply((path, st.st_ino) for path, st, _ in walked)
     entries: list[Entry] = []
     stale: list[tuple[int, str]] = []  # position in `entries` and real path of files to hash
     for real, st, link in walked:
@@ -211,13 +215,13 @@ def scan(
     entries.sort(key=attrgetter("path"))
     # Every entry the very object of `previous`: its digest stands, and re-encoding ~1 µs per
     # entry (a sixth of an unchanged re-scan) is saved.
-    if previous is not None and _all_same(entries, previous.entries):
+    if (
+        previous is not None
+        and len(entries) == len(previous.entries)
+        and all(map(is_, entries, previous.entries))
+    ):
         return previous
     return _fingerprint(tuple(entries))
-
-
-def _all_same(entries: Sequence[Entry], others: Sequence[Entry]) -> bool:
-    return len(entries) == len(others) and all(map(is_, entries, others))
 
 
 def _same_identity(prev: Entry, kind: str, size: int, st: os.stat_result) -> bool:
@@ -345,11 +349,6 @@ def _hash_file(path: str, walked: Entry) -> str:
 
 def _identity(st: os.stat_result) -> tuple[int, int, int]:
     return (st.st_size, st.st_mtime_ns, st.st_ino)
-
-
-def _fingerprint(entries: tuple[Entry, ...]) -> Fingerprint:
-    files = [e.size for e in entries if e.kind == "file"]
-    return Fingerprint(entries, tree_digest(entries), files=len(files), bytes=sum(files))
 
 
 def _digest_fields(e: Entry) -> tuple[str, int, int, str | None, str | None]:

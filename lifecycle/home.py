@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from lifecycle.errors import EnvironmentFailure, LifecycleError
@@ -41,33 +40,19 @@ class NoLedger(LifecycleError):
         super().__init__(f"no ledger at {home} yet")
 
 
-@dataclass(frozen=True)
 class Home:
     """The layout of one LIFECYCLE_HOME (pictured above), rooted at `root`."""
 
-    root: Path
-    ledger_file: Path = field(init=False)  # the ledger's SQLite file
-    ledger_lock: Path = field(init=False)  # every ledger writer takes it
-    teardown_lock: Path = field(init=False)  # held by a teardown while it runs
-    gc_lock: Path = field(init=False)  # held by `gc --remote` while it runs
-    night_lock: Path = field(init=False)  # held by a night (or a ladder) while it runs
-    crashes: Path = field(init=False)  # unexpected errors' tracebacks
-    mirrors: Path = field(init=False)  # upstream repositories mirrored for `port`
-    ports: Path = field(init=False)  # the state of stopped ports
-
-    def __post_init__(self) -> None:
-        fixed = {
-            "ledger_file": "ledger.sqlite3",
-            "ledger_lock": "ledger.lock",
-            "teardown_lock": "teardown.lock",
-            "gc_lock": "gc.lock",
-            "night_lock": "night.lock",
-            "crashes": "crashes",
-            "mirrors": "mirrors",
-            "ports": "port",
-        }
-        for name, relative in fixed.items():
-            object.__setattr__(self, name, self.root / relative)  # frozen: set once, here
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.ledger_file = root / "ledger.sqlite3"  # the ledger's SQLite file
+        self.ledger_lock = root / "ledger.lock"  # every ledger writer takes it
+        self.teardown_lock = root / "teardown.lock"  # held by a teardown while it runs
+        self.gc_lock = root / "gc.lock"  # held by `gc --remote` while it runs
+        self.night_lock = root / "night.lock"  # held by a night (or a ladder) while it runs
+        self.crashes = root / "crashes"  # unexpected errors' tracebacks
+        self.mirrors = root / "mirrors"  # upstream repositories mirrored for `port`
+        self.ports = root / "port"  # the state of stopped ports
 
     def __str__(self) -> str:
         """The home's path: what a message that names the home shows."""

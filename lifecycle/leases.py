@@ -98,10 +98,4 @@ def try_lease(home: Home, cache_id: str) -> CacheLease | None:
 
 def lease_held(home: Home, cache_id: str) -> bool:
     """Whether some live process holds the cache's lease right now."""
-    if not home.cache_lock(cache_id).exists():
-        return False
-    lease = try_lease(home, cache_id)
-    if lease is None:
-        return True
-    lease.release()
-    return False
+    return held(home.cache_lock(cache_id))

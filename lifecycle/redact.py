@@ -75,7 +75,7 @@ def redact(text: str, secret_values: Secrets) -> str:
     text = _AWS_KEY_ID.sub("<redacted:aws-key-id>", text)
     lowered = text.lower()
     if any(hint in lowered for hint in _KEY_HINTS):
-        text = _redact_pairs(text)
+        text = _PAIR.sub(_pair, text)
         text = _FLAG.sub(_flag, text)
     return _drop_survivors(text, [value for value, _ in pairs])
 
@@ -139,16 +139,12 @@ def _auth_header(match: re.Match[str]) -> str:
     return f"{match[1]}{scheme}<redacted:authorization>"
 
 
-def _redact_pairs(text: str) -> str:
-    return _PAIR.sub(_pair, text)
-
-
 def _pair(match: re.Match[str]) -> str:
     key, value = match["key"], match["value"]
     head = match[0][: match.start("value") - match.start()]
     if not is_sensitive_key(key):
         # The value may itself hold a pair: `url: http://h/?token=abc` (no separator, no pair).
-        return head + (_redact_pairs(value) if ":" in value or "=" in value else value)
+        return head + (_PAIR.sub(_pair, value) if ":" in value or "=" in value else value)
     if ":" in match["sep"] and not match["q"] and _PROSE_WORD.fullmatch(value):
         return match[0]
     return head + _placeholder(value, quoted_key=bool(match["q"]))

@@ -39,59 +39,59 @@ def secrets_in_path(path: str) -> list[str]:
     return sorted({match[1] for match in PLACEHOLDER.finditer(path)})
 
 
-class PathMask:
-    """Real path -> masked path, for the secrets' values and the values masked before."""
-
-    def __init__(
-        self, secrets: Mapping[str, str], masked_before: Iterable[tuple[str, int]] = ()
-    ) -> None:
-        """`secrets`: name -> value; `masked_before`: (masked path, inode) of the entries the
-        previous scan masked."""
-        self._values = {(name, value) for name, value in secrets.items() if value}
-        self._before = {inode: path for path, inode in masked_before if is_masked(path)}
-
-    def apply(self, walked: Iterable[tuple[str, int]]) -> dict[str, str]:
-        """real path -> masked path, for every (real path, inode) of a whole tree that is."""
-        masked: dict[str, str] = {}
-        if not self._values and not self._before:  # nearly every scan: nothing to look for
-            return masked
-        walked = list(walked)
-        values = self._values | self._found_again(walked)
-        if not values:
-            return masked
-        # Longest value first, as redact does: a value holding another is replaced whole.
-        ordered = sorted(values, key=lambda pair: (-len(pair[1]), pair))
-        # By depth: a dir's final mask is known before its children are looked at.
-        by_depth = sorted((real for real, _ in walked), key=lambda real: (real.count("/"), real))
-        for _, level in groupby(by_depth, key=lambda real: real.count("/")):
-            named: dict[str, list[str]] = {}  # masked path -> real paths masked to it
-            for real in level:
-                parent, _, name = real.rpartition("/")
-                parent = masked.get(parent, parent)
-                for secret, value in ordered:
-                    name = redact_values(name, {secret: value})
-                named.setdefault(f"{parent}/{name}" if parent else name, []).append(real)
-            for mask, reals in named.items():
-                if len(reals) == 1 and reals[0] == mask:
-                    continue
-                plain = mask in reals  # a real name that is spelled like the mask
-                others = sorted(real for real in reals if real != mask)
-                for number, real in enumerate(others, start=2 if plain else 1):
-                    masked[real] = mask if number == 1 else _numbered(mask, number)
+def mask_paths(
+    walked: Iterable[tuple[str, int]],
+    secrets: Mapping[str, str],
+    masked_before: Iterable[tuple[str, int]] = (),
+) -> dict[str, str]:
+    """real path -> masked path, for every (real path, inode) of a whole tree that is masked:
+    by the `secrets`' values (name -> value) and by the values the entries the previous scan
+    masked (`masked_before`: their (masked path, inode)) are found to hide again."""
+    masked: dict[str, str] = {}
+    values = {(name, value) for name, value in secrets.items() if value}
+    before = {inode: path for path, inode in masked_before if is_masked(path)}
+    if not values and not before:  # nearly every scan: nothing to look for
         return masked
-
-    def _found_again(self, walked: Iterable[tuple[str, int]]) -> set[tuple[str, str]]:
-        """(name, value) of each secret a masked entry of the previous scan hides, read off the
-        entry it still is."""
-        found: set[tuple[str, str]] = set()
-        for real, inode in walked:
-            before = self._before.get(inode)
-            if before is None:
+    walked = list(walked)
+    values |= _found_again(walked, before)
+    if not values:
+        return masked
+    # Longest value first, as redact does: a value holding another is replaced whole.
+    ordered = sorted(values, key=lambda pair: (-len(pair[1]), pair))
+    # By depth: a dir's final mask is known before its children are looked at.
+    by_depth = sorted((real for real, _ in walked), key=lambda real: (real.count("/"), real))
+    for _, level in groupby(by_depth, key=lambda real: real.count("/")):
+        named: dict[str, list[str]] = {}  # masked path -> real paths masked to it
+        for real in level:
+            parent, _, name = real.rpartition("/")
+            parent = masked.get(parent, parent)
+            for secret, value in ordered:
+                name = redact_values(name, {secret: value})
+            named.setdefault(f"{parent}/{name}" if parent else name, []).append(real)
+        for mask, reals in named.items():
+            if len(reals) == 1 and reals[0] == mask:
                 continue
-            pattern, secrets = _pattern(before)
-            if match := pattern.fullmatch(real):
-                found |= {(secrets[i], match[f"g{i}"]) for i in range(len(secrets))}
-        return found
+            plain = mask in reals  # a real name that is spelled like the mask
+            others = sorted(real for real in reals if real != mask)
+            for number, real in enumerate(others, start=2 if plain else 1):
+                masked[real] = mask if number == 1 else _numbered(mask, number)
+    return masked
+
+
+def _found_again(
+    walked: Iterable[tuple[str, int]], before: Mapping[int, str]
+) -> set[tuple[str, str]]:
+    """(name, value) of each secret a masked entry of the previous scan (inode -> masked path)
+    hides, read off the entry it still is."""
+    found: set[tuple[str, str]] = set()
+    for real, inode in walked:
+        masked = before.get(inode)
+        if masked is None:
+            continue
+        pattern, secrets = _pattern(masked)
+        if match := pattern.fullmatch(real):
+            found |= {(secrets[i], match[f"g{i}"]) for i in range(len(secrets))}
+    return found
 
 
 def _pattern(masked_path: str) -> tuple[re.Pattern[str], list[str]]:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from lifecycle.boot.spec import CacheMount, EngineExtras, build_spec
+from lifecycle.boot.spec import CacheMount, build_spec
 from lifecycle.cli import cli
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Fingerprint, scan
@@ -280,13 +280,15 @@ def test_a_cells_arguments_and_the_hooks_engine_env_reach_the_spec(repo_root: Pa
     manifest = load_manifest(repo_root / "manifests/demo/0.2/manifest.yaml").manifest
     mount = CacheMount("vllm-1", "vllm", "/h/vllm", "/var/cache/vllm", "VLLM_CACHE_ROOT", "cold")
     mounts = [mount]
-    extras = EngineExtras(("--burst", "64"), {"DEMOLLM_RECORD_MEMORY_HISTORY": "1"})
-    spec = build_spec(manifest, "serve", "img", mounts, {}, {}, {}, extras)
+    env = {"DEMOLLM_RECORD_MEMORY_HISTORY": "1"}
+    spec = build_spec(
+        manifest, "serve", "img", mounts, {}, {}, {}, extra_args=("--burst", "64"), engine_env=env
+    )
     assert spec.command[-4:] == ["--gpu-memory-utilization", "0.92", "--burst", "64"]
     assert spec.environment["DEMOLLM_RECORD_MEMORY_HISTORY"] == "1"
     with pytest.raises(LifecycleError, match="VLLM_CACHE_ROOT"):
-        moved = EngineExtras((), {"VLLM_CACHE_ROOT": "/elsewhere"})
-        build_spec(manifest, "serve", "img", mounts, {}, {}, {}, moved)
+        moved = {"VLLM_CACHE_ROOT": "/elsewhere"}
+        build_spec(manifest, "serve", "img", mounts, {}, {}, {}, engine_env=moved)
 
 
 def test_where_opens_cannot_be_observed_the_log_stands_in_and_says_so(
@@ -294,12 +296,12 @@ def test_where_opens_cannot_be_observed_the_log_stands_in_and_says_so(
 ) -> None:
     from lifecycle.boot import observe
 
-    def no_inotify(self: object) -> int:
+    def no_inotify(lib: object) -> int:
         raise observe.NotObserved("too few inotify watches allowed (fs.inotify.max_user_watches)")
 
     _built(project)
     _boot(project)
-    monkeypatch.setattr(observe._Libc, "init", no_inotify)
+    monkeypatch.setattr(observe, "_inotify_init", no_inotify)
     warm = _boot(project)
     verdicts = {u["cache_id"].rsplit("-", 1)[0]: u for u in warm["caches"]}
     # vLLM's log names its compile dir: warm-hit on the log's word, with no reads counted.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from lifecycle.boot.spec import CacheMount, EngineExtras, build_spec
+from lifecycle.boot.spec import CacheMount, build_spec
 from lifecycle.cli import cli
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.model import Manifest
@@ -44,9 +44,9 @@ def test_an_engine_profile_gets_the_tuned_args_after_its_own(
     repo_root: Path, tmp_path: Path
 ) -> None:
     manifest = _manifest(repo_root, tmp_path)
-    extras = EngineExtras(("--burst", "64"))
     host = {"HF_TOKEN": "hf_x"}
-    serve = build_spec(manifest, "serve", "img", [MOUNT], host, {}, {}, extras)
+    burst = ("--burst", "64")
+    serve = build_spec(manifest, "serve", "img", [MOUNT], host, {}, {}, extra_args=burst)
     assert serve.command == [
         "vllm", "serve", "--model", "/models/served", "--port", "8000",
         "--gpu-memory-utilization", "0.94", "--burst", "64",
@@ -59,7 +59,7 @@ def test_a_profile_that_runs_another_program_gets_no_tuned_args(
     repo_root: Path, tmp_path: Path
 ) -> None:
     manifest = _manifest(repo_root, tmp_path)
-    bench = build_spec(manifest, "bench", "img", [MOUNT], {}, {}, {}, EngineExtras(("-n", "3")))
+    bench = build_spec(manifest, "bench", "img", [MOUNT], {}, {}, {}, extra_args=("-n", "3"))
     assert bench.command == ["python3", "-m", "bench", "--gpu-memory-utilization", "0.5", "-n", "3"]
 
 

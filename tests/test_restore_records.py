@@ -18,7 +18,7 @@ from lifecycle.archive.layout import legacy_cache_key, version_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
 from lifecycle.fingerprint import FORMAT as FINGERPRINT_FORMAT
-from lifecycle.fingerprint import Entry, tree_digest
+from lifecycle.fingerprint import Entry, Fingerprint
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord
 from lifecycle.ledger.rows import insert
@@ -67,7 +67,7 @@ def _publish(
     rows = [
         [e.path, e.kind, e.size, e.mode, e.sha256, e.link, e.mtime_ns, e.inode] for e in entries
     ]
-    digest = tree_digest(entries)
+    digest = Fingerprint.of(entries).tree_digest
     fingerprint = json.dumps(
         {"format": FINGERPRINT_FORMAT, "tree_digest": digest, "entries": rows}, sort_keys=True
     ).encode()

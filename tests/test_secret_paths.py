@@ -10,7 +10,7 @@ from pathlib import Path
 from lifecycle.archive.restore import restorable
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.ledger.boots import TaintedFile
-from lifecycle.secret_paths import PathMask, is_masked, secrets_in_path
+from lifecycle.secret_paths import is_masked, mask_paths, secrets_in_path
 from lifecycle.withheld import Withheld, secrets_in_cache, withheld_files
 
 TOKEN = f"q{secrets.token_hex(20)}"
@@ -72,10 +72,10 @@ def test_two_values_of_one_secret_are_masked_apart_in_a_stable_order(tmp_path: P
     assert rotated not in found.to_json() and TOKEN not in found.to_json()
     assert scan(root, found).tree_digest == found.tree_digest  # knowing neither value now
     # A value too short to be one is no value; an unknown name is nobody's.
-    assert PathMask({"PW": "abc"}).apply([("abc.log", 1)]) == {}
+    assert mask_paths([("abc.log", 1)], {"PW": "abc"}) == {}
     before = [(f"hub/models--x--{HOLDER}.ref", 7)]
-    assert PathMask({}, before).apply([("hub/models--x--ab.ref", 7)]) == {}
-    assert PathMask({}, before).apply([("hub/other", 7)]) == {}  # the inode, another file
+    assert mask_paths([("hub/models--x--ab.ref", 7)], {}, before) == {}
+    assert mask_paths([("hub/other", 7)], {}, before) == {}  # the inode, another file
 
 
 def test_what_no_archive_takes_and_no_restore_makes(tmp_path: Path) -> None:

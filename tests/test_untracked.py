@@ -1,5 +1,5 @@
 """JIT output written outside the caches, read from the container's own layer on this host's
-disk (lifecycle.boot.layer) or, when that cannot be read here, asked of dockerd: both readers
+disk (lifecycle.boot.untracked) or, when that cannot be read here, asked of dockerd: both readers
 find the same writes, with the same kinds and sizes."""
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.boot.layer import layer_writes
-from lifecycle.boot.untracked import untracked_writes
+from lifecycle.boot.untracked import layer_writes, untracked_writes
 from lifecycle.ledger.boots import UntrackedWrite
 
 TRACKED = ["/var/cache/lifecycle/triton"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from lifecycle.errors import AnswerNo
@@ -14,22 +13,15 @@ class BootFailed(AnswerNo):
     """The engine's container could not be created or run."""
 
 
-@dataclass(frozen=True)
-class ContainerExit:
-    """How the engine's container ended: its exit code, and whether we stopped it at the
-    boot's time limit (then the code is only the signal's: 137 or 143)."""
-
-    code: int
-    timed_out: bool
-
-
 def run_container(
     container: Any,
     timeout_s: float | None,
     keep: Callable[[str], None],
     show: Callable[[str], None],
-) -> ContainerExit:
-    """Start, pass each log line to `keep` and `show` until the container exits."""
+) -> tuple[int, bool]:
+    """Start, pass each log line to `keep` and `show` until the container exits; its exit code,
+    and whether we stopped it at the boot's time limit (then the code is only the signal's:
+    137 or 143)."""
     container.start()
     fired = threading.Event()
 
@@ -52,7 +44,7 @@ def run_container(
         if pending:
             keep(pending.decode(errors="replace"))
         code = int(container.wait()["StatusCode"])
-        return ContainerExit(code, fired.is_set())
+        return code, fired.is_set()
     except BaseException:
         # Interrupted (Ctrl-C, SIGTERM via the hook session): the engine must not outlive us.
         container.stop(timeout=10)

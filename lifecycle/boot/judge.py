@@ -9,12 +9,11 @@ cache was scanned; `lifecycle.evidence.verdict` says what each verdict means.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from lifecycle.boot.observe import CacheAccess
 from lifecycle.boot.spec import CacheMount
-from lifecycle.boot.untracked import untracked_writes
 from lifecycle.evidence.layout import CacheFile, artefact_kind, inventory
 from lifecycle.evidence.untracked import summarize
 from lifecycle.evidence.verdict import (
@@ -29,28 +28,6 @@ from lifecycle.fingerprint import Fingerprint
 from lifecycle.ledger.boots import CacheUse, UntrackedWrite
 
 
-def read_untracked(
-    client: Any, container: Any, boot_id: str, mounts: Sequence[CacheMount]
-) -> tuple[list[UntrackedWrite], str | None]:
-    """The container's JIT output outside its caches; on a dockerd error, none and why."""
-    from docker.errors import DockerException
-
-    try:
-        tracked = [m.container_path for m in mounts]
-        return untracked_writes(client, container, boot_id, tracked), None
-    except (DockerException, OSError) as exc:  # requests' errors are OSErrors
-        return [], f"writes outside the tracked caches not read: {exc}"
-
-
-@dataclass(frozen=True)
-class Judged:
-    """Every cache use with its verdict, and what the bundle says of each cache and the boot."""
-
-    uses: list[CacheUse]
-    per_cache: dict[str, dict[str, Any]]
-    boot: dict[str, Any]
-
-
 def judge(
     mounts: Sequence[CacheMount],
     uses: Sequence[CacheUse],
@@ -58,9 +35,10 @@ def judge(
     log_lines: Sequence[str],
     untracked: Sequence[UntrackedWrite],
     access: Mapping[str, CacheAccess] | None,
-) -> Judged:
-    """Verdicts for the scanned caches (`scans`: name → fingerprint after, paths written;
-    `access`: name → what the engine opened and wrote, None where it was not observed)."""
+) -> tuple[list[CacheUse], dict[str, dict[str, Any]], dict[str, Any]]:
+    """Every cache use with its verdict, and what the bundle says of each cache and of the
+    boot (`scans`: name → fingerprint after, paths written; `access`: name → what the engine
+    opened and wrote, None where it was not observed)."""
     judged, judged_uses, per_cache = [], [], {}
     by_id = {m.cache_id: m for m in mounts}
     for use in uses:
@@ -100,7 +78,7 @@ def judge(
             {"dir": d, "files": n, "bytes": b} for d, n, b in (summary.roots if summary else ())
         ],
     }
-    return Judged(judged_uses, per_cache, boot)
+    return judged_uses, per_cache, boot
 
 
 _SAMPLE = 20  # paths shown of each kind: enough to see what was read, not a second listing

@@ -60,30 +60,20 @@ class CacheAccess:
     complete: bool = True
 
 
-class _Libc:
-    """The three inotify calls, through ctypes: nothing to install, Linux only."""
+def _libc() -> ctypes.CDLL:
+    """The C library this interpreter is linked with, through ctypes (nothing to install,
+    Linux only): no search for it (find_library runs ldconfig, ~8 ms a boot)."""
+    lib = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(lib, "inotify_init1"):
+        raise NotObserved("this C library has no inotify")
+    return lib
 
-    def __init__(self) -> None:
-        # The C library this interpreter is linked with: no search for it (find_library
-        # runs ldconfig, ~8 ms a boot).
-        self.lib = ctypes.CDLL(None, use_errno=True)
-        if not hasattr(self.lib, "inotify_init1"):
-            raise NotObserved("this C library has no inotify")
 
-    def init(self) -> int:
-        fd = int(self.lib.inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
-        if fd < 0:
-            raise NotObserved(f"inotify_init1: {os.strerror(ctypes.get_errno())}")
-        return fd
-
-    def add_watch(self, fd: int, path: str) -> int:
-        wd = int(self.lib.inotify_add_watch(fd, os.fsencode(path), _WATCHED))
-        if wd < 0:
-            code = ctypes.get_errno()
-            if code == errno.ENOSPC:
-                raise NotObserved("too few inotify watches allowed (fs.inotify.max_user_watches)")
-            raise OSError(code, os.strerror(code), path)
-        return wd
+def _inotify_init(lib: ctypes.CDLL) -> int:
+    fd = int(lib.inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
+    if fd < 0:
+        raise NotObserved(f"inotify_init1: {os.strerror(ctypes.get_errno())}")
+    return fd
 
 
 class AccessWatch:
@@ -94,14 +84,14 @@ class AccessWatch:
         self.roots = dict(roots)
         self.access = {name: CacheAccess() for name in roots}
         self._dirs: dict[int, tuple[str, str]] = {}  # wd -> (cache name, dir relative to root)
-        self._libc = _Libc()
+        self._lib = _libc()
         self._fd = -1
         self._wake_r, self._wake_w = -1, -1
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         """Watch every dir there is now; read events in a thread until `stop`."""
-        self._fd = self._libc.init()
+        self._fd = _inotify_init(self._lib)
         try:
             for name, root in self.roots.items():
                 self._watch_tree(name, root, "", created=False)
@@ -134,7 +124,7 @@ class AccessWatch:
         while pending:
             rel = pending.pop()
             try:
-                wd = self._libc.add_watch(self._fd, str(root / rel if rel else root))
+                wd = self._add_watch(str(root / rel if rel else root))
                 self._dirs[wd] = (name, rel)
                 entries = list(os.scandir(root / rel if rel else root))
             except FileNotFoundError:
@@ -144,6 +134,15 @@ class AccessWatch:
                     pending.append(_join(rel, entry.name))
                 elif created:
                     self._note(name, _join(rel, entry.name), IN_CREATE)
+
+    def _add_watch(self, path: str) -> int:
+        wd = int(self._lib.inotify_add_watch(self._fd, os.fsencode(path), _WATCHED))
+        if wd < 0:
+            code = ctypes.get_errno()
+            if code == errno.ENOSPC:
+                raise NotObserved("too few inotify watches allowed (fs.inotify.max_user_watches)")
+            raise OSError(code, os.strerror(code), path)
+        return wd
 
     def _watch_new(self, name: str, relative: str) -> None:
         """A dir made during the boot; one the kernel will not watch leaves the access

@@ -19,17 +19,11 @@ from typing import Any
 
 from lifecycle.boot.caches import CachePlan, plan_caches
 from lifecycle.boot.container import BootFailed, remove_container, run_container
-from lifecycle.boot.judge import judge, read_untracked
+from lifecycle.boot.judge import judge
 from lifecycle.boot.observe import AccessWatch, CacheAccess, NotObserved
 from lifecycle.boot.provenance import keep_provenance
-from lifecycle.boot.spec import (
-    CacheMount,
-    ContainerSpec,
-    EngineExtras,
-    build_spec,
-    check_secrets,
-    pick_profile,
-)
+from lifecycle.boot.spec import CacheMount, ContainerSpec, build_spec, check_secrets, pick_profile
+from lifecycle.boot.untracked import read_untracked
 from lifecycle.errors import LifecycleError
 from lifecycle.evidence import collect_evidence
 from lifecycle.faults import Checkpoint
@@ -174,9 +168,18 @@ def _spec(
         "lifecycle.manifest.name": request.loaded.manifest.name,
     }
     boot_env = dict(zip(BOOT_ENV, (boot_id, request.digest, request.image_tag), strict=True))
-    extras = EngineExtras(request.extra_args, engine_env(request.hooks))
     manifest = request.loaded.manifest
-    return build_spec(manifest, profile, image, mounts, host_env, labels, boot_env, extras)
+    return build_spec(
+        manifest,
+        profile,
+        image,
+        mounts,
+        host_env,
+        labels,
+        boot_env,
+        extra_args=request.extra_args,
+        engine_env=engine_env(request.hooks),
+    )
 
 
 def _intent(
@@ -239,7 +242,7 @@ def _run(
             progress.container_id = container.id
             watch = _watch(plan, progress)
             try:
-                ended = run_container(
+                progress.exit_code, progress.timed_out = run_container(
                     container,
                     request.timeout_s,
                     progress.log.append,
@@ -249,8 +252,7 @@ def _run(
             finally:
                 if watch is not None:
                     progress.access = watch.stop()
-            progress.exit_code, progress.timed_out = ended.code, ended.timed_out
-            if ended.timed_out:
+            if progress.timed_out:
                 progress.error = (
                     f"timed out: stopped after the --timeout of {request.timeout_s:g} s"
                 )
@@ -347,7 +349,10 @@ def _finish(
                 plan.before.get(mount.name),
                 secrets_by_name,
             )
-            tainted += _tainted(cache, after, written, record.id, secrets_by_name)
+            found = secrets_in_cache(Path(cache.host_path), after, written, secrets_by_name)
+            tainted += [
+                TaintedFile(cache.id, path, sha, name, record.id) for path, sha, name in found
+            ]
         except (LifecycleError, OSError) as exc:
             problems.append(f"scan of cache {mount.cache_id} failed: {exc}")
             continue
@@ -357,10 +362,11 @@ def _finish(
     # A path can hold a secret's value as well as a file can (a JIT named by a token).
     untracked = [replace(w, path=redact(w.path, secrets_by_name)) for w in progress.untracked]
     access = _masked(progress.access, secrets_by_name)
-    judged = judge(plan.mounts, uses, scans, log_text.splitlines(), untracked, access)
+    uses, per_cache, judged = judge(
+        plan.mounts, uses, scans, log_text.splitlines(), untracked, access
+    )
     if progress.not_observed:
-        judged.boot["not_observed"] = progress.not_observed
-    uses = judged.uses
+        judged["not_observed"] = progress.not_observed
     caches = {m.name: Path(m.host_path) for m in plan.mounts}
     try:
         collect_evidence(
@@ -368,8 +374,8 @@ def _finish(
             log_text,
             evidence_dir / "bundle",
             secret_values=secrets_by_name,
-            judged=judged.per_cache,
-            boot=judged.boot,
+            judged=per_cache,
+            boot=judged,
         )
     except (OSError, ValueError) as exc:
         problems.append(f"evidence bundle not written: {exc}")
@@ -433,18 +439,6 @@ def _scan_cache(
         state="live",  # whatever it was, a boot used it: any archive is now out of date
     )
     return use, cache, after, frozenset((*added, *changed))
-
-
-def _tainted(
-    cache: CacheRecord,
-    after: Fingerprint,
-    written: frozenset[str],
-    boot_id: str,
-    secrets_by_name: Mapping[str, str],
-) -> list[TaintedFile]:
-    """The files this boot wrote whose bytes or name hold one of its secrets' values (by name)."""
-    found = secrets_in_cache(Path(cache.host_path), after, written, secrets_by_name)
-    return [TaintedFile(cache.id, path, sha256, name, boot_id) for path, sha256, name in found]
 
 
 def _stamp(moment: datetime) -> str:

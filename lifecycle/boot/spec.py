@@ -6,7 +6,7 @@ else; everything that is printed or recorded comes from `describe()`, which name
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,15 +97,6 @@ class ContainerSpec:
         return kwargs
 
 
-@dataclass(frozen=True)
-class EngineExtras:
-    """What a boot adds to its profile: arguments after the profile's and the tuned values'
-    (a night cell's workload), and the engine environment its hooks declare."""
-
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-
-
 def build_spec(
     manifest: Manifest,
     profile_name: str,
@@ -114,12 +105,15 @@ def build_spec(
     host_env: Mapping[str, str],
     labels: dict[str, str],
     boot_env: Mapping[str, str],
-    extras: EngineExtras = EngineExtras(),
+    *,
+    extra_args: Sequence[str] = (),
+    engine_env: Mapping[str, str] | None = None,
 ) -> ContainerSpec:
     """Profile + tuned values (if it runs the engine) + cache mounts (and their settings) +
-    the boot's own provenance (`boot_env`: LIFECYCLE_BOOT_ID, …) + a caller's extras → spec;
-    a secret missing on the host is an error, and so is a hook's engine env over a name the
-    boot sets otherwise."""
+    the boot's own provenance (`boot_env`: LIFECYCLE_BOOT_ID, …) + `extra_args` after the
+    profile's (a night cell's workload) and the `engine_env` its hooks declare → spec; a secret
+    missing on the host is an error, and so is a hook's engine env over a name the boot sets
+    otherwise."""
     profile = manifest.profiles[profile_name]
     caches = manifest.active_caches()
     environment = dict(profile.env)
@@ -128,17 +122,18 @@ def build_spec(
         environment[mount.env] = mount.container_path
     environment.update(boot_env)
     check_secrets(manifest, profile_name, host_env)
-    taken = sorted(set(extras.env) & {*environment, *profile.secrets, *profile.from_host})
+    engine_env = engine_env or {}
+    taken = sorted(set(engine_env) & {*environment, *profile.secrets, *profile.from_host})
     if taken:
         raise LifecycleError(
             f"a hook sets {', '.join(taken)} in the engine's environment, which profile"
             f" {profile_name!r}, a cache or the boot sets already"
         )
-    environment.update(extras.env)
+    environment.update(engine_env)
     environment.update({name: host_env[name] for name in (*profile.from_host, *profile.secrets)})
     return ContainerSpec(
         image=image,
-        command=[*manifest.boot_command(profile_name), *extras.args],
+        command=[*manifest.boot_command(profile_name), *extra_args],
         environment=environment,
         secret_names=tuple(profile.secrets),
         mounts=tuple(mounts),

@@ -99,7 +99,8 @@ def ensure_base_image(
     return image
 
 
-def _add(context: tarfile.TarFile, name: str, data: bytes, mtime: int) -> None:
+def add_file(context: tarfile.TarFile, name: str, data: bytes, mtime: int) -> None:
+    """Add `data` to a build context as the file `name` (mode 0644)."""
     info = tarfile.TarInfo(name)
     info.size, info.mtime, info.mode = len(data), mtime, 0o644
     context.addfile(info, io.BytesIO(data))
@@ -133,8 +134,8 @@ def _build_context(upstream_repo: Path, version: str, labels: dict[str, str]) ->
         copies = []
         for name in _DISTRIBUTIONS:
             info = f"{name}-{version}.dist-info"
-            _add(context, f"{info}/METADATA", _metadata(name, version), mtime)
-            _add(context, f"{info}/INSTALLER", b"lifecycle-demo\n", mtime)
+            add_file(context, f"{info}/METADATA", _metadata(name, version), mtime)
+            add_file(context, f"{info}/INSTALLER", b"lifecycle-demo\n", mtime)
             copies += [f"COPY {name} {SITE_PACKAGES}/{name}", f"COPY {info} {SITE_PACKAGES}/{info}"]
         dockerfile = [
             f"FROM {BASE_IMAGE}",
@@ -143,7 +144,7 @@ def _build_context(upstream_repo: Path, version: str, labels: dict[str, str]) ->
             "LABEL " + " ".join(f'{key}="{value}"' for key, value in labels.items()),
             'CMD ["python3", "-m", "demollm.serve"]',
         ]
-        _add(context, "Dockerfile", ("\n".join(dockerfile) + "\n").encode(), mtime)
+        add_file(context, "Dockerfile", ("\n".join(dockerfile) + "\n").encode(), mtime)
     buffer.seek(0)
     return buffer
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle import proc
-from lifecycle.demo.images import ROOTFS_LABEL, ensure_base_image, image_label
+from lifecycle.demo.images import ROOTFS_LABEL, add_file, ensure_base_image, image_label
 
 # g++ and the Python headers: Inductor compiles C++ kernels that include Python.h; openssl:
 # Inductor hashes the preprocessed header it precompiles with `openssl sha512`.
@@ -124,9 +124,7 @@ def _context(wheels: Path, labels: dict[str, str]) -> io.BytesIO:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as context:
         for name, data in (("Dockerfile", dockerfile.encode()), (ENGINE_MODULE, _engine_source())):
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
-            context.addfile(info, io.BytesIO(data))
+            add_file(context, name, data, int(time.time()))
         for wheel in sorted(wheels.glob("*.whl")):
             context.add(wheel, f"wheels/{wheel.name}")
     buffer.seek(0)

@@ -7,7 +7,6 @@ says can be verified again at any time, whatever other hosts archived since.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,13 +67,8 @@ def record_version(
     """One transaction: the version (once), the cache's newest archive, and a live cache
     marked archived (not when it is restored: a restore marks it live itself)."""
     with ledger.transaction() as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM cache_versions WHERE location = ? AND record_key = ?",
-            (version.location, version.record_key),
-        ).fetchone()
-        if exists is None:
-            insert(conn, "cache_versions", version)
-        _newest_archive(conn, archive)
+        insert(conn, "cache_versions", version, on_conflict="IGNORE")
+        insert(conn, "archives", archive, on_conflict="REPLACE")
         if mark_archived:
             conn.execute(
                 "UPDATE caches SET state = 'archived' WHERE id = ? AND state = 'live'",
@@ -95,12 +89,7 @@ def forget_versions(ledger: Ledger, rows: Sequence[VersionRow]) -> None:
 def remember_archive(ledger: Ledger, archive: ArchiveRecord) -> None:
     """The cache's newest archive is `archive` (a restore from the previous release's record)."""
     with ledger.transaction() as conn:
-        _newest_archive(conn, archive)
-
-
-def _newest_archive(conn: sqlite3.Connection, archive: ArchiveRecord) -> None:
-    conn.execute("DELETE FROM archives WHERE cache_id = ?", (archive.cache_id,))
-    insert(conn, "archives", archive)
+        insert(conn, "archives", archive, on_conflict="REPLACE")
 
 
 def versions_of(ledger: Ledger, cache_id: str) -> list[VersionRow]:
@@ -121,11 +110,7 @@ def version_of(ledger: Ledger, cache_id: str, tree_digest: str, location: str) -
 def record_boot_archive(ledger: Ledger, row: BootArchiveRow) -> None:
     """Record that the boot's record is in S3 at that location (read back and verified)."""
     with ledger.transaction() as conn:
-        conn.execute(
-            "DELETE FROM boot_archives WHERE boot_id = ? AND location = ?",
-            (row.boot_id, row.location),
-        )
-        insert(conn, "boot_archives", row)
+        insert(conn, "boot_archives", row, on_conflict="REPLACE")
 
 
 def boot_archive(ledger: Ledger, boot_id: str, location: str) -> BootArchiveRow | None:

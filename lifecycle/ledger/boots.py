@@ -246,11 +246,7 @@ def finish_boot(
         for run in hook_runs:
             insert(conn, "hook_runs", run)
         for found in tainted:
-            conn.execute(
-                "INSERT OR IGNORE INTO tainted_files (cache_id, path, sha256, secret, boot_id)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (found.cache_id, found.path, found.sha256, found.secret, found.boot_id),
-            )
+            insert(conn, "tainted_files", found, on_conflict="IGNORE")
         for write in untracked:
             insert(conn, "untracked_writes", write)
 
@@ -312,6 +308,18 @@ def hook_runs_of(ledger: Ledger, boot_id: str) -> list[HookRunRecord]:
 def boot_by_id(ledger: Ledger, boot_id: str) -> BootRecord | None:
     """One boot, or None."""
     return ledger.record(BootRecord, "SELECT * FROM boots WHERE id = ?", (boot_id,))
+
+
+def boot_arches(ledger: Ledger) -> dict[str, list[str]]:
+    """boot id -> the GPU arches of the caches it used, sorted: every boot in one query."""
+    found: dict[str, list[str]] = {}
+    rows = ledger.query(
+        "SELECT DISTINCT u.boot_id, c.arch FROM boot_caches u JOIN caches c ON c.id = u.cache_id"
+        " ORDER BY u.boot_id, c.arch"
+    )
+    for row in rows:
+        found.setdefault(row["boot_id"], []).append(row["arch"])
+    return found
 
 
 def boot_ids(ledger: Ledger) -> list[str]:

@@ -55,11 +55,7 @@ def all_builds(ledger: Ledger) -> list[BuildRecord]:
 def record_registry_image(ledger: Ledger, image: RegistryImage) -> None:
     """Record a push or a pull (once per image, reference and direction)."""
     with ledger.transaction() as conn:
-        conn.execute(
-            "DELETE FROM registry_images WHERE image_id = ? AND reference = ? AND how = ?",
-            (image.image_id, image.reference, image.how),
-        )
-        insert(conn, "registry_images", image)
+        insert(conn, "registry_images", image, on_conflict="REPLACE")
 
 
 def registry_images(ledger: Ledger, image_id: str) -> list[RegistryImage]:

@@ -16,14 +16,9 @@ def pin(ledger: Ledger, cache_id: str, reason: str, at: str) -> None:
 
 def unpin(ledger: Ledger, cache_id: str, reason: str | None = None) -> int:
     """Remove one pin (or all of a cache's pins); returns how many went."""
+    sql = "DELETE FROM pins WHERE cache_id = ? AND (? IS NULL OR reason = ?)"
     with ledger.transaction() as conn:
-        if reason is None:
-            cursor = conn.execute("DELETE FROM pins WHERE cache_id = ?", (cache_id,))
-        else:
-            cursor = conn.execute(
-                "DELETE FROM pins WHERE cache_id = ? AND reason = ?", (cache_id, reason)
-            )
-        return cursor.rowcount
+        return conn.execute(sql, (cache_id, reason, reason)).rowcount
 
 
 def pins(ledger: Ledger) -> dict[str, list[str]]:

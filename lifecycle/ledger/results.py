@@ -80,11 +80,7 @@ def results_of_cache(ledger: Ledger, cache_id: str) -> list[ResultRecord]:
 def record_result_archive(ledger: Ledger, archive: ResultArchiveRecord) -> None:
     """Record that the result's record is in S3 at that location (read back and verified)."""
     with ledger.transaction() as conn:
-        conn.execute(
-            "DELETE FROM result_archives WHERE result_id = ? AND location = ?",
-            (archive.result_id, archive.location),
-        )
-        insert(conn, "result_archives", archive)
+        insert(conn, "result_archives", archive, on_conflict="REPLACE")
 
 
 def result_archives(ledger: Ledger, result_id: str | None = None) -> list[ResultArchiveRecord]:

@@ -13,13 +13,21 @@ Record = TypeVar("Record", bound="DataclassInstance")
 
 
 def insert(
-    conn: sqlite3.Connection, table: str, record: Any, *, skip: tuple[str, ...] = ()
+    conn: sqlite3.Connection,
+    table: str,
+    record: Any,
+    *,
+    skip: tuple[str, ...] = (),
+    on_conflict: str | None = None,
 ) -> None:
-    """INSERT one record; column names are its field names (less `skip`, e.g. a rowid)."""
+    """INSERT one record; column names are its field names (less `skip`, e.g. a rowid).
+    `on_conflict` with a row of the same primary key: REPLACE it (the record is then the
+    newest row), or IGNORE the record."""
     values = {k: v for k, v in asdict(record).items() if k not in skip}
     names = ", ".join(values)
     marks = ", ".join("?" for _ in values)
-    conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", tuple(values.values()))
+    verb = f"INSERT OR {on_conflict}" if on_conflict else "INSERT"
+    conn.execute(f"{verb} INTO {table} ({names}) VALUES ({marks})", tuple(values.values()))
 
 
 def update(
