@@ -19,6 +19,7 @@ from lifecycle.ledger.boots import (
     CacheRecord,
     all_boots,
     all_caches,
+    boot_arches,
     cache_uses,
     not_reusable,
     untracked_writes,
@@ -287,12 +288,11 @@ def list_boots(ctx: Context, filters: Filters) -> Listing:
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
         uses, writes = cache_uses(ledger), untracked_writes(ledger)
-        arch_of = {cache.id: cache.arch for cache in all_caches(ledger)}
+        arches = boot_arches(ledger)
         rows = []
         for boot in all_boots(ledger):
             mine = [u for u in uses if u.boot_id == boot.id]
-            arches = {arch_of[u.cache_id] for u in mine if u.cache_id in arch_of}
-            facts = {"manifest": boot.manifest_name, "arch": ", ".join(sorted(arches))}
+            facts = {"manifest": boot.manifest_name, "arch": ", ".join(arches.get(boot.id, []))}
             if not filters.keeps(now, **facts, state=boot.outcome, at=boot.started_at):
                 continue
             gone = boot.outcome == "running" and not any(

@@ -22,7 +22,7 @@ from lifecycle.commands.context import Context
 from lifecycle.commands.filters import Facts, Filters, open_archive
 from lifecycle.errors import EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import all_boots, all_caches, cache_uses
+from lifecycle.ledger.boots import all_boots, boot_arches, cache_uses
 from lifecycle.ledger.pins import pins
 from lifecycle.ledger.results import (
     ResultArchiveRecord,
@@ -197,11 +197,13 @@ def results(ctx: Context, request: verbs.Results) -> Listing:
         return Listing("lifecycle-results/1", "results", (), RESULT_COLUMNS, _result_cells)
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
-        arch_of = {cache.id: cache.arch for cache in all_caches(ledger)}
+        arches = boot_arches(ledger)
         views = []
         for view in describe(ledger, all_results(ledger)):
-            arches = {arch_of[i] for i in view.caches if i in arch_of}
-            facts = {"manifest": view.manifest_name, "arch": ", ".join(sorted(arches))}
+            facts = {
+                "manifest": view.manifest_name,
+                "arch": ", ".join(arches.get(view.boot_id, [])),
+            }
             if filters.keeps(now, **facts, state=view.status, at=view.created_at):
                 views.append(view)
         rows = tuple(views)
