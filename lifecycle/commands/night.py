@@ -22,7 +22,6 @@ from lifecycle.ledger import Ledger
 from lifecycle.night.dry import DryRun, dry_run
 from lifecycle.night.local import LocalEngine
 from lifecycle.night.plan import LoadedPlan, load_plan
-from lifecycle.night.publish import report_json
 from lifecycle.night.run import (
     Night,
     NightOutcome,
@@ -33,54 +32,7 @@ from lifecycle.night.run import (
     recover,
     run_night,
 )
-from lifecycle.night.view import NightView
-from lifecycle.report import Report, plain
-
-WHY_CHARS = 160  # of a cell's first non-passing verdict in the text report; --json has all
-
-
-@dataclass(frozen=True)
-class NightReport(Report):
-    """A night after this invocation: its view, what this run booted, what it recovered."""
-
-    FORMAT: ClassVar[str] = "lifecycle-night/1"
-    outcome: NightOutcome
-
-    @property
-    def exit_code(self) -> int:
-        """0 when every pin passes and every ladder wrote its value; 1 otherwise."""
-        view = self.outcome.view
-        pins_pass = all(p.verdict in ("pass", "untested") for p in view.pins)
-        settled = all(d.action == "written" for d in self.outcome.decisions)
-        return EXIT_OK if pins_pass and settled and view.state == "finished" else EXIT_NO
-
-    @property
-    def notes(self) -> tuple[str, ...]:
-        return (f"lifecycle: {self.outcome.note}",) if self.outcome.note else ()
-
-    def text(self) -> str:
-        return render_view(self.outcome)
-
-    def to_json(self) -> dict[str, Any]:
-        """The report the night wrote (`report.json`), and what this invocation did."""
-        outcome = self.outcome
-        extra = {
-            "ran": outcome.ran,
-            "recovered": plain(outcome.recovered),
-            "decisions": plain(outcome.decisions),
-        }
-        return {**report_json(outcome.view), **extra}
-
-
-@dataclass(frozen=True)
-class NightPlanReport(Report):
-    """`--dry-run`: the night the plan would make."""
-
-    FORMAT: ClassVar[str] = "lifecycle-night-plan/1"
-    plan: DryRun
-
-    def text(self) -> str:
-        return render_plan(self.plan)
+from lifecycle.report import Report
 
 
 @dataclass(frozen=True)
@@ -103,7 +55,7 @@ class RecoverReport(Report):
         )
 
 
-def run(ctx: Context, options: verbs.Night) -> NightReport | NightPlanReport | RecoverReport:
+def run(ctx: Context, options: verbs.Night) -> NightOutcome | DryRun | RecoverReport:
     """Recover, plan or run, as asked."""
     if options.plan is None:
         if not options.recover:
@@ -113,9 +65,9 @@ def run(ctx: Context, options: verbs.Night) -> NightReport | NightPlanReport | R
     if options.dry_run:
         if loaded.plan.end.archive:  # the night would refuse to start without one
             resolve_location(options.to, ctx.environ, ctx.project)
-        return NightPlanReport(plan_only(ctx, loaded))
+        return plan_only(ctx, loaded)
     request = NightRequest(loaded, rerun=tuple(options.rerun), new=options.new)
-    return NightReport(run_plan(ctx, request, options.to))
+    return run_plan(ctx, request, options.to)
 
 
 def run_plan(ctx: Context, request: NightRequest, to: str | None) -> NightOutcome:
@@ -165,57 +117,3 @@ def run_recover(ctx: Context) -> RecoverReport:
         return RecoverReport(())
     with ctx.ledger(create=False) as ledger, night_lock(ledger.home):
         return RecoverReport(tuple(recover(ledger, journal_stamp(ctx.now), ctx.say)))
-
-
-def render_view(outcome: NightOutcome) -> str:
-    """A night's verdicts, downtime, observers that voted, ladders and where its report is."""
-    view: NightView = outcome.view
-    lines = [f"{view.kind} {view.id} ({view.plan}): {view.state}; booted {outcome.ran} this run"]
-    lines += [
-        f"  recovered production of night {r.night_id}: {r.detail}" for r in outcome.recovered
-    ]
-    lines += [
-        f"  pin {p.pin}: {p.verdict.upper()} ({p.why})"
-        for p in view.pins
-        if p.cells  # a tune's: none
-    ]
-    for cell in view.cells:
-        if cell.verdict not in ("pass", "pending") and not cell.workload.count("="):
-            flag = " [instrumented: not counted]" if cell.instrumented else ""
-            why = next(
-                (o.verdict for r in cell.runs for o in r.checks if o.verdict.status != "pass"), None
-            )
-            said = f": {why.check} {why.status}: {why.why}"[:WHY_CHARS] if why else ""
-            lines.append(
-                f"    {cell.id}: {cell.verdict} {cell.passed}/{len(cell.runs)}{flag}{said}"
-            )
-    lines += [f"  observers voted: {d.text}" for d in view.disagreements]
-    if view.production is not None:
-        production = view.production
-        state = "up" if production.up else "DOWN"
-        lines.append(f"  production: down {production.downtime_s:.1f} s in all; now {state}")
-    for decision in outcome.decisions:
-        lines.append(f"  {decision.pin} {decision.argument}: {decision.action}: {decision.detail}")
-    lines += [f"  {e.action}: {e.detail}" for e in view.end]
-    if view.report is not None:
-        lines.append(f"  report: {view.report.html_file}")
-        if view.report.archived_html:
-            lines.append(f"  archived: {view.report.archived_html}")
-    return "\n".join(lines) + "\n"
-
-
-def render_plan(plan: DryRun) -> str:
-    """The dry run: cells in order, hooks that would and would not run."""
-    resumes = f"; resumes night {plan.resumes}" if plan.resumes else ""
-    lines = [f"night {plan.plan} (sha256:{plan.digest[:12]}): {plan.boots} runs to boot{resumes}"]
-    for cell in plan.cells:
-        done = f", {cell.done} done" if cell.done else ""
-        hooks = f" hooks {', '.join(cell.hooks)}" if cell.hooks else ""
-        lines.append(f"  {cell.id}: {cell.runs} run(s){done}{hooks}  {' '.join(cell.args)}")
-    for hook in plan.production:
-        if hook.ran:
-            lines.append(f"  production.{hook.role}: hooks/{hook.hook} (asks) said: {hook.said}")
-        else:
-            lines.append(f"  production.{hook.role}: hooks/{hook.hook} acts: not run in a dry run")
-    lines.append(f"  predictions: {plan.predictions}; end: {plan.end}")
-    return "\n".join(lines) + "\n"

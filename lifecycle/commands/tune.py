@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.commands.night import NightPlanReport, NightReport, plan_only, run_plan
+from lifecycle.commands.night import plan_only, run_plan
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest import find_manifest, load_manifest
-from lifecycle.night.run import NightRequest
+from lifecycle.night.dry import DryRun
+from lifecycle.night.run import NightOutcome, NightRequest
 from lifecycle.night.tuning import ladder_plan, revalidation_plan
 
 
-def run(ctx: Context, options: verbs.Tune) -> NightReport | NightPlanReport:
+def run(ctx: Context, options: verbs.Tune) -> NightOutcome | DryRun:
     """Climb the ladder (or revalidate), as a night of kind `tune`."""
     if (options.ladder is None) != options.revalidate:
         raise LifecycleError("give a LADDER file, or --revalidate (not both)")
@@ -27,6 +28,6 @@ def run(ctx: Context, options: verbs.Tune) -> NightReport | NightPlanReport:
         manifest = load_manifest(find_manifest(ctx.manifests_dir, options.version))
         loaded = revalidation_plan(options.version, manifest)
     if options.dry_run:
-        return NightPlanReport(plan_only(ctx, loaded))
+        return plan_only(ctx, loaded)
     request = NightRequest(loaded, kind="tune", new=options.new, revalidate=options.revalidate)
-    return NightReport(run_plan(ctx, request, options.to))
+    return run_plan(ctx, request, options.to)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 from lifecycle.hooks import HookRunner
 from lifecycle.ledger import Ledger
@@ -17,6 +18,7 @@ from lifecycle.night.journal import NightJournal
 from lifecycle.night.plan import LoadedPlan
 from lifecycle.night.prepare import prepare
 from lifecycle.night.production import status
+from lifecycle.report import Report, fields_of
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class PlannedHook:
 
 
 @dataclass(frozen=True)
-class DryRun:
+class DryRun(Report):
     """The night a plan would make."""
 
     plan: str
@@ -55,6 +57,33 @@ class DryRun:
     production: tuple[PlannedHook, ...]
     predictions: int
     end: dict[str, bool]
+
+    FORMAT: ClassVar[str] = "lifecycle-night-plan/1"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": self.FORMAT, "plan": fields_of(self)}
+
+    def text(self) -> str:
+        """The dry run: cells in order, hooks that would and would not run."""
+        resumes = f"; resumes night {self.resumes}" if self.resumes else ""
+        lines = [
+            f"night {self.plan} (sha256:{self.digest[:12]}): {self.boots} runs to boot{resumes}"
+        ]
+        for cell in self.cells:
+            done = f", {cell.done} done" if cell.done else ""
+            hooks = f" hooks {', '.join(cell.hooks)}" if cell.hooks else ""
+            lines.append(f"  {cell.id}: {cell.runs} run(s){done}{hooks}  {' '.join(cell.args)}")
+        for hook in self.production:
+            if hook.ran:
+                lines.append(
+                    f"  production.{hook.role}: hooks/{hook.hook} (asks) said: {hook.said}"
+                )
+            else:
+                lines.append(
+                    f"  production.{hook.role}: hooks/{hook.hook} acts: not run in a dry run"
+                )
+        lines.append(f"  predictions: {self.predictions}; end: {self.end}")
+        return "\n".join(lines) + "\n"
 
 
 def dry_run(

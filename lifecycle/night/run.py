@@ -18,9 +18,10 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any, ClassVar
 
 from lifecycle.archive.store import BlobStore
-from lifecycle.errors import AnswerNo, LifecycleError
+from lifecycle.errors import EXIT_NO, EXIT_OK, AnswerNo, LifecycleError
 from lifecycle.home import Home
 from lifecycle.hooks import HookRunner, HookSelectionError, run_hook_process, select
 from lifecycle.leases import exclusive_or, held
@@ -34,9 +35,10 @@ from lifecycle.night.plan import LoadedPlan, Plan
 from lifecycle.night.predictions import register
 from lifecycle.night.prepare import Prepared, prepare
 from lifecycle.night.production import bring_up, production_down
-from lifecycle.night.publish import publish
+from lifecycle.night.publish import publish, report_json
 from lifecycle.night.settle import Decision, settle
 from lifecycle.night.view import NightView, night_view
+from lifecycle.report import Report, plain
 
 
 def journal_stamp(now: Callable[[], datetime]) -> Callable[[], str]:
@@ -87,8 +89,11 @@ class Recovery:
     detail: str
 
 
+WHY_CHARS = 160  # of a cell's first non-passing verdict in the text report; --json has all
+
+
 @dataclass(frozen=True)
-class NightOutcome:
+class NightOutcome(Report):
     """What one invocation did, and the night's view after it."""
 
     view: NightView
@@ -96,6 +101,69 @@ class NightOutcome:
     recovered: tuple[Recovery, ...]
     decisions: tuple[Decision, ...]
     note: str | None = None
+
+    FORMAT: ClassVar[str] = "lifecycle-night/1"
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every pin passes and every ladder wrote its value; 1 otherwise."""
+        view = self.view
+        pins_pass = all(p.verdict in ("pass", "untested") for p in view.pins)
+        settled = all(d.action == "written" for d in self.decisions)
+        return EXIT_OK if pins_pass and settled and view.state == "finished" else EXIT_NO
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return (f"lifecycle: {self.note}",) if self.note else ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The report the night wrote (`report.json`), and what this invocation did."""
+        outcome = self
+        extra = {
+            "ran": outcome.ran,
+            "recovered": plain(outcome.recovered),
+            "decisions": plain(outcome.decisions),
+        }
+        return {**report_json(outcome.view), **extra}
+
+    def text(self) -> str:
+        """A night's verdicts, downtime, observers that voted, ladders and where its report is."""
+        view: NightView = self.view
+        lines = [f"{view.kind} {view.id} ({view.plan}): {view.state}; booted {self.ran} this run"]
+        lines += [
+            f"  recovered production of night {r.night_id}: {r.detail}" for r in self.recovered
+        ]
+        lines += [
+            f"  pin {p.pin}: {p.verdict.upper()} ({p.why})"
+            for p in view.pins
+            if p.cells  # a tune's: none
+        ]
+        for cell in view.cells:
+            if cell.verdict not in ("pass", "pending") and not cell.workload.count("="):
+                flag = " [instrumented: not counted]" if cell.instrumented else ""
+                why = next(
+                    (o.verdict for r in cell.runs for o in r.checks if o.verdict.status != "pass"),
+                    None,
+                )
+                said = f": {why.check} {why.status}: {why.why}"[:WHY_CHARS] if why else ""
+                lines.append(
+                    f"    {cell.id}: {cell.verdict} {cell.passed}/{len(cell.runs)}{flag}{said}"
+                )
+        lines += [f"  observers voted: {d.text}" for d in view.disagreements]
+        if view.production is not None:
+            production = view.production
+            state = "up" if production.up else "DOWN"
+            lines.append(f"  production: down {production.downtime_s:.1f} s in all; now {state}")
+        for decision in self.decisions:
+            lines.append(
+                f"  {decision.pin} {decision.argument}: {decision.action}: {decision.detail}"
+            )
+        lines += [f"  {e.action}: {e.detail}" for e in view.end]
+        if view.report is not None:
+            lines.append(f"  report: {view.report.html_file}")
+            if view.report.archived_html:
+                lines.append(f"  archived: {view.report.archived_html}")
+        return "\n".join(lines) + "\n"
 
 
 def run_night(night: Night, request: NightRequest) -> NightOutcome:

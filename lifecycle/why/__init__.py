@@ -8,10 +8,13 @@ the same manifest and profile, else the newest that ended ok), gathers both boot
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, all_boots, boot_by_id
+from lifecycle.report import Report, plain
+from lifecycle.table import human_bytes
 from lifecycle.why.compare import Change, compare, missed
 from lifecycle.why.facts import BootFacts, boot_facts
 
@@ -22,7 +25,7 @@ _WARM = ("warm-hit", "partial")
 
 
 @dataclass(frozen=True)
-class Explanation:
+class Explanation(Report):
     """A boot, the boot it is compared with and why that one, what changed, what did not."""
 
     now: BootFacts
@@ -31,6 +34,43 @@ class Explanation:
     changes: list[Change]
     same: list[str]
     summary: str  # what the boot was, from what lifecycle observed of it
+
+    FORMAT: ClassVar[str] = "lifecycle-why/1"
+
+    def to_json(self) -> dict[str, Any]:
+        found = self
+        return {
+            "format": self.FORMAT,
+            "boot": _boot_json(found.now),
+            "against": {**_boot_json(found.then), "chosen": found.chosen},
+            "summary": found.summary,
+            "changed": plain(found.changes),
+            "same": found.same,
+        }
+
+    def text(self) -> str:
+        """The boot's warmth, the other boot and why it was chosen, then each change."""
+        found = self
+        now, then = found.now, found.then
+        lines = [
+            f"boot {now.boot.id}: {now.warmth}",
+            f"  {found.summary}",
+            *(f"  {r.name}: {r.mode}, {r.verdict or '-'}" for r in now.recorded),
+            f"compared with {then.boot.id}: {then.warmth} ({found.chosen})",
+        ]
+        if found.changes:
+            lines.append("what changed:")
+            lines += [f"  {change.line()}" for change in found.changes]
+        else:
+            lines.append("nothing that decides a cache's reuse changed")
+        lines.append("the same: " + ", ".join(found.same))
+        if now.untracked and now.untracked.files:
+            lines.append(
+                f"outside tracked caches: {human_bytes(now.untracked.bytes)} in "
+                f"{now.untracked.files} files, lost with the container and rebuilt by every boot:"
+            )
+            lines += [f"  {d}: {human_bytes(b)} in {n} files" for d, n, b in now.untracked.roots]
+        return "\n".join(lines) + "\n"
 
 
 def explain(ledger: Ledger, boot_id: str, against: str | None = None) -> Explanation:
@@ -97,3 +137,18 @@ def _candidate(ledger: Ledger, now: BootFacts) -> tuple[BootFacts, str]:
         f"no other boot of {now.boot.manifest_name} / {now.boot.profile} ended ok to compare "
         f"{now.boot.id} with; name one with --against BOOT"
     )
+
+
+def _boot_json(facts: BootFacts) -> dict[str, Any]:
+    return {
+        "id": facts.boot.id,
+        "started_at": facts.boot.started_at,
+        "outcome": facts.boot.outcome,
+        "verdict": facts.verdict,
+        "warmth": facts.warmth,
+        "caches": {
+            r.name: {"mode": r.mode, "verdict": r.verdict, "files_read": r.read}
+            for r in facts.recorded
+        },
+        "untracked": [{"path": path, "bytes": size} for path, size in facts.writes],
+    }
