@@ -24,10 +24,6 @@ _FALLBACK_IDENTITY = {
 }
 
 
-class BranchError(LifecycleError):
-    """The port branch cannot be written."""
-
-
 @dataclass(frozen=True)
 class Repository:
     """The git repository holding manifests/: its top level and the commit HEAD names."""
@@ -55,7 +51,7 @@ def check_branch_name(repo: Repository, branch: str) -> None:
     """Refuse a name git would not accept as a branch."""
     done = Git.user(repo.root).run("check-ref-format", "--branch", branch, check=False)
     if done.rc != 0:
-        raise BranchError(f"{branch!r} is not a valid branch name")
+        raise LifecycleError(f"{branch!r} is not a valid branch name")
 
 
 def in_repository(repo: Repository, path: Path) -> str | None:
@@ -147,5 +143,5 @@ def commit_files(
         check=False,
     )
     if updated.rc != 0:
-        raise BranchError(f"could not create branch {branch}: {updated.err.strip()}")
+        raise LifecycleError(f"could not create branch {branch}: {updated.err.strip()}")
     return commit

@@ -32,10 +32,6 @@ from lifecycle.port.outcome import (
 from lifecycle.port.replay import SeriesPatch, Stop
 
 
-class MovedOutOfPackage(LifecycleError):
-    """A patch now changes files outside the package dir, which the build cannot patch."""
-
-
 @dataclass(frozen=True)
 class Bases:
     """The two releases and where the package lives in them."""
@@ -194,7 +190,7 @@ def _applied(git: Git, bases: Bases, moved: _Moved) -> tuple[PatchResult, bytes]
     prefix = f"{bases.subdir}/"
     outside = [p for p in moved.new_paths if not p.startswith(prefix)]
     if outside:
-        raise MovedOutOfPackage(
+        raise LifecycleError(
             f"{patch.file} now changes {', '.join(outside)}, outside {prefix} (upstream moved "
             "it): the build applies patches inside the package dir only; port it by hand"
         )

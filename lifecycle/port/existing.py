@@ -24,10 +24,6 @@ from lifecycle.port.git import Git
 MANIFEST = "manifest.yaml"
 
 
-class ExistingRelease(LifecycleError):
-    """NEW exists and the port was not told to replace it."""
-
-
 @dataclass(frozen=True)
 class Existing:
     """A NEW already there: where it was found, and the tuned values it validated."""
@@ -68,7 +64,7 @@ def _validated(text: str, label: str) -> dict[str, TunedValue]:
         data: Any = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         problem = " ".join(str(exc).split())
-        raise ExistingRelease(f"{label} does not parse ({problem}); fix or remove it") from None
+        raise LifecycleError(f"{label} does not parse ({problem}); fix or remove it") from None
     tuned = data.get("tuned") if isinstance(data, dict) else None
     found = {}
     for name, value in (tuned or {}).items() if isinstance(tuned, dict) else ():
@@ -78,7 +74,7 @@ def _validated(text: str, label: str) -> dict[str, TunedValue]:
             found[str(name)] = TunedValue.model_validate(value)
         except ValidationError as exc:
             problem = exc.errors()[0]["msg"]
-            raise ExistingRelease(
+            raise LifecycleError(
                 f"{label}: tuned.{name}: {problem}; fix it so its validated value can be kept"
             ) from None
     return found

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from lifecycle.errors import LifecycleError
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.digest import manifest_digest
 from lifecycle.port import branch as port_branch
@@ -18,7 +19,6 @@ from lifecycle.port.classify import Bases, Replayed, classify
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import PatchResult
 from lifecycle.port.plan import PortPlan
-from lifecycle.port.replay import ReplayError
 from lifecycle.port.report import PortReport, PortStatus
 
 REPORT_FILE = "port-report.json"
@@ -44,7 +44,7 @@ def finish(
     missing = [r.file for r in results if r.outcome.needs_person]
     if missing:
         # Only when someone skipped or aborted the cherry-pick by hand in the worktree.
-        raise ReplayError(
+        raise LifecycleError(
             f"the worktree no longer holds {', '.join(missing)} (was the cherry-pick skipped "
             "or aborted by hand?): `lifecycle port --abort` and start again"
         )

@@ -16,7 +16,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from lifecycle.errors import LifecycleError
 from lifecycle.leases import exclusive
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.source import read_yaml
@@ -24,10 +23,6 @@ from lifecycle.port.git import Git
 
 # git's own rule: `scheme://...`, or `host:path` with the colon before any slash, is remote.
 REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/]+:")
-
-
-class UpstreamError(LifecycleError):
-    """The upstream repository or one of its release tags cannot be reached."""
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from lifecycle.errors import LifecycleError
 from lifecycle.manifest.model import Upstream
 from lifecycle.port.git import Git
-from lifecycle.port.mirror import UpstreamError
 
 # Searched in this order; the first file with an exact pin wins.
 REQUIREMENT_FILES = (
@@ -63,8 +63,11 @@ class PinChange:
     reason: str = ""  # why a flagged pin could not be derived
 
 
-def find_release(mirror: Git, upstream: Upstream, candidates: list[str]) -> Release:
-    """The first candidate version whose tag (`upstream.tag`) exists in the mirror."""
+def find_release(
+    mirror: Git, upstream: Upstream, candidates: list[str], warning: str | None = None
+) -> Release:
+    """The first candidate version whose tag (`upstream.tag`) exists in the mirror; if none
+    does, the error adds the mirror's `warning` (a failed fetch explains a missing tag)."""
     for version in candidates:
         tag = upstream.tag_for(version)
         commit = mirror.commit_of(f"refs/tags/{tag}")
@@ -73,9 +76,9 @@ def find_release(mirror: Git, upstream: Upstream, candidates: list[str]) -> Rele
     pattern = upstream.tag_for("*")
     known = mirror.out("tag", "--list", pattern, "--sort=-version:refname").split()[:8]
     tried = ", ".join(upstream.tag_for(v) for v in candidates)
-    raise UpstreamError(
+    raise LifecycleError(
         f"no upstream tag {tried} in the mirror (recent {pattern}: {', '.join(known) or 'none'});"
-        " pass --release VERSION to name the release"
+        " pass --release VERSION to name the release" + (f" ({warning})" if warning else "")
     )
 
 

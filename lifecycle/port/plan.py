@@ -23,20 +23,15 @@ from lifecycle.port.branch import (
     find_repository,
     head_entries,
 )
-from lifecycle.port.existing import Existing, ExistingRelease, find_existing
+from lifecycle.port.existing import Existing, find_existing
 from lifecycle.port.mirror import (
     Mirror,
-    UpstreamError,
     ensure_mirror,
     mirror_path,
     upstream_source,
 )
 from lifecycle.port.pins import Release, find_release, release_candidates
 from lifecycle.port.replay import SeriesPatch
-
-
-class PortUsageError(LifecycleError):
-    """The port cannot start as asked (exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +100,7 @@ class PortPlan:
 def make_plan(
     request: PortRequest, *, fetch: bool = True, uncommitted: tuple[str, ...] | None = None
 ) -> PortPlan:
-    """Check the request and fetch the upstream; PortUsageError or UpstreamError if it cannot go.
+    """Check the request and fetch the upstream; a LifecycleError if the port cannot go.
 
     `uncommitted`, when given, is what the port found dirty when it started (`--continue`)."""
     manifests_dir = request.manifests_dir.resolve()
@@ -116,14 +111,14 @@ def make_plan(
     new_dir = manifests_dir / new_label
     chain_dirs = {f.parent.resolve() for f in loaded.chain}
     if new_dir in chain_dirs:
-        raise PortUsageError(
+        raise LifecycleError(
             f"the new manifest cannot go to {new_dir}: {old_label} is (or extends) the manifest "
             "there; name a new directory"
         )
     repo = find_repository(manifests_dir)
     branch = request.flags.branch or f"port/{new_label}"
     if repo is None and not request.flags.dry_run:
-        raise PortUsageError(
+        raise LifecycleError(
             f"{manifests_dir} is not in a git repository: the port is committed on a branch "
             "there (use --dry-run to only see the report)"
         )
@@ -131,7 +126,7 @@ def make_plan(
         check_branch_name(repo, branch)
         at = branch_exists(repo, branch)
         if at and not request.flags.dry_run:
-            raise PortUsageError(
+            raise LifecycleError(
                 f"branch {branch} already exists (at {at[:12]}): delete it "
                 f"(git branch -D {branch}) or name another with --branch"
             )
@@ -140,14 +135,14 @@ def make_plan(
     if uncommitted is None:
         uncommitted = tuple(differs_from(repo, committed, old_files)) if repo else ()
     if uncommitted and not (request.flags.allow_dirty or request.flags.dry_run):
-        raise PortUsageError(
+        raise LifecycleError(
             f"{', '.join(uncommitted)} differ from HEAD: the port reads the working tree but "
             "commits on HEAD; commit them first, or pass --allow-dirty to port the working tree "
             "(the report records it)"
         )
     existing = find_existing(new_dir, repo, committed)
     if existing and not (request.flags.force or request.flags.dry_run):
-        raise ExistingRelease(
+        raise LifecycleError(
             f"{new_label} already exists ({existing.where}): the port would replace it on "
             f"{branch}; pass --force to replace it (the tuned values it validated are kept), "
             "or name another NEW"
@@ -159,13 +154,9 @@ def make_plan(
         else Mirror(mirror_path(request.home, source), source)
     )
     upstream = loaded.manifest.upstream
-    try:
-        old = find_release(mirror.git, upstream, [loaded.manifest.engine.vllm])
-        new = find_release(
-            mirror.git, upstream, release_candidates(new_label, request.flags.release)
-        )
-    except UpstreamError as exc:
-        raise UpstreamError(f"{exc} ({mirror.warning})" if mirror.warning else str(exc)) from None
+    old = find_release(mirror.git, upstream, [loaded.manifest.engine.vllm], mirror.warning)
+    candidates = release_candidates(new_label, request.flags.release)
+    new = find_release(mirror.git, upstream, candidates, mirror.warning)
     patches = [
         SeriesPatch(i, p.file, f, p.upstream_commit, p.drop_when)
         for i, (p, f) in enumerate(zip(loaded.manifest.patches, loaded.patch_files, strict=True))
@@ -200,7 +191,7 @@ def _label(directory: Path, manifests_dir: Path) -> str:
 def _new_label(ref: str) -> str:
     path = PurePosixPath(ref.replace(os.sep, "/"))
     if path.is_absolute() or ".." in path.parts or str(path) in ("", "."):
-        raise PortUsageError(
+        raise LifecycleError(
             f"NEW must be a directory under manifests/ (like 0.31 or demo/0.2), not {ref!r}"
         )
     return path.as_posix()

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import AnswerNo, LifecycleError
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import Conflict, ConflictedFile, ConflictKind
 
@@ -29,14 +29,6 @@ _CONFLICT = re.compile(r"^CONFLICT \(([^)]+)\): (.*)$", re.MULTILINE)
 _BINARY = re.compile(r"Cannot merge binary files: (.+?) \(", re.MULTILINE)
 _MARKERS = ("<<<<<<< ", ">>>>>>> ", "||||||| ")
 _PATHS = re.compile(r"^diff --git a/(\S+) b/", re.MULTILINE)
-
-
-class SeriesBroken(LifecycleError):
-    """The old series does not apply to its own release: fix it before porting."""
-
-
-class ReplayError(LifecycleError):
-    """git stopped for a reason that is not a merge conflict."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +102,7 @@ def apply_series(git: Git, old_commit: str, subdir: str, patches: list[SeriesPat
     """Commit each patch on the old release with no fuzz; the commits, in order."""
     git.run("checkout", "--quiet", "--detach", old_commit)
     if git.run("cat-file", "-e", f"{old_commit}:{subdir}", check=False).rc != 0:
-        raise SeriesBroken(
+        raise LifecycleError(
             f"the upstream tree has no {subdir}/ directory: the basename of engine.package_dir "
             "names the package's directory in the upstream repository"
         )
@@ -134,13 +126,13 @@ def apply_series(git: Git, old_commit: str, subdir: str, patches: list[SeriesPat
         git.run("am", "--abort", check=False)
         _refuse_repository_paths(failed, subdir)
         output = "\n".join(f"  {line}" for line in (done.err or done.out).strip().splitlines())
-        raise SeriesBroken(
+        raise LifecycleError(
             f"{failed.file} does not apply (fuzz 0) to the old release: the series is broken "
             f"before any port; fix the patch first\n{output}"
         )
     commits = git.out("rev-list", "--reverse", f"{old_commit}..HEAD").split()
     if len(commits) != len(patches):
-        raise ReplayError(f"git am made {len(commits)} commits for {len(patches)} patches")
+        raise LifecycleError(f"git am made {len(commits)} commits for {len(patches)} patches")
     return commits
 
 
@@ -164,7 +156,7 @@ def follow(
     while rc != 0:
         stopped = git.commit_of("CHERRY_PICK_HEAD")
         if stopped is None or stopped not in by_commit:
-            raise ReplayError(f"git cherry-pick stopped without a conflict:\n{output.strip()}")
+            raise LifecycleError(f"git cherry-pick stopped without a conflict:\n{output.strip()}")
         head = git.out("rev-parse", "HEAD").strip()
         stops.append(Stop(by_commit[stopped], read_conflict(git, output), head))
         if not keep_going:
@@ -180,7 +172,7 @@ def restart_at(git: Git, stop: Stop, commits: list[str], by_commit: dict[str, in
     rest = [c for c in commits if by_commit[c] >= stop.index]
     stops = cherry_pick(git, rest, by_commit, keep_going=False)
     if not stops or stops[0].index != stop.index:
-        raise ReplayError("replaying to the first conflict did not stop where the survey did")
+        raise LifecycleError("replaying to the first conflict did not stop where the survey did")
     return stops[0]
 
 
@@ -243,20 +235,7 @@ def _refuse_markers(git: Git, stop: Stop) -> None:
                 left.append(f"{path}:{number}: {line.rstrip()}")
                 break
     if left:
-        raise StillConflicted(["conflict markers are still in the worktree:", *left])
-
-
-class StillConflicted(LifecycleError):
-    """--continue with the conflict not resolved yet."""
-
-    exit_code = 1
-
-    def __init__(self, lines: list[str]) -> None:
-        self._lines = lines
-        super().__init__("\n".join(lines))
-
-    def lines(self) -> list[str]:
-        return self._lines
+        raise AnswerNo("\n".join(["conflict markers are still in the worktree:", *left]))
 
 
 def _message(patch: SeriesPatch) -> bytes:
@@ -284,7 +263,7 @@ def _refuse_repository_paths(patch: SeriesPatch, subdir: str) -> None:
     prefix = f"{subdir}/"
     if paths and all(path.startswith(prefix) for path in paths):
         first = paths[0].removeprefix(prefix)
-        raise SeriesBroken(
+        raise LifecycleError(
             f"{patch.file} does not apply to the old release: its paths start with {prefix} "
             f"(the upstream repository's layout), but patch paths are relative to "
             f"engine.package_dir, whose basename is {subdir}: write a/{first}, not "

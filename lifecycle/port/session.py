@@ -15,13 +15,14 @@ from contextlib import ExitStack
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from lifecycle.errors import LifecycleError
 from lifecycle.port import branch as port_branch
 from lifecycle.port import export, history, replay, state
 from lifecycle.port.classify import Replayed
 from lifecycle.port.finish import finish, stopped
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import Conflict, Drop, DropMethod
-from lifecycle.port.plan import PortFlags, PortPlan, PortRequest, PortUsageError, make_plan
+from lifecycle.port.plan import PortFlags, PortPlan, PortRequest, make_plan
 from lifecycle.port.replay import Stop
 from lifecycle.port.report import PortReport
 
@@ -83,12 +84,12 @@ def locate(manifests_dir: Path, home: Path, cwd: Path) -> Path:
         if mine.is_dir():
             return mine
         elsewhere = f": in progress elsewhere: {_listed(ports)}" if ports else ""
-        raise state.NoPortInProgress(f"no port in progress in {repo.root}{elsewhere}")
+        raise LifecycleError(f"no port in progress in {repo.root}{elsewhere}")
     if len(ports) == 1:
         return ports[0]
     if not ports:
-        raise state.NoPortInProgress(f"no port in progress (nothing in {home / 'port'})")
-    raise PortUsageError(
+        raise LifecycleError(f"no port in progress (nothing in {home / 'port'})")
+    raise LifecycleError(
         f"{len(ports)} ports are in progress ({_listed(ports)}): run from the repository "
         "of the one you mean, or from its worktree"
     )
@@ -115,7 +116,7 @@ def resume(directory: Path, home: Path) -> PortReport:
     )
     plan = make_plan(request, fetch=False, uncommitted=tuple(saved.uncommitted))
     if plan.digest != saved.old_manifest_digest:
-        raise PortUsageError(
+        raise LifecycleError(
             f"{plan.loaded.file} changed since the port started: `lifecycle port --abort` and "
             "start again"
         )
