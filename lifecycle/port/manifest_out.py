@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from lifecycle.manifest import LoadedManifest
-from lifecycle.manifest.merge import deep_merge
+from lifecycle.manifest.load import deep_merge
 from lifecycle.manifest.model import Patch, TunedValue
 from lifecycle.manifest.source import read_yaml
 from lifecycle.port.mirror import REMOTE
