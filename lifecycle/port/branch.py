@@ -42,18 +42,6 @@ def find_repository(directory: Path) -> Repository | None:
     return Repository(root, Git.user(root).commit_of("HEAD"))
 
 
-def branch_exists(repo: Repository, branch: str) -> str | None:
-    """The commit `branch` points at, if it exists."""
-    return Git.user(repo.root).commit_of(f"refs/heads/{branch}")
-
-
-def check_branch_name(repo: Repository, branch: str) -> None:
-    """Refuse a name git would not accept as a branch."""
-    done = Git.user(repo.root).run("check-ref-format", "--branch", branch, check=False)
-    if done.rc != 0:
-        raise LifecycleError(f"{branch!r} is not a valid branch name")
-
-
 def in_repository(repo: Repository, path: Path) -> str | None:
     """`path` as a path inside the repository, or None when it is outside."""
     resolved, root = path.resolve(), repo.root.resolve()

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lifecycle.errors import LifecycleError
-from lifecycle.port import blocking, export, hints, history, patchfile
+from lifecycle.port import blocking, export, history, patchfile
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import (
     Conflict,
@@ -29,18 +29,8 @@ from lifecycle.port.outcome import (
     PatchResult,
     Rename,
 )
+from lifecycle.port.plan import PortPlan
 from lifecycle.port.replay import SeriesPatch, Stop
-
-
-@dataclass(frozen=True)
-class Bases:
-    """The two releases and where the package lives in them."""
-
-    old_commit: str
-    new_commit: str
-    new_tag: str
-    subdir: str
-    port: str = ""  # `OLD -> NEW`, as a moved patch's Ported-From trailer says
 
 
 @dataclass(frozen=True)
@@ -67,39 +57,22 @@ class _Moved:
 
 
 def classify(
-    git: Git, bases: Bases, patches: list[SeriesPatch], replayed: Replayed
+    git: Git, plan: PortPlan, replayed: Replayed
 ) -> tuple[list[PatchResult], dict[int, bytes]]:
     """Every patch's result, and the bytes of each patch kept in the new series."""
     old_commits, new_commits = list(replayed.old.values()), list(replayed.new.values())
     with ThreadPoolExecutor(max_workers=3) as pool:  # four independent reads of the repository
-        old_exports = pool.submit(export.export, git, old_commits, bases.subdir)
-        old_paths = pool.submit(export.touched, git, old_commits)
-        new_paths = pool.submit(export.touched, git, new_commits)
-        new_exports = export.export(git, new_commits, bases.subdir)
-    return _outcomes(
-        git,
-        bases,
-        patches,
-        replayed,
-        (old_exports.result(), new_exports),
-        (old_paths.result(), new_paths.result()),
-    )
-
-
-def _outcomes(
-    git: Git,
-    bases: Bases,
-    patches: list[SeriesPatch],
-    replayed: Replayed,
-    exports: tuple[dict[str, bytes], dict[str, bytes]],
-    paths: tuple[dict[str, list[str]], dict[str, list[str]]],
-) -> tuple[list[PatchResult], dict[int, bytes]]:
-    (old_exports, new_exports), (old_paths, new_paths) = exports, paths
+        old_exports_read = pool.submit(export.export, git, old_commits, plan.subdir)
+        old_paths_read = pool.submit(export.touched, git, old_commits)
+        new_paths_read = pool.submit(export.touched, git, new_commits)
+        new_exports = export.export(git, new_commits, plan.subdir)
+    old_exports, old_paths = old_exports_read.result(), old_paths_read.result()
+    new_paths = new_paths_read.result()
     stopped = {s.index: s for s in replayed.stops}
     results: list[PatchResult] = []
     kept: dict[int, bytes] = {}
     blockers: dict[int, set[str]] = {}
-    for patch in patches:
+    for patch in plan.patches:
         i = patch.index
         if i in replayed.pre_dropped:
             drop = replayed.pre_dropped[i]
@@ -110,13 +83,13 @@ def _outcomes(
             # file with it cannot, and are not tried.
             mine = set(old_paths.get(replayed.old[i], []))
             earlier = [
-                (patches[j].file, replayed.old[j])
+                (plan.patches[j].file, replayed.old[j])
                 for j, theirs in reversed(blockers.items())
                 if mine & theirs
             ]
             blocker = blocking.blocker(git, replayed.old[i], stopped[i].head, earlier)
             blockers[i] = mine
-            conflict = _with_hint(git, bases, patch, stopped[i].conflict)
+            conflict = _with_hint(git, plan, patch, stopped[i].conflict)
             outcome = PatchOutcome.BLOCKED_BY if blocker else PatchOutcome.CONFLICT
             results.append(
                 PatchResult(i, patch.file, outcome, conflict=conflict, blocked_by=blocker)
@@ -130,29 +103,29 @@ def _outcomes(
                 new_exports[new],
                 old_paths.get(old, []),
                 new_paths.get(new, []),
-                _in_package(resolved, bases) if resolved else None,
+                _in_package(resolved, plan) if resolved else None,
             )
             if moved.new.strip():
-                result, kept[i] = _applied(git, bases, moved)
+                result, kept[i] = _applied(git, plan, moved)
             else:
-                result = _emptied(git, bases, moved)
+                result = _emptied(git, plan, moved)
             results.append(result)
         else:
             results.append(PatchResult(i, patch.file, PatchOutcome.PENDING))
     return results, kept
 
 
-def _emptied(git: Git, bases: Bases, moved: _Moved) -> PatchResult:
+def _emptied(git: Git, plan: PortPlan, moved: _Moved) -> PatchResult:
     """A replay that changed nothing: dropped on evidence, else EMPTIED."""
     patch = moved.patch
     note = "resolved to no change" if moved.resolved else None
     drop = None
-    recorded = _recorded(git, bases, patch)
+    recorded = _recorded(git, plan, patch)
     if recorded:
         drop = Drop(DropMethod.ANCESTOR, recorded, history.subject_of(git, recorded))
-    elif history.reverse_applies(git, bases.new_commit, patch.path, bases.subdir):
+    elif history.reverse_applies(git, plan.new.commit, patch.path, plan.subdir):
         touching = history.commits_touching(
-            git, bases.old_commit, bases.new_commit, moved.old_paths, 1
+            git, plan.old.commit, plan.new.commit, moved.old_paths, 1
         )
         if touching:
             commit, _, subject = touching[0].partition(" ")
@@ -163,8 +136,8 @@ def _emptied(git: Git, bases: Bases, moved: _Moved) -> PatchResult:
     related = (
         None
         if moved.resolved
-        else hints.related_commit(
-            git, bases.old_commit, bases.new_commit, bases.subdir, moved.old, moved.old_paths
+        else history.related_commit(
+            git, plan.old.commit, plan.new.commit, plan.subdir, moved.old, moved.old_paths
         )
     )
     upstream = (
@@ -184,10 +157,10 @@ def _emptied(git: Git, bases: Bases, moved: _Moved) -> PatchResult:
     )
 
 
-def _applied(git: Git, bases: Bases, moved: _Moved) -> tuple[PatchResult, bytes]:
+def _applied(git: Git, plan: PortPlan, moved: _Moved) -> tuple[PatchResult, bytes]:
     """A replay that changed the tree: kept, with how much it moved."""
     patch = moved.patch
-    prefix = f"{bases.subdir}/"
+    prefix = f"{plan.subdir}/"
     outside = [p for p in moved.new_paths if not p.startswith(prefix)]
     if outside:
         raise LifecycleError(
@@ -196,13 +169,13 @@ def _applied(git: Git, bases: Bases, moved: _Moved) -> tuple[PatchResult, bytes]
         )
     unchanged = export.same_position(moved.old, moved.new)
     note = None
-    recorded = _recorded(git, bases, patch)
+    recorded = _recorded(git, plan, patch)
     if recorded:
         note = (
-            f"the recorded upstream_commit {recorded[:12]} is in {bases.new_tag}, yet the patch "
+            f"the recorded upstream_commit {recorded[:12]} is in {plan.new.tag}, yet the patch "
             "still changes the tree: kept (a hint is not evidence); check drop_when"
         )
-    renames = _renames(git, bases, moved.old_paths, moved.new_paths)
+    renames = _renames(git, plan, moved.old_paths, moved.new_paths)
     if moved.resolved:
         outcome = PatchOutcome.RESOLVED
     elif renames:
@@ -225,26 +198,24 @@ def _applied(git: Git, bases: Bases, moved: _Moved) -> tuple[PatchResult, bytes]
     original = patch.path.read_bytes()
     if unchanged:
         return result, original
-    trailer = f"Ported-From: {bases.port} ({outcome.value})"
+    trailer = f"Ported-From: {plan.old_label} -> {plan.new_label} ({outcome.value})"
     return result, patchfile.with_port(original, moved.new, trailer)
 
 
-def _recorded(git: Git, bases: Bases, patch: SeriesPatch) -> str | None:
+def _recorded(git: Git, plan: PortPlan, patch: SeriesPatch) -> str | None:
     if not patch.upstream_commit:
         return None
-    return history.recorded_commit_in(
-        git, patch.upstream_commit, bases.old_commit, bases.new_commit
-    )
+    return history.recorded_commit_in(git, patch.upstream_commit, plan.old.commit, plan.new.commit)
 
 
 def _renames(
-    git: Git, bases: Bases, old_paths: list[str], new_paths: list[str]
+    git: Git, plan: PortPlan, old_paths: list[str], new_paths: list[str]
 ) -> tuple[Rename, ...]:
     gone = [p for p in old_paths if p not in new_paths]
     if not gone:
         return ()
-    moved = history.renames(git, bases.old_commit, bases.new_commit, gone)
-    prefix = f"{bases.subdir}/"
+    moved = history.renames(git, plan.old.commit, plan.new.commit, gone)
+    prefix = f"{plan.subdir}/"
     return tuple(
         Rename(old.removeprefix(prefix), new.removeprefix(prefix))
         for old, new in sorted(moved.items())
@@ -252,19 +223,19 @@ def _renames(
     )
 
 
-def _with_hint(git: Git, bases: Bases, patch: SeriesPatch, conflict: Conflict) -> Conflict:
-    found = hints.conflict_hint(git, bases.old_commit, bases.new_commit, bases.subdir, conflict)
+def _with_hint(git: Git, plan: PortPlan, patch: SeriesPatch, conflict: Conflict) -> Conflict:
+    found = history.conflict_hint(git, plan.old.commit, plan.new.commit, plan.subdir, conflict)
     said = [found] if found else []
-    recorded = _recorded(git, bases, patch)
+    recorded = _recorded(git, plan, patch)
     if recorded:
-        said.append(f"the recorded upstream_commit {recorded[:12]} is in {bases.new_tag}")
+        said.append(f"the recorded upstream_commit {recorded[:12]} is in {plan.new.tag}")
     if patch.drop_when:
         said.append(f"drop_when: {patch.drop_when}")
-    return Conflict(_in_package(conflict, bases).files, " | ".join(said) or None)
+    return Conflict(_in_package(conflict, plan).files, " | ".join(said) or None)
 
 
-def _in_package(conflict: Conflict, bases: Bases) -> Conflict:
+def _in_package(conflict: Conflict, plan: PortPlan) -> Conflict:
     """The conflict with its paths relative to the package dir, as patches name them."""
-    prefix = f"{bases.subdir}/"
+    prefix = f"{plan.subdir}/"
     files = tuple(ConflictedFile(f.path.removeprefix(prefix), f.kind) for f in conflict.files)
     return Conflict(files, conflict.hint)

@@ -2,14 +2,24 @@
 
 Each function answers one question with git and returns evidence (commit ids), so a report can
 say which method fired. None of them decides a drop alone: `classify` does, by the rules there.
+
+The hints name what upstream did where a patch stopped or came out empty, never a reason to
+drop. A conflict's hint names, per file, the upstream commit that deleted it (and the file
+that replaced it: a rename git finds at a low threshold, else what that commit added), added
+it, or changed it. An EMPTIED patch names the upstream commit that wrote the lines it adds
+(`git blame` over the lines of the new tree that equal them, where they occur once), else the
+newest one that changed its files.
 """
 
 from __future__ import annotations
 
+import re
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 from lifecycle.port.git import Git
+from lifecycle.port.outcome import Conflict, ConflictKind, RelatedCommit
 
 # Both sides of a patch-id comparison are printed with exactly these options. `--binary`:
 # without it every change to a binary file prints the same "Binary files differ" line, and two
@@ -137,4 +147,83 @@ def blame(git: Git, old: str, new: str, path: str, lines: list[int]) -> list[tup
             subject = line.removeprefix("summary ")
         elif line == "boundary":
             boundary = True
+    return found
+
+
+_FILE = re.compile(r"^\+\+\+ b/(.+)$")
+
+
+def conflict_hint(git: Git, old: str, new: str, subdir: str, conflict: Conflict) -> str | None:
+    """What upstream did to each conflicted file (repository paths), in one sentence."""
+    prefix = f"{subdir}/"
+    parts, changed = [], []
+    for conflicted in conflict.files:
+        path = conflicted.path
+        name = path.removeprefix(prefix)
+        kind = conflicted.kind
+        deleted = kind is ConflictKind.MODIFY_DELETE and last_change(git, old, new, path, "D")
+        added = kind is ConflictKind.ADD_ADD and last_change(git, old, new, path, "A")
+        if deleted:
+            commit, subject = deleted
+            after = successors(git, commit, path, prefix)
+            became = (" or " if after and after[0][1] else ", ").join(
+                f"{p.removeprefix(prefix)}, {alike} % alike" if alike else p.removeprefix(prefix)
+                for p, alike in after[:3]
+            )
+            lead = "it became" if after and after[0][1] else "that commit added"
+            parts.append(
+                f"upstream deleted {name} in {commit[:12]} {subject!r}"
+                + (f" ({lead} {became})" if became else "")
+            )
+        elif added:
+            parts.append(f"upstream added {name} in {added[0][:12]} {added[1]!r}")
+        else:
+            changed.append(path)
+    touching = commits_touching(git, old, new, changed, 3)
+    if touching:
+        named = "; ".join(f"{c[:12]} {s!r}" for c, _, s in (t.partition(" ") for t in touching))
+        parts.append(f"upstream changed these files in {named}")
+    if not parts:
+        return None
+    return (
+        "; ".join(parts) + ": if that change supersedes this patch, resolve by keeping "
+        "upstream's side (the patch then drops out)"
+    )
+
+
+def related_commit(
+    git: Git, old: str, new: str, subdir: str, diff: bytes, paths: list[str]
+) -> RelatedCommit | None:
+    """The upstream commit that most likely made an EMPTIED patch's change (a hint)."""
+    votes: Counter[tuple[str, str]] = Counter()
+    for name, added in _added_lines(diff).items():
+        path = f"{subdir}/{name}"
+        shown = git.run("cat-file", "blob", f"{new}:{path}", check=False)
+        if shown.rc != 0:
+            continue
+        where: dict[str, list[int]] = {}
+        for number, line in enumerate(shown.out.split("\n"), start=1):
+            where.setdefault(line, []).append(number)
+        once = sorted({where[line][0] for line in added if len(where.get(line, [])) == 1})
+        votes.update(blame(git, old, new, path, once))
+    if votes:
+        (commit, subject), _ = votes.most_common(1)[0]
+        return RelatedCommit(commit, subject, "wrote the lines the patch adds")
+    touching = commits_touching(git, old, new, paths, 1)
+    if touching:
+        commit, _, subject = touching[0].partition(" ")
+        return RelatedCommit(commit, subject, "changed the files the patch changes")
+    return None
+
+
+def _added_lines(diff: bytes) -> dict[str, list[str]]:
+    """file → the non-blank lines the patch adds to it."""
+    found: dict[str, list[str]] = {}
+    current = None
+    for raw in diff.decode("utf-8", "surrogateescape").splitlines():
+        header = _FILE.match(raw)
+        if header:
+            current = header.group(1)
+        elif current and raw.startswith("+") and raw[1:].strip():
+            found.setdefault(current, []).append(raw[1:])
     return found

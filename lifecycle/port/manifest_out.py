@@ -61,8 +61,7 @@ def new_values(plan: PortPlan, flashinfer: PinChange) -> NewValues:
     }
     if unconfirmed:
         new_engine["unconfirmed"] = unconfirmed
-    validated = plan.existing.validated if plan.existing else {}
-    tuned = carry_tuned(plan.loaded.manifest.tuned, plan.old_label, validated)
+    tuned = carry_tuned(plan.loaded.manifest.tuned, plan.old_label, plan.validated)
     fates = {
         name: TunedFate("validated", plan.new_label)
         if value.status == "validated"

@@ -59,7 +59,7 @@ def make_scratch(mirror: Path, dest: Path) -> Git:
     Sparse: a checkout of vLLM is thousands of files the replay never reads. git writes a file
     into the worktree only when it must (`git am` materializes what it patches, a conflict is
     written out); the merge itself works on trees. A port that stops for a person calls
-    `full_checkout` first, so the conflict is resolved in an ordinary worktree.
+    `sparse-checkout disable` first, so the conflict is resolved in an ordinary worktree.
     """
     git = Git.scratch(dest)
     Git.scratch(dest.parent).run("init", "--quiet", "--initial-branch=port", str(dest))
@@ -72,17 +72,6 @@ def make_scratch(mirror: Path, dest: Path) -> Git:
     (dest / ".git" / "info" / "sparse-checkout").write_text("/.lifecycle-port-nothing\n")
     git.run("config", "core.sparseCheckout", "true")
     return git
-
-
-def empty_checkout(git: Git) -> None:
-    """Sparse again after `git am`, which wrote out every file it patched: the replay that
-    follows then writes none of them."""
-    git.run("sparse-checkout", "reapply")
-
-
-def full_checkout(git: Git) -> None:
-    """Turn the sparse scratch checkout into an ordinary one, for a person to work in."""
-    git.run("sparse-checkout", "disable")
 
 
 def series_key(old_commit: str, subdir: str, patches: list[SeriesPatch]) -> str:

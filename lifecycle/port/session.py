@@ -61,7 +61,7 @@ def start(request: PortRequest) -> PortReport:
             return report
         if request.flags.keep_going:
             replay.restart_at(git, stops[0], picks, by_commit)
-        replay.full_checkout(git)
+        git.run("sparse-checkout", "disable")  # an ordinary worktree, for a person to work in
         _save(directory, plan, base, old_commits, picks, pre_dropped, {}, stops[0])
         return replace(report, worktree=str(git.cwd))
     raise AssertionError("unreachable")
@@ -127,7 +127,10 @@ def resume(directory: Path, home: Path) -> PortReport:
     stops = replay.resume(git, stop, by_commit)
     resolved = {int(k): Conflict.from_json(v) for k, v in saved.resolved.items()}
     resolved[stop.index] = stop.conflict
-    pre_dropped = {int(k): _drop(v) for k, v in saved.pre_dropped.items()}
+    pre_dropped = {
+        int(k): Drop(DropMethod(v["method"]), v["commit"], v["subject"])
+        for k, v in saved.pre_dropped.items()
+    }
     old = dict(enumerate(saved.old_commits))
     replayed = Replayed(old, _new_commits(git, plan), pre_dropped, resolved, stops)
     if not stops:
@@ -172,7 +175,9 @@ def _old_series(plan: PortPlan, git: Git) -> list[str]:
             return commits
     in_mirror = git.with_env(GIT_OBJECT_DIRECTORY=str((plan.mirror.path / "objects").resolve()))
     commits = replay.apply_series(in_mirror, plan.old.commit, plan.subdir, plan.patches)
-    replay.empty_checkout(git)
+    # Sparse again after `git am`, which wrote out every file it patched: the replay that
+    # follows then writes none of them.
+    git.run("sparse-checkout", "reapply")
     if commits:
         plan.mirror.git.run("update-ref", ref, commits[-1])
     return commits
@@ -230,10 +235,6 @@ def _save(
             uncommitted=list(plan.uncommitted),
         ),
     )
-
-
-def _drop(data: dict[str, str]) -> Drop:
-    return Drop(DropMethod(data["method"]), data["commit"], data["subject"])
 
 
 def _finish_and_remove(
