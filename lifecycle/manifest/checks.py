@@ -125,7 +125,8 @@ def check_tuned_in_args(manifest: Manifest) -> Iterator[Finding]:
 
 def unconfirmed_pins(manifest: Manifest) -> Iterator[Finding]:
     """The pins listed under `engine.unconfirmed`: `validate` warns, `build` refuses."""
-    for name, value, why in manifest.engine.unconfirmed_pins():
+    for name, why in manifest.engine.unconfirmed.items():
+        value = getattr(manifest.engine, name)  # a PinName is the name of a pin's field
         yield ("engine", "unconfirmed", name), f"{name} {value} is not confirmed ({why})"
 
 

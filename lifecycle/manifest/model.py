@@ -102,11 +102,6 @@ class EnginePins(Strict):
         ),
     )
 
-    def unconfirmed_pins(self) -> list[tuple[str, str, str]]:
-        """(pin name, its value, why) for each pin listed under `unconfirmed`."""
-        values = {"vllm": self.vllm, "flashinfer": self.flashinfer, "base_image": self.base_image}
-        return [(name, values[name], why) for name, why in self.unconfirmed.items()]
-
 
 class Upstream(Strict):
     """Where the engine's source comes from, for `port`."""

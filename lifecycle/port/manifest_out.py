@@ -26,7 +26,7 @@ from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.load import deep_merge
 from lifecycle.manifest.model import Patch, TunedValue
 from lifecycle.manifest.source import read_yaml
-from lifecycle.port.mirror import REMOTE
+from lifecycle.port.mirror import REMOTE, declaring_file
 from lifecycle.port.pins import PinChange, base_image_pin
 from lifecycle.port.plan import PortPlan
 from lifecycle.port.report import TunedFate
@@ -153,12 +153,8 @@ def _rebase_upstream(own: dict[str, Any], loaded: LoadedManifest, new_dir: Path)
     repository = str(upstream["repository"])
     if REMOTE.match(repository) or Path(repository).is_absolute():
         return
-    for file in loaded.chain[:-1]:
-        declared = read_yaml(file).data.get("upstream") or {}
-        if "repository" in declared:
-            absolute = os.path.normpath(file.parent / declared["repository"])
-            own["upstream"] = {**upstream, "repository": os.path.relpath(absolute, new_dir)}
-            return
+    absolute = os.path.normpath(declaring_file(loaded).parent / repository)
+    own["upstream"] = {**upstream, "repository": os.path.relpath(absolute, new_dir)}
 
 
 class _Dumper(yaml.SafeDumper):

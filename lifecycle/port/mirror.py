@@ -45,16 +45,20 @@ def upstream_source(loaded: LoadedManifest) -> str:
     repository = loaded.manifest.upstream.repository
     if REMOTE.match(repository):
         return repository
-    declaring = loaded.file
-    if len(loaded.chain) > 1:  # a derived manifest may inherit the path: find who wrote it
-        declaring = next((f for f in loaded.chain if _declares_repository(f)), loaded.file)
-    return str((declaring.parent / repository).resolve())
+    return str((declaring_file(loaded).parent / repository).resolve())
 
 
-def _declares_repository(file: Path) -> bool:
-    data = read_yaml(file).data
-    declared = data.get("upstream") if isinstance(data, dict) else None
-    return isinstance(declared, dict) and "repository" in declared
+def declaring_file(loaded: LoadedManifest) -> Path:
+    """The manifest of the chain that writes `upstream.repository`, the nearest first: a
+    derived manifest may inherit the path."""
+    if len(loaded.chain) == 1:
+        return loaded.file  # the model made it write the path
+    for file in loaded.chain:
+        data = read_yaml(file).data
+        declared = data.get("upstream") if isinstance(data, dict) else None
+        if isinstance(declared, dict) and "repository" in declared:
+            return file
+    return loaded.file
 
 
 def mirror_path(home: Path, source: str) -> Path:

@@ -17,7 +17,6 @@ exists on no one else's machine). git and GNU patch skip all text before the fir
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 ZERO_MBOX = b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
 _MBOX = re.compile(rb"From \S+ \w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\r?\n")
@@ -29,26 +28,15 @@ _TRAILER = re.compile(rb"[A-Za-z0-9][A-Za-z0-9-]*: \S")
 _CONTINUATION = re.compile(rb"[ \t]+\S")
 
 
-@dataclass(frozen=True)
-class PatchText:
-    """A patch file cut into the parts a port keeps and the diff it replaces."""
-
-    mail: bool  # written as a mail: mbox line and headers, then the message
-    headers: bytes  # the header block of a mail (without its blank line), else b""
-    message: bytes  # a mail's message, or the text above a plain diff
-    separator: bool  # a `---` line ended the message
-    diff: bytes  # from the first diff header on (a diffstat before it is dropped)
-
-
-def parse(content: bytes) -> PatchText:
-    """The parts of a patch file."""
-    start = _DIFF_START.search(content)
-    before, diff = (content[: start.start()], content[start.start() :]) if start else (content, b"")
+def with_port(original: bytes, diff: bytes, trailer: str) -> bytes:
+    """`original`'s headers and message, `trailer` added to them, then the new `diff` (what
+    stood between the message and the old diff, a diffstat, is dropped)."""
+    start = _DIFF_START.search(original)
+    before = original[: start.start()] if start else original
     mbox = _MBOX.match(before)
     rest = before[mbox.end() :] if mbox else before
-    mail = bool(mbox or _HEADER.match(rest))
-    headers = b""
-    if mail:
+    headers = None  # a mail's header block (without its blank line); None for a plain diff
+    if mbox or _HEADER.match(rest):
         # RFC 822: the headers are the lines up to the first that is neither a header nor the
         # continuation of one; a blank line after them is the mail's, not the message's.
         lines = rest.splitlines(keepends=True)
@@ -60,17 +48,10 @@ def parse(content: bytes) -> PatchText:
         headers, rest = b"".join(lines[:count]), b"".join(lines[count:])
         rest = rest[1:] if rest.startswith(b"\n") else rest
     separator = _SEPARATOR.search(rest)
-    message = rest[: separator.start()] if separator else rest
-    return PatchText(mail, headers, message, separator is not None, diff)
-
-
-def with_port(original: bytes, diff: bytes, trailer: str) -> bytes:
-    """`original`'s headers and message, `trailer` added to them, then the new `diff`."""
-    text = parse(original)
-    message = add_trailer(text.message, trailer.encode())
-    if text.mail:
-        return ZERO_MBOX + text.headers + b"\n" + message + b"---\n" + diff
-    return message + (b"---\n" if text.separator else b"\n") + diff
+    message = add_trailer(rest[: separator.start()] if separator else rest, trailer.encode())
+    if headers is not None:
+        return ZERO_MBOX + headers + b"\n" + message + b"---\n" + diff
+    return message + (b"---\n" if separator else b"\n") + diff
 
 
 def add_trailer(message: bytes, trailer: bytes) -> bytes:

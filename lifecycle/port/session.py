@@ -62,7 +62,7 @@ def start(request: PortRequest) -> PortReport:
         if request.flags.keep_going:
             replay.restart_at(git, stops[0], picks, by_commit)
         git.run("sparse-checkout", "disable")  # an ordinary worktree, for a person to work in
-        _save(directory, plan, base, old_commits, picks, pre_dropped, {}, stops[0])
+        _save(directory, plan, base, replayed, picks)
         return replace(report, worktree=str(git.cwd))
     raise AssertionError("unreachable")
 
@@ -137,16 +137,7 @@ def resume(directory: Path, home: Path) -> PortReport:
         report = finish(plan, git, replayed, saved.base_commit)
         state.remove(directory)
         return report
-    _save(
-        directory,
-        plan,
-        saved.base_commit,
-        saved.old_commits,
-        saved.picks,
-        pre_dropped,
-        resolved,
-        stops[0],
-    )
+    _save(directory, plan, saved.base_commit, replayed, saved.picks)
     return replace(stopped(plan, git, replayed), worktree=str(git.cwd))
 
 
@@ -205,15 +196,10 @@ def _new_commits(git: Git, plan: PortPlan) -> dict[int, str]:
 
 
 def _save(
-    directory: Path,
-    plan: PortPlan,
-    base: str | None,
-    old_commits: list[str],
-    picks: list[str],
-    pre_dropped: dict[int, Drop],
-    resolved: dict[int, Conflict],
-    stop: Stop,
+    directory: Path, plan: PortPlan, base: str | None, replayed: Replayed, picks: list[str]
 ) -> None:
+    """Save where the port stopped (its first stop), for `--continue`."""
+    stop = replayed.stops[0]
     state.save(
         directory,
         state.PortState(
@@ -225,10 +211,10 @@ def _save(
             manifests_dir=str(plan.request.manifests_dir.resolve()),
             old_manifest_digest=plan.digest,
             base_commit=base,
-            old_commits=old_commits,
+            old_commits=list(replayed.old.values()),
             picks=picks,
-            pre_dropped={str(i): asdict(d) for i, d in pre_dropped.items()},
-            resolved={str(i): c.to_json() for i, c in resolved.items()},
+            pre_dropped={str(i): asdict(d) for i, d in replayed.pre_dropped.items()},
+            resolved={str(i): c.to_json() for i, c in replayed.resolved.items()},
             stop={"index": stop.index, "conflict": stop.conflict.to_json(), "head": stop.head},
             allow_dirty=plan.request.flags.allow_dirty,
             force=plan.request.flags.force,
