@@ -85,14 +85,8 @@ def renames(git: Git, old: str, new: str, paths: list[str]) -> dict[str, str]:
     """old path → new path for the `paths` upstream renamed between the two commits."""
     if not paths:
         return {}
-    out = git.out("diff", "-M", "--name-status", "-z", "--diff-filter=R", old, new)
-    fields = out.split("\0")
-    moved = {}
-    for at in range(0, len(fields) - 2, 3):
-        status, source, target = fields[at : at + 3]
-        if status.startswith("R") and source in paths:
-            moved[source] = target
-    return moved
+    renamed = _name_status(git, "-M", "--diff-filter=R", old, new)
+    return {source: target for _, source, target in renamed if source in paths}
 
 
 def last_change(git: Git, old: str, new: str, path: str, kind: str) -> tuple[str, str] | None:
@@ -108,22 +102,22 @@ def last_change(git: Git, old: str, new: str, path: str, kind: str) -> tuple[str
 def successors(git: Git, commit: str, path: str, under: str) -> list[tuple[str, int]]:
     """Where `commit` moved the `path` it deleted: (new path, % alike) for a rename git finds
     at a low threshold (20 %), else every file it added under `under` (% alike 0)."""
-    out = git.out("diff", "--name-status", "-z", "--find-renames=20%", f"{commit}^", commit)
-    fields = out.split("\0")
-    renamed, added = [], []
-    at = 0
+    changes = _name_status(git, "--find-renames=20%", f"{commit}^", commit)
+    renamed = [(new, int(st[1:] or 0)) for st, old, new in changes if st[0] in "RC" and old == path]
+    return renamed or [(new, 0) for st, new, _ in changes if st == "A" and new.startswith(under)]
+
+
+def _name_status(git: Git, *args: str) -> list[tuple[str, str, str]]:
+    """(status, path, new path: a rename's or copy's, else "") for each file `git diff ARGS`
+    changes."""
+    fields = git.out("diff", "--name-status", "-z", *args).split("\0")
+    changes, at = [], 0
     while at < len(fields) - 1:
-        status = fields[at]
-        if status.startswith(("R", "C")):
-            source, target = fields[at + 1], fields[at + 2]
-            if source == path:
-                renamed.append((target, int(status[1:] or 0)))
-            at += 3
-            continue
-        if status == "A" and fields[at + 1].startswith(under):
-            added.append((fields[at + 1], 0))
-        at += 2
-    return renamed or added
+        status, path = fields[at], fields[at + 1]
+        moved = status.startswith(("R", "C"))
+        changes.append((status, path, fields[at + 2] if moved else ""))
+        at += 3 if moved else 2
+    return changes
 
 
 def blame(git: Git, old: str, new: str, path: str, lines: list[int]) -> list[tuple[str, str]]:
