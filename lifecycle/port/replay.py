@@ -24,7 +24,9 @@ from lifecycle.port.git import Git
 from lifecycle.port.outcome import Conflict, ConflictedFile, ConflictKind
 
 TRAILER = "Lifecycle-Patch"
-_MBOX_FROM = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+# The mbox line of a mail made here: the zero commit (a commit id it would name exists on no
+# one else's machine).
+ZERO_MBOX = b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
 _CONFLICT = re.compile(r"^CONFLICT \(([^)]+)\): (.*)$", re.MULTILINE)
 _BINARY = re.compile(r"Cannot merge binary files: (.+?) \(", re.MULTILINE)
 _MARKERS = ("<<<<<<< ", ">>>>>>> ", "||||||| ")
@@ -238,12 +240,11 @@ def _message(patch: SeriesPatch) -> bytes:
         body += b"\n"
     escaped = re.sub(rb"(?m)^(>*From )", rb">\1", body)
     header = (
-        _MBOX_FROM
-        + "From: lifecycle port <port@lifecycle.invalid>\n"
+        "From: lifecycle port <port@lifecycle.invalid>\n"
         + "Date: Sat, 1 Jan 2000 00:00:00 +0000\n"
         + f"Subject: [PATCH] {patch.file}\n\n{TRAILER}: {patch.index}\n---\n"
     )
-    return header.encode() + escaped + b"\n"
+    return ZERO_MBOX + header.encode() + escaped + b"\n"
 
 
 def _refuse_repository_paths(patch: SeriesPatch, subdir: str) -> None:
