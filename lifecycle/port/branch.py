@@ -14,14 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.errors import LifecycleError
-from lifecycle.port.git import Git
+from lifecycle.port.git import SCRATCH_IDENTITY, Git
 
-_FALLBACK_IDENTITY = {
-    "GIT_AUTHOR_NAME": "lifecycle port",
-    "GIT_AUTHOR_EMAIL": "port@lifecycle.invalid",
-    "GIT_COMMITTER_NAME": "lifecycle port",
-    "GIT_COMMITTER_EMAIL": "port@lifecycle.invalid",
-}
+# The scratch commits' identity, but not their fixed date: the branch commit is made now.
+_FALLBACK_IDENTITY = {k: v for k, v in SCRATCH_IDENTITY.items() if not k.endswith("_DATE")}
 
 
 @dataclass(frozen=True)

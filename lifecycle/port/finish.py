@@ -24,7 +24,7 @@ from lifecycle.errors import LifecycleError
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.digest import manifest_digest
 from lifecycle.port import branch as port_branch
-from lifecycle.port import manifest_out, pins
+from lifecycle.port import manifest_out, upstream
 from lifecycle.port.classify import Replayed, classify
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import PatchResult
@@ -123,9 +123,9 @@ def _report(
     )
 
 
-def _flashinfer(plan: PortPlan, git: Git) -> pins.PinChange:
+def _flashinfer(plan: PortPlan, git: Git) -> upstream.PinChange:
     engine = plan.loaded.manifest.engine
-    return pins.flashinfer_pin(git, plan.new, engine.flashinfer_dist, engine.flashinfer)
+    return upstream.flashinfer_pin(git, plan.new, engine.flashinfer_dist, engine.flashinfer)
 
 
 def _validated_digest(plan: PortPlan, files: dict[str, bytes], base: str | None) -> str:
@@ -235,7 +235,7 @@ def _header(plan: PortPlan, values: manifest_out.NewValues) -> list[str]:
 
 
 def _warnings(
-    plan: PortPlan, results: list[PatchResult], changes: tuple[pins.PinChange, ...]
+    plan: PortPlan, results: list[PatchResult], changes: tuple[upstream.PinChange, ...]
 ) -> tuple[str, ...]:
     found = [w for w in (plan.mirror.warning, plan.dirty_warning, plan.existing_warning) if w]
     found += [f"{c.name} {c.new}: {c.source}" for c in changes if c.flagged]
@@ -243,19 +243,15 @@ def _warnings(
     return tuple(found)
 
 
-def _old_manifest(plan: PortPlan) -> str:
-    name = port_branch.in_repository(plan.repo, plan.loaded.file) if plan.repo else None
-    return name or str(plan.loaded.file.resolve())
-
-
 def _message(plan: PortPlan, results: list[PatchResult]) -> str:
+    old_file = port_branch.in_repository(plan.repo, plan.loaded.file) if plan.repo else None
     lines = [
         f"Port {plan.loaded.manifest.name} {plan.old_label} -> {plan.new_label} "
         f"({plan.old.tag} -> {plan.new.tag})",
         "",
         *(f"{r.file}: {r.outcome.value} {r.detail()}".rstrip() for r in results),
         "",
-        f"Old manifest: {_old_manifest(plan)} sha256:{plan.digest}",
+        f"Old manifest: {old_file or plan.loaded.file.resolve()} sha256:{plan.digest}",
         *(
             [f"Ported from the working tree (--allow-dirty): {', '.join(plan.uncommitted)}."]
             if plan.uncommitted

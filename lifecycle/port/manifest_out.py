@@ -26,10 +26,9 @@ from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.load import deep_merge
 from lifecycle.manifest.model import Patch, TunedValue
 from lifecycle.manifest.source import read_yaml
-from lifecycle.port.mirror import REMOTE, declaring_file
-from lifecycle.port.pins import PinChange, base_image_pin
 from lifecycle.port.plan import PortPlan
 from lifecycle.port.report import TunedFate
+from lifecycle.port.upstream import REMOTE, PinChange, base_image_pin, declaring_file
 
 _ORDER = ("schema_version", "extends", "name", "engine", "upstream", "patches", "tuned")
 _VERSIONISH = re.compile(r"[0-9][0-9A-Za-z.+!_-]*")

@@ -35,14 +35,16 @@ from lifecycle.port.branch import (
     in_repository,
 )
 from lifecycle.port.git import Git
-from lifecycle.port.mirror import (
+from lifecycle.port.replay import SeriesPatch
+from lifecycle.port.upstream import (
     Mirror,
+    Release,
     ensure_mirror,
+    find_release,
     mirror_path,
+    release_candidates,
     upstream_source,
 )
-from lifecycle.port.pins import Release, find_release, release_candidates
-from lifecycle.port.replay import SeriesPatch
 
 
 @dataclass(frozen=True)

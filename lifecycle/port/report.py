@@ -8,7 +8,7 @@ from typing import Any
 
 from lifecycle import __version__
 from lifecycle.port.outcome import PatchResult
-from lifecycle.port.pins import PinChange, Release
+from lifecycle.port.upstream import PinChange, Release
 
 REPORT_SCHEMA = 1
 
