@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle.port import patchfile
+from lifecycle.port import export
 from tests.port_support import PatchSpec, Project, Upstream, change_mix, git
 
 AUTHOR = "Ada Patcher <ada@downstream.invalid>"
@@ -173,12 +173,10 @@ def test_a_header_without_a_blank_line_or_message_keeps_its_fields() -> None:
     )
 
     for original in (dep3, bare):
-        ported = patchfile.with_port(
-            original, b"diff --git a/f b/f\nNEW\n", "Ported-From: 1 -> 2 (X)"
-        )
+        ported = export.with_port(original, b"diff --git a/f b/f\nNEW\n", "Ported-From: 1 -> 2 (X)")
 
         assert ported == (
-            patchfile.ZERO_MBOX
+            export.ZERO_MBOX
             + original[: original.index(b"\n", original.index(b"Subject")) + 1]
             + b"\nPorted-From: 1 -> 2 (X)\n---\ndiff --git a/f b/f\nNEW\n"
         )

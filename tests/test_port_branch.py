@@ -14,8 +14,12 @@ from click.testing import CliRunner
 from lifecycle.cli import cli
 from lifecycle.manifest import load_manifest
 from lifecycle.port.manifest_out import carry_tuned, manifest_data, render
-from lifecycle.port.mirror import mirror_path, upstream_source
-from lifecycle.port.pins import base_image_pin, release_candidates
+from lifecycle.port.upstream import (
+    base_image_pin,
+    mirror_path,
+    release_candidates,
+    upstream_source,
+)
 from tests.port_support import PatchSpec, Project, Upstream, change_mix, git
 
 

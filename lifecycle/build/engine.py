@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lifecycle.build.plan import BASE_DIGEST_LABEL, DIGEST_LABEL, BuildPlan
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import AnswerNo
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.builds import BuildRecord, images_of, record_build
 
@@ -21,12 +21,6 @@ FAIL_MARKERS = (
     "lifecycle: PIN INSTALL",
     "lifecycle: ENTRY POINT MISSING:",
 )
-
-
-class BuildFailed(LifecycleError):
-    """dockerd could not build the image; the message says why in the manifest's terms."""
-
-    exit_code = 1
 
 
 @dataclass(frozen=True)
@@ -70,7 +64,7 @@ def base_image_digest(client: Any, base_image: str) -> str:
     try:
         return str(client.images.get(base_image).id)
     except ImageNotFound:
-        raise BuildFailed(
+        raise AnswerNo(
             f"base image {base_image} is not on this Docker engine (builds pull nothing):"
             " load or pull it first"
         ) from None
@@ -123,7 +117,7 @@ def build_image(
         reason = _explain_failure(log_lines, error or "dockerd returned no image id")
         failed = _record(plan, started, duration, "failed", None, reason, str(log_path))
         record_build(ledger, failed)
-        raise BuildFailed(f"build of {plan.manifest_file} failed: {reason}\nfull log: {log_path}")
+        raise AnswerNo(f"build of {plan.manifest_file} failed: {reason}\nfull log: {log_path}")
     record = _record(plan, started, duration, "built", image_id, None, str(log_path))
     return _result(record_build(ledger, record), record, str(log_path))
 

@@ -50,10 +50,6 @@ def image_tag(name: str, vllm: str, digest: str) -> str:
     return f"lifecycle/{name}:{vllm}-{digest[:12]}"
 
 
-class UnconfirmedPin(LifecycleError):
-    """The manifest lists a pin nobody has confirmed: no image is built from it (exit 2)."""
-
-
 def plan_build(
     loaded: LoadedManifest,
     *,
@@ -68,7 +64,7 @@ def plan_build(
         for path, message in unconfirmed_pins(loaded.manifest)
     ]
     if unconfirmed:
-        raise UnconfirmedPin(f"{loaded.file}: {'; '.join(unconfirmed)}")
+        raise LifecycleError(f"{loaded.file}: {'; '.join(unconfirmed)}")
     manifest = loaded.manifest
     engine = manifest.engine
     digest = manifest_digest(loaded)

@@ -1,12 +1,21 @@
 """Checks that need more than one field's type: tuned ranges, stray secrets, an engine
-argument set twice."""
+argument set twice, where JIT caches are mounted and which env vars point the engine at them.
+
+A boot bind-mounts one host dir per active cache at its `path` and sets its `env`; a mount
+hides whatever the image had there, and the last of two settings of one env var wins. So a
+cache may not sit on a system directory, on the patched engine, or on another cache, and no
+profile may set (or pass as a secret) an env var a cache sets.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from itertools import combinations
+from pathlib import PurePosixPath
 
-from lifecycle.manifest.model import Manifest, engine_flag
+from lifecycle.manifest.defaults import BOOT_ENV
+from lifecycle.manifest.model import JitCache, Manifest, engine_flag
 from lifecycle.manifest.source import KeyPath
 
 Finding = tuple[KeyPath, str]
@@ -116,5 +125,110 @@ def check_tuned_in_args(manifest: Manifest) -> Iterator[Finding]:
 
 def unconfirmed_pins(manifest: Manifest) -> Iterator[Finding]:
     """The pins listed under `engine.unconfirmed`: `validate` warns, `build` refuses."""
-    for name, value, why in manifest.engine.unconfirmed_pins():
+    for name, why in manifest.engine.unconfirmed.items():
+        value = getattr(manifest.engine, name)  # a PinName is the name of a pin's field
         yield ("engine", "unconfirmed", name), f"{name} {value} is not confirmed ({why})"
+
+
+# The container needs these trees as the image and the kernel made them, all the way down.
+_OFF_LIMITS = tuple(PurePosixPath(p) for p in ("/proc", "/sys", "/dev", "/etc"))
+# A mount at one of these (or at /) hides the image's own files; a dir inside one is fine.
+_SYSTEM_DIRS = frozenset(
+    PurePosixPath(p)
+    for p in (
+        "/", "/bin", "/boot", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt",
+        "/opt", "/root", "/run", "/sbin", "/srv", "/tmp", "/usr", "/var", "/usr/bin",
+        "/usr/include", "/usr/lib", "/usr/lib64", "/usr/libexec", "/usr/local", "/usr/local/bin",
+        "/usr/local/lib", "/usr/sbin", "/usr/share", "/var/cache", "/var/lib", "/var/log",
+        "/var/run", "/var/tmp",
+    )
+)  # fmt: skip
+
+
+def check_mounts(manifest: Manifest, written: Callable[[KeyPath], bool]) -> Iterator[Finding]:
+    """Every active cache's path against the system, the engine and the other caches.
+
+    `written(path)` tells a value the manifest wrote from a default (the implied caches), so
+    that a conflict is reported where the user can change it."""
+    caches = manifest.active_caches()
+    package_dir = PurePosixPath(manifest.engine.package_dir)
+    # The caches whose own place is fine: only those are compared with each other.
+    placed: dict[str, JitCache] = {}
+    for name, cache in caches.items():
+        where = ("caches", name, "path")
+        path = PurePosixPath(cache.path)
+        if problem := _system_problem(path):
+            yield where, problem
+        elif path == package_dir or path.is_relative_to(package_dir):
+            yield where, f"{cache.path!r} is inside engine.package_dir; a cache is not the engine"
+        elif package_dir.is_relative_to(path):
+            at = where if written(where) else ("engine", "package_dir")
+            yield at, f"cache {name!r} at {cache.path!r} would hide the patched engine below it"
+        else:
+            placed[name] = cache
+    for (first, a), (second, b) in combinations(placed.items(), 2):
+        later, earlier = _reported(second, first, written)
+        pa, pb = PurePosixPath(a.path), PurePosixPath(b.path)
+        if pa == pb:
+            yield ("caches", later, "path"), f"{a.path!r} is also the path of cache {earlier!r}"
+        elif pa.is_relative_to(pb) or pb.is_relative_to(pa):
+            yield ("caches", later, "path"), f"overlaps cache {earlier!r} ({a.path} and {b.path})"
+    for (first, a), (second, b) in combinations(caches.items(), 2):
+        if a.env == b.env:
+            later, earlier = _reported(second, first, written)
+            yield ("caches", later, "env"), f"cache {earlier!r} sets {a.env} too"
+
+
+def check_cache_env(manifest: Manifest, written: Callable[[KeyPath], bool]) -> Iterator[Finding]:
+    """A profile's env var or secret that a cache or the boot sets would silently lose.
+
+    A secret's name taken by a cache the manifest declares is the cache's mistake, reported
+    there (`written` as for check_mounts); one taken by an implied cache, at the secret."""
+    setters: dict[str, tuple[str, str]] = {}  # env var -> (who sets it, what to do instead)
+    declared: dict[str, KeyPath] = {}  # env var -> where a cache of the manifest sets it
+    for name, cache in manifest.active_caches().items():
+        setters[cache.env] = (
+            f"cache {name!r} sets {cache.env} to its mount",
+            "change the cache's path instead (or disable the cache)",
+        )
+        declared[cache.env] = ("caches", name, "env")
+        for key in cache.settings:
+            setters[key] = (f"cache {name!r} sets {key}", f"change caches.{name}.settings instead")
+            declared[key] = ("caches", name, "settings", key)
+    declared = {key: where for key, where in declared.items() if written(where)}
+    for key in BOOT_ENV:
+        setters[key] = (f"lifecycle boot sets {key} to the boot's own value", "remove it")
+        declared.pop(key, None)
+    for profile_name, profile in manifest.profiles.items():
+        for key in profile.env:
+            if key in setters:
+                who, instead = setters[key]
+                yield ("profiles", profile_name, "env", key), f"{who}; {instead}"
+        for index, secret in enumerate(profile.secrets):
+            if secret in declared:
+                message = f"{secret} is a secret of profile {profile_name!r}; name another variable"
+                yield declared[secret], message
+            elif secret in setters:
+                who, _ = setters[secret]
+                yield ("profiles", profile_name, "secrets", index), f"{who}; it cannot be a secret"
+        for index, name in enumerate(profile.from_host):
+            if name in setters:
+                who, _ = setters[name]
+                yield ("profiles", profile_name, "from_host", index), f"{who}; remove it here"
+
+
+def _system_problem(path: PurePosixPath) -> str | None:
+    for tree in _OFF_LIMITS:
+        if path == tree or path.is_relative_to(tree):
+            return f"'{path}' is in {tree}, which the container needs as it is"
+    if path in _SYSTEM_DIRS:
+        return f"'{path}' is a system directory; a mount there hides the image's own files"
+    return None
+
+
+def _reported(second: str, first: str, written: Callable[[KeyPath], bool]) -> tuple[str, str]:
+    """(the cache to report a conflict at, the other): the later one, unless only the earlier
+    was written in the manifest."""
+    if not written(("caches", second)) and written(("caches", first)):
+        return first, second
+    return second, first

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
@@ -33,3 +33,10 @@ def matching(pattern: re.Pattern[str], expected: str) -> AfterValidator:
 
 Text = Annotated[str, Field(min_length=1)]
 Slug = Annotated[str, matching(_SLUG, "must be lower-case letters, digits, '.', '_' or '-'")]
+
+
+class Strict(BaseModel):
+    """A model of our documents: unknown keys are errors, nothing is coerced, values are frozen."""
+
+    # No .inf or .nan: no measured value is infinite, and a NaN equals nothing, itself included.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)

@@ -1,23 +1,34 @@
-"""The one entry point that turns a manifest file into a validated, resolved `Manifest`."""
+"""The one entry point that turns a manifest file into a validated, resolved `Manifest`.
+
+`extends`: a derived manifest is its parent with the child's keys laid over it. The patch
+series' files are checked here too (where each is, that it is a diff, that none is there
+twice), so a file that is not a patch is refused before any build: GNU patch would only say
+"Only garbage was found" inside the image.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from lifecycle.errors import LifecycleError, ManifestError, Problem
-from lifecycle.manifest.checks import check_profiles, check_tuned, check_tuned_in_args
+from lifecycle.manifest.checks import (
+    check_cache_env,
+    check_mounts,
+    check_profiles,
+    check_tuned,
+    check_tuned_in_args,
+)
 from lifecycle.manifest.defaults import DEFAULT_CACHES
-from lifecycle.manifest.limits import MAX_EXTENDS
-from lifecycle.manifest.merge import deep_merge, merge_located
 from lifecycle.manifest.model import Manifest
-from lifecycle.manifest.mounts import check_cache_env, check_mounts
-from lifecycle.manifest.patches import check_series_entry
 from lifecycle.manifest.pydantic_errors import problems_from_validation
-from lifecycle.manifest.source import KeyPath, Located, read_yaml, render_key_path
+from lifecycle.manifest.source import MAX_EXTENDS, KeyPath, Located, read_yaml, render_key_path
 
 MANIFEST_NAME = "manifest.yaml"
 
@@ -58,7 +69,7 @@ def load_manifest(file: Path) -> LoadedManifest:
         where: KeyPath = ("patches", index, "file")
         mark = located.mark(where)
         manifest_dir = mark.file.parent if mark else file.parent
-        refused = check_series_entry(manifest_dir, patch.file, index, seen)
+        refused = _refused_patch(manifest_dir, patch.file, index, seen)
         if refused:
             problems.append(_problem(located, where, refused))
         patch_files.append(manifest_dir / patch.file)
@@ -148,3 +159,80 @@ def _problem(located: Located, path: KeyPath, message: str) -> Problem:
     if mark is None:
         raise AssertionError(f"no position for {path}")  # the root always has one
     return Problem(mark.file, mark.line, mark.col, render_key_path(path), message)
+
+
+def deep_merge(base: Any, over: Any) -> Any:
+    """Mappings merge key by key; anything else (lists included) is replaced by `over`."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        merged = dict(base)
+        for key, value in over.items():
+            merged[key] = deep_merge(base[key], value) if key in base else value
+        return merged
+    return over
+
+
+def merge_located(base: Located, over: Located) -> Located:
+    """Merge data, keeping for every surviving value the mark of the file it came from."""
+    values = {p: m for p, m in base.values.items() if _survives(p, over)}
+    keys = {p: m for p, m in base.keys.items() if _survives(p, over)}
+    return Located(deep_merge(base.data, over.data), values | over.values, keys | over.keys)
+
+
+def _survives(path: KeyPath, over: Located) -> bool:
+    """A base value survives unless `over` sets it, or replaces a non-mapping above it."""
+    if path in over.values:
+        return False
+    for end in range(1, len(path)):
+        prefix = path[:end]
+        if prefix in over.values and not isinstance(_get(over.data, prefix), dict):
+            return False
+    return True
+
+
+def _get(data: Any, path: KeyPath) -> Any:
+    for part in path:
+        data = data[part]
+    return data
+
+
+# A unified diff's file header and first hunk (`diff -u`, `git diff`), or a git diff section,
+# which may carry no hunk at all (a rename, a mode change, an empty file, GIT binary patch).
+_UNIFIED = re.compile(rb"^--- [^\n]+\n\+\+\+ [^\n]+\n@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@", re.M)
+_GIT = re.compile(rb"^diff --git [^\n]+\n", re.M)
+MAX_PATCH_BYTES = 64 * 2**20
+
+
+def _refused_patch(
+    manifest_dir: Path, file: str, index: int, seen: dict[object, int]
+) -> str | None:
+    """Why patches[index] is refused, or None: it must be a diff in a file inside the manifest's
+    dir, neither the same file as an earlier entry nor the same bytes (`seen` remembers them)."""
+    relative = Path(file)
+    if relative.is_absolute():
+        return "must be relative to the manifest's directory, not absolute"
+    if ".." in relative.parts:
+        return "must stay inside the manifest's directory ('..' is refused)"
+    target = manifest_dir / relative
+    # resolve() follows symlinks, so a link pointing outside is caught here too.
+    if not target.resolve().is_relative_to(manifest_dir.resolve()):
+        return "resolves outside the manifest's directory (symlink?)"
+    if not target.is_file():
+        return f"no such patch file: {target}"
+    try:
+        if target.stat().st_size > MAX_PATCH_BYTES:
+            return f"larger than {MAX_PATCH_BYTES // 2**20} MiB; not a patch of an engine's sources"
+        content = target.read_bytes()
+    except OSError as exc:
+        return f"cannot read {target}: {exc.strerror or exc}"
+    if not content.strip():
+        return "the patch file is empty"
+    if b"\0" in content:
+        return "the patch file holds binary data (NUL bytes); git's binary patches are text"
+    if not (_UNIFIED.search(content) or _GIT.search(content)):
+        return "not a diff: no '--- FILE' '+++ FILE' '@@' hunk and no 'diff --git' header"
+    keys = (target.resolve(), hashlib.sha256(content).hexdigest())
+    for key in keys:
+        if key in seen:
+            return f"the same patch as patches[{seen[key]}]; a series applies each patch once"
+    seen.update(dict.fromkeys(keys, index))
+    return None

@@ -14,9 +14,9 @@ import re
 from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, Field
 
-from lifecycle.manifest.fields import Slug, Text, matching
+from lifecycle.manifest.fields import Slug, Strict, Text, matching
 
 CONDITION = re.compile(
     r"^\s*(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\s*(?P<op>>=|<=|==|!=|>|<)\s*"
@@ -52,12 +52,7 @@ MetricName = Annotated[str, matching(_METRIC, "is not a metric name")]
 CacheState = Literal["cold", "warm"]
 
 
-class _Strict(BaseModel):
-    # No .inf or .nan: no measured value is infinite, and a NaN equals nothing, itself included.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
-
-
-class Evidence(_Strict):
+class Evidence(Strict):
     """What can be observed of a boot: log lines, the engine's metrics, files in its caches."""
 
     log: list[Annotated[str, AfterValidator(_pattern)]] = Field(
@@ -79,7 +74,7 @@ class Evidence(_Strict):
         ]
 
 
-class Shape(_Strict):
+class Shape(Strict):
     """A forced shape (one request carrying 64 prompts) and the evidence it was forced."""
 
     what: Text
@@ -88,7 +83,7 @@ class Shape(_Strict):
     path: Evidence = Field(description="All observed: the shape was forced.")
 
 
-class LadderMethod(_Strict):
+class LadderMethod(Strict):
     """A ladder of one tuned value, each rung run cold and warm at a forced shape; the value
     is the highest rung whose margin clears the floor in both cache states."""
 
@@ -99,7 +94,7 @@ class LadderMethod(_Strict):
     timeout_s: Annotated[float, Field(gt=0)] = 600.0
 
 
-class Validity(_Strict):
+class Validity(Strict):
     """The conditions a validated value was measured in; it holds for them, not beyond."""
 
     measured_at: Text

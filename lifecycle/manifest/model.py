@@ -5,21 +5,17 @@ from __future__ import annotations
 import math
 import re
 from pathlib import PurePosixPath
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Literal
 
 from packaging.version import InvalidVersion, Version
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
-    model_serializer,
     model_validator,
 )
 
-from lifecycle.manifest.fields import Slug, Text, matching, version_text
+from lifecycle.manifest.fields import Slug, Strict, Text, matching, version_text
 from lifecycle.manifest.measure import LadderMethod, Validity
 
 SCHEMA_VERSION = 1
@@ -75,28 +71,15 @@ PortKey = Annotated[str, BeforeValidator(_port_number_as_text), AfterValidator(_
 PinName = Literal["vllm", "flashinfer", "base_image"]
 
 
-class _Strict(BaseModel):
-    # No .inf or .nan: no measured value is infinite, and a NaN equals nothing, itself included.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
-    # Keys added after manifests were first digested: dumped only when not at their default,
+def _unset(value: object) -> bool:
+    # Keys added after manifests were first digested are dumped only when set (`exclude_if`),
     # so a manifest that does not use one dumps, and digests (image tag included), as before
     # it existed.
-    _LATER_KEYS: ClassVar[tuple[str, ...]] = ()
-
-    @model_serializer(mode="wrap")
-    def _without_unset_later_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        fields = type(self).model_fields
-        for key in self._LATER_KEYS:
-            if getattr(self, key) == fields[key].get_default(call_default_factory=True):
-                data.pop(key, None)
-        return data
+    return not value
 
 
-class EnginePins(_Strict):
+class EnginePins(Strict):
     """What the engine image is made of."""
-
-    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("unconfirmed",)
 
     vllm: PinnedVersion
     flashinfer: PinnedVersion
@@ -110,6 +93,7 @@ class EnginePins(_Strict):
     )
     unconfirmed: dict[PinName, Text] = Field(
         default_factory=dict,
+        exclude_if=_unset,
         description=(
             "Pins nobody has confirmed yet, pin name -> why (`lifecycle port` writes one when "
             "it cannot read a pin from the new release). `validate` warns and `build` refuses "
@@ -118,13 +102,8 @@ class EnginePins(_Strict):
         ),
     )
 
-    def unconfirmed_pins(self) -> list[tuple[str, str, str]]:
-        """(pin name, its value, why) for each pin listed under `unconfirmed`."""
-        values = {"vllm": self.vllm, "flashinfer": self.flashinfer, "base_image": self.base_image}
-        return [(name, values[name], why) for name, why in self.unconfirmed.items()]
 
-
-class Upstream(_Strict):
+class Upstream(Strict):
     """Where the engine's source comes from, for `port`."""
 
     repository: Text = Field(description="A git URL or a local path (relative to the manifest).")
@@ -135,7 +114,7 @@ class Upstream(_Strict):
         return self.tag.replace("{version}", version)
 
 
-class Patch(_Strict):
+class Patch(Strict):
     """One patch of the ordered series, with why it is carried."""
 
     file: Text = Field(description="Path relative to the manifest's directory.")
@@ -150,10 +129,8 @@ def engine_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-class TunedValue(_Strict):
+class TunedValue(Strict):
     """An engine argument whose value was measured, and how."""
-
-    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("measure", "validity")
 
     value: Annotated[bool | int | float | str, BeforeValidator(_finite)]
     status: Literal["validated", "carried"]
@@ -163,10 +140,14 @@ class TunedValue(_Strict):
     carried_from: Text | None = None
     note: Text | None = None
     measure: LadderMethod | None = Field(
-        default=None, description="How to measure it again (`lifecycle tune --revalidate`)."
+        default=None,
+        exclude_if=_unset,
+        description="How to measure it again (`lifecycle tune --revalidate`).",
     )
     validity: Validity | None = Field(
-        default=None, description="The conditions it was measured in (`lifecycle tune`)."
+        default=None,
+        exclude_if=_unset,
+        description="The conditions it was measured in (`lifecycle tune`).",
     )
 
     @model_validator(mode="after")
@@ -187,16 +168,15 @@ class TunedValue(_Strict):
         return [engine_flag(name), str(self.value)]
 
 
-class JitCache(_Strict):
+class JitCache(Strict):
     """A directory the engine JIT-compiles into at boot; mounted from a tracked host dir."""
-
-    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("settings",)
 
     path: ContainerPath
     env: EnvName = Field(description="The env var that points the engine at `path`.")
     enabled: bool = True
     settings: dict[EnvName, str] = Field(
         default_factory=dict,
+        exclude_if=_unset,
         description=(
             "Env vars a boot sets with this cache so the JIT writes all of its output into "
             "`path` (e.g. Inductor's precompiled headers, which otherwise go to /tmp)."
@@ -204,7 +184,7 @@ class JitCache(_Strict):
     )
 
 
-class Acceptance(_Strict):
+class Acceptance(Strict):
     """A command run on the host after the boot; its exit code and JSON stdout become a result.
 
     It runs from the project root (the directory holding `manifests/`) with the boot as JSON
@@ -217,11 +197,9 @@ class Acceptance(_Strict):
     timeout_s: Annotated[float, Field(gt=0)] = 600.0
 
 
-class BootProfile(_Strict):
+class BootProfile(Strict):
     """How to start the engine (or another program in its image): command, environment,
     secrets by name, devices."""
-
-    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("acceptance", "from_host", "engine")
 
     command: list[str] = Field(default_factory=list)
     args: list[str] = Field(default_factory=list)
@@ -230,6 +208,7 @@ class BootProfile(_Strict):
     # the engine runs. True by default, as every profile was the engine before the key.
     engine: bool = Field(
         default=True,
+        exclude_if=lambda engine: engine is True,
         description=(
             "Whether the command runs the engine. A boot appends the tuned values to an engine "
             "profile's command, whose args may then not set one of them too; false for another "
@@ -243,6 +222,7 @@ class BootProfile(_Strict):
     )
     from_host: list[EnvName] = Field(
         default_factory=list,
+        exclude_if=_unset,
         description=(
             "Names of host env vars passed through whose values are not secret and are "
             "recorded with the boot (a pod IP, a side channel's host): `why` can then name "
@@ -259,7 +239,9 @@ class BootProfile(_Strict):
         default=None, description="Docker network mode (e.g. none, host); default: dockerd's."
     )
     acceptance: Acceptance | None = Field(
-        default=None, description="Run after each boot of this profile; its outcome is a result."
+        default=None,
+        exclude_if=_unset,
+        description="Run after each boot of this profile; its outcome is a result.",
     )
 
 
@@ -271,10 +253,8 @@ ObjectReference = Annotated[
 ]
 
 
-class Manifest(_Strict):
+class Manifest(Strict):
     """One pinned engine release, resolved (after `extends` and cache defaults)."""
-
-    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("entry_points",)
 
     schema_version: Literal[1]
     name: Slug
@@ -295,6 +275,7 @@ class Manifest(_Strict):
     profiles: dict[Slug, BootProfile] = Field(default_factory=dict)
     entry_points: dict[EntryPointGroup, dict[Slug, ObjectReference]] = Field(
         default_factory=dict,
+        exclude_if=_unset,
         description=(
             "Entry points the image registers, group -> name -> 'module:function', e.g. "
             "vllm.general_plugins: the engine loads them at start (a module a patch adds is "

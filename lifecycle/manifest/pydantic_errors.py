@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from lifecycle.errors import Problem
+from lifecycle.errors import Problem, did_you_mean
 from lifecycle.manifest.located import KeyPath, Located, render_key_path
 from lifecycle.manifest.model import Manifest
 
@@ -92,11 +92,9 @@ def _typo_hint(root: type[BaseModel], path: KeyPath) -> str | None:
 
 def _unknown_key_message(root: type[BaseModel], path: KeyPath, hints: bool) -> str:
     message = f"unknown key {str(path[-1])!r}{_not_ascii(str(path[-1]))}"
-    hint = _typo_hint(root, path) if hints else None
-    if hint:
-        return f"{message}; did you mean {hint!r}?"
     allowed = _fields_at(root, path[:-1])
-    return f"{message}; expected one of: {', '.join(allowed)}" if allowed else message
+    expected = f"; expected one of: {', '.join(allowed)}" if allowed else ""
+    return message + (did_you_mean(str(path[-1]), allowed, expected) if hints else expected)
 
 
 def _not_ascii(key: str) -> str:

@@ -14,18 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.errors import LifecycleError
-from lifecycle.port.git import Git
+from lifecycle.port.git import SCRATCH_IDENTITY, Git
 
-_FALLBACK_IDENTITY = {
-    "GIT_AUTHOR_NAME": "lifecycle port",
-    "GIT_AUTHOR_EMAIL": "port@lifecycle.invalid",
-    "GIT_COMMITTER_NAME": "lifecycle port",
-    "GIT_COMMITTER_EMAIL": "port@lifecycle.invalid",
-}
-
-
-class BranchError(LifecycleError):
-    """The port branch cannot be written."""
+# The scratch commits' identity, but not their fixed date: the branch commit is made now.
+_FALLBACK_IDENTITY = {k: v for k, v in SCRATCH_IDENTITY.items() if not k.endswith("_DATE")}
 
 
 @dataclass(frozen=True)
@@ -44,18 +36,6 @@ def find_repository(directory: Path) -> Repository | None:
         return None
     root = Path(top.out.strip())
     return Repository(root, Git.user(root).commit_of("HEAD"))
-
-
-def branch_exists(repo: Repository, branch: str) -> str | None:
-    """The commit `branch` points at, if it exists."""
-    return Git.user(repo.root).commit_of(f"refs/heads/{branch}")
-
-
-def check_branch_name(repo: Repository, branch: str) -> None:
-    """Refuse a name git would not accept as a branch."""
-    done = Git.user(repo.root).run("check-ref-format", "--branch", branch, check=False)
-    if done.rc != 0:
-        raise BranchError(f"{branch!r} is not a valid branch name")
 
 
 def in_repository(repo: Repository, path: Path) -> str | None:
@@ -147,5 +127,5 @@ def commit_files(
         check=False,
     )
     if updated.rc != 0:
-        raise BranchError(f"could not create branch {branch}: {updated.err.strip()}")
+        raise LifecycleError(f"could not create branch {branch}: {updated.err.strip()}")
     return commit

@@ -1,28 +1,40 @@
-"""The end of a port: outcomes, the new manifest and series, the report, the branch commit."""
+"""The end of a port: outcomes, the new manifest and series, the report, the branch commit.
+
+The range-diff shows the old series against the new. A patch that came out empty (EMPTIED, or
+resolved to no change) is an empty commit in the replay; given to range-diff as it is, it
+shows as a new commit of the new series beside the old one shown as gone. So the new series is
+given without its empty commits: when there are any, the commits after the first are re-made
+(`commit-tree`, same trees and messages, the scratch repository's fixed identity) on a chain
+without them. Every patch shown as gone (`<`) then gets its outcome after its name, e.g.
+`(DROPPED_UPSTREAM)`.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from lifecycle.errors import LifecycleError
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.digest import manifest_digest
 from lifecycle.port import branch as port_branch
-from lifecycle.port import manifest_out, pins, rangediff
-from lifecycle.port.classify import Bases, Replayed, classify
+from lifecycle.port import manifest_out, upstream
+from lifecycle.port.classify import Replayed, classify
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import PatchResult
 from lifecycle.port.plan import PortPlan
-from lifecycle.port.replay import ReplayError
 from lifecycle.port.report import PortReport, PortStatus
 
 REPORT_FILE = "port-report.json"
 RANGE_DIFF_FILE = "port-range-diff.txt"
+EMPTY_SERIES = "(the new series is empty: every patch left it, for the reasons above)\n"
+_GONE = re.compile(r"^(\s*\d+:\s+[0-9a-f]+ < -:\s+-+ )(.+)$", re.MULTILINE)
 
 
 def finish(
@@ -39,12 +51,12 @@ def finish(
     with ThreadPoolExecutor(max_workers=2) as pool:
         flashinfer = pool.submit(_flashinfer, plan, git)
         range_diff = pool.submit(_range_diff, plan, git, replayed)
-        results, kept = classify(git, _bases(plan), plan.patches, replayed)
+        results, kept = classify(git, plan, replayed)
         fi, diff = flashinfer.result(), range_diff.result()
     missing = [r.file for r in results if r.outcome.needs_person]
     if missing:
         # Only when someone skipped or aborted the cherry-pick by hand in the worktree.
-        raise ReplayError(
+        raise LifecycleError(
             f"the worktree no longer holds {', '.join(missing)} (was the cherry-pick skipped "
             "or aborted by hand?): `lifecycle port --abort` and start again"
         )
@@ -64,7 +76,7 @@ def finish(
     )
     files[REPORT_FILE] = (json.dumps(report.record(), indent=2) + "\n").encode()
     outcomes = {r.file: r.outcome.value for r in results}
-    files[RANGE_DIFF_FILE] = (_reasons(plan, results) + rangediff.annotate(diff, outcomes)).encode()
+    files[RANGE_DIFF_FILE] = (_reasons(plan, results) + _annotate(diff, outcomes)).encode()
     if plan.request.flags.dry_run or plan.repo is None:
         return replace(report, files=tuple(sorted(files)))
     directory = plan.new_dir.relative_to(plan.repo.root.resolve()).as_posix()
@@ -77,7 +89,7 @@ def finish(
 def stopped(plan: PortPlan, git: Git, replayed: Replayed) -> PortReport:
     """The report of a port stopped on conflicts: every patch's outcome so far, and the pins
     and tuned values the finished port would write."""
-    results, _ = classify(git, _bases(plan), plan.patches, replayed)
+    results, _ = classify(git, plan, replayed)
     values = manifest_out.new_values(plan, _flashinfer(plan, git))
     return _report(plan, results, values, PortStatus.CONFLICTS_PENDING)
 
@@ -111,14 +123,9 @@ def _report(
     )
 
 
-def _flashinfer(plan: PortPlan, git: Git) -> pins.PinChange:
+def _flashinfer(plan: PortPlan, git: Git) -> upstream.PinChange:
     engine = plan.loaded.manifest.engine
-    return pins.flashinfer_pin(git, plan.new, engine.flashinfer_dist, engine.flashinfer)
-
-
-def _bases(plan: PortPlan) -> Bases:
-    port = f"{plan.old_label} -> {plan.new_label}"
-    return Bases(plan.old.commit, plan.new.commit, plan.new.tag, plan.subdir, port)
+    return upstream.flashinfer_pin(git, plan.new, engine.flashinfer_dist, engine.flashinfer)
 
 
 def _validated_digest(plan: PortPlan, files: dict[str, bytes], base: str | None) -> str:
@@ -147,12 +154,46 @@ def _as_on_branch(plan: PortPlan, file: Path, base: str | None) -> bytes:
 
 
 def _range_diff(plan: PortPlan, git: Git, replayed: Replayed) -> str:
-    if replayed.old and replayed.new:
-        last_old = replayed.old[len(replayed.old) - 1]
-        return rangediff.range_diff(git, plan.old.commit, last_old, plan.new.commit, "HEAD")
-    if replayed.old:
-        return rangediff.EMPTY_SERIES
-    return ""
+    """`git range-diff` of the two series, the new one without its empty commits."""
+    if not replayed.old:
+        return ""
+    tip = _without_empty(git, plan.new.commit, "HEAD") if replayed.new else plan.new.commit
+    if tip == plan.new.commit:
+        return EMPTY_SERIES
+    old_range = f"{plan.old.commit}..{replayed.old[len(replayed.old) - 1]}"
+    return git.out("range-diff", "--no-color", old_range, f"{plan.new.commit}..{tip}")
+
+
+def _without_empty(git: Git, base: str, tip: str) -> str:
+    """The tip of a chain on `base` holding `base..tip`'s non-empty commits, in order."""
+    # One listing, `base` included as the boundary (`-`) for the tree the first commit follows.
+    listed = git.out("log", "--boundary", "--reverse", "--format=%m %H %T", f"{base}..{tip}")
+    rows = [line.split() for line in listed.splitlines()]
+    previous = next((tree for mark, _, tree in rows if mark == "-"), None)
+    if previous is None:
+        return tip  # nothing between them
+    parent, remade = base, False
+    for _, commit, tree in (row for row in rows if row[0] != "-"):
+        if tree == previous:
+            remade = True  # empty: every commit after it needs a new parent
+            continue
+        if remade:
+            message = git.out("log", "-1", "--format=%B", commit)
+            parent = git.out("commit-tree", tree, "-p", parent, input=message).strip()
+        else:
+            parent = commit
+        previous = tree
+    return parent
+
+
+def _annotate(text: str, outcomes: dict[str, str]) -> str:
+    """Each patch shown as gone gets its outcome after its name (the commit's subject)."""
+
+    def named(match: re.Match[str]) -> str:
+        outcome = outcomes.get(match.group(2))
+        return f"{match.group(0)} ({outcome})" if outcome else match.group(0)
+
+    return _GONE.sub(named, text)
 
 
 def _reasons(plan: PortPlan, results: list[PatchResult]) -> str:
@@ -194,7 +235,7 @@ def _header(plan: PortPlan, values: manifest_out.NewValues) -> list[str]:
 
 
 def _warnings(
-    plan: PortPlan, results: list[PatchResult], changes: tuple[pins.PinChange, ...]
+    plan: PortPlan, results: list[PatchResult], changes: tuple[upstream.PinChange, ...]
 ) -> tuple[str, ...]:
     found = [w for w in (plan.mirror.warning, plan.dirty_warning, plan.existing_warning) if w]
     found += [f"{c.name} {c.new}: {c.source}" for c in changes if c.flagged]
@@ -202,19 +243,15 @@ def _warnings(
     return tuple(found)
 
 
-def _old_manifest(plan: PortPlan) -> str:
-    name = port_branch.in_repository(plan.repo, plan.loaded.file) if plan.repo else None
-    return name or str(plan.loaded.file.resolve())
-
-
 def _message(plan: PortPlan, results: list[PatchResult]) -> str:
+    old_file = port_branch.in_repository(plan.repo, plan.loaded.file) if plan.repo else None
     lines = [
         f"Port {plan.loaded.manifest.name} {plan.old_label} -> {plan.new_label} "
         f"({plan.old.tag} -> {plan.new.tag})",
         "",
         *(f"{r.file}: {r.outcome.value} {r.detail()}".rstrip() for r in results),
         "",
-        f"Old manifest: {_old_manifest(plan)} sha256:{plan.digest}",
+        f"Old manifest: {old_file or plan.loaded.file.resolve()} sha256:{plan.digest}",
         *(
             [f"Ported from the working tree (--allow-dirty): {', '.join(plan.uncommitted)}."]
             if plan.uncommitted

@@ -23,13 +23,12 @@ from typing import Any
 import yaml
 
 from lifecycle.manifest import LoadedManifest
-from lifecycle.manifest.merge import deep_merge
+from lifecycle.manifest.load import deep_merge
 from lifecycle.manifest.model import Patch, TunedValue
 from lifecycle.manifest.source import read_yaml
-from lifecycle.port.mirror import REMOTE
-from lifecycle.port.pins import PinChange, base_image_pin
 from lifecycle.port.plan import PortPlan
 from lifecycle.port.report import TunedFate
+from lifecycle.port.upstream import REMOTE, PinChange, base_image_pin, declaring_file
 
 _ORDER = ("schema_version", "extends", "name", "engine", "upstream", "patches", "tuned")
 _VERSIONISH = re.compile(r"[0-9][0-9A-Za-z.+!_-]*")
@@ -61,8 +60,7 @@ def new_values(plan: PortPlan, flashinfer: PinChange) -> NewValues:
     }
     if unconfirmed:
         new_engine["unconfirmed"] = unconfirmed
-    validated = plan.existing.validated if plan.existing else {}
-    tuned = carry_tuned(plan.loaded.manifest.tuned, plan.old_label, validated)
+    tuned = carry_tuned(plan.loaded.manifest.tuned, plan.old_label, plan.validated)
     fates = {
         name: TunedFate("validated", plan.new_label)
         if value.status == "validated"
@@ -154,12 +152,8 @@ def _rebase_upstream(own: dict[str, Any], loaded: LoadedManifest, new_dir: Path)
     repository = str(upstream["repository"])
     if REMOTE.match(repository) or Path(repository).is_absolute():
         return
-    for file in loaded.chain[:-1]:
-        declared = read_yaml(file).data.get("upstream") or {}
-        if "repository" in declared:
-            absolute = os.path.normpath(file.parent / declared["repository"])
-            own["upstream"] = {**upstream, "repository": os.path.relpath(absolute, new_dir)}
-            return
+    absolute = os.path.normpath(declaring_file(loaded).parent / repository)
+    own["upstream"] = {**upstream, "repository": os.path.relpath(absolute, new_dir)}
 
 
 class _Dumper(yaml.SafeDumper):

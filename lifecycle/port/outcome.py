@@ -44,26 +44,15 @@ class DropMethod(StrEnum):
 
 
 class ConflictKind(StrEnum):
-    """Why git's 3-way merge stopped, per file."""
+    """Why git's 3-way merge stopped, per file; declared in the order a conflict whose files
+    differ is named by: the kind least likely to be a mechanical fix first."""
 
-    CONTENT = "content"
-    MODIFY_DELETE = "modify/delete"
-    ADD_ADD = "add/add"
     BINARY = "binary"
+    MODIFY_DELETE = "modify/delete"
     RENAME = "rename"  # rename/rename, rename/delete, or a file moved out of the package dir
     FILE_DIRECTORY = "file/directory"
-
-
-# The kind a conflict is named by when its files differ: the one least likely to be a
-# mechanical fix comes first.
-_PRECEDENCE = (
-    ConflictKind.BINARY,
-    ConflictKind.MODIFY_DELETE,
-    ConflictKind.RENAME,
-    ConflictKind.FILE_DIRECTORY,
-    ConflictKind.ADD_ADD,
-    ConflictKind.CONTENT,
-)
+    ADD_ADD = "add/add"
+    CONTENT = "content"
 
 
 @dataclass(frozen=True)
@@ -85,7 +74,7 @@ class Conflict:
     def kind(self) -> ConflictKind:
         """The conflict's name: the most telling kind among its files."""
         kinds = {f.kind for f in self.files}
-        return next((k for k in _PRECEDENCE if k in kinds), ConflictKind.CONTENT)
+        return next((k for k in ConflictKind if k in kinds), ConflictKind.CONTENT)
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for reports and state."""

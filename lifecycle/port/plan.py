@@ -4,6 +4,12 @@
 `demo/0.1`, or a manifest path); `NEW` is the directory under manifests/ the new manifest goes
 to (`0.31`, `demo/0.2`). The new release is `--release`, else NEW's last path component
 (`0.31` → tag v0.31, else v0.31.0); the old release is the old manifest's `engine.vllm`.
+
+A NEW that exists (in the working tree or at HEAD) may hold values someone measured on that
+release, and a port writes every tuned value of OLD as `carried`: over an existing release
+that would quietly turn measurements into guesses. So the port refuses unless `--force`, and
+then keeps every tuned value NEW's own manifest.yaml marks `validated` (measurement included),
+in place of OLD's carried one.
 """
 
 from __future__ import annotations
@@ -11,32 +17,34 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
 
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.manifest.digest import manifest_digest
+from lifecycle.manifest.load import MANIFEST_NAME
+from lifecycle.manifest.model import TunedValue
 from lifecycle.port.branch import (
     Repository,
-    branch_exists,
-    check_branch_name,
     differs_from,
     find_repository,
     head_entries,
+    in_repository,
 )
-from lifecycle.port.existing import Existing, ExistingRelease, find_existing
-from lifecycle.port.mirror import (
+from lifecycle.port.git import Git
+from lifecycle.port.replay import SeriesPatch
+from lifecycle.port.upstream import (
     Mirror,
-    UpstreamError,
+    Release,
     ensure_mirror,
+    find_release,
     mirror_path,
+    release_candidates,
     upstream_source,
 )
-from lifecycle.port.pins import Release, find_release, release_candidates
-from lifecycle.port.replay import SeriesPatch
-
-
-class PortUsageError(LifecycleError):
-    """The port cannot start as asked (exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,8 @@ class PortPlan:
     repo: Repository | None
     branch: str
     uncommitted: tuple[str, ...] = ()  # OLD's files that differ from HEAD (--allow-dirty)
-    existing: Existing | None = None  # NEW, if it is there already (--force)
+    existing: str | None = None  # where NEW is already, if it is (--force)
+    validated: dict[str, TunedValue] = field(default_factory=dict)  # what that NEW validated
 
     @property
     def dirty_warning(self) -> str | None:
@@ -98,14 +107,14 @@ class PortPlan:
         if self.existing is None:
             return None
         if self.request.flags.force:
-            return f"replaced {self.existing.where} (--force), keeping the values it validated"
-        return f"{self.existing.where} exists: a real port refuses this without --force"
+            return f"replaced {self.existing} (--force), keeping the values it validated"
+        return f"{self.existing} exists: a real port refuses this without --force"
 
 
 def make_plan(
     request: PortRequest, *, fetch: bool = True, uncommitted: tuple[str, ...] | None = None
 ) -> PortPlan:
-    """Check the request and fetch the upstream; PortUsageError or UpstreamError if it cannot go.
+    """Check the request and fetch the upstream; a LifecycleError if the port cannot go.
 
     `uncommitted`, when given, is what the port found dirty when it started (`--continue`)."""
     manifests_dir = request.manifests_dir.resolve()
@@ -116,22 +125,24 @@ def make_plan(
     new_dir = manifests_dir / new_label
     chain_dirs = {f.parent.resolve() for f in loaded.chain}
     if new_dir in chain_dirs:
-        raise PortUsageError(
+        raise LifecycleError(
             f"the new manifest cannot go to {new_dir}: {old_label} is (or extends) the manifest "
             "there; name a new directory"
         )
     repo = find_repository(manifests_dir)
     branch = request.flags.branch or f"port/{new_label}"
     if repo is None and not request.flags.dry_run:
-        raise PortUsageError(
+        raise LifecycleError(
             f"{manifests_dir} is not in a git repository: the port is committed on a branch "
             "there (use --dry-run to only see the report)"
         )
     if repo is not None:
-        check_branch_name(repo, branch)
-        at = branch_exists(repo, branch)
+        git = Git.user(repo.root)
+        if git.run("check-ref-format", "--branch", branch, check=False).rc != 0:
+            raise LifecycleError(f"{branch!r} is not a valid branch name")
+        at = git.commit_of(f"refs/heads/{branch}")
         if at and not request.flags.dry_run:
-            raise PortUsageError(
+            raise LifecycleError(
                 f"branch {branch} already exists (at {at[:12]}): delete it "
                 f"(git branch -D {branch}) or name another with --branch"
             )
@@ -140,15 +151,15 @@ def make_plan(
     if uncommitted is None:
         uncommitted = tuple(differs_from(repo, committed, old_files)) if repo else ()
     if uncommitted and not (request.flags.allow_dirty or request.flags.dry_run):
-        raise PortUsageError(
+        raise LifecycleError(
             f"{', '.join(uncommitted)} differ from HEAD: the port reads the working tree but "
             "commits on HEAD; commit them first, or pass --allow-dirty to port the working tree "
             "(the report records it)"
         )
-    existing = find_existing(new_dir, repo, committed)
+    existing, validated = _existing(new_dir, repo, committed)
     if existing and not (request.flags.force or request.flags.dry_run):
-        raise ExistingRelease(
-            f"{new_label} already exists ({existing.where}): the port would replace it on "
+        raise LifecycleError(
+            f"{new_label} already exists ({existing}): the port would replace it on "
             f"{branch}; pass --force to replace it (the tuned values it validated are kept), "
             "or name another NEW"
         )
@@ -159,13 +170,9 @@ def make_plan(
         else Mirror(mirror_path(request.home, source), source)
     )
     upstream = loaded.manifest.upstream
-    try:
-        old = find_release(mirror.git, upstream, [loaded.manifest.engine.vllm])
-        new = find_release(
-            mirror.git, upstream, release_candidates(new_label, request.flags.release)
-        )
-    except UpstreamError as exc:
-        raise UpstreamError(f"{exc} ({mirror.warning})" if mirror.warning else str(exc)) from None
+    old = find_release(mirror.git, upstream, [loaded.manifest.engine.vllm], mirror.warning)
+    candidates = release_candidates(new_label, request.flags.release)
+    new = find_release(mirror.git, upstream, candidates, mirror.warning)
     patches = [
         SeriesPatch(i, p.file, f, p.upstream_commit, p.drop_when)
         for i, (p, f) in enumerate(zip(loaded.manifest.patches, loaded.patch_files, strict=True))
@@ -186,6 +193,7 @@ def make_plan(
         branch=branch,
         uncommitted=uncommitted,
         existing=existing,
+        validated=validated,
     )
 
 
@@ -200,7 +208,55 @@ def _label(directory: Path, manifests_dir: Path) -> str:
 def _new_label(ref: str) -> str:
     path = PurePosixPath(ref.replace(os.sep, "/"))
     if path.is_absolute() or ".." in path.parts or str(path) in ("", "."):
-        raise PortUsageError(
+        raise LifecycleError(
             f"NEW must be a directory under manifests/ (like 0.31 or demo/0.2), not {ref!r}"
         )
     return path.as_posix()
+
+
+def _existing(
+    new_dir: Path, repo: Repository | None, committed: dict[str, str]
+) -> tuple[str | None, dict[str, TunedValue]]:
+    """Where NEW's directory is, in the working tree or at HEAD (`committed`: head_entries of
+    it), and the tuned values its own manifest validated; (None, {}) if neither has it."""
+    text: str | None = None
+    where = label = None
+    if new_dir.is_dir() and any(new_dir.iterdir()):
+        where = label = str(new_dir)
+        if (new_dir / MANIFEST_NAME).is_file():
+            where = label = str(new_dir / MANIFEST_NAME)
+            text = (new_dir / MANIFEST_NAME).read_text()
+    name = in_repository(repo, new_dir) if repo is not None else None
+    if repo is not None and name is not None and name in committed:
+        where = where or f"{name}/ at HEAD"
+        if text is None:
+            label = f"{name}/{MANIFEST_NAME} at HEAD"
+            shown = Git.user(repo.root).run(
+                "cat-file", "blob", f"{repo.head}:{name}/{MANIFEST_NAME}", check=False
+            )
+            text = shown.out if shown.rc == 0 else None
+    if where is None or text is None:
+        return where, {}
+    return where, _validated(text, str(label))
+
+
+def _validated(text: str, label: str) -> dict[str, TunedValue]:
+    """The tuned values NEW's own file marks validated (not what it inherits)."""
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        problem = " ".join(str(exc).split())
+        raise LifecycleError(f"{label} does not parse ({problem}); fix or remove it") from None
+    tuned = data.get("tuned") if isinstance(data, dict) else None
+    found = {}
+    for name, value in (tuned or {}).items() if isinstance(tuned, dict) else ():
+        if not (isinstance(value, dict) and value.get("status") == "validated"):
+            continue
+        try:
+            found[str(name)] = TunedValue.model_validate(value)
+        except ValidationError as exc:
+            problem = exc.errors()[0]["msg"]
+            raise LifecycleError(
+                f"{label}: tuned.{name}: {problem}; fix it so its validated value can be kept"
+            ) from None
+    return found

@@ -19,24 +19,18 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import AnswerNo, LifecycleError
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import Conflict, ConflictedFile, ConflictKind
 
 TRAILER = "Lifecycle-Patch"
-_MBOX_FROM = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+# The mbox line of a mail made here: the zero commit (a commit id it would name exists on no
+# one else's machine).
+ZERO_MBOX = b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
 _CONFLICT = re.compile(r"^CONFLICT \(([^)]+)\): (.*)$", re.MULTILINE)
 _BINARY = re.compile(r"Cannot merge binary files: (.+?) \(", re.MULTILINE)
 _MARKERS = ("<<<<<<< ", ">>>>>>> ", "||||||| ")
 _PATHS = re.compile(r"^diff --git a/(\S+) b/", re.MULTILINE)
-
-
-class SeriesBroken(LifecycleError):
-    """The old series does not apply to its own release: fix it before porting."""
-
-
-class ReplayError(LifecycleError):
-    """git stopped for a reason that is not a merge conflict."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +61,7 @@ def make_scratch(mirror: Path, dest: Path) -> Git:
     Sparse: a checkout of vLLM is thousands of files the replay never reads. git writes a file
     into the worktree only when it must (`git am` materializes what it patches, a conflict is
     written out); the merge itself works on trees. A port that stops for a person calls
-    `full_checkout` first, so the conflict is resolved in an ordinary worktree.
+    `sparse-checkout disable` first, so the conflict is resolved in an ordinary worktree.
     """
     git = Git.scratch(dest)
     Git.scratch(dest.parent).run("init", "--quiet", "--initial-branch=port", str(dest))
@@ -80,17 +74,6 @@ def make_scratch(mirror: Path, dest: Path) -> Git:
     (dest / ".git" / "info" / "sparse-checkout").write_text("/.lifecycle-port-nothing\n")
     git.run("config", "core.sparseCheckout", "true")
     return git
-
-
-def empty_checkout(git: Git) -> None:
-    """Sparse again after `git am`, which wrote out every file it patched: the replay that
-    follows then writes none of them."""
-    git.run("sparse-checkout", "reapply")
-
-
-def full_checkout(git: Git) -> None:
-    """Turn the sparse scratch checkout into an ordinary one, for a person to work in."""
-    git.run("sparse-checkout", "disable")
 
 
 def series_key(old_commit: str, subdir: str, patches: list[SeriesPatch]) -> str:
@@ -110,7 +93,7 @@ def apply_series(git: Git, old_commit: str, subdir: str, patches: list[SeriesPat
     """Commit each patch on the old release with no fuzz; the commits, in order."""
     git.run("checkout", "--quiet", "--detach", old_commit)
     if git.run("cat-file", "-e", f"{old_commit}:{subdir}", check=False).rc != 0:
-        raise SeriesBroken(
+        raise LifecycleError(
             f"the upstream tree has no {subdir}/ directory: the basename of engine.package_dir "
             "names the package's directory in the upstream repository"
         )
@@ -134,13 +117,13 @@ def apply_series(git: Git, old_commit: str, subdir: str, patches: list[SeriesPat
         git.run("am", "--abort", check=False)
         _refuse_repository_paths(failed, subdir)
         output = "\n".join(f"  {line}" for line in (done.err or done.out).strip().splitlines())
-        raise SeriesBroken(
+        raise LifecycleError(
             f"{failed.file} does not apply (fuzz 0) to the old release: the series is broken "
             f"before any port; fix the patch first\n{output}"
         )
     commits = git.out("rev-list", "--reverse", f"{old_commit}..HEAD").split()
     if len(commits) != len(patches):
-        raise ReplayError(f"git am made {len(commits)} commits for {len(patches)} patches")
+        raise LifecycleError(f"git am made {len(commits)} commits for {len(patches)} patches")
     return commits
 
 
@@ -164,7 +147,7 @@ def follow(
     while rc != 0:
         stopped = git.commit_of("CHERRY_PICK_HEAD")
         if stopped is None or stopped not in by_commit:
-            raise ReplayError(f"git cherry-pick stopped without a conflict:\n{output.strip()}")
+            raise LifecycleError(f"git cherry-pick stopped without a conflict:\n{output.strip()}")
         head = git.out("rev-parse", "HEAD").strip()
         stops.append(Stop(by_commit[stopped], read_conflict(git, output), head))
         if not keep_going:
@@ -180,7 +163,7 @@ def restart_at(git: Git, stop: Stop, commits: list[str], by_commit: dict[str, in
     rest = [c for c in commits if by_commit[c] >= stop.index]
     stops = cherry_pick(git, rest, by_commit, keep_going=False)
     if not stops or stops[0].index != stop.index:
-        raise ReplayError("replaying to the first conflict did not stop where the survey did")
+        raise LifecycleError("replaying to the first conflict did not stop where the survey did")
     return stops[0]
 
 
@@ -243,20 +226,7 @@ def _refuse_markers(git: Git, stop: Stop) -> None:
                 left.append(f"{path}:{number}: {line.rstrip()}")
                 break
     if left:
-        raise StillConflicted(["conflict markers are still in the worktree:", *left])
-
-
-class StillConflicted(LifecycleError):
-    """--continue with the conflict not resolved yet."""
-
-    exit_code = 1
-
-    def __init__(self, lines: list[str]) -> None:
-        self._lines = lines
-        super().__init__("\n".join(lines))
-
-    def lines(self) -> list[str]:
-        return self._lines
+        raise AnswerNo("\n".join(["conflict markers are still in the worktree:", *left]))
 
 
 def _message(patch: SeriesPatch) -> bytes:
@@ -270,12 +240,11 @@ def _message(patch: SeriesPatch) -> bytes:
         body += b"\n"
     escaped = re.sub(rb"(?m)^(>*From )", rb">\1", body)
     header = (
-        _MBOX_FROM
-        + "From: lifecycle port <port@lifecycle.invalid>\n"
+        "From: lifecycle port <port@lifecycle.invalid>\n"
         + "Date: Sat, 1 Jan 2000 00:00:00 +0000\n"
         + f"Subject: [PATCH] {patch.file}\n\n{TRAILER}: {patch.index}\n---\n"
     )
-    return header.encode() + escaped + b"\n"
+    return ZERO_MBOX + header.encode() + escaped + b"\n"
 
 
 def _refuse_repository_paths(patch: SeriesPatch, subdir: str) -> None:
@@ -284,7 +253,7 @@ def _refuse_repository_paths(patch: SeriesPatch, subdir: str) -> None:
     prefix = f"{subdir}/"
     if paths and all(path.startswith(prefix) for path in paths):
         first = paths[0].removeprefix(prefix)
-        raise SeriesBroken(
+        raise LifecycleError(
             f"{patch.file} does not apply to the old release: its paths start with {prefix} "
             f"(the upstream repository's layout), but patch paths are relative to "
             f"engine.package_dir, whose basename is {subdir}: write a/{first}, not "

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
 from lifecycle import __version__
 from lifecycle.port.outcome import PatchResult
-from lifecycle.port.pins import PinChange, Release
+from lifecycle.port.upstream import PinChange, Release
 
 REPORT_SCHEMA = 1
 
@@ -80,16 +80,7 @@ class PortReport:
             "package_subdir": self.subdir,
             "status": self.status.value,
             "patches": [r.to_json() for r in self.results],
-            "pins": [
-                {
-                    "name": p.name,
-                    "old": p.old,
-                    "new": p.new,
-                    "source": p.source,
-                    "flagged": p.flagged,
-                }
-                for p in self.pins
-            ],
+            "pins": [{k: v for k, v in asdict(p).items() if k != "reason"} for p in self.pins],
             "tuned": {name: fate.to_json() for name, fate in self.tuned.items()},
             "digest": self.digest,
         }

@@ -15,13 +15,14 @@ from contextlib import ExitStack
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from lifecycle.errors import LifecycleError
 from lifecycle.port import branch as port_branch
 from lifecycle.port import export, history, replay, state
 from lifecycle.port.classify import Replayed
 from lifecycle.port.finish import finish, stopped
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import Conflict, Drop, DropMethod
-from lifecycle.port.plan import PortFlags, PortPlan, PortRequest, PortUsageError, make_plan
+from lifecycle.port.plan import PortFlags, PortPlan, PortRequest, make_plan
 from lifecycle.port.replay import Stop
 from lifecycle.port.report import PortReport
 
@@ -60,8 +61,8 @@ def start(request: PortRequest) -> PortReport:
             return report
         if request.flags.keep_going:
             replay.restart_at(git, stops[0], picks, by_commit)
-        replay.full_checkout(git)
-        _save(directory, plan, base, old_commits, picks, pre_dropped, {}, stops[0])
+        git.run("sparse-checkout", "disable")  # an ordinary worktree, for a person to work in
+        _save(directory, plan, base, replayed, picks)
         return replace(report, worktree=str(git.cwd))
     raise AssertionError("unreachable")
 
@@ -83,12 +84,12 @@ def locate(manifests_dir: Path, home: Path, cwd: Path) -> Path:
         if mine.is_dir():
             return mine
         elsewhere = f": in progress elsewhere: {_listed(ports)}" if ports else ""
-        raise state.NoPortInProgress(f"no port in progress in {repo.root}{elsewhere}")
+        raise LifecycleError(f"no port in progress in {repo.root}{elsewhere}")
     if len(ports) == 1:
         return ports[0]
     if not ports:
-        raise state.NoPortInProgress(f"no port in progress (nothing in {home / 'port'})")
-    raise PortUsageError(
+        raise LifecycleError(f"no port in progress (nothing in {home / 'port'})")
+    raise LifecycleError(
         f"{len(ports)} ports are in progress ({_listed(ports)}): run from the repository "
         "of the one you mean, or from its worktree"
     )
@@ -115,7 +116,7 @@ def resume(directory: Path, home: Path) -> PortReport:
     )
     plan = make_plan(request, fetch=False, uncommitted=tuple(saved.uncommitted))
     if plan.digest != saved.old_manifest_digest:
-        raise PortUsageError(
+        raise LifecycleError(
             f"{plan.loaded.file} changed since the port started: `lifecycle port --abort` and "
             "start again"
         )
@@ -126,23 +127,17 @@ def resume(directory: Path, home: Path) -> PortReport:
     stops = replay.resume(git, stop, by_commit)
     resolved = {int(k): Conflict.from_json(v) for k, v in saved.resolved.items()}
     resolved[stop.index] = stop.conflict
-    pre_dropped = {int(k): _drop(v) for k, v in saved.pre_dropped.items()}
+    pre_dropped = {
+        int(k): Drop(DropMethod(v["method"]), v["commit"], v["subject"])
+        for k, v in saved.pre_dropped.items()
+    }
     old = dict(enumerate(saved.old_commits))
     replayed = Replayed(old, _new_commits(git, plan), pre_dropped, resolved, stops)
     if not stops:
         report = finish(plan, git, replayed, saved.base_commit)
         state.remove(directory)
         return report
-    _save(
-        directory,
-        plan,
-        saved.base_commit,
-        saved.old_commits,
-        saved.picks,
-        pre_dropped,
-        resolved,
-        stops[0],
-    )
+    _save(directory, plan, saved.base_commit, replayed, saved.picks)
     return replace(stopped(plan, git, replayed), worktree=str(git.cwd))
 
 
@@ -171,7 +166,9 @@ def _old_series(plan: PortPlan, git: Git) -> list[str]:
             return commits
     in_mirror = git.with_env(GIT_OBJECT_DIRECTORY=str((plan.mirror.path / "objects").resolve()))
     commits = replay.apply_series(in_mirror, plan.old.commit, plan.subdir, plan.patches)
-    replay.empty_checkout(git)
+    # Sparse again after `git am`, which wrote out every file it patched: the replay that
+    # follows then writes none of them.
+    git.run("sparse-checkout", "reapply")
     if commits:
         plan.mirror.git.run("update-ref", ref, commits[-1])
     return commits
@@ -199,15 +196,10 @@ def _new_commits(git: Git, plan: PortPlan) -> dict[int, str]:
 
 
 def _save(
-    directory: Path,
-    plan: PortPlan,
-    base: str | None,
-    old_commits: list[str],
-    picks: list[str],
-    pre_dropped: dict[int, Drop],
-    resolved: dict[int, Conflict],
-    stop: Stop,
+    directory: Path, plan: PortPlan, base: str | None, replayed: Replayed, picks: list[str]
 ) -> None:
+    """Save where the port stopped (its first stop), for `--continue`."""
+    stop = replayed.stops[0]
     state.save(
         directory,
         state.PortState(
@@ -219,20 +211,16 @@ def _save(
             manifests_dir=str(plan.request.manifests_dir.resolve()),
             old_manifest_digest=plan.digest,
             base_commit=base,
-            old_commits=old_commits,
+            old_commits=list(replayed.old.values()),
             picks=picks,
-            pre_dropped={str(i): asdict(d) for i, d in pre_dropped.items()},
-            resolved={str(i): c.to_json() for i, c in resolved.items()},
+            pre_dropped={str(i): asdict(d) for i, d in replayed.pre_dropped.items()},
+            resolved={str(i): c.to_json() for i, c in replayed.resolved.items()},
             stop={"index": stop.index, "conflict": stop.conflict.to_json(), "head": stop.head},
             allow_dirty=plan.request.flags.allow_dirty,
             force=plan.request.flags.force,
             uncommitted=list(plan.uncommitted),
         ),
     )
-
-
-def _drop(data: dict[str, str]) -> Drop:
-    return Drop(DropMethod(data["method"]), data["commit"], data["subject"])
 
 
 def _finish_and_remove(

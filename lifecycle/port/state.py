@@ -21,14 +21,6 @@ from lifecycle.errors import LifecycleError
 STATE_VERSION = 1
 
 
-class PortInProgress(LifecycleError):
-    """A port is already stopped in this repository."""
-
-
-class NoPortInProgress(LifecycleError):
-    """--continue or --abort with nothing to continue or abort."""
-
-
 @dataclass(frozen=True)
 class PortState:
     """Everything `--continue` needs to pick up where the port stopped."""
@@ -70,7 +62,7 @@ def describe(directory: Path) -> str:
         return f"an interrupted port ({directory})"
     try:
         saved = load(directory)
-    except NoPortInProgress as exc:
+    except LifecycleError as exc:
         return str(exc)
     return f"{saved.old_ref} -> {saved.new_ref} of {saved.manifests_dir}"
 
@@ -88,7 +80,7 @@ def claim(directory: Path, describe: str) -> None:
     except FileExistsError:
         current = load(directory) if (directory / "state.json").is_file() else None
         what = f"{current.old_ref} -> {current.new_ref}" if current else "an unfinished port"
-        raise PortInProgress(
+        raise LifecycleError(
             f"{what} is in progress in {directory}: `lifecycle port --continue` after "
             f"resolving, or `lifecycle port --abort` (this run: {describe})"
         ) from None
@@ -102,13 +94,13 @@ def save(directory: Path, state: PortState) -> None:
 
 
 def load(directory: Path) -> PortState:
-    """The saved state; NoPortInProgress if there is none."""
+    """The saved state; a LifecycleError if there is none."""
     try:
         data = json.loads((directory / "state.json").read_text())
     except FileNotFoundError:
-        raise NoPortInProgress(f"no port in progress (nothing in {directory})") from None
+        raise LifecycleError(f"no port in progress (nothing in {directory})") from None
     if data.get("version") != STATE_VERSION:
-        raise NoPortInProgress(
+        raise LifecycleError(
             f"{directory}: port state version {data.get('version')} is not "
             f"{STATE_VERSION}; `lifecycle port --abort` it"
         )

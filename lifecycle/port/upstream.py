@@ -1,28 +1,130 @@
-"""The new release's pins: its tag, the FlashInfer version it requires, its base image.
+"""The upstream of a port: its managed mirror, the releases tagged in it, their pins.
 
-FlashInfer is read from the new tag itself: the lines of `requirements/cuda.txt`,
-`requirements/*.txt`, `requirements*.txt`, `pyproject.toml`, `setup.py`, `setup.cfg`, or of
-the package metadata a tree made from wheels or sdists holds instead (`Requires-Dist:` in
-`*.dist-info/METADATA` and `PKG-INFO`, lines of `*.egg-info/requires.txt`), that name the
-manifest's `engine.flashinfer_dist` (flashinfer-python for vLLM, demoinfer for the demo
-engine) with an exact `==` pin. Without one the old pin is carried and flagged, and the new
-manifest lists it under `engine.unconfirmed` so that `build` refuses it until a person
-checks it.
+The mirror is one bare repository per upstream,
+`$LIFECYCLE_HOME/mirrors/<name>-<sha256(source)[:16]>.git`, where the source is the URL as
+written or the absolute path of a local repository. Every port fetches into it
+(`git fetch --tags`, all branches, so a recorded upstream commit on a branch is found), under
+a file lock so two ports do not fetch into one mirror at once. If the fetch fails (offline)
+the mirror is used as it is, and the port says so; the tags it needs must already be there.
+
+A release's pins are its tag, the FlashInfer version it requires and its base image. FlashInfer
+is read from the new tag itself: the lines of `requirements/cuda.txt`, `requirements/*.txt`,
+`requirements*.txt`, `pyproject.toml`, `setup.py`, `setup.cfg`, or of the package metadata a
+tree made from wheels or sdists holds instead (`Requires-Dist:` in `*.dist-info/METADATA` and
+`PKG-INFO`, lines of `*.egg-info/requires.txt`), that name the manifest's
+`engine.flashinfer_dist` (flashinfer-python for vLLM, demoinfer for the demo engine) with an
+exact `==` pin. Without one the old pin is carried and flagged, and the new manifest lists it
+under `engine.unconfirmed` so that `build` refuses it until a person checks it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from lifecycle.errors import LifecycleError
+from lifecycle.leases import exclusive
+from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.model import Upstream
+from lifecycle.manifest.source import read_yaml
 from lifecycle.port.git import Git
-from lifecycle.port.mirror import UpstreamError
+
+# git's own rule: `scheme://...`, or `host:path` with the colon before any slash, is remote.
+REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/]+:")
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """A fetched mirror; `warning` says when the fetch failed and an older copy is used."""
+
+    path: Path
+    source: str
+    warning: str | None = None
+
+    @property
+    def git(self) -> Git:
+        """A runner on the mirror (neutral config)."""
+        return Git.scratch(self.path)
+
+
+def upstream_source(loaded: LoadedManifest) -> str:
+    """`upstream.repository` as git fetches it: a URL as written, a local path resolved against
+    the directory of the manifest that declares it (like a patch file)."""
+    repository = loaded.manifest.upstream.repository
+    if REMOTE.match(repository):
+        return repository
+    return str((declaring_file(loaded).parent / repository).resolve())
+
+
+def declaring_file(loaded: LoadedManifest) -> Path:
+    """The manifest of the chain that writes `upstream.repository`, the nearest first: a
+    derived manifest may inherit the path."""
+    if len(loaded.chain) == 1:
+        return loaded.file  # the model made it write the path
+    for file in loaded.chain:
+        data = read_yaml(file).data
+        declared = data.get("upstream") if isinstance(data, dict) else None
+        if isinstance(declared, dict) and "repository" in declared:
+            return file
+    return loaded.file
+
+
+def mirror_path(home: Path, source: str) -> Path:
+    """Where the mirror of `source` lives; a readable stem, then a hash that makes it unique."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", source.rstrip("/").rsplit("/", 1)[-1])
+    stem = stem.removesuffix(".git") or "upstream"
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    return home / "mirrors" / f"{stem}-{digest}.git"
+
+
+def ensure_mirror(home: Path, source: str) -> Mirror:
+    """Create the mirror if needed and fetch every branch and tag of `source` into it."""
+    path = mirror_path(home, source)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(path.with_suffix(".lock")):
+        if not (path / "HEAD").is_file():
+            _init_bare(path)
+        fetched = Git.user(path).run(
+            "fetch",
+            "--quiet",
+            "--force",
+            "--prune",
+            "--tags",
+            source,
+            "+refs/heads/*:refs/heads/*",
+            check=False,
+        )
+    if fetched.rc != 0:
+        reason = (fetched.err or fetched.out).strip().splitlines()
+        return Mirror(
+            path,
+            source,
+            f"fetch from {source} failed ({' '.join(reason[-1:])}); "
+            "using the mirror as last fetched",
+        )
+    return Mirror(path, source)
+
+
+def _init_bare(path: Path) -> None:
+    # Built beside its final place and renamed, so an interrupted init leaves no half mirror.
+    temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        Git.scratch(temp).run("init", "--quiet", "--bare", str(temp))
+        if path.exists():
+            shutil.rmtree(path)
+        temp.rename(path)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
 
 # Searched in this order; the first file with an exact pin wins.
 REQUIREMENT_FILES = (
@@ -63,8 +165,11 @@ class PinChange:
     reason: str = ""  # why a flagged pin could not be derived
 
 
-def find_release(mirror: Git, upstream: Upstream, candidates: list[str]) -> Release:
-    """The first candidate version whose tag (`upstream.tag`) exists in the mirror."""
+def find_release(
+    mirror: Git, upstream: Upstream, candidates: list[str], warning: str | None = None
+) -> Release:
+    """The first candidate version whose tag (`upstream.tag`) exists in the mirror; if none
+    does, the error adds the mirror's `warning` (a failed fetch explains a missing tag)."""
     for version in candidates:
         tag = upstream.tag_for(version)
         commit = mirror.commit_of(f"refs/tags/{tag}")
@@ -73,9 +178,9 @@ def find_release(mirror: Git, upstream: Upstream, candidates: list[str]) -> Rele
     pattern = upstream.tag_for("*")
     known = mirror.out("tag", "--list", pattern, "--sort=-version:refname").split()[:8]
     tried = ", ".join(upstream.tag_for(v) for v in candidates)
-    raise UpstreamError(
+    raise LifecycleError(
         f"no upstream tag {tried} in the mirror (recent {pattern}: {', '.join(known) or 'none'});"
-        " pass --release VERSION to name the release"
+        " pass --release VERSION to name the release" + (f" ({warning})" if warning else "")
     )
 
 
