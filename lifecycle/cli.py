@@ -15,8 +15,6 @@ import atexit
 import importlib
 import os
 import sys
-import threading
-import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -43,7 +41,7 @@ class _Group(click.Group):
             raise
         except LifecycleError as exc:
             if ctx.params.get("debug"):
-                traceback.print_exc()
+                _print_traceback()
             for line in exc.lines():
                 _stderr(line)
             ctx.exit(exc.exit_code)
@@ -53,10 +51,16 @@ class _Group(click.Group):
             ctx.exit(getattr(exc, "exit_code", 130))
         except Exception as exc:  # the last resort: a bug, told in one line and a file
             if ctx.params.get("debug"):
-                traceback.print_exc()
+                _print_traceback()
                 ctx.exit(EXIT_INTERNAL)
             _unexpected(exc)
             ctx.exit(EXIT_INTERNAL)
+
+
+def _print_traceback() -> None:
+    import traceback  # here: only --debug prints one, and it costs `--help` 7 ms
+
+    traceback.print_exc()
 
 
 def _stderr(line: str) -> None:
@@ -256,8 +260,10 @@ def _exit(code: int) -> NoReturn:
     and frees memory the kernel takes back at once. Everything lifecycle keeps was closed,
     synced and committed before; a thread still running (none should be) gets Python's own
     exit, which waits for it."""
-    main_thread = threading.main_thread()
-    if any(t is not main_thread and not t.daemon for t in threading.enumerate()):
+    threading = sys.modules.get("threading")  # not loaded: no thread was ever started
+    if threading is not None and any(
+        t is not threading.main_thread() and not t.daemon for t in threading.enumerate()
+    ):
         sys.exit(code)
     atexit._run_exitfuncs()
     try:

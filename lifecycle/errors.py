@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 EXIT_OK = 0
 EXIT_NO = 1
@@ -33,6 +32,8 @@ EXIT_CODES = (
 
 def did_you_mean(name: str, known: Iterable[str], otherwise: str = "") -> str:
     """`; did you mean 'x'?` for the known name closest to a mistyped one, else `otherwise`."""
+    import difflib  # here: every command loads this module, few need a hint
+
     close = difflib.get_close_matches(name, list(known), n=1)
     return f"; did you mean {close[0]!r}?" if close else otherwise
 
@@ -59,9 +60,9 @@ class EnvironmentFailure(LifecycleError):
     exit_code = EXIT_ENVIRONMENT
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One fault in one file, located as precisely as the YAML lets us."""
+class Problem(NamedTuple):
+    """One fault in one file, located as precisely as the YAML lets us. (A tuple, not a
+    dataclass: `lifecycle --help` loads this module, and dataclasses with it would cost.)"""
 
     file: Path
     line: int
