@@ -51,6 +51,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout, not whatever copy of lifecycle is installed
 
+from lifecycle.home import Home  # noqa: E402
 from lifecycle.port.git import Git  # noqa: E402
 from lifecycle.port.plan import PortFlags, PortRequest  # noqa: E402
 from lifecycle.port.replay import SeriesPatch, apply_series  # noqa: E402
@@ -224,7 +225,7 @@ def time_port(project: Path, home: Path, name: str, *, dry_run: bool, cold: bool
     if cold:
         forget_series(home)
     request = PortRequest(
-        project / "manifests", "1.0", "2.0", home, PortFlags(dry_run, branch=f"port/{name}")
+        project / "manifests", "1.0", "2.0", Home(home), PortFlags(dry_run, branch=f"port/{name}")
     )
     reports = []
     timing = _timed(lambda: reports.append(start(request)))
@@ -267,7 +268,7 @@ def run(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     series = series_commits(root, upstream, project)
     home = root / "home"
     start(
-        PortRequest(project / "manifests", "1.0", "2.0", home, PortFlags(dry_run=True))
+        PortRequest(project / "manifests", "1.0", "2.0", Home(home), PortFlags(dry_run=True))
     )  # the mirror
     runs: dict[str, list[Timing]] = {k: [] for k in ("rebase", "cold", "warm", "dry")}
     for i in range(args.repeat):  # interleaved, so drift on a shared machine hits all alike
@@ -289,11 +290,11 @@ def run(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     processes = {}
     for kind, dry in (("cold", False), ("warm", False), ("dry", True)):
         request = PortRequest(
-            project / "manifests", "1.0", "2.0", home, PortFlags(dry, branch=f"port/n-{kind}")
+            project / "manifests", "1.0", "2.0", Home(home), PortFlags(dry, branch=f"port/n-{kind}")
         )
         processes[kind] = count_processes(partial(start, request))
     outcomes = start(
-        PortRequest(project / "manifests", "1.0", "2.0", home, PortFlags(dry_run=True))
+        PortRequest(project / "manifests", "1.0", "2.0", Home(home), PortFlags(dry_run=True))
     )
     counts: dict[str, int] = {}
     for result in outcomes.results:

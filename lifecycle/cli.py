@@ -26,6 +26,7 @@ from lifecycle.errors import EXIT_CODES, EXIT_INTERNAL, LifecycleError
 
 if TYPE_CHECKING:
     from lifecycle.commands.context import Context
+    from lifecycle.home import Home
     from lifecycle.report import Report
 
 
@@ -104,29 +105,34 @@ def _exit_code_table() -> str:
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, manifests_dir: Path | None) -> None:
     """Build, boot, archive and port patched vLLM engines, keeping their JIT caches' evidence."""
-    ctx.obj = {"debug": debug, "manifests_dir": manifests_dir or _find_manifests_dir(Path.cwd())}
-    _warn_if_production_down()
+    from lifecycle.home import Home, default_home
+
+    home = Home(default_home(os.environ))  # the one Home of this command
+    ctx.obj = {
+        "debug": debug,
+        "manifests_dir": manifests_dir or _find_manifests_dir(Path.cwd()),
+        "home": home,
+    }
+    _warn_if_production_down(home)
 
 
-def _warn_if_production_down() -> None:
+def _warn_if_production_down(home: Home) -> None:
     """Whatever the verb: say so when a night left production down (a SIGKILL, a reboot, a
     failed up hook). Read-only; a ledger that cannot be read is said, and the verb goes on
     (`validate` needs no ledger; one that does fails on its own with the same cause)."""
-    from lifecycle.home import HomeUnusable, default_home
+    from lifecycle.home import HomeUnusable
     from lifecycle.ledger.nights import production_left_down_in
 
-    home = default_home(os.environ)
     try:
-        events = production_left_down_in(home)
+        events = production_left_down_in(home.root)
     except HomeUnusable as exc:
         _stderr(f"lifecycle: warning: cannot tell whether a night left production down: {exc}")
         return
     if events:  # the wording needs the night package; the common case imports none of it
-        from lifecycle.home import Home
         from lifecycle.night.production import is_down
         from lifecycle.night.run import night_running
 
-        running = night_running(Home(home))
+        running = night_running(home)
         for event in events:
             click.echo(f"lifecycle: {is_down(event, running)}", err=True)
 
@@ -143,7 +149,9 @@ def _context() -> Context:
 
     ask = _confirm if sys.stdin.isatty() else None
     obj = click.get_current_context().find_root().obj
-    return Context(os.environ, obj["manifests_dir"], say=_say, note=_note, out=_out, ask=ask)
+    return Context(
+        os.environ, obj["manifests_dir"], obj["home"], say=_say, note=_note, out=_out, ask=ask
+    )
 
 
 _TICKING: list[bool] = [False]  # a progress line is shown in place on the terminal now

@@ -9,6 +9,7 @@ from typing import cast
 import pytest
 
 from lifecycle.errors import LifecycleError
+from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.nights import run_steps
 from lifecycle.night.engine import Engine, RunSummary
@@ -23,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 def night(tmp_path: Path) -> Night:
     return Night(
         ledger=Ledger.open(tmp_path / "home"),
+        home=Home(tmp_path / "home"),
         engine=cast(Engine, None),  # choosing the night needs no engine
         manifests_dir=REPO / "manifests",
         project=REPO,

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from lifecycle.cli import cli
-from lifecycle.home import HomeUnusable
+from lifecycle.home import Home, HomeUnusable
 from lifecycle.hooks import HookExit, Interrupted, discover
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.nights import production_left_down, production_left_down_in
@@ -137,12 +137,12 @@ def test_a_failed_down_stops_the_night_and_still_brings_production_up(
 
 
 def test_left_down_every_verb_says_so_until_a_recovery_brings_it_up(
-    journal: NightJournal, hooks: ProductionHooks, monkeypatch: pytest.MonkeyPatch
+    journal: NightJournal, hooks: ProductionHooks, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # What a SIGKILL between down and up leaves: the journal, and nothing else.
     journal.event("production.down:intent", "production-down")
     journal.event("production.down:done", "production-down")
-    home = journal.ledger.home.root
+    home = tmp_path / "home"  # where the journal fixture opened its ledger
     [left] = production_left_down_in(home)
     assert left.event == "production.down:done" and left.night_id == journal.night.id
     monkeypatch.setenv("LIFECYCLE_HOME", str(home))
@@ -198,11 +198,11 @@ def test_a_status_hook_must_only_ask(tmp_path: Path) -> None:
 
 
 def test_while_a_night_runs_its_production_is_down_on_purpose(
-    journal: NightJournal, monkeypatch: pytest.MonkeyPatch
+    journal: NightJournal, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     journal.event("production.down:intent", "production-down")
     journal.event("production.down:done", "production-down")
-    home = journal.ledger.home
+    home = Home(tmp_path / "home")  # where the journal fixture opened its ledger
     monkeypatch.setenv("LIFECYCLE_HOME", str(home.root))
     with night_lock(home):  # what a running night holds
         out = CliRunner().invoke(cli, ["--manifests", str(REPO / "manifests"), "boots"])

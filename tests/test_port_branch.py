@@ -12,6 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from lifecycle.cli import cli
+from lifecycle.home import Home
 from lifecycle.manifest import load_manifest
 from lifecycle.port.manifest_out import carry_tuned, manifest_data, render
 from lifecycle.port.upstream import (
@@ -426,7 +427,7 @@ def test_a_port_of_the_production_031_manifest_would_extend_030(
         shutil.copytree(repo_root / "manifests" / release, manifests / release)
     loaded = load_manifest(manifests / "0.31/manifest.yaml")
     assert upstream_source(loaded) == "https://github.com/vllm-project/vllm"
-    assert mirror_path(tmp_path, upstream_source(loaded)).name.startswith("vllm-")
+    assert mirror_path(Home(tmp_path), upstream_source(loaded)).name.startswith("vllm-")
     assert release_candidates("0.32", None) == ["0.32", "0.32.0"]
     image = base_image_pin(loaded.manifest.engine.base_image, "0.31.0", "0.32.0")
     assert (image.new, image.flagged) == ("vllm/vllm-openai:v0.32.0", False)

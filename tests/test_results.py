@@ -53,7 +53,7 @@ def _boot(ledger: Ledger, boot_id: str = "b-1", **changes: Any) -> BootRecord:
     boot = BootRecord(**(fields | changes))
     cache = CacheRecord(
         f"flashinfer-{boot_id}", "k" * 64, "flashinfer", "demo", "d" * 64, "sha256:" + "e" * 64,
-        "unknown", str(ledger.home.cache_dir(boot_id)), "/var/cache/flashinfer", "live", None,
+        "unknown", f"/nonexistent/caches/{boot_id}", "/var/cache/flashinfer", "live", None,
         boot.started_at,
     )  # fmt: skip
     use = CacheUse(boot.id, cache.id, "cold")

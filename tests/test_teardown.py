@@ -64,10 +64,10 @@ def _stamp() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _tracked(ledger: Ledger, **changes: Any) -> tuple[CacheRecord, ArchiveRecord]:
+def _tracked(ledger: Ledger, home: Path, **changes: Any) -> tuple[CacheRecord, ArchiveRecord]:
     """A cache dir with files, recorded in the ledger and archived (as far as the ledger knows)."""
     cache_id = f"flashinfer-{secrets.token_hex(4)}"
-    host = ledger.home.cache_dir(cache_id)
+    host = Home(home).cache_dir(cache_id)
     for name, body in CONTENT.items():
         (host / name).parent.mkdir(parents=True, exist_ok=True)
         (host / name).write_bytes(body)
@@ -138,7 +138,7 @@ def test_durations() -> None:
 
 def test_filters_say_why_a_cache_is_left_out(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path)
-    cache, _ = _tracked(ledger)
+    cache, _ = _tracked(ledger, tmp_path)
     assert Selection().excludes(cache, NOW) is None
     assert Selection(cache_ids=(cache.id,)).excludes(cache, NOW) is None
     assert Selection(cache_ids=("other",)).excludes(cache, NOW) == "filtered out: not named"
@@ -152,7 +152,7 @@ def test_filters_say_why_a_cache_is_left_out(tmp_path: Path) -> None:
 
 def test_every_reason_to_keep_is_given_and_nothing_kept_is_verified(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path)
-    cache, archive = _tracked(ledger, in_use_by="b-1")
+    cache, archive = _tracked(ledger, tmp_path, in_use_by="b-1")
     facts = _facts(
         pins={cache.id: ["result r-7", "by hand"]},
         archives={cache.id: archive},
@@ -182,7 +182,7 @@ def test_every_reason_to_keep_is_given_and_nothing_kept_is_verified(tmp_path: Pa
 
 def test_archive_state_decides_the_rest(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path)
-    cache, archive = _tracked(ledger)
+    cache, archive = _tracked(ledger, tmp_path)
     flags = {"want_content": False, "rescan": _tree_of}
     plain = _facts()
     kept = decide(cache, Selection(), plain, archive_first=False, verify=_never, **flags)
@@ -214,7 +214,7 @@ def test_archive_state_decides_the_rest(tmp_path: Path) -> None:
 
 def test_the_removal_invariant_names_each_gap(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path)
-    cache, archive = _tracked(ledger)
+    cache, archive = _tracked(ledger, tmp_path)
     tree = _tree_of(cache).fingerprint
     assert tree is not None
     facts = _facts(archives={cache.id: archive}, used_by={cache.id: ["b-1", "b-2"]})
@@ -243,7 +243,7 @@ def test_the_removal_invariant_names_each_gap(tmp_path: Path) -> None:
 
 def test_a_file_no_archive_holds_keeps_its_cache_until_drop_withheld(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path)
-    cache, archive = _tracked(ledger)
+    cache, archive = _tracked(ledger, tmp_path)
     tree = _tree_of(cache).fingerprint
     assert tree is not None
     log = next(e for e in tree.entries if e.path == "flashinfer_jit.log")
@@ -291,7 +291,7 @@ def _remove(
         journal,
         cache,
         resumes=resumes,
-        lease=lambda: try_lease(ledger.home, cache.id),
+        lease=lambda: try_lease(Home(Path(cache.host_path).parents[1]), cache.id),
         check=lambda where: Verdict(verify(), f"{archive.record_key} verified"),
         checkpoint=checkpoint,
     )
@@ -303,7 +303,7 @@ def _steps(ledger: Ledger, cache_id: str, run_id: str) -> list[str]:
 
 def test_two_phases_journalled_in_order(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path)
-    cache, archive = _tracked(ledger)
+    cache, archive = _tracked(ledger, tmp_path)
     outcome = _remove(ledger, cache, archive, "t-1")
     assert outcome.removed and outcome.bytes_freed == SIZE
     assert _steps(ledger, cache.id, "t-1") == ["intent", "verified", "deleted", "done"]
@@ -314,7 +314,7 @@ def test_two_phases_journalled_in_order(tmp_path: Path) -> None:
 
 def test_an_archive_that_does_not_verify_keeps_the_cache(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path)
-    cache, archive = _tracked(ledger)
+    cache, archive = _tracked(ledger, tmp_path)
     problem = "s3://bucket/test/blobs/sha256/ab/abab: missing"
     outcome = _remove(ledger, cache, archive, "t-1", verify=lambda: [problem])
     assert not outcome.removed and outcome.problem == problem
@@ -328,7 +328,7 @@ def test_an_archive_that_does_not_verify_keeps_the_cache(tmp_path: Path) -> None
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_a_crash_at_any_step_is_finished_by_the_next_run(tmp_path: Path, point: str) -> None:
     ledger = Ledger.open(tmp_path)
-    cache, archive = _tracked(ledger)
+    cache, archive = _tracked(ledger, tmp_path)
     with pytest.raises(_Crash):
         _remove(ledger, cache, archive, "t-1", crash_at=point)
     if not Path(cache.host_path).exists():
@@ -344,7 +344,7 @@ def test_a_crash_at_any_step_is_finished_by_the_next_run(tmp_path: Path, point: 
 
 def test_a_resumed_run_that_cannot_verify_puts_a_whole_dir_back(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path)
-    cache, archive = _tracked(ledger)
+    cache, archive = _tracked(ledger, tmp_path)
     with pytest.raises(_Crash):
         _remove(ledger, cache, archive, "t-1", crash_at="after-rename")
     assert trash_path(cache).is_dir() and not Path(cache.host_path).exists()
@@ -356,7 +356,7 @@ def test_a_resumed_run_that_cannot_verify_puts_a_whole_dir_back(tmp_path: Path) 
 
 def test_a_trash_past_deleted_is_never_put_back_and_finished_later(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path)
-    cache, archive = _tracked(ledger)
+    cache, archive = _tracked(ledger, tmp_path)
     with pytest.raises(_Crash):
         _remove(ledger, cache, archive, "t-1", crash_at="after-deleted")
     refused = _remove(ledger, cache, archive, "t-2", verify=lambda: ["S3 unreachable"])
@@ -896,7 +896,7 @@ def test_a_finished_removal_commits_nothing_after_a_restore(tmp_path: Path) -> N
     a teardown killed after `intent`. The next run took the old run's `deleted` for its own,
     skipped the tree check as for a half-removed trash, and removed the new file with it."""
     ledger = Ledger.open(tmp_path)
-    cache, archive = _tracked(ledger)
+    cache, archive = _tracked(ledger, tmp_path)
     assert _remove(ledger, cache, archive, "t-1").removed
     for name, body in CONTENT.items():  # restored
         (Path(cache.host_path) / name).parent.mkdir(parents=True, exist_ok=True)

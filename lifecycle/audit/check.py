@@ -178,7 +178,7 @@ def tree_in_ledger(ledger: Ledger, cache: CacheRecord, prefix: str) -> str:
     trees = {v.tree_digest for v in versions_of(ledger, cache.id)}
     if cache.tree_digest is not None and cache.state != "torn-down":
         trees.add(cache.tree_digest)
-    return one_tree(prefix, trees, cache.id, f"in the ledger at {ledger.home.root}")
+    return one_tree(prefix, trees, cache.id, f"in {ledger}")
 
 
 def one_tree(prefix: str, trees: Iterable[str | None], cache_id: str, where: str) -> str:

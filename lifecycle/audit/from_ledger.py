@@ -10,6 +10,7 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.sources import read_snapshot
 from lifecycle.audit.chain import ArchiveFacts, CacheAuditFacts, CacheFacts, ChainFacts
 from lifecycle.errors import LifecycleError, did_you_mean
+from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, VersionRow, archive_of, versions_of
 from lifecycle.ledger.boots import (
@@ -38,12 +39,12 @@ def find_result(ledger: Ledger, result_id: str) -> ResultRecord:
         return result
     hint = did_you_mean(result_id, (r.id for r in all_results(ledger)))
     raise LifecycleError(
-        f"no result {result_id!r} in the ledger at {ledger.home}{hint}"
+        f"no result {result_id!r} in {ledger}{hint}"
         " (recorded elsewhere, or the ledger is gone? add --from s3://BUCKET/PREFIX)"
     )
 
 
-def result_facts(ledger: Ledger, result_id: str) -> ChainFacts:
+def result_facts(ledger: Ledger, home: Home, result_id: str) -> ChainFacts:
     """The chain's facts for one result, as this ledger knows them."""
     result = find_result(ledger, result_id)
     boot = find_boot(ledger, result.boot_id)
@@ -58,7 +59,7 @@ def result_facts(ledger: Ledger, result_id: str) -> ChainFacts:
         for run in hook_runs_of(ledger, boot.id)
     ]
     image = image_snapshot(ledger, boot.image_id)
-    manifest = read_snapshot(ledger.home.manifest_snapshot(boot.manifest_digest))
+    manifest = read_snapshot(home.manifest_snapshot(boot.manifest_digest))
     return ChainFacts(
         result=canonical_result(result),
         digest=result.digest,
@@ -77,7 +78,7 @@ def cache_facts(ledger: Ledger, cache_id: str) -> CacheAuditFacts:
     if cache is None:
         hint = did_you_mean(cache_id, (c.id for c in all_caches(ledger)))
         raise LifecycleError(
-            f"no cache {cache_id!r} in the ledger at {ledger.home}{hint}"
+            f"no cache {cache_id!r} in {ledger}{hint}"
             " (archived from another host? add --from s3://BUCKET/PREFIX)"
         )
     uses = [u for u in cache_uses(ledger) if u.cache_id == cache.id]

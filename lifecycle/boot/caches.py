@@ -22,6 +22,7 @@ from lifecycle.boot.spec import CacheMount
 from lifecycle.build.keys import cache_key, key_factors
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Fingerprint, scan
+from lifecycle.home import Home
 from lifecycle.leases import CacheLease, try_lease
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
@@ -57,6 +58,7 @@ class CachePlan:
 
 def plan_caches(
     ledger: Ledger,
+    home: Home,
     manifest: Manifest,
     manifest_digest: str,
     image_id: str,
@@ -76,10 +78,10 @@ def plan_caches(
     try:
         for name, declared in manifest.active_caches().items():
             key = cache_key(key_factors(labels, name, manifest_digest, arch))
-            taken = None if cold else _take_warm(ledger, key, plan, boot_id, now)
+            taken = None if cold else _take_warm(ledger, home, key, plan, boot_id, now)
             if taken is None:
                 cache_id = f"{name}-{secrets.token_hex(6)}"
-                host_path = ledger.home.cache_dir(cache_id)
+                host_path = home.cache_dir(cache_id)
                 host_path.mkdir(parents=True)
                 record = CacheRecord(
                     id=cache_id,
@@ -95,7 +97,7 @@ def plan_caches(
                     in_use_by=None,
                     created_at=now,
                 )
-                lease = try_lease(ledger.home, cache_id)
+                lease = try_lease(home, cache_id)
                 assert lease is not None, "a cache id nobody has seen yet is free"
                 plan.new_caches.append(record)
                 mode = "cold"
@@ -123,13 +125,13 @@ def plan_caches(
 
 
 def _take_warm(
-    ledger: Ledger, key: str, plan: CachePlan, boot_id: str, now: str
+    ledger: Ledger, home: Home, key: str, plan: CachePlan, boot_id: str, now: str
 ) -> tuple[CacheRecord, CacheLease, Fingerprint] | None:
     """The newest candidate whose lease is free, which is still there once we hold it, and
     which holds the tree its last scan recorded (one that does not is marked and passed);
     with that tree as scanned now."""
     for candidate in warm_candidates(ledger, key):
-        lease = try_lease(ledger.home, candidate.id)
+        lease = try_lease(home, candidate.id)
         if lease is None:
             continue  # a teardown is verifying it, or another boot just took it
         # Read again under the lease: a teardown may have removed it since the query.

@@ -10,16 +10,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.digest import canonical_form, patch_digests
 
 
 def keep_provenance(
-    ledger: Ledger, loaded: LoadedManifest, digest: str, image: dict[str, Any]
+    ledger: Ledger, home: Home, loaded: LoadedManifest, digest: str, image: dict[str, Any]
 ) -> None:
     """Write the snapshots (the manifest's and the patches' once: they are content-named)."""
-    home = ledger.home
     patches = patch_digests(loaded)
     for (_, sha256), source in zip(patches, loaded.patch_files, strict=True):
         if not home.patch_copy(sha256).is_file():

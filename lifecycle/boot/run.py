@@ -28,6 +28,7 @@ from lifecycle.errors import LifecycleError
 from lifecycle.evidence import collect_evidence
 from lifecycle.faults import Checkpoint
 from lifecycle.fingerprint import Fingerprint, scan
+from lifecycle.home import Home
 from lifecycle.hooks import Hook, HookFailed, HookSession, engine_env, hook_session, instrumented
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
@@ -114,7 +115,12 @@ class Watch:
 
 
 def boot(
-    client: Any, ledger: Ledger, request: BootRequest, host_env: Mapping[str, str], watch: Watch
+    client: Any,
+    ledger: Ledger,
+    home: Home,
+    request: BootRequest,
+    host_env: Mapping[str, str],
+    watch: Watch,
 ) -> BootRecord:
     """Run the engine once with its caches; returns the finished boot record."""
     on_line, checkpoint = watch.on_line, watch.checkpoint
@@ -125,6 +131,7 @@ def boot(
     boot_id = f"b-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
     plan = plan_caches(
         ledger,
+        home,
         manifest,
         request.digest,
         request.image["id"],
@@ -138,14 +145,14 @@ def boot(
         checkpoint("boot-caches-picked")
         spec = _spec(request, profile, request.image["id"], plan.mounts, host_env, boot_id)
         record = _intent(request, profile, boot_id, now, spec)
-        keep_provenance(ledger, request.loaded, request.digest, request.image)
+        keep_provenance(ledger, home, request.loaded, request.digest, request.image)
         start_boot(ledger, record, plan.new_caches, plan.uses)
     except BaseException:
         plan.release()
         raise
     try:
         checkpoint("boot-recorded")
-        record = _run(client, ledger, request, record, plan, spec, on_line)
+        record = _run(client, ledger, home, request, record, plan, spec, on_line)
     finally:
         plan.release()  # only once the end-of-boot scan is recorded (or failed to be)
     return record
@@ -212,6 +219,7 @@ def _intent(
 def _run(
     client: Any,
     ledger: Ledger,
+    home: Home,
     request: BootRequest,
     record: BootRecord,
     plan: CachePlan,
@@ -220,7 +228,7 @@ def _run(
 ) -> BootRecord:
     """Hooks and the container; whatever happens, `_finish` records how it ended."""
     secrets_by_name = {name: spec.environment[name] for name in spec.secret_names}
-    evidence_dir = ledger.home.boot_bundle(record.id)
+    evidence_dir = home.boot_bundle(record.id)
     # The spec as recorded (secrets named, never valued): `why` compares two boots' env.
     spec_json = json.dumps(spec.describe(), indent=1, sort_keys=True).encode()
     ledger.keep_evidence(f"boots/{record.id}", SPEC_JSON, spec_json)

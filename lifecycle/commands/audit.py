@@ -22,6 +22,7 @@ from lifecycle.audit.chain import (
     CHAIN_FORMAT,
     CacheAudit,
     Chain,
+    ChainFacts,
     build_cache_audit,
     build_chain,
 )
@@ -119,8 +120,12 @@ def result(ctx: Context, request: verbs.AuditResult) -> ChainReport:
     result_id, source, provenance = request.result_id, request.source, request.provenance
     if provenance is not None:
         check_output_file(provenance, "--provenance")
+
+    def of_ledger(ledger: Ledger, rid: str) -> ChainFacts:  # its snapshots are in this home
+        return from_ledger.result_facts(ledger, ctx.home, rid)
+
     with reading(ctx, source) as read:
-        facts = read.facts(from_s3.result_facts, from_ledger.result_facts, result_id)
+        facts = read.facts(from_s3.result_facts, of_ledger, result_id)
     chain = build_chain(facts)
     if provenance is not None:
         write_provenance(chain, provenance)

@@ -16,7 +16,7 @@ from typing import Any
 
 from lifecycle.errors import LifecycleError
 from lifecycle.faults import Checkpoint, crash_checkpoint
-from lifecycle.home import NoLedger, default_home
+from lifecycle.home import Home, NoLedger
 from lifecycle.ledger import Ledger, has_ledger
 
 
@@ -26,6 +26,7 @@ class Context:
 
     environ: Mapping[str, str]
     manifests_dir: Path
+    home: Home  # LIFECYCLE_HOME's layout, made once by the CLI; every path under it
     say: Callable[[str], None] = field(default=lambda line: None)  # progress, on stderr
     note: Callable[[str], None] = field(default=lambda line: None)  # a remark, on stderr
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))  # the clock
@@ -42,11 +43,6 @@ class Context:
     def gpu_arch(self) -> str:
         """LIFECYCLE_GPU_ARCH (e.g. 90a): part of every cache key; `unknown` when unset."""
         return self.environ.get("LIFECYCLE_GPU_ARCH", "unknown")
-
-    @property
-    def home(self) -> Path:
-        """LIFECYCLE_HOME."""
-        return default_home(self.environ)
 
     def agree(self, question: str, request: Any, plan_json: Callable[[], Any]) -> None:
         """Go on only with the user's agreement: `--yes`, or a yes on the terminal. With no
@@ -91,9 +87,9 @@ class Context:
     def recorded(self, missing: str | None = None) -> bool:
         """Whether this home holds a ledger, read without writing anything. With `missing`, its
         absence is that error; without, a note says nothing is recorded here yet."""
-        if has_ledger(self.home):
+        if has_ledger(self.home.root):
             return True
         if missing:
-            raise LifecycleError(f"{missing}: {NoLedger(self.home)}")
-        self.note(f"{NoLedger(self.home)}; nothing is recorded on this host")
+            raise LifecycleError(f"{missing}: {NoLedger(self.home.root)}")
+        self.note(f"{NoLedger(self.home.root)}; nothing is recorded on this host")
         return False

@@ -108,7 +108,7 @@ def run(ctx: Context, options: verbs.Gc) -> GcReport:
     location = resolve_location(options.source, ctx.environ, ctx.project, option="--from")
     store = BlobStore(ctx.s3(), location)
     checkpoint = ctx.checkpoint()
-    with ctx.ledger() as ledger, exclusive(ledger.home.gc_lock):
+    with ctx.ledger() as ledger, exclusive(ctx.home.gc_lock):
         resumed: tuple[Swept, ...] = ()
         if not options.dry_run:
             stopped = unfinished_gc(ledger, location.url())

@@ -13,8 +13,8 @@ from lifecycle.commands import verbs
 from lifecycle.commands.boot import BootReport
 from lifecycle.commands.context import Context
 from lifecycle.commands.filters import Facts, Filters, open_archive
+from lifecycle.home import Home
 from lifecycle.leases import lease_held
-from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
     CacheRecord,
     all_boots,
@@ -236,20 +236,20 @@ def list_caches(ctx: Context, filters: Filters) -> Listing:
                     boots_warm=tuple(u.boot_id for u in mine if u.mode == "warm"),
                     pins=tuple(pinned.get(cache.id, [])),
                     age_s=_age(now, cache.created_at),
-                    not_reusable=_not_reusable(ledger, cache, state, passed_over),
+                    not_reusable=_not_reusable(ctx.home, cache, state, passed_over),
                 )
             )
     return Listing("lifecycle-caches/1", "caches", tuple(rows), CACHE_COLUMNS, _cache_cells)
 
 
 def _not_reusable(
-    ledger: Ledger, cache: CacheRecord, state: str, passed_over: dict[str, str]
+    home: Home, cache: CacheRecord, state: str, passed_over: dict[str, str]
 ) -> str | None:
     """Why a warm boot would pass the cache over; a boot that holds it and whose process is
     gone (killed) crashed: what it left may be half built."""
     if state == "missing":
         return None
-    if cache.in_use_by is not None and not lease_held(ledger.home, cache.id):
+    if cache.in_use_by is not None and not lease_held(home, cache.id):
         return (
             f"its boot {cache.in_use_by} died while holding it (process gone): it may hold a"
             " half-built file"
@@ -296,7 +296,7 @@ def list_boots(ctx: Context, filters: Filters) -> Listing:
             if not filters.keeps(now, **facts, state=boot.outcome, at=boot.started_at):
                 continue
             gone = boot.outcome == "running" and not any(
-                lease_held(ledger.home, u.cache_id) for u in mine
+                lease_held(ctx.home, u.cache_id) for u in mine
             )
             outside = tuple(w for w in writes if w.boot_id == boot.id)
             rows.append(ListedBoot(BootReport(boot, tuple(mine), outside), gone))

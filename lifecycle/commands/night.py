@@ -90,10 +90,11 @@ def setting(
 ) -> Night:
     """The night's engine (this host's Docker) and services, from the command's context."""
     arch = ctx.environ.get("LIFECYCLE_GPU_ARCH", "unknown")
-    engine = LocalEngine(docker, ledger, ctx.environ, arch, s3, location)
+    engine = LocalEngine(docker, ledger, ctx.home, ctx.environ, arch, s3, location)
     store = BlobStore(s3, location) if s3 is not None and location is not None else None
     return Night(
         ledger=ledger,
+        home=ctx.home,
         engine=engine,
         manifests_dir=ctx.manifests_dir,
         project=ctx.project,
@@ -115,5 +116,5 @@ def run_recover(ctx: Context) -> RecoverReport:
     """Bring production back wherever a night left it down."""
     if not ctx.recorded():
         return RecoverReport(())
-    with ctx.ledger(create=False) as ledger, night_lock(ledger.home):
+    with ctx.ledger(create=False) as ledger, night_lock(ctx.home):
         return RecoverReport(tuple(recover(ledger, journal_stamp(ctx.now), ctx.say)))

@@ -80,16 +80,16 @@ def run(ctx: Context, options: verbs.Teardown) -> TeardownReport:
     dry_run = options.dry_run
     with (
         ctx.ledger(create=False) as ledger,
-        nullcontext() if dry_run else teardown_lock(ledger.home),  # a dry run changes nothing
+        nullcontext() if dry_run else teardown_lock(ctx.home),  # a dry run changes nothing
     ):
-        plan = make_plan(ledger, services, request, preview=dry_run)
+        plan = make_plan(ledger, ctx.home, services, request, preview=dry_run)
         if not options.as_json:
             ctx.out(plan_text(plan, dry_run=dry_run))
         if not dry_run and plan.has_work:
             question = f"remove {len(plan.removing)} caches ({human_bytes(plan.bytes_to_free)})?"
             ctx.agree(question, options, lambda: {"plan": plan_json(plan), "result": None})
             result = run_teardown(
-                ledger, services, plan, request, hooks=hooks, checkpoint=checkpoint,
+                ledger, ctx.home, services, plan, request, hooks=hooks, checkpoint=checkpoint,
                 progress=ctx.say,
             )  # fmt: skip
     return TeardownReport(plan, result, options.dry_run)

@@ -128,6 +128,6 @@ def verify(
         return VerifyReport(target, "result", "ledger", tuple(findings))
     what = "cache" if at else "cache or result"
     raise LifecycleError(
-        f"no {what} {cache_id!r} in the ledger at {ledger.home.root}"
+        f"no {what} {cache_id!r} in {ledger}"
         " (archived elsewhere? add --from s3://BUCKET/PREFIX to verify its archive alone)"
     )

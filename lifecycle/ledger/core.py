@@ -34,28 +34,33 @@ class Ledger:
     """Open with `Ledger.open(home)`; every write is one transaction."""
 
     def __init__(self, home: Home, conn: sqlite3.Connection) -> None:
-        self.home = home  # the layout of LIFECYCLE_HOME around the ledger
+        self._home = home  # its file, lock and evidence dir; callers are given the Home
         self._conn = conn
 
+    def __str__(self) -> str:
+        """`the ledger at HOME`: what a message that names where it looked shows."""
+        return f"the ledger at {self._home}"
+
     @classmethod
-    def open(cls, home: Path, *, create: bool = True) -> Ledger:
+    def open(cls, home: Home | Path, *, create: bool = True) -> Ledger:
         """Open (and migrate) the ledger at `home/ledger.sqlite3`, made if `create`.
 
         Without `create`, a home with no ledger is NoLedger and nothing is written: verbs
         that only read must not leave an empty ledger behind. A home or ledger that cannot be
         used (a file, read-only, not a ledger, truncated, of a newer schema) is HomeUnusable,
         found before anything is written."""
-        path = Home(home).ledger_file
-        check_home(home, create=create)
+        home = home if isinstance(home, Home) else Home(home)
+        path = home.ledger_file
+        check_home(home.root, create=create)
         if not _has_ledger(path) and not create:
-            raise NoLedger(home)
-        check_writable(home)
+            raise NoLedger(home.root)
+        check_writable(home.root)
         try:
             conn = sqlite3.connect(path, timeout=30, isolation_level=None)
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA foreign_keys=ON")
-            ledger = cls(Home(home), conn)
+            ledger = cls(home, conn)
             ledger._migrate()
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except (sqlite3.Error, OSError) as exc:
@@ -71,7 +76,7 @@ class Ledger:
         """One writer across processes: a file lock, then BEGIN IMMEDIATE, then all or nothing."""
         # SQLite's own lock is taken per transaction; the file lock also orders the evidence
         # writes that go with it, and waits instead of failing with "database is locked".
-        with exclusive(self.home.ledger_lock):
+        with exclusive(self._home.ledger_lock):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
@@ -101,7 +106,7 @@ class Ledger:
             with self.transaction() as conn:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
                 if version > len(MIGRATIONS):
-                    raise HomeUnusable(_newer(self.home.ledger_file, version))
+                    raise HomeUnusable(_newer(self._home.ledger_file, version))
                 for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
                     for statement in filter(str.strip, script.split(";")):
                         conn.execute(statement)
@@ -114,7 +119,7 @@ class Ledger:
 
     def keep_evidence(self, kind: str, name: str, content: bytes) -> Path:
         """Write an evidence file atomically under evidence/<kind>/ and return its path."""
-        final = self.home.evidence(kind) / name
+        final = self._home.evidence(kind) / name
         write_atomic(final, content)
         return final
 

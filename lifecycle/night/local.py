@@ -24,6 +24,7 @@ from lifecycle.build.keys import cache_key, key_factors
 from lifecycle.build.plan import image_tag
 from lifecycle.errors import LifecycleError
 from lifecycle.flows import boot_then_accept
+from lifecycle.home import Home
 from lifecycle.hooks import HookFailed
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, cache_by_id, cache_uses, warm_candidates
@@ -45,6 +46,7 @@ class LocalEngine:
 
     docker: Any
     ledger: Ledger
+    home: Home
     host_env: Mapping[str, str]
     arch: str  # the GPU arch in cache keys (LIFECYCLE_GPU_ARCH)
     s3: Any | None = None
@@ -94,7 +96,9 @@ class LocalEngine:
             args=list(args), verdict="inconclusive", checks=[],
         )  # fmt: skip
         try:
-            record = boot_then_accept(self.docker, self.ledger, request, self.host_env, Watch())
+            record = boot_then_accept(
+                self.docker, self.ledger, self.home, request, self.host_env, Watch()
+            )
         except HookFailed as exc:  # recorded as aborted by the boot; no engine ran to judge
             why = f"a pre-boot hook said no: {exc.run.name} exited {exc.run.exit_code}"
             return pending.model_copy(update={"error": why})
@@ -179,9 +183,9 @@ class LocalEngine:
             return EndSummary(action="teardown", ok=True, detail="no cache of this night is left")
         services = Services(self.docker, self.s3)
         request = TeardownRequest(Selection(cache_ids=tuple(cache_ids)))
-        with teardown_lock(self.ledger.home):
-            plan = make_plan(self.ledger, services, request)
-            result = run_teardown(self.ledger, services, plan, request)
+        with teardown_lock(self.home):
+            plan = make_plan(self.ledger, self.home, services, request)
+            result = run_teardown(self.ledger, self.home, services, plan, request)
         freed = sum(o.bytes_freed for o in result.removed)
         kept = [f"{o.cache_id}: {o.problem}" for o in result.failed]
         detail = f"removed {len(result.removed)} caches after their evidence was archived"

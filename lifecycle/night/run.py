@@ -56,6 +56,7 @@ class Night:
     """Where a night runs and what it talks to; the command layer makes it."""
 
     ledger: Ledger
+    home: Home
     engine: Engine
     manifests_dir: Path
     project: Path
@@ -170,7 +171,7 @@ def run_night(night: Night, request: NightRequest) -> NightOutcome:
     """Run (or resume) the plan's night; see the module's docstring for the order."""
     plan = request.loaded.plan
     prepared = prepare(plan, night.manifests_dir, night.project, night.engine.resolve)
-    with night_lock(night.ledger.home):
+    with night_lock(night.home):
         recovered = tuple(recover(night.ledger, night.stamp, night.say, night.runner))
         if any(not r.up for r in recovered):
             raise ProductionStillDown(recovered)
@@ -195,7 +196,7 @@ def run_night(night: Night, request: NightRequest) -> NightOutcome:
             journal.event(FINISHED)
         cells = list(prepared.cells)
         view = night_view(journal, plan, cells, night.engine.where, registered, archive)
-        view = publish(view, night.ledger.home, night.store)
+        view = publish(view, night.home, night.store)
     return NightOutcome(view, ran, recovered, tuple(decisions), note)
 
 

@@ -23,6 +23,7 @@ import yaml
 from pydantic import ValidationError
 
 from lifecycle.errors import LifecycleError
+from lifecycle.home import Home
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.manifest.digest import manifest_digest
 from lifecycle.manifest.load import MANIFEST_NAME
@@ -66,7 +67,7 @@ class PortRequest:
     manifests_dir: Path
     old_ref: str
     new_ref: str
-    home: Path
+    home: Home
     flags: PortFlags = field(default_factory=PortFlags)
 
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from lifecycle.errors import LifecycleError
+from lifecycle.home import Home
 from lifecycle.port import branch as port_branch
 from lifecycle.port import export, history, replay, state
 from lifecycle.port.classify import Replayed
@@ -67,7 +68,7 @@ def start(request: PortRequest) -> PortReport:
     raise AssertionError("unreachable")
 
 
-def locate(manifests_dir: Path, home: Path, cwd: Path) -> Path:
+def locate(manifests_dir: Path, home: Home, cwd: Path) -> Path:
     """The state dir of the port `--continue` and `--abort` mean, run from `cwd`.
 
     The port whose worktree `cwd` is in; else the port of the repository holding
@@ -88,7 +89,7 @@ def locate(manifests_dir: Path, home: Path, cwd: Path) -> Path:
     if len(ports) == 1:
         return ports[0]
     if not ports:
-        raise LifecycleError(f"no port in progress (nothing in {home / 'port'})")
+        raise LifecycleError(f"no port in progress (nothing in {home.ports})")
     raise LifecycleError(
         f"{len(ports)} ports are in progress ({_listed(ports)}): run from the repository "
         "of the one you mean, or from its worktree"
@@ -99,7 +100,7 @@ def _listed(ports: list[Path]) -> str:
     return "; ".join(state.describe(directory) for directory in ports)
 
 
-def resume(directory: Path, home: Path) -> PortReport:
+def resume(directory: Path, home: Home) -> PortReport:
     """`--continue`: the worktree is the resolution of the stopped patch; go on from there."""
     saved = state.load(directory)
     request = PortRequest(

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle.errors import LifecycleError
+from lifecycle.home import Home
 
 STATE_VERSION = 1
 
@@ -44,15 +45,15 @@ class PortState:
     version: int = STATE_VERSION
 
 
-def state_dir(home: Path, repo_root: Path) -> Path:
+def state_dir(home: Home, repo_root: Path) -> Path:
     """Where the port state of the repository at `repo_root` lives."""
     key = hashlib.sha256(str(repo_root.resolve()).encode()).hexdigest()[:16]
-    return home / "port" / key
+    return home.ports / key
 
 
-def in_progress(home: Path) -> list[Path]:
+def in_progress(home: Home) -> list[Path]:
     """The state dirs of every port in progress (or left over by a killed one) under `home`."""
-    ports = home / "port"
+    ports = home.ports
     return sorted(d for d in ports.iterdir() if d.is_dir()) if ports.is_dir() else []
 
 

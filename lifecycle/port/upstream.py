@@ -32,6 +32,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from lifecycle.errors import LifecycleError
+from lifecycle.home import Home
 from lifecycle.leases import exclusive
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.model import Upstream
@@ -78,15 +79,15 @@ def declaring_file(loaded: LoadedManifest) -> Path:
     return loaded.file
 
 
-def mirror_path(home: Path, source: str) -> Path:
+def mirror_path(home: Home, source: str) -> Path:
     """Where the mirror of `source` lives; a readable stem, then a hash that makes it unique."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", source.rstrip("/").rsplit("/", 1)[-1])
     stem = stem.removesuffix(".git") or "upstream"
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    return home / "mirrors" / f"{stem}-{digest}.git"
+    return home.mirrors / f"{stem}-{digest}.git"
 
 
-def ensure_mirror(home: Path, source: str) -> Mirror:
+def ensure_mirror(home: Home, source: str) -> Mirror:
     """Create the mirror if needed and fetch every branch and tag of `source` into it."""
     path = mirror_path(home, source)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ from lifecycle.archive.transfer import Progress
 from lifecycle.dockerd import sdk_errors
 from lifecycle.errors import LifecycleError
 from lifecycle.faults import Checkpoint
+from lifecycle.home import Home
 from lifecycle.hooks import Hook, HookRun, hook_session
 from lifecycle.leases import lease_held, try_lease
 from lifecycle.ledger import Ledger
@@ -78,6 +79,7 @@ class TeardownResult:
 
 def run_teardown(
     ledger: Ledger,
+    home: Home,
     services: Services,
     plan: TeardownPlan,
     request: TeardownRequest,
@@ -97,13 +99,13 @@ def run_teardown(
     with hook_session(hooks, "teardown", context) as session:
         session.fire("pre-teardown")
         checkpoint("teardown-planned")
-        settle_dead_boots(ledger, plan, _stamp(services.now()))
+        settle_dead_boots(ledger, home, plan, _stamp(services.now()))
         problems = _archive_first(ledger, services, plan, request, progress)
         verify = ArchiveVerifier(services.s3, services.s3_problem, archived_boots(ledger))
         outcomes = []
         for decision in plan.decisions:
             outcome = _carry_out(
-                ledger, services, journal, decision, request, problems, verify, checkpoint
+                ledger, home, services, journal, decision, request, problems, verify, checkpoint
             )
             if outcome is not None:
                 outcomes.append(outcome)
@@ -137,6 +139,7 @@ def run_teardown(
 
 def _carry_out(
     ledger: Ledger,
+    home: Home,
     services: Services,
     journal: Journal,
     decision: CacheDecision,
@@ -147,7 +150,7 @@ def _carry_out(
 ) -> CacheOutcome | None:
     cache, resumes = decision.cache, decision.resumes
     if decision.action is Action.SETTLE:
-        return _settle(ledger, journal, cache, verify)
+        return _settle(ledger, home, journal, cache, verify)
     if not decision.removes:
         if resumes is None:
             return None
@@ -192,29 +195,29 @@ def _carry_out(
         journal,
         cache,
         resumes=resumes,
-        lease=lambda: try_lease(ledger.home, cache.id),
+        lease=lambda: try_lease(home, cache.id),
         check=check,
         checkpoint=checkpoint,
     )
 
 
-def settle_dead_boots(ledger: Ledger, plan: TeardownPlan, at: str) -> None:
+def settle_dead_boots(ledger: Ledger, home: Home, plan: TeardownPlan, at: str) -> None:
     """Boots that died holding a cache (their lease is free) end as `interrupted`, and let go."""
     for boot_id in sorted({d.cache.in_use_by for d in plan.decisions if d.cache.in_use_by}):
         holding = [d.cache.id for d in plan.decisions if d.cache.in_use_by == boot_id]
-        if not any(lease_held(ledger.home, cache_id) for cache_id in holding):
+        if not any(lease_held(home, cache_id) for cache_id in holding):
             why = "its lifecycle process ended without recording an outcome"
             settle_boot(ledger, boot_id, at, why)
 
 
 def _settle(
-    ledger: Ledger, journal: Journal, cache: CacheRecord, verify: ArchiveVerifier
+    ledger: Ledger, home: Home, journal: Journal, cache: CacheRecord, verify: ArchiveVerifier
 ) -> CacheOutcome:
     """A cache whose dir vanished behind the ledger's back: record it as gone, never as live.
 
     Torn down when its archive verifies and lists every boot that used it (nothing was lost),
     else `missing`: its files went without their evidence."""
-    with try_lease(ledger.home, cache.id) or nullcontext():
+    with try_lease(home, cache.id) or nullcontext():
         journal.step(cache.id, "intent", f"{cache.host_path} is gone")
         archive = archive_of(ledger, cache.id)
         checked = verify(archive) if archive is not None else None

@@ -19,6 +19,7 @@ from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.transfer import Progress
 from lifecycle.dockerd import sdk_errors
 from lifecycle.errors import LifecycleError, did_you_mean
+from lifecycle.home import Home
 from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of
@@ -66,7 +67,12 @@ class Services:
 
 
 def make_plan(
-    ledger: Ledger, services: Services, request: TeardownRequest, *, preview: bool = False
+    ledger: Ledger,
+    home: Home,
+    services: Services,
+    request: TeardownRequest,
+    *,
+    preview: bool = False,
 ) -> TeardownPlan:
     """Decide every cache's fate; reads the ledger, dockerd and S3, changes nothing.
 
@@ -99,7 +105,7 @@ def make_plan(
         gone=frozenset(c.id for c in caches if c.id not in unfinished and is_gone(c)),
         # Boots the ledger says hold a cache whose lease nobody holds: their process died.
         dead_boots=frozenset(
-            c.in_use_by for c in caches if c.in_use_by and not lease_held(ledger.home, c.id)
+            c.in_use_by for c in caches if c.in_use_by and not lease_held(home, c.id)
         ),
         archive_to_problem=verify.problem_with(to) if request.archive_first and to else None,
         tainted={c.id: tainted_files(ledger, c.id) for c in caches},
