@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -29,6 +29,7 @@ from lifecycle.records import (
     format_name,
     format_names,
     parse_as,
+    stored_as,
 )
 
 FORMAT = CACHE_FORMAT
@@ -105,22 +106,16 @@ def read_as(store: ObjectStore, model: type[Model], relative: str) -> Model:
 
 
 CacheOrBoot = CacheVersion | CacheRecordV1 | BootRecordV1
-_BY_KIND: dict[str, type[CacheOrBoot]] = {
-    "version": CacheVersion,
-    "legacy-cache": CacheRecordV1,
-    "boot": BootRecordV1,
-}
 
 
 def load_by_key(body: bytes, relative: str, where: str) -> CacheOrBoot:
     """A cache's or a boot's record, read as the format its key says it holds, and checked
     against its name."""
     key = parse_key(relative)
-    model = _BY_KIND.get(key.kind) if key is not None else None
-    if model is None:
+    if key is None or key.kind not in ("version", "legacy-cache", "boot"):
         raise ArchiveError(f"{where}: not the key of a cache's or a boot's record")
     named_by_content(body, relative, where)
-    return load_as(model, body, where)
+    return load_as(cast(type[CacheOrBoot], stored_as(key.kind)), body, where)
 
 
 def follow(store: ObjectStore, model: type[Model], ref: RecordRef) -> Model:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from lifecycle.formats import CURRENT
 from lifecycle.manifest import Manifest
-from lifecycle.records import json_schema
+from lifecycle.records import MODELS
+
+_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def manifest_json_schema() -> dict[str, Any]:
@@ -17,11 +20,7 @@ def manifest_json_schema() -> dict[str, Any]:
     """
     schema = Manifest.model_json_schema()
     _drop_required(schema)
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "lifecycle-manifest-v1.json",
-        **schema,
-    }
+    return {"$schema": _DIALECT, "$id": "lifecycle-manifest-v1.json", **schema}
 
 
 def _drop_required(node: Any) -> None:
@@ -35,6 +34,7 @@ def _drop_required(node: Any) -> None:
 
 
 def record_json_schema(kind: str) -> dict[str, Any]:
-    """JSON Schema of one archive record format: `cache`, `boot`, `result`, `image`, `pin`
+    """JSON Schema of one archive record format: `cache`, `boot`, `result`, `image`, `pin`, `gc`
     (the current ones) or any format's full name (the previous release's too)."""
-    return json_schema(kind)
+    name = CURRENT.get(kind, kind)
+    return {"$schema": _DIALECT, "$id": name, **MODELS[name].model_json_schema()}
