@@ -27,7 +27,7 @@ from lifecycle.archive.layout import cache_prefix, parse_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.packs import Placed
 from lifecycle.archive.record import read_as, read_legacy_cache
-from lifecycle.archive.store import ArchiveError, BlobStore, os_problem
+from lifecycle.archive.store import RECORD_MAX, ArchiveError, BlobStore, os_problem
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.ledger import Ledger
@@ -322,7 +322,7 @@ def _fetch_fingerprint(store: BlobStore, document: CacheVersion | CacheRecordV1)
     """The archived fingerprint, its blob checked by sha256 and its digest by its entries."""
     described = document.fingerprint
     sink = io.BytesIO()
-    store.download_blob(described.sha256, sink)
+    store.download_blob(described.sha256, sink, cap=RECORD_MAX)
     try:
         fingerprint = Fingerprint.from_json(sink.getvalue().decode())
     except (LifecycleError, ValueError) as exc:

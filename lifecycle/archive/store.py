@@ -24,6 +24,7 @@ from lifecycle.archive.layout import PACKS_PREFIX, blob_key, pack_key, parse_key
 from lifecycle.archive.multipart import Body, upload_multipart
 from lifecycle.archive.objects import (
     READ_CHUNK,
+    RECORD_MAX,
     ArchiveError,
     ObjectStore,
     S3Unavailable,
@@ -34,6 +35,7 @@ from lifecycle.parallel import pool_map
 
 __all__ = [
     "READ_CHUNK",
+    "RECORD_MAX",
     "ArchiveError",
     "BlobRef",
     "BlobStore",
@@ -249,10 +251,11 @@ class BlobStore(ObjectStore):
         sha256 = hashlib.sha256(body).hexdigest()
         return self.put(key, sha256, body, len(body), content_type, if_absent=only_new)
 
-    def download_blob(self, sha256: str, sink: BinaryIO) -> None:
-        """Stream a blob into `sink`; raises unless its bytes have the sha256 it is named by."""
+    def download_blob(self, sha256: str, sink: BinaryIO, *, cap: int | None = None) -> None:
+        """Stream a blob (of at most `cap` bytes) into `sink`; raises unless its bytes have the
+        sha256 it is named by."""
         key = self.blob_key(sha256)
-        found = self.download_sha256(key, sink)
+        found = self.download_sha256(key, sink, cap=cap)
         if found is None:
             raise ArchiveError(f"{self.url(key)}: missing")
         if found != sha256:
