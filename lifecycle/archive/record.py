@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -36,26 +36,18 @@ FORMAT = CACHE_FORMAT
 Model = TypeVar("Model", bound=BaseModel)
 
 
-def parse_record(
-    body: bytes, where: str, record_format: str, readable: frozenset[str] = frozenset()
-) -> dict[str, Any]:
-    """Parse any archive record as JSON, refusing what does not say it is `record_format` (or
-    one of the `readable` formats of the same model)."""
-    try:
-        document = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise ArchiveError(f"{where}: not a JSON record: {exc}") from None
-    if not isinstance(document, dict) or document.get("format") not in {record_format, *readable}:
-        raise ArchiveError(f"{where}: not a {record_format} record")
-    return document
-
-
 def load_as(model: type[Model], body: bytes, where: str) -> Model:
     """A record of `model`'s format, checked field by field; anything else is one
     ArchiveError naming the object and what is wrong."""
     name = format_name(model)
     try:
-        return parse_as(model, parse_record(body, where, name, format_names(model)))
+        document = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise ArchiveError(f"{where}: not a JSON record: {exc}") from None
+    if not isinstance(document, dict) or document.get("format") not in format_names(model):
+        raise ArchiveError(f"{where}: not a {name} record")
+    try:
+        return parse_as(model, document)
     except RecordInvalid as exc:
         raise ArchiveError(f"{where}: not a valid {name} record: {exc}") from None
 
@@ -128,16 +120,14 @@ def follow(store: ObjectStore, model: type[Model], ref: RecordRef) -> Model:
 
 def record_blobs(document: CacheOrBoot) -> list[BlobRef]:
     """Every blob a record refers to that is its own object (not in a pack)."""
-    return [BlobRef(b.sha256, b.size, b.md5) for b in document.blobs if not _packed(b)]
+    return [
+        BlobRef(b.sha256, b.size, b.md5) for b in document.blobs if not getattr(b, "pack", None)
+    ]
 
 
 def record_packs(document: CacheOrBoot) -> dict[str, int]:
     """The packs a record's blobs live in: sha256 -> size."""
     return {p.sha256: p.size for p in getattr(document, "packs", [])}
-
-
-def _packed(blob: object) -> bool:
-    return getattr(blob, "pack", None) is not None
 
 
 def blob_roles(document: CacheOrBoot) -> dict[str, str]:

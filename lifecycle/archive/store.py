@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.layout import PACKS_PREFIX, blob_key, pack_key, parse_key
-from lifecycle.archive.multipart import Body, upload_multipart
+from lifecycle.archive.multipart import upload_multipart
 from lifecycle.archive.objects import (
     READ_CHUNK,
     RECORD_MAX,
@@ -75,16 +75,11 @@ class BlobStore(ObjectStore):
         if isinstance(source, bytes):
             self.put(self.blob_key(sha256), sha256, source, len(source))
             return len(source)
-        return self.upload_stream(sha256, source, os.fstat(source.fileno()).st_size)
-
-    def upload_stream(self, sha256: str, body: Body, size: int) -> int:
-        """PUT `size` bytes read from `body` as the blob, with its ChecksumSHA256 (over 5 GiB:
-        a multipart upload, each part with its own); bytes sent."""
-        key = self.blob_key(sha256)
-        if size > MULTIPART_OVER:
-            upload_multipart(self, key, sha256, body, size)
+        size = os.fstat(source.fileno()).st_size
+        if size > MULTIPART_OVER:  # over 5 GiB: in parts, each with its own ChecksumSHA256
+            upload_multipart(self, self.blob_key(sha256), sha256, source, size)
         else:
-            self.put(key, sha256, body, size)
+            self.put(self.blob_key(sha256), sha256, source, size)
         return size
 
     def pack_key(self, sha256: str) -> str:
