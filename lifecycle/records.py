@@ -23,31 +23,10 @@ from pydantic import (
     model_validator,
 )
 
-from lifecycle.formats import (
-    BOOT_FORMAT,
-    CACHE_FORMAT,
-    FORMATS,
-    GC_FORMAT,
-    IMAGE_FORMAT,
-    PIN_FORMAT,
-    RESULT_FORMAT,
-    RESULT_FORMAT_2,
-    VERSION_FORMAT,
-    VERSION_FORMAT_1,
-)
+from lifecycle.formats import FORMATS, IMAGE_FORMAT, PIN_FORMAT, RESULT_FORMAT_2, VERSION_FORMAT_1
 from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
 
-__all__ = [
-    "BOOT_FORMAT",
-    "CACHE_FORMAT",
-    "GC_FORMAT",
-    "IMAGE_FORMAT",
-    "PIN_FORMAT",
-    "RESULT_FORMAT",
-    "RESULT_FORMAT_2",
-    "VERSION_FORMAT",
-    "VERSION_FORMAT_1",
-]
+__all__ = ["IMAGE_FORMAT", "PIN_FORMAT", "RESULT_FORMAT_2"]  # what callers still import from here
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Count = Annotated[int, Field(ge=0, strict=True)]

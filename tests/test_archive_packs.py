@@ -22,9 +22,10 @@ from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.sources import BlobSource
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.fingerprint import scan
+from lifecycle.formats import VERSION_FORMAT
 from lifecycle.gc.snapshot import needs
 from lifecycle.ledger import Ledger
-from lifecycle.records import VERSION_FORMAT, CacheVersion
+from lifecycle.records import CacheVersion
 from tests.archive_support import verify_key
 from tests.services import ArchiveTarget, run_lifecycle
 

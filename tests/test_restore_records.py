@@ -19,10 +19,10 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import RECORD_MAX, BlobStore
 from lifecycle.fingerprint import FORMAT as FINGERPRINT_FORMAT
 from lifecycle.fingerprint import Entry, tree_digest
+from lifecycle.formats import CACHE_FORMAT, VERSION_FORMAT
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord
 from lifecycle.ledger.rows import insert
-from lifecycle.records import CACHE_FORMAT, VERSION_FORMAT
 from tests.services import ArchiveTarget, run_lifecycle
 
 pytestmark = pytest.mark.s3

@@ -19,11 +19,11 @@ from lifecycle.archive.sources import (
     regular_files,
 )
 from lifecycle.archive.store import ArchiveError
+from lifecycle.formats import BOOT_FORMAT
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, cache_by_id, cache_uses, hook_runs_of
 from lifecycle.ledger.builds import registry_images
-from lifecycle.records import BOOT_FORMAT
 
 
 def plan_boot_record(

@@ -11,11 +11,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from lifecycle.archive.layout import Key, parse_key
-from lifecycle.archive.record import load_record, read_as
-from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.archive.record import read_as
+from lifecycle.archive.store import BlobStore
 from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
 from lifecycle.parallel import pool_map
-from lifecycle.records import BootRecordV1, CacheRecordV1, CacheVersion, MadeBy
+from lifecycle.records import BootRecordV1, CacheRecordV1, CacheVersion, MadeBy, stored_as
 
 
 @dataclass(frozen=True)
@@ -130,31 +130,22 @@ def archived_boots(store: BlobStore, *, workers: int = 8) -> list[ArchivedBoot]:
 
 def _version(store: BlobStore, key: Key) -> tuple[CacheRow, ArchivedVersion, list[str]]:
     """A version's row and summary, and the boots a previous-format record lists in itself."""
-    if key.kind == "legacy-cache":
-        body = store.read(key.key)
-        if body is None:
-            raise ArchiveError(f"{store.where(key.key)}: missing")
-        legacy = load_record(body, store.where(key.key))
-        return legacy.cache, _summary(store, key.key, legacy), sorted(legacy.boot_ids())
-    version = read_as(store, CacheVersion, key.key)
-    return version.cache, _summary(store, key.key, version), []
-
-
-def _summary(
-    store: BlobStore, relative: str, record: CacheVersion | CacheRecordV1
-) -> ArchivedVersion:
-    return ArchivedVersion(
+    record = read_as(store, stored_as(key.kind), key.key)
+    assert isinstance(record, CacheVersion | CacheRecordV1), "a cache's keys hold its versions"
+    summary = ArchivedVersion(
         tree_digest=record.fingerprint.tree_digest,
         parent=record.parent if isinstance(record, CacheVersion) else None,
         with_content=record.with_content,
         archived_at=record.archived_at,
         host=record.host,
-        record=store.where(relative),
+        record=store.where(key.key),
         files=record.fingerprint.files,
         bytes=record.fingerprint.bytes,
         made_by=record.made_by if isinstance(record, CacheVersion) else None,
         cache_key=record.cache.cache_key,
     )
+    boots = sorted(record.boot_ids()) if isinstance(record, CacheRecordV1) else []
+    return record.cache, summary, boots
 
 
 def _boot(store: BlobStore, key: Key) -> ArchivedBoot:

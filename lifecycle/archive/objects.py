@@ -318,11 +318,6 @@ class ObjectStore:
         return ArchiveError(f"{where}: {code or name}: {_message(exc)}")
 
 
-def missing(exc: BaseException) -> bool:
-    """Whether an S3 error says the object is not there."""
-    return _code(exc) in _MISSING
-
-
 def _code(exc: BaseException) -> str:
     if isinstance(exc, ClientError):
         return str(exc.response.get("Error", {}).get("Code", ""))

@@ -19,7 +19,6 @@ from lifecycle.archive.layout import Records, legacy_cache_key, parse_key, recor
 from lifecycle.archive.objects import ObjectStore
 from lifecycle.archive.store import ArchiveError, BlobRef
 from lifecycle.records import (
-    CACHE_FORMAT,
     BootRecordV1,
     CacheRecordV1,
     CacheVersion,
@@ -32,7 +31,6 @@ from lifecycle.records import (
     stored_as,
 )
 
-FORMAT = CACHE_FORMAT
 Model = TypeVar("Model", bound=BaseModel)
 
 
@@ -52,11 +50,6 @@ def load_as(model: type[Model], body: bytes, where: str) -> Model:
         raise ArchiveError(f"{where}: not a valid {name} record: {exc}") from None
 
 
-def load_record(body: bytes, where: str) -> CacheRecordV1:
-    """A cache record of the previous release (`lifecycle-cache-record/1`), checked."""
-    return load_as(CacheRecordV1, body, where)
-
-
 def read_legacy_cache(store: ObjectStore, cache_id: str) -> tuple[str, str, CacheRecordV1] | None:
     """(key, sha256 of its bytes, record) of the previous release's one record of the cache
     (`caches/<cache>.json`), or None when it has none."""
@@ -64,7 +57,11 @@ def read_legacy_cache(store: ObjectStore, cache_id: str) -> tuple[str, str, Cach
     body = store.read(relative)
     if body is None:
         return None
-    return relative, hashlib.sha256(body).hexdigest(), load_record(body, store.where(relative))
+    return (
+        relative,
+        hashlib.sha256(body).hexdigest(),
+        load_as(CacheRecordV1, body, store.where(relative)),
+    )
 
 
 def create_record(store: ObjectStore, kind: Records, owner: str, record: BaseModel) -> str:

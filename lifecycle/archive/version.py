@@ -15,9 +15,9 @@ from typing import Any
 from lifecycle.archive.sources import BlobSource, RecordPlan, memory_blob
 from lifecycle.build.keys import key_factors
 from lifecycle.fingerprint import Fingerprint
+from lifecycle.formats import VERSION_FORMAT
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord, boot_by_id, cache_uses, tainted_files
-from lifecycle.records import VERSION_FORMAT
 from lifecycle.withheld import withheld_files
 
 _LOCAL_ONLY = ("state", "in_use_by")  # this host's bookkeeping, not facts about the cache
