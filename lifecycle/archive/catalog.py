@@ -8,7 +8,7 @@ and each is checked against its name and format, as everywhere else.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from lifecycle.archive.layout import Key, parse_key
 from lifecycle.archive.record import read_as
@@ -66,56 +66,40 @@ class ArchivedBoot:
     archived_by: str  # the host that archived it
 
 
-@dataclass
-class _Index:
-    """A cache's keys, as one listing found them."""
-
-    versions: list[Key] = field(default_factory=list)
-    boots: list[str] = field(default_factory=list)
-    results: list[str] = field(default_factory=list)
-    legacy: Key | None = None
-
-
 def archived_caches(
     store: BlobStore, *, named: Iterable[str] | None = None, workers: int = 8
 ) -> list[ArchivedCache]:
     """Every cache the archive holds (only those of these cache names, if given), newest
     first."""
-    index: dict[str, _Index] = {}
-    prefixes = tuple(f"caches/{name}-" for name in named) if named is not None else ("caches/",)
-    for key in (k for prefix in prefixes for k in _keys(store, prefix)):
-        entry = index.setdefault(key.id, _Index())
-        if key.kind == "version":
-            entry.versions.append(key)
-        elif key.kind == "boot-marker":
-            entry.boots.append(str(key.other))
-        elif key.kind == "result-marker":
-            entry.results.append(str(key.other))
-        elif key.kind == "legacy-cache":
-            entry.legacy = key
-    for key in _keys(store, "results-by-cache/"):
-        if key.id in index:
-            index[key.id].results.append(str(key.other))
-    wanted = [(cache_id, key) for cache_id, e in index.items() for key in e.versions]
-    wanted += [(cache_id, e.legacy) for cache_id, e in index.items() if e.legacy is not None]
-    read = pool_map(lambda pair: (pair[0], *_version(store, pair[1])), wanted, workers, "catalog")
+    prefixes = [f"caches/{name}-" for name in named] if named is not None else ["caches/"]
+    index: dict[str, dict[str, list[Key]]] = {}  # cache id -> kind -> its keys of that kind
+    for key in (k for prefix in [*prefixes, "results-by-cache/"] for k in _keys(store, prefix)):
+        index.setdefault(key.id, {}).setdefault(key.kind, []).append(key)
+    wanted = [k for kinds in index.values() for k in kinds.get("version", [])]
+    wanted += [k for kinds in index.values() for k in kinds.get("legacy-cache", [])]
+    read = pool_map(lambda key: (key.id, *_version(store, key)), wanted, workers, "catalog")
     found: dict[str, list[tuple[CacheRow, ArchivedVersion]]] = {}
-    for cache_id, row, version, listed in read:
+    listed: dict[str, set[str]] = {}  # cache id -> boots a previous-format record lists
+    for cache_id, row, version, boots in read:
         found.setdefault(cache_id, []).append((row, version))
-        index[cache_id].boots.extend(listed)
+        listed.setdefault(cache_id, set()).update(boots)
     caches = []
     for cache_id, versions in found.items():
         versions.sort(key=lambda pair: (pair[1].archived_at, pair[1].record))
-        entry = index[cache_id]
+        kinds = index[cache_id]
+        marked = {kind: {str(k.other) for k in kinds.get(kind, [])} for kind in _MARKERS}
         caches.append(
             ArchivedCache(
                 row=versions[-1][0],
                 versions=tuple(v for _, v in versions),
-                boots=tuple(sorted(set(entry.boots))),
-                results=tuple(sorted(set(entry.results))),
+                boots=tuple(sorted(marked["boot-marker"] | listed[cache_id])),
+                results=tuple(sorted(marked["result-marker"] | marked["legacy-marker"])),
             )
         )
     return sorted(caches, key=lambda c: (c.newest.archived_at, c.row.id), reverse=True)
+
+
+_MARKERS = ("boot-marker", "result-marker", "legacy-marker")
 
 
 def archived_boots(store: BlobStore, *, workers: int = 8) -> list[ArchivedBoot]:

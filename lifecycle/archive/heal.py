@@ -32,7 +32,13 @@ from dataclasses import dataclass, field, replace
 from lifecycle.archive import packs
 from lifecycle.archive.bootrecord import plan_boot_record
 from lifecycle.archive.layout import blob_key, pack_key, parse_key
-from lifecycle.archive.record import CacheOrBoot, load_by_key, record_blobs, record_packs
+from lifecycle.archive.record import (
+    CacheOrBoot,
+    load_by_key,
+    placements,
+    record_blobs,
+    record_packs,
+)
 from lifecycle.archive.sources import BlobSource, RecordPlan
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore
 from lifecycle.ledger import Ledger
@@ -163,12 +169,7 @@ def standing_version(
         relied.alone |= {sha: sources[sha] for sha in found.blobs}
         relied.rebuilt |= {sha: blobs for sha, blobs in rebuilt.items() if blobs is not None}
         relied.named |= {blob.sha256: blob.size for blob in document.blobs}
-        placed = {
-            b.sha256: packs.Placed(b.pack, b.offset, b.size)
-            for b in document.blobs
-            if b.pack is not None and b.offset is not None
-        }
-        return Standing(row, placed, sizes)
+        return Standing(row, placements(document), sizes)
     return None
 
 

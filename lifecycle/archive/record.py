@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from lifecycle.archive.layout import Records, legacy_cache_key, parse_key, record_key
 from lifecycle.archive.objects import ObjectStore
+from lifecycle.archive.packs import Placed
 from lifecycle.archive.store import ArchiveError, BlobRef
 from lifecycle.records import (
     BootRecordV1,
@@ -125,6 +126,16 @@ def record_blobs(document: CacheOrBoot) -> list[BlobRef]:
 def record_packs(document: CacheOrBoot) -> dict[str, int]:
     """The packs a record's blobs live in: sha256 -> size."""
     return {p.sha256: p.size for p in getattr(document, "packs", [])}
+
+
+def placements(document: CacheOrBoot) -> dict[str, Placed]:
+    """Where each packed blob of a record lives (none outside a cache version)."""
+    blobs = document.blobs if isinstance(document, CacheVersion) else []
+    return {
+        b.sha256: Placed(b.pack, b.offset, b.size)
+        for b in blobs
+        if b.pack is not None and b.offset is not None
+    }
 
 
 def blob_roles(document: CacheOrBoot) -> dict[str, str]:

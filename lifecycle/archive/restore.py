@@ -26,7 +26,7 @@ from lifecycle.archive.fetch import download_files, fetch_region, regions
 from lifecycle.archive.layout import cache_prefix, parse_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.packs import Placed
-from lifecycle.archive.record import read_as, read_legacy_cache
+from lifecycle.archive.record import placements, read_as, read_legacy_cache
 from lifecycle.archive.store import RECORD_MAX, ArchiveError, BlobStore, os_problem
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
@@ -274,17 +274,6 @@ def _remember_version(
         tree_digest=document.tree_digest,
     )  # fmt: skip
     record_version(ledger, row, archive, mark_archived=False)
-
-
-def placements(document: CacheVersion | CacheRecordV1) -> dict[str, Placed]:
-    """Where each packed blob of a version lives (none in a record of the previous formats)."""
-    if not isinstance(document, CacheVersion):
-        return {}
-    return {
-        b.sha256: Placed(b.pack, b.offset, b.size)
-        for b in document.blobs
-        if b.pack is not None and b.offset is not None
-    }
 
 
 def _remember_legacy(ledger: Ledger, store: BlobStore, cache_id: str) -> None:
