@@ -32,7 +32,7 @@ from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version, remember_archive
-from lifecycle.ledger.boots import CacheRecord, CacheRow, Scanned, cache_by_id, record_scan
+from lifecycle.ledger.boots import CacheRecord, Scanned, cache_by_id, record_scan
 from lifecycle.records import CacheRecordV1, CacheVersion
 from lifecycle.secret_paths import is_masked
 
@@ -87,7 +87,9 @@ def restore_cache(
             raise ArchiveError(
                 f"the record of {cache_id} has the cache row of {document.cache.id!r}"
             )
-        new_row = None if known else _row_from_record(document.cache, target)
+        # A host that never saw the cache makes its row from the record.
+        local = {"host_path": str(target), "state": "live", "in_use_by": None}
+        new_row = None if known else CacheRecord(**{**asdict(document.cache), **local})
         archived = _fetch_fingerprint(store, document)
         withheld = {item.path for item in document.withheld}
         wanted = restorable(archived, withheld)
@@ -415,9 +417,3 @@ def check_cache_id(cache_id: str) -> None:
         raise LifecycleError(
             f"{cache_id!r} is not a cache id (NAME-0123456789ab, as `lifecycle caches` lists)"
         )
-
-
-def _row_from_record(archived: CacheRow, target: Path) -> CacheRecord:
-    """The cache row a host that never saw the cache makes from its record."""
-    local = {"host_path": str(target), "state": "live", "in_use_by": None}
-    return CacheRecord(**{**asdict(archived), **local})

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lifecycle.archive.layout import PACKS_PREFIX, blob_key, pack_key, parse_key
+from lifecycle.archive.layout import blob_key, pack_key, parse_key
 from lifecycle.archive.multipart import upload_multipart
 from lifecycle.archive.objects import (
     READ_CHUNK,
@@ -226,7 +226,7 @@ class BlobStore(ObjectStore):
         """Every pack at the location, by its sha256: (size, ETag). One LIST page per thousand
         packs (a thousand packs hold some 8 GB of small blobs)."""
         found: dict[str, Listed] = {}
-        for item in self.list(PACKS_PREFIX):
+        for item in self.list("packs/"):
             parsed = parse_key(item.key)
             if parsed is not None and parsed.kind == "pack" and parsed.sha256:
                 found[parsed.sha256] = (item.size, item.etag)
