@@ -35,7 +35,6 @@ from lifecycle.archive.layout import blob_key, pack_key, parse_key
 from lifecycle.archive.record import (
     CacheOrBoot,
     load_by_key,
-    placements,
     record_blobs,
     record_packs,
 )
@@ -127,15 +126,6 @@ class Relied:
         self.set_aside |= {pack_key(sha): sha for sha in held}
 
 
-@dataclass(frozen=True)
-class Standing:
-    """A version of the tree being archived that is on the server, whole (once repaired)."""
-
-    row: VersionRow
-    placed: dict[str, packs.Placed]  # its packed blobs
-    pack_sizes: dict[str, int]
-
-
 def standing_version(
     store: BlobStore,
     rows: Sequence[VersionRow],
@@ -144,10 +134,11 @@ def standing_version(
     plan: Callable[[], RecordPlan],
     relied: Relied,
     workers: int,
-) -> Standing | None:
-    """A version of `tree` this host wrote (or restored) at the store's location, holding the
-    files if `with_content`, whose record stands and whose damaged objects this host can put
-    right (`plan()` gives their bytes); None when there is none, and a new one is written."""
+) -> tuple[VersionRow, CacheVersion] | None:
+    """(row, record) of a version of `tree` this host wrote (or restored) at the store's
+    location, holding the files if `with_content`, whose record stands and whose damaged
+    objects this host can put right (`plan()` gives their bytes); None when there is none, and
+    a new one is written."""
     for row in rows:
         if (row.tree_digest, row.location) != (tree, store.location.url()):
             continue
@@ -169,7 +160,7 @@ def standing_version(
         relied.alone |= {sha: sources[sha] for sha in found.blobs}
         relied.rebuilt |= {sha: blobs for sha, blobs in rebuilt.items() if blobs is not None}
         relied.named |= {blob.sha256: blob.size for blob in document.blobs}
-        return Standing(row, placements(document), sizes)
+        return row, document
     return None
 
 
