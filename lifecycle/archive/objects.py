@@ -209,6 +209,9 @@ class ObjectStore:
             )
             for chunk in response["Body"].iter_chunks(READ_CHUNK):
                 got += len(chunk)
+                if got > length:  # a server ignoring the range: refused before it is held
+                    response["Body"].close()
+                    raise ArchiveError(f"{self.url(key)}: more than the {length} bytes asked")
                 yield chunk
         except (BotoCoreError, ClientError) as exc:
             if _code(exc) in _MISSING:
