@@ -1,31 +1,38 @@
-"""The names of the archive's record formats, and the kinds `lifecycle schema --record` takes.
+"""The archive's record formats, one row each: what the models (lifecycle.records), the archive,
+gc and `lifecycle schema --record` read.
 
-Apart from their models (lifecycle.records), so that the command line can offer them without
-loading pydantic.
+Apart from the models, so that the command line can offer the kinds without loading pydantic.
+Each model names the formats it reads in its `format` field; lifecycle.records checks that they
+are these.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-CACHE_FORMAT: Final = "lifecycle-cache-record/1"  # the previous release's, read only
-RESULT_FORMAT: Final = "lifecycle-result-record/1"  # the previous release's, read only
-VERSION_FORMAT_1: Final = "lifecycle-cache-version/1"  # read only: no packs
 VERSION_FORMAT: Final = "lifecycle-cache-version/2"
 BOOT_FORMAT: Final = "lifecycle-boot-record/1"
 RESULT_FORMAT_2: Final = "lifecycle-result-record/2"
 IMAGE_FORMAT: Final = "lifecycle-image-record/1"
 PIN_FORMAT: Final = "lifecycle-pin/1"
 GC_FORMAT: Final = "lifecycle-gc-record/1"
+VERSION_FORMAT_1: Final = "lifecycle-cache-version/1"  # read only: no packs
+CACHE_FORMAT: Final = "lifecycle-cache-record/1"  # the previous release's, read only
+RESULT_FORMAT: Final = "lifecycle-result-record/1"  # the previous release's, read only
 
-# `--record KIND`: the format each kind is written in now.
-CURRENT = {
-    "cache": VERSION_FORMAT,
-    "boot": BOOT_FORMAT,
-    "result": RESULT_FORMAT_2,
-    "image": IMAGE_FORMAT,
-    "pin": PIN_FORMAT,
-    "gc": GC_FORMAT,
+# format -> (the `--record KIND` it is written as now, None when only read; the kind of key, in
+# lifecycle.archive.layout, it is stored under).
+FORMATS: Final[dict[str, tuple[str | None, str]]] = {
+    VERSION_FORMAT: ("cache", "version"),
+    BOOT_FORMAT: ("boot", "boot"),
+    RESULT_FORMAT_2: ("result", "result"),
+    IMAGE_FORMAT: ("image", "image"),
+    PIN_FORMAT: ("pin", "pin"),
+    GC_FORMAT: ("gc", "gc"),
+    VERSION_FORMAT_1: (None, "version"),
+    CACHE_FORMAT: (None, "legacy-cache"),
+    RESULT_FORMAT: (None, "legacy-result"),
 }
-EVERY_FORMAT = (*CURRENT.values(), VERSION_FORMAT_1, CACHE_FORMAT, RESULT_FORMAT)
-RECORD_KINDS = (*CURRENT, *EVERY_FORMAT)  # a kind, or any format's full name
+CURRENT = {kind: name for name, (kind, _) in FORMATS.items() if kind is not None}
+RECORD_KINDS = (*CURRENT, *FORMATS)  # a kind, or any format's full name
+STORED_UNDER = frozenset(stored for _, stored in FORMATS.values())  # the keys records live at

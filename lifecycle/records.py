@@ -1,38 +1,18 @@
-"""The archive's record formats, versioned by name, checked whenever one is read.
+"""The archive's record formats as models (their names: lifecycle.formats), checked whenever a
+record is read.
 
-Every record is one JSON object, keys sorted, immutable once written, and named by what it
-holds: its key ends in the sha256 of its bytes, so a reader checks that too. Current formats:
-
-- `lifecycle-cache-version/2` at `caches/<cache>/versions/<tree digest>.<sha256>.json`: a
-  cache's state at one point in time (its fingerprint, files with --with-content, the tree it
-  grew from); its small files live in packs (`packs`, and each blob's `pack` and `offset`).
-  Version 1, the same without packs (every blob its own object), is still read;
-- `lifecycle-boot-record/1` at `boots/<boot>/<sha256>.json`: one boot, its log and evidence,
-  which tree of each cache it started from and left, what image and manifest it ran;
-- `lifecycle-result-record/2` at `results/<result>/<sha256>.json`: one result, the boot record
-  it stands on and the exact version (tree digest and record) of each cache behind it;
-- `lifecycle-image-record/1` at `images/<manifest digest>/<sha256>.json`: an image pushed to a
-  registry, by digest;
-- `lifecycle-pin/1` at `pins/<result>/<sha256>.json`: a result pinned for the whole team;
-- `lifecycle-gc-record/1` at `gc/<run>/<sha256>.json`: what one `gc --remote` removed, by which
-  rule, on which host, written before its first deletion.
-
-The previous release wrote one mutable record per cache and per result; they are still read:
-- `lifecycle-cache-record/1` at `caches/<cache id>.json`: one cache, its fingerprint, every
-  boot that used it with its log and evidence, what was built and booted;
-- `lifecycle-result-record/1` at `results/<result id>.json`: one result and the boot behind it.
-
+Every record is one JSON object, keys sorted, immutable once written, and named by what it holds:
+its key ends in the sha256 of its bytes (lifecycle.archive.layout), so a reader checks that too.
 The rows a record carries (a cache's, a boot's, a boot's use of a cache) are the ledger's own
-dataclasses, checked the same way. `lifecycle schema --record KIND` prints each format as JSON
-Schema. A record read back is checked against its model here, so a record that does not parse
-(another tool, a hand edit, a crafted object) is one line naming the object, never a KeyError
-three calls later. Unknown keys are ignored, so a newer writer's additions do not break an
-older reader; a change a reader must understand gets a new format name.
+dataclasses, checked the same way. A record that does not parse (another tool, a hand edit, a
+crafted object) is one line naming the object, never a KeyError three calls later. Unknown keys
+are ignored, so a newer writer's additions do not break an older reader; a change a reader must
+understand gets a new format name.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import (
     BaseModel,
@@ -43,31 +23,10 @@ from pydantic import (
     model_validator,
 )
 
-from lifecycle.formats import (
-    BOOT_FORMAT,
-    CACHE_FORMAT,
-    CURRENT,
-    GC_FORMAT,
-    IMAGE_FORMAT,
-    PIN_FORMAT,
-    RESULT_FORMAT,
-    RESULT_FORMAT_2,
-    VERSION_FORMAT,
-    VERSION_FORMAT_1,
-)
+from lifecycle.formats import FORMATS, IMAGE_FORMAT, PIN_FORMAT, RESULT_FORMAT_2, VERSION_FORMAT_1
 from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
 
-__all__ = [
-    "BOOT_FORMAT",
-    "CACHE_FORMAT",
-    "GC_FORMAT",
-    "IMAGE_FORMAT",
-    "PIN_FORMAT",
-    "RESULT_FORMAT",
-    "RESULT_FORMAT_2",
-    "VERSION_FORMAT",
-    "VERSION_FORMAT_1",
-]
+__all__ = ["IMAGE_FORMAT", "PIN_FORMAT", "RESULT_FORMAT_2"]  # what callers still import from here
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Count = Annotated[int, Field(ge=0, strict=True)]
@@ -418,32 +377,28 @@ Record = (
     | GcRecordV1
 )
 
-_MODELS: dict[str, type[Record]] = {
-    VERSION_FORMAT: CacheVersion,
-    VERSION_FORMAT_1: CacheVersion,
-    BOOT_FORMAT: BootRecordV1,
-    RESULT_FORMAT_2: ResultRecordV2,
-    IMAGE_FORMAT: ImageRecordV1,
-    PIN_FORMAT: PinV1,
-    GC_FORMAT: GcRecordV1,
-    CACHE_FORMAT: CacheRecordV1,
-    RESULT_FORMAT: ResultRecordV1,
+# format -> the model that reads it: each model names its formats in its `format` field.
+MODELS: dict[str, type[Record]] = {
+    name: model
+    for model in get_args(Record)
+    for name in get_args(model.model_fields["format"].annotation)
 }
-# `lifecycle schema --record KIND` -> (format name, model): a kind, or a format's full name.
-FORMATS: dict[str, tuple[str, type[Record]]] = {
-    **{name: (name, model) for name, model in _MODELS.items()},
-    **{kind: (name, _MODELS[name]) for kind, name in CURRENT.items()},
-}
+assert MODELS.keys() == FORMATS.keys(), "lifecycle.formats lists every model's formats"
 
 
 def format_name(model: type[BaseModel]) -> str:
     """The format name a record model writes (the first of those it reads)."""
-    return next(name for name, known in FORMATS.values() if known is model)
+    return next(name for name in FORMATS if MODELS[name] is model)
 
 
 def format_names(model: type[BaseModel]) -> frozenset[str]:
     """Every format name a record model reads."""
-    return frozenset(name for name, known in _MODELS.items() if known is model)
+    return frozenset(name for name, known in MODELS.items() if known is model)
+
+
+def stored_as(kind: str) -> type[Record]:
+    """The model of the records under keys of this kind (lifecycle.archive.layout)."""
+    return next(MODELS[name] for name, (_, stored) in FORMATS.items() if stored == kind)
 
 
 class RecordInvalid(ValueError):
@@ -474,10 +429,3 @@ def _parse(model: type[Model], document: object, prefix: str = "") -> Model:
         ]
         more = exc.error_count() - len(problems)
         raise RecordInvalid(problems + ([f"and {more} more"] if more > 0 else [])) from None
-
-
-def json_schema(kind: str) -> dict[str, Any]:
-    """The JSON Schema (2020-12) of one record format."""
-    name, model = FORMATS[kind]
-    schema = model.model_json_schema()
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": name, **schema}

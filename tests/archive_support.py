@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from lifecycle.archive.heal import inspect_record
 from lifecycle.archive.store import BlobStore
-from lifecycle.archive.verify import check_record
 
 
 def keys(client: Any, bucket: str, prefix: str) -> list[str]:
@@ -46,7 +46,7 @@ def boot_records(client: Any, bucket: str, prefix: str, boot_id: str) -> list[di
 
 def verify_key(store: BlobStore, key: str, sha256: str | None = None) -> list[str]:
     """Problems with the record at a full key (against `sha256` if given) and its blobs."""
-    return check_record(store, store.relative(key), sha256)[0]
+    return inspect_record(store, store.relative(key), sha256).lines()
 
 
 def damage(client: Any, bucket: str, key: str, *, truncate: int | None = None) -> None:

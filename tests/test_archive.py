@@ -17,8 +17,8 @@ import pytest
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import archive_caches
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, KeyOf, b64_sha256
+from lifecycle.formats import BOOT_FORMAT, VERSION_FORMAT
 from lifecycle.ledger import Ledger
-from lifecycle.records import BOOT_FORMAT, VERSION_FORMAT
 from tests.archive_support import boot_records, newest_version, verify_key
 from tests.cache_support import adopt
 from tests.services import ArchiveTarget, WeedServer, boot_demo, run_lifecycle

@@ -16,11 +16,12 @@ import pytest
 
 from bench.archive import register_cache
 from lifecycle.archive import heal
+from lifecycle.archive.heal import inspect_record
 from lifecycle.archive.layout import blob_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.store import ArchiveError, BlobStore
-from lifecycle.archive.verify import check_record, fetch_verified
+from lifecycle.archive.verify import fetch_verified
 from lifecycle.gc.snapshot import take_snapshot
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, boot_archive, versions_of
@@ -149,7 +150,7 @@ def test_a_damaged_boot_log_is_sent_again_or_named_when_this_host_lost_it(
     assert (again.record_key, again.boots, again.blobs_uploaded) == (first.record_key, (), 1)
     [record] = boot_records(archive_target.client, archive_target.bucket, archive_target.prefix,
                             BOOT)  # fmt: skip
-    assert check_record(store, store.relative(record["object_key"]), None)[0] == []
+    assert inspect_record(store, store.relative(record["object_key"]), None).lines() == []
 
     damage(archive_target.client, archive_target.bucket, store.blob_key(sha), truncate=15)
     (tmp_path / "boot.log").unlink()

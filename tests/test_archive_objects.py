@@ -106,6 +106,17 @@ class _Body:
     def iter_chunks(self, size: int) -> list[bytes]:
         return [self.data]
 
+    def close(self) -> None:
+        pass
+
+
+def test_a_range_answered_with_more_bytes_than_asked_is_refused() -> None:
+    client = _NoConditionals()  # it answers every GET with the whole object
+    client.objects["p/packs/x"] = b"0123456789"
+    store = ObjectStore(client, ArchiveLocation("bucket", "p"))
+    with pytest.raises(ArchiveError, match="more than the 4 bytes asked"):
+        b"".join(store.read_range("p/packs/x", 2, 4))
+
 
 def test_a_server_without_conditional_writes_gets_a_look_then_a_plain_put() -> None:
     client = _NoConditionals()

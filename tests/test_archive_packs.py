@@ -21,11 +21,12 @@ from lifecycle.archive.restore import restore_cache, restore_file
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.sources import BlobSource
 from lifecycle.archive.store import ArchiveError, BlobStore
-from lifecycle.archive.verify import check_record
 from lifecycle.fingerprint import scan
+from lifecycle.formats import VERSION_FORMAT
 from lifecycle.gc.snapshot import needs
 from lifecycle.ledger import Ledger
-from lifecycle.records import VERSION_FORMAT, CacheVersion
+from lifecycle.records import CacheVersion
+from tests.archive_support import verify_key
 from tests.services import ArchiveTarget, run_lifecycle
 
 pytestmark = pytest.mark.s3
@@ -92,7 +93,7 @@ def test_small_files_go_in_packs_and_come_back_checked(
     assert len([key for key in objects if "/blobs/" in key]) < 10
     store = BlobStore(archive_target.client, ArchiveLocation(archive_target.bucket,
                                                              archive_target.prefix))  # fmt: skip
-    assert check_record(store, store.relative(report.record_key), report.record_sha256)[0] == []
+    assert verify_key(store, report.record_key, report.record_sha256) == []
     assert {f"packs/sha256/{record.packs[0].sha256[:2]}/{record.packs[0].sha256}"} <= needs(record)
 
     # A whole restore, elsewhere: every file, links too, same tree digest.
@@ -162,7 +163,7 @@ def test_an_interrupted_archive_writes_no_record_and_the_rerun_sends_only_the_re
     assert first_packs < {p.sha256 for p in record.packs}
     store = BlobStore(archive_target.client, ArchiveLocation(archive_target.bucket,
                                                              archive_target.prefix))  # fmt: skip
-    assert check_record(store, store.relative(again.record_key), again.record_sha256)[0] == []
+    assert verify_key(store, again.record_key, again.record_sha256) == []
 
 
 def test_a_damaged_pack_is_named(archive_target: ArchiveTarget, tmp_path: Path) -> None:
@@ -175,7 +176,7 @@ def test_a_damaged_pack_is_named(archive_target: ArchiveTarget, tmp_path: Path) 
     archive_target.client.put_object(
         Bucket=archive_target.bucket, Key=store.pack_key(pack.sha256), Body=b"x" * pack.size
     )
-    problems, _ = check_record(store, store.relative(report.record_key), report.record_sha256)
+    problems = verify_key(store, report.record_key, report.record_sha256)
     assert problems == [f"{store.url(store.pack_key(pack.sha256))}: content has sha256"
                         f" {hashlib.sha256(b'x' * pack.size).hexdigest()}"]  # fmt: skip
 
@@ -186,7 +187,7 @@ def _store(target: ArchiveTarget) -> BlobStore:
 
 def _whole(target: ArchiveTarget, report: ArchiveReport) -> bool:
     store = _store(target)
-    return check_record(store, store.relative(report.record_key), report.record_sha256)[0] == []
+    return verify_key(store, report.record_key, report.record_sha256) == []
 
 
 def test_a_pack_with_wrong_bytes_fails_no_other_archive_and_is_built_again_byte_for_byte(
@@ -276,7 +277,7 @@ def test_a_file_over_the_single_put_cap_goes_up_in_parts(
         Bucket=archive_target.bucket, Key=blobs.blob_key(sha), ChecksumMode="ENABLED"
     )
     assert head["ContentLength"] == 12 << 20 and "-3" in head["ETag"]
-    assert check_record(blobs, blobs.relative(report.record_key), report.record_sha256)[0] == []
+    assert verify_key(blobs, report.record_key, report.record_sha256) == []
     # Bytes other than the blob's are never completed under its name.
     with pytest.raises(ArchiveError, match="are not blob"):
         multipart.upload_multipart(blobs, blobs.blob_key("0" * 64), "0" * 64,
@@ -314,7 +315,7 @@ def test_a_blob_a_gc_removes_before_the_records_is_sent_again_and_a_pack_refuses
     monkeypatch.setattr(run, "_write_version", gc_meanwhile)
     report = _archive(tmp_path / "home", archive_target, "packs-000000000001")
     assert removed and store.head(removed[0], checksum=False) is not None  # sent again
-    assert check_record(store, store.relative(report.record_key), report.record_sha256)[0] == []
+    assert verify_key(store, report.record_key, report.record_sha256) == []
 
     (tree / "new.json").write_bytes(os.urandom(999))  # a new tree: a new version, a new pack
     packs_before = set(store.list_packs())

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from lifecycle.fingerprint import scan
-from lifecycle.records import CACHE_FORMAT
+from lifecycle.formats import CACHE_FORMAT
 from tests.archive_support import keys
 from tests.services import PREVIOUS_ARCHIVE, PREVIOUS_RESULT, ArchiveTarget, run_lifecycle
 

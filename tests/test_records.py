@@ -9,10 +9,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from lifecycle.archive.record import load_record
+from lifecycle.archive.record import load_as
 from lifecycle.archive.store import ArchiveError
 from lifecycle.cli import cli
-from lifecycle.records import (
+from lifecycle.formats import (
     BOOT_FORMAT,
     CACHE_FORMAT,
     GC_FORMAT,
@@ -21,10 +21,8 @@ from lifecycle.records import (
     RESULT_FORMAT,
     RESULT_FORMAT_2,
     VERSION_FORMAT,
-    CacheRecordV1,
-    RecordInvalid,
-    parse_as,
 )
+from lifecycle.records import CacheRecordV1, RecordInvalid, parse_as
 from lifecycle.results.archive import load_result_record
 
 SHA = "ab" * 32
@@ -78,7 +76,7 @@ def test_a_record_not_of_its_format_is_one_line_naming_the_object_and_the_field(
 ) -> None:
     body = json.dumps({**CACHE, **change}).encode()
     with pytest.raises(ArchiveError) as refused:
-        load_record(body, "s3://b/p/caches/vllm-0123456789ab.json")
+        load_as(CacheRecordV1, body, "s3://b/p/caches/vllm-0123456789ab.json")
     message = str(refused.value)
     assert "\n" not in message
     assert message.startswith(

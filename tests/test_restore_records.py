@@ -16,13 +16,13 @@ import pytest
 
 from lifecycle.archive.layout import legacy_cache_key, version_key
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.store import BlobStore
+from lifecycle.archive.store import RECORD_MAX, BlobStore
 from lifecycle.fingerprint import FORMAT as FINGERPRINT_FORMAT
 from lifecycle.fingerprint import Entry, Fingerprint
+from lifecycle.formats import CACHE_FORMAT, VERSION_FORMAT
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord
 from lifecycle.ledger.rows import insert
-from lifecycle.records import CACHE_FORMAT, VERSION_FORMAT
 from tests.services import ArchiveTarget, run_lifecycle
 
 pytestmark = pytest.mark.s3
@@ -251,3 +251,23 @@ def test_a_version_whose_fingerprint_holds_another_tree_is_refused(
     assert result.exit_code == 1, result.output
     assert "fingerprint.tree_digest is not the version's tree_digest" in result.stderr
     assert not (home / "caches" / CACHE_ID).exists()
+
+
+def test_a_record_larger_than_the_cap_is_one_line_naming_it_and_the_cap(
+    tmp_path: Path, archive_target: ArchiveTarget
+) -> None:
+    home = Path(os.environ["LIFECYCLE_HOME"])
+    relative = version_key(CACHE_ID, "0" * 64, "1" * 64)
+    key = f"{archive_target.prefix}/{relative}"
+    body = b" " * (RECORD_MAX + 1)  # JSON whitespace: only its size is wrong
+    archive_target.client.put_object(Bucket=archive_target.bucket, Key=key, Body=body)
+
+    result = _restore(tmp_path, archive_target, CACHE_ID)
+
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines() == [
+        f"restore of {CACHE_ID} from {archive_target.url} failed:"
+        f" s3://{archive_target.bucket}/{key}: larger than 64 MiB, the most an object read whole"
+        " (a record, a fingerprint) may hold; not read"
+    ]
+    assert not (home / "caches").exists()

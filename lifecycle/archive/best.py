@@ -42,9 +42,5 @@ def best_versions(store: BlobStore, keys: Mapping[str, str]) -> dict[str, Best]:
                 name, cache.row.id, version.tree_digest, version.archived_at, version.host,
                 version.record,
             )  # fmt: skip
-            if name not in best or (found.archived_at, found.record) > (
-                best[name].archived_at,
-                best[name].record,
-            ):
-                best[name] = found
+            best[name] = max(found, best.get(name, found), key=lambda b: (b.archived_at, b.record))
     return best

@@ -1,19 +1,5 @@
-"""A boot's record (`lifecycle-boot-record/1`): one boot, written once, after it ended.
-
-    format        "lifecycle-boot-record/1"
-    boot_id       the boot; boot: its row (when, where, profile, hooks, outcome, …)
-    arch          the GPU arch of its caches
-    caches        the row of each cache it used (name, arch, paths, key), as this host has it
-    uses          per cache: cold or warm, the tree it started from and the tree it left
-    hook_runs     [{name, event, exit_code, duration_s}]
-    log           {sha256, size} of its redacted log, or null
-    evidence      {path under evidence/boots/<boot>/: {sha256, size}}
-    image         the image snapshot (id, tags, labels, repo_digests) or null
-    manifest      the resolved-manifest snapshot (digest, file, canonical, patches) or null
-    patches       [{file, sha256, size}]: each patch's bytes are the blob of that sha256
-                  (size null when this host kept no copy)
-    host, tool_version, archived_at
-    blobs         [{sha256, size}] sorted: every blob the record refers to
+"""A boot's record (`lifecycle-boot-record/1`, lifecycle.records.BootRecordV1): one boot, written
+once, after it ended.
 
 Nothing here reads the environment: secrets appear only as the names the boot row lists,
 and the log and evidence were redacted when the boot kept them.
@@ -33,11 +19,11 @@ from lifecycle.archive.sources import (
     regular_files,
 )
 from lifecycle.archive.store import ArchiveError
+from lifecycle.formats import BOOT_FORMAT
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, cache_by_id, cache_uses, hook_runs_of
 from lifecycle.ledger.builds import registry_images
-from lifecycle.records import BOOT_FORMAT
 
 
 def plan_boot_record(

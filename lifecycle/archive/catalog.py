@@ -8,14 +8,14 @@ and each is checked against its name and format, as everywhere else.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from lifecycle.archive.layout import Key, parse_key
-from lifecycle.archive.record import load_record, read_as
-from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.archive.record import read_as
+from lifecycle.archive.store import BlobStore
 from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
 from lifecycle.parallel import pool_map
-from lifecycle.records import BootRecordV1, CacheRecordV1, CacheVersion, MadeBy
+from lifecycle.records import BootRecordV1, CacheRecordV1, CacheVersion, MadeBy, stored_as
 
 
 @dataclass(frozen=True)
@@ -66,56 +66,40 @@ class ArchivedBoot:
     archived_by: str  # the host that archived it
 
 
-@dataclass
-class _Index:
-    """A cache's keys, as one listing found them."""
-
-    versions: list[Key] = field(default_factory=list)
-    boots: list[str] = field(default_factory=list)
-    results: list[str] = field(default_factory=list)
-    legacy: Key | None = None
-
-
 def archived_caches(
     store: BlobStore, *, named: Iterable[str] | None = None, workers: int = 8
 ) -> list[ArchivedCache]:
     """Every cache the archive holds (only those of these cache names, if given), newest
     first."""
-    index: dict[str, _Index] = {}
-    prefixes = tuple(f"caches/{name}-" for name in named) if named is not None else ("caches/",)
-    for key in (k for prefix in prefixes for k in _keys(store, prefix)):
-        entry = index.setdefault(key.id, _Index())
-        if key.kind == "version":
-            entry.versions.append(key)
-        elif key.kind == "boot-marker":
-            entry.boots.append(str(key.other))
-        elif key.kind == "result-marker":
-            entry.results.append(str(key.other))
-        elif key.kind == "legacy-cache":
-            entry.legacy = key
-    for key in _keys(store, "results-by-cache/"):
-        if key.id in index:
-            index[key.id].results.append(str(key.other))
-    wanted = [(cache_id, key) for cache_id, e in index.items() for key in e.versions]
-    wanted += [(cache_id, e.legacy) for cache_id, e in index.items() if e.legacy is not None]
-    read = pool_map(lambda pair: (pair[0], *_version(store, pair[1])), wanted, workers, "catalog")
+    prefixes = [f"caches/{name}-" for name in named] if named is not None else ["caches/"]
+    index: dict[str, dict[str, list[Key]]] = {}  # cache id -> kind -> its keys of that kind
+    for key in (k for prefix in [*prefixes, "results-by-cache/"] for k in _keys(store, prefix)):
+        index.setdefault(key.id, {}).setdefault(key.kind, []).append(key)
+    wanted = [k for kinds in index.values() for k in kinds.get("version", [])]
+    wanted += [k for kinds in index.values() for k in kinds.get("legacy-cache", [])]
+    read = pool_map(lambda key: (key.id, *_version(store, key)), wanted, workers, "catalog")
     found: dict[str, list[tuple[CacheRow, ArchivedVersion]]] = {}
-    for cache_id, row, version, listed in read:
+    listed: dict[str, set[str]] = {}  # cache id -> boots a previous-format record lists
+    for cache_id, row, version, boots in read:
         found.setdefault(cache_id, []).append((row, version))
-        index[cache_id].boots.extend(listed)
+        listed.setdefault(cache_id, set()).update(boots)
     caches = []
     for cache_id, versions in found.items():
         versions.sort(key=lambda pair: (pair[1].archived_at, pair[1].record))
-        entry = index[cache_id]
+        kinds = index[cache_id]
+        marked = {kind: {str(k.other) for k in kinds.get(kind, [])} for kind in _MARKERS}
         caches.append(
             ArchivedCache(
                 row=versions[-1][0],
                 versions=tuple(v for _, v in versions),
-                boots=tuple(sorted(set(entry.boots))),
-                results=tuple(sorted(set(entry.results))),
+                boots=tuple(sorted(marked["boot-marker"] | listed[cache_id])),
+                results=tuple(sorted(marked["result-marker"] | marked["legacy-marker"])),
             )
         )
     return sorted(caches, key=lambda c: (c.newest.archived_at, c.row.id), reverse=True)
+
+
+_MARKERS = ("boot-marker", "result-marker", "legacy-marker")
 
 
 def archived_boots(store: BlobStore, *, workers: int = 8) -> list[ArchivedBoot]:
@@ -130,31 +114,22 @@ def archived_boots(store: BlobStore, *, workers: int = 8) -> list[ArchivedBoot]:
 
 def _version(store: BlobStore, key: Key) -> tuple[CacheRow, ArchivedVersion, list[str]]:
     """A version's row and summary, and the boots a previous-format record lists in itself."""
-    if key.kind == "legacy-cache":
-        body = store.read(key.key)
-        if body is None:
-            raise ArchiveError(f"{store.where(key.key)}: missing")
-        legacy = load_record(body, store.where(key.key))
-        return legacy.cache, _summary(store, key.key, legacy), sorted(legacy.boot_ids())
-    version = read_as(store, CacheVersion, key.key)
-    return version.cache, _summary(store, key.key, version), []
-
-
-def _summary(
-    store: BlobStore, relative: str, record: CacheVersion | CacheRecordV1
-) -> ArchivedVersion:
-    return ArchivedVersion(
+    record = read_as(store, stored_as(key.kind), key.key)
+    assert isinstance(record, CacheVersion | CacheRecordV1), "a cache's keys hold its versions"
+    summary = ArchivedVersion(
         tree_digest=record.fingerprint.tree_digest,
         parent=record.parent if isinstance(record, CacheVersion) else None,
         with_content=record.with_content,
         archived_at=record.archived_at,
         host=record.host,
-        record=store.where(relative),
+        record=store.where(key.key),
         files=record.fingerprint.files,
         bytes=record.fingerprint.bytes,
         made_by=record.made_by if isinstance(record, CacheVersion) else None,
         cache_key=record.cache.cache_key,
     )
+    boots = sorted(record.boot_ids()) if isinstance(record, CacheRecordV1) else []
+    return record.cache, summary, boots
 
 
 def _boot(store: BlobStore, key: Key) -> ArchivedBoot:

@@ -18,8 +18,9 @@ from lifecycle import __version__
 from lifecycle.archive.layout import parse_key
 from lifecycle.archive.record import create_record, read_as
 from lifecycle.archive.store import BlobStore
+from lifecycle.formats import GC_FORMAT
 from lifecycle.parallel import pool_map
-from lifecycle.records import GC_FORMAT, GcRecordV1
+from lifecycle.records import GcRecordV1
 
 GC_PREFIX = "gc/"
 

@@ -9,7 +9,6 @@ exists, so that a mistake in it is seen even while a flag overrides it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.archive.location import ArchiveLocation, location_problem
@@ -21,21 +20,10 @@ CONFIG_FILE = "lifecycle.yaml"
 KEYS = ("archive",)
 
 
-@dataclass(frozen=True)
-class ProjectConfig:
-    """What lifecycle.yaml says; every key optional."""
-
-    archive: ArchiveLocation | None = None
-
-
-class NoArchiveLocation(LifecycleError):
-    """No archive location given or configured (a usage error where one is needed)."""
-
-
-def read_config(file: Path) -> ProjectConfig:
-    """The project's configuration; an absent file is an empty one."""
+def read_config(file: Path) -> ArchiveLocation | None:
+    """The archive location the project's configuration names; an absent file names none."""
     if not file.is_file():
-        return ProjectConfig()
+        return None
     located = read_yaml(file)
     data = {} if located.data is None else located.data
     if not isinstance(data, dict):
@@ -46,13 +34,13 @@ def read_config(file: Path) -> ProjectConfig:
             raise _error(located, (str(key),), f"unknown key {str(key)!r}{also}", key=True)
     archive = data.get("archive")
     if archive is None:
-        return ProjectConfig()
+        return None
     if not isinstance(archive, str):
         raise _error(located, ("archive",), f"expected s3://BUCKET[/PREFIX], got {_kind(archive)}")
     problem = location_problem(archive)
     if problem:  # the value named, as a flag's or the environment's is (a long one clipped)
         raise _error(located, ("archive",), f"{problem}, got {archive!r}")
-    return ProjectConfig(ArchiveLocation.parse(archive))
+    return ArchiveLocation.parse(archive)
 
 
 def _kind(value: object) -> str:
@@ -64,22 +52,32 @@ def _kind(value: object) -> str:
     return repr(value)
 
 
-def resolve_location(
+def optional_location(
     flag: str | None, environ: Mapping[str, str], project_root: Path, *, option: str = "--to"
-) -> ArchiveLocation:
+) -> ArchiveLocation | None:
     """The flag `option` (--to or --from), else LIFECYCLE_ARCHIVE, else `archive:` in the
-    project's lifecycle.yaml."""
-    config = read_config(project_root / CONFIG_FILE)
+    project's lifecycle.yaml; None when none is configured anywhere: a verb that archives only
+    if it can (`result add`, a teardown verifying archives where their records say). A location
+    given but wrong is still an error."""
+    configured = read_config(project_root / CONFIG_FILE)
     if flag:
         return ArchiveLocation.parse(flag, option)
     if environ.get("LIFECYCLE_ARCHIVE"):
         return ArchiveLocation.parse(environ["LIFECYCLE_ARCHIVE"], "LIFECYCLE_ARCHIVE")
-    if config.archive is not None:
-        return config.archive
-    raise NoArchiveLocation(
-        f"no archive location: pass {option} s3://BUCKET/PREFIX, set LIFECYCLE_ARCHIVE, "
-        f"or write `archive: s3://BUCKET/PREFIX` in {project_root / CONFIG_FILE}"
-    )
+    return configured
+
+
+def resolve_location(
+    flag: str | None, environ: Mapping[str, str], project_root: Path, *, option: str = "--to"
+) -> ArchiveLocation:
+    """`optional_location`, where a location is needed: none is a usage error."""
+    found = optional_location(flag, environ, project_root, option=option)
+    if found is None:
+        raise LifecycleError(
+            f"no archive location: pass {option} s3://BUCKET/PREFIX, set LIFECYCLE_ARCHIVE, "
+            f"or write `archive: s3://BUCKET/PREFIX` in {project_root / CONFIG_FILE}"
+        )
+    return found
 
 
 def _error(
@@ -88,15 +86,3 @@ def _error(
     mark = located.mark(path, prefer_key=key)
     assert mark is not None, "a document that is a mapping has a mark"
     return ManifestError([Problem(mark.file, mark.line, mark.col, render_key_path(path), message)])
-
-
-def optional_location(
-    flag: str | None, environ: Mapping[str, str], project_root: Path
-) -> ArchiveLocation | None:
-    """`resolve_location`, or None when none is configured anywhere: a verb that archives only
-    if it can (`result add`, a teardown verifying archives where their records say). A location
-    given but wrong is still an error."""
-    try:
-        return resolve_location(flag, environ, project_root)
-    except NoArchiveLocation:
-        return None

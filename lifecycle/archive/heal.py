@@ -32,7 +32,12 @@ from dataclasses import dataclass, field, replace
 from lifecycle.archive import packs
 from lifecycle.archive.bootrecord import plan_boot_record
 from lifecycle.archive.layout import blob_key, pack_key, parse_key
-from lifecycle.archive.record import CacheOrBoot, load_by_key, record_blobs, record_packs
+from lifecycle.archive.record import (
+    CacheOrBoot,
+    load_by_key,
+    record_blobs,
+    record_packs,
+)
 from lifecycle.archive.sources import BlobSource, RecordPlan
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore
 from lifecycle.ledger import Ledger
@@ -121,15 +126,6 @@ class Relied:
         self.set_aside |= {pack_key(sha): sha for sha in held}
 
 
-@dataclass(frozen=True)
-class Standing:
-    """A version of the tree being archived that is on the server, whole (once repaired)."""
-
-    row: VersionRow
-    placed: dict[str, packs.Placed]  # its packed blobs
-    pack_sizes: dict[str, int]
-
-
 def standing_version(
     store: BlobStore,
     rows: Sequence[VersionRow],
@@ -138,10 +134,11 @@ def standing_version(
     plan: Callable[[], RecordPlan],
     relied: Relied,
     workers: int,
-) -> Standing | None:
-    """A version of `tree` this host wrote (or restored) at the store's location, holding the
-    files if `with_content`, whose record stands and whose damaged objects this host can put
-    right (`plan()` gives their bytes); None when there is none, and a new one is written."""
+) -> tuple[VersionRow, CacheVersion] | None:
+    """(row, record) of a version of `tree` this host wrote (or restored) at the store's
+    location, holding the files if `with_content`, whose record stands and whose damaged
+    objects this host can put right (`plan()` gives their bytes); None when there is none, and
+    a new one is written."""
     for row in rows:
         if (row.tree_digest, row.location) != (tree, store.location.url()):
             continue
@@ -163,12 +160,7 @@ def standing_version(
         relied.alone |= {sha: sources[sha] for sha in found.blobs}
         relied.rebuilt |= {sha: blobs for sha, blobs in rebuilt.items() if blobs is not None}
         relied.named |= {blob.sha256: blob.size for blob in document.blobs}
-        placed = {
-            b.sha256: packs.Placed(b.pack, b.offset, b.size)
-            for b in document.blobs
-            if b.pack is not None and b.offset is not None
-        }
-        return Standing(row, placed, sizes)
+        return row, document
     return None
 
 

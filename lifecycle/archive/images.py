@@ -7,9 +7,7 @@ is set, so another host finds what to pull by the manifest it has in hand (`boot
 
 from __future__ import annotations
 
-from lifecycle.archive.layout import (
-    records_of,
-)
+from lifecycle.archive.layout import records_of
 from lifecycle.archive.record import create_record, read_as
 from lifecycle.archive.store import BlobStore
 from lifecycle.records import ImageRecordV1

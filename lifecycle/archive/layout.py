@@ -86,9 +86,6 @@ def pack_key(sha256: str) -> str:
     return f"packs/sha256/{sha256[:2]}/{sha256}"
 
 
-PACKS_PREFIX = "packs/"
-
-
 def version_key(cache_id: str, tree_digest: str, sha256: str) -> str:
     """`caches/<cache>/versions/<tree>.<sha256>.json`."""
     return f"caches/{cache_id}/versions/{tree_digest}.{sha256}.json"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from contextlib import suppress
-from typing import Any, Protocol
+from typing import Any, BinaryIO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -22,13 +22,7 @@ PART_SIZE = 16 << 20  # one part in memory per upload at a time
 MAX_PARTS = 10_000  # S3's limit: a bigger blob gets bigger parts
 
 
-class Body(Protocol):
-    """What an upload streams from: an open file, or a reader wrapping one."""
-
-    def read(self, size: int = -1, /) -> bytes: ...
-
-
-def upload_multipart(store: ObjectStore, key: str, sha256: str, body: Body, size: int) -> None:
+def upload_multipart(store: ObjectStore, key: str, sha256: str, body: BinaryIO, size: int) -> None:
     """Send `size` bytes of `body` to `key` in parts, completed only if their sha256 is
     `sha256`."""
     bucket, client = store.location.bucket, store.client

@@ -28,6 +28,11 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.errors import EXIT_ENVIRONMENT, AnswerNo
 
 READ_CHUNK = 1 << 20
+# Records and fingerprints are read whole into memory, so never past this. A cache version's
+# record lists each file's blob (~240 bytes a file) as its fingerprint lists each entry (~180),
+# so 64 MiB holds some 250,000 files, ten times the largest JIT cache measured (20,000): a
+# bigger object is none lifecycle wrote, and is refused before it can take the host's memory.
+RECORD_MAX = 64 << 20
 _TIMEOUTS = ("ConnectTimeoutError", "ReadTimeoutError", "NotAskedAgain")  # archive.waiting
 _CONNECTION_ERRORS = ("EndpointConnectionError", "ConnectionClosedError", "ProxyConnectionError")
 _AUTH_CODES = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403")
@@ -162,17 +167,28 @@ class ObjectStore:
             raise self.error(exc, key) from exc
         return True
 
-    def read(self, relative: str) -> bytes | None:
-        """A small object's bytes, or None when it is absent."""
+    def read(self, relative: str, cap: int = RECORD_MAX) -> bytes | None:
+        """A record's bytes (at most `cap` of them), or None when it is absent."""
         sink = io.BytesIO()
-        return None if self.download_sha256(self.key(relative), sink) is None else sink.getvalue()
+        found = self.download_sha256(self.key(relative), sink, cap=cap)
+        return None if found is None else sink.getvalue()
 
-    def download_sha256(self, key: str, sink: BinaryIO | None = None) -> str | None:
-        """sha256 of an object's bytes, streamed (into `sink` if given); None when it is absent."""
-        digest = hashlib.sha256()
+    def download_sha256(
+        self, key: str, sink: BinaryIO | None = None, *, cap: int | None = None
+    ) -> str | None:
+        """sha256 of an object's bytes, streamed (into `sink` if given); None when it is absent.
+        An object of more than `cap` bytes is an ArchiveError naming it and the cap."""
+        digest, size = hashlib.sha256(), 0
         try:
             response = self.client.get_object(Bucket=self.location.bucket, Key=key)
             for chunk in response["Body"].iter_chunks(READ_CHUNK):
+                size += len(chunk)
+                if cap is not None and max(size, response.get("ContentLength", 0)) > cap:
+                    response["Body"].close()  # the rest is never read
+                    raise ArchiveError(
+                        f"{self.url(key)}: larger than {cap >> 20} MiB, the most an object"
+                        " read whole (a record, a fingerprint) may hold; not read"
+                    )
                 digest.update(chunk)
                 if sink is not None:
                     sink.write(chunk)
@@ -193,6 +209,9 @@ class ObjectStore:
             )
             for chunk in response["Body"].iter_chunks(READ_CHUNK):
                 got += len(chunk)
+                if got > length:  # a server ignoring the range: refused before it is held
+                    response["Body"].close()
+                    raise ArchiveError(f"{self.url(key)}: more than the {length} bytes asked")
                 yield chunk
         except (BotoCoreError, ClientError) as exc:
             if _code(exc) in _MISSING:
@@ -300,11 +319,6 @@ class ObjectStore:
                 f"{where}: the bytes sent are not the ones hashed (changed or corrupted)"
             )
         return ArchiveError(f"{where}: {code or name}: {_message(exc)}")
-
-
-def missing(exc: BaseException) -> bool:
-    """Whether an S3 error says the object is not there."""
-    return _code(exc) in _MISSING
 
 
 def _code(exc: BaseException) -> str:

@@ -7,10 +7,7 @@ the archive's records, whichever host runs the collection.
 
 from __future__ import annotations
 
-from lifecycle.archive.layout import (
-    parse_key,
-    records_of,
-)
+from lifecycle.archive.layout import parse_key, records_of
 from lifecycle.archive.record import create_record, read_as
 from lifecycle.archive.store import BlobStore
 from lifecycle.records import PinV1

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 from pydantic import BaseModel
 
 from lifecycle.archive.layout import Records, legacy_cache_key, parse_key, record_key
 from lifecycle.archive.objects import ObjectStore
+from lifecycle.archive.packs import Placed
 from lifecycle.archive.store import ArchiveError, BlobRef
 from lifecycle.records import (
-    CACHE_FORMAT,
     BootRecordV1,
     CacheRecordV1,
     CacheVersion,
@@ -29,24 +29,10 @@ from lifecycle.records import (
     format_name,
     format_names,
     parse_as,
+    stored_as,
 )
 
-FORMAT = CACHE_FORMAT
 Model = TypeVar("Model", bound=BaseModel)
-
-
-def parse_record(
-    body: bytes, where: str, record_format: str, readable: frozenset[str] = frozenset()
-) -> dict[str, Any]:
-    """Parse any archive record as JSON, refusing what does not say it is `record_format` (or
-    one of the `readable` formats of the same model)."""
-    try:
-        document = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise ArchiveError(f"{where}: not a JSON record: {exc}") from None
-    if not isinstance(document, dict) or document.get("format") not in {record_format, *readable}:
-        raise ArchiveError(f"{where}: not a {record_format} record")
-    return document
 
 
 def load_as(model: type[Model], body: bytes, where: str) -> Model:
@@ -54,14 +40,15 @@ def load_as(model: type[Model], body: bytes, where: str) -> Model:
     ArchiveError naming the object and what is wrong."""
     name = format_name(model)
     try:
-        return parse_as(model, parse_record(body, where, name, format_names(model)))
+        document = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise ArchiveError(f"{where}: not a JSON record: {exc}") from None
+    if not isinstance(document, dict) or document.get("format") not in format_names(model):
+        raise ArchiveError(f"{where}: not a {name} record")
+    try:
+        return parse_as(model, document)
     except RecordInvalid as exc:
         raise ArchiveError(f"{where}: not a valid {name} record: {exc}") from None
-
-
-def load_record(body: bytes, where: str) -> CacheRecordV1:
-    """A cache record of the previous release (`lifecycle-cache-record/1`), checked."""
-    return load_as(CacheRecordV1, body, where)
 
 
 def read_legacy_cache(store: ObjectStore, cache_id: str) -> tuple[str, str, CacheRecordV1] | None:
@@ -71,7 +58,11 @@ def read_legacy_cache(store: ObjectStore, cache_id: str) -> tuple[str, str, Cach
     body = store.read(relative)
     if body is None:
         return None
-    return relative, hashlib.sha256(body).hexdigest(), load_record(body, store.where(relative))
+    return (
+        relative,
+        hashlib.sha256(body).hexdigest(),
+        load_as(CacheRecordV1, body, store.where(relative)),
+    )
 
 
 def create_record(store: ObjectStore, kind: Records, owner: str, record: BaseModel) -> str:
@@ -105,22 +96,16 @@ def read_as(store: ObjectStore, model: type[Model], relative: str) -> Model:
 
 
 CacheOrBoot = CacheVersion | CacheRecordV1 | BootRecordV1
-_BY_KIND: dict[str, type[CacheOrBoot]] = {
-    "version": CacheVersion,
-    "legacy-cache": CacheRecordV1,
-    "boot": BootRecordV1,
-}
 
 
 def load_by_key(body: bytes, relative: str, where: str) -> CacheOrBoot:
     """A cache's or a boot's record, read as the format its key says it holds, and checked
     against its name."""
     key = parse_key(relative)
-    model = _BY_KIND.get(key.kind) if key is not None else None
-    if model is None:
+    if key is None or key.kind not in ("version", "legacy-cache", "boot"):
         raise ArchiveError(f"{where}: not the key of a cache's or a boot's record")
     named_by_content(body, relative, where)
-    return load_as(model, body, where)
+    return load_as(cast(type[CacheOrBoot], stored_as(key.kind)), body, where)
 
 
 def follow(store: ObjectStore, model: type[Model], ref: RecordRef) -> Model:
@@ -133,7 +118,9 @@ def follow(store: ObjectStore, model: type[Model], ref: RecordRef) -> Model:
 
 def record_blobs(document: CacheOrBoot) -> list[BlobRef]:
     """Every blob a record refers to that is its own object (not in a pack)."""
-    return [BlobRef(b.sha256, b.size, b.md5) for b in document.blobs if not _packed(b)]
+    return [
+        BlobRef(b.sha256, b.size, b.md5) for b in document.blobs if not getattr(b, "pack", None)
+    ]
 
 
 def record_packs(document: CacheOrBoot) -> dict[str, int]:
@@ -141,8 +128,14 @@ def record_packs(document: CacheOrBoot) -> dict[str, int]:
     return {p.sha256: p.size for p in getattr(document, "packs", [])}
 
 
-def _packed(blob: object) -> bool:
-    return getattr(blob, "pack", None) is not None
+def placements(document: CacheOrBoot) -> dict[str, Placed]:
+    """Where each packed blob of a record lives (none outside a cache version)."""
+    blobs = document.blobs if isinstance(document, CacheVersion) else []
+    return {
+        b.sha256: Placed(b.pack, b.offset, b.size)
+        for b in blobs
+        if b.pack is not None and b.offset is not None
+    }
 
 
 def blob_roles(document: CacheOrBoot) -> dict[str, str]:

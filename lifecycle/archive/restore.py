@@ -26,13 +26,13 @@ from lifecycle.archive.fetch import download_files, fetch_region, regions
 from lifecycle.archive.layout import cache_prefix, parse_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.packs import Placed
-from lifecycle.archive.record import read_as, read_legacy_cache
-from lifecycle.archive.store import ArchiveError, BlobStore, os_problem
+from lifecycle.archive.record import placements, read_as, read_legacy_cache
+from lifecycle.archive.store import RECORD_MAX, ArchiveError, BlobStore, os_problem
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version, remember_archive
-from lifecycle.ledger.boots import CacheRecord, CacheRow, Scanned, cache_by_id, record_scan
+from lifecycle.ledger.boots import CacheRecord, Scanned, cache_by_id, record_scan
 from lifecycle.records import CacheRecordV1, CacheVersion
 from lifecycle.secret_paths import is_masked
 
@@ -87,7 +87,9 @@ def restore_cache(
             raise ArchiveError(
                 f"the record of {cache_id} has the cache row of {document.cache.id!r}"
             )
-        new_row = None if known else _row_from_record(document.cache, target)
+        # A host that never saw the cache makes its row from the record.
+        local = {"host_path": str(target), "state": "live", "in_use_by": None}
+        new_row = None if known else CacheRecord(**{**asdict(document.cache), **local})
         archived = _fetch_fingerprint(store, document)
         withheld = {item.path for item in document.withheld}
         wanted = restorable(archived, withheld)
@@ -276,17 +278,6 @@ def _remember_version(
     record_version(ledger, row, archive, mark_archived=False)
 
 
-def placements(document: CacheVersion | CacheRecordV1) -> dict[str, Placed]:
-    """Where each packed blob of a version lives (none in a record of the previous formats)."""
-    if not isinstance(document, CacheVersion):
-        return {}
-    return {
-        b.sha256: Placed(b.pack, b.offset, b.size)
-        for b in document.blobs
-        if b.pack is not None and b.offset is not None
-    }
-
-
 def _remember_legacy(ledger: Ledger, store: BlobStore, cache_id: str) -> None:
     """The previous release's record a restore came from, as this host's newest archive of the
     cache (no tree digest: the ledger's mark of that format), so the next archive of it names
@@ -322,7 +313,7 @@ def _fetch_fingerprint(store: BlobStore, document: CacheVersion | CacheRecordV1)
     """The archived fingerprint, its blob checked by sha256 and its digest by its entries."""
     described = document.fingerprint
     sink = io.BytesIO()
-    store.download_blob(described.sha256, sink)
+    store.download_blob(described.sha256, sink, cap=RECORD_MAX)
     try:
         fingerprint = Fingerprint.from_json(sink.getvalue().decode())
     except (LifecycleError, ValueError) as exc:
@@ -426,9 +417,3 @@ def check_cache_id(cache_id: str) -> None:
         raise LifecycleError(
             f"{cache_id!r} is not a cache id (NAME-0123456789ab, as `lifecycle caches` lists)"
         )
-
-
-def _row_from_record(archived: CacheRow, target: Path) -> CacheRecord:
-    """The cache row a host that never saw the cache makes from its record."""
-    local = {"host_path": str(target), "state": "live", "in_use_by": None}
-    return CacheRecord(**{**asdict(archived), **local})

@@ -30,10 +30,10 @@ from typing import Any
 from lifecycle import __version__
 from lifecycle.archive import heal, packs
 from lifecycle.archive.bootrecord import plan_boot_record
-from lifecycle.archive.heal import Relied, Standing
+from lifecycle.archive.heal import Relied
 from lifecycle.archive.layout import marker, marker_body, record_key, version_key
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.record import load_as, read_legacy_cache
+from lifecycle.archive.record import load_as, placements, read_legacy_cache, record_packs
 from lifecycle.archive.sources import BlobSource, RecordPlan, render_record
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, os_problem
 from lifecycle.archive.transfer import Progress, Sent, upload_all
@@ -150,7 +150,7 @@ class _Planned:
     tree_digest: str
     boots: list[tuple[BootRecord, RecordPlan]]  # boots whose record at the location is due
     version: RecordPlan | None  # None: a version of this tree stands there already
-    standing: Standing | None
+    standing: VersionRow | None  # the version of this tree there, whole (once repaired)
     packed: dict[str, packs.Placed]  # blobs already in a pack the server holds intact
     pack_sizes: dict[str, int]  # of those packs
     todo: list[BlobSource]  # missing or damaged on the server
@@ -224,8 +224,8 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
             tool_version=__version__,
         )  # fmt: skip
 
-    standing = heal.standing_version(store, rows, tree, with_content, plan, relied, workers)
-    version = None if standing else plan()
+    there = heal.standing_version(store, rows, tree, with_content, plan, relied, workers)
+    standing, version = (there[0], None) if there else (None, plan())
     sources: dict[str, BlobSource] = {}
     for each in [*(planned for _, planned in boots), *([version] if version else [])]:
         for sha, source in each.sources.items():
@@ -250,10 +250,12 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
     if relied.found:
         more = f" (and {len(relied.found) - 1} more)" if len(relied.found) > 1 else ""
         run.say(f"{cache.id}: damaged on the server, set aside: {relied.found[0]}{more}")
+    if there:  # the packs the version there names stay named: looked for again at the end
+        packed, pack_sizes = packed | placements(there[1]), pack_sizes | record_packs(there[1])
     report = ArchiveReport(
         cache_id=cache.id,
         location=url,
-        record_key=standing.row.record_key if standing else "",
+        record_key=standing.record_key if standing else "",
         blobs=len(named),
         blobs_uploaded=len(sent),
         bytes_uploaded=sum(source.size for source in sent),
@@ -263,7 +265,7 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
         blobs_present=len(named) - len(sent),
         bytes_total=sum(named.values()),
         tree_digest=tree,
-        parent=standing.row.parent if standing else parent,
+        parent=standing.parent if standing else parent,
         boots=tuple(boot.id for boot, _ in boots),
         to_upload=tuple((s.sha256, s.size, s.what) for s in sent) if dry_run else (),
         repaired=tuple(relied.found),
@@ -356,7 +358,7 @@ def _write_version(store: BlobStore, planned: _Planned, sent: Sent) -> tuple[Ver
     cache, report = planned.cache, planned.report
     if planned.version is None:
         assert planned.standing is not None, "a plan writes a version or re-uses one"
-        return planned.standing.row, False
+        return planned.standing, False
     now = _stamp()
     placed = {sha: (p.pack, p.offset) for sha, p in (planned.packed | sent.placed).items()}
     sizes = planned.pack_sizes | sent.packs
@@ -381,10 +383,9 @@ def _resend_removed(run: _Run, planned: _Planned, sent: Sent) -> None:
     # Every object here was verified by its checksum moments ago: what is asked now is only
     # whether it is still there, which a listing answers for a thousand at a time.
     store, workers = run.store, run.workers
-    standing = planned.standing
-    packed = planned.packed | sent.placed | (standing.placed if standing else {})
+    packed = planned.packed | sent.placed
     listing = store.list_packs()
-    sizes = planned.pack_sizes | sent.packs | (standing.pack_sizes if standing else {})
+    sizes = planned.pack_sizes | sent.packs
     gone_packs = sorted(sha for sha, size in sizes.items() if listing.get(sha, (None,))[0] != size)
     if gone_packs:
         raise ArchiveError(

@@ -20,10 +20,11 @@ from typing import Any, BinaryIO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lifecycle.archive.layout import PACKS_PREFIX, blob_key, pack_key, parse_key
-from lifecycle.archive.multipart import Body, upload_multipart
+from lifecycle.archive.layout import blob_key, pack_key, parse_key
+from lifecycle.archive.multipart import upload_multipart
 from lifecycle.archive.objects import (
     READ_CHUNK,
+    RECORD_MAX,
     ArchiveError,
     ObjectStore,
     S3Unavailable,
@@ -34,6 +35,7 @@ from lifecycle.parallel import pool_map
 
 __all__ = [
     "READ_CHUNK",
+    "RECORD_MAX",
     "ArchiveError",
     "BlobRef",
     "BlobStore",
@@ -73,16 +75,11 @@ class BlobStore(ObjectStore):
         if isinstance(source, bytes):
             self.put(self.blob_key(sha256), sha256, source, len(source))
             return len(source)
-        return self.upload_stream(sha256, source, os.fstat(source.fileno()).st_size)
-
-    def upload_stream(self, sha256: str, body: Body, size: int) -> int:
-        """PUT `size` bytes read from `body` as the blob, with its ChecksumSHA256 (over 5 GiB:
-        a multipart upload, each part with its own); bytes sent."""
-        key = self.blob_key(sha256)
-        if size > MULTIPART_OVER:
-            upload_multipart(self, key, sha256, body, size)
+        size = os.fstat(source.fileno()).st_size
+        if size > MULTIPART_OVER:  # over 5 GiB: in parts, each with its own ChecksumSHA256
+            upload_multipart(self, self.blob_key(sha256), sha256, source, size)
         else:
-            self.put(key, sha256, body, size)
+            self.put(self.blob_key(sha256), sha256, source, size)
         return size
 
     def pack_key(self, sha256: str) -> str:
@@ -229,7 +226,7 @@ class BlobStore(ObjectStore):
         """Every pack at the location, by its sha256: (size, ETag). One LIST page per thousand
         packs (a thousand packs hold some 8 GB of small blobs)."""
         found: dict[str, Listed] = {}
-        for item in self.list(PACKS_PREFIX):
+        for item in self.list("packs/"):
             parsed = parse_key(item.key)
             if parsed is not None and parsed.kind == "pack" and parsed.sha256:
                 found[parsed.sha256] = (item.size, item.etag)
@@ -249,10 +246,11 @@ class BlobStore(ObjectStore):
         sha256 = hashlib.sha256(body).hexdigest()
         return self.put(key, sha256, body, len(body), content_type, if_absent=only_new)
 
-    def download_blob(self, sha256: str, sink: BinaryIO) -> None:
-        """Stream a blob into `sink`; raises unless its bytes have the sha256 it is named by."""
+    def download_blob(self, sha256: str, sink: BinaryIO, *, cap: int | None = None) -> None:
+        """Stream a blob (of at most `cap` bytes) into `sink`; raises unless its bytes have the
+        sha256 it is named by."""
         key = self.blob_key(sha256)
-        found = self.download_sha256(key, sink)
+        found = self.download_sha256(key, sink, cap=cap)
         if found is None:
             raise ArchiveError(f"{self.url(key)}: missing")
         if found != sha256:

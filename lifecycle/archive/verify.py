@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lifecycle.archive.heal import inspect_record
-from lifecycle.archive.record import CacheOrBoot
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.ledger.archives import ArchiveRecord, BootArchiveRow
 from lifecycle.records import BootRecordV1, CacheRecordV1
@@ -48,36 +47,23 @@ def fetch_verified(
     check them and every blob they name against the server."""
     relative = store.relative(archive.record_key)
     try:
-        problems, document = check_record(store, relative, archive.record_sha256, workers)
+        found = inspect_record(store, relative, archive.record_sha256, workers)
+        problems, document = found.lines(), found.document
         if document is None:
             return VerifiedRecord(tuple(problems), None)
         if isinstance(document, BootRecordV1):
             raise ArchiveError(f"{archive.record_key} is a boot's record, not a cache's")
-        if isinstance(document, CacheRecordV1):
-            covered = Covered(
-                document.fingerprint.tree_digest,
-                document.with_content,
-                frozenset(document.boot_ids()),
-            )
-            return VerifiedRecord(tuple(problems), covered)
-        verified = set()
+        verified: set[str] = set()
+        if isinstance(document, CacheRecordV1):  # the previous format lists its boots itself
+            verified, boots = document.boot_ids(), ()
         for row in boots:
-            found, boot = check_record(store, store.relative(row.record_key), row.record_sha256)
-            problems += found
-            if boot is not None and not found:
+            boot = inspect_record(store, store.relative(row.record_key), row.record_sha256)
+            problems += boot.lines()
+            if boot.document is not None and not boot.lines():
                 verified.add(row.boot_id)
     except S3Unavailable:
         raise
     except ArchiveError as exc:
         return VerifiedRecord((f"{store.url(archive.record_key)}: cannot verify: {exc}",), None)
-    covered = Covered(document.tree_digest, document.with_content, frozenset(verified))
+    covered = Covered(document.fingerprint.tree_digest, document.with_content, frozenset(verified))
     return VerifiedRecord(tuple(problems), covered)
-
-
-def check_record(
-    store: BlobStore, relative: str, expected_sha256: str | None, workers: int = 8
-) -> tuple[list[str], CacheOrBoot | None]:
-    """A record (by its key under the prefix) and every blob it names: the problems, one line
-    each naming the object, and the record when it could be read."""
-    found = inspect_record(store, relative, expected_sha256, workers)
-    return found.lines(), found.document

@@ -1,22 +1,5 @@
-"""A cache version's record (`lifecycle-cache-version/2`): a cache's state at one point in time.
-
-    format        "lifecycle-cache-version/2" (version 1, still read, has no packs)
-    cache_id      the cache; tree_digest: the tree this version holds
-    parent        the tree it grew from (the newest other version this host knew), or null
-    made_by       {id, outcome} of the last boot that used the cache before it, or null
-    host, tool_version, archived_at
-    with_content  true when every regular file of the cache is a blob too
-    cache         the cache's row where it was archived (less state and in_use_by)
-    key           what its cache key is made of: cache name, manifest digest, base image
-                  digest, pins, GPU arch (null for a cache booted before keys were portable)
-    fingerprint   {sha256, size: the scan JSON's blob; tree_digest, files, bytes}
-    content       {files, bytes} when with_content, else null; each file's blob is the
-                  sha256 its fingerprint entry names
-    withheld      [{path, sha256, why}] of the files left out: a boot wrote a secret's value
-                  into them, or their name holds one (masked, as in the fingerprint)
-    blobs         [{sha256, size}] sorted: every blob the record refers to, which is what
-                  verification checks; a packed one has {sha256, size, pack, offset}
-    packs         [{sha256, size}]: the packs those blobs live in (lifecycle.archive.packs)
+"""A cache version's record (`lifecycle-cache-version/2`, lifecycle.records.CacheVersion): a
+cache's state at one point in time, its files among its blobs when archived --with-content.
 
 The boots that used the cache are records of their own (lifecycle.archive.bootrecord): a
 version never changes once written, however many boots come later.
@@ -32,9 +15,9 @@ from typing import Any
 from lifecycle.archive.sources import BlobSource, RecordPlan, memory_blob
 from lifecycle.build.keys import key_factors
 from lifecycle.fingerprint import Fingerprint
+from lifecycle.formats import VERSION_FORMAT
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord, boot_by_id, cache_uses, tainted_files
-from lifecycle.records import VERSION_FORMAT
 from lifecycle.withheld import withheld_files
 
 _LOCAL_ONLY = ("state", "in_use_by")  # this host's bookkeeping, not facts about the cache

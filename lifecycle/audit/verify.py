@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lifecycle.archive.layout import legacy_cache_key
 from lifecycle.archive.record import blob_roles, load_by_key, record_blobs, record_packs
-from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
+from lifecycle.archive.store import RECORD_MAX, ArchiveError, BlobStore, S3Unavailable
 from lifecycle.audit.blobs import BlobChecker, BlobClaim
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
@@ -213,7 +213,7 @@ def _archived_fingerprint(
     described = record.fingerprint
     sink = io.BytesIO()
     key = store.blob_key(described.sha256)
-    if store.download_sha256(key, sink) != described.sha256:
+    if store.download_sha256(key, sink, cap=RECORD_MAX) != described.sha256:
         return None  # the blob check names it
     try:
         fingerprint = Fingerprint.from_json(sink.getvalue().decode())

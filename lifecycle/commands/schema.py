@@ -9,9 +9,12 @@ from typing import Any, ClassVar
 
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
+from lifecycle.formats import CURRENT
 from lifecycle.manifest import Manifest
-from lifecycle.records import json_schema
+from lifecycle.records import MODELS
 from lifecycle.report import Report
+
+_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def manifest_json_schema() -> dict[str, Any]:
@@ -22,11 +25,7 @@ def manifest_json_schema() -> dict[str, Any]:
     """
     schema = Manifest.model_json_schema()
     _drop_required(schema)
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "lifecycle-manifest-v1.json",
-        **schema,
-    }
+    return {"$schema": _DIALECT, "$id": "lifecycle-manifest-v1.json", **schema}
 
 
 def _drop_required(node: Any) -> None:
@@ -40,9 +39,10 @@ def _drop_required(node: Any) -> None:
 
 
 def record_json_schema(kind: str) -> dict[str, Any]:
-    """JSON Schema of one archive record format: `cache`, `boot`, `result`, `image`, `pin`
+    """JSON Schema of one archive record format: `cache`, `boot`, `result`, `image`, `pin`, `gc`
     (the current ones) or any format's full name (the previous release's too)."""
-    return json_schema(kind)
+    name = CURRENT.get(kind, kind)
+    return {"$schema": _DIALECT, "$id": name, **MODELS[name].model_json_schema()}
 
 
 @dataclass(frozen=True)

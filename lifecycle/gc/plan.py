@@ -37,31 +37,22 @@ from lifecycle.records import (
     ResultRecordV2,
 )
 
-PHASES = {
-    "result": 1,
-    "legacy-result": 1,
-    "result-marker": 2,
-    "legacy-marker": 2,
-    "boot": 3,
-    "boot-marker": 4,
-    "version": 5,
-    "legacy-cache": 5,
-    "blob": 6,
-    "pack": 6,
+# The kinds gc removes: the phase each goes in (whatever refers to an object goes in an earlier
+# one), and why the plan lets an object of it go, as gc's record of a run says of each key.
+_SWEPT = {
+    "result": (1, "a result the policy did not keep, not pinned"),
+    "legacy-result": (1, "a result the policy did not keep, not pinned"),
+    "result-marker": (2, "the marker of a result that went"),
+    "legacy-marker": (2, "the marker of a result that went"),
+    "boot": (3, "a boot's record no kept result names, that touched no kept version"),
+    "boot-marker": (4, "the marker of a boot whose record went"),
+    "version": (5, "a version the policy did not keep, behind no kept result"),
+    "legacy-cache": (5, "a version the policy did not keep, behind no kept result"),
+    "blob": (6, "a blob no kept record names"),
+    "pack": (6, "a pack holding no blob a kept record names"),
 }
-# Why the plan lets an object of each kind go: what gc's record of a run says of each key.
-RULES = {
-    "result": "a result the policy did not keep, not pinned",
-    "legacy-result": "a result the policy did not keep, not pinned",
-    "result-marker": "the marker of a result that went",
-    "legacy-marker": "the marker of a result that went",
-    "boot": "a boot's record no kept result names, that touched no kept version",
-    "boot-marker": "the marker of a boot whose record went",
-    "version": "a version the policy did not keep, behind no kept result",
-    "legacy-cache": "a version the policy did not keep, behind no kept result",
-    "blob": "a blob no kept record names",
-    "pack": "a pack holding no blob a kept record names",
-}
+PHASES = {kind: phase for kind, (phase, _) in _SWEPT.items()}
+RULES = {kind: rule for kind, (_, rule) in _SWEPT.items()}
 Tree = tuple[str, str]  # (cache id, tree digest): one version of one cache
 
 

@@ -47,16 +47,11 @@ class Swept:
     spared: dict[str, str]  # key -> why it stayed after all
 
 
-def new_gc_id(now: datetime) -> str:
-    """`g-<UTC time>-<random>`, like teardown's run ids."""
-    return f"g-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
-
-
 def journal_plan(
     ledger: Ledger, store: BlobStore, plan: GcPlan, policy: Policy, now: datetime
 ) -> str:
     """Write the run and every object of its plan to the ledger before anything is deleted."""
-    run_id = new_gc_id(now)
+    run_id = f"g-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"  # like teardown's run ids
     run = GcRun(run_id, store.location.url(), _stamp(now), policy.describe())
     start_gc(ledger, run, [GcObject(run_id, d.key, d.phase, d.size) for d in plan.remove])
     return run_id

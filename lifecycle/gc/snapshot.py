@@ -15,29 +15,13 @@ from lifecycle.archive.layout import Key, blob_key, legacy_cache_key, pack_key, 
 from lifecycle.archive.objects import Listing
 from lifecycle.archive.record import read_as
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
+from lifecycle.formats import STORED_UNDER
 from lifecycle.parallel import pool_map
-from lifecycle.records import (
-    BootRecordV1,
-    CacheRecordV1,
-    CacheVersion,
-    ImageRecordV1,
-    PinV1,
-    ResultRecordV1,
-    ResultRecordV2,
-)
+from lifecycle.records import Record, ResultRecordV1, ResultRecordV2, stored_as
 from lifecycle.results.archive import load_result_record
 
-Record = (
-    CacheVersion | BootRecordV1 | ResultRecordV1 | ResultRecordV2 | CacheRecordV1 | PinV1
-    | ImageRecordV1
-)  # fmt: skip
-_MODELS: dict[str, type[Record]] = {
-    "version": CacheVersion,
-    "boot": BootRecordV1,
-    "legacy-cache": CacheRecordV1,
-    "pin": PinV1,
-    "image": ImageRecordV1,
-}
+_RESULTS = ("result", "legacy-result")  # read with their digest checked (lifecycle.results)
+_READ = STORED_UNDER - {"gc"}  # gc's own records are not among what it plans
 
 
 @dataclass(frozen=True)
@@ -62,7 +46,7 @@ def take_snapshot(
     keys = {key: parsed for key in objects if (parsed := parse_key(key)) is not None}
     known = earlier.records if earlier else {}
     records = {key: known[key] for key in keys if key in known}
-    wanted = [k for k in keys.values() if k.kind in _RECORDS and k.key not in records]
+    wanted = [k for k in keys.values() if k.kind in _READ and k.key not in records]
 
     def read(key: Key) -> tuple[str, Record | str]:
         try:
@@ -78,7 +62,6 @@ def take_snapshot(
     return Snapshot(objects, keys, records, unreadable)
 
 
-_RECORDS = {"version", "boot", "result", "legacy-cache", "legacy-result", "pin", "image"}
 # A marker's kind -> the kinds its record may have (a result's: either release's).
 _MARKED = {
     "boot-marker": ("boot",),
@@ -119,9 +102,9 @@ def markers_of(snap: Snapshot, records: Iterable[str]) -> dict[str, str]:
 
 
 def _read(store: BlobStore, key: Key) -> Record:
-    if key.kind in ("result", "legacy-result"):
+    if key.kind in _RESULTS:
         body = store.read(key.key)
         if body is None:
             raise ArchiveError(f"{store.where(key.key)}: gone while listed")
         return load_result_record(body, key.key, store.where(key.key))
-    return read_as(store, _MODELS[key.kind], key.key)
+    return read_as(store, stored_as(key.kind), key.key)
