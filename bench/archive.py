@@ -191,12 +191,14 @@ def child(tool: str, kw: dict[str, Any]) -> None:
     from lifecycle.archive.location import ArchiveLocation
     from lifecycle.archive.location import s3_client as lifecycle_client
     from lifecycle.archive.restore import restore_cache, restore_file
+    from lifecycle.home import Home
     from lifecycle.ledger import Ledger
 
     if tool == "restore":  # the round's cache back into a new home
         ledger = Ledger.open(Path(kw["home"]))
         done = restore_cache(
-            ledger, lifecycle_client(env), ArchiveLocation(bucket, prefix), kw["cache"],
+            ledger, Home(Path(kw["home"])), lifecycle_client(env), ArchiveLocation(bucket, prefix),
+            kw["cache"],
             workers=kw["workers"],
         )  # fmt: skip
         print(json.dumps({"restored": asdict(done)}))
@@ -223,7 +225,8 @@ def child(tool: str, kw: dict[str, Any]) -> None:
             setattr(owner, name, _clocked(getattr(owner, name), name, phases))
     ledger = Ledger.open(Path(kw["home"]))
     reports = run.archive_caches(  # the client `lifecycle archive` builds, from the environment
-        ledger, lifecycle_client(env), ArchiveLocation(bucket, prefix), [kw["cache"]],
+        ledger, Home(Path(kw["home"])), lifecycle_client(env), ArchiveLocation(bucket, prefix),
+        [kw["cache"]],
         with_content=True, dry_run=False, progress=None, workers=kw["workers"],
     )  # fmt: skip
     print(json.dumps({"reports": [asdict(r) for r in reports], "phases": phases}, default=str))

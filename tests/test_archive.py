@@ -18,6 +18,7 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import archive_caches
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, KeyOf, b64_sha256
 from lifecycle.formats import BOOT_FORMAT, VERSION_FORMAT
+from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from tests.archive_support import boot_records, newest_version, verify_key
 from tests.cache_support import adopt
@@ -486,7 +487,14 @@ def test_server_refusals_are_one_clear_line(
     ledger = Ledger.open(_home())
     with pytest.raises(ArchiveError) as raised:
         archive_caches(
-            ledger, client, location, [cache_id], with_content=False, dry_run=False, progress=None
+            ledger,
+            Home(_home()),
+            client,
+            location,
+            [cache_id],
+            with_content=False,
+            dry_run=False,
+            progress=None,
         )
     ledger.close()
     message = str(raised.value)
@@ -517,8 +525,8 @@ def test_server_stopped_mid_archive_then_rerun_completes(
     ledger = Ledger.open(_home())
     with pytest.raises(ArchiveError) as raised:
         archive_caches(
-            ledger, weed_server.client(), location, [cache_id], with_content=True,
-            dry_run=False, progress=progress,
+            ledger, Home(_home()), weed_server.client(), location, [cache_id],
+            with_content=True, dry_run=False, progress=progress,
         )  # fmt: skip
     message = str(raised.value)
     assert "\n" not in message
@@ -537,8 +545,8 @@ def test_server_stopped_mid_archive_then_rerun_completes(
     assert not [key for key in written if key.endswith(".json")]  # records go last: none
     there = [key for key in written if "/blobs/" in key]
     [report] = archive_caches(
-        ledger, weed_server.client(), location, [cache_id], with_content=True, dry_run=False,
-        progress=lines.append,
+        ledger, Home(_home()), weed_server.client(), location, [cache_id], with_content=True,
+        dry_run=False, progress=lines.append,
     )  # fmt: skip
     assert 100 <= len(there) < report.blobs
     assert report.blobs_uploaded == report.blobs - len(there)  # only what was missing

@@ -23,6 +23,7 @@ from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.archive.verify import fetch_verified
 from lifecycle.gc.snapshot import take_snapshot
+from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, boot_archive, versions_of
 from lifecycle.teardown.verify import archived_boots
@@ -41,8 +42,8 @@ def _archive(home: Path, target: ArchiveTarget, *, dry_run: bool = False) -> Arc
     ledger = Ledger.open(home)
     try:
         [report] = archive_caches(
-            ledger, target.client, ArchiveLocation(target.bucket, target.prefix), [CACHE],
-            with_content=True, dry_run=dry_run, progress=None,
+            ledger, Home(home), target.client, ArchiveLocation(target.bucket, target.prefix),
+            [CACHE], with_content=True, dry_run=dry_run, progress=None,
         )  # fmt: skip
     finally:
         ledger.close()

@@ -24,6 +24,7 @@ from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.fingerprint import scan
 from lifecycle.formats import VERSION_FORMAT
 from lifecycle.gc.snapshot import needs
+from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.records import CacheVersion
 from tests.archive_support import verify_key
@@ -50,8 +51,8 @@ def _archive(home: Path, target: ArchiveTarget, cache_id: str) -> ArchiveReport:
     try:
         location = ArchiveLocation(target.bucket, target.prefix)
         [report] = archive_caches(
-            ledger, target.client, location, [cache_id], with_content=True, dry_run=False,
-            progress=None,
+            ledger, Home(home), target.client, location, [cache_id], with_content=True,
+            dry_run=False, progress=None,
         )  # fmt: skip
     finally:
         ledger.close()
@@ -100,7 +101,9 @@ def test_small_files_go_in_packs_and_come_back_checked(
     other = Ledger.open(tmp_path / "other")
     sent = _count_requests(archive_target.client)
     location = ArchiveLocation(archive_target.bucket, archive_target.prefix)
-    done = restore_cache(other, archive_target.client, location, "packs-000000000001")
+    done = restore_cache(
+        other, Home(tmp_path / "other"), archive_target.client, location, "packs-000000000001"
+    )
     other.close()
     assert done.tree_digest == scan(tree).tree_digest and done.files == scan(tree).files
     assert sent.count("GET") < 20  # a few ranged GETs for the 300 small files
@@ -285,7 +288,9 @@ def test_a_file_over_the_single_put_cap_goes_up_in_parts(
     assert blobs.head(blobs.blob_key("0" * 64), checksum=False) is None
     other = Ledger.open(tmp_path / "other")
     location = ArchiveLocation(archive_target.bucket, archive_target.prefix)
-    done = restore_cache(other, archive_target.client, location, "packs-000000000001")
+    done = restore_cache(
+        other, Home(tmp_path / "other"), archive_target.client, location, "packs-000000000001"
+    )
     other.close()
     assert done.tree_digest == scan(tree).tree_digest
 

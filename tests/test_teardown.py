@@ -487,7 +487,14 @@ def _archive(bucket: str, cache_ids: list[str]) -> None:
         location = ArchiveLocation(bucket, PREFIX)
         client = s3_client(os.environ)
         archive_caches(
-            ledger, client, location, cache_ids, with_content=False, dry_run=False, progress=None
+            ledger,
+            Home(_home()),
+            client,
+            location,
+            cache_ids,
+            with_content=False,
+            dry_run=False,
+            progress=None,
         )
     finally:
         ledger.close()

@@ -27,7 +27,7 @@ from lifecycle.ledger.builds import registry_images
 
 
 def plan_boot_record(
-    ledger: Ledger, boot: BootRecord, *, host: str, tool_version: str
+    ledger: Ledger, home: Home, boot: BootRecord, *, host: str, tool_version: str
 ) -> RecordPlan:
     """Collect what the record says about a finished boot, and its blobs."""
     sources: dict[str, BlobSource] = {}
@@ -39,7 +39,6 @@ def plan_boot_record(
         for path in sorted(regular_files(top)):
             what = f"evidence of boot {boot.id}"
             evidence[path.relative_to(top).as_posix()] = file_blob(path, what, sources)
-    home = ledger.home
     manifest = read_snapshot(home.manifest_snapshot(boot.manifest_digest))
     document: dict[str, Any] = {
         "format": BOOT_FORMAT,
@@ -51,7 +50,7 @@ def plan_boot_record(
         "hook_runs": hook_runs(ledger, boot.id),
         "log": boot_log(boot, sources),
         "evidence": evidence,
-        "image": image_snapshot(ledger, boot.image_id),
+        "image": image_snapshot(ledger, home, boot.image_id),
         "manifest": manifest,
         "patches": [
             _patch(home, p["file"], p["sha256"], sources)
@@ -79,10 +78,10 @@ def boot_log(boot: BootRecord, sources: dict[str, BlobSource]) -> dict[str, Any]
     return file_blob(log, f"log of boot {boot.id}", sources)
 
 
-def image_snapshot(ledger: Ledger, image_id: str) -> dict[str, Any] | None:
+def image_snapshot(ledger: Ledger, home: Home, image_id: str) -> dict[str, Any] | None:
     """The snapshot a boot kept of its image, with every registry digest this host pushed it
     to or pulled it from since (a push after the boot is still the same image)."""
-    snapshot = read_snapshot(ledger.home.image_snapshot(image_id))
+    snapshot = read_snapshot(home.image_snapshot(image_id))
     if snapshot is None:
         return None
     known = set(snapshot.get("repo_digests") or [])

@@ -40,6 +40,7 @@ from lifecycle.archive.record import (
 )
 from lifecycle.archive.sources import BlobSource, RecordPlan
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore
+from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import VersionRow, boot_archive
 from lifecycle.ledger.boots import BootRecord, boot_by_id, cache_uses
@@ -214,6 +215,7 @@ def packed_already(
 
 def boots_to_write(
     ledger: Ledger,
+    home: Home,
     store: BlobStore,
     cache_id: str,
     relied: Relied,
@@ -257,12 +259,13 @@ def boots_to_write(
         relied.named |= {blob.sha256: blob.size for blob in blobs}
         damaged = {blob.sha256: checked[blob.sha256] for blob in blobs if blob.sha256 in checked}
         if damaged:
-            _send_again(ledger, boot, damaged, relied, host=host, tool_version=tool_version)
+            _send_again(ledger, home, boot, damaged, relied, host=host, tool_version=tool_version)
     return sorted(due, key=lambda boot: boot.started_at)
 
 
 def _send_again(
     ledger: Ledger,
+    home: Home,
     boot: BootRecord,
     damaged: dict[str, str],
     relied: Relied,
@@ -271,7 +274,7 @@ def _send_again(
     tool_version: str,
 ) -> None:
     """A boot's damaged blobs, to send again from this host's copies of them."""
-    plan = plan_boot_record(ledger, boot, host=host, tool_version=tool_version)
+    plan = plan_boot_record(ledger, home, boot, host=host, tool_version=tool_version)
     lacking = sorted(sha for sha in damaged if sha not in plan.sources)
     if lacking:
         raise ArchiveError(

@@ -30,6 +30,7 @@ from lifecycle.archive.record import placements, read_as, read_legacy_cache
 from lifecycle.archive.store import RECORD_MAX, ArchiveError, BlobStore, os_problem
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
+from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version, remember_archive
 from lifecycle.ledger.boots import CacheRecord, Scanned, cache_by_id, record_scan
@@ -63,6 +64,7 @@ class RestoreReport:
 
 def restore_cache(
     ledger: Ledger,
+    home: Home,
     client: Any,
     location: ArchiveLocation,
     cache_id: str,
@@ -81,7 +83,7 @@ def restore_cache(
         relative, document = _version_with_files(store, cache_id, tree)
         if known is not None and known.in_use_by:
             raise ArchiveError(f"boot {known.in_use_by} is using the cache")
-        target = Path(known.host_path) if known else ledger.home.cache_dir(cache_id)
+        target = Path(known.host_path) if known else home.cache_dir(cache_id)
         if document.cache.id != cache_id or document.cache_id != cache_id:
             # Checked before anything is written: its row would name another cache.
             raise ArchiveError(

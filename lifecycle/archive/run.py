@@ -41,6 +41,7 @@ from lifecycle.archive.version import plan_version
 from lifecycle.boot.caches import damage
 from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.fingerprint import Fingerprint, scan
+from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import (
     ArchiveRecord,
@@ -95,6 +96,7 @@ class ArchiveReport:
 
 def archive_caches(
     ledger: Ledger,
+    home: Home,
     client: Any,
     location: ArchiveLocation,
     cache_ids: Sequence[str],
@@ -105,7 +107,7 @@ def archive_caches(
     workers: int = 8,
 ) -> list[ArchiveReport]:
     """Archive each cache (all checked archivable first); stops at the first that fails."""
-    run = _Run(BlobStore(client, location), progress or (lambda line: None), workers, dry_run)
+    run = _Run(home, BlobStore(client, location), progress or (lambda line: None), workers, dry_run)
     caches = [archivable(ledger, cache_id) for cache_id in cache_ids]
     return [_archive(ledger, run, cache, with_content) for cache in caches]
 
@@ -114,6 +116,7 @@ def archive_caches(
 class _Run:
     """What the archives of one run share."""
 
+    home: Home  # where the boots' snapshots of their manifests, images and patches are
     store: BlobStore
     say: Progress
     workers: int
@@ -208,11 +211,12 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
     host = socket.gethostname()
     relied = Relied()
     due = heal.boots_to_write(
-        ledger, store, cache.id, relied, run.checked_boots,
+        ledger, run.home, store, cache.id, relied, run.checked_boots,
         host=host, tool_version=__version__, workers=workers,
     )  # fmt: skip
     boots = [
-        (boot, plan_boot_record(ledger, boot, host=host, tool_version=__version__)) for boot in due
+        (boot, plan_boot_record(ledger, run.home, boot, host=host, tool_version=__version__))
+        for boot in due
     ]
     rows = versions_of(ledger, cache.id)
     parent = _parent(rows, tree) or _legacy_parent(store, previous, tree)
@@ -220,8 +224,8 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
     @functools.cache
     def plan() -> RecordPlan:  # the version's record: to write, or to repair the one there
         return plan_version(
-            ledger, cache, fingerprint, with_content=with_content, parent=parent, host=host,
-            tool_version=__version__,
+            ledger, run.home, cache, fingerprint, with_content=with_content, parent=parent,
+            host=host, tool_version=__version__,
         )  # fmt: skip
 
     there = heal.standing_version(store, rows, tree, with_content, plan, relied, workers)

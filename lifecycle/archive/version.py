@@ -16,6 +16,7 @@ from lifecycle.archive.sources import BlobSource, RecordPlan, memory_blob
 from lifecycle.build.keys import key_factors
 from lifecycle.fingerprint import Fingerprint
 from lifecycle.formats import VERSION_FORMAT
+from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord, boot_by_id, cache_uses, tainted_files
 from lifecycle.withheld import withheld_files
@@ -25,6 +26,7 @@ _LOCAL_ONLY = ("state", "in_use_by")  # this host's bookkeeping, not facts about
 
 def plan_version(
     ledger: Ledger,
+    home: Home,
     cache: CacheRecord,
     fingerprint: Fingerprint,
     *,
@@ -46,7 +48,7 @@ def plan_version(
         "tool_version": tool_version,
         "with_content": with_content,
         "cache": {k: v for k, v in asdict(cache).items() if k not in _LOCAL_ONLY},
-        "key": _key_factors(ledger, cache),
+        "key": _key_factors(home, cache),
         "fingerprint": {
             **scan,
             "tree_digest": fingerprint.tree_digest,
@@ -82,9 +84,9 @@ def _made_by(ledger: Ledger, cache_id: str) -> dict[str, str] | None:
     return {"id": last.id, "outcome": last.outcome}
 
 
-def _key_factors(ledger: Ledger, cache: CacheRecord) -> dict[str, Any] | None:
+def _key_factors(home: Home, cache: CacheRecord) -> dict[str, Any] | None:
     """What the cache's key was made of, read from the boot snapshot of its image."""
-    path = ledger.home.image_snapshot(cache.image_id)
+    path = home.image_snapshot(cache.image_id)
     if not path.is_file():
         return None
     try:

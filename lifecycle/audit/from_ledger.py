@@ -58,7 +58,7 @@ def result_facts(ledger: Ledger, home: Home, result_id: str) -> ChainFacts:
         HookRun(name=run.name, event=run.event, exit_code=run.exit_code)
         for run in hook_runs_of(ledger, boot.id)
     ]
-    image = image_snapshot(ledger, boot.image_id)
+    image = image_snapshot(ledger, home, boot.image_id)
     manifest = read_snapshot(home.manifest_snapshot(boot.manifest_digest))
     return ChainFacts(
         result=canonical_result(result),

@@ -111,7 +111,7 @@ def run_restore(
         return RestoreRunReport(beside)
     with ctx.ledger() as ledger:
         done = restore_cache(
-            ledger, client, location, cache_id, tree=tree or None, progress=ctx.say
+            ledger, ctx.home, client, location, cache_id, tree=tree or None, progress=ctx.say
         )
     return RestoreRunReport(done)
 
@@ -215,7 +215,13 @@ def run_best(
         chosen = best_versions(store, keys)
         restored = tuple(
             restore_cache(
-                ledger, client, location, best.cache_id, tree=best.tree_digest, progress=ctx.say
+                ledger,
+                ctx.home,
+                client,
+                location,
+                best.cache_id,
+                tree=best.tree_digest,
+                progress=ctx.say,
             )
             for best in chosen.values()
         )

@@ -166,8 +166,8 @@ class LocalEngine:
             return EndSummary(action="archive", ok=False, detail="no archive location is set")
         cache_ids = self._caches_of(boot_ids)
         reports = archive_caches(
-            self.ledger, self.s3, self.location, cache_ids, with_content=False, dry_run=False,
-            progress=None,
+            self.ledger, self.home, self.s3, self.location, cache_ids, with_content=False,
+            dry_run=False, progress=None,
         )  # fmt: skip
         reports = with_results(self.ledger, self.s3, self.location, reports, None)
         sent = sum(r.bytes_uploaded for r in reports)

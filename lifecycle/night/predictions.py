@@ -14,7 +14,7 @@ import io
 import json
 from dataclasses import dataclass
 
-from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.archive.store import RECORD_MAX, ArchiveError, BlobStore
 from lifecycle.ledger.nights import Prediction, add, predictions
 from lifecycle.night.journal import NightJournal
 from lifecycle.night.plan import Plan
@@ -54,7 +54,7 @@ def register(journal: NightJournal, plan: Plan, store: BlobStore | None) -> Regi
     key = store.location.key("nights", journal.night.id, "predictions.json")
     if not store.put_document(key, body, only_new=True):
         there = io.BytesIO()
-        store.download_sha256(key, there)
+        store.download_sha256(key, there, cap=RECORD_MAX)  # a document, never held unbounded
         if there.getvalue() != body:
             raise ArchiveError(
                 f"{store.url(key)} differs from the predictions this host registered for night"

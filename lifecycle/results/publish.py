@@ -19,6 +19,7 @@ from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.archive.transfer import Progress
 from lifecycle.errors import LifecycleError
+from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.results import ResultArchiveRecord, ResultRecord, result_archives
 from lifecycle.results.archive import archive_pending_results, archive_result, chain_gaps
@@ -49,6 +50,7 @@ def with_results(
 
 def publish_result(
     ledger: Ledger,
+    home: Home,
     client: Any,
     location: ArchiveLocation,
     result: ResultRecord,
@@ -63,7 +65,7 @@ def publish_result(
         if stale:
             # Its sweep writes the result's record as soon as the last of them is archived.
             archived = archive_caches(
-                ledger, client, location, stale, with_content=False, dry_run=False,
+                ledger, home, client, location, stale, with_content=False, dry_run=False,
                 progress=progress,
             )  # fmt: skip
             with_results(ledger, client, location, archived, progress)

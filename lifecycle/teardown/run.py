@@ -100,7 +100,7 @@ def run_teardown(
         session.fire("pre-teardown")
         checkpoint("teardown-planned")
         settle_dead_boots(ledger, home, plan, _stamp(services.now()))
-        problems = _archive_first(ledger, services, plan, request, progress)
+        problems = _archive_first(ledger, home, services, plan, request, progress)
         verify = ArchiveVerifier(services.s3, services.s3_problem, archived_boots(ledger))
         outcomes = []
         for decision in plan.decisions:
@@ -233,6 +233,7 @@ def _settle(
 
 def _archive_first(
     ledger: Ledger,
+    home: Home,
     services: Services,
     plan: TeardownPlan,
     request: TeardownRequest,
@@ -249,7 +250,7 @@ def _archive_first(
             problems[cache_id] = unreachable
             continue
         try:
-            archive_one(ledger, services, request, cache_id, dry_run=False, progress=progress)
+            archive_one(ledger, home, services, request, cache_id, dry_run=False, progress=progress)
         except S3Unavailable as exc:
             problems[cache_id] = f"{_GONE}: {exc}"
         except (LifecycleError, BotoCoreError, ClientError, OSError) as exc:

@@ -135,7 +135,7 @@ def make_plan(
         notes += (f"images not considered: {docker_problem}",)
     if preview:
         going = [d.cache.id for d in decisions if d.action is Action.ARCHIVE_THEN_REMOVE]
-        notes += tuple(_preview(ledger, services, request, cache_id) for cache_id in going)
+        notes += tuple(_preview(ledger, home, services, request, cache_id) for cache_id in going)
     unreachable = tuple(filter(None, [docker_problem, services.s3_problem]))
     unreachable += tuple(f"{url}: {why}" for url, why in sorted(verify.unreachable.items()))
     where = to.url() if to else None
@@ -144,6 +144,7 @@ def make_plan(
 
 def archive_one(
     ledger: Ledger,
+    home: Home,
     services: Services,
     request: TeardownRequest,
     cache_id: str,
@@ -156,6 +157,7 @@ def archive_one(
         raise LifecycleError(f"cannot archive: {services.s3_problem or 'no archive location'}")
     archived = archive_caches(
         ledger,
+        home,
         services.s3,
         request.archive_to,
         [cache_id],
@@ -167,9 +169,11 @@ def archive_one(
     return report
 
 
-def _preview(ledger: Ledger, services: Services, request: TeardownRequest, cache_id: str) -> str:
+def _preview(
+    ledger: Ledger, home: Home, services: Services, request: TeardownRequest, cache_id: str
+) -> str:
     try:
-        report = archive_one(ledger, services, request, cache_id, dry_run=True, progress=None)
+        report = archive_one(ledger, home, services, request, cache_id, dry_run=True, progress=None)
     except (LifecycleError, BotoCoreError, ClientError, OSError) as exc:
         return f"would archive {cache_id}, but: {exc}"
     return (
