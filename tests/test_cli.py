@@ -213,7 +213,7 @@ DESTRUCTIVE = ("teardown", "gc", "unpin", "night")
 def test_no_text_value_of_a_destructive_verb_may_be_empty(verb: str) -> None:
     import click
 
-    from lifecycle.commands.params import Given
+    from lifecycle.commands.verbs import Given
 
     command = cli.commands[verb]
     for param in command.params:

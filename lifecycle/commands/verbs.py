@@ -16,10 +16,25 @@ from typing import Any, ClassVar, dataclass_transform
 
 import click
 
-from lifecycle.commands.params import GIVEN
 from lifecycle.formats import RECORD_KINDS
 
 REQUIRED: Any = object()  # an argument with no default must be given
+
+
+class Given(click.types.StringParamType):
+    """Text that says something: an empty or blank value is a usage error naming the flag.
+    An option left out means "no filter" (every cache, the configured archive), so one given
+    with nothing in it must not mean the same: `--older-than ''` from an unset shell variable
+    would widen a teardown to every cache. (click's int already refuses a blank value.)"""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = super().convert(value, param, ctx)
+        if not text.strip():
+            self.fail(f"{text!r} is empty; give a value or leave it out", param, ctx)
+        return text
+
+
+GIVEN = Given()  # every destructive verb's text options
 
 
 class Param:
