@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from lifecycle.archive.config import resolve_location
 from lifecycle.archive.run import ArchiveReport, archive_caches
@@ -20,17 +20,6 @@ from lifecycle.table import human_bytes
 
 
 @dataclass(frozen=True)
-class ArchiveTotals:
-    """The sums over every cache of a run."""
-
-    caches: int
-    blobs: int
-    blobs_uploaded: int
-    bytes_uploaded: int
-    blobs_present: int
-
-
-@dataclass(frozen=True)
 class ArchiveRunReport(Report):
     """What one `lifecycle archive` did (or, in a dry run, would do), cache by cache."""
 
@@ -39,7 +28,18 @@ class ArchiveRunReport(Report):
     dry_run: bool
     caches: tuple[ArchiveReport, ...]
     skipped: tuple[str, ...]  # caches --all left out, each with why
-    totals: ArchiveTotals
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """The sums over every cache of the run."""
+        sums = {
+            key: sum(getattr(c, key) for c in self.caches)
+            for key in ("blobs", "blobs_uploaded", "bytes_uploaded", "blobs_present")
+        }
+        return {"caches": len(self.caches), **sums}
+
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "totals": self.totals}
 
     def text(self) -> str:
         """A line per cache, then the summary line."""
@@ -51,19 +51,19 @@ class ArchiveRunReport(Report):
                 f"{cache.cache_id}: {cache.blobs} blobs, {verb} {cache.blobs_uploaded}"
                 f" ({human_bytes(cache.bytes_uploaded)}); {state}"
             )
-        totals = self.totals
-        plural = "" if totals.caches == 1 else "s"
+        total = self.totals
+        caches = f"{total['caches']} cache{'' if total['caches'] == 1 else 's'}"
+        sent = human_bytes(total["bytes_uploaded"])
         if self.dry_run:
             lines.append(
-                f"dry run, nothing written: {totals.caches} cache{plural}, {totals.blobs} blobs,"
-                f" {totals.blobs_uploaded} to upload ({human_bytes(totals.bytes_uploaded)}),"
-                f" {totals.blobs_present} already there; {self.location}"
+                f"dry run, nothing written: {caches}, {total['blobs']} blobs,"
+                f" {total['blobs_uploaded']} to upload ({sent}),"
+                f" {total['blobs_present']} already there; {self.location}"
             )
         else:
             lines.append(
-                f"archived {totals.caches} cache{plural}: {totals.blobs} blobs,"
-                f" {totals.blobs_uploaded} new ({human_bytes(totals.bytes_uploaded)} sent);"
-                f" verified; {self.location}"
+                f"archived {caches}: {total['blobs']} blobs, {total['blobs_uploaded']} new"
+                f" ({sent} sent); verified; {self.location}"
             )
         return "\n".join(lines) + "\n"
 
@@ -108,11 +108,4 @@ def run(ctx: Context, request: verbs.Archive) -> ArchiveRunReport | None:
             with_content=request.with_content, dry_run=dry_run, progress=ctx.say,
         )  # fmt: skip
         reports = with_results(ledger, client, location, archived, ctx.say)
-    totals = ArchiveTotals(
-        caches=len(reports),
-        blobs=sum(r.blobs for r in reports),
-        blobs_uploaded=sum(r.blobs_uploaded for r in reports),
-        bytes_uploaded=sum(r.bytes_uploaded for r in reports),
-        blobs_present=sum(r.blobs_present for r in reports),
-    )
-    return ArchiveRunReport(location.url(), dry_run, tuple(reports), tuple(skipped), totals)
+    return ArchiveRunReport(location.url(), dry_run, tuple(reports), tuple(skipped))
