@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Any, ClassVar, dataclass_transform
+from typing import Any, ClassVar, NoReturn, dataclass_transform
 
 import click
 
@@ -103,7 +103,7 @@ class Request:
         if given:
             raise TypeError(f"{self.VERB}: no such field {', '.join(given)}")
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
         raise AttributeError(f"a request is read-only: {name}")
 
     def __repr__(self) -> str:
