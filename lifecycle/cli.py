@@ -123,6 +123,8 @@ def _warn_if_production_down(home: Home) -> None:
     from lifecycle.home import HomeUnusable
     from lifecycle.ledger.nights import production_left_down_in
 
+    if not home.root.is_dir():  # no night ran here; a verb that needs the home says so
+        return
     try:
         events = production_left_down_in(home.root)
     except HomeUnusable as exc:
