@@ -13,7 +13,7 @@ from typing import Any
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.manifest import LoadedManifest
-from lifecycle.manifest.digest import canonical_form, patch_digests
+from lifecycle.manifest.load import canonical_form, patch_digests
 
 
 def keep_provenance(

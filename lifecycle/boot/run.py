@@ -42,7 +42,7 @@ from lifecycle.ledger.boots import (
     start_boot,
 )
 from lifecycle.manifest import LoadedManifest
-from lifecycle.manifest.defaults import BOOT_ENV
+from lifecycle.manifest.checks import BOOT_ENV
 from lifecycle.redact import redact, redact_values
 from lifecycle.withheld import secrets_in_cache
 

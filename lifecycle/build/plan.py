@@ -14,7 +14,7 @@ from lifecycle import __version__
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.checks import unconfirmed_pins
-from lifecycle.manifest.digest import manifest_digest, patch_digests
+from lifecycle.manifest.load import manifest_digest, patch_digests
 
 DIGEST_LABEL = "lifecycle.manifest.digest"
 # The base image's id (its config digest) the image was built on: `build` rebuilds when the

@@ -26,7 +26,7 @@ from lifecycle.ledger.boots import (
     untracked_writes,
 )
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
-from lifecycle.manifest.digest import manifest_digest
+from lifecycle.manifest.load import manifest_digest
 from lifecycle.report import Report, plain
 
 

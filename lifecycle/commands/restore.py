@@ -30,7 +30,7 @@ from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.manifest import find_manifest, load_manifest
-from lifecycle.manifest.digest import manifest_digest
+from lifecycle.manifest.load import manifest_digest
 from lifecycle.report import Report
 from lifecycle.table import human_bytes
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest import load_manifest
-from lifecycle.manifest.digest import manifest_digest
+from lifecycle.manifest.load import manifest_digest
 from lifecycle.port import branch as port_branch
 from lifecycle.port import manifest_out, upstream
 from lifecycle.port.classify import Replayed, classify
