@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle.boot.caches import CachePlan, plan_caches
-from lifecycle.boot.container import BootFailed, remove_container, run_container
+from lifecycle.boot.engine import BootFailed, keep_provenance, remove_container, run_container
 from lifecycle.boot.judge import judge
 from lifecycle.boot.observe import AccessWatch, CacheAccess, NotObserved
-from lifecycle.boot.provenance import keep_provenance
 from lifecycle.boot.spec import CacheMount, ContainerSpec, build_spec, check_secrets, pick_profile
 from lifecycle.boot.untracked import read_untracked
 from lifecycle.errors import LifecycleError

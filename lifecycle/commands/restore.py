@@ -24,7 +24,7 @@ from lifecycle.archive.restore import (
 )
 from lifecycle.archive.store import BlobStore
 from lifecycle.build.engine import find_built
-from lifecycle.build.keys import cache_key, key_factors
+from lifecycle.build.plan import cache_key, key_factors
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
