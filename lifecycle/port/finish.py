@@ -27,9 +27,8 @@ from lifecycle.port import branch as port_branch
 from lifecycle.port import manifest_out, upstream
 from lifecycle.port.classify import Replayed, classify
 from lifecycle.port.git import Git
-from lifecycle.port.outcome import PatchResult
+from lifecycle.port.outcome import PatchResult, PortReport, PortStatus
 from lifecycle.port.plan import PortPlan
-from lifecycle.port.report import PortReport, PortStatus
 
 REPORT_FILE = "port-report.json"
 RANGE_DIFF_FILE = "port-range-diff.txt"
