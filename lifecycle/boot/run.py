@@ -299,7 +299,7 @@ def _masked(
     access: dict[str, CacheAccess] | None, secrets_by_name: Mapping[str, str]
 ) -> dict[str, CacheAccess] | None:
     """The paths the engine touched, spelled as the scans spell them: a path holding a
-    secret's value masked (lifecycle.secret_paths), so the two compare, and neither is kept."""
+    secret's value masked (lifecycle.redact), so the two compare, and neither is kept."""
     if access is None or not secrets_by_name:
         return access
     return {
