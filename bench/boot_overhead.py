@@ -57,7 +57,7 @@ from lifecycle.ledger.boots import (  # noqa: E402
     cache_by_id,
     start_boot,
 )
-from lifecycle.ledger.rows import insert  # noqa: E402
+from lifecycle.ledger.core import insert  # noqa: E402
 
 SECRET = {"HF_TOKEN": "hf_" + "Zq7" * 12}  # one secret set, as a profile that passes HF_TOKEN
 BOOT_LOGS = REPO / "tests" / "data" / "boot_logs"

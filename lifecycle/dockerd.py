@@ -1,19 +1,13 @@
-"""Connect to the Docker engine (imported lazily: `lifecycle --help` never loads the SDK).
-
-Time limits, so that an engine that accepts connections and never answers costs seconds, not
-the SDK's default minutes: the first contact (version and ping) must answer within
-LIFECYCLE_DOCKER_CONNECT_TIMEOUT (default 15 s), every later API call within
-LIFECYCLE_DOCKER_TIMEOUT (default 60 s). Streams whose silence is normal have none: a build's
-output, a container's log followed to its end, waiting for a container to exit.
-"""
+"""Connect to the Docker engine (imported lazily: `lifecycle --help` never loads the SDK), within
+time limits read from the environment (`seconds_from`; docs/time-limits.md lists them): an
+engine that accepts connections and never answers costs seconds, not the SDK's minutes."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from lifecycle.errors import EnvironmentFailure
-from lifecycle.limits import seconds_from
+from lifecycle.errors import EnvironmentFailure, LifecycleError
 
 CONNECT_TIMEOUT_S = 15.0
 API_TIMEOUT_S = 60.0
@@ -59,3 +53,17 @@ def connect(environ: Mapping[str, str]) -> Any:
         raise DockerUnavailable(f"cannot reach the Docker engine at {where}: {why}") from None
     client.api.timeout = later
     return client
+
+
+def seconds_from(environ: Mapping[str, str], name: str, default: float) -> float:
+    """A time limit from the environment variable `name`, else `default`; nonsense is refused."""
+    text = environ.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 86400:
+        raise LifecycleError(f"{name}={text!r}: expected a number of seconds, e.g. 30")
+    return value

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lifecycle.errors import LifecycleError
 from lifecycle.parallel import pool_map
-from lifecycle.secret_paths import mask_paths
+from lifecycle.redact import mask_paths
 
 CHUNK = 1 << 20  # read size; also the largest file read in one go
 # Small files go to the pool in batches, not one task each; bench/README.md has the figures.
@@ -168,7 +168,7 @@ def scan(
 
     An unchanged tree gives back `previous` itself. `workers` threads hash (default: one per CPU).
     A path holding one of the `secrets`' values (name -> value), or shaped like a path
-    `masked_like` (default: `previous`) masked, is masked (lifecycle.secret_paths): its real
+    `masked_like` (default: `previous`) masked, is masked (lifecycle.redact): its real
     name is in no fingerprint.
     """
     # The root itself may be a symlink (a cache dir moved to a bigger disk); nothing below it is.

@@ -1,15 +1,8 @@
-"""Redaction of credentials in text that leaves this host: boot logs and cache evidence.
-
-Two nets. The values the caller knows are secret (say the value of HF_TOKEN passed into the
-container) are replaced wherever they occur, also in their JSON-escaped spelling. Then anything
-shaped like a credential is replaced even if nobody named it: `key=value` pairs whose key names
-a token, secret, password, API key, access key, credential or auth (but not a plain word
-after `key: `, which is prose); HuggingFace tokens; AWS access key ids; `Authorization:`
-headers and bearer tokens; passwords in URLs.
-
-Values shorter than MIN_SECRET_LEN characters are not replaced by value: a 2-character
-"secret" would shred ordinary words and numbers all over a log, and hides nothing anyway.
-"""
+"""Secrets kept out of what leaves this host: credentials redacted in text (boot logs, cache
+evidence), by the values the caller knows and by their shape; and secret values in a cache's
+paths masked as `redact` spells them (`<redacted:HF_TOKEN>`) in the fingerprint itself, so the
+tree digest, the ledger, the archive and every message see only the mask. docs/verbs/boot.md
+says which shapes are caught and how a later scan, which knows no value, finds a mask again."""
 
 from __future__ import annotations
 
@@ -19,7 +12,8 @@ import json
 import mmap
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import groupby
 from pathlib import Path
 from typing import TypeAlias
 
@@ -192,3 +186,102 @@ def secrets_in_file(path: Path, secret_values: Mapping[str, str]) -> list[str]:
                 if data.find(needle) >= 0
             }
     return sorted(found)
+
+
+_MARK = "<redacted:"
+PLACEHOLDER = re.compile(r"<redacted:([^<>/~]+)(?:~(\d+))?>")
+
+
+def is_masked(path: str) -> bool:
+    """Whether a (fingerprint's) path had a secret's value in it: its real name is not kept."""
+    return _MARK in path and PLACEHOLDER.search(path) is not None
+
+
+def secrets_in_path(path: str) -> list[str]:
+    """The names of the secrets a masked path held, sorted."""
+    return sorted({match[1] for match in PLACEHOLDER.finditer(path)})
+
+
+def mask_paths(
+    walked: Iterable[tuple[str, int]],
+    secrets: Mapping[str, str],
+    masked_before: Iterable[tuple[str, int]] = (),
+) -> dict[str, str]:
+    """real path -> masked path, for every (real path, inode) of a whole tree that is masked:
+    by the `secrets`' values (name -> value) and by the values the entries the previous scan
+    masked (`masked_before`: their (masked path, inode)) are found to hide again."""
+    masked: dict[str, str] = {}
+    values = {(name, value) for name, value in secrets.items() if value}
+    before = {inode: path for path, inode in masked_before if is_masked(path)}
+    if not values and not before:  # nearly every scan: nothing to look for
+        return masked
+    walked = list(walked)
+    values |= _found_again(walked, before)
+    if not values:
+        return masked
+    # Longest value first, as redact does: a value holding another is replaced whole.
+    ordered = sorted(values, key=lambda pair: (-len(pair[1]), pair))
+    # By depth: a dir's final mask is known before its children are looked at.
+    by_depth = sorted((real for real, _ in walked), key=lambda real: (real.count("/"), real))
+    for _, level in groupby(by_depth, key=lambda real: real.count("/")):
+        named: dict[str, list[str]] = {}  # masked path -> real paths masked to it
+        for real in level:
+            parent, _, name = real.rpartition("/")
+            parent = masked.get(parent, parent)
+            for secret, value in ordered:
+                name = redact_values(name, {secret: value})
+            named.setdefault(f"{parent}/{name}" if parent else name, []).append(real)
+        for mask, reals in named.items():
+            if len(reals) == 1 and reals[0] == mask:
+                continue
+            plain = mask in reals  # a real name that is spelled like the mask
+            others = sorted(real for real in reals if real != mask)
+            for number, real in enumerate(others, start=2 if plain else 1):
+                masked[real] = mask if number == 1 else _numbered(mask, number)
+    return masked
+
+
+def _found_again(
+    walked: Iterable[tuple[str, int]], before: Mapping[int, str]
+) -> set[tuple[str, str]]:
+    """(name, value) of each secret a masked entry of the previous scan (inode -> masked path)
+    hides, read off the entry it still is."""
+    found: set[tuple[str, str]] = set()
+    for real, inode in walked:
+        masked = before.get(inode)
+        if masked is None:
+            continue
+        pattern, secrets = _pattern(masked)
+        if match := pattern.fullmatch(real):
+            found |= {(secrets[i], match[f"g{i}"]) for i in range(len(secrets))}
+    return found
+
+
+def _pattern(masked_path: str) -> tuple[re.Pattern[str], list[str]]:
+    """A masked path as a pattern of the real path it stands for, and the secret whose value
+    each group `g<i>` holds (one group per placeholder: the same one twice is one value)."""
+    parts: list[str] = []
+    groups: dict[str, int] = {}  # placeholder -> its group
+    secrets: list[str] = []
+    at = 0
+    for match in PLACEHOLDER.finditer(masked_path):
+        parts.append(re.escape(masked_path[at : match.start()]))
+        if match[0] in groups:
+            parts.append(f"(?P=g{groups[match[0]]})")
+        else:
+            groups[match[0]] = len(secrets)
+            parts.append(f"(?P<g{len(secrets)}>[^/]{{{MIN_SECRET_LEN},}})")
+            secrets.append(match[1])
+        at = match.end()
+    parts.append(re.escape(masked_path[at:]))
+    return re.compile("".join(parts)), secrets
+
+
+def _numbered(mask: str, number: int) -> str:
+    """`mask` with its last name's first placeholder numbered (`<redacted:HF_TOKEN~2>`)."""
+    parent, slash, name = mask.rpartition("/")
+    match = PLACEHOLDER.search(name)
+    if match is None:  # only a dir above was masked: its children have their own names
+        return mask
+    numbered = f"{_MARK}{match[1]}~{number}>"
+    return f"{parent}{slash}{name[: match.start()]}{numbered}{name[match.end() :]}"

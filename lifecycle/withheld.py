@@ -1,5 +1,5 @@
 """What of a cache never leaves this host: the files a boot wrote a secret's value into, and
-every file whose path holds one (masked in its fingerprint, lifecycle.secret_paths).
+every file whose path holds one (masked in its fingerprint, lifecycle.redact).
 
 Found at the end of the boot that wrote them (`secrets_in_cache`) and kept in the ledger by the
 secret's name, never its value; an archive with content leaves them out and says why
@@ -14,8 +14,7 @@ from pathlib import Path
 
 from lifecycle.fingerprint import Fingerprint
 from lifecycle.ledger.boots import TaintedFile
-from lifecycle.redact import secrets_in_file
-from lifecycle.secret_paths import is_masked, secrets_in_path
+from lifecycle.redact import is_masked, secrets_in_file, secrets_in_path
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from lifecycle.cli import cli
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.builds import all_builds
 from lifecycle.manifest import load_manifest
-from lifecycle.manifest.digest import manifest_digest, patch_digests
+from lifecycle.manifest.load import manifest_digest, patch_digests
 from tests.test_gitbinary import git
 
 pytestmark = pytest.mark.docker

@@ -16,7 +16,7 @@ from lifecycle.build.engine import _context_tar
 from lifecycle.build.plan import SourceInfo, image_tag, plan_build
 from lifecycle.cli import cli
 from lifecycle.manifest import load_manifest
-from lifecycle.manifest.digest import manifest_digest, patch_digests
+from lifecycle.manifest.load import manifest_digest, patch_digests
 
 WHEN = datetime(2026, 10, 10, 6, 0, tzinfo=UTC)
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from lifecycle.build.engine import RegistryFailed, pull_image
 from lifecycle.build.plan import BASE_DIGEST_LABEL, DIGEST_LABEL
-from lifecycle.build.registry import RegistryFailed, pull_image
 from tests.services import TEST_LABEL, demo_copy, run_lifecycle
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from lifecycle.manifest import load_manifest
-from lifecycle.manifest.digest import manifest_digest
+from lifecycle.manifest.load import manifest_digest
 
 
 def _copy_030(repo_root: Path, tmp_path: Path) -> Path:

@@ -9,7 +9,7 @@ from packaging.version import Version
 
 from lifecycle.errors import ManifestError
 from lifecycle.manifest import find_manifest, load_manifest
-from lifecycle.manifest.defaults import DEFAULT_CACHES
+from lifecycle.manifest.checks import DEFAULT_CACHES
 
 
 def test_production_031_extends_030(repo_root: Path) -> None:

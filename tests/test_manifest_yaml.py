@@ -12,9 +12,8 @@ import pytest
 import yaml
 
 from lifecycle.manifest import load_manifest
-from lifecycle.manifest.digest import manifest_digest
-from lifecycle.manifest.located import Mark
-from lifecycle.manifest.source import read_yaml
+from lifecycle.manifest.load import manifest_digest
+from lifecycle.manifest.source import Mark, read_yaml
 
 MERGED = """\
 schema_version: 1

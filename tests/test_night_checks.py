@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from lifecycle.manifest.measure import Evidence
+from lifecycle.manifest.model import Evidence
 from lifecycle.night.checks import Finding, judge, metrics_in
 from lifecycle.night.plan import Check, Created
 

@@ -14,7 +14,7 @@ from lifecycle.cli import cli
 from lifecycle.demo.setup import ensure_demo
 from lifecycle.demo.upstream import ensure_upstream_repo
 from lifecycle.manifest import load_manifest
-from lifecycle.manifest.digest import canonical_form
+from lifecycle.manifest.load import canonical_form
 from tests.port_support import git
 
 

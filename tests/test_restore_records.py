@@ -22,7 +22,7 @@ from lifecycle.fingerprint import Entry, Fingerprint
 from lifecycle.formats import CACHE_FORMAT, VERSION_FORMAT
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord
-from lifecycle.ledger.rows import insert
+from lifecycle.ledger.core import insert
 from tests.services import ArchiveTarget, run_lifecycle
 
 pytestmark = pytest.mark.s3

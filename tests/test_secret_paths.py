@@ -1,4 +1,4 @@
-"""A secret's value in a cache's paths (lifecycle.secret_paths) is in no fingerprint, scan after
+"""A secret's value in a cache's paths (lifecycle.redact) is in no fingerprint, scan after
 scan, whether or not the secret is known to the scan; and what of it no archive takes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from lifecycle.archive.restore import restorable
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.ledger.boots import TaintedFile
-from lifecycle.secret_paths import is_masked, mask_paths, secrets_in_path
+from lifecycle.redact import is_masked, mask_paths, secrets_in_path
 from lifecycle.withheld import Withheld, secrets_in_cache, withheld_files
 
 TOKEN = f"q{secrets.token_hex(20)}"

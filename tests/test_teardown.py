@@ -36,8 +36,8 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version
 from lifecycle.ledger.boots import CacheRecord, TaintedFile, cache_by_id
 from lifecycle.ledger.builds import record_build
-from lifecycle.ledger.journal import TeardownStep, steps_of
-from lifecycle.ledger.rows import insert
+from lifecycle.ledger.core import insert
+from lifecycle.ledger.removal import TeardownStep, steps_of
 from lifecycle.table import human_bytes
 from lifecycle.teardown.containers import mounted_by
 from lifecycle.teardown.execute import Verdict, remove_cache

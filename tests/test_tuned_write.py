@@ -9,8 +9,7 @@ import pytest
 
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest import load_manifest
-from lifecycle.manifest.measure import Evidence, LadderMethod, Shape, Validity
-from lifecycle.manifest.model import TunedValue
+from lifecycle.manifest.model import Evidence, LadderMethod, Shape, TunedValue, Validity
 from lifecycle.night.tuned_write import write_tuned
 
 REPO = Path(__file__).resolve().parent.parent

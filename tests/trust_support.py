@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from lifecycle.cli import cli as lifecycle_cli
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, CacheRecord, all_boots, all_caches
-from lifecycle.ledger.journal import TeardownStep, steps_of
+from lifecycle.ledger.removal import TeardownStep, steps_of
 from lifecycle.teardown.journal import trash_path
 from tests.archive_support import versions
 

@@ -1,7 +1,7 @@
 """`restore --best`: the newest complete version, in the whole archive, of a cache this host
 would boot warm from.
 
-A version qualifies when its cache's key is the one a boot here computes (lifecycle.build.keys:
+A version qualifies when its cache's key is the one a boot here computes (lifecycle.build.plan:
 the manifest digest, the base image digest, the pins, the cache's name, this host's GPU arch),
 it holds the cache's files, and the boot it was left by ended `ok` (a failed boot may have left
 a half-built .so, which crashes the engine that loads it). Which host archived it does not

@@ -13,8 +13,7 @@ from pathlib import Path
 
 from lifecycle.archive.location import ArchiveLocation, location_problem
 from lifecycle.errors import LifecycleError, ManifestError, Problem, did_you_mean
-from lifecycle.manifest.located import Located, render_key_path
-from lifecycle.manifest.source import read_yaml
+from lifecycle.manifest.source import Located, read_yaml, render_key_path
 
 CONFIG_FILE = "lifecycle.yaml"
 KEYS = ("archive",)

@@ -109,7 +109,7 @@ def s3_client(environ: Mapping[str, str], on_slow: Callable[[str], None] | None 
     from botocore.exceptions import BotoCoreError
 
     from lifecycle.archive.waiting import Patience, tell_when_slow
-    from lifecycle.limits import seconds_from
+    from lifecycle.dockerd import seconds_from
 
     endpoint = environ.get("AWS_ENDPOINT_URL")
     problem = endpoint_problem(endpoint) if endpoint else None

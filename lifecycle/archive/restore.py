@@ -35,7 +35,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version, remember_archive
 from lifecycle.ledger.boots import CacheRecord, Scanned, cache_by_id, record_scan
 from lifecycle.records import CacheRecordV1, CacheVersion
-from lifecycle.secret_paths import is_masked
+from lifecycle.redact import is_masked
 
 # Permission bits a restore keeps: never setuid, setgid or sticky, never writable by others.
 SAFE_MODES = 0o775

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle.archive.sources import BlobSource, RecordPlan, memory_blob
-from lifecycle.build.keys import key_factors
+from lifecycle.build.plan import key_factors
 from lifecycle.fingerprint import Fingerprint
 from lifecycle.formats import VERSION_FORMAT
 from lifecycle.home import Home

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lifecycle.boot.spec import CacheMount
-from lifecycle.build.keys import cache_key, key_factors
+from lifecycle.build.plan import cache_key, key_factors
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.home import Home
@@ -72,7 +72,7 @@ def plan_caches(
     """Pick or create one host dir per declared cache, each under its lease (dirs are made
     before they are recorded); on any failure the leases taken so far are given back.
 
-    A cache is reused when its key matches (lifecycle.build.keys): what decides whether its
+    A cache is reused when its key matches (lifecycle.build.plan): what decides whether its
     compiled artefacts are valid, read from the image's labels, never the image's own id."""
     plan = CachePlan([], [], [], {}, [])
     try:

@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle.boot.caches import CachePlan, plan_caches
-from lifecycle.boot.container import BootFailed, remove_container, run_container
+from lifecycle.boot.engine import BootFailed, keep_provenance, remove_container, run_container
 from lifecycle.boot.judge import judge
 from lifecycle.boot.observe import AccessWatch, CacheAccess, NotObserved
-from lifecycle.boot.provenance import keep_provenance
 from lifecycle.boot.spec import CacheMount, ContainerSpec, build_spec, check_secrets, pick_profile
 from lifecycle.boot.untracked import read_untracked
 from lifecycle.errors import LifecycleError
@@ -42,7 +41,7 @@ from lifecycle.ledger.boots import (
     start_boot,
 )
 from lifecycle.manifest import LoadedManifest
-from lifecycle.manifest.defaults import BOOT_ENV
+from lifecycle.manifest.checks import BOOT_ENV
 from lifecycle.redact import redact, redact_values
 from lifecycle.withheld import secrets_in_cache
 
@@ -300,7 +299,7 @@ def _masked(
     access: dict[str, CacheAccess] | None, secrets_by_name: Mapping[str, str]
 ) -> dict[str, CacheAccess] | None:
     """The paths the engine touched, spelled as the scans spell them: a path holding a
-    secret's value masked (lifecycle.secret_paths), so the two compare, and neither is kept."""
+    secret's value masked (lifecycle.redact), so the two compare, and neither is kept."""
     if access is None or not secrets_by_name:
         return access
     return {

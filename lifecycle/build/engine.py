@@ -1,4 +1,6 @@
-"""Send a BuildPlan to dockerd, stream its progress, and record the build with its full log."""
+"""Send a BuildPlan to dockerd, stream its progress, and record the build with its full log;
+push and pull engine images by digest (a tag can be moved, a digest cannot), a pulled image used
+only once its labels say it is the manifest's."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lifecycle.build.plan import BASE_DIGEST_LABEL, DIGEST_LABEL, BuildPlan
-from lifecycle.errors import AnswerNo
+from lifecycle.errors import AnswerNo, EnvironmentFailure
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.builds import BuildRecord, images_of, record_build
 
@@ -184,3 +186,78 @@ def _result(record_id: int, record: BuildRecord, log_path: str | None) -> BuildR
         log_path=log_path,
         base_digest=record.base_digest,
     )
+
+
+class RegistryFailed(AnswerNo):
+    """A push or a pull dockerd refused, or an image that is not what it was pulled for."""
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """Where an image went."""
+
+    tag: str  # REGISTRY/REPOSITORY:TAG
+    reference: str  # REGISTRY/REPOSITORY@sha256:…: what to pull
+    digest: str  # sha256:…, the registry's digest of the image's manifest
+
+
+def push_image(client: Any, image_id: str, tag: str, registry: str) -> Pushed:
+    """Tag the image as REGISTRY/name:tag, push it, and return where it went, by digest."""
+    repository, _, version = tag.rpartition(":")
+    target = f"{registry.rstrip('/')}/{repository}"
+    client.images.get(image_id).tag(target, version)
+    digest = None
+    for chunk in _calling(lambda: client.api.push(target, version, stream=True, decode=True)):
+        if "error" in chunk:
+            raise _refusal(f"push of {target}:{version} failed: {chunk['error']}")
+        digest = (chunk.get("aux") or {}).get("Digest") or digest
+    if digest is None:  # an engine that does not say: what it now knows the image by
+        found = client.images.get(image_id).attrs.get("RepoDigests") or []
+        digest = next((d.partition("@")[2] for d in found if d.startswith(f"{target}@")), None)
+    if digest is None:
+        raise RegistryFailed(f"push of {target}:{version}: the registry gave no digest")
+    return Pushed(f"{target}:{version}", f"{target}@{digest}", digest)
+
+
+def registry_digest(client: Any, reference: str) -> str:
+    """The digest a registry has for a tag now (`sha256:…`), asked without pulling."""
+    try:
+        return str(_calling(lambda: client.images.get_registry_data(reference)).id)
+    except RegistryFailed as exc:
+        raise RegistryFailed(f"{reference}: the registry does not have it ({exc})") from None
+
+
+def pull_image(client: Any, reference: str, manifest_digest: str) -> Any:
+    """Pull `REGISTRY/REPOSITORY@sha256:…`; the image, once its labels prove it is the image of
+    `manifest_digest` (otherwise it is removed again and refused)."""
+    if "@sha256:" not in reference:
+        raise RegistryFailed(f"{reference}: not a reference by digest (REPOSITORY@sha256:…)")
+    image = _calling(lambda: client.images.pull(reference))
+    found = (image.labels or {}).get(DIGEST_LABEL)
+    if found != manifest_digest:
+        # By the reference pulled: the same image may be here under other names, which stay.
+        _calling(lambda: client.images.remove(reference))
+        raise RegistryFailed(
+            f"{reference} is not the image of manifest {manifest_digest[:12]}: its label"
+            f" {DIGEST_LABEL} is {found!r}; removed again"
+        )
+    return image
+
+
+def _calling(call: Any) -> Any:
+    """dockerd's answer, or its refusal as one line (a registry that does not answer: exit 3)."""
+    from docker.errors import APIError, DockerException
+
+    try:
+        return call()
+    except APIError as exc:
+        raise _refusal(str(exc.explanation or exc)) from None
+    except DockerException as exc:
+        raise RegistryFailed(str(exc)) from None
+
+
+def _refusal(text: str) -> AnswerNo | EnvironmentFailure:
+    """A registry that cannot be reached is the environment (exit 3); anything else a no."""
+    if any(words in text for words in ("connection refused", "no such host", "i/o timeout")):
+        return EnvironmentFailure(f"the registry does not answer: {' '.join(text.split())}")
+    return RegistryFailed(" ".join(text.split()))

@@ -1,24 +1,29 @@
-"""The build plan: generated Dockerfile, context files, tag and labels. Pure; no docker here."""
+"""The build plan: generated Dockerfile, context files, tag and labels; and the cache key, from
+the labels of the image a boot runs (docs/bucket.md says what enters it, and why not the image's
+own id). Pure; no docker here."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
 from pathlib import PurePosixPath
+from typing import Any
 
 from lifecycle import __version__
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.checks import unconfirmed_pins
-from lifecycle.manifest.digest import manifest_digest, patch_digests
+from lifecycle.manifest.load import manifest_digest, patch_digests
 
 DIGEST_LABEL = "lifecycle.manifest.digest"
 # The base image's id (its config digest) the image was built on: `build` rebuilds when the
-# base image's tag has moved to other content, and cache keys carry it (lifecycle.build.keys).
+# base image's tag has moved to other content, and cache keys carry it (`key_factors`).
 BASE_DIGEST_LABEL = "lifecycle.base.digest"
 VLLM_LABEL = "lifecycle.pin.vllm"
 FLASHINFER_LABEL = "lifecycle.pin.flashinfer"
@@ -196,3 +201,27 @@ def _labels(
 
 def _in_image(name: str) -> bytes:
     return resources.files("lifecycle.build").joinpath("in_image", name).read_bytes()
+
+
+# The cache key: what decides whether a JIT cache's compiled artefacts are valid for a boot.
+_DOMAIN = "lifecycle/cache-key/v2\n"
+
+
+def key_factors(
+    labels: Mapping[str, str], cache_name: str, manifest_digest: str, arch: str
+) -> dict[str, Any]:
+    """The factors of a cache key, from the labels of the image a boot runs."""
+    return {
+        "cache_name": cache_name,
+        "manifest_digest": manifest_digest,
+        "base_digest": labels.get(BASE_DIGEST_LABEL),
+        "vllm": labels.get(VLLM_LABEL, ""),
+        "flashinfer": labels.get(FLASHINFER_LABEL, ""),
+        "arch": arch,
+    }
+
+
+def cache_key(factors: Mapping[str, Any]) -> str:
+    """sha256 over the factors in canonical JSON."""
+    text = json.dumps(dict(factors), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256((_DOMAIN + text).encode()).hexdigest()

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from lifecycle.boot.image import engine_image
+from lifecycle.boot.engine import engine_image
 from lifecycle.boot.run import BootRequest, Watch, dry_run_spec
 from lifecycle.build.plan import image_tag
 from lifecycle.commands import verbs
@@ -26,7 +26,7 @@ from lifecycle.ledger.boots import (
     untracked_writes,
 )
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
-from lifecycle.manifest.digest import manifest_digest
+from lifecycle.manifest.load import manifest_digest
 from lifecycle.report import Report, plain
 
 
@@ -180,7 +180,7 @@ def _references(
     from lifecycle.archive.config import optional_location
     from lifecycle.archive.images import pushed_images
     from lifecycle.archive.store import BlobStore
-    from lifecycle.build.registry import RegistryFailed, registry_digest
+    from lifecycle.build.engine import RegistryFailed, registry_digest
 
     found = []
     location = optional_location(None, ctx.environ, ctx.project)

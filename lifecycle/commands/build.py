@@ -13,9 +13,8 @@ from lifecycle import __version__, proc
 from lifecycle.archive.config import optional_location
 from lifecycle.archive.images import publish_image
 from lifecycle.archive.store import ArchiveError, BlobStore
-from lifecycle.build.engine import BuildResult, base_image_digest, build_image
+from lifecycle.build.engine import BuildResult, Pushed, base_image_digest, build_image, push_image
 from lifecycle.build.plan import BuildPlan, SourceInfo, plan_build
-from lifecycle.build.registry import Pushed, push_image
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_NO, EXIT_OK

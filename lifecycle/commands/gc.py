@@ -24,8 +24,7 @@ from lifecycle.gc.run import Swept, journal_plan, sweep
 from lifecycle.gc.snapshot import take_snapshot
 from lifecycle.leases import exclusive
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.gc import unfinished_gc
-from lifecycle.ledger.pins import pins
+from lifecycle.ledger.removal import pins, unfinished_gc
 from lifecycle.report import Report, plain
 from lifecycle.table import human_bytes
 from lifecycle.teardown.plan import parse_duration

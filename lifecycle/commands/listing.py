@@ -24,7 +24,7 @@ from lifecycle.ledger.boots import (
     not_reusable,
     untracked_writes,
 )
-from lifecycle.ledger.pins import pins
+from lifecycle.ledger.removal import pins
 from lifecycle.report import Listing, Row, fields_of, plain
 from lifecycle.table import human_age, human_bytes
 

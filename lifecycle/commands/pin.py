@@ -27,7 +27,7 @@ from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.ledger import Ledger
-from lifecycle.ledger import pins as ledger_pins
+from lifecycle.ledger import removal as ledger_pins
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id, cache_uses
 from lifecycle.ledger.results import ResultRecord, all_results, result_by_id
 from lifecycle.records import PIN_FORMAT, PinV1

@@ -12,9 +12,8 @@ from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_OK, LifecycleError
 from lifecycle.port import session
-from lifecycle.port.outcome import PatchOutcome
+from lifecycle.port.outcome import PatchOutcome, PortReport, PortStatus
 from lifecycle.port.plan import PortFlags, PortRequest
-from lifecycle.port.report import PortReport, PortStatus
 from lifecycle.proc import CommandFailed
 from lifecycle.report import Report
 from lifecycle.table import render as table

@@ -24,13 +24,13 @@ from lifecycle.archive.restore import (
 )
 from lifecycle.archive.store import BlobStore
 from lifecycle.build.engine import find_built
-from lifecycle.build.keys import cache_key, key_factors
+from lifecycle.build.plan import cache_key, key_factors
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.manifest import find_manifest, load_manifest
-from lifecycle.manifest.digest import manifest_digest
+from lifecycle.manifest.load import manifest_digest
 from lifecycle.report import Report
 from lifecycle.table import human_bytes
 

@@ -23,7 +23,7 @@ from lifecycle.commands.filters import Facts, Filters, open_archive
 from lifecycle.errors import EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_boots, boot_arches, cache_uses
-from lifecycle.ledger.pins import pins
+from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import (
     ResultArchiveRecord,
     ResultRecord,

@@ -11,7 +11,7 @@ import yaml
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.manifest import find_manifest, load_manifest
-from lifecycle.manifest.digest import canonical_form, manifest_digest, patch_digests
+from lifecycle.manifest.load import canonical_form, manifest_digest, patch_digests
 from lifecycle.manifest.model import TunedValue
 from lifecycle.report import Report
 

@@ -23,7 +23,7 @@ from lifecycle.faults import Checkpoint
 from lifecycle.gc.plan import RULES, GcPlan, Policy
 from lifecycle.gc.snapshot import Snapshot, markers_of, needed, take_snapshot
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.gc import (
+from lifecycle.ledger.removal import (
     GcObject,
     GcRun,
     finish_gc,

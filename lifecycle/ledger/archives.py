@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lifecycle.ledger.core import Ledger
-from lifecycle.ledger.rows import insert
+from lifecycle.ledger.core import Ledger, insert
 
 
 @dataclass(frozen=True)

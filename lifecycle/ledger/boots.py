@@ -6,8 +6,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
 
-from lifecycle.ledger.core import Ledger
-from lifecycle.ledger.rows import insert, update
+from lifecycle.ledger.core import Ledger, insert, update
 
 
 @dataclass(frozen=True)

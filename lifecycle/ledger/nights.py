@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.home import Home, HomeUnusable
-from lifecycle.ledger.core import Ledger, has_ledger
-from lifecycle.ledger.rows import insert
+from lifecycle.ledger.core import Ledger, has_ledger, insert
 
 PRODUCTION_UP = "production.up:done"
 

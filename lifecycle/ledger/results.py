@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lifecycle.ledger.core import Ledger
-from lifecycle.ledger.rows import insert
+from lifecycle.ledger.core import Ledger, insert
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,7 @@
 """Checks that need more than one field's type: tuned ranges, stray secrets, an engine
-argument set twice, where JIT caches are mounted and which env vars point the engine at them.
-
-A boot bind-mounts one host dir per active cache at its `path` and sets its `env`; a mount
-hides whatever the image had there, and the last of two settings of one env var wins. So a
-cache may not sit on a system directory, on the patched engine, or on another cache, and no
-profile may set (or pass as a secret) an env var a cache sets.
-"""
+argument set twice, where JIT caches are mounted and which env vars point the engine at them
+(docs/manifests.md, Caches, says why); and the JIT caches every engine writes at boot
+(`DEFAULT_CACHES`), so manifests need not repeat them."""
 
 from __future__ import annotations
 
@@ -13,10 +9,28 @@ import re
 from collections.abc import Callable, Iterator
 from itertools import combinations
 from pathlib import PurePosixPath
+from typing import Any
 
-from lifecycle.manifest.defaults import BOOT_ENV
 from lifecycle.manifest.model import JitCache, Manifest, engine_flag
 from lifecycle.manifest.source import KeyPath
+
+# Each env var moves one cache root off the container's ephemeral home into a mount we track.
+# FlashInfer nests `.cache/flashinfer/<version>/<arch>/` under its base; the others use the
+# directory as given. Inductor's precompiled headers are off: docs/manifests.md (Caches) says why.
+DEFAULT_CACHES: dict[str, dict[str, Any]] = {
+    "vllm": {"path": "/var/cache/lifecycle/vllm", "env": "VLLM_CACHE_ROOT"},
+    "flashinfer": {"path": "/var/cache/lifecycle/flashinfer", "env": "FLASHINFER_WORKSPACE_BASE"},
+    "triton": {"path": "/var/cache/lifecycle/triton", "env": "TRITON_CACHE_DIR"},
+    "inductor": {
+        "path": "/var/cache/lifecycle/inductor",
+        "env": "TORCHINDUCTOR_CACHE_DIR",
+        "settings": {"TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0"},
+    },
+}
+# Set by `lifecycle boot` in every container (the provenance plugin logs them); a profile may
+# not set them.
+BOOT_ENV = ("LIFECYCLE_BOOT_ID", "LIFECYCLE_MANIFEST_DIGEST", "LIFECYCLE_IMAGE")
+
 
 Finding = tuple[KeyPath, str]
 

@@ -1,14 +1,13 @@
-"""The one entry point that turns a manifest file into a validated, resolved `Manifest`.
-
-`extends`: a derived manifest is its parent with the child's keys laid over it. The patch
-series' files are checked here too (where each is, that it is a diff, that none is there
-twice), so a file that is not a patch is refused before any build: GNU patch would only say
-"Only garbage was found" inside the image.
-"""
+"""The one entry point that turns a manifest file into a validated, resolved `Manifest`, and
+its digest: what an image, a cache and a result are traced back to. `extends`: a derived
+manifest is its parent with the child's keys laid over it. The patch files are checked here
+too (a diff, each once), so a file that is not a patch is refused before any build: GNU patch
+would only say "Only garbage was found" inside the image."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -19,13 +18,13 @@ from pydantic import ValidationError
 
 from lifecycle.errors import LifecycleError, ManifestError, Problem
 from lifecycle.manifest.checks import (
+    DEFAULT_CACHES,
     check_cache_env,
     check_mounts,
     check_profiles,
     check_tuned,
     check_tuned_in_args,
 )
-from lifecycle.manifest.defaults import DEFAULT_CACHES
 from lifecycle.manifest.model import Manifest
 from lifecycle.manifest.pydantic_errors import problems_from_validation
 from lifecycle.manifest.source import MAX_EXTENDS, KeyPath, Located, read_yaml, render_key_path
@@ -236,3 +235,37 @@ def _refused_patch(
             return f"the same patch as patches[{seen[key]}]; a series applies each patch once"
     seen.update(dict.fromkeys(keys, index))
     return None
+
+
+_DOMAIN = b"lifecycle/manifest/v1\n"
+
+
+def canonical_form(loaded: LoadedManifest) -> dict[str, Any]:
+    """The resolved manifest as JSON data; `extends` is where it came from and `registry` where
+    its images are kept, not what it is."""
+    return loaded.manifest.model_dump(mode="json", exclude={"extends", "registry"})
+
+
+def manifest_digest(loaded: LoadedManifest) -> str:
+    """sha256 over the canonical resolved manifest, then each patch's bytes in series order.
+
+    Key order, comments and YAML layout do not enter it; one patch byte or the order does.
+    Every part is length-prefixed so that no two different inputs concatenate alike.
+    """
+    canonical = json.dumps(
+        canonical_form(loaded), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    ).encode()
+    digest = hashlib.sha256(_DOMAIN)
+    digest.update(b"%d\n" % len(canonical) + canonical)
+    for patch_file in loaded.patch_files:
+        content = patch_file.read_bytes()
+        digest.update(b"%d\n" % len(content) + content)
+    return digest.hexdigest()
+
+
+def patch_digests(loaded: LoadedManifest) -> list[tuple[str, str]]:
+    """(file as written in the manifest, sha256 of its bytes) for each patch, in order."""
+    return [
+        (patch.file, hashlib.sha256(path.read_bytes()).hexdigest())
+        for patch, path in zip(loaded.manifest.patches, loaded.patch_files, strict=True)
+    ]

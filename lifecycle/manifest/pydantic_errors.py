@@ -11,8 +11,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from lifecycle.errors import Problem, did_you_mean
-from lifecycle.manifest.located import KeyPath, Located, render_key_path
 from lifecycle.manifest.model import Manifest
+from lifecycle.manifest.source import KeyPath, Located, render_key_path
 
 MAX_HINTS = 50
 

@@ -1,27 +1,57 @@
-"""YAML read with positions, so every later error can name `file:line:col`, within limits.
-
-A manifest is a few kilobytes. The bounds below are far above any real one and keep a hostile
-or mistaken file to a fraction of a second and a few megabytes: libyaml's composer recurses in
-C (100k nested brackets crash the process), and aliases let 453 bytes stand for a billion
-nodes. So the text is read whole only up to MAX_FILE_BYTES; libyaml's flat event stream is
-checked for depth and size before anything recursive sees it; then the nodes become data here.
-
-PyYAML's constructor is used for scalars only. Its collections would flatten merge keys
-(`<<: *base`) into the mapping before an override could be told from a duplicate key, follow
-aliases without counting and recurse without bound; here every node reached, through aliases
-and merges too, is counted.
-"""
+"""YAML read with the position of every key and value (`Located`), so every later error can
+name `file:line:col`, within limits: libyaml's event stream is checked for depth and size before
+anything recursive sees it, and PyYAML's constructor builds scalars only (docs/manifests.md,
+Errors, says why)."""
 
 from __future__ import annotations
 
 from contextlib import suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from lifecycle.errors import ManifestError, Problem
-from lifecycle.manifest.located import KeyPath, Located, Mark, render_key_path
+
+KeyPath = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Where a YAML node starts, 1-based as editors count."""
+
+    file: Path
+    line: int
+    col: int
+
+
+@dataclass
+class Located:
+    """Plain data from one or more YAML files, with the mark of every key and value."""
+
+    data: Any
+    values: dict[KeyPath, Mark] = field(default_factory=dict)
+    keys: dict[KeyPath, Mark] = field(default_factory=dict)
+
+    def mark(self, path: KeyPath, *, prefer_key: bool = False) -> Mark | None:
+        """The mark of `path`, or of its nearest ancestor that has one."""
+        for end in range(len(path), -1, -1):
+            prefix = path[:end]
+            if prefer_key and prefix in self.keys:
+                return self.keys[prefix]
+            if prefix in self.values:
+                return self.values[prefix]
+        return None
+
+
+def render_key_path(path: KeyPath) -> str:
+    """`patches[1].file` for ("patches", 1, "file"); `(document)` for the root."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(document)"
+
 
 __all__ = ["KeyPath", "Located", "Mark", "read_yaml", "render_key_path"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, replace
 
-from lifecycle.manifest.measure import Evidence
+from lifecycle.manifest.model import Evidence
 from lifecycle.night.plan import Check, Created, Ladder, Plan
 
 WARM_UP = "warm-up"  # the workload of a pin's warm-up boots: cell `PIN:warm-up:cold`

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from lifecycle.manifest.measure import CACHE_FILE, CONDITION, Evidence
+from lifecycle.manifest.model import CACHE_FILE, CONDITION, Evidence
 from lifecycle.night.plan import Check, Frozen
 
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {

@@ -20,8 +20,7 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import archive_caches
 from lifecycle.boot.run import BootRequest, Watch
 from lifecycle.build.engine import find_built
-from lifecycle.build.keys import cache_key, key_factors
-from lifecycle.build.plan import image_tag
+from lifecycle.build.plan import cache_key, image_tag, key_factors
 from lifecycle.errors import LifecycleError
 from lifecycle.flows import boot_then_accept
 from lifecycle.home import Home

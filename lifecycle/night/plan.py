@@ -24,11 +24,9 @@ from typing import Annotated, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from lifecycle.errors import ManifestError, Problem
-from lifecycle.manifest.fields import Slug, Text, version_text
-from lifecycle.manifest.located import KeyPath, render_key_path
-from lifecycle.manifest.measure import CacheState, Evidence, LadderMethod
+from lifecycle.manifest.model import CacheState, Evidence, LadderMethod, Slug, Text, version_text
 from lifecycle.manifest.pydantic_errors import problems_from_validation
-from lifecycle.manifest.source import read_yaml
+from lifecycle.manifest.source import KeyPath, read_yaml, render_key_path
 
 _ARGUMENT = re.compile(r"^[a-z][a-z0-9_]*$")
 

@@ -18,8 +18,8 @@ from lifecycle.build.plan import image_tag
 from lifecycle.errors import LifecycleError
 from lifecycle.hooks import Hook, select
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
-from lifecycle.manifest.digest import manifest_digest
-from lifecycle.manifest.measure import CACHE_FILE
+from lifecycle.manifest.load import manifest_digest
+from lifecycle.manifest.model import CACHE_FILE
 from lifecycle.night.cells import Cell, cells
 from lifecycle.night.engine import Pin
 from lifecycle.night.plan import Plan

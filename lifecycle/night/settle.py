@@ -12,8 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from lifecycle.manifest.measure import Validity
-from lifecycle.manifest.model import TunedValue
+from lifecycle.manifest.model import TunedValue, Validity
 from lifecycle.night.engine import Pin
 from lifecycle.night.journal import NightJournal
 from lifecycle.night.ladder import STATES, WRITTEN, PinLadderView

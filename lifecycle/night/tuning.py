@@ -26,7 +26,7 @@ from pydantic import Field
 
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest import LoadedManifest
-from lifecycle.manifest.measure import LadderMethod
+from lifecycle.manifest.model import LadderMethod
 from lifecycle.night.plan import (
     Argument,
     End,

@@ -22,14 +22,13 @@ from pathlib import Path
 
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest import load_manifest
-from lifecycle.manifest.digest import manifest_digest
+from lifecycle.manifest.load import manifest_digest
 from lifecycle.port import branch as port_branch
 from lifecycle.port import manifest_out, upstream
 from lifecycle.port.classify import Replayed, classify
 from lifecycle.port.git import Git
-from lifecycle.port.outcome import PatchResult
+from lifecycle.port.outcome import PatchResult, PortReport, PortStatus
 from lifecycle.port.plan import PortPlan
-from lifecycle.port.report import PortReport, PortStatus
 
 REPORT_FILE = "port-report.json"
 RANGE_DIFF_FILE = "port-range-diff.txt"

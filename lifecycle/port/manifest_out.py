@@ -26,8 +26,8 @@ from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.load import deep_merge
 from lifecycle.manifest.model import Patch, TunedValue
 from lifecycle.manifest.source import read_yaml
+from lifecycle.port.outcome import TunedFate
 from lifecycle.port.plan import PortPlan
-from lifecycle.port.report import TunedFate
 from lifecycle.port.upstream import REMOTE, PinChange, base_image_pin, declaring_file
 
 _ORDER = ("schema_version", "extends", "name", "engine", "upstream", "patches", "tuned")

@@ -25,8 +25,7 @@ from pydantic import ValidationError
 from lifecycle.errors import LifecycleError
 from lifecycle.home import Home
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
-from lifecycle.manifest.digest import manifest_digest
-from lifecycle.manifest.load import MANIFEST_NAME
+from lifecycle.manifest.load import MANIFEST_NAME, manifest_digest
 from lifecycle.manifest.model import TunedValue
 from lifecycle.port.branch import (
     Repository,

@@ -22,10 +22,9 @@ from lifecycle.port import export, history, replay, state
 from lifecycle.port.classify import Replayed
 from lifecycle.port.finish import finish, stopped
 from lifecycle.port.git import Git
-from lifecycle.port.outcome import Conflict, Drop, DropMethod
+from lifecycle.port.outcome import Conflict, Drop, DropMethod, PortReport
 from lifecycle.port.plan import PortFlags, PortPlan, PortRequest, make_plan
 from lifecycle.port.replay import Stop
-from lifecycle.port.report import PortReport
 
 SERIES_REFS = "refs/lifecycle/series"
 

@@ -17,7 +17,7 @@ from lifecycle.home import Home
 from lifecycle.leases import exclusive_or
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord
-from lifecycle.ledger.journal import TeardownStep, record_step, steps_of
+from lifecycle.ledger.removal import TeardownStep, record_step, steps_of
 
 FINAL_STEPS = ("done", "refused")
 

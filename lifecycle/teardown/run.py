@@ -30,7 +30,7 @@ from lifecycle.ledger.boots import (
     settle_boot,
     tainted_files,
 )
-from lifecycle.ledger.pins import pins
+from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import results_not_archived_on
 from lifecycle.teardown.containers import (
     BootContainer,

@@ -25,7 +25,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_uses, tainted_files
 from lifecycle.ledger.builds import all_builds
-from lifecycle.ledger.pins import pins
+from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import results_not_archived_on
 from lifecycle.results.publish import with_results
 from lifecycle.table import human_bytes

@@ -1,8 +1,8 @@
-"""The journal of `lifecycle gc --remote`: each run's plan, object by object, and what went.
-
-The plan is written in one transaction before anything is deleted; each batch of deletions
-is marked once S3 has confirmed it. A run killed in between leaves its plan with some objects
-not marked, which the next run completes (after checking them again).
+"""What removing caches and archived objects keeps and journals: pins (GC roots: teardown keeps
+a cache until every pin on it is gone), the teardown journal (each step of removing each cache),
+and `gc --remote`'s journal: each run's whole plan is written in one transaction before anything
+is deleted, each batch marked once S3 confirmed it, so the next run completes a killed one (after
+checking its objects again).
 """
 
 from __future__ import annotations
@@ -10,8 +10,59 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from lifecycle.ledger.core import Ledger
-from lifecycle.ledger.rows import insert
+from lifecycle.ledger.core import Ledger, insert
+
+
+def pin(ledger: Ledger, cache_id: str, reason: str, at: str) -> None:
+    """Make a cache a GC root: teardown keeps it until every pin is gone."""
+    with ledger.transaction() as conn:
+        conn.execute(
+            "INSERT OR IGNORE INTO pins (cache_id, reason, pinned_at) VALUES (?, ?, ?)",
+            (cache_id, reason, at),
+        )
+
+
+def unpin(ledger: Ledger, cache_id: str, reason: str | None = None) -> int:
+    """Remove one pin (or all of a cache's pins); returns how many went."""
+    sql = "DELETE FROM pins WHERE cache_id = ? AND (? IS NULL OR reason = ?)"
+    with ledger.transaction() as conn:
+        return conn.execute(sql, (cache_id, reason, reason)).rowcount
+
+
+def pins(ledger: Ledger) -> dict[str, list[str]]:
+    """cache id → the reasons it is pinned."""
+    found: dict[str, list[str]] = {}
+    for row in ledger.query("SELECT cache_id, reason FROM pins ORDER BY pinned_at"):
+        found.setdefault(row["cache_id"], []).append(row["reason"])
+    return found
+
+
+@dataclass(frozen=True)
+class TeardownStep:
+    """One step of removing one cache: intent → verified → deleted → done (or refused)."""
+
+    run_id: str
+    cache_id: str
+    step: str  # intent | verified | deleted | done | refused
+    # intent: the dir, or what a re-run resumes; verified: the proof; deleted: the trash dir
+    detail: str | None
+    bytes_freed: int | None
+    at: str
+
+
+def record_step(ledger: Ledger, step: TeardownStep, *, cache_state: str | None = None) -> None:
+    """Journal one teardown step (and, at `done`, the cache's new state) in one transaction."""
+    with ledger.transaction() as conn:
+        insert(conn, "teardown_steps", step)
+        if cache_state is not None:
+            conn.execute("UPDATE caches SET state = ? WHERE id = ?", (cache_state, step.cache_id))
+
+
+def steps_of(ledger: Ledger, cache_id: str) -> list[TeardownStep]:
+    """Every teardown step journalled for a cache, oldest first."""
+    columns = "run_id, cache_id, step, detail, bytes_freed, at"  # all but the rowid alias `id`
+    sql = f"SELECT {columns} FROM teardown_steps WHERE cache_id = ? ORDER BY id"
+    return ledger.records(TeardownStep, sql, (cache_id,))
 
 
 @dataclass(frozen=True)

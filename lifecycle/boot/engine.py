@@ -1,0 +1,147 @@
+"""The engine a boot runs: its image (the newest this host built or pulled for the manifest,
+else one pulled now by digest; always run by its id, never by a tag someone could move), the
+snapshots kept of what it ran (content-named under the home's `evidence/`, so an audit answers
+after the checkout or the image is gone), and its container run to its end."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from lifecycle.build.engine import RegistryFailed, find_built, pull_image
+from lifecycle.errors import AnswerNo, LifecycleError
+from lifecycle.home import Home
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.builds import RegistryImage, record_registry_image
+from lifecycle.manifest import LoadedManifest
+from lifecycle.manifest.load import canonical_form, patch_digests
+
+# Where an image of the manifest may be pulled from, by digest, best first (asked only when
+# this host has none), each with where that reference was found.
+References = Callable[[], Sequence[tuple[str, str]]]
+
+
+class NotBuilt(LifecycleError):
+    """No image of the manifest here, and none to pull (exit 2: build or pull it first)."""
+
+
+def engine_image(
+    client: Any,
+    ledger: Ledger,
+    digest: str,
+    ref: str,
+    *,
+    pull_from: References | None,
+    say: Callable[[str], None] = lambda line: None,
+) -> Any:
+    """The image to boot for manifest digest `digest` (`ref` names it in messages); a pull is
+    told through `say`: what was pulled, and where that reference was found."""
+    built = find_built(client, ledger, digest)
+    if built is not None:
+        return built
+    if pull_from is None:
+        raise NotBuilt(
+            f"{ref} is not built: no image carries manifest digest {digest[:12]};"
+            f" run `lifecycle build {ref}` first, or `boot --pull` one pushed by another host"
+        )
+    tried = []
+    for reference, found_in in pull_from():
+        try:
+            image = pull_image(client, reference, digest)
+        except RegistryFailed as exc:
+            tried.append(f"{reference} ({found_in}): {exc}")
+            continue
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        record_registry_image(ledger, RegistryImage(image.id, digest, reference, "pulled", at))
+        say(f"pulled {reference} ({found_in}): image {image.id}")
+        return image
+    why = "; ".join(tried) or "no image of it was pushed where this host looks"
+    raise NotBuilt(f"{ref} is not built here and could not be pulled: {why}")
+
+
+def keep_provenance(
+    ledger: Ledger, home: Home, loaded: LoadedManifest, digest: str, image: dict[str, Any]
+) -> None:
+    """Write the snapshots (the manifest's and the patches' once: they are content-named)."""
+    patches = patch_digests(loaded)
+    for (_, sha256), source in zip(patches, loaded.patch_files, strict=True):
+        if not home.patch_copy(sha256).is_file():
+            ledger.keep_evidence("patches", f"{sha256}.patch", source.read_bytes())
+    if not home.manifest_snapshot(digest).is_file():
+        snapshot = {
+            "digest": digest,
+            "file": str(loaded.file),
+            "canonical": canonical_form(loaded),
+            "patches": [{"file": file, "sha256": sha} for file, sha in patches],
+        }
+        ledger.keep_evidence("manifests", f"{digest}.json", _dumps(snapshot))
+    # Named by the image's id, but what dockerd knows of it grows (a push, a pull by digest):
+    # the snapshot follows it.
+    kept = home.image_snapshot(image["id"])
+    if not kept.is_file() or kept.read_bytes() != _dumps(image):
+        ledger.keep_evidence("images", kept.name, _dumps(image))
+
+
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data, indent=2, sort_keys=True).encode()
+
+
+class BootFailed(AnswerNo):
+    """The engine's container could not be created or run."""
+
+
+def run_container(
+    container: Any,
+    timeout_s: float | None,
+    keep: Callable[[str], None],
+    show: Callable[[str], None],
+) -> tuple[int, bool]:
+    """Start, pass each log line to `keep` and `show` until the container exits; its exit code,
+    and whether we stopped it at the boot's time limit (then the code is only the signal's:
+    137 or 143)."""
+    container.start()
+    fired = threading.Event()
+
+    def stop_at_limit() -> None:
+        fired.set()
+        container.stop()
+
+    timer = threading.Timer(timeout_s, stop_at_limit) if timeout_s else None
+    if timer:
+        timer.start()
+    try:
+        pending = b""
+        for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                text = line.decode(errors="replace")
+                keep(text)
+                show(text)
+        if pending:
+            keep(pending.decode(errors="replace"))
+        code = int(container.wait()["StatusCode"])
+        return code, fired.is_set()
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM via the hook session): the engine must not outlive us.
+        container.stop(timeout=10)
+        raise
+    finally:
+        if timer:
+            timer.cancel()
+
+
+def remove_container(container: Any) -> str | None:
+    """Remove a stopped container; None when gone, else what dockerd said."""
+    from docker.errors import APIError, NotFound
+
+    try:
+        container.remove(force=True)
+    except NotFound:
+        return None
+    except APIError as exc:
+        return f"container {container.id[:12]} not removed: {exc.explanation or exc}"
+    return None
