@@ -11,7 +11,7 @@ from lifecycle.errors import LifecycleError
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.measure import Evidence, LadderMethod, Shape, Validity
 from lifecycle.manifest.model import TunedValue
-from lifecycle.night.tuned_write import write_tuned
+from lifecycle.night.settle import write_tuned
 
 REPO = Path(__file__).resolve().parent.parent
 

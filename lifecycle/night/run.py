@@ -30,9 +30,8 @@ from lifecycle.ledger.nights import production_left_down
 from lifecycle.night.cells import Cell, matching, warm_up
 from lifecycle.night.engine import Engine, RunOrder, RunSummary
 from lifecycle.night.journal import BUILDS, FINISHED, RERUN, NightJournal
-from lifecycle.night.ladder import climb
+from lifecycle.night.ladder import climb, register
 from lifecycle.night.plan import LoadedPlan, Plan
-from lifecycle.night.predictions import register
 from lifecycle.night.prepare import Prepared, prepare
 from lifecycle.night.production import bring_up, production_down
 from lifecycle.night.publish import publish, report_json
