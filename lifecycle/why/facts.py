@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lifecycle.evidence.untracked import UntrackedSummary, summarize
+from lifecycle.evidence.layout import UntrackedSummary, summarize
 from lifecycle.evidence.verdict import RecordedUse, recorded_uses, recorded_warmth
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
