@@ -1,26 +1,8 @@
-"""Hooks: executables in the project's `hooks/` directory, run at boot and teardown events.
+"""Hooks: executables in the project's `hooks/`, run as `hooks/<name> <event>` with JSON on stdin.
 
-A hook is invoked as `hooks/<name> <event>` from the project root, with the step's context as
-one JSON object on stdin, and ignores (exit 0) the events it does not care about. A failing
-`pre-*` hook aborts the step; a failing `post-*` or `on-exit` hook is reported in the runs the
-caller stores. `on-exit` runs however the step ends, Ctrl-C and SIGTERM included: the
-production service displaced by an acceptance run was brought back by the script's own exit
-trap, and that is the job `hook_session` keeps.
-
-A hook that can change the engine's timing declares it with a comment line containing
-`lifecycle: observing` (OBSERVING_MARKER) in its first 20 lines. A memory-snapshot hook once
-slowed the engine enough to change the batch it was attached to observe; a boot that ran with
-such a hook is *instrumented*, and its results are not the engine's alone. A hook that
-attaches something to the engine does it through the engine's environment, declared the same
-way (`lifecycle: engine-env NAME=VALUE`), so a dry run shows it and the boot records it.
-
-What a hook does to the world is declared too: `lifecycle: asks` for a hook that only reads
-(is production up?), `lifecycle: acts` for one that changes something (stop production).
-A hook that declares neither, or both, is taken to act: a dry run runs only hooks that ask, so
-a script meant only to ask cannot start something there unless it says it only asks.
-
-The context is written to every hook verbatim: callers pass secrets by name (the environment
-variable or file that holds one), never their values.
+What a hook declares (`lifecycle: observing`, `engine-env`, `asks` / `acts`) and why is
+hooks/README.md's. `on-exit` runs however the step ends, Ctrl-C and SIGTERM included: that is
+the job `hook_session` keeps. The context is written verbatim, so callers pass secrets by name.
 """
 
 from __future__ import annotations

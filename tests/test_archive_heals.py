@@ -26,7 +26,7 @@ from lifecycle.gc.snapshot import take_snapshot
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, boot_archive, versions_of
-from lifecycle.teardown.verify import archived_boots
+from lifecycle.teardown.survey import archived_boots
 from tests.archive_support import boot_records, damage, newest_version
 from tests.services import ArchiveTarget, boot_demo, run_lifecycle
 

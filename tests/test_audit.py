@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.audit.provenance import PREDICATE_TYPE, STATEMENT_TYPE
+from lifecycle.audit.render import PREDICATE_TYPE, STATEMENT_TYPE
 from lifecycle.results.model import canonical_bytes
 from tests.services import run_lifecycle
 

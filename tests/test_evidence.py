@@ -16,10 +16,12 @@ from lifecycle.demo.upstream import ensure_upstream_repo
 from lifecycle.evidence.bundle import (
     EVIDENCE_JSON,
     EvidenceBundle,
+    LogFacts,
     collect_evidence,
     is_evidence_file,
+    parse_boot_log,
+    parse_ninja_log,
 )
-from lifecycle.evidence.logs import LogFacts, parse_boot_log, parse_ninja_log
 from tests.test_demo_engine import checkout
 
 BOOT_LOGS = Path(__file__).parent / "data" / "boot_logs"

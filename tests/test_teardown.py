@@ -40,16 +40,17 @@ from lifecycle.ledger.core import insert
 from lifecycle.ledger.removal import TeardownStep, steps_of
 from lifecycle.table import human_bytes
 from lifecycle.teardown.containers import mounted_by
-from lifecycle.teardown.execute import Verdict, remove_cache
-from lifecycle.teardown.invariant import Tree
-from lifecycle.teardown.journal import (
+from lifecycle.teardown.plan import Action, Facts, Selection, decide, parse_duration
+from lifecycle.teardown.removal import (
     Journal,
     TeardownBusy,
+    Tree,
+    Verdict,
+    remove_cache,
     teardown_lock,
     trash_path,
     unfinished_runs,
 )
-from lifecycle.teardown.plan import Action, Facts, Selection, decide, parse_duration
 from tests.archive_support import keys, newest_version, read_json
 
 NOW = datetime(2026, 10, 10, 9, 0, tzinfo=UTC)
@@ -122,7 +123,7 @@ def _verified(document: Covered) -> Callable[[ArchiveRecord], VerifiedRecord]:
 
 
 def _tree_of(cache: CacheRecord) -> Tree:
-    from lifecycle.teardown.invariant import scan_now
+    from lifecycle.teardown.removal import scan_now
 
     return scan_now(cache, Path(cache.host_path))
 
@@ -912,6 +913,6 @@ def test_a_finished_removal_commits_nothing_after_a_restore(tmp_path: Path) -> N
         _remove(ledger, cache, archive, "t-2", crash_at="after-intent")
     resumes = unfinished_runs(ledger, [cache])[cache.id]
     assert resumes.run_id == "t-2" and not resumes.committed
-    from lifecycle.teardown.invariant import where_now
+    from lifecycle.teardown.removal import where_now
 
     assert where_now(cache, resumes) == Path(cache.host_path)  # so its tree is checked again

@@ -10,7 +10,7 @@ import pytest
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.model import Evidence, LadderMethod, Shape, TunedValue, Validity
-from lifecycle.night.tuned_write import write_tuned
+from lifecycle.night.settle import write_tuned
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from lifecycle.evidence.layout import CacheFile, artefact_kind, inventory, work_unit
-from lifecycle.evidence.untracked import looks_like_jit_output, summarize
+from lifecycle.evidence.layout import (
+    CacheFile,
+    artefact_kind,
+    inventory,
+    looks_like_jit_output,
+    summarize,
+    work_unit,
+)
 from lifecycle.evidence.verdict import (
     CacheJudged,
     RecordedUse,

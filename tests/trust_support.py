@@ -16,7 +16,7 @@ from lifecycle.cli import cli as lifecycle_cli
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, CacheRecord, all_boots, all_caches
 from lifecycle.ledger.removal import TeardownStep, steps_of
-from lifecycle.teardown.journal import trash_path
+from lifecycle.teardown.removal import trash_path
 from tests.archive_support import versions
 
 PREFIX = "test"  # archive_project archives to s3://<its bucket>/test

@@ -1,13 +1,9 @@
 """The audit chain, built the same way whatever it is read from (the ledger, or S3 alone).
 
-result -> boot (when, where, profile, hooks, instrumented) -> each cache (cold/warm, tree
-digest, archive location) -> image (digest, labels) -> manifest (digest, pins, tuned values
-with status) -> patches (sha256 each).
-
-Both sources reduce to the same facts (`ChainFacts`, `CacheAuditFacts`): rows as the ledger
-keeps them and as the archive records copied them. Only facts that do not change once a boot
-is over enter the chain (a cache's current state or last scan do not), so a chain read from
-S3 after teardown is the chain the ledger gave before it.
+result -> boot -> caches -> image -> manifest -> patches (docs/verbs/audit.md). Both sources
+reduce to the same facts; only facts that do not change once a boot is over enter the chain (not
+a cache's current state or last scan), so a chain read from S3 after teardown is the chain the
+ledger gave before it.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from lifecycle.archive.objects import Listing
 from lifecycle.archive.record import read_as
 from lifecycle.archive.restore import check_tree
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
-from lifecycle.audit.blobs import BlobChecker
 from lifecycle.audit.verify import (
+    BlobChecker,
     Finding,
     archived_record,
     live_cache,

@@ -1,6 +1,10 @@
-"""The human forms of `audit result` and `audit cache` (the JSON forms are the chain itself)."""
+"""The other forms of an audit chain: text for `audit result` and `audit cache`, and the result's
+chain as an unsigned in-toto Statement v1 (`--provenance`) for attestation tooling; the JSON
+forms are the chain itself. The Statement's bytes are stable for a given chain."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from lifecycle.audit.chain import CacheAudit, Chain, Json
 from lifecycle.results.model import metrics_text
@@ -115,3 +119,87 @@ def _manifest_lines(manifest: Json) -> list[str]:
         )
         lines.append(f"  tuned {name}={tuned['value']} ({tuned['status']}{origin}){flag}")
     return lines
+
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "urn:lifecycle:provenance:v1"
+
+
+def statement(chain: Chain) -> dict[str, Any]:
+    """The in-toto Statement v1 of a chain built by lifecycle.audit.chain.build_chain."""
+    result = chain["result"]
+    boot = chain["boot"]
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [
+            {
+                "name": f"result/{result['id']}",
+                "digest": {"sha256": result["digest"]},
+                "annotations": {
+                    "name": result["name"],
+                    "status": result["status"],
+                    "instrumented": result["instrumented"],
+                },
+            }
+        ],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "result": {k: v for k, v in result.items() if k != "digest"},
+            "boot": {
+                "id": boot["id"],
+                "host": boot["host"],
+                "startedOn": boot["started_at"],
+                "finishedOn": boot["ended_at"],
+                "profile": boot["profile"],
+                "outcome": boot["outcome"],
+                "exitCode": boot["exit_code"],
+                "hooks": boot["hooks"],
+                "instrumented": boot["instrumented"],
+                "log": _digest(boot["log"]["sha256"]) if boot["log"] else None,
+            },
+            "caches": [_cache(cache) for cache in chain["caches"]],
+            "image": _image(chain["image"]),
+            "manifest": _manifest(chain["manifest"]),
+            "patches": [
+                {"name": p["file"], **_digest(p["sha256"])} for p in chain["patches"] or []
+            ],
+        },
+    }
+
+
+def _digest(sha256: str) -> dict[str, Any]:
+    return {"digest": {"sha256": sha256}}
+
+
+def _cache(cache: Json) -> dict[str, Any]:
+    archive = cache["archive"]
+    return {
+        "id": cache["id"],
+        "name": cache["name"],
+        "mode": cache["mode"],
+        "treeDigest": cache["tree_digest"],
+        "treeDigestBefore": cache["tree_digest_before"],
+        "archive": {"uri": archive["record"], **_digest(archive["record_sha256"])}
+        if archive
+        else None,
+    }
+
+
+def _image(image: Json) -> dict[str, Any]:
+    algorithm, _, value = image["id"].partition(":")
+    return {
+        "name": (image["tags"] or [image["id"]])[0],
+        "tags": image["tags"],
+        "digest": {algorithm: value} if value else {"id": image["id"]},
+        "labels": image["labels"],
+    }
+
+
+def _manifest(manifest: Json) -> dict[str, Any]:
+    return {
+        "name": manifest["name"],
+        **_digest(manifest["digest"]),
+        "pins": manifest["pins"],
+        "tuned": manifest["tuned"],
+        "notRevalidated": manifest["not_revalidated"],
+    }

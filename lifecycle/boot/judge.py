@@ -14,8 +14,7 @@ from typing import Any
 
 from lifecycle.boot.observe import CacheAccess
 from lifecycle.boot.spec import CacheMount
-from lifecycle.evidence.layout import CacheFile, artefact_kind, inventory
-from lifecycle.evidence.untracked import summarize
+from lifecycle.evidence.layout import CacheFile, artefact_kind, inventory, summarize
 from lifecycle.evidence.verdict import (
     NOT_COMPILED,
     CacheJudged,

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle.boot.spec import CacheMount
-from lifecycle.evidence.untracked import inside_any, looks_like_jit_output
+from lifecycle.evidence.layout import inside_any, looks_like_jit_output
 from lifecycle.ledger.boots import UntrackedWrite
 
 MAX_SIZED = 2000

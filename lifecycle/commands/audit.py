@@ -26,8 +26,7 @@ from lifecycle.audit.chain import (
     build_cache_audit,
     build_chain,
 )
-from lifecycle.audit.provenance import statement
-from lifecycle.audit.render import cache_text, chain_text
+from lifecycle.audit.render import cache_text, chain_text, statement
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import LifecycleError

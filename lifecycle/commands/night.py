@@ -19,9 +19,9 @@ from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.hooks import run_hook_process
 from lifecycle.ledger import Ledger
-from lifecycle.night.dry import DryRun, dry_run
 from lifecycle.night.local import LocalEngine
 from lifecycle.night.plan import LoadedPlan, load_plan
+from lifecycle.night.prepare import DryRun, dry_run
 from lifecycle.night.run import (
     Night,
     NightOutcome,

@@ -20,10 +20,9 @@ from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.hooks import select
 from lifecycle.report import Report
 from lifecycle.table import human_bytes
-from lifecycle.teardown.journal import teardown_lock
-from lifecycle.teardown.plan import Selection, TeardownPlan, parse_duration
-from lifecycle.teardown.report import plan_json, plan_text, result_json, summary_text
-from lifecycle.teardown.run import TeardownResult, run_teardown
+from lifecycle.teardown.plan import Selection, TeardownPlan, parse_duration, plan_json, plan_text
+from lifecycle.teardown.removal import teardown_lock
+from lifecycle.teardown.run import TeardownResult, result_json, run_teardown, summary_text
 from lifecycle.teardown.survey import Services, TeardownRequest, make_plan
 
 

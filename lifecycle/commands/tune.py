@@ -13,9 +13,9 @@ from lifecycle.commands.context import Context
 from lifecycle.commands.night import plan_only, run_plan
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest import find_manifest, load_manifest
-from lifecycle.night.dry import DryRun
+from lifecycle.night.plan import ladder_plan, revalidation_plan
+from lifecycle.night.prepare import DryRun
 from lifecycle.night.run import NightOutcome, NightRequest
-from lifecycle.night.tuning import ladder_plan, revalidation_plan
 
 
 def run(ctx: Context, options: verbs.Tune) -> NightOutcome | DryRun:

@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
-from lifecycle.audit.blobs import BlobChecker
 from lifecycle.audit.check import (
     VerifyReport,
     tree_in_ledger,
@@ -21,6 +20,7 @@ from lifecycle.audit.check import (
     verify_cache,
     verify_result,
 )
+from lifecycle.audit.verify import BlobChecker
 from lifecycle.commands import verbs
 from lifecycle.commands.audit import reading
 from lifecycle.commands.context import Context

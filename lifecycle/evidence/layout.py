@@ -1,26 +1,31 @@
-"""What the files of real JIT caches are, by where they sit and what they are called.
+"""What JIT files are: a cache file's kind and unit of work, and JIT output outside the caches.
 
-- vLLM: `torch_compile_cache/<hash10>/rank_<r>_<dp>/<prefix>/` holding `cache_key_factors.json`,
-  `computation_graph.py`, `vllm_compile_cache.py`, `artifact_compile_range_*`; newer releases
-  also `torch_compile_cache/torch_aot_compile/<sha256>/`.
-- Inductor (its own dir, or `inductor_cache/` inside a vLLM compile dir): `fxgraph/<xx>/<key>/`
-  entries and `aotautograd/<key>/` entries (pickles), `<xx>/c<hash>.cpp` kernels built into
-  `.so` files, `<xx>/c<hash>.py` wrappers, precompiled headers (`.gch`), `locks/`.
-- Triton: one dir per kernel key with `.json` metadata and `.cubin`/`.ptx`/`.ttir`/`.ttgir`/`.llir`.
-- FlashInfer: `cached_ops/<module>/` with `build.ninja`, `.ninja_log`, `*.o` and `<module>.so`;
-  `generated/`, `cubins/`, `flashinfer_jit.log`.
-
-`inventory` counts each kind of artefact and each unit of compiled work (a compile dir, an FX
-graph, a kernel, a built op), telling apart what this boot created from what it found.
+The layouts of vLLM's, Inductor's, Triton's and FlashInfer's caches are listed in docs/warm.md
+("What a cache holds"). A boot's tracked caches are bind mounts, so its writes into them never
+show in `docker diff`; what does show was written into the container's layer, lost with it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
+# Default cache roots of the JITs a vLLM engine runs, matched anywhere in a path.
+_JIT_ROOTS = re.compile(
+    r"(^/tmp/torchinductor_[^/]+(/|$))"
+    r"|(/\.triton(/|$))"
+    r"|(/\.cache/(vllm|flashinfer|torch|torch_extensions|triton|deep_gemm|tvm-ffi)(/|$))"
+    r"|(/\.nv/ComputeCache(/|$))"
+)
+# What compilers and JIT builds leave behind.
+_JIT_SUFFIXES = frozenset(
+    {".so", ".o", ".gch", ".pch", ".cubin", ".ptx", ".ttir", ".ttgir", ".llir", ".hsaco"}
+)
+_JIT_NAMES = frozenset({".ninja_log", "build.ninja", ".ninja_deps"})
+_NOISE = re.compile(r"(/__pycache__/)|(\.pyc$)")
 _COMPILE_DIR = re.compile(r"(^|/)torch_compile_cache/([^/]+)/(rank_\d+_\d+)/([^/]+)/")
 _TRITON_FILES = frozenset({".cubin", ".ptx", ".ttir", ".ttgir", ".llir", ".hsaco", ".fatbin"})
 _SOURCES = frozenset({".cpp", ".cu", ".c", ".h", ".cuh", ".hpp"})
@@ -53,7 +58,7 @@ def artefact_kind(relative: str) -> str:
         return "triton-kernel"
     if suffix == ".json" and ("triton" in relative or "triton_cache" in parts):
         return "triton-metadata"
-    if name in (".ninja_log", "build.ninja", ".ninja_deps"):
+    if name in _JIT_NAMES:
         return "ninja"
     if name.endswith(".log"):
         return "jit-log"
@@ -125,3 +130,59 @@ def inventory(files: Iterable[CacheFile]) -> dict[str, Any]:
         "units": dict(sorted(units.items())),
         "compile_dirs": sorted(compile_dirs, key=lambda d: d["dir"]),
     }
+
+
+def looks_like_jit_output(path: str) -> bool:
+    """Whether a path written in a container looks like a JIT's output: under a JIT's default
+    cache root (Inductor puts its ~155 MB precompiled header under `/tmp/torchinductor_<user>`
+    whatever `TORCHINDUCTOR_CACHE_DIR` says), or a compiler's output wherever it is."""
+    if _NOISE.search(path):
+        return False
+    pure = PurePosixPath(path)
+    return bool(_JIT_ROOTS.search(path) or pure.suffix in _JIT_SUFFIXES or pure.name in _JIT_NAMES)
+
+
+def inside_any(path: str, roots: Iterable[str]) -> bool:
+    """Whether `path` is one of `roots` or lies under one of them."""
+    pure = PurePosixPath(path)
+    return any(pure == PurePosixPath(root) or pure.is_relative_to(root) for root in roots)
+
+
+@dataclass(frozen=True)
+class UntrackedSummary:
+    """What a boot wrote outside its tracked caches, told in one line per JIT root."""
+
+    files: int
+    bytes: int
+    unsized: int  # files dockerd gave no size for
+    roots: tuple[tuple[str, int, int], ...]  # (dir, files, bytes), biggest first
+
+
+def summarize(writes: Sequence[tuple[str, int | None]]) -> UntrackedSummary:
+    """(path, bytes) of each untracked file → totals, grouped by the dir two levels below
+    the first JIT root or, for a stray file, its own dir."""
+    groups: dict[str, list[int]] = {}
+    unsized = 0
+    for path, size in writes:
+        unsized += size is None
+        group = groups.setdefault(_root_of(path), [0, 0])
+        group[0] += 1
+        group[1] += size or 0
+    roots = sorted(((d, n, b) for d, (n, b) in groups.items()), key=lambda r: (-r[2], r[0]))
+    return UntrackedSummary(
+        files=len(writes),
+        bytes=sum(size or 0 for _, size in writes),
+        unsized=unsized,
+        roots=tuple(roots),
+    )
+
+
+def _root_of(path: str) -> str:
+    match = _JIT_ROOTS.search(path)
+    parent = str(PurePosixPath(path).parent)
+    if match is None:
+        return parent
+    # /tmp/torchinductor_root/precompiled_headers/x.gch -> …/torchinductor_root/precompiled_headers
+    rest = PurePosixPath(path[match.end() :].lstrip("/")).parts
+    root = path[: match.end()].rstrip("/")
+    return f"{root}/{rest[0]}" if len(rest) > 1 else root

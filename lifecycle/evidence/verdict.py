@@ -1,25 +1,8 @@
-"""How warm a boot was, judged from what the engine did to each cache's files.
+"""How warm a boot was, judged per cache from what the engine did to the cache's files.
 
-Hit counters and log lines are not proof of warm: with Inductor's `.so` files deleted, its
-graph cache still reported every lookup a hit while 17 kernels recompiled; and only vLLM logs
-the path of the cache it read, so a plain `torch.compile`, an SGLang or TensorRT-LLM server
-read a warm cache without a word. So each cache is judged from what lifecycle observed: the
-files the engine opened and wrote while it ran (inotify, `lifecycle.boot.observe`) and what
-the boot added to or changed in the cache (its scans before and after):
-
-- `empty`: the cache holds no file after the boot;
-- `cold-compiled`: it held no file before the boot and the engine wrote into it;
-- `mounted-but-missed`: it held files, and the engine still wrote compiled artefacts beside
-  them (a JIT log rewritten each boot, lock and temporary files do not count);
-- `warm-hit`: it held files, the engine opened some of them and compiled nothing into it;
-- `unused`: it held files and the engine opened none of them.
-
-Where the opens could not be observed (no inotify), a log line naming a path inside the cache
-stands in for them, and the verdict says so (`observed: false`). Otherwise the log only
-corroborates.
-
-The boot's own verdict is the same words, plus `partial`: warm where it was mounted, but JIT
-output went outside the tracked caches (lost with the container, rebuilt by every boot).
+Hit counters and log lines are not proof of warm (docs/warm.md, "What a verdict rests on"): a
+cache is judged from the files the engine opened and wrote while it ran and from its scans
+before and after; a log line naming the cache stands in for opens only where none were observed.
 """
 
 from __future__ import annotations
@@ -28,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, cast, get_args
 
-from lifecycle.evidence.untracked import UntrackedSummary, summarize
+from lifecycle.evidence.layout import UntrackedSummary, summarize
 from lifecycle.ledger.boots import CacheUse
 from lifecycle.table import human_bytes
 

@@ -1,14 +1,8 @@
-"""The cells of a night, in the order that keeps warm cells warm.
+"""The cells of a night, in the order that keeps warm cells warm (docs/night.md, "Cells").
 
-A cell is one pin, one workload (a profile of the matrix, or a rung of a ladder) and one
-cache state, run `repeats` times; an instrumented cell is the same profile with observing
-hooks attached, a cell of its own that is shown beside the plain one and never counted.
-
-Order: pin by pin; for each, the cold cells, then the warm ones, then the ladder's rungs cold,
-then warm. A warm cell reuses the newest good cache of its pin's image, and only cold runs
-make caches, so every warm run of a pin comes after the cold ones; when no good cache is left
-(every run before crashed, and a crashed boot's cache is never reused), the night boots the
-pin once more first (a warm-up) rather than let a warm cell run cold.
+Pin by pin: cold cells, warm ones, then the ladders' rungs cold, then warm. Only cold runs make
+caches and a warm cell takes the newest good one of its pin's image, so every warm run of a
+pin comes after the cold ones; when none is left, a warm-up boot comes first.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """A check's verdict on one boot, from what was observed, never from what was not.
 
-The first question is the one a night once learnt to ask before any boot: what makes this
-path run? A check names what must be observed for its path to have run (its `path`); when
-any of it is absent, the verdict is `inconclusive` and names what is missing, whatever
-else the log says: a CPU-tier test whose tier was never asked measured only the GPU. Then
-`fail_when`: anything of it observed is a failure. Then `pass_when`: all of it observed, on
-a boot that ended ok, is a pass; anything less is a failure, naming what was not seen.
+First `path`, what makes the check's path run: any of it absent makes the verdict
+`inconclusive`, whatever else the log says (a CPU-tier test whose tier was never asked measured
+only the GPU). Then `fail_when` (anything observed fails), then `pass_when` (all observed on a
+boot that ended ok passes).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Where a night's cells run: the small interface between the night and an engine.
 
-The night decides what runs, in which order, and keeps the journal; an engine runs one cell
-once ("run this cell on that engine") and reports what happened as a RunSummary, then, at
-the end, archives and tears down what its boots left. The local Docker engine of this host
-is one (lifecycle.night.local); a cluster's engine would be another, with boots recorded on
-the hosts that ran them. Nothing in the night reads a boot's files or the caches itself.
+The night decides what runs and in which order and keeps the journal; an engine runs one cell
+once and reports a RunSummary, then archives and tears down what its boots left. This host's
+Docker engine is one (lifecycle.night.local); a cluster's would record boots on its hosts.
 """
 
 from __future__ import annotations

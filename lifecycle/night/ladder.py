@@ -1,23 +1,31 @@
-"""A ladder's outcome: each rung's margin cold and warm, against its prediction, and the value.
+"""A ladder's predictions, registered before any rung runs, and its outcome against them.
 
-The value chosen is the highest rung whose measured margin clears the floor in both cache
-states. A rung whose margin was not measured in a state (its shape was not forced, the engine
-never got there) does not clear: a value is valid only for conditions it was measured in. The
-outcome is also what the night's report shows of the ladder.
+Predictions are fixed before the night's first boot (ledger once, archive once), since the
+measurements are read against them. The value chosen is the highest rung whose measured margin
+clears the floor in both cache states; a rung not measured in a state does not clear: a value
+is valid only for conditions it was measured in.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from lifecycle.ledger.nights import NightEvent
+from lifecycle.archive.store import RECORD_MAX, ArchiveError, BlobStore
+from lifecycle.ledger.nights import NightEvent, Prediction, add
+from lifecycle.ledger.nights import predictions as registered_predictions
 from lifecycle.night.cells import Cell
 from lifecycle.night.engine import RunSummary
+from lifecycle.night.journal import NightJournal
 from lifecycle.night.plan import Frozen, Ladder, Plan
 
 STATES = ("cold", "warm")
 WRITTEN = "ladder:written"
+PREDICTIONS_FORMAT = "lifecycle-predictions/1"
+REGISTERED = "predictions:registered"
 
 
 class MeasuredView(Frozen):
@@ -156,3 +164,61 @@ def ladder_views(
         )
         for ladder in plan.ladders
     ]
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A night's predictions, where they are archived, and the sha256 of that record."""
+
+    predictions: tuple[Prediction, ...]
+    url: str | None
+    sha256: str | None
+
+
+def register(journal: NightJournal, plan: Plan, store: BlobStore | None) -> Registered:
+    """Register the plan's predictions for this night (once), then archive them (once)."""
+    ledger = journal.ledger
+    found = registered_predictions(ledger, journal.night.id)
+    if not found:
+        at = journal.stamp()
+        found = [
+            Prediction(journal.night.id, pin, ladder.argument, rung, margin, at)
+            for ladder in plan.ladders
+            for pin, rungs in ladder.predictions.items()
+            for rung, margin in rungs.items()
+        ]
+        if not found:
+            return Registered((), None, None)
+        add(ledger, *found)
+    body = record(journal, found)
+    sha = hashlib.sha256(body).hexdigest()
+    if store is None:
+        return Registered(tuple(found), None, None)
+    key = store.location.key("nights", journal.night.id, "predictions.json")
+    if not store.put_document(key, body, only_new=True):
+        there = io.BytesIO()
+        store.download_sha256(key, there, cap=RECORD_MAX)  # a document, never held unbounded
+        if there.getvalue() != body:
+            raise ArchiveError(
+                f"{store.url(key)} differs from the predictions this host registered for night"
+                f" {journal.night.id}; predictions are never rewritten"
+            )
+    if not any(e.event == REGISTERED for e in journal.events()):
+        journal.event(REGISTERED, json.dumps({"url": store.url(key), "sha256": sha}))
+    return Registered(tuple(found), store.url(key), sha)
+
+
+def record(journal: NightJournal, found: list[Prediction]) -> bytes:
+    """The predictions as their archived record: canonical JSON, the same bytes every time."""
+    document = {
+        "format": PREDICTIONS_FORMAT,
+        "night": journal.night.id,
+        "plan": journal.night.plan_name,
+        "plan_digest": journal.night.plan_digest,
+        "registered_at": found[0].registered_at,
+        "predictions": [
+            {"pin": p.pin, "argument": p.argument, "rung": p.rung, "margin_mib": p.margin_mib}
+            for p in found
+        ],
+    }
+    return (json.dumps(document, sort_keys=True, indent=1) + "\n").encode()

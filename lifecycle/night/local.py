@@ -33,8 +33,8 @@ from lifecycle.night.checks import Finding, judge, metrics_in
 from lifecycle.night.engine import CheckOutcome, EndSummary, Pin, RunOrder, RunSummary, worst
 from lifecycle.results.add import ResultRequest, add_result
 from lifecycle.results.publish import with_results
-from lifecycle.teardown.journal import teardown_lock
 from lifecycle.teardown.plan import Selection
+from lifecycle.teardown.removal import teardown_lock
 from lifecycle.teardown.run import run_teardown
 from lifecycle.teardown.survey import Services, TeardownRequest, make_plan
 

@@ -1,14 +1,9 @@
-"""A night plan: the acceptance matrix, its checks, its ladders and its production hooks.
-
-`nights/demo.yaml` is the worked example. Each profile of the matrix runs on each pin (a
-manifest, as `lifecycle show` names it) in each cache state, `repeats` times (`{run}` in its
-args: the run's number); its instrumented twin, observing hooks attached, is shown and never
-counted. A check says what makes its path run (`creates`), what shows that it ran (`path`),
-and what passes or fails it; a ladder is lifecycle.night.ladder's.
+"""A night plan and a `tune` ladder file, validated, and the plans `tune` makes of them.
 
 Validated like a manifest: strict models, every problem located (`file:line:col: key:
-message`), exit 2. What needs the manifests or the hooks (a profile name, a cache name, a
-hook's declarations) is checked when the night starts, before anything runs.
+message`), exit 2. What needs the manifests or the hooks (a profile, a cache, a hook's
+declarations) is checked when the night starts (lifecycle.night.prepare). A ladder file, or a
+release's carried values (`tune --revalidate`), runs as a night of rungs (kind `tune`).
 """
 
 from __future__ import annotations
@@ -23,7 +18,8 @@ from typing import Annotated, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from lifecycle.errors import ManifestError, Problem
+from lifecycle.errors import LifecycleError, ManifestError, Problem
+from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.model import CacheState, Evidence, LadderMethod, Slug, Text, version_text
 from lifecycle.manifest.pydantic_errors import problems_from_validation
 from lifecycle.manifest.source import KeyPath, read_yaml, render_key_path
@@ -224,3 +220,80 @@ def listed_twice(where: KeyPath, values: Sequence[object]) -> Iterator[Finding]:
         if value in seen:
             yield (*where, index), f"{value!r} is listed twice"
         seen.add(value)
+
+
+class LadderFile(LadderMethod):
+    """A ladder file: one ladder, on the release `tune` names."""
+
+    schema_version: Literal[1]
+    argument: Argument
+    predictions: dict[float, float] = Field(
+        default_factory=dict, description="rung -> the margin (MiB) expected."
+    )
+    production: Production | None = None
+    end: End = Field(default_factory=End)
+
+
+def ladder_plan(file: Path, version: str) -> LoadedPlan:
+    """The night of one ladder file on `version`; problems located in the file (exit 2)."""
+    ladder = load_validated(file, LadderFile, _ladder_checks)
+    method = {name: getattr(ladder, name) for name in LadderMethod.model_fields}
+    predictions = {version: dict(ladder.predictions)} if ladder.predictions else {}
+    plan = Plan(
+        schema_version=1,
+        name=f"tune-{_slug(version)}-{ladder.argument}",
+        pins=[version],
+        ladders=[Ladder(**method, argument=ladder.argument, predictions=predictions)],
+        production=ladder.production,
+        end=ladder.end,
+    )
+    return LoadedPlan(file, plan)
+
+
+def revalidation_plan(version: str, loaded: LoadedManifest) -> LoadedPlan:
+    """A night measuring again every value `version` carries, each by its recorded ladder,
+    with the carried value among the rungs and its old margin as the prediction."""
+    ladders = []
+    for name, tuned in loaded.manifest.tuned.items():
+        if tuned.status != "carried":
+            continue
+        if tuned.measure is None or not isinstance(tuned.value, int | float):
+            raise LifecycleError(
+                f"{loaded.file}: tuned.{name} is carried with no recorded `measure` to measure it"
+                f" by; run `lifecycle tune {version} LADDER.yaml` with a ladder for it"
+            )
+        value = float(tuned.value)
+        method = tuned.measure
+        predicted = {}
+        if tuned.validity is not None and tuned.validity.measured_mib:
+            predicted = {value: min(tuned.validity.measured_mib.values())}
+        ladders.append(
+            Ladder(
+                argument=name,
+                rungs=sorted({*method.rungs, value}),
+                shape=method.shape,
+                margin=method.margin,
+                floor_mib=method.floor_mib,
+                timeout_s=method.timeout_s,
+                predictions={version: predicted} if predicted else {},
+            )
+        )
+    if not ladders:
+        raise LifecycleError(f"{loaded.file}: no tuned value is carried; nothing to revalidate")
+    plan = Plan(
+        schema_version=1, name=f"revalidate-{_slug(version)}", pins=[version], ladders=ladders
+    )
+    return LoadedPlan(loaded.file, plan)
+
+
+def _ladder_checks(ladder: LadderFile) -> Iterator[Finding]:
+    yield from listed_twice(("rungs",), ladder.rungs)
+    if not ladder.shape.path.items():
+        yield ("shape", "path"), "say what shows the shape was forced"
+    for rung in ladder.predictions:
+        if rung not in ladder.rungs:
+            yield ("predictions", str(rung)), f"{rung!r} is not one of the rungs {ladder.rungs}"
+
+
+def _slug(version: str) -> str:
+    return re.sub(r"[^a-z0-9._-]+", "-", version.lower()).strip("-") or "release"

@@ -1,10 +1,8 @@
-"""Everything a night needs, found and checked before anything runs or production goes down.
+"""A night made ready, and `night --dry-run`: everything checked before anything runs.
 
-Each pin's manifest loads and is built; each cell's boot profile is in its manifest and each
-cache a check looks into is one its boots mount; each hook is there, and declares what the
-plan relies on: a matrix cell's own hooks do not observe (an observer there would vote), an
-instrumented cell has at least one that does, and the production hooks are what they say.
-Any of these is one line and exit 2, before the first boot.
+Manifests, boot profiles, the caches checks look into and each hook's declarations are checked
+before the first boot or production going down: a problem is one line and exit 2. A dry run
+lays the same preparation out and runs only a status hook that declares it only asks.
 """
 
 from __future__ import annotations
@@ -12,18 +10,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 from lifecycle.boot.spec import pick_profile
 from lifecycle.build.plan import image_tag
 from lifecycle.errors import LifecycleError
-from lifecycle.hooks import Hook, select
+from lifecycle.hooks import Hook, HookRunner, select
+from lifecycle.ledger import Ledger
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.manifest.load import manifest_digest
 from lifecycle.manifest.model import CACHE_FILE
 from lifecycle.night.cells import Cell, cells
 from lifecycle.night.engine import Pin
-from lifecycle.night.plan import Plan
-from lifecycle.night.production import ProductionHooks, production_hooks
+from lifecycle.night.journal import NightJournal
+from lifecycle.night.plan import LoadedPlan, Plan
+from lifecycle.night.production import ProductionHooks, production_hooks, status
+from lifecycle.report import Report, fields_of
 
 Resolve = Callable[[str, LoadedManifest, str], Pin]  # an engine's: the pin with its image
 
@@ -99,3 +101,118 @@ def _hooks(project: Path, cell: Cell) -> tuple[Hook, ...]:
             " it under the profile's `instrumented:`, where it is shown and never counted"
         )
     return hooks
+
+
+@dataclass(frozen=True)
+class PlannedCell:
+    """A cell as the night would run it."""
+
+    id: str
+    runs: int
+    done: int  # already done by the unfinished night this one would resume
+    args: tuple[str, ...]
+    hooks: tuple[str, ...]
+    instrumented: bool
+    image: str
+
+
+@dataclass(frozen=True)
+class PlannedHook:
+    """A production hook, and whether a dry run ran it."""
+
+    role: str  # down | up | status
+    hook: str
+    acts: bool
+    ran: bool
+    said: str | None = None
+
+
+@dataclass(frozen=True)
+class DryRun(Report):
+    """The night a plan would make."""
+
+    plan: str
+    digest: str
+    resumes: str | None  # the night it would resume
+    cells: tuple[PlannedCell, ...]
+    boots: int  # runs still to boot (warm-ups come on top when caches run out)
+    production: tuple[PlannedHook, ...]
+    predictions: int
+    end: dict[str, bool]
+
+    FORMAT: ClassVar[str] = "lifecycle-night-plan/1"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": self.FORMAT, "plan": fields_of(self)}
+
+    def text(self) -> str:
+        """The dry run: cells in order, hooks that would and would not run."""
+        resumes = f"; resumes night {self.resumes}" if self.resumes else ""
+        lines = [
+            f"night {self.plan} (sha256:{self.digest[:12]}): {self.boots} runs to boot{resumes}"
+        ]
+        for cell in self.cells:
+            done = f", {cell.done} done" if cell.done else ""
+            hooks = f" hooks {', '.join(cell.hooks)}" if cell.hooks else ""
+            lines.append(f"  {cell.id}: {cell.runs} run(s){done}{hooks}  {' '.join(cell.args)}")
+        for hook in self.production:
+            if hook.ran:
+                lines.append(
+                    f"  production.{hook.role}: hooks/{hook.hook} (asks) said: {hook.said}"
+                )
+            else:
+                lines.append(
+                    f"  production.{hook.role}: hooks/{hook.hook} acts: not run in a dry run"
+                )
+        lines.append(f"  predictions: {self.predictions}; end: {self.end}")
+        return "\n".join(lines) + "\n"
+
+
+def dry_run(
+    loaded: LoadedPlan,
+    manifests_dir: Path,
+    project: Path,
+    ledger: Ledger | None,
+    runner: HookRunner,
+) -> DryRun:
+    """The plan checked and laid out; only a status hook that asks is run."""
+    plan = loaded.plan
+    prepared = prepare(plan, manifests_dir, project, None)
+    latest = NightJournal.latest(ledger, plan.name, lambda: "") if ledger else None
+    resumes = latest if latest and latest.night.plan_digest == loaded.digest else None
+    resumes = resumes if resumes and not resumes.finished else None
+    done = resumes.runs() if resumes else {}
+    cells = tuple(
+        PlannedCell(
+            id=cell.id,
+            runs=cell.repeats,
+            done=sum(1 for n in range(1, cell.repeats + 1) if (cell.id, n) in done),
+            args=cell.args,
+            hooks=cell.hooks,
+            instrumented=cell.instrumented,
+            image=prepared.pins[cell.pin].tag,
+        )
+        for cell in prepared.cells
+    )
+    hooks: list[PlannedHook] = []
+    if prepared.production is not None:
+        production = prepared.production
+        hooks += [
+            PlannedHook("down", production.down.name, production.down.acts, False),
+            PlannedHook("up", production.up.name, production.up.acts, False),
+        ]
+        if production.status is not None:
+            context = {"night_id": "(dry run)", "plan": plan.name, "host": "(dry run)"}
+            said = status(production.status, context, runner, project)
+            hooks.append(PlannedHook("status", production.status.name, False, True, said))
+    predictions = sum(len(r) for ladder in plan.ladders for r in ladder.predictions.values())
+    return DryRun(
+        plan=plan.name,
+        digest=loaded.digest,
+        resumes=resumes.night.id if resumes else None,
+        cells=cells,
+        boots=sum(c.runs - c.done for c in cells),
+        production=tuple(hooks),
+        predictions=predictions,
+        end={"archive": plan.end.archive, "teardown": plan.end.teardown},
+    )

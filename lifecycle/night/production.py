@@ -1,18 +1,9 @@
 """Production is always brought back: the night's guard around the hours it is down.
 
-The production service the night displaces comes back by `production.up` however the night
-ends: success, failure, Ctrl-C, SIGTERM (the first signal stops the night, later ones wait
-until production is up). A SIGKILL or a reboot leaves no time to run anything, so every step
-is journalled first: `production.down:intent` before the down hook runs, `:done` or `:failed`
-after it, the same for up. The journal then says production is down, every `lifecycle` verb
-says so when it starts, and the next night, or `lifecycle night --recover`, brings it up
-before doing anything else. Downtime is read from the same journal: from each down hook's
-start to the end of the up hook that brought production back.
-
-Production hooks are hooks under `hooks/` (lifecycle.hooks), run as `hooks/<name>
-production.down|production.up|production.status` with the night as JSON on stdin. The down
-and up hooks act; a status hook must declare that it only asks, and it is the only one a dry
-run runs.
+`production.up` runs however the night ends (docs/night.md, "Production"). A SIGKILL or a
+reboot leaves no time to run anything, so every step is journalled first (`:intent`, then
+`:done` or `:failed`): the journal then says production is down, every verb says so, and the
+next night or `night --recover` brings it up. Downtime is read from the same journal.
 """
 
 from __future__ import annotations

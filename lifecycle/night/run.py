@@ -1,13 +1,9 @@
 """The night, start to end (or to where it was stopped, and on from there next time).
 
-1. Everything is checked first (lifecycle.night.prepare): nothing runs on a plan that cannot.
-2. One night at a time per host; production any earlier night left down comes back first.
-3. The night is this plan's unfinished one if there is one (it resumes), else a new one.
-4. Predictions are registered and archived before any run.
-5. Production goes down; every run not done yet runs, in order, each journalled before its
-   boot and after its results; production comes back however that ends.
-6. Each ladder's value is written (or, revalidating, proposed); then the end actions: archive
-   the night's caches and results, tear the caches down, write and archive the report.
+`run_night` reads in order: everything checked (lifecycle.night.prepare); one night per host,
+production an earlier night left down brought back first; this plan's unfinished night resumed
+(or a new one); predictions registered; production down around every pending run, each
+journalled; ladder values settled; the end actions; the report.
 """
 
 from __future__ import annotations
@@ -30,9 +26,8 @@ from lifecycle.ledger.nights import production_left_down
 from lifecycle.night.cells import Cell, matching, warm_up
 from lifecycle.night.engine import Engine, RunOrder, RunSummary
 from lifecycle.night.journal import BUILDS, FINISHED, RERUN, NightJournal
-from lifecycle.night.ladder import climb
+from lifecycle.night.ladder import climb, register
 from lifecycle.night.plan import LoadedPlan, Plan
-from lifecycle.night.predictions import register
 from lifecycle.night.prepare import Prepared, prepare
 from lifecycle.night.production import bring_up, production_down
 from lifecycle.night.publish import publish, report_json

@@ -15,9 +15,8 @@ from lifecycle.ledger.nights import NightEvent
 from lifecycle.night.cells import Cell, is_warm_up
 from lifecycle.night.engine import EndSummary, RunSummary, worst
 from lifecycle.night.journal import NightJournal
-from lifecycle.night.ladder import LadderView, ladder_views
+from lifecycle.night.ladder import LadderView, Registered, ladder_views
 from lifecycle.night.plan import Frozen, Plan
-from lifecycle.night.predictions import Registered
 
 
 class CellView(Frozen):

@@ -1,4 +1,4 @@
-"""The teardown plan: every cache, removed or kept and why, decided from facts handed in.
+"""The teardown plan: every cache, removed or kept and why, and the plan as a table and JSON.
 
 Nothing here talks to dockerd or S3 itself: the caller gathers the facts (pins, mounts,
 archives, unfinished runs) and passes a `verify` function, so the rules read in one place.
@@ -9,19 +9,25 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.verify import VerifiedRecord
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger.archives import ArchiveRecord
 from lifecycle.ledger.boots import CacheRecord, TaintedFile
-from lifecycle.table import human_age
+from lifecycle.table import human_age, human_bytes, render
 from lifecycle.teardown.containers import BootContainer, ImageDecision
-from lifecycle.teardown.invariant import Tree, archive_gaps, withheld_paths, withheld_reason
-from lifecycle.teardown.journal import Unfinished
+from lifecycle.teardown.removal import (
+    Tree,
+    Unfinished,
+    archive_gaps,
+    withheld_paths,
+    withheld_reason,
+)
 
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"(?:\d+[smhdw])+")
@@ -162,7 +168,7 @@ def decide(
     drop_withheld: bool = False,
 ) -> CacheDecision:
     """Keep for every reason that applies; else remove only if the removal invariant holds now
-    (lifecycle.teardown.invariant): the archive verifies and covers the tree as it is."""
+    (lifecycle.teardown.removal): the archive verifies and covers the tree as it is."""
     archive = facts.archives.get(cache.id)
     tree = functools.cache(lambda: rescan(cache))  # scanned once, and only if asked
     resumes = facts.unfinished.get(cache.id)
@@ -252,3 +258,79 @@ def holders(
     if docker_problem:
         held.append(f"cannot ask dockerd which containers mount it: {docker_problem}")
     return held + ([f"in use by boot {boot}"] if boot else [])
+
+
+def plan_json(plan: TeardownPlan) -> dict[str, Any]:
+    """The plan: each cache with its action and reasons, containers, images, bytes to free."""
+    return {
+        "caches": [_decision_json(d) for d in plan.decisions],
+        "containers": [asdict(c) for c in plan.containers],
+        "images": [asdict(i) for i in plan.images],
+        "notes": list(plan.notes),
+        "archive_to": plan.archive_to,
+        "caches_to_remove": len(plan.removing),
+        "bytes_to_free": plan.bytes_to_free,
+    }
+
+
+def plan_text(plan: TeardownPlan, *, dry_run: bool) -> str:
+    """A table of every cache (kept ones with every reason), then containers, images, totals."""
+    rows = [
+        [
+            d.cache.id,
+            d.cache.manifest_name,
+            d.cache.cache_name,
+            human_bytes(d.cache.bytes),
+            d.archive_state,
+            d.action.value,
+            "; ".join(d.why + ((d.resumes.describe(),) if d.resumes else ())),
+        ]
+        for d in plan.decisions
+    ]
+    header = ["CACHE", "MANIFEST", "NAME", "SIZE", "ARCHIVE", "ACTION", "WHY"]
+    lines = [render(header, rows).rstrip("\n")]
+    lines += [f"note: {note}" for note in plan.notes]
+    lines += [
+        f"stopped boot container {c.name} (boot {c.boot_id}): remove" for c in plan.containers
+    ]
+    for image in plan.images:
+        action = "remove" if image.removes else "keep"
+        lines.append(f"image {image_name(image.tags, image.id)}: {action} ({image.why})")
+    verb = "would remove" if dry_run else "to remove"
+    archiving = sum(1 for d in plan.removing if d.archive is None)
+    first = f", {archiving} archived first to {plan.archive_to}" if archiving else ""
+    kept = len(plan.decisions) - len(plan.removing)
+    removing = count_of(len(plan.removing), "cache")
+    lines.append(
+        f"{verb}: {removing}, {human_bytes(plan.bytes_to_free)}{first};"
+        f" kept: {kept}" + ("  (dry run: nothing changed)" if dry_run else "")
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _decision_json(decision: CacheDecision) -> dict[str, Any]:
+    cache = decision.cache
+    return {
+        "id": cache.id,
+        "manifest": cache.manifest_name,
+        "name": cache.cache_name,
+        "bytes": cache.bytes,
+        "host_path": cache.host_path,
+        "state": cache.state,
+        "archive_state": decision.archive_state,
+        "archive": asdict(decision.archive) if decision.archive else None,
+        "action": decision.action.value,
+        "why": list(decision.why),
+        "problem": decision.problem,
+        "resumes": asdict(decision.resumes) if decision.resumes else None,
+    }
+
+
+def count_of(n: int, noun: str) -> str:
+    """`1 cache`, `2 caches`."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def image_name(tags: tuple[str, ...], image_id: str) -> str:
+    """An image as listings name it: its tags, else its short id."""
+    return ", ".join(tags) if tags else image_id[:19]

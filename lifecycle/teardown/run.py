@@ -1,14 +1,16 @@
 """Carry out a teardown plan: pre-teardown hooks, archive first, each cache in two journalled
-phases (verified again at that moment), then stopped boot containers and engine images."""
+phases (verified again at that moment), then stopped boot containers and engine images; and
+what the run did, as text and JSON."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
 from contextlib import nullcontext, suppress
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -32,25 +34,42 @@ from lifecycle.ledger.boots import (
 )
 from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import results_not_archived_on
+from lifecycle.table import human_bytes
 from lifecycle.teardown.containers import (
     BootContainer,
     ImageDecision,
     mounted_by,
     remove_image,
 )
-from lifecycle.teardown.execute import CacheOutcome, Verdict, refuse, remove_cache
-from lifecycle.teardown.invariant import archive_gaps, scan_now, withheld_paths, withheld_reason
-from lifecycle.teardown.journal import Journal
-from lifecycle.teardown.plan import Action, CacheDecision, TeardownPlan, holders
+from lifecycle.teardown.plan import (
+    Action,
+    CacheDecision,
+    TeardownPlan,
+    count_of,
+    holders,
+    image_name,
+)
+from lifecycle.teardown.removal import (
+    CacheOutcome,
+    Journal,
+    Verdict,
+    archive_gaps,
+    refuse,
+    remove_cache,
+    scan_now,
+    withheld_paths,
+    withheld_reason,
+)
 from lifecycle.teardown.survey import (
+    ArchiveVerifier,
     Services,
     TeardownRequest,
     archive_one,
+    archived_boots,
     containers_going,
     current_mounts,
     images_going,
 )
-from lifecycle.teardown.verify import ArchiveVerifier, archived_boots
 
 
 @dataclass(frozen=True)
@@ -161,7 +180,7 @@ def _carry_out(
         return refuse(journal, cache, resumes, [archive_problems[cache.id]])
 
     def check(where: Path | None) -> Verdict:
-        """Everything again, now, under the lease (lifecycle.teardown.invariant)."""
+        """Everything again, now, under the lease (lifecycle.teardown.removal)."""
         current = cache_by_id(ledger, cache.id)
         archive = archive_of(ledger, cache.id)
         if current is None or archive is None:
@@ -294,3 +313,44 @@ def _clean_docker(
 
 def _stamp(moment: datetime) -> str:
     return moment.isoformat(timespec="seconds")
+
+
+def result_json(result: TeardownResult) -> dict[str, Any]:
+    """What the run did, cache by cache."""
+    return {
+        "run_id": result.run_id,
+        "caches": [asdict(o) for o in result.outcomes],
+        "removed": len(result.removed),
+        "bytes_freed": sum(o.bytes_freed for o in result.removed),
+        "containers_removed": [asdict(c) for c in result.containers_removed],
+        "images": [asdict(i) for i in result.images],
+        "evidence": list(result.evidence),
+        "notes": list(result.notes),
+        "hooks": [asdict(r) for r in result.hook_runs],
+    }
+
+
+def summary_text(result: TeardownResult) -> str:
+    """'removed 63 caches, 20.1 GiB freed; evidence at s3://…', then what did not go and why."""
+    freed = sum(o.bytes_freed for o in result.removed)
+    where = f"; evidence at {', '.join(result.evidence)}" if result.evidence else ""
+    lines = [f"removed {count_of(len(result.removed), 'cache')}, {human_bytes(freed)} freed{where}"]
+    for outcome in result.outcomes:
+        back = "; its dir is back from the trash" if outcome.restored else ""
+        if outcome.settled:
+            lines.append(f"recorded {outcome.cache_id} as {outcome.settled}: its dir was gone")
+        elif outcome.problem:
+            lines.append(f"kept {outcome.cache_id}: {outcome.problem}{back}")
+        elif back:
+            lines.append(f"kept {outcome.cache_id} as planned{back}")
+    if result.containers_removed:
+        names = ", ".join(c.name for c in result.containers_removed)
+        count = count_of(len(result.containers_removed), "stopped boot container")
+        lines.append(f"removed {count}: {names}")
+    for image in result.images:
+        name = image_name(image.tags, image.id)
+        done = f"removed image {name}" if image.removes else f"kept image {name}: {image.why}"
+        lines.append(done)
+    lines += [f"note: {note}" for note in result.notes]
+    lines.append(f"journal: run {result.run_id}")
+    return "\n".join(lines) + "\n"

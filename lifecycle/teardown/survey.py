@@ -1,7 +1,8 @@
 """Survey the host for a teardown: gather the facts (ledger, dockerd, S3) and decide the plan.
 
-Only reads: `--dry-run` stops after this. Each archive is verified against S3 here so the plan
-tells the truth about what would go; the run verifies again at the moment each cache goes.
+Only reads: `--dry-run` stops after this. Each archive is verified where it was written, so the
+plan tells the truth about what would go (the run verifies again as each cache goes); a location
+that does not answer is asked once, not once per cache, and each cache archived there stays.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import ArchiveReport, archive_caches
+from lifecycle.archive.store import BlobStore, S3Unavailable
 from lifecycle.archive.transfer import Progress
+from lifecycle.archive.verify import VerifiedRecord, fetch_verified
 from lifecycle.dockerd import sdk_errors
 from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.home import Home
 from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import archive_of
+from lifecycle.ledger.archives import ArchiveRecord, BootArchiveRow, archive_of, boot_archive
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_uses, tainted_files
 from lifecycle.ledger.builds import all_builds
 from lifecycle.ledger.removal import pins
@@ -37,10 +40,8 @@ from lifecycle.teardown.containers import (
     running_mounts,
     stopped_boot_containers,
 )
-from lifecycle.teardown.invariant import scan_where_it_is
-from lifecycle.teardown.journal import trash_path, unfinished_runs
 from lifecycle.teardown.plan import Action, Facts, Selection, TeardownPlan, decide
-from lifecycle.teardown.verify import ArchiveVerifier, archived_boots
+from lifecycle.teardown.removal import scan_where_it_is, trash_path, unfinished_runs
 
 
 @dataclass(frozen=True)
@@ -237,3 +238,81 @@ def _named(cache_ids: Sequence[str], caches: Sequence[CacheRecord]) -> tuple[str
     if problems:
         raise LifecycleError("\n".join(problems))
     return tuple(f"{i}: already torn down" for i in cache_ids if known[i].state == "torn-down")
+
+
+# HeadBucket answers that mean "the server is there, these credentials may not list": the
+# objects themselves are still checked one by one.
+_ANSWERED = {"403", "AccessDenied"}
+
+
+class ArchiveVerifier:
+    """`verifier(archive)` -> the record now, with one problem per object that does not verify."""
+
+    def __init__(
+        self,
+        client: Any | None,
+        client_problem: str | None = None,
+        boots_for: Callable[[ArchiveRecord], Sequence[BootArchiveRow]] = lambda archive: (),
+    ) -> None:
+        self._client = client
+        self._client_problem = client_problem or "no S3 client"
+        self._boots_for = boots_for
+        self._reachable: dict[str, str | None] = {}  # location url -> why not, or None
+        self.unreachable: dict[str, str] = {}  # location url -> why its server is out of reach
+
+    def __call__(self, archive: ArchiveRecord) -> VerifiedRecord:
+        location = ArchiveLocation.parse(archive.location)
+        url = location.url()
+        if self._client is None:
+            return _unverified(f"cannot reach S3 to verify {url}: {self._client_problem}")
+        unreachable = self.problem_with(location)
+        if unreachable:
+            return _unverified(unreachable)
+        try:
+            store = BlobStore(self._client, location)
+            return fetch_verified(store, archive, self._boots_for(archive))
+        except S3Unavailable as exc:  # the server went away since the probe: ask it no more
+            self._reachable[url] = self.unreachable[url] = str(exc)
+            return _unverified(str(exc))
+        except LifecycleError as exc:  # the store's other one-line errors
+            return _unverified(str(exc))
+        except (BotoCoreError, ClientError) as exc:
+            return _unverified(f"cannot verify s3://{location.bucket}/{archive.record_key}: {exc}")
+
+    def problem_with(self, location: ArchiveLocation) -> str | None:
+        """Why the location cannot be used now (asked once per run), or None."""
+        if self._client is None:
+            return f"cannot reach S3: {self._client_problem}"
+        if location.url() not in self._reachable:
+            self._reachable[location.url()] = self._probe(location)
+        return self._reachable[location.url()]
+
+    def _probe(self, location: ArchiveLocation) -> str | None:
+        assert self._client is not None
+        try:
+            self._client.head_bucket(Bucket=location.bucket)
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in _ANSWERED:
+                return None
+            return f"S3 bucket of {location.url()} not usable: {exc}"
+        except BotoCoreError as exc:
+            why = BlobStore(self._client, location).error(exc, "")
+            self.unreachable[location.url()] = str(why)
+            return f"cannot reach S3 for {location.url()}: {why}"
+        return None
+
+
+def _unverified(problem: str) -> VerifiedRecord:
+    return VerifiedRecord((problem,), None, answered=False)
+
+
+def archived_boots(ledger: Ledger) -> Callable[[ArchiveRecord], list[BootArchiveRow]]:
+    """For a cache's archive: the records, at the same location, of the boots that used it."""
+
+    def boots_for(archive: ArchiveRecord) -> list[BootArchiveRow]:
+        uses = [u for u in cache_uses(ledger) if u.cache_id == archive.cache_id]
+        rows = [boot_archive(ledger, u.boot_id, archive.location) for u in uses]
+        return [row for row in rows if row is not None]
+
+    return boots_for

@@ -1,8 +1,8 @@
 """`why`: why a boot was cold or only partly warm, against the boot it should have matched.
 
 `explain` picks the other boot (the one given, or the best candidate: the newest warm boot of
-the same manifest and profile, else the newest that ended ok), gathers both boots' facts
-(`facts`) and names every factor that changed (`compare`).
+the same manifest and profile, else the newest that ended ok), gathers both boots' facts and
+names every factor that changed (`compare`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, all_boots, boot_by_id
 from lifecycle.report import Report, plain
 from lifecycle.table import human_bytes
-from lifecycle.why.compare import Change, compare, missed
-from lifecycle.why.facts import BootFacts, boot_facts
+from lifecycle.why.compare import BootFacts, Change, boot_facts, compare, missed
 
 __all__ = ["BootFacts", "Change", "Explanation", "explain"]
 
