@@ -1,6 +1,6 @@
 """`lifecycle tune VERSION LADDER.yaml` and `lifecycle tune VERSION --revalidate`.
 
-A ladder runs as a night of rungs (lifecycle.night.tuning): its predictions registered first,
+A ladder runs as a night of rungs (lifecycle.night.plan): its predictions registered first,
 every rung cold and warm at the forced shape, the chosen value written into VERSION's manifest
 as validated with the conditions it was measured in. `--revalidate` measures each carried value
 again by its recorded ladder: it becomes validated, or a new value is proposed (exit 1).
