@@ -11,22 +11,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from lifecycle.boot.run import BootRequest, Watch, boot
-from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord
 from lifecycle.results.acceptance import accept
 
 
 def boot_then_accept(
-    client: Any,
-    ledger: Ledger,
-    home: Home,
-    request: BootRequest,
-    host_env: Mapping[str, str],
-    watch: Watch,
+    client: Any, ledger: Ledger, request: BootRequest, host_env: Mapping[str, str], watch: Watch
 ) -> BootRecord:
     """Boot once; then, if the profile declares one, run its acceptance and record its result."""
-    record = boot(client, ledger, home, request, host_env, watch)
+    record = boot(client, ledger, request, host_env, watch)
     acceptance = request.loaded.manifest.profiles[record.profile].acceptance
     if acceptance is not None:
         result = accept(ledger, record, acceptance, request.loaded.file, host_env)

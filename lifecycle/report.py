@@ -58,7 +58,7 @@ class Listing(Report):
     format: str  # lifecycle-caches/1, lifecycle-archived-boots/1, …
     key: str
     rows: tuple[Any, ...]  # each a Row, or a dataclass whose fields are its JSON
-    columns: tuple[str, ...]
+    columns: str  # their headers, space-separated
     cells: Callable[[Any], list[object]]  # a row's cells, in the columns' order
     location: str | None = None  # s3://bucket/prefix, for a listing of an archive
 
@@ -67,7 +67,7 @@ class Listing(Report):
         return {"format": self.format, **where, self.key: plain(self.rows)}
 
     def text(self) -> str:
-        table = render(self.columns, [self.cells(row) for row in self.rows])
+        table = render(self.columns.split(), [self.cells(row) for row in self.rows])
         return table if self.location is None else f"# {self.location}\n{table}"
 
 

@@ -60,6 +60,7 @@ class BootRequest:
     cold: bool
     hooks: Sequence[Hook]
     arch: str
+    home: Home  # where its caches, leases and evidence are
     timeout_s: float | None = None
     extra_args: tuple[str, ...] = ()  # after the profile's and the tuned values' (a night's cell)
 
@@ -114,14 +115,10 @@ class Watch:
 
 
 def boot(
-    client: Any,
-    ledger: Ledger,
-    home: Home,
-    request: BootRequest,
-    host_env: Mapping[str, str],
-    watch: Watch,
+    client: Any, ledger: Ledger, request: BootRequest, host_env: Mapping[str, str], watch: Watch
 ) -> BootRecord:
     """Run the engine once with its caches; returns the finished boot record."""
+    home = request.home
     on_line, checkpoint = watch.on_line, watch.checkpoint
     manifest = request.loaded.manifest
     profile = pick_profile(manifest, request.profile)

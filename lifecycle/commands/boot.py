@@ -140,7 +140,16 @@ def request(
     hooks = select(ctx.project / "hooks", options.hook_names)
     arch = ctx.gpu_arch  # part of the cache key: set LIFECYCLE_GPU_ARCH on GPU hosts
     return BootRequest(
-        loaded, digest, image, tag, options.profile, options.cold, hooks, arch, options.timeout
+        loaded,
+        digest,
+        image,
+        tag,
+        options.profile,
+        options.cold,
+        hooks,
+        arch,
+        ctx.home,
+        options.timeout,
     )
 
 
@@ -164,7 +173,7 @@ def run(ctx: Context, options: verbs.Boot) -> BootReport | BootSpecReport:
     with ctx.ledger() as ledger:
         boot_request = request(ctx, options, client, ledger)
         watch = Watch(on_line=ctx.say, checkpoint=ctx.checkpoint())
-        record = boot_then_accept(client, ledger, ctx.home, boot_request, ctx.environ, watch)
+        record = boot_then_accept(client, ledger, boot_request, ctx.environ, watch)
         uses = tuple(cache_uses(ledger, boot_id=record.id))
         writes = tuple(untracked_writes(ledger, record.id))
         passed_over = tuple(damage_found_by(ledger, record.id))

@@ -101,7 +101,7 @@ class ListedArchivedBoot(Row):
         return {**row, "arch": self.boot.arch, "record": self.boot.record}
 
 
-CACHE_COLUMNS = ("CACHE", "MANIFEST", "NAME", "SIZE", "FILES", "BOOTS", "STATE", "AGE")
+CACHE_COLUMNS = "CACHE MANIFEST NAME SIZE FILES BOOTS STATE AGE"
 
 
 def _cache_cells(r: ListedCache) -> list[object]:
@@ -115,17 +115,7 @@ def _cache_cells(r: ListedCache) -> list[object]:
     ]  # fmt: skip
 
 
-BOOT_COLUMNS = (
-    "BOOT",
-    "STARTED",
-    "MANIFEST",
-    "PROFILE",
-    "OUTCOME",
-    "EXIT",
-    "CACHES",
-    "JIT",
-    "HOOKS",
-)
+BOOT_COLUMNS = "BOOT STARTED MANIFEST PROFILE OUTCOME EXIT CACHES JIT HOOKS"
 
 
 def _boot_cells(row: ListedBoot) -> list[object]:
@@ -152,9 +142,7 @@ def _caches_cell(boot: BootReport) -> str:
     return text + (f" ({', '.join(grew)} while warm)" if grew else "")
 
 
-ARCHIVED_CACHE_COLUMNS = (
-    "CACHE", "MANIFEST", "NAME", "ARCH", "VERSIONS", "NEWEST", "SIZE", "STATE", "BY", "AGE",
-)  # fmt: skip
+ARCHIVED_CACHE_COLUMNS = "CACHE MANIFEST NAME ARCH VERSIONS NEWEST SIZE STATE BY AGE"
 
 
 def _archived_cache_cells(r: ListedArchivedCache) -> list[object]:
@@ -167,16 +155,7 @@ def _archived_cache_cells(r: ListedArchivedCache) -> list[object]:
     ]  # fmt: skip
 
 
-ARCHIVED_BOOT_COLUMNS = (
-    "BOOT",
-    "STARTED",
-    "HOST",
-    "MANIFEST",
-    "PROFILE",
-    "OUTCOME",
-    "ARCH",
-    "CACHES",
-)
+ARCHIVED_BOOT_COLUMNS = "BOOT STARTED HOST MANIFEST PROFILE OUTCOME ARCH CACHES"
 
 
 def _archived_boot_cells(r: ListedArchivedBoot) -> list[object]:

@@ -159,9 +159,7 @@ def add(ctx: Context, asked: verbs.ResultAdd) -> ResultAddReport:
     return ResultAddReport(view, str(problem), problem.exit_code)
 
 
-RESULT_COLUMNS = (
-    "RESULT", "CREATED", "NAME", "STATUS", "BOOT", "MANIFEST", "METRICS", "ARCHIVED", "FLAGS",
-)  # fmt: skip
+RESULT_COLUMNS = "RESULT CREATED NAME STATUS BOOT MANIFEST METRICS ARCHIVED FLAGS"
 
 
 def _result_cells(r: ResultView) -> list[object]:
@@ -173,9 +171,7 @@ def _result_cells(r: ResultView) -> list[object]:
     ]  # fmt: skip
 
 
-ARCHIVED_RESULT_COLUMNS = (
-    "RESULT", "CREATED", "NAME", "STATUS", "BOOT", "MANIFEST", "HOST", "METRICS", "FLAGS",
-)  # fmt: skip
+ARCHIVED_RESULT_COLUMNS = "RESULT CREATED NAME STATUS BOOT MANIFEST HOST METRICS FLAGS"
 
 
 def _archived_result_cells(listed: ListedArchivedResult) -> list[object]:

@@ -85,7 +85,7 @@ class LocalEngine:
             args = (engine_flag(cell.rung.argument), f"{cell.rung.value:g}", *args)
         request = BootRequest(
             loaded, order.pin.digest, order.pin.image, order.pin.tag, cell.boot_profile,
-            cell.state == "cold", order.hooks, self.arch, cell.timeout_s, args,
+            cell.state == "cold", order.hooks, self.arch, self.home, cell.timeout_s, args,
         )  # fmt: skip
         # What is known before the boot; the boot and its checks fill in the rest.
         pending = RunSummary(
@@ -95,9 +95,7 @@ class LocalEngine:
             args=list(args), verdict="inconclusive", checks=[],
         )  # fmt: skip
         try:
-            record = boot_then_accept(
-                self.docker, self.ledger, self.home, request, self.host_env, Watch()
-            )
+            record = boot_then_accept(self.docker, self.ledger, request, self.host_env, Watch())
         except HookFailed as exc:  # recorded as aborted by the boot; no engine ran to judge
             why = f"a pre-boot hook said no: {exc.run.name} exited {exc.run.exit_code}"
             return pending.model_copy(update={"error": why})
