@@ -140,17 +140,9 @@ def request(
     hooks = select(ctx.project / "hooks", options.hook_names)
     arch = ctx.gpu_arch  # part of the cache key: set LIFECYCLE_GPU_ARCH on GPU hosts
     return BootRequest(
-        loaded,
-        digest,
-        image,
-        tag,
-        options.profile,
-        options.cold,
-        hooks,
-        arch,
-        ctx.home,
+        loaded, digest, image, tag, options.profile, options.cold, hooks, arch, ctx.home,
         options.timeout,
-    )
+    )  # fmt: skip
 
 
 def existing_tag(image: Any, derived: str) -> str:
