@@ -43,6 +43,10 @@ class _Group(click.Group):
         except LifecycleError as exc:
             if ctx.params.get("debug"):
                 _print_traceback()
+            from lifecycle.home import HomeUnusable
+
+            if not isinstance(exc, HomeUnusable):  # else it says the same, as its cause
+                _say_unreadable()
             for line in exc.lines():
                 _stderr(line)
             ctx.exit(exc.exit_code)
@@ -116,10 +120,18 @@ def cli(ctx: click.Context, debug: bool, manifests_dir: Path | None) -> None:
     _warn_if_production_down(home)
 
 
+_UNREADABLE: list[str] = []  # why the ledger could not be asked about production, if so
+
+
+def _say_unreadable() -> None:
+    for why in _UNREADABLE:
+        _stderr(f"lifecycle: warning: cannot tell whether a night left production down: {why}")
+
+
 def _warn_if_production_down(home: Home) -> None:
     """Whatever the verb: say so when a night left production down (a SIGKILL, a reboot, a
-    failed up hook). Read-only; a ledger that cannot be read is said, and the verb goes on
-    (`validate` needs no ledger; one that does fails on its own with the same cause)."""
+    failed up hook). Read-only. A ledger that cannot be read is said once the verb is done
+    (`validate` needs no ledger), unless the verb failed on it, saying the same itself."""
     from lifecycle.home import HomeUnusable
     from lifecycle.ledger.nights import production_left_down_in
 
@@ -128,7 +140,7 @@ def _warn_if_production_down(home: Home) -> None:
     try:
         events = production_left_down_in(home.root)
     except HomeUnusable as exc:
-        _stderr(f"lifecycle: warning: cannot tell whether a night left production down: {exc}")
+        _UNREADABLE.append(str(exc))
         return
     if events:  # the wording needs the night package; the common case imports none of it
         from lifecycle.night.production import is_down
@@ -189,6 +201,7 @@ def _confirm(question: str) -> None:
 def _answer(ctx: click.Context, report: Report | None, as_json: bool) -> NoReturn:
     """Print the report (its text, or `--json`), its notes on stderr; exit its code. None: the
     verb printed its answer itself (a note said why there is no report)."""
+    _say_unreadable()
     if report is None:
         ctx.exit(0)
     if as_json:
