@@ -3,7 +3,7 @@
 Unlike teardown's check (listing, ETag, stored checksum), verify trusts nothing the server
 says about an object: it reads every byte back and hashes it, so it also catches an object
 overwritten in place without a checksum. A record found missing is looked up in what gc
-recorded removing at its location (lifecycle.archive.collected), read once per run.
+recorded removing at its location (lifecycle.archive.record), read once per run.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO, cast
 
-from lifecycle.archive.collected import Removal, removals
+from lifecycle.archive.record import Removal, removals
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.parallel import pool_map
 

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import click
 
 from lifecycle.archive.config import resolve_location
-from lifecycle.archive.pins import pins_at
+from lifecycle.archive.record import pins_at
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context

@@ -2,7 +2,7 @@
 
     plan -> journal (every object, one transaction) -> a fresh look at the archive -> spare what
     a record written since names -> the record of what goes, in the archive
-    (lifecycle.archive.collected) -> delete a batch -> journal it removed -> ... -> finished
+    (lifecycle.archive.record) -> delete a batch -> journal it removed -> ... -> finished
 
 A run killed anywhere leaves its plan in the ledger with some objects not marked; the next run
 at that location completes it first, with the same fresh look: nothing is deleted that a record
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from lifecycle.archive.collected import record_removal
+from lifecycle.archive.record import record_removal
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.faults import Checkpoint
 from lifecycle.gc.plan import RULES, GcPlan, Policy

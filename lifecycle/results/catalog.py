@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lifecycle.archive.layout import parse_key
-from lifecycle.archive.pins import pins_at
+from lifecycle.archive.record import pins_at
 from lifecycle.archive.store import BlobStore
 from lifecycle.parallel import pool_map
 from lifecycle.records import ResultRecordV1
