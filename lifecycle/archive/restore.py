@@ -22,12 +22,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from lifecycle.archive.fetch import download_files, fetch_region, regions
 from lifecycle.archive.layout import cache_prefix, parse_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.packs import Placed
 from lifecycle.archive.record import placements, read_as, read_legacy_cache
 from lifecycle.archive.store import RECORD_MAX, ArchiveError, BlobStore, os_problem
+from lifecycle.archive.transfer import download_files, fetch_region, regions
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.home import Home
