@@ -188,7 +188,7 @@ def known_blobs(
     """Every blob the listed packs hold, by sha256. `cache` keeps indexes read before (a pack
     never changes), so a second archive in one run reads only the new ones. A pack whose index
     cannot be read is kept there as None: it offers no blob, and fails no archive (whether its
-    bytes are damaged, its checksum says: lifecycle.archive.heal)."""
+    bytes are damaged, its checksum says: lifecycle.archive.verify)."""
     todo = [sha for sha in packs if sha not in cache]
     read = pool_map(lambda sha: _index(store, sha, packs[sha][0]), todo, workers, "pack-index")
     cache.update(zip(todo, read, strict=True))

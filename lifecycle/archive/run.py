@@ -12,7 +12,7 @@ and at most objects no record names yet (which `gc --remote` removes).
 Nothing is ever overwritten: a record is a new object named by the sha256 of its bytes, so a
 cache archived by two hosts at once becomes two versions, each of which verifies as its host
 wrote it. An unchanged cache archived again re-uses (and re-verifies) the version this host
-already wrote; what the records rely on that is damaged is put right (lifecycle.archive.heal).
+already wrote; what the records rely on that is damaged is put right (lifecycle.archive.verify).
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle import __version__
-from lifecycle.archive import heal, packs
+from lifecycle.archive import packs, verify
 from lifecycle.archive.bootrecord import plan_boot_record
-from lifecycle.archive.heal import Relied
 from lifecycle.archive.layout import marker, marker_body, record_key, version_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.record import load_as, placements, read_legacy_cache, record_packs
 from lifecycle.archive.sources import BlobSource, RecordPlan, render_record
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, os_problem
 from lifecycle.archive.transfer import Progress, Sent, upload_all
+from lifecycle.archive.verify import Relied
 from lifecycle.archive.version import plan_version
 from lifecycle.boot.caches import damage
 from lifecycle.errors import LifecycleError, did_you_mean
@@ -199,7 +199,7 @@ def _archive(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) 
 
 def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> _Planned:
     """Scan, collect the records and their blobs, and ask the server which it already holds;
-    check what the records rely on that is there already (lifecycle.archive.heal)."""
+    check what the records rely on that is there already (lifecycle.archive.verify)."""
     store, workers, dry_run = run.store, run.workers, run.dry_run
     url = store.location.url()
     previous = archive_of(ledger, cache.id)
@@ -210,7 +210,7 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
     tree = fingerprint.tree_digest
     host = socket.gethostname()
     relied = Relied()
-    due = heal.boots_to_write(
+    due = verify.boots_to_write(
         ledger, run.home, store, cache.id, relied, run.checked_boots,
         host=host, tool_version=__version__, workers=workers,
     )  # fmt: skip
@@ -228,7 +228,7 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
             host=host, tool_version=__version__,
         )  # fmt: skip
 
-    there = heal.standing_version(store, rows, tree, with_content, plan, relied, workers)
+    there = verify.standing_version(store, rows, tree, with_content, plan, relied, workers)
     standing, version = (there[0], None) if there else (None, plan())
     sources: dict[str, BlobSource] = {}
     for each in [*(planned for _, planned in boots), *([version] if version else [])]:
@@ -236,7 +236,7 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
             sources.setdefault(sha, source)
     singles = [BlobRef(sha, s.size) for sha, s in sources.items() if not packs.packable(s)]
     found = store.check_blobs(singles, workers)
-    packed, pack_sizes = heal.packed_already(store, sources, run.indexes, relied, workers)
+    packed, pack_sizes = verify.packed_already(store, sources, run.indexes, relied, workers)
     unpacked = {sha for sha, source in sources.items() if packs.packable(source)} - packed.keys()
     missing = unpacked | {sha for sha, problem in found.items() if problem}
     # In the order of `sources` (a cache's path order), which packs follow.
@@ -427,9 +427,9 @@ def _send(run: _Run, cache_id: str, todo: list[BlobSource], relied: Relied | Non
 
 
 def _set_aside(ledger: Ledger, run: _Run, relied: Relied) -> None:
-    """Delete what is damaged (lifecycle.archive.heal) before its right bytes are sent; the
+    """Delete what is damaged (lifecycle.archive.verify) before its right bytes are sent; the
     ledger forgets the versions whose records went."""
-    gone = set(heal.set_aside(run.store, relied.set_aside, run.workers))
+    gone = set(verify.set_aside(run.store, relied.set_aside, run.workers))
     forget_versions(ledger, [r for r in relied.forget if run.store.relative(r.record_key) in gone])
     for relative in gone:
         run.indexes.pop(relied.set_aside[relative], None)  # a pack made again is read anew
