@@ -16,9 +16,9 @@ import pytest
 from bench.archive import register_cache as _register
 from lifecycle.archive import packs
 from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.plans import BlobSource
 from lifecycle.archive.restore import restore_cache, restore_file
 from lifecycle.archive.run import ArchiveReport, archive_caches
-from lifecycle.archive.sources import BlobSource
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.archive.transfer import regions
 from lifecycle.fingerprint import scan

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple, cast
 
-from lifecycle.archive.sources import BlobSource
+from lifecycle.archive.plans import BlobSource
 from lifecycle.archive.store import ArchiveError, BlobStore, Listed, S3Unavailable
 from lifecycle.parallel import pool_map
 

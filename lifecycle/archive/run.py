@@ -29,15 +29,19 @@ from typing import Any
 
 from lifecycle import __version__
 from lifecycle.archive import packs, verify
-from lifecycle.archive.bootrecord import plan_boot_record
 from lifecycle.archive.layout import marker, marker_body, record_key, version_key
 from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.plans import (
+    BlobSource,
+    RecordPlan,
+    plan_boot_record,
+    plan_version,
+    render_record,
+)
 from lifecycle.archive.record import load_as, placements, read_legacy_cache, record_packs
-from lifecycle.archive.sources import BlobSource, RecordPlan, render_record
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, os_problem
 from lifecycle.archive.transfer import Progress, Sent, upload_all
 from lifecycle.archive.verify import Relied
-from lifecycle.archive.version import plan_version
 from lifecycle.boot.caches import damage
 from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.fingerprint import Fingerprint, scan

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lifecycle.archive import packs
-from lifecycle.archive.sources import BlobSource
+from lifecycle.archive.plans import BlobSource
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.fingerprint import Entry
 from lifecycle.parallel import bounded_map

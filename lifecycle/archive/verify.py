@@ -11,15 +11,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from lifecycle.archive import packs
-from lifecycle.archive.bootrecord import plan_boot_record
 from lifecycle.archive.layout import blob_key, pack_key, parse_key
+from lifecycle.archive.plans import BlobSource, RecordPlan, plan_boot_record
 from lifecycle.archive.record import (
     CacheOrBoot,
     load_by_key,
     record_blobs,
     record_packs,
 )
-from lifecycle.archive.sources import BlobSource, RecordPlan
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, S3Unavailable
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger

@@ -5,9 +5,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from lifecycle.archive.bootrecord import image_snapshot
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.sources import read_snapshot
+from lifecycle.archive.plans import image_snapshot, read_snapshot
 from lifecycle.audit.chain import ArchiveFacts, CacheAuditFacts, CacheFacts, ChainFacts
 from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.home import Home

@@ -41,8 +41,8 @@ from lifecycle.archive.layout import (
     record_key,
     records_of,
 )
+from lifecycle.archive.plans import BlobSource, RecordPlan, file_blob, render_record
 from lifecycle.archive.record import load_as, named_by_content, read_as
-from lifecycle.archive.sources import BlobSource, RecordPlan, file_blob, render_record
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, boot_archive, version_of
