@@ -21,7 +21,7 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.archive.verify import fetch_verified, inspect_record
-from lifecycle.gc.snapshot import take_snapshot
+from lifecycle.gc import take_snapshot
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, boot_archive, versions_of

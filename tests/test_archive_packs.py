@@ -23,7 +23,7 @@ from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.archive.transfer import regions
 from lifecycle.fingerprint import scan
 from lifecycle.formats import VERSION_FORMAT
-from lifecycle.gc.snapshot import needs
+from lifecycle.gc import needs
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.records import CacheVersion

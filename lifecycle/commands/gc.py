@@ -19,9 +19,7 @@ from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import LifecycleError
-from lifecycle.gc.plan import GcPlan, Policy, plan_gc
-from lifecycle.gc.run import Swept, journal_plan, sweep
-from lifecycle.gc.snapshot import take_snapshot
+from lifecycle.gc import GcPlan, Policy, Swept, journal_plan, plan_gc, sweep, take_snapshot
 from lifecycle.leases import exclusive
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.gc import unfinished_gc
