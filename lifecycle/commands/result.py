@@ -32,7 +32,7 @@ from lifecycle.ledger.results import (
 )
 from lifecycle.report import Listing, Report, Row, plain
 from lifecycle.results.add import ResultRequest, add_result
-from lifecycle.results.catalog import ArchivedResult, archived_results
+from lifecycle.results.archive import ArchivedResult, archived_results, publish_result
 from lifecycle.results.model import (
     STATUSES,
     Scalar,
@@ -43,7 +43,6 @@ from lifecycle.results.model import (
     pin_reason,
     read_document,
 )
-from lifecycle.results.publish import publish_result
 
 METRICS_WIDTH = 40  # characters of `k=v, …` in the table; --json has them all
 MAX_DOCUMENT_BYTES = 16 * 2**20  # a result document is metrics and notes, not data
