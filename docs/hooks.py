@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lifecycle.errors import EXIT_CODES  # noqa: E402
-from lifecycle.formats import CURRENT, EVERY_FORMAT  # noqa: E402
+from lifecycle.formats import CURRENT, FORMATS  # noqa: E402
 
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
 
@@ -36,11 +36,11 @@ def exit_codes() -> str:
 
 def record_formats() -> str:
     """Each archive record format: its model's description and its top-level fields."""
-    from lifecycle.records import json_schema
+    from lifecycle.commands.schema import record_json_schema as json_schema
 
     kind_of = {name: kind for kind, name in CURRENT.items()}
     sections = []
-    for name in EVERY_FORMAT:
+    for name in FORMATS:
         schema = json_schema(name)
         kind = kind_of.get(name)
         written = (

@@ -1,15 +1,9 @@
 """The archive's objects in S3, one at a time: created once, read, listed, deleted by gc.
 
-Every write carries ChecksumSHA256, so the server refuses a body that is not what we hashed
-(BadDigest) instead of storing it, and `If-None-Match: *`, so it never replaces an object
-already there. SeaweedFS (4.48, `weed mini`) honours it: a second PUT of a key gets 412
-PreconditionFailed, and of 8 hosts' threads creating one new key at once exactly one wins
-(60 races of 60, tests/test_archive_objects.py). A 412 is not proof that another writer was
-first: botocore retries a PUT whose answer it lost, and the retry finds the first attempt's
-object. So a 412 reads the object back: the same bytes are success. A server that does not
-implement conditional writes (501 NotImplemented) gets a look, then a plain PUT: the keys
-make that safe too, since every record's key holds the sha256 of its bytes and a marker's is
-the fact it records, so a write that loses a race writes the very same bytes.
+Every write carries ChecksumSHA256 and `If-None-Match: *`, so the server refuses a body that is
+not what we hashed and never replaces an object; a 412 reads the object back (the same bytes
+are success: botocore retried a PUT whose answer it lost). Why that is safe, with or without
+conditional writes: docs/bucket.md, "Append-only archive".
 """
 
 from __future__ import annotations

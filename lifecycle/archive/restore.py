@@ -1,12 +1,8 @@
 """Restore a cache from its archive: rebuilt beside its place, verified, then renamed into it.
 
-A cache has a version per archived state (lifecycle.archive.layout): a restore takes the one
-asked for by its tree digest, else the newest one holding the cache's files. A half-written
-`.so` crashes the engine that loads it, so nothing appears at the cache's path until the whole
-tree is down, every file matched its sha256 while downloading, and the tree digest of what was
-rebuilt equals the archived one; then one rename puts it in place. The ledger then knows the
-version it came from, so a teardown can remove it again at once, and the next archive of it
-names that version as its parent.
+Nothing appears at the cache's path until the whole tree is down and matches its archived tree
+digest (a half-written `.so` crashes the engine that loads it); the ledger then knows the
+version it came from, the parent of the cache's next version.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """Archive caches: a fresh scan; each boot that used the cache, its own record; then the
 cache's version, its own record; every one verified, then the ledger.
 
-The order is the safety argument. Blobs are content-addressed, so uploading one twice is
-harmless and a re-run after an interruption sends only what is missing (a cache's small files
-go up in packs, lifecycle.archive.packs, whose indexes say which blobs are there already). A
-record is written only after every blob it names is verified on the server, so a record's
-existence means it is complete; the ledger rows (which let teardown consider the cache) are
-written only after the records themselves are in place. A failure at any point leaves no row,
-and at most objects no record names yet (which `gc --remote` removes).
-
-Nothing is ever overwritten: a record is a new object named by the sha256 of its bytes, so a
-cache archived by two hosts at once becomes two versions, each of which verifies as its host
-wrote it. An unchanged cache archived again re-uses (and re-verifies) the version this host
-already wrote; what the records rely on that is damaged is put right (lifecycle.archive.verify).
+The order is the safety argument (docs/verbs/archive.md, "Why the order is safe"): a record
+only after every blob it names verified, the ledger's rows only after the records.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """How long a command waits for the S3 server, and what it does once it has waited enough.
 
-Each attempt of a request waits at most the read timeout (LIFECYCLE_S3_TIMEOUT) for an answer.
-That alone does not bound a command: a request is tried twice, a pool of threads waits once per
-thread, and a loop that reads record after record, each failure noted and the next one asked,
-waits once per record (`gc --remote` waited 99 s on a server frozen after its listing). So one
-attempt that ran out of time speaks for the server: it is not tried again, and for the next
-ASK_AGAIN_AFTER_S every new request of the client fails at once, unsent. What was already
-waiting ends within one more timeout, so a command ends at most two timeouts after the server
-fell silent (README, "Time limits"); a long command (a night) asks again after the pause.
+A request is tried twice, a pool waits once per thread, a loop once per record (`gc --remote`
+waited 99 s on a server frozen after its listing), so one attempt that ran out of time speaks
+for the server: it is not tried again, and for ASK_AGAIN_AFTER_S every new request fails at
+once, unsent. The bound this gives: docs/time-limits.md.
 """
 
 from __future__ import annotations
