@@ -27,8 +27,7 @@ from lifecycle.ledger.results import (
     results_of_cache,
 )
 from lifecycle.records import FileBlob, HookRun, ImageSnapshot, ManifestSnapshot
-from lifecycle.results.add import find_boot
-from lifecycle.results.model import canonical_result
+from lifecycle.results.model import canonical_result, find_boot
 
 
 def find_result(ledger: Ledger, result_id: str) -> ResultRecord:

@@ -31,11 +31,12 @@ from lifecycle.ledger.results import (
     result_archives,
 )
 from lifecycle.report import Listing, Report, Row, plain
-from lifecycle.results.add import ResultRequest, add_result
 from lifecycle.results.archive import ArchivedResult, archived_results, publish_result
 from lifecycle.results.model import (
     STATUSES,
+    ResultRequest,
     Scalar,
+    add_result,
     canonical_result,
     is_pin_of,
     metrics_text,

@@ -18,8 +18,7 @@ from lifecycle.ledger.boots import BootRecord, cache_by_id, cache_uses
 from lifecycle.ledger.results import ResultRecord
 from lifecycle.manifest.model import Acceptance
 from lifecycle.redact import MIN_SECRET_LEN, redact
-from lifecycle.results.add import ResultRequest, add_result
-from lifecycle.results.model import ResultError, read_document
+from lifecycle.results.model import ResultError, ResultRequest, add_result, read_document
 
 STDERR_TAIL = 600  # characters of the command's stderr kept in the note when it did not pass
 

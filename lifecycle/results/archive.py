@@ -48,8 +48,7 @@ from lifecycle.ledger.results import (
 )
 from lifecycle.parallel import pool_map
 from lifecycle.records import RESULT_FORMAT_2, ResultRecordV1, ResultRecordV2
-from lifecycle.results.add import find_boot
-from lifecycle.results.model import canonical_result, result_digest
+from lifecycle.results.model import canonical_result, find_boot, result_digest
 
 Say = Callable[[str], None]
 
