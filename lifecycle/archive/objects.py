@@ -1,11 +1,7 @@
-"""The archive's objects in S3, one at a time: created once, read, listed, deleted by gc; and
-the client's patience: one attempt that ran out of time speaks for the server, so it is not
-tried again and for ASK_AGAIN_AFTER_S no new request is sent (docs/time-limits.md).
-
-Every write carries ChecksumSHA256 and `If-None-Match: *`, so the server refuses a body that is
-not what we hashed and never replaces an object; a 412 reads the object back (the same bytes
-are success: botocore retried a PUT whose answer it lost). Why that is safe, with or without
-conditional writes: docs/bucket.md, "Append-only archive".
+"""The archive's objects in S3, one at a time: created once (ChecksumSHA256 and `If-None-Match:
+*`; a 412 is read back, the same bytes being success), read, listed, deleted by gc; and the
+client's patience: an attempt that ran out of time is not tried again, and for
+ASK_AGAIN_AFTER_S no new request is sent. Why: docs/bucket.md, docs/time-limits.md.
 """
 
 from __future__ import annotations
