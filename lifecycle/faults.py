@@ -29,7 +29,7 @@ CRASH_POINTS = (
     "after-deleted",  # `deleted` journalled, trash not removed yet
     "after-rmtree",  # trash removed, `done` not journalled yet
 )
-# `gc --remote`'s step boundaries (lifecycle.gc.run); `:N` picks the N-th batch deleted.
+# `gc --remote`'s step boundaries (lifecycle.gc); `:N` picks the N-th batch deleted.
 GC_CRASH_POINTS = (
     "gc-planned",  # the plan journalled, nothing deleted yet
     "gc-after-batch",  # a batch of objects deleted and journalled as removed

@@ -1,13 +1,7 @@
 """The archive's record formats as models (their names: lifecycle.formats), checked whenever a
-record is read.
-
-Every record is one JSON object, keys sorted, immutable once written, and named by what it holds:
-its key ends in the sha256 of its bytes (lifecycle.archive.layout), so a reader checks that too.
-The rows a record carries (a cache's, a boot's, a boot's use of a cache) are the ledger's own
-dataclasses, checked the same way. A record that does not parse (another tool, a hand edit, a
-crafted object) is one line naming the object, never a KeyError three calls later. Unknown keys
-are ignored, so a newer writer's additions do not break an older reader; a change a reader must
-understand gets a new format name.
+record is read: one that does not parse (another tool, a hand edit, a crafted object) is one
+line naming the object, never a KeyError three calls later. The rows a record carries are the
+ledger's own dataclasses, checked the same way; unknown keys are ignored (docs/formats.md).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lifecycle.archive.heal import inspect_record
 from lifecycle.archive.store import BlobStore
+from lifecycle.archive.verify import inspect_record
 
 
 def keys(client: Any, bucket: str, prefix: str) -> list[str]:

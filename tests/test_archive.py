@@ -245,7 +245,7 @@ def _two_caches_first_archived(project: Path, target: ArchiveTarget) -> tuple[st
 
 
 def _spy_on_cache_file_opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from lifecycle.archive.sources import BlobSource
+    from lifecycle.archive.plans import BlobSource
 
     opened: list[str] = []
     real_open = BlobSource.open

@@ -15,14 +15,13 @@ from typing import Any
 import pytest
 
 from bench.archive import register_cache
-from lifecycle.archive import heal
-from lifecycle.archive.heal import inspect_record
+from lifecycle.archive import verify
 from lifecycle.archive.layout import blob_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.store import ArchiveError, BlobStore
-from lifecycle.archive.verify import fetch_verified
-from lifecycle.gc.snapshot import take_snapshot
+from lifecycle.archive.verify import fetch_verified, inspect_record
+from lifecycle.gc import take_snapshot
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, boot_archive, versions_of
@@ -76,12 +75,12 @@ def test_only_bytes_that_are_not_their_name_are_set_aside_and_never_once_put_rig
     good = b"the bytes this blob is named by\n"
     sha = hashlib.sha256(good).hexdigest()
     relative, key = blob_key(sha), store.blob_key(sha)
-    assert heal.set_aside(store, {relative: sha}, 2) == []  # not there: nothing to do
+    assert verify.set_aside(store, {relative: sha}, 2) == []  # not there: nothing to do
     store.upload_blob(sha, good)
-    assert heal.set_aside(store, {relative: sha}, 2) == []  # intact: kept
+    assert verify.set_aside(store, {relative: sha}, 2) == []  # intact: kept
     assert store.verify_blob(sha) is None
     client.put_object(Bucket=bucket, Key=key, Body=b"other bytes")
-    assert heal.set_aside(store, {relative: sha}, 2) == [relative]
+    assert verify.set_aside(store, {relative: sha}, 2) == [relative]
     assert store.head(key, checksum=False) is None
 
     # Another host sets it aside and sends it again between this look and this delete: the
@@ -96,7 +95,7 @@ def test_only_bytes_that_are_not_their_name_are_set_aside_and_never_once_put_rig
         return problem
 
     monkeypatch.setattr(store, "judge", put_right_meanwhile)
-    assert heal.set_aside(store, {relative: sha}, 2) == []
+    assert verify.set_aside(store, {relative: sha}, 2) == []
     assert store.verify_blob(sha) is None
 
 

@@ -15,15 +15,15 @@ import pytest
 
 from bench.archive import register_cache as _register
 from lifecycle.archive import packs
-from lifecycle.archive.fetch import regions
 from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.plans import BlobSource
 from lifecycle.archive.restore import restore_cache, restore_file
 from lifecycle.archive.run import ArchiveReport, archive_caches
-from lifecycle.archive.sources import BlobSource
 from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.archive.transfer import regions
 from lifecycle.fingerprint import scan
 from lifecycle.formats import VERSION_FORMAT
-from lifecycle.gc.snapshot import needs
+from lifecycle.gc import needs
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.records import CacheVersion
@@ -265,10 +265,10 @@ def test_adjacent_blobs_are_fetched_by_one_ranged_get() -> None:
 def test_a_file_over_the_single_put_cap_goes_up_in_parts(
     archive_target: ArchiveTarget, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lifecycle.archive import multipart, store
+    from lifecycle.archive import store
 
     monkeypatch.setattr(store, "MULTIPART_OVER", 6 << 20)  # stands in for S3's 5 GiB
-    monkeypatch.setattr(multipart, "PART_SIZE", 5 << 20)  # S3's smallest part
+    monkeypatch.setattr(store, "PART_SIZE", 5 << 20)  # S3's smallest part
     tree = _tree(tmp_path / "cache", small=3)
     (tree / "huge.so").write_bytes(os.urandom(12 << 20))  # three parts
     _register(tmp_path / "home", "packs-000000000001", tree)
@@ -283,7 +283,7 @@ def test_a_file_over_the_single_put_cap_goes_up_in_parts(
     assert verify_key(blobs, report.record_key, report.record_sha256) == []
     # Bytes other than the blob's are never completed under its name.
     with pytest.raises(ArchiveError, match="are not blob"):
-        multipart.upload_multipart(blobs, blobs.blob_key("0" * 64), "0" * 64,
+        store.upload_multipart(blobs, blobs.blob_key("0" * 64), "0" * 64,
                                    (tree / "huge.so").open("rb"), 12 << 20)  # fmt: skip
     assert blobs.head(blobs.blob_key("0" * 64), checksum=False) is None
     other = Ledger.open(tmp_path / "other")

@@ -15,8 +15,7 @@ from lifecycle.archive.layout import (
     version_key,
 )
 from lifecycle.archive.objects import Listing
-from lifecycle.gc.plan import PHASES, Policy, plan_gc
-from lifecycle.gc.snapshot import Record, Snapshot
+from lifecycle.gc import PHASES, Policy, Record, Snapshot, plan_gc
 from lifecycle.ledger.boots import BootRecord, CacheUse
 from lifecycle.records import (
     BlobEntry,

@@ -23,9 +23,10 @@ from lifecycle.ledger.boots import BootRecord, CacheRecord, CacheUse, finish_boo
 from lifecycle.ledger.results import result_by_id
 from lifecycle.manifest.model import Acceptance
 from lifecycle.results.acceptance import CommandRun, accept, project_root
-from lifecycle.results.add import ResultRequest, add_result
 from lifecycle.results.model import (
     ResultError,
+    ResultRequest,
+    add_result,
     canonical_bytes,
     canonical_result,
     parse_metric,

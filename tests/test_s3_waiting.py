@@ -1,4 +1,4 @@
-"""The S3 client's patience (lifecycle.archive.waiting), against a loopback listener that accepts
+"""The S3 client's patience (lifecycle.archive.objects), against a loopback listener that accepts
 and never answers, with a one-second time limit so that each attack costs seconds: an attempt
 that ran out of time is not tried again, the requests after it are not sent, many threads
 waiting at once wait once, and a long command asks again after a pause."""
@@ -19,8 +19,14 @@ from botocore.exceptions import (
 from urllib3.exceptions import ProtocolError
 
 from lifecycle.archive.location import ArchiveLocation, s3_client
-from lifecycle.archive.objects import ObjectStore, S3Unavailable
-from lifecycle.archive.waiting import ASK_AGAIN_AFTER_S, NotAskedAgain, Patience, waited_out
+from lifecycle.archive.objects import (
+    ASK_AGAIN_AFTER_S,
+    NotAskedAgain,
+    ObjectStore,
+    Patience,
+    S3Unavailable,
+    waited_out,
+)
 from tests.silent_servers import SilentRelay, silent_listener
 
 LIMIT_S = 1.0

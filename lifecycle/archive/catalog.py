@@ -1,13 +1,13 @@
-"""What an archive holds, read by listing it: every cache with its versions, every boot.
+"""What an archive holds, read by listing it (no ledger: the team's view): every cache with its
+versions, every boot, and for `restore --best` the newest complete version of each cache.
 
-This is the team's view: no ledger is read, so any host sees what every host archived. One
-LIST of `caches/` (and of `boots/`) finds the index; the records it names are read in parallel
-and each is checked against its name and format, as everywhere else.
+One LIST of `caches/` (and of `boots/`) finds the index; the records it names are read in
+parallel, each checked against its name and format.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from lifecycle.archive.layout import Key, parse_key
@@ -142,3 +142,34 @@ def _boot(store: BlobStore, key: Key) -> ArchivedBoot:
 def _keys(store: BlobStore, prefix: str) -> list[Key]:
     """The keys of the layout under `prefix` (anything else there is not ours: left alone)."""
     return [key for item in store.list(prefix) if (key := parse_key(item.key)) is not None]
+
+
+@dataclass(frozen=True)
+class Best:
+    """The version chosen for one cache name."""
+
+    cache_name: str
+    cache_id: str
+    tree_digest: str
+    archived_at: str
+    host: str  # the host that archived it
+    record: str  # s3:// URL of its record
+
+
+def best_versions(store: BlobStore, keys: Mapping[str, str]) -> dict[str, Best]:
+    """cache name -> the newest complete version whose cache key is `keys[name]`: it holds the
+    cache's files, and the boot that left it ended `ok` (a failed boot may have left a
+    half-built .so, which crashes the engine that loads it). Which host archived it is moot."""
+    best: dict[str, Best] = {}
+    for cache in archived_caches(store, named=keys):
+        name = cache.row.cache_name
+        for version in cache.versions:
+            good = version.made_by is None or version.made_by.outcome == "ok"
+            if version.cache_key != keys.get(name) or not version.with_content or not good:
+                continue
+            found = Best(
+                name, cache.row.id, version.tree_digest, version.archived_at, version.host,
+                version.record,
+            )  # fmt: skip
+            best[name] = max(found, best.get(name, found), key=lambda b: (b.archived_at, b.record))
+    return best

@@ -1,24 +1,5 @@
-"""Where each object of the archive lives, under `s3://BUCKET/PREFIX/`, and what a key says.
-
-    blobs/sha256/ab/<sha256>                        bytes, named by their sha256
-    packs/sha256/ab/<sha256>                        small blobs end to end, then their index
-                                                    (lifecycle.archive.packs), named by its sha256
-    caches/<cache>/versions/<tree>.<sha256>.json    a cache version (lifecycle-cache-version/2)
-    caches/<cache>/boots/<boot>                     that boot used the cache (`<boot>\n`)
-    caches/<cache>/results/<result>                 that result stands on the cache
-    boots/<boot>/<sha256>.json                      a boot (lifecycle-boot-record/1)
-    results/<result>/<sha256>.json                  a result (lifecycle-result-record/2)
-    images/<manifest digest>/<sha256>.json          an image pushed (lifecycle-image-record/1)
-    pins/<result>/<sha256>.json                     a team pin (lifecycle-pin/1)
-    gc/<run>/<sha256>.json                          what a gc removed (lifecycle-gc-record/1)
-
-Nothing is ever written twice: every record's key ends in the sha256 of its bytes and every
-marker's key is the pair it records, so two hosts writing at once write two objects, never
-one over the other. A cache's index is what listing `caches/<cache>/` returns.
-
-The previous release's objects, read but no longer written: `caches/<cache>.json` (one
-record per cache, rewritten on each archive), `results/<result>.json`, and
-`results-by-cache/<cache>/<result>` markers.
+"""Where each object of the archive lives under `s3://BUCKET/PREFIX/` (the table:
+docs/bucket.md, "Append-only archive"), and what a key says.
 
 Keys here are relative to the prefix; records name each other by these relative keys, so an
 archive copied under another prefix or bucket still reads.

@@ -1,15 +1,7 @@
-"""The archive's objects in S3, one at a time: created once, read, listed, deleted by gc.
-
-Every write carries ChecksumSHA256, so the server refuses a body that is not what we hashed
-(BadDigest) instead of storing it, and `If-None-Match: *`, so it never replaces an object
-already there. SeaweedFS (4.48, `weed mini`) honours it: a second PUT of a key gets 412
-PreconditionFailed, and of 8 hosts' threads creating one new key at once exactly one wins
-(60 races of 60, tests/test_archive_objects.py). A 412 is not proof that another writer was
-first: botocore retries a PUT whose answer it lost, and the retry finds the first attempt's
-object. So a 412 reads the object back: the same bytes are success. A server that does not
-implement conditional writes (501 NotImplemented) gets a look, then a plain PUT: the keys
-make that safe too, since every record's key holds the sha256 of its bytes and a marker's is
-the fact it records, so a write that loses a race writes the very same bytes.
+"""The archive's objects in S3, one at a time: created once (ChecksumSHA256 and `If-None-Match:
+*`; a 412 is read back, the same bytes being success), read, listed, deleted by gc; and the
+client's patience: an attempt that ran out of time is not tried again, and for
+ASK_AGAIN_AFTER_S no new request is sent. Why: docs/bucket.md, docs/time-limits.md.
 """
 
 from __future__ import annotations
@@ -17,12 +9,20 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-from collections.abc import Iterator, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, BinaryIO
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    ReadTimeoutError,
+)
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.errors import EXIT_ENVIRONMENT, AnswerNo
@@ -33,7 +33,7 @@ READ_CHUNK = 1 << 20
 # so 64 MiB holds some 250,000 files, ten times the largest JIT cache measured (20,000): a
 # bigger object is none lifecycle wrote, and is refused before it can take the host's memory.
 RECORD_MAX = 64 << 20
-_TIMEOUTS = ("ConnectTimeoutError", "ReadTimeoutError", "NotAskedAgain")  # archive.waiting
+_TIMEOUTS = ("ConnectTimeoutError", "ReadTimeoutError", "NotAskedAgain")
 _CONNECTION_ERRORS = ("EndpointConnectionError", "ConnectionClosedError", "ProxyConnectionError")
 _AUTH_CODES = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403")
 _MISSING = ("404", "NoSuchKey", "NotFound")
@@ -41,6 +41,8 @@ _EXISTS = ("PreconditionFailed", "412")
 _RACING = ("ConditionalRequestConflict", "409")  # AWS: another conditional PUT in flight
 _UNSUPPORTED = ("NotImplemented", "501")
 DELETE_BATCH = 1000  # keys per DeleteObjects request (S3's maximum)
+SLOW_AFTER_S = 5.0
+ASK_AGAIN_AFTER_S = 60.0
 
 
 class ArchiveError(AnswerNo):
@@ -331,3 +333,85 @@ def _message(exc: BaseException) -> str:
     if isinstance(exc, ClientError):
         return str(exc.response.get("Error", {}).get("Message", "")) or str(exc)
     return str(exc)
+
+
+# A request not sent: the server left an earlier one without an answer a moment ago. A
+# BotoCoreError, so that every caller of the client meets it where it meets botocore's own;
+# made by type() because botocore has no type information (a class statement would subclass Any).
+NotAskedAgain = type(
+    "NotAskedAgain",
+    (BotoCoreError,),
+    {"fmt": "not asked: the S3 server {endpoint_url} left a request unanswered for {limit:g} s"},
+)
+
+
+def waited_out(exc: BaseException | None) -> bool:
+    """Whether an attempt failed because the server took longer than the time limit: to
+    connect, to answer, or to take the request's body (a send that timed out is reported
+    as a connection closed, its cause a TimeoutError)."""
+    if isinstance(exc, (ConnectTimeoutError, ReadTimeoutError)):
+        return True
+    if isinstance(exc, ConnectionClosedError):
+        cause = exc.kwargs.get("error")
+        return any(isinstance(arg, TimeoutError) for arg in getattr(cause, "args", ()))
+    return False
+
+
+# Why: a request is tried twice, a pool waits once per thread, a loop once per record
+# (`gc --remote` waited 99 s on a server frozen after its listing).
+class Patience:
+    """One client's patience with its server, shared by every thread using the client."""
+
+    def __init__(
+        self, endpoint: str, limit: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.endpoint = endpoint
+        self.limit = limit
+        self.clock = clock
+        # When an attempt last ran out of time. Written and read by any thread: a float is
+        # replaced whole, and a race costs one request sent or refused a moment early.
+        self.gave_up_at: float | None = None
+
+    def watch(self, client: Any) -> None:
+        """Refuse to send while patience is out, and never retry an attempt that waited out
+        (ahead of botocore's own retry handler: the first answer that is not None wins)."""
+        client.meta.events.register("before-send.s3", self._before_send)
+        client.meta.events.register_first("needs-retry.s3", self._needs_retry)
+
+    def out(self) -> bool:
+        """Whether requests are refused now."""
+        return self.gave_up_at is not None and self.clock() - self.gave_up_at < ASK_AGAIN_AFTER_S
+
+    def _before_send(self, **_: Any) -> None:
+        if self.out():
+            raise NotAskedAgain(endpoint_url=self.endpoint, limit=self.limit)
+
+    def _needs_retry(self, caught_exception: BaseException | None = None, **_: Any) -> bool | None:
+        if isinstance(caught_exception, NotAskedAgain):
+            return False
+        if waited_out(caught_exception):
+            self.gave_up_at = self.clock()
+            return False
+        return None  # botocore's handler decides
+
+
+def tell_when_slow(client: Any, on_slow: Callable[[str], None], limit: float) -> None:
+    """One line per request that waits SLOW_AFTER_S for its answer (each attempt, each thread)."""
+    where = client.meta.endpoint_url
+    waiting = threading.local()
+
+    def sent(event_name: str, **_: Any) -> None:
+        operation = event_name.rpartition(".")[2]
+        line = f"S3 at {where}: no answer to {operation} for {SLOW_AFTER_S:g} s"
+        line += f" (gives up after {limit:g} s)"
+        waiting.timer = threading.Timer(SLOW_AFTER_S, on_slow, (line,))
+        waiting.timer.daemon = True
+        waiting.timer.start()
+
+    def answered(**_: Any) -> None:
+        timer = getattr(waiting, "timer", None)
+        if timer is not None:
+            timer.cancel()
+
+    client.meta.events.register("before-send.s3", sent)
+    client.meta.events.register("needs-retry.s3", answered)

@@ -1,19 +1,8 @@
-"""Packs: a cache's small files end to end in one object, so 20,000 files cost tens of PUTs.
-
-A PUT costs the same few milliseconds of client and server work whatever its size, and most
-files of a JIT cache are a few KiB; S3 also bills per request. So every cache file of at most
-PACK_BLOB_MAX bytes goes into a pack of about PACK_TARGET bytes:
-
-    blob ‖ blob ‖ … ‖ index ‖ trailer
-    index    one line per blob: `<sha256> <offset> <size>\\n`
-    trailer  MAGIC (16 bytes), then the index's length (8 bytes, big-endian)
-
-A pack is named by the sha256 of all its bytes (`packs/sha256/ab/<sha256>`), written once with
-ChecksumSHA256 and If-None-Match like a blob, and verified the same way. Blobs stay the unit:
-each is hashed while its pack is built (a file that changed since its scan is refused), a
-version record names for each file its blob's pack and offset, and a restore checks every
-file's sha256. The index at the end lets a later archive, of any cache on any host, find a
-blob already packed and name it instead of sending it again (`known_blobs`).
+"""Packs: a cache's small files end to end in one object, named by its sha256, so 20,000 files
+cost tens of PUTs (a PUT costs the same few milliseconds whatever its size, and S3 bills per
+request). Blobs stay the unit: each is hashed as its pack is built and checked on restore.
+The layout (blobs, index, trailer): docs/formats.md; the index at the end lets a later archive,
+of any cache on any host, name a blob already packed instead of sending it (`known_blobs`).
 """
 
 from __future__ import annotations
@@ -25,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple, cast
 
-from lifecycle.archive.sources import BlobSource
+from lifecycle.archive.plans import BlobSource
 from lifecycle.archive.store import ArchiveError, BlobStore, Listed, S3Unavailable
 from lifecycle.parallel import pool_map
 
@@ -188,7 +177,7 @@ def known_blobs(
     """Every blob the listed packs hold, by sha256. `cache` keeps indexes read before (a pack
     never changes), so a second archive in one run reads only the new ones. A pack whose index
     cannot be read is kept there as None: it offers no blob, and fails no archive (whether its
-    bytes are damaged, its checksum says: lifecycle.archive.heal)."""
+    bytes are damaged, its checksum says: lifecycle.archive.verify)."""
     todo = [sha for sha in packs if sha not in cache]
     read = pool_map(lambda sha: _index(store, sha, packs[sha][0]), todo, workers, "pack-index")
     cache.update(zip(todo, read, strict=True))

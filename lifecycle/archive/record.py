@@ -1,29 +1,37 @@
-"""Reading the archive's records: each checked against its format and against its own key.
+"""The archive's records: each read checked against its format and against its own key, and those
+that name no blob (an image pushed, a team pin, what a gc removed) written once.
 
-A record's key ends in the sha256 of its bytes (lifecycle.archive.layout), so a record read
-back is refused unless it hashes to its name: an object replaced or altered in place (by hand,
-by another tool) is named as such, never believed. The previous release's records
-(`caches/<cache>.json`, `results/<result>.json`) had no such name and are checked against
-their format only.
+A record's key ends in the sha256 of its bytes, so one altered or replaced in place (by hand,
+by another tool) is named as such, never believed; the previous release's records have no
+such name and are checked against their format only.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TypeVar, cast
 
 from pydantic import BaseModel
 
-from lifecycle.archive.layout import Records, legacy_cache_key, parse_key, record_key
+from lifecycle import __version__
+from lifecycle.archive.layout import Records, legacy_cache_key, parse_key, record_key, records_of
 from lifecycle.archive.objects import ObjectStore
 from lifecycle.archive.packs import Placed
-from lifecycle.archive.store import ArchiveError, BlobRef
+from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore
+from lifecycle.formats import GC_FORMAT
+from lifecycle.parallel import pool_map
 from lifecycle.records import (
     BootRecordV1,
     CacheRecordV1,
     CacheVersion,
     FileBlob,
+    GcRecordV1,
+    ImageRecordV1,
+    PinV1,
     RecordInvalid,
     RecordRef,
     format_name,
@@ -164,3 +172,104 @@ def _boot_roles(
         roles.setdefault(log.sha256, f"log of boot {boot_id}")
     for path, ref in evidence.items():
         roles.setdefault(ref.sha256, f"evidence {path} of boot {boot_id}")
+
+
+def publish_image(store: BlobStore, record: ImageRecordV1) -> str:
+    """Write the image's record (once); its key under the prefix."""
+    return create_record(store, "images", record.manifest_digest, record)
+
+
+def pushed_images(store: BlobStore, manifest_digest: str) -> list[ImageRecordV1]:
+    """Every image of the manifest pushed to a registry, as the archive records them, newest
+    first."""
+    keys = [item.key for item in store.list(records_of("images", manifest_digest))]
+    records = [read_as(store, ImageRecordV1, key) for key in keys]
+    return sorted(records, key=lambda r: (r.pushed_at, r.reference), reverse=True)
+
+
+def write_pin(store: BlobStore, pin: PinV1) -> str:
+    """Write the pin (once); its key under the prefix."""
+    return create_record(store, "pins", pin.target, pin)
+
+
+def pins_at(store: BlobStore, target: str | None = None) -> dict[str, PinV1]:
+    """key -> pin, of one target or of all."""
+    prefix = records_of("pins", target) if target else "pins/"
+    keys = [k.key for item in store.list(prefix) if (k := parse_key(item.key)) and k.kind == "pin"]
+    return {key: read_as(store, PinV1, key) for key in keys}
+
+
+def remove_pins(store: BlobStore, target: str, reason: str | None) -> list[str]:
+    """Delete the target's pins with that reason (every one when None); the reasons removed."""
+    gone = {key: pin for key, pin in pins_at(store, target).items() if reason in (None, pin.reason)}
+    store.delete(sorted(gone))
+    return sorted(pin.reason for pin in gone.values())
+
+
+GC_PREFIX = "gc/"
+
+
+@dataclass(frozen=True)
+class Removal:
+    """One object a gc removed, as its record says."""
+
+    run_id: str
+    host: str
+    at: str
+    policy: str
+    rule: str
+
+    def describe(self) -> str:
+        """`collected by gc g-… on HOST at T (POLICY: RULE)`."""
+        when = f"on {self.host} at {self.at}"
+        return f"collected by gc {self.run_id} {when} ({self.policy}: {self.rule})"
+
+
+# Written after a sweep's last look at the archive and before its first deletion, so no object
+# goes that no record accounts for (a run killed in between lists keys still there; its
+# completion writes its own record). gc never removes these, so `verify` can tell an object gc
+# collected by rule from one that was lost.
+def record_removal(
+    store: BlobStore,
+    run_id: str,
+    policy: str,
+    keys: Iterable[str],
+    rules: Mapping[str, str],
+    at: str,
+) -> str:
+    """Write, once, the record of what a sweep is about to remove (`rules`: why each kind of
+    object may go); its key under the prefix."""
+    removed: dict[str, list[str]] = {}
+    for key in sorted(keys):
+        parsed = parse_key(key)
+        assert parsed is not None and parsed.kind in rules, "gc plans only keys of its kinds"
+        removed.setdefault(parsed.kind, []).append(key)
+    record = GcRecordV1(
+        format=GC_FORMAT,
+        run_id=run_id,
+        host=socket.gethostname(),
+        tool_version=__version__,
+        policy=policy,
+        removed_at=at,
+        removed=removed,
+        rules={kind: rules[kind] for kind in removed},
+    )
+    return create_record(store, "gc", run_id, record)
+
+
+def removals(store: BlobStore, workers: int = 8) -> dict[str, Removal]:
+    """Every key gc's records at this location say a gc removed (the first record naming it)."""
+    keys = [
+        parsed.key
+        for item in store.list(GC_PREFIX)
+        if (parsed := parse_key(item.key)) is not None and parsed.kind == "gc"
+    ]
+    records = pool_map(lambda key: read_as(store, GcRecordV1, key), keys, workers, "gc-records")
+    found: dict[str, Removal] = {}
+    for record in sorted(records, key=lambda r: r.removed_at):
+        for kind, keys in record.removed.items():
+            rule = record.rules.get(kind, kind)
+            removal = Removal(record.run_id, record.host, record.removed_at, record.policy, rule)
+            for key in keys:
+                found.setdefault(key, removal)
+    return found

@@ -1,12 +1,8 @@
 """Restore a cache from its archive: rebuilt beside its place, verified, then renamed into it.
 
-A cache has a version per archived state (lifecycle.archive.layout): a restore takes the one
-asked for by its tree digest, else the newest one holding the cache's files. A half-written
-`.so` crashes the engine that loads it, so nothing appears at the cache's path until the whole
-tree is down, every file matched its sha256 while downloading, and the tree digest of what was
-rebuilt equals the archived one; then one rename puts it in place. The ledger then knows the
-version it came from, so a teardown can remove it again at once, and the next archive of it
-names that version as its parent.
+Nothing appears at the cache's path until the whole tree is down and matches its archived tree
+digest (a half-written `.so` crashes the engine that loads it); the ledger then knows the
+version it came from, the parent of the cache's next version.
 """
 
 from __future__ import annotations
@@ -22,12 +18,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from lifecycle.archive.fetch import download_files, fetch_region, regions
 from lifecycle.archive.layout import cache_prefix, parse_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.packs import Placed
 from lifecycle.archive.record import placements, read_as, read_legacy_cache
 from lifecycle.archive.store import RECORD_MAX, ArchiveError, BlobStore, os_problem
+from lifecycle.archive.transfer import download_files, fetch_region, regions
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.home import Home

@@ -1,18 +1,8 @@
 """Archive caches: a fresh scan; each boot that used the cache, its own record; then the
 cache's version, its own record; every one verified, then the ledger.
 
-The order is the safety argument. Blobs are content-addressed, so uploading one twice is
-harmless and a re-run after an interruption sends only what is missing (a cache's small files
-go up in packs, lifecycle.archive.packs, whose indexes say which blobs are there already). A
-record is written only after every blob it names is verified on the server, so a record's
-existence means it is complete; the ledger rows (which let teardown consider the cache) are
-written only after the records themselves are in place. A failure at any point leaves no row,
-and at most objects no record names yet (which `gc --remote` removes).
-
-Nothing is ever overwritten: a record is a new object named by the sha256 of its bytes, so a
-cache archived by two hosts at once becomes two versions, each of which verifies as its host
-wrote it. An unchanged cache archived again re-uses (and re-verifies) the version this host
-already wrote; what the records rely on that is damaged is put right (lifecycle.archive.heal).
+The order is the safety argument (docs/verbs/archive.md, "Why the order is safe"): a record
+only after every blob it names verified, the ledger's rows only after the records.
 """
 
 from __future__ import annotations
@@ -28,16 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle import __version__
-from lifecycle.archive import heal, packs
-from lifecycle.archive.bootrecord import plan_boot_record
-from lifecycle.archive.heal import Relied
+from lifecycle.archive import packs, verify
 from lifecycle.archive.layout import marker, marker_body, record_key, version_key
 from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.plans import (
+    BlobSource,
+    RecordPlan,
+    plan_boot_record,
+    plan_version,
+    render_record,
+)
 from lifecycle.archive.record import load_as, placements, read_legacy_cache, record_packs
-from lifecycle.archive.sources import BlobSource, RecordPlan, render_record
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, os_problem
 from lifecycle.archive.transfer import Progress, Sent, upload_all
-from lifecycle.archive.version import plan_version
+from lifecycle.archive.verify import Relied
 from lifecycle.boot.caches import damage
 from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.fingerprint import Fingerprint, scan
@@ -199,7 +193,7 @@ def _archive(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) 
 
 def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> _Planned:
     """Scan, collect the records and their blobs, and ask the server which it already holds;
-    check what the records rely on that is there already (lifecycle.archive.heal)."""
+    check what the records rely on that is there already (lifecycle.archive.verify)."""
     store, workers, dry_run = run.store, run.workers, run.dry_run
     url = store.location.url()
     previous = archive_of(ledger, cache.id)
@@ -210,7 +204,7 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
     tree = fingerprint.tree_digest
     host = socket.gethostname()
     relied = Relied()
-    due = heal.boots_to_write(
+    due = verify.boots_to_write(
         ledger, run.home, store, cache.id, relied, run.checked_boots,
         host=host, tool_version=__version__, workers=workers,
     )  # fmt: skip
@@ -228,7 +222,7 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
             host=host, tool_version=__version__,
         )  # fmt: skip
 
-    there = heal.standing_version(store, rows, tree, with_content, plan, relied, workers)
+    there = verify.standing_version(store, rows, tree, with_content, plan, relied, workers)
     standing, version = (there[0], None) if there else (None, plan())
     sources: dict[str, BlobSource] = {}
     for each in [*(planned for _, planned in boots), *([version] if version else [])]:
@@ -236,7 +230,7 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
             sources.setdefault(sha, source)
     singles = [BlobRef(sha, s.size) for sha, s in sources.items() if not packs.packable(s)]
     found = store.check_blobs(singles, workers)
-    packed, pack_sizes = heal.packed_already(store, sources, run.indexes, relied, workers)
+    packed, pack_sizes = verify.packed_already(store, sources, run.indexes, relied, workers)
     unpacked = {sha for sha, source in sources.items() if packs.packable(source)} - packed.keys()
     missing = unpacked | {sha for sha, problem in found.items() if problem}
     # In the order of `sources` (a cache's path order), which packs follow.
@@ -427,9 +421,9 @@ def _send(run: _Run, cache_id: str, todo: list[BlobSource], relied: Relied | Non
 
 
 def _set_aside(ledger: Ledger, run: _Run, relied: Relied) -> None:
-    """Delete what is damaged (lifecycle.archive.heal) before its right bytes are sent; the
+    """Delete what is damaged (lifecycle.archive.verify) before its right bytes are sent; the
     ledger forgets the versions whose records went."""
-    gone = set(heal.set_aside(run.store, relied.set_aside, run.workers))
+    gone = set(verify.set_aside(run.store, relied.set_aside, run.workers))
     forget_versions(ledger, [r for r in relied.forget if run.store.relative(r.record_key) in gone])
     for relative in gone:
         run.indexes.pop(relied.set_aside[relative], None)  # a pack made again is read anew

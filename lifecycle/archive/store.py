@@ -1,11 +1,5 @@
-"""The archive's blobs in S3: content-addressed, stored once however many records hold them.
-
-A blob lives at `blobs/sha256/ab/<sha256>` (lifecycle.archive.layout). Every PUT carries
-ChecksumSHA256, so the server refuses a body that is not what we hashed (BadDigest) instead of
-storing it, and If-None-Match (lifecycle.archive.objects), so it never replaces one. Uploads
-are one streamed PUT per blob: measured here, a 300 MiB PUT from an open file kept the process
-at its start-up RSS (54 MiB), so memory is bounded by the pool's buffers, not by file sizes.
-S3 caps a single PUT at 5 GiB; a bigger file goes up in parts (lifecycle.archive.multipart).
+"""The archive's blobs in S3 (`blobs/sha256/ab/<sha256>`): content-addressed, stored once however
+many records hold them, each PUT streamed with its ChecksumSHA256 (one over 5 GiB in parts).
 """
 
 from __future__ import annotations
@@ -14,6 +8,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -21,7 +16,6 @@ from typing import Any, BinaryIO
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.layout import blob_key, pack_key, parse_key
-from lifecycle.archive.multipart import upload_multipart
 from lifecycle.archive.objects import (
     READ_CHUNK,
     RECORD_MAX,
@@ -46,6 +40,8 @@ __all__ = [
 ]
 
 MULTIPART_OVER = 5 << 30  # S3's limit for one PUT
+PART_SIZE = 16 << 20  # one part in memory per upload at a time
+MAX_PARTS = 10_000  # S3's limit: a bigger blob gets bigger parts
 
 
 Listed = tuple[int, str]  # what a LIST page says of an object: (size, ETag without quotes)
@@ -72,6 +68,8 @@ class BlobStore(ObjectStore):
         """PUT the blob unless one is there, streamed, with its ChecksumSHA256; bytes sent. A
         blob already there (another host's upload, or a retry of ours) is no error: the check
         after the upload reads what the server holds."""
+        # Streamed: a 300 MiB PUT from an open file kept the process at its start-up RSS (54 MiB),
+        # so memory is bounded by the pool's buffers, not by file sizes.
         if isinstance(source, bytes):
             self.put(self.blob_key(sha256), sha256, source, len(source))
             return len(source)
@@ -267,3 +265,42 @@ def open_regular(path: Path) -> BinaryIO:
         os.close(fd)
         raise ArchiveError(f"{path}: not a regular file")
     return os.fdopen(fd, "rb")
+
+
+# Each part carries its own ChecksumSHA256 and the whole sha256 is checked before completing, so
+# an object named by a sha256 never appears with other bytes. Its ETag and stored checksum are
+# then its parts', so `verify_blob` downloads and hashes it: paid only by files over 5 GiB.
+def upload_multipart(store: ObjectStore, key: str, sha256: str, body: BinaryIO, size: int) -> None:
+    """Send `size` bytes of `body` to `key` in parts, completed only if their sha256 is
+    `sha256`."""
+    bucket, client = store.location.bucket, store.client
+    part_size = max(PART_SIZE, -(-size // MAX_PARTS))
+    try:
+        started = client.create_multipart_upload(Bucket=bucket, Key=key, ChecksumAlgorithm="SHA256")
+    except (BotoCoreError, ClientError) as exc:
+        raise store.error(exc, key) from exc
+    upload_id = started["UploadId"]
+    try:
+        parts: list[dict[str, Any]] = []
+        whole = hashlib.sha256()
+        while data := body.read(part_size):
+            whole.update(data)
+            digest = b64_sha256(hashlib.sha256(data).hexdigest())
+            number = len(parts) + 1
+            answer = client.upload_part(
+                Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data,
+                ChecksumSHA256=digest,
+            )  # fmt: skip
+            parts.append({"PartNumber": number, "ETag": answer["ETag"], "ChecksumSHA256": digest})
+        if whole.hexdigest() != sha256:
+            raise ArchiveError(f"{store.url(key)}: the bytes read are not blob {sha256}")
+        client.complete_multipart_upload(
+            Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+        )
+    except BaseException as exc:
+        # The first problem is the one to tell; an unfinished upload holds no object.
+        with suppress(BotoCoreError, ClientError):
+            client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+        if isinstance(exc, BotoCoreError | ClientError):
+            raise store.error(exc, key) from exc
+        raise

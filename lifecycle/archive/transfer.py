@@ -1,23 +1,27 @@
-"""Uploading an archive's blobs on one bounded pool of threads: small ones in packs, large ones
-each its own object.
+"""Moving an archive's blobs on one bounded pool of threads: up, small ones in packs and large
+ones each its own object; down, single blobs streamed and packed ones by ranged GETs.
 
-With a cache's small files packed (lifecycle.archive.packs) a 20,000-file cache is a few hundred
-PUTs, so the ~3 ms of botocore each costs no longer matters and plain threads keep up with the
-wire (the GIL is released while hashing and sending). Every PUT carries the sha256 the scan
-found as its ChecksumSHA256, so a file that changed since its scan is refused by the server
-(BadDigest) rather than stored under a name that is not its own; nothing is hashed again here.
+Every PUT carries the sha256 the scan found as its ChecksumSHA256, so a file that changed since
+its scan is refused by the server (BadDigest) rather than stored under a name not its own; every
+file downloaded is checked against its sha256 before it counts as restored.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import queue
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
 
 from lifecycle.archive import packs
-from lifecycle.archive.sources import BlobSource
-from lifecycle.archive.store import BlobStore
+from lifecycle.archive.plans import BlobSource
+from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.fingerprint import Entry
 from lifecycle.parallel import bounded_map
 from lifecycle.table import human_bytes
 from lifecycle.ticker import Ticker
@@ -26,6 +30,11 @@ SMALL_BLOB = 1 << 20  # read whole and sent from memory; one per worker at a tim
 PACKS_AT_ONCE = 2  # packs held in memory at a time (a packs.BUFFER each)
 TICK_S = 0.5  # between two progress lines
 Progress = Callable[[str], None]
+# Downloads: neighbouring packed blobs are joined in one ranged GET, so a whole cache is about
+# one request per 4 MiB of small files.
+REGION_MAX = 4 << 20  # bytes of one ranged GET (one per worker in memory at a time)
+GAP_MAX = 256 << 10  # unwanted bytes read through to join two wanted blobs in one GET
+PROGRESS_EVERY = 1000  # restored files between two progress lines
 
 
 @dataclass
@@ -38,6 +47,8 @@ class Sent:
     packs: dict[str, int] = field(default_factory=dict)
 
 
+# Plain threads keep up with the wire: packs make a 20,000-file cache a few hundred PUTs, so
+# botocore's ~3 ms a request no longer matters (the GIL is released while hashing and sending).
 def upload_all(
     store: BlobStore,
     cache_id: str,
@@ -114,3 +125,96 @@ def _upload_one(store: BlobStore, source: BlobSource) -> None:
         # A small one is sent as bytes: botocore gives every file-like body an
         # `Expect: 100-continue` round trip.
         store.upload_blob(source.sha256, handle.read() if source.size <= SMALL_BLOB else handle)
+
+
+@dataclass(frozen=True)
+class Region:
+    """One ranged GET: `size` bytes at `start` of a pack, and the blobs in it (by offset)."""
+
+    pack: str
+    start: int
+    size: int
+    blobs: tuple[tuple[str, int, int], ...]  # (sha256, offset in the pack, size)
+
+
+def regions(wanted: Mapping[str, packs.Placed]) -> list[Region]:
+    """The ranged GETs that fetch every wanted packed blob, adjacent ones joined."""
+    by_pack: dict[str, list[tuple[int, int, str]]] = {}
+    for sha, placed in wanted.items():
+        by_pack.setdefault(placed.pack, []).append((placed.offset, placed.size, sha))
+    found: list[Region] = []
+    for pack, blobs in sorted(by_pack.items()):
+        current: list[tuple[str, int, int]] = []
+        start = end = 0
+        for offset, size, sha in sorted(blobs):
+            if current and (offset - end > GAP_MAX or offset + size - start > REGION_MAX):
+                found.append(Region(pack, start, end - start, tuple(current)))
+                current = []
+            if not current:
+                start = end = offset
+            current.append((sha, offset, size))
+            end = max(end, offset + size)
+        if current:
+            found.append(Region(pack, start, end - start, tuple(current)))
+    return found
+
+
+def fetch_region(store: BlobStore, region: Region) -> Iterator[tuple[str, memoryview]]:
+    """Each blob of a region, (sha256, its bytes), checked against its sha256."""
+    key = store.pack_key(region.pack)
+    data = memoryview(b"".join(store.read_range(key, region.start, region.size)))
+    for sha, offset, size in region.blobs:
+        blob = data[offset - region.start : offset - region.start + size]
+        if hashlib.sha256(blob).hexdigest() != sha:
+            raise ArchiveError(f"{store.url(key)} at {offset}: bytes that are not blob {sha}")
+        yield sha, blob
+
+
+def download_files(
+    store: BlobStore,
+    root: Path,
+    files: Sequence[Entry],
+    placed: Mapping[str, packs.Placed],
+    workers: int,
+    say: Callable[[str], None],
+) -> None:
+    """Every file under `root`, created new (never through a link), checked against its sha256:
+    packed blobs by region, the others one GET each."""
+    paths: dict[str, list[Entry]] = {}
+    for e in files:
+        assert e.sha256 is not None, "a file entry has its sha256"
+        paths.setdefault(e.sha256, []).append(e)
+    packed = {sha: placed[sha] for sha in paths if sha in placed}
+    work: list[Region | str] = [*regions(packed), *(sha for sha in paths if sha not in packed)]
+
+    def fetch(item: Region | str) -> tuple[int, int]:
+        count = size = 0
+        if isinstance(item, Region):
+            for sha, blob in fetch_region(store, item):
+                for e in paths[sha]:
+                    with _create(root, e) as out:
+                        out.write(blob)
+                    count, size = count + 1, size + e.size
+            return count, size
+        for e in paths[item]:
+            with _create(root, e) as out:
+                store.download_blob(item, out)
+                if out.tell() != e.size:
+                    raise ArchiveError(f"{e.path}: {out.tell()} bytes downloaded, not {e.size}")
+            count, size = count + 1, size + e.size
+        return count, size
+
+    done = got = 0
+    for count, size in bounded_map(fetch, work, workers, "restore"):
+        before, done, got = done, done + count, got + size
+        if done // PROGRESS_EVERY != before // PROGRESS_EVERY or done == len(files):
+            say(f"restored {done}/{len(files)} files ({human_bytes(got)})")
+
+
+@contextmanager
+def _create(root: Path, entry: Entry) -> Iterator[BinaryIO]:
+    """A new file of the tree (never through a link), given its mode once written."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(root / entry.path, flags, 0o600), "wb") as out:
+        yield out
+        os.fchmod(out.fileno(), entry.mode)

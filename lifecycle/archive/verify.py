@@ -1,20 +1,284 @@
-"""Verify what this host archived: the records its ledger names, and every blob they name.
-
-Each record is read by the key the ledger kept, checked against the sha256 the ledger kept
-and against its own name, and every blob it names is checked on the server (listing, ETag,
-stored checksum). Records are never rewritten, so what one host wrote verifies the same
-whatever other hosts archived since.
+"""Checking archived records and every object they name against the server: what this host's
+ledger says it archived (`fetch_verified`, for teardown and verify), and what an archive relies
+on that is there already, put right from this host's files when damaged (how and why that is
+safe: docs/bucket.md, "Damage is put right by the next archive").
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from lifecycle.archive.heal import inspect_record
-from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
-from lifecycle.ledger.archives import ArchiveRecord, BootArchiveRow
-from lifecycle.records import BootRecordV1, CacheRecordV1
+from lifecycle.archive import packs
+from lifecycle.archive.layout import blob_key, pack_key, parse_key
+from lifecycle.archive.plans import BlobSource, RecordPlan, plan_boot_record
+from lifecycle.archive.record import (
+    CacheOrBoot,
+    load_by_key,
+    record_blobs,
+    record_packs,
+)
+from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, S3Unavailable
+from lifecycle.home import Home
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.archives import ArchiveRecord, BootArchiveRow, VersionRow, boot_archive
+from lifecycle.ledger.boots import BootRecord, boot_by_id, cache_uses
+from lifecycle.parallel import pool_map
+from lifecycle.records import BootRecordV1, CacheRecordV1, CacheVersion
+
+
+@dataclass(frozen=True)
+class Inspected:
+    """A record as the server holds it now, and each object it names that is not intact."""
+
+    relative: str  # its key under the prefix
+    problems: tuple[str, ...]  # of the record itself: missing, other bytes, not a record
+    document: CacheOrBoot | None
+    blobs: dict[str, str]  # sha256 of a single blob -> its problem
+    packs: dict[str, str]  # sha256 of a pack -> its problem
+    wrong_bytes: bool  # there, but not the bytes its name says
+
+    def lines(self) -> list[str]:
+        """Every problem, one line each naming its object."""
+        return [*self.problems, *sorted([*self.blobs.values(), *self.packs.values()])]
+
+
+def inspect_record(
+    store: BlobStore, relative: str, expected_sha256: str | None, workers: int = 8
+) -> Inspected:
+    """Read a record (by its key under the prefix; against the sha256 recorded, if given) and
+    check every object it names on the server."""
+    found = read_record(store, relative, expected_sha256)
+    if found.document is None:
+        return found
+    blobs = store.check_blobs(record_blobs(found.document), workers)
+    held = store.check_packs(record_packs(found.document), workers)
+    return replace(found, blobs=_problems(blobs), packs=_problems(held))
+
+
+def read_record(store: BlobStore, relative: str, expected_sha256: str | None) -> Inspected:
+    """A record read and checked by its bytes alone (`inspect_record` checks what it names)."""
+    where = store.where(relative)
+    body = store.read(relative)
+    if body is None:
+        return Inspected(relative, (f"{where}: missing",), None, {}, {}, wrong_bytes=False)
+    problems = []
+    found = hashlib.sha256(body).hexdigest()
+    if expected_sha256 and found != expected_sha256:
+        problems.append(f"{where}: sha256 {found}, not the {expected_sha256} recorded")
+    name = parse_key(relative)
+    wrong = name is not None and name.sha256 not in (None, found)
+    try:
+        document = load_by_key(body, relative, where)
+    except ArchiveError as exc:
+        return Inspected(relative, (*problems, str(exc)), None, {}, {}, wrong)
+    return Inspected(relative, tuple(problems), document, {}, {}, wrong)
+
+
+def _problems(checked: Mapping[str, str | None]) -> dict[str, str]:
+    return {sha: problem for sha, problem in checked.items() if problem}
+
+
+@dataclass
+class Relied:
+    """What one archive found of the objects it relies on, and how it puts them right."""
+
+    named: dict[str, int] = field(default_factory=dict)  # every blob they name -> its size
+    found: list[str] = field(default_factory=list)  # each damaged object, one line
+    set_aside: dict[str, str] = field(default_factory=dict)  # key -> the sha256 it names
+    alone: dict[str, BlobSource] = field(default_factory=dict)  # blobs to send again
+    rebuilt: dict[str, list[BlobSource]] = field(default_factory=dict)  # pack -> its blobs
+    forget: list[VersionRow] = field(default_factory=list)  # versions whose record is set aside
+
+    def damaged_record(self, found: Inspected) -> None:
+        """A record that does not stand: named (by its last problem, the plainest), and set
+        aside when its bytes are wrong."""
+        self.found.append(found.problems[-1])
+        name = parse_key(found.relative)
+        if found.wrong_bytes and name is not None and name.sha256 is not None:
+            self.set_aside[found.relative] = name.sha256
+
+    def damaged_objects(self, blobs: Mapping[str, str], held: Mapping[str, str]) -> None:
+        """Blobs and packs that are not intact: named, and set aside (a missing one is
+        passed over then)."""
+        self.found += sorted([*blobs.values(), *held.values()])
+        self.set_aside |= {blob_key(sha): sha for sha in blobs}
+        self.set_aside |= {pack_key(sha): sha for sha in held}
+
+
+def standing_version(
+    store: BlobStore,
+    rows: Sequence[VersionRow],
+    tree: str,
+    with_content: bool,
+    plan: Callable[[], RecordPlan],
+    relied: Relied,
+    workers: int,
+) -> tuple[VersionRow, CacheVersion] | None:
+    """(row, record) of a version of `tree` this host wrote (or restored) at the store's
+    location, holding the files if `with_content`, whose record stands and whose damaged
+    objects this host can put right (`plan()` gives their bytes); None when there is none, and
+    a new one is written."""
+    for row in rows:
+        if (row.tree_digest, row.location) != (tree, store.location.url()):
+            continue
+        if with_content and not row.with_content:
+            continue
+        found = inspect_record(store, store.relative(row.record_key), row.record_sha256, workers)
+        document = found.document
+        if found.problems or not isinstance(document, CacheVersion):
+            if found.wrong_bytes:  # not that record: it goes, and so does the ledger's row
+                relied.damaged_record(found)
+                relied.forget.append(row)
+            continue
+        sources = plan().sources if found.blobs or found.packs else {}
+        sizes = {pack.sha256: pack.size for pack in document.packs}
+        rebuilt = {sha: rebuild(document, sha, sizes[sha], sources) for sha in found.packs}
+        if any(sha not in sources for sha in found.blobs) or None in rebuilt.values():
+            continue  # not all of it can be put right from here: a new version
+        relied.damaged_objects(found.blobs, found.packs)
+        relied.alone |= {sha: sources[sha] for sha in found.blobs}
+        relied.rebuilt |= {sha: blobs for sha, blobs in rebuilt.items() if blobs is not None}
+        relied.named |= {blob.sha256: blob.size for blob in document.blobs}
+        return row, document
+    return None
+
+
+def rebuild(
+    document: CacheVersion, pack: str, size: int, sources: Mapping[str, BlobSource]
+) -> list[BlobSource] | None:
+    """The blobs of `pack` in the order they lie in it, when the version places one at every
+    byte of it before its index and this host holds each: packed again, they are the very
+    bytes its name says. None otherwise (it holds blobs other records put there)."""
+    laid = sorted(
+        (b.offset, b.sha256, b.size)
+        for b in document.blobs
+        if b.pack == pack and b.offset is not None
+    )
+    end = 0
+    for offset, sha, length in laid:
+        if offset != end or sha not in sources:
+            return None
+        end += length
+    if end + len(packs.tail((sha, at, n) for at, sha, n in laid)) != size:
+        return None
+    return [sources[sha] for _, sha, _ in laid]
+
+
+def packed_already(
+    store: BlobStore,
+    sources: Mapping[str, BlobSource],
+    indexes: dict[str, packs.Index],
+    relied: Relied,
+    workers: int,
+) -> tuple[dict[str, packs.Placed], dict[str, int]]:
+    """The packable blobs some intact pack at the location already holds (whichever cache or
+    host wrote it), and the sizes of those packs. `indexes`: those read before in the run."""
+    wanted = {sha for sha, source in sources.items() if packs.packable(source)}
+    if not wanted:
+        return {}, {}
+    listing = store.list_packs()
+    known = packs.known_blobs(store, listing, workers, indexes)
+    placed = {sha: known[sha] for sha in wanted if sha in known}
+    sizes = {pack: listing[pack][0] for pack in {p.pack for p in placed.values()}}
+    # A pack is checked whole (its ChecksumSHA256): one that is not what its name says holds
+    # none of the blobs its index claims; they are packed again, and it is set aside (the
+    # same blobs packed again may make the same pack). So is one with no index to read whose
+    # bytes are not its name either: else every archive here would read it again.
+    unreadable = {sha: listing[sha][0] for sha in listing if indexes.get(sha) is None}
+    bad = {sha: p for sha, p in store.check_packs(sizes | unreadable, workers).items() if p}
+    relied.damaged_objects({}, bad)
+    placed = {sha: p for sha, p in placed.items() if p.pack not in bad}
+    return placed, {pack: size for pack, size in sizes.items() if pack not in bad}
+
+
+def boots_to_write(
+    ledger: Ledger,
+    home: Home,
+    store: BlobStore,
+    cache_id: str,
+    relied: Relied,
+    seen: set[str],
+    *,
+    host: str,
+    tool_version: str,
+    workers: int,
+) -> list[BootRecord]:
+    """The finished boots that used the cache whose record is to be written at the store's
+    location: none is there yet, or the one there does not stand. The records there are
+    checked (each once in a run: `seen`), and their damaged blobs sent again."""
+    url = store.location.url()
+    due, there = [], []
+    for use in (u for u in cache_uses(ledger) if u.cache_id == cache_id):
+        boot = boot_by_id(ledger, use.boot_id)
+        if boot is None or boot.outcome == "running":
+            continue
+        row = boot_archive(ledger, boot.id, url)
+        if row is None:
+            due.append(boot)
+        elif boot.id not in seen:
+            there.append((boot, row))
+    seen.update(boot.id for boot, _ in there)
+    records = pool_map(
+        lambda item: read_record(store, store.relative(item[1].record_key), item[1].record_sha256),
+        there, workers, "boot-records",
+    )  # fmt: skip
+    standing = []
+    for (boot, _), record in zip(there, records, strict=True):
+        if record.problems or record.document is None:
+            relied.damaged_record(record)
+            due.append(boot)
+        else:
+            standing.append((boot, record.document.blobs))
+    # Their blobs in one check: boots of one cache share most (patches, the same evidence).
+    refs = {blob.sha256: blob for _, blobs in standing for blob in blobs}
+    asked = [BlobRef(b.sha256, b.size, b.md5) for b in refs.values()]  # a boot's: none packed
+    checked = _problems(store.check_blobs(asked, workers))
+    for boot, blobs in standing:
+        relied.named |= {blob.sha256: blob.size for blob in blobs}
+        damaged = {blob.sha256: checked[blob.sha256] for blob in blobs if blob.sha256 in checked}
+        if damaged:
+            _send_again(ledger, home, boot, damaged, relied, host=host, tool_version=tool_version)
+    return sorted(due, key=lambda boot: boot.started_at)
+
+
+def _send_again(
+    ledger: Ledger,
+    home: Home,
+    boot: BootRecord,
+    damaged: dict[str, str],
+    relied: Relied,
+    *,
+    host: str,
+    tool_version: str,
+) -> None:
+    """A boot's damaged blobs, to send again from this host's copies of them."""
+    plan = plan_boot_record(ledger, home, boot, host=host, tool_version=tool_version)
+    lacking = sorted(sha for sha in damaged if sha not in plan.sources)
+    if lacking:
+        raise ArchiveError(
+            f"{damaged[lacking[0]]}: named by the record of boot {boot.id}, and this host no"
+            " longer holds its bytes to send again"
+        )
+    relied.damaged_objects(damaged, {})
+    relied.alone |= {sha: plan.sources[sha] for sha in damaged}
+
+
+def set_aside(store: BlobStore, named: Mapping[str, str], workers: int) -> list[str]:
+    """Delete each object (key under the prefix -> the sha256 its name says) whose bytes a
+    look just before finds are not that sha256, and only those very bytes; the keys deleted."""
+
+    def one(item: tuple[str, str]) -> str | None:
+        relative, sha256 = item
+        key = store.key(relative)
+        head = store.head(key, checksum=True)
+        if head is None or store.judge(key, sha256, head) is None:
+            return None  # gone, or put right meanwhile
+        return relative if store.delete_if_match(relative, str(head["ETag"])) else None
+
+    done = pool_map(one, sorted(named.items()), workers, "set-aside")
+    return [relative for relative in done if relative is not None]
 
 
 @dataclass(frozen=True)

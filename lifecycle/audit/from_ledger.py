@@ -5,9 +5,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from lifecycle.archive.bootrecord import image_snapshot
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.sources import read_snapshot
+from lifecycle.archive.plans import image_snapshot, read_snapshot
 from lifecycle.audit.chain import ArchiveFacts, CacheAuditFacts, CacheFacts, ChainFacts
 from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.home import Home
@@ -28,8 +27,7 @@ from lifecycle.ledger.results import (
     results_of_cache,
 )
 from lifecycle.records import FileBlob, HookRun, ImageSnapshot, ManifestSnapshot
-from lifecycle.results.add import find_boot
-from lifecycle.results.model import canonical_result
+from lifecycle.results.model import canonical_result, find_boot
 
 
 def find_result(ledger: Ledger, result_id: str) -> ResultRecord:

@@ -15,9 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, cast
 
-from lifecycle.archive.collected import Removal, removals
 from lifecycle.archive.layout import legacy_cache_key
-from lifecycle.archive.record import blob_roles, load_by_key, record_blobs, record_packs
+from lifecycle.archive.record import (
+    Removal,
+    blob_roles,
+    load_by_key,
+    record_blobs,
+    record_packs,
+    removals,
+)
 from lifecycle.archive.store import RECORD_MAX, ArchiveError, BlobStore, S3Unavailable
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan

@@ -15,7 +15,7 @@ from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_caches
 from lifecycle.report import Report
-from lifecycle.results.publish import with_results
+from lifecycle.results.archive import with_results
 from lifecycle.table import human_bytes
 
 

@@ -179,7 +179,7 @@ def _references(
     pushes, newest first; then the digest the manifest's `registry:` has for its tag now."""
     # Here, not at the top: only a boot that pulls loads the archive's record models (~35 ms).
     from lifecycle.archive.config import optional_location
-    from lifecycle.archive.images import pushed_images
+    from lifecycle.archive.record import pushed_images
     from lifecycle.archive.store import BlobStore
     from lifecycle.build.engine import RegistryFailed, registry_digest
 

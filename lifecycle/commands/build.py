@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from lifecycle import __version__, proc
 from lifecycle.archive.config import optional_location
-from lifecycle.archive.images import publish_image
+from lifecycle.archive.record import publish_image
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.build.engine import BuildResult, Pushed, base_image_digest, build_image, push_image
 from lifecycle.build.plan import BuildPlan, SourceInfo, plan_build

@@ -14,14 +14,12 @@ from typing import Any, ClassVar
 import click
 
 from lifecycle.archive.config import resolve_location
-from lifecycle.archive.pins import pins_at
+from lifecycle.archive.record import pins_at
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import LifecycleError
-from lifecycle.gc.plan import GcPlan, Policy, plan_gc
-from lifecycle.gc.run import Swept, journal_plan, sweep
-from lifecycle.gc.snapshot import take_snapshot
+from lifecycle.gc import GcPlan, Policy, Swept, journal_plan, plan_gc, sweep, take_snapshot
 from lifecycle.leases import exclusive
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.removal import pins, unfinished_gc

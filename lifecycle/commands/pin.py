@@ -6,7 +6,7 @@ it. A result's pins carry `result <id>` as their reason (`result <id>: TEXT` wit
 and `unpin RESULT` takes off exactly those, leaving any other pin on the same caches.
 
 With an archive location set (--to, LIFECYCLE_ARCHIVE, `archive:` in lifecycle.yaml), a result
-archived there is pinned there too, for the whole team (lifecycle.archive.pins): `gc --remote`
+archived there is pinned there too, for the whole team (lifecycle.archive.record): `gc --remote`
 keeps it and everything behind it, whichever host runs it. A result only the archive knows
 (archived by another host) is pinned there alone.
 """
@@ -21,7 +21,7 @@ from typing import ClassVar
 
 from lifecycle.archive.config import optional_location
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.pins import remove_pins, write_pin
+from lifecycle.archive.record import remove_pins, write_pin
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context

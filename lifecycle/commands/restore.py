@@ -10,9 +10,9 @@ from typing import ClassVar
 
 import click
 
-from lifecycle.archive.best import Best, best_versions
+from lifecycle.archive.catalog import Best, best_versions
 from lifecycle.archive.config import resolve_location
-from lifecycle.archive.images import pushed_images
+from lifecycle.archive.record import pushed_images
 from lifecycle.archive.restore import (
     FileRestored,
     RestoreReport,

@@ -31,11 +31,12 @@ from lifecycle.ledger.results import (
     result_archives,
 )
 from lifecycle.report import Listing, Report, Row, plain
-from lifecycle.results.add import ResultRequest, add_result
-from lifecycle.results.catalog import ArchivedResult, archived_results
+from lifecycle.results.archive import ArchivedResult, archived_results, publish_result
 from lifecycle.results.model import (
     STATUSES,
+    ResultRequest,
     Scalar,
+    add_result,
     canonical_result,
     is_pin_of,
     metrics_text,
@@ -43,7 +44,6 @@ from lifecycle.results.model import (
     pin_reason,
     read_document,
 )
-from lifecycle.results.publish import publish_result
 
 METRICS_WIDTH = 40  # characters of `k=v, …` in the table; --json has them all
 MAX_DOCUMENT_BYTES = 16 * 2**20  # a result document is metrics and notes, not data

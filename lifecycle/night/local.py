@@ -31,8 +31,8 @@ from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.model import engine_flag
 from lifecycle.night.checks import Finding, judge, metrics_in
 from lifecycle.night.engine import CheckOutcome, EndSummary, Pin, RunOrder, RunSummary, worst
-from lifecycle.results.add import ResultRequest, add_result
-from lifecycle.results.publish import with_results
+from lifecycle.results.archive import with_results
+from lifecycle.results.model import ResultRequest, add_result
 from lifecycle.teardown.plan import Selection
 from lifecycle.teardown.removal import teardown_lock
 from lifecycle.teardown.run import run_teardown

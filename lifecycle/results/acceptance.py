@@ -1,20 +1,7 @@
-"""A boot profile's acceptance command: run on the host after the boot, its outcome a result.
-
-    profiles:
-      serve:
-        acceptance:
-          command: [./acceptance/smoke.py]   # relative to the project root
-          name: smoke                        # the result's name (default: acceptance)
-          timeout_s: 600
-
-It runs once the boot is recorded and its caches are scanned and released, from the project
-root (the directory holding `manifests/`), with the finished boot as one JSON object on stdin
-and LIFECYCLE_BOOT_ID in its environment. On the host, because that is where everything an
-acceptance may need is: the boot's log and evidence, its cache dirs, dockerd (to run the
-image again), the network. Exit 0 is pass, 1 fail, anything else or a timeout inconclusive:
-the run could not decide, which is not the same as a failure. Its stdout, when not empty,
-is one JSON object kept as the result's document; its `metrics` and `note` become the
-result's. A boot that failed is recorded as a failed acceptance without running anything.
+"""A boot profile's acceptance command (`acceptance: {command, name, timeout_s}`): run on the
+host from the project root once the boot is recorded, its outcome a result (exit 0 pass,
+1 fail, else inconclusive; stdout, if any, the result's document). Why on the host, and what
+it is given: docs/verbs/results.md, "Acceptance".
 """
 
 from __future__ import annotations
@@ -31,8 +18,7 @@ from lifecycle.ledger.boots import BootRecord, cache_by_id, cache_uses
 from lifecycle.ledger.results import ResultRecord
 from lifecycle.manifest.model import Acceptance
 from lifecycle.redact import MIN_SECRET_LEN, redact
-from lifecycle.results.add import ResultRequest, add_result
-from lifecycle.results.model import ResultError, read_document
+from lifecycle.results.model import ResultError, ResultRequest, add_result, read_document
 
 STDERR_TAIL = 600  # characters of the command's stderr kept in the note when it did not pass
 

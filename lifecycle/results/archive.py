@@ -1,36 +1,23 @@
-"""A result's record in S3 (`lifecycle-result-record/2`), beside the boot and cache records.
+"""Results in the archive: a result's record (`lifecycle-result-record/2`) and its markers
+written, read back and listed (the team's view), and one result archived now with whichever
+of its caches must go first (`result add` with an archive location).
 
-Two kinds of object join the archive layout (lifecycle.archive.layout):
-
-- `results/<result>/<sha256>.json`: the record, written **last**, and only once the record of
-  its boot and the record of the exact version of each cache behind it are at that location,
-  so the chain an audit follows from it is whole in S3;
-- `caches/<cache>/results/<result>`: one empty marker per cache, written before the record, so
-  a cache's results are found by listing its index.
-
-The record is one JSON object, keys sorted:
-
-    format          "lifecycle-result-record/2"
-    result_id       the result's id; digest: sha256 of `result` in canonical JSON
-    result          the canonical result (lifecycle.results.model.canonical_result)
-    boot            {key, sha256} of its boot's record
-    manifest_name, manifest_digest, arch   what the boot ran, for listings
-    caches          per cache the boot used: {cache_id, tree_digest (what the boot left it
-                    holding), record: {key, sha256} of that version, or null when the cache
-                    changed again before that tree was archived}
-    blobs           [{sha256, size}]: the result's document
-    host, tool_version, archived_at
+A record is written last, once its boot's record and each version behind it are at that
+location, so the chain an audit follows from it is whole in S3.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import socket
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from lifecycle import __version__
 from lifecycle.archive.layout import (
     cache_prefix,
     legacy_marker_prefix,
@@ -41,9 +28,14 @@ from lifecycle.archive.layout import (
     record_key,
     records_of,
 )
-from lifecycle.archive.record import load_as, named_by_content, read_as
-from lifecycle.archive.sources import BlobSource, RecordPlan, file_blob, render_record
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.plans import BlobSource, RecordPlan, file_blob, render_record
+from lifecycle.archive.record import load_as, named_by_content, pins_at, read_as
+from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
+from lifecycle.archive.transfer import Progress
+from lifecycle.errors import LifecycleError
+from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, boot_archive, version_of
 from lifecycle.ledger.boots import CacheUse, cache_by_id, cache_uses
@@ -51,11 +43,12 @@ from lifecycle.ledger.results import (
     ResultArchiveRecord,
     ResultRecord,
     record_result_archive,
+    result_archives,
     unarchived_results,
 )
+from lifecycle.parallel import pool_map
 from lifecycle.records import RESULT_FORMAT_2, ResultRecordV1, ResultRecordV2
-from lifecycle.results.add import find_boot
-from lifecycle.results.model import canonical_result, result_digest
+from lifecycle.results.model import canonical_result, find_boot, result_digest
 
 Say = Callable[[str], None]
 
@@ -213,6 +206,104 @@ def results_on_cache(store: BlobStore, cache_id: str) -> list[ResultRecordV1 | R
         except ArchiveError:
             continue
     return records
+
+
+def with_results(
+    ledger: Ledger,
+    client: Any,
+    location: ArchiveLocation,
+    reports: list[ArchiveReport],
+    progress: Progress | None,
+) -> list[ArchiveReport]:
+    """After an archive of caches: archive every result whose caches' records there now list
+    its boot (a result added after its caches were archived goes with the next archive), and
+    say in each cache's report which of its results went."""
+    if not reports or reports[0].dry_run:
+        return reports
+    store = BlobStore(client, location)
+    done = archive_pending_results(
+        ledger, store, progress or (lambda line: None), host=socket.gethostname(),
+        tool_version=__version__,
+    )  # fmt: skip
+    return [
+        replace(r, results=tuple(sorted(i for i, behind in done.items() if r.cache_id in behind)))
+        for r in reports
+    ]
+
+
+def publish_result(
+    ledger: Ledger,
+    home: Home,
+    client: Any,
+    location: ArchiveLocation,
+    result: ResultRecord,
+    *,
+    progress: Callable[[str], None],
+) -> ResultArchiveRecord:
+    """Archive the result (and first whichever of its caches need it); its archive row."""
+    store = BlobStore(client, location)
+    url = location.url()
+    try:
+        stale = [c for c in chain_gaps(ledger, result.boot_id, url) if c]
+        if stale:
+            # Its sweep writes the result's record as soon as the last of them is archived.
+            archived = archive_caches(
+                ledger, home, client, location, stale, with_content=False, dry_run=False,
+                progress=progress,
+            )  # fmt: skip
+            with_results(ledger, client, location, archived, progress)
+        for done in result_archives(ledger, result.id):
+            if done.location == url:
+                return done
+        gaps = chain_gaps(ledger, result.boot_id, url)
+        if gaps:
+            raise ArchiveError(next(iter(gaps.values())))
+        return archive_result(
+            ledger, store, result, host=socket.gethostname(), tool_version=__version__
+        )
+    except LifecycleError as exc:
+        family = S3Unavailable if isinstance(exc, S3Unavailable) else ArchiveError
+        raise family(
+            f"result {result.id} is recorded, but not archived to {url}: {exc}"
+            "; `lifecycle archive --all` archives it once that is fixed"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class ArchivedResult:
+    """One result as the archive holds it."""
+
+    result: dict[str, Any]  # the canonical result
+    digest: str
+    manifest_name: str
+    arch: str
+    host: str  # the host that archived it
+    record: str  # s3:// URL of its record
+    pins: tuple[str, ...]  # the team pins' reasons
+
+
+def archived_results(store: BlobStore, *, workers: int = 8) -> list[ArchivedResult]:
+    """Every result with a record in the archive, newest first."""
+    ids = sorted(
+        {k.id for item in store.list("results/") if (k := parse_key(item.key)) is not None}
+    )
+    pinned: dict[str, list[str]] = {}
+    for pin in pins_at(store).values():
+        pinned.setdefault(pin.target, []).append(pin.reason)
+
+    def one(result_id: str) -> ArchivedResult:
+        relative, document = read_result(store, result_id)
+        if isinstance(document, ResultRecordV1):
+            manifest, arch = document.boot.boot.manifest_name, "unknown"
+        else:
+            manifest, arch = document.manifest_name, document.arch
+        return ArchivedResult(
+            document.result, document.digest, manifest, arch, document.host,
+            store.where(relative), tuple(sorted(pinned.get(result_id, []))),
+        )  # fmt: skip
+
+    found = pool_map(one, ids, workers, "catalog")
+    return sorted(found, key=lambda r: (r.result["created_at"], r.result["id"]), reverse=True)
 
 
 def _version_ref(ledger: Ledger, store: BlobStore, use: CacheUse) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from lifecycle.ledger.boots import CacheRecord, all_caches, cache_uses, tainted_
 from lifecycle.ledger.builds import all_builds
 from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import results_not_archived_on
-from lifecycle.results.publish import with_results
+from lifecycle.results.archive import with_results
 from lifecycle.table import human_bytes
 from lifecycle.teardown.containers import (
     BootContainer,

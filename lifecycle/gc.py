@@ -1,0 +1,377 @@
+"""`gc --remote`: a snapshot of the archive, the plan (mark what is kept, then what goes, in
+phases), and its sweep: journalled in the ledger, gc's record written in the archive, then
+batches deleted after one more look that spares what a record written since names.
+
+Whatever refers to an object goes in an earlier phase, so a run stopped anywhere leaves every
+remaining record whole (the next run completes it). The rules: docs/verbs/teardown.md, `gc`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence, Set
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from lifecycle.archive.layout import Key, blob_key, legacy_cache_key, pack_key, parse_key
+from lifecycle.archive.objects import Listing
+from lifecycle.archive.record import read_as, record_removal
+from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
+from lifecycle.faults import Checkpoint
+from lifecycle.formats import STORED_UNDER
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.removal import (
+    GcObject,
+    GcRun,
+    finish_gc,
+    gc_run,
+    mark_removed,
+    mark_spared,
+    pending_objects,
+    start_gc,
+)
+from lifecycle.parallel import pool_map
+from lifecycle.records import (
+    BootRecordV1,
+    CacheRecordV1,
+    CacheVersion,
+    Record,
+    ResultRecordV1,
+    ResultRecordV2,
+    stored_as,
+)
+from lifecycle.results.archive import load_result_record
+
+_RESULTS = ("result", "legacy-result")  # read with their digest checked (lifecycle.results)
+_READ = STORED_UNDER - {"gc"}  # gc's own records are not among what it plans
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The archive under one prefix: its objects, its records read, and what could not be."""
+
+    objects: dict[str, Listing]  # key (relative) -> what the listing said of it
+    keys: dict[str, Key]  # the objects of our layout, read as the layout names them
+    records: dict[str, Record]  # key -> the record it holds
+    unreadable: dict[str, str]  # key -> why it could not be read
+
+    def age(self, key: str, now: datetime) -> float:
+        """Seconds since the server stored the object."""
+        return (now - self.objects[key].modified).total_seconds()
+
+
+def take_snapshot(
+    store: BlobStore, earlier: Snapshot | None = None, *, workers: int = 8
+) -> Snapshot:
+    """List the whole prefix and read every record not read before (records are immutable and
+    named by their bytes: one read once is that record forever)."""
+    objects = {item.key: item for item in store.list()}
+    keys = {key: parsed for key in objects if (parsed := parse_key(key)) is not None}
+    known = earlier.records if earlier else {}
+    records = {key: known[key] for key in keys if key in known}
+    wanted = [k for k in keys.values() if k.kind in _READ and k.key not in records]
+
+    def read(key: Key) -> tuple[str, Record | str]:
+        try:
+            return key.key, _read(store, key)
+        except S3Unavailable:  # not this record's fault: no other is read (exit 3)
+            raise
+        except ArchiveError as exc:
+            return key.key, str(exc)
+
+    found = pool_map(read, wanted, workers, "gc-read")
+    unreadable = {key: why for key, why in found if isinstance(why, str)}
+    records |= {key: record for key, record in found if not isinstance(record, str)}
+    return Snapshot(objects, keys, records, unreadable)
+
+
+# A marker's kind -> the kinds its record may have (a result's: either release's).
+_MARKED = {
+    "boot-marker": ("boot",),
+    "result-marker": ("result", "legacy-result"),
+    "legacy-marker": ("result", "legacy-result"),
+}
+
+
+def needs(record: Record) -> set[str]:
+    """The keys (relative) a record names: its blobs (a packed blob: its pack, which stays
+    while any kept record names a blob in it), and the records it stands on."""
+    found = {
+        pack_key(pack) if (pack := getattr(b, "pack", None)) else blob_key(b.sha256)
+        for b in getattr(record, "blobs", [])
+    }
+    if isinstance(record, ResultRecordV2):
+        found.add(record.boot.key)
+        found |= {ref.record.key for ref in record.caches if ref.record is not None}
+    elif isinstance(record, ResultRecordV1):
+        found |= {legacy_cache_key(cache_id) for cache_id in record.caches}
+    return found
+
+
+def needed(records: Iterable[Record]) -> set[str]:
+    """Every key these records name."""
+    return {key for record in records for key in needs(record)}
+
+
+def markers_of(snap: Snapshot, records: Iterable[str]) -> dict[str, str]:
+    """The markers that belong to these records (keys): marker key -> `boot ID` or `result ID`."""
+    ids = {(snap.keys[k].kind, snap.keys[k].id) for k in records if k in snap.keys}
+    found = {}
+    for key, parsed in snap.keys.items():
+        kinds = _MARKED.get(parsed.kind, ())
+        if any((kind, parsed.other) in ids for kind in kinds):
+            found[key] = f"{kinds[0]} {parsed.other}"
+    return found
+
+
+def _read(store: BlobStore, key: Key) -> Record:
+    if key.kind in _RESULTS:
+        body = store.read(key.key)
+        if body is None:
+            raise ArchiveError(f"{store.where(key.key)}: gone while listed")
+        return load_result_record(body, key.key, store.where(key.key))
+    return read_as(store, stored_as(key.kind), key.key)
+
+
+# The kinds gc removes: the phase each goes in (whatever refers to an object goes in an earlier
+# one), and why the plan lets an object of it go, as gc's record of a run says of each key.
+_SWEPT = {
+    "result": (1, "a result the policy did not keep, not pinned"),
+    "legacy-result": (1, "a result the policy did not keep, not pinned"),
+    "result-marker": (2, "the marker of a result that went"),
+    "legacy-marker": (2, "the marker of a result that went"),
+    "boot": (3, "a boot's record no kept result names, that touched no kept version"),
+    "boot-marker": (4, "the marker of a boot whose record went"),
+    "version": (5, "a version the policy did not keep, behind no kept result"),
+    "legacy-cache": (5, "a version the policy did not keep, behind no kept result"),
+    "blob": (6, "a blob no kept record names"),
+    "pack": (6, "a pack holding no blob a kept record names"),
+}
+PHASES = {kind: phase for kind, (phase, _) in _SWEPT.items()}
+RULES = {kind: rule for kind, (_, rule) in _SWEPT.items()}
+Tree = tuple[str, str]  # (cache id, tree digest): one version of one cache
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What `gc --remote` was asked to keep."""
+
+    keep_last: int | None = None
+    older_than: timedelta | None = None
+    grace: timedelta = timedelta(hours=1)
+
+    def describe(self) -> str:
+        """As the user gave it, for the journal and the plan."""
+        parts = [f"--keep-last {self.keep_last}"] if self.keep_last is not None else []
+        if self.older_than is not None:
+            parts.append(f"--older-than {int(self.older_than.total_seconds())}s")
+        return " ".join([*parts, f"--grace {int(self.grace.total_seconds())}s"])
+
+
+@dataclass(frozen=True)
+class Doomed:
+    """An object the plan removes."""
+
+    key: str  # relative to the prefix
+    kind: str
+    phase: int
+    size: int
+
+
+@dataclass(frozen=True)
+class GcPlan:
+    """The objects to remove, in phase order, and what was kept."""
+
+    remove: tuple[Doomed, ...]
+    pinned: tuple[str, ...]  # results kept (with what is behind them) because pinned
+    kept: dict[str, int]  # kind -> objects of it kept
+
+    @property
+    def bytes(self) -> int:
+        """What the removal frees."""
+        return sum(d.size for d in self.remove)
+
+
+def plan_gc(snap: Snapshot, policy: Policy, pinned: Set[str], now: datetime) -> GcPlan:
+    """Mark and sweep one snapshot whose records were all read."""
+    mark = _Marking(snap, policy, now)
+    results = {
+        key: record
+        for key, record in snap.records.items()
+        if isinstance(record, ResultRecordV1 | ResultRecordV2)
+    }
+    kept_results = {key for key, r in results.items() if mark.keeps_result(key, r, pinned)}
+    named = needed(results[key] for key in kept_results)
+    # A kept result keeps every record of each tree it stood on, not only the one it names.
+    trees = mark.kept_trees() | {tree for key in named if (tree := mark.tree(key)) is not None}
+    kept = kept_results | {key for key in snap.records if mark.tree(key) in trees}
+    kept |= {
+        key
+        for key, record in snap.records.items()
+        if isinstance(record, BootRecordV1)
+        and (key in named or mark.keeps_boot(key, record, trees))
+    }
+    if policy.keep_last is None and policy.older_than is None:
+        kept |= set(snap.records)  # no policy: only what no record names goes
+    kept |= {key for key, parsed in snap.keys.items() if parsed.kind not in PHASES}
+    kept |= needed(snap.records[key] for key in kept if key in snap.records)
+    kept |= mark.young
+    kept |= set(markers_of(snap, kept))
+    remove = sorted(
+        (
+            Doomed(key, parsed.kind, PHASES[parsed.kind], snap.objects[key].size)
+            for key, parsed in snap.keys.items()
+            if key not in kept and parsed.kind in PHASES
+        ),
+        key=lambda doomed: (doomed.phase, doomed.key),
+    )
+    counts = Counter(snap.keys[key].kind for key in kept & snap.keys.keys())
+    held = sorted({r.result_id for r in results.values() if r.result_id in pinned})
+    return GcPlan(tuple(remove), tuple(held), counts)
+
+
+class _Marking:
+    """The rules, for one snapshot and one policy at one moment."""
+
+    def __init__(self, snap: Snapshot, policy: Policy, now: datetime) -> None:
+        self.snap, self.policy = snap, policy
+        grace = policy.grace.total_seconds()
+        self.young = {key for key in snap.objects if snap.age(key, now) < grace}
+        self.cutoff = now - policy.older_than if policy.older_than is not None else None
+
+    def recent(self, at: str) -> bool:
+        """Newer than --older-than (False without it)."""
+        return self.cutoff is not None and datetime.fromisoformat(at) > self.cutoff
+
+    def tree(self, key: str) -> Tree | None:
+        """The version a cache record holds; None for any other key."""
+        record = self.snap.records.get(key)
+        if isinstance(record, CacheVersion | CacheRecordV1):
+            return record.cache_id, record.fingerprint.tree_digest
+        return None
+
+    def keeps_result(
+        self, key: str, record: ResultRecordV1 | ResultRecordV2, pinned: Set[str]
+    ) -> bool:
+        """Pinned, young, or not old enough for --older-than (kept without it)."""
+        if record.result_id in pinned or key in self.young or self.policy.older_than is None:
+            return True
+        return self.recent(record.result["created_at"])
+
+    def kept_trees(self) -> set[Tree]:
+        """The versions the policy keeps: each cache's newest N, those newer than D, and
+        any with a record still in its grace."""
+        newest: dict[Tree, str] = {}
+        for record in self.snap.records.values():
+            if isinstance(record, CacheVersion | CacheRecordV1):
+                tree = (record.cache_id, record.fingerprint.tree_digest)
+                newest[tree] = max(newest.get(tree, ""), record.archived_at)
+        kept = {found for key in self.young if (found := self.tree(key)) is not None}
+        kept |= {tree for tree, at in newest.items() if self.recent(at)}
+        if self.policy.keep_last is not None:
+            by_cache: dict[str, list[tuple[str, Tree]]] = {}
+            for tree, at in newest.items():
+                by_cache.setdefault(tree[0], []).append((at, tree))
+            for trees in by_cache.values():
+                kept |= {tree for _, tree in sorted(trees, reverse=True)[: self.policy.keep_last]}
+        return kept
+
+    def keeps_boot(self, key: str, record: BootRecordV1, trees: Set[Tree]) -> bool:
+        """Young, newer than D, or it touched a kept version (started from it or left it)."""
+        if key in self.young or self.recent(record.boot.started_at):
+            return True
+        return any(
+            (use.cache_id, tree) in trees
+            for use in record.uses
+            for tree in (use.tree_digest_before, use.tree_digest_after)
+            if tree is not None
+        )
+
+
+BATCH = 200  # objects per DeleteObjects and per journal transaction
+
+
+@dataclass(frozen=True)
+class Swept:
+    """What one run (or the completion of a stopped one) removed and spared."""
+
+    run_id: str
+    removed: int
+    bytes_freed: int
+    spared: dict[str, str]  # key -> why it stayed after all
+
+
+def journal_plan(
+    ledger: Ledger, store: BlobStore, plan: GcPlan, policy: Policy, now: datetime
+) -> str:
+    """Write the run and every object of its plan to the ledger before anything is deleted."""
+    run_id = f"g-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"  # like teardown's run ids
+    run = GcRun(run_id, store.location.url(), _stamp(now), policy.describe())
+    start_gc(ledger, run, [GcObject(run_id, d.key, d.phase, d.size) for d in plan.remove])
+    return run_id
+
+
+def sweep(
+    ledger: Ledger,
+    store: BlobStore,
+    run_id: str,
+    clock: Callable[[], datetime],
+    *,
+    snap: Snapshot | None = None,
+    checkpoint: Checkpoint = lambda point: None,
+) -> Swept:
+    """Remove what the run planned and has not removed yet, after one more look: an object a
+    record written since names (and that record is not going) is spared."""
+    pending = pending_objects(ledger, run_id)
+    fresh = take_snapshot(store, snap)
+    if fresh.unreadable:
+        key, why = next(iter(fresh.unreadable.items()))
+        raise ArchiveError(f"gc stopped, nothing more removed: cannot read {key}: {why}")
+    spared = _spared(fresh, {item.key for item in pending})
+    mark_spared(ledger, run_id, spared)
+    going = [item for item in pending if item.key not in spared]
+    if going:  # no object goes that gc's record in the archive does not account for
+        policy, keys = gc_run(ledger, run_id).policy, [item.key for item in going]
+        try:
+            record_removal(store, run_id, policy, keys, RULES, _stamp(clock()))
+        except ArchiveError as exc:
+            raise exc.within("gc stopped, nothing more removed: its record not written") from exc
+    removed = freed = 0
+    for batch in _batches(going):
+        store.delete([item.key for item in batch])
+        mark_removed(ledger, run_id, [item.key for item in batch], _stamp(clock()))
+        removed += len(batch)
+        freed += sum(item.size for item in batch)
+        checkpoint("gc-after-batch")
+    finish_gc(ledger, run_id, _stamp(clock()))
+    return Swept(run_id, removed, freed, spared)
+
+
+def _spared(snap: Snapshot, pending: set[str]) -> dict[str, str]:
+    """Planned objects something that stays still needs: named by a record not planned to go,
+    or a marker whose record stays."""
+    staying = {key: record for key, record in snap.records.items() if key not in pending}
+    named = needed(staying.values())
+    marked = markers_of(snap, staying)
+    spared = {
+        key: "named by a record that stays (written since the plan?)" for key in pending & named
+    }
+    spared |= {
+        key: f"the record of {marked[key]} stays" for key in pending - named if key in marked
+    }
+    return spared
+
+
+def _batches(items: Sequence[GcObject]) -> list[list[GcObject]]:
+    """Runs of at most BATCH objects, never two phases in one: a phase ends before the next."""
+    batches: list[list[GcObject]] = []
+    for item in items:
+        if not batches or len(batches[-1]) == BATCH or batches[-1][-1].phase != item.phase:
+            batches.append([])
+        batches[-1].append(item)
+    return batches
+
+
+def _stamp(now: datetime) -> str:
+    return now.isoformat(timespec="seconds")

@@ -1,1 +1,0 @@
-"""`lifecycle gc --remote`: remove what no kept record of an archive needs."""
