@@ -46,7 +46,7 @@ class _Group(click.Group):
             from lifecycle.home import HomeUnusable
 
             if not isinstance(exc, HomeUnusable):  # else it says the same, as its cause
-                _say_unreadable()
+                _say_unreadable(ctx)
             for line in exc.lines():
                 _stderr(line)
             ctx.exit(exc.exit_code)
@@ -117,18 +117,17 @@ def cli(ctx: click.Context, debug: bool, manifests_dir: Path | None) -> None:
         "manifests_dir": manifests_dir or _find_manifests_dir(Path.cwd()),
         "home": home,
     }
-    _warn_if_production_down(home)
+    _warn_if_production_down(home, ctx.obj)
 
 
-_UNREADABLE: list[str] = []  # why the ledger could not be asked about production, if so
-
-
-def _say_unreadable() -> None:
-    for why in _UNREADABLE:
+def _say_unreadable(ctx: click.Context) -> None:
+    """Why the ledger could not be asked whether a night left production down, if so."""
+    why = (ctx.find_root().obj or {}).get("unreadable")
+    if why:
         _stderr(f"lifecycle: warning: cannot tell whether a night left production down: {why}")
 
 
-def _warn_if_production_down(home: Home) -> None:
+def _warn_if_production_down(home: Home, obj: dict[str, Any]) -> None:
     """Whatever the verb: say so when a night left production down (a SIGKILL, a reboot, a
     failed up hook). Read-only. A ledger that cannot be read is said once the verb is done
     (`validate` needs no ledger), unless the verb failed on it, saying the same itself."""
@@ -140,7 +139,7 @@ def _warn_if_production_down(home: Home) -> None:
     try:
         events = production_left_down_in(home.root)
     except HomeUnusable as exc:
-        _UNREADABLE.append(str(exc))
+        obj["unreadable"] = str(exc)
         return
     if events:  # the wording needs the night package; the common case imports none of it
         from lifecycle.night.production import is_down
@@ -201,7 +200,7 @@ def _confirm(question: str) -> None:
 def _answer(ctx: click.Context, report: Report | None, as_json: bool) -> NoReturn:
     """Print the report (its text, or `--json`), its notes on stderr; exit its code. None: the
     verb printed its answer itself (a note said why there is no report)."""
-    _say_unreadable()
+    _say_unreadable(ctx)
     if report is None:
         ctx.exit(0)
     if as_json:
