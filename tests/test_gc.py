@@ -119,6 +119,17 @@ def test_gc_keeps_a_pinned_result_and_all_behind_it_and_removes_the_rest_it_may(
     assert r1["id"] and r2["id"]
 
 
+def test_pin_says_a_result_record_that_does_not_parse_instead_of_pinning_around_it(
+    archive_project: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    [(_, result)] = _nights(archive_project, count=1)
+    [key] = keys(s3_client, s3_bucket, f"{PREFIX}/results/{result['id']}/")
+    s3_client.put_object(Bucket=s3_bucket, Key=key, Body=b"{not json")
+    pinned = cli(archive_project, "pin", result["id"])
+    assert pinned.exit_code != 0 and "pinned" not in pinned.stdout
+    assert key.rsplit("/", 1)[-1] in pinned.stderr  # the record named, not taken for "not there"
+
+
 def test_after_gc_verify_passes_and_names_what_gc_collected_by_rule(
     archive_project: Path, s3_bucket: str, s3_client: Any
 ) -> None:

@@ -22,7 +22,7 @@ from typing import ClassVar
 from lifecycle.archive.config import optional_location
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.record import remove_pins, write_pin
-from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
+from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import LifecycleError, did_you_mean
@@ -32,7 +32,7 @@ from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id, cache_u
 from lifecycle.ledger.results import ResultRecord, all_results, result_by_id
 from lifecycle.records import PIN_FORMAT, PinV1
 from lifecycle.report import Report
-from lifecycle.results.archive import read_result
+from lifecycle.results.archive import archived_result
 from lifecycle.results.model import is_pin_of, pin_reason
 
 DEFAULT_REASON = "pinned by hand"
@@ -114,11 +114,7 @@ def _team_pin(
     if where is None or not target.startswith("r-"):
         return ()
     store = BlobStore(ctx.s3(), where)
-    try:
-        read_result(store, target)
-    except S3Unavailable:
-        raise
-    except ArchiveError:
+    if archived_result(store, target) is None:  # one that does not parse is said, not skipped
         return ()  # not archived there (yet): this host's pin is all there is
     pin = PinV1(
         format=PIN_FORMAT, target=target, reason=reason, host=socket.gethostname(),

@@ -170,9 +170,22 @@ def load_result_record(body: bytes, relative: str, where: str) -> ResultRecordV1
 
 
 def read_result(store: BlobStore, result_id: str) -> tuple[str, ResultRecordV1 | ResultRecordV2]:
-    """(key, record) of a result at this location, checked: the first written of its records
-    (a run stopped after writing one may write a second, which says the same), else the
-    previous release's `results/<result>.json`; an ArchiveError when there is none."""
+    """(key, record) of a result at this location, checked; an ArchiveError when there is none."""
+    found = archived_result(store, result_id)
+    if found is None:
+        where = store.where(records_of("results", result_id))
+        raise ArchiveError(
+            f"{where}: missing: no result {result_id!r} archived at {store.location.url()}"
+        )
+    return found
+
+
+def archived_result(
+    store: BlobStore, result_id: str
+) -> tuple[str, ResultRecordV1 | ResultRecordV2] | None:
+    """The first written of a result's records (a run stopped after writing one may write a
+    second, which says the same), else the previous release's `results/<result>.json`; None
+    when there is none. A record there that does not parse is an ArchiveError, not None."""
     found = []
     for item in store.list(records_of("results", result_id)):
         body = store.read(item.key)
@@ -182,12 +195,7 @@ def read_result(store: BlobStore, result_id: str) -> tuple[str, ResultRecordV1 |
         return min(found, key=lambda pair: (pair[1].archived_at, pair[0]))
     legacy = legacy_result_key(result_id)
     body = store.read(legacy)
-    if body is None:
-        where = store.where(records_of("results", result_id))
-        raise ArchiveError(
-            f"{where}: missing: no result {result_id!r} archived at {store.location.url()}"
-        )
-    return legacy, load_result_record(body, legacy, store.where(legacy))
+    return None if body is None else (legacy, load_result_record(body, legacy, store.where(legacy)))
 
 
 def results_on_cache(store: BlobStore, cache_id: str) -> list[ResultRecordV1 | ResultRecordV2]:
