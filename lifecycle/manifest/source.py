@@ -8,7 +8,7 @@ from __future__ import annotations
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -291,7 +291,7 @@ class _Builder:
         problem = Problem(mark.file, mark.line, mark.col, render_key_path(path), message)
         self.problems.setdefault((mark.line, mark.col, message), problem)
 
-    def _fatal(self, node: yaml.Node, path: KeyPath, message: str) -> None:
+    def _fatal(self, node: yaml.Node, path: KeyPath, message: str) -> NoReturn:
         self.problems.clear()
         self._problem(node, path, message)
         raise _Fatal
