@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 
 from lifecycle.archive.layout import cache_prefix, parse_key
 from lifecycle.archive.location import ArchiveLocation
@@ -32,6 +32,8 @@ from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version,
 from lifecycle.ledger.boots import CacheRecord, Scanned, cache_by_id, record_scan
 from lifecycle.records import CacheRecordV1, CacheVersion
 from lifecycle.redact import is_masked
+from lifecycle.report import Report
+from lifecycle.table import human_bytes
 
 # Permission bits a restore keeps: never setuid, setgid or sticky, never writable by others.
 SAFE_MODES = 0o775
@@ -41,7 +43,7 @@ _TREE_PREFIX = re.compile(r"^[0-9a-f]{8,64}$")
 
 
 @dataclass(frozen=True)
-class RestoreReport:
+class RestoreReport(Report):
     """Where a cache was restored and what it holds now."""
 
     cache_id: str
@@ -56,6 +58,33 @@ class RestoreReport:
     withheld: tuple[str, ...] = ()  # files the archive left out (they held a secret's value)
     modes_masked: tuple[str, ...] = ()  # entries restored without setuid/setgid/sticky/o+w
     beside: bool = False  # --into: a dir of its own beside the cache; cache and ledger untouched
+
+    FORMAT: ClassVar[str] = "lifecycle-restore/1"
+
+    def text(self) -> str:
+        """Where it was restored, what it holds, and what was withheld or masked."""
+        done = self
+        how = "already in place" if done.already_present else "restored"
+        origin = "" if done.known else " (new to this host: its row was made from the record)"
+        state = "live"
+        if done.beside:
+            origin, state = " (beside the cache: it and the ledger are untouched)", "not a cache"
+        text = (
+            f"{done.cache_id}: {how} at {done.host_path}{origin}\n"
+            f"  {done.files} files, {human_bytes(done.bytes)},"
+            f" tree digest {done.tree_digest}; {state}; from {done.location}\n"
+        )
+        if done.withheld:
+            text += (
+                f"  not restored: {', '.join(done.withheld)} (the archive withheld them: they"
+                " held a secret's value; the engine writes them again)\n"
+            )
+        if done.modes_masked:
+            text += (
+                f"  modes masked (no setuid, setgid, sticky or world-writable):"
+                f" {', '.join(done.modes_masked)}\n"
+            )
+        return text
 
 
 def restore_cache(

@@ -35,43 +35,7 @@ from lifecycle.report import Report
 from lifecycle.table import human_bytes
 
 
-@dataclass(frozen=True)
-class RestoreRunReport(Report):
-    """One cache restored from its archive."""
-
-    FORMAT: ClassVar[str] = "lifecycle-restore/1"
-    restore: RestoreReport
-
-    def to_json(self) -> dict[str, object]:
-        return {"format": self.FORMAT, **super().to_json()["restore"]}
-
-    def text(self) -> str:
-        """Where it was restored, what it holds, and what was withheld or masked."""
-        done = self.restore
-        how = "already in place" if done.already_present else "restored"
-        origin = "" if done.known else " (new to this host: its row was made from the record)"
-        state = "live"
-        if done.beside:
-            origin, state = " (beside the cache: it and the ledger are untouched)", "not a cache"
-        text = (
-            f"{done.cache_id}: {how} at {done.host_path}{origin}\n"
-            f"  {done.files} files, {human_bytes(done.bytes)},"
-            f" tree digest {done.tree_digest}; {state}; from {done.location}\n"
-        )
-        if done.withheld:
-            text += (
-                f"  not restored: {', '.join(done.withheld)} (the archive withheld them: they"
-                " held a secret's value; the engine writes them again)\n"
-            )
-        if done.modes_masked:
-            text += (
-                f"  modes masked (no setuid, setgid, sticky or world-writable):"
-                f" {', '.join(done.modes_masked)}\n"
-            )
-        return text
-
-
-def run(ctx: Context, request: verbs.Restore) -> RestoreRunReport | FileReport | RestoreBestReport:
+def run(ctx: Context, request: verbs.Restore) -> RestoreReport | FileReport | RestoreBestReport:
     """One of restore's four forms, as the flags given say."""
     target, best, file_path, output = (
         request.target,
@@ -95,7 +59,7 @@ def run(ctx: Context, request: verbs.Restore) -> RestoreRunReport | FileReport |
 
 def run_restore(
     ctx: Context, target: str, source: str | None, into: Path | None = None
-) -> RestoreRunReport:
+) -> RestoreReport:
     """Restore one cache's files from the archive: `CACHE` (its newest version with files) or
     `CACHE@TREE` (that version, by its tree digest or a prefix of at least 8 digits); in place,
     or `into` a new dir beside it (the cache and the ledger untouched)."""
@@ -108,12 +72,12 @@ def run_restore(
         beside = restore_beside(
             client, location, cache_id, into, tree=tree or None, progress=ctx.say
         )
-        return RestoreRunReport(beside)
+        return beside
     with ctx.ledger() as ledger:
         done = restore_cache(
             ledger, ctx.home, client, location, cache_id, tree=tree or None, progress=ctx.say
         )
-    return RestoreRunReport(done)
+    return done
 
 
 @dataclass(frozen=True)
@@ -187,7 +151,7 @@ class RestoreBestReport(Report):
                 f"{best.cache_name}: {best.cache_id}@{best.tree_digest[:12]} archived by"
                 f" {best.host} at {best.archived_at}"
             )
-            lines.append("  " + RestoreRunReport(done).text().splitlines()[0])
+            lines.append("  " + done.text().splitlines()[0])
         lines += [
             f"{name}: no complete version with key {self.keys[name][:12]}…; boots cold"
             for name in self.none_found
