@@ -246,17 +246,29 @@ def _archived_cache(
 
 def _newest(store: BlobStore, versions: dict[str, Key], listed: dict[str, Listing]) -> str | None:
     """The tree of the version archived last, as its record says (one that cannot be read, as
-    the server stored it: its check names what is wrong with it)."""
+    the server stored it: its check names what is wrong with it). Times are to the second, so
+    two archives in one second are told apart by lineage: a version another grew from is older."""
 
-    def archived(key: str) -> datetime:
+    def read(key: str) -> CacheVersion | None:
         try:
-            return datetime.fromisoformat(read_as(store, CacheVersion, key).archived_at)
+            return read_as(store, CacheVersion, key)
         except S3Unavailable:
             raise
-        except (ArchiveError, ValueError):  # unreadable, or no time in `archived_at`
+        except ArchiveError:  # unreadable: the server's time stands for its own
+            return None
+
+    records = {key: read(key) for key in versions}
+    parents = {record.parent for record in records.values() if record is not None}
+
+    def archived(key: str) -> datetime:
+        record = records[key]
+        try:
+            return datetime.fromisoformat(record.archived_at) if record else listed[key].modified
+        except ValueError:  # no time in `archived_at`
             return listed[key].modified
 
-    return versions[max(versions, key=lambda key: (archived(key), key))].tree
+    order = {key: (archived(key), versions[key].tree not in parents, key) for key in versions}
+    return versions[max(versions, key=order.__getitem__)].tree
 
 
 def _trees_behind_results(store: BlobStore, cache_id: str) -> set[str | None]:
