@@ -58,7 +58,7 @@ class _Group(click.Group):
             if ctx.params.get("debug"):
                 _print_traceback()
                 ctx.exit(EXIT_INTERNAL)
-            _unexpected(exc)
+            _unexpected(exc, (ctx.obj or {}).get("home"))
             ctx.exit(EXIT_INTERNAL)
 
 
@@ -76,13 +76,15 @@ def _stderr(line: str) -> None:
     click.echo(redact(line, known_secrets(os.environ)), err=True)
 
 
-def _unexpected(exc: Exception) -> None:
+def _unexpected(exc: Exception, home: Home | None) -> None:
+    """One line; the traceback into the command's Home (made here if the bug came first)."""
     from lifecycle.crash import write_traceback
     from lifecycle.home import Home, default_home
 
     summary = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
     try:
-        where = f"traceback in {write_traceback(exc, Home(default_home(os.environ)), os.environ)}"
+        home = home or Home(default_home(os.environ))
+        where = f"traceback in {write_traceback(exc, home, os.environ)}"
     except OSError:
         where = "no traceback file could be written; rerun with --debug"
     _stderr(f"lifecycle: unexpected error (a bug): {summary}; {where}")
