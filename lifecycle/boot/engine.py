@@ -62,6 +62,16 @@ def engine_image(
     raise NotBuilt(f"{ref} is not built here and could not be pulled: {why}")
 
 
+def existing_tag(image: Any, derived: str) -> str:
+    """What a boot names its image by: the tag `build` gives it, when the image has it; else
+    (an image pulled by digest has only where it came from) its first tag or reference."""
+    tags = [str(tag) for tag in image.tags or []]
+    if derived in tags:
+        return derived
+    found = tags or [str(ref) for ref in image.attrs.get("RepoDigests") or []]
+    return found[0] if found else str(image.id)
+
+
 def keep_provenance(
     ledger: Ledger, home: Home, loaded: LoadedManifest, digest: str, image: dict[str, Any]
 ) -> None:

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from lifecycle.boot.engine import engine_image
+from lifecycle.boot.engine import engine_image, existing_tag
 from lifecycle.boot.run import BootRequest, Watch, dry_run_spec
 from lifecycle.build.plan import image_tag
 from lifecycle.commands import verbs
@@ -143,16 +143,6 @@ def request(
         loaded, digest, image, tag, options.profile, options.cold, hooks, arch, ctx.home,
         options.timeout,
     )  # fmt: skip
-
-
-def existing_tag(image: Any, derived: str) -> str:
-    """What a boot names its image by: the tag `build` gives it, when the image has it; else
-    (an image pulled by digest has only where it came from) its first tag or reference."""
-    tags = [str(tag) for tag in image.tags or []]
-    if derived in tags:
-        return derived
-    found = tags or [str(ref) for ref in image.attrs.get("RepoDigests") or []]
-    return found[0] if found else str(image.id)
 
 
 def run(ctx: Context, options: verbs.Boot) -> BootReport | BootSpecReport:

@@ -11,7 +11,7 @@ import fnmatch
 from dataclasses import dataclass, replace
 
 from lifecycle.manifest.model import Evidence
-from lifecycle.night.plan import Check, Created, Ladder, Plan
+from lifecycle.night.plan import Check, Created, Gpu, Ladder, Plan
 
 WARM_UP = "warm-up"  # the workload of a pin's warm-up boots: cell `PIN:warm-up:cold`
 
@@ -42,6 +42,7 @@ class Cell:
     timeout_s: float = 600.0
     rung: Rung | None = None
     created: tuple[str, ...] = ()  # what the checks create, for the report
+    gpu: Gpu | None = None  # what a run needs on a cluster; None: any one GPU
 
     @property
     def id(self) -> str:
@@ -64,7 +65,10 @@ def cells(plan: Plan) -> list[Cell]:
         for state in ("cold", "warm"):  # a ladder's rungs run in both, whatever the matrix does
             for ladder in plan.ladders:
                 if pin in plan.ladder_pins(ladder):
-                    ordered += [_rung(ladder, pin, state, value) for value in ladder.rungs]
+                    ordered += [
+                        _rung(ladder, pin, state, value, plan.gpu.get(pin))
+                        for value in ladder.rungs
+                    ]
     return ordered
 
 
@@ -88,6 +92,7 @@ def _matrix(plan: Plan, pin: str, state: str) -> list[Cell]:
             checks=tuple(profile.checks),
             timeout_s=profile.timeout_s,
             created=tuple(c.what for c in created),
+            gpu=profile.gpu or plan.gpu.get(pin),
         )
         found.append(plain)
         if profile.instrumented is not None:
@@ -97,7 +102,7 @@ def _matrix(plan: Plan, pin: str, state: str) -> list[Cell]:
     return found
 
 
-def _rung(ladder: Ladder, pin: str, state: str, value: float) -> Cell:
+def _rung(ladder: Ladder, pin: str, state: str, value: float, gpu: Gpu | None) -> Cell:
     shape = ladder.shape
     check = Check(
         name=f"ladder-{ladder.argument}",
@@ -116,13 +121,14 @@ def _rung(ladder: Ladder, pin: str, state: str, value: float) -> Cell:
         timeout_s=ladder.timeout_s,
         rung=rung,
         created=(shape.what,),
+        gpu=gpu,
     )
 
 
-def warm_up(pin: str, boot_profile: str | None) -> Cell:
-    """The boot that makes good caches for a pin's warm cells when none is left: the pin's
-    profile with nothing to serve, cold, nothing checked."""
-    return Cell(pin, WARM_UP, "cold", boot_profile)
+def warm_up(cell: Cell) -> Cell:
+    """The boot that makes good caches for a warm cell's pin when none is left: the pin's
+    profile with nothing to serve, cold, nothing checked, on the cell's kind of GPU."""
+    return Cell(cell.pin, WARM_UP, "cold", None, gpu=cell.gpu)
 
 
 def is_warm_up(cell_id: str) -> bool:

@@ -1,8 +1,10 @@
 """Where a night's cells run: the small interface between the night and an engine.
 
-The night decides what runs and in which order and keeps the journal; an engine runs one cell
-once and reports a RunSummary, then archives and tears down what its boots left. This host's
-Docker engine is one (lifecycle.night.local); a cluster's would record boots on its hosts.
+The night decides what runs and in which order and keeps the journal; an engine starts the runs
+it has room for, reports each one's RunSummary as it ends (or that its attempt was lost), then
+archives and tears down what its boots left. This host's Docker engine is one, with room for
+one run at a time (lifecycle.night.local); a Ray cluster of GPU hosts is the other, with room
+for as many as its GPUs (lifecycle.night.cluster).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from lifecycle.hooks import Hook
 from lifecycle.manifest import LoadedManifest
 from lifecycle.night.cells import Cell
 from lifecycle.night.checks import CheckVerdict
-from lifecycle.night.plan import Frozen
+from lifecycle.night.plan import Frozen, Gpu
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,18 @@ class RunSummary(Frozen):
     evidence: str | None = None  # its evidence bundle
     started_at: str | None = None
     ended_at: str | None = None
+    node: str | None = None  # on a cluster: the node that ran it
+    cache_from: str | None = None  # on a cluster: local | restored | cold (where its caches were)
+
+
+@dataclass(frozen=True)
+class LostRun:
+    """An attempt at a run that ended with no summary: its node died, or cannot run cells.
+    Journalled with its node, never counted; the run goes to another node."""
+
+    order: RunOrder
+    node: str
+    error: str
 
 
 class EndSummary(Frozen):
@@ -98,12 +112,18 @@ class Engine(Protocol):
         """The pin with its built image; LifecycleError (before anything runs) if not built."""
         ...
 
-    def warm_ready(self, pin: Pin) -> bool:
-        """Whether a warm boot of the pin would find a good cache for every cache it mounts."""
+    def warm_ready(self, pin: Pin, gpu: Gpu | None) -> bool:
+        """Whether a warm boot of the pin (on that kind of GPU) would find a good cache for
+        every cache it mounts."""
         ...
 
-    def run(self, order: RunOrder) -> RunSummary:
-        """Boot the cell once, judge its checks, record its results where the boot is."""
+    def start(self, order: RunOrder) -> bool:
+        """Start the run (boot the cell once, judge its checks, record its results where the
+        boot is) if there is room for it now; False: not now."""
+        ...
+
+    def finished(self) -> list[RunSummary | LostRun]:
+        """Wait until a started run ends; every run that ended since the last call."""
         ...
 
     def archive(self, boot_ids: Sequence[str]) -> EndSummary:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,16 @@ from lifecycle.ledger.boots import BootRecord, cache_by_id, cache_uses, warm_can
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.model import engine_flag
 from lifecycle.night.checks import Finding, judge, metrics_in
-from lifecycle.night.engine import CheckOutcome, EndSummary, Pin, RunOrder, RunSummary, worst
+from lifecycle.night.engine import (
+    CheckOutcome,
+    EndSummary,
+    LostRun,
+    Pin,
+    RunOrder,
+    RunSummary,
+    worst,
+)
+from lifecycle.night.plan import Gpu
 from lifecycle.results.archive import with_results
 from lifecycle.results.model import ResultRequest, add_result
 from lifecycle.teardown.plan import Selection
@@ -50,6 +59,8 @@ class LocalEngine:
     arch: str  # the GPU arch in cache keys (LIFECYCLE_GPU_ARCH)
     s3: Any | None = None
     location: ArchiveLocation | None = None
+    with_content: bool = False  # whether the end's archive sends the caches' files too
+    _next: list[RunOrder] = field(default_factory=list)  # the one run started, not yet run
 
     @property
     def where(self) -> str:
@@ -67,7 +78,20 @@ class LocalEngine:
             ref, loaded, digest, {"id": built.id, "tags": built.tags, "labels": built.labels}, tag
         )
 
-    def warm_ready(self, pin: Pin) -> bool:
+    def start(self, order: RunOrder) -> bool:
+        """One run at a time: the next is started once the last one is finished."""
+        if self._next:
+            return False
+        self._next.append(order)
+        return True
+
+    def finished(self) -> list[RunSummary | LostRun]:
+        """The started run, run now (this host runs one boot at a time)."""
+        return [self.run(self._next.pop())]
+
+    def warm_ready(self, pin: Pin, gpu: Gpu | None = None) -> bool:
+        """Whether a warm boot of the pin here finds a good cache of each (this host has one
+        kind of GPU: `gpu` is moot)."""
         caches = pin.loaded.manifest.active_caches()
         labels = pin.image["labels"] or {}  # the key is what the image is made of, not its id
         keys = [cache_key(key_factors(labels, name, pin.digest, self.arch)) for name in caches]
@@ -163,7 +187,8 @@ class LocalEngine:
             return EndSummary(action="archive", ok=False, detail="no archive location is set")
         cache_ids = self._caches_of(boot_ids)
         reports = archive_caches(
-            self.ledger, self.home, self.s3, self.location, cache_ids, with_content=False,
+            self.ledger, self.home, self.s3, self.location, cache_ids,
+            with_content=self.with_content,
             dry_run=False, progress=None,
         )  # fmt: skip
         reports = with_results(self.ledger, self.s3, self.location, reports, None)

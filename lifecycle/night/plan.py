@@ -57,6 +57,25 @@ class Created(_Strict):
     args: list[str] = Field(default_factory=list, description="Added to the engine's arguments.")
 
 
+def _gpu_shorthand(value: object) -> object:
+    """`gpu: H200` is `gpu: {type: H200}`: one GPU of that type."""
+    return {"type": value} if isinstance(value, str) else value
+
+
+class Gpu(_Strict):
+    """The accelerator a run needs (lifecycle.night.cluster): on a Ray cluster, `count` GPUs
+    and `count` of the custom resource named `type` its GPU nodes declare at `ray start`."""
+
+    type: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
+    count: Positive = 1
+
+    def __str__(self) -> str:
+        return self.type if self.count == 1 else f"{self.count}x {self.type}"
+
+
+GpuNeed = Annotated[Gpu, BeforeValidator(_gpu_shorthand)]
+
+
 class Check(_Strict):
     """One verdict a cell's boot gets, and what must be seen for it to mean anything."""
 
@@ -83,6 +102,7 @@ class NightProfile(_Strict):
     repeats: Positive | None = None
     instrumented: Instrumented | None = None
     timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    gpu: GpuNeed | None = Field(default=None, description="Default: the pin's (plan `gpu:`).")
     checks: Annotated[list[Check], Field(min_length=1)]
 
 
@@ -130,6 +150,12 @@ class Plan(_Strict):
     profiles: dict[Slug, NightProfile] = Field(default_factory=dict)
     ladders: list[Ladder] = Field(default_factory=list)
     end: End = Field(default_factory=End)
+    engine: Literal["local", "ray"] = Field(
+        default="local", description="Where the cells run; `night --engine` overrides it."
+    )
+    gpu: dict[PinRef, GpuNeed] = Field(
+        default_factory=dict, description="pin -> the accelerator its runs need on a cluster."
+    )
 
     def ladder_pins(self, ladder: Ladder) -> list[str]:
         """The pins a ladder climbs."""
@@ -144,8 +170,16 @@ class LoadedPlan:
     plan: Plan
 
     def canonical(self) -> str:
-        """The plan as JSON, keys sorted: what the digest is taken over and the ledger keeps."""
-        return json.dumps(self.plan.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """The plan as JSON, keys sorted: what the digest is taken over and the ledger keeps.
+        Not `engine` (where the cells run, not what they measure), nor a `gpu` not given: a plan
+        written before either existed keeps its digest, so its unfinished night resumes."""
+        document = self.plan.model_dump(mode="json", exclude={"engine"})
+        if not document["gpu"]:
+            del document["gpu"]
+        for profile in document["profiles"].values():
+            if profile["gpu"] is None:
+                del profile["gpu"]
+        return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
     @property
     def digest(self) -> str:
@@ -196,6 +230,9 @@ def cross_checks(plan: Plan) -> Iterator[Finding]:
                 yield (*where, "path"), "say what must be observed for this check's path to run"
             if not check.pass_when.items():
                 yield (*where, "pass_when"), "say what must be observed for a pass"
+    for pin in plan.gpu:
+        if pin not in plan.pins:
+            yield ("gpu", pin), f"{pin!r} is not one of the plan's pins"
     for index, ladder in enumerate(plan.ladders):
         where = ("ladders", index)
         yield from listed_twice((*where, "rungs"), ladder.rungs)

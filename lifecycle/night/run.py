@@ -9,6 +9,7 @@ journalled; ladder values settled; the end actions; the report.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -23,8 +24,8 @@ from lifecycle.hooks import HookRunner, HookSelectionError, run_hook_process, se
 from lifecycle.leases import exclusive_or, held
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.nights import production_left_down
-from lifecycle.night.cells import Cell, matching, warm_up
-from lifecycle.night.engine import Engine, RunOrder, RunSummary
+from lifecycle.night.cells import Cell, is_warm_up, matching, warm_up
+from lifecycle.night.engine import Engine, LostRun, RunOrder
 from lifecycle.night.journal import BUILDS, FINISHED, RERUN, NightJournal
 from lifecycle.night.ladder import climb, register
 from lifecycle.night.plan import LoadedPlan, Plan
@@ -305,33 +306,88 @@ def _pending(journal: NightJournal, prepared: Prepared) -> list[tuple[Cell, int,
 def _run(
     night: Night, journal: NightJournal, prepared: Prepared, pending: list[tuple[Cell, int, int]]
 ) -> int:
-    """Every pending run, each journalled; a warm cell of a pin with no good cache left gets a
-    warm-up first. The number of boots."""
+    """Every pending run, each journalled, as many at once as the engine has room for (one on
+    this host's engine), in the night's order where room allows. A warm cell whose pin has no
+    good cache left waits for a run of its pin under way, else gets a warm-up first. A lost
+    attempt (its node died) is journalled with its node and run again. The number of boots."""
+    engine, waiting = night.engine, list(pending)
+    order_of = {(cell.id, run): index for index, (cell, run, _) in enumerate(pending)}
+    started: dict[tuple[str, int, int], RunOrder] = {}  # (cell id, run, attempt) -> its order
+    lost: Counter[tuple[str, int]] = Counter()
     boots = 0
-    for index, (cell, run, attempt) in enumerate(pending, start=1):
-        pin = prepared.pins[cell.pin]
-        if cell.state == "warm" and not night.engine.warm_ready(pin):
-            up = warm_up(cell.pin, None)
-            number = 1 + sum(1 for key in journal.runs() if key[0] == up.id)
-            night.say(f"{cell.pin}: no good cache left for a warm run; warm-up boot first")
-            _one(night, journal, RunOrder(journal.night.id, up, number, 1, pin, ()))
+
+    def under_way(cell: Cell) -> bool:
+        return any(o.cell.pin == cell.pin and o.cell.gpu == cell.gpu for o in started.values())
+
+    def start(order: RunOrder) -> bool:
+        if not engine.start(order):
+            return False
+        started[(order.cell.id, order.run, order.attempt)] = order
+        journal.started(order.cell.id, order.run, order.attempt)
+        return True
+
+    while waiting or started:
+        for item in list(waiting):
+            cell, run, attempt = item
+            pin = prepared.pins[cell.pin]
+            if cell.state == "warm" and not engine.warm_ready(pin, cell.gpu):
+                if under_way(cell):
+                    continue  # a run of the pin under way leaves a good cache
+                up = warm_up(cell)
+                number = 1 + sum(1 for key in journal.runs() if key[0] == up.id)
+                if start(RunOrder(journal.night.id, up, number, 1, pin, ())):
+                    night.say(f"{cell.pin}: no good cache left for a warm run; warm-up boot first")
+                continue
+            if start(RunOrder(journal.night.id, cell, run, attempt, pin, prepared.hooks[cell.id])):
+                waiting.remove(item)
+        if not started:
+            raise LifecycleError(f"{engine.where} has no room for any run of this night")
+        for ended in engine.finished():
+            if isinstance(ended, LostRun):
+                order = started.pop((ended.order.cell.id, ended.order.run, ended.order.attempt))
+                _lost(night, journal, ended, lost)
+                if not is_warm_up(order.cell.id):  # a warm-up is made again if still needed
+                    waiting.append((order.cell, order.run, order.attempt))
+                    waiting.sort(key=lambda w: order_of[(w[0].id, w[1])])
+                continue
+            started.pop((ended.cell, ended.run, ended.attempt))
+            journal.done(ended)
             boots += 1
-        order = RunOrder(journal.night.id, cell, run, attempt, pin, prepared.hooks[cell.id])
-        summary = _one(night, journal, order)
-        boots += 1
-        checks = ", ".join(f"{o.verdict.check} {o.verdict.status}" for o in summary.checks)
-        night.say(
-            f"[{index}/{len(pending)}] {cell.id} run {run}/{cell.repeats}: {summary.verdict}"
-            f" (boot {summary.boot_id} {summary.outcome}{'; ' + checks if checks else ''})"
-        )
+            checks = ", ".join(f"{o.verdict.check} {o.verdict.status}" for o in ended.checks)
+            where = f" on {ended.node}" if ended.node else ""
+            done = (
+                len(pending)
+                - len(waiting)
+                - sum(1 for o in started.values() if not is_warm_up(o.cell.id))
+            )
+            night.say(
+                f"[{done}/{len(pending)}] {ended.cell} run {ended.run}: {ended.verdict}"
+                f" (boot {ended.boot_id} {ended.outcome}{where}{'; ' + checks if checks else ''})"
+            )
     return boots
 
 
-def _one(night: Night, journal: NightJournal, order: RunOrder) -> RunSummary:
-    journal.started(order.cell.id, order.run, order.attempt)
-    summary = night.engine.run(order)
-    journal.done(summary)
-    return summary
+LOST = "lost"  # detail: a lost attempt as JSON (cell, run, attempt, node, error)
+MAX_LOST = 3  # lost attempts of one run before the night stops
+
+
+def _lost(
+    night: Night, journal: NightJournal, lost: LostRun, counts: Counter[tuple[str, int]]
+) -> None:
+    """Journal a lost attempt; stop the night once one run was lost MAX_LOST times."""
+    order = lost.order
+    detail = {
+        "cell": order.cell.id, "run": order.run, "attempt": order.attempt, "node": lost.node,
+        "error": lost.error,
+    }  # fmt: skip
+    journal.event(LOST, json.dumps(detail, sort_keys=True))
+    night.say(f"{order.cell.id} run {order.run}: lost on {lost.node} ({lost.error}); runs again")
+    counts[(order.cell.id, order.run)] += 1
+    if counts[(order.cell.id, order.run)] >= MAX_LOST:
+        raise LifecycleError(
+            f"{order.cell.id} run {order.run} was lost {MAX_LOST} times, last on {lost.node}:"
+            f" {lost.error}"
+        )
 
 
 def _settle(
