@@ -13,6 +13,8 @@ from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
 NATIVE_SOURCES = {".c", ".h", ".cc", ".cpp", ".pyx", ".pxd", ".rs"}
+# An optional extra's package -> the one module that imports it (loaded only on that path).
+OPTIONAL = {"ray": "lifecycle/night/cluster.py"}
 
 
 def test_nothing_is_compiled_at_install() -> None:
@@ -30,16 +32,26 @@ def test_every_package_lifecycle_imports_is_a_declared_dependency() -> None:
     declared = {
         canonicalize_name(Requirement(spec).name) for spec in pyproject["project"]["dependencies"]
     }
-    imported = set()
+    extras = {
+        canonicalize_name(Requirement(spec).name)
+        for specs in pyproject["project"]["optional-dependencies"].values()
+        for spec in specs
+    }
+    imported, optional = set(), {}
     for path in (REPO / "lifecycle").rglob("*.py"):
         parts = path.relative_to(REPO / "lifecycle").parts
         if "upstream" in parts or parts[:2] == ("demo", "in_image"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
-                imported |= {alias.name.split(".")[0] for alias in node.names}
+                names = {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                imported.add(node.module.split(".")[0])
+                names = {node.module.split(".")[0]}
+            else:
+                continue
+            for name in names & OPTIONAL.keys():  # an extra's package: only where it is allowed
+                optional.setdefault(name, set()).add(path.relative_to(REPO).as_posix())
+            imported |= names - OPTIONAL.keys()
     # _typeshed: type checkers' own, imported under TYPE_CHECKING only.
     third_party = imported - set(sys.stdlib_module_names) - {"lifecycle", "__future__", "_typeshed"}
     distributions = packages_distributions()
@@ -50,3 +62,5 @@ def test_every_package_lifecycle_imports_is_a_declared_dependency() -> None:
     }
     assert undeclared == {}
     assert {"docker", "botocore", "boto3", "yaml"} <= third_party
+    assert optional == {name: {where} for name, where in OPTIONAL.items()}
+    assert {canonicalize_name(name) for name in OPTIONAL} <= extras

@@ -8,17 +8,17 @@ LIFECYCLE_ARCHIVE, else `archive:` in lifecycle.yaml), which a plan that archive
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from lifecycle.archive.config import optional_location, resolve_location
-from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.hooks import run_hook_process
-from lifecycle.ledger import Ledger
+from lifecycle.night.engine import Engine
 from lifecycle.night.local import LocalEngine
 from lifecycle.night.plan import LoadedPlan, load_plan
 from lifecycle.night.prepare import DryRun, dry_run
@@ -67,41 +67,44 @@ def run(ctx: Context, options: verbs.Night) -> NightOutcome | DryRun | RecoverRe
             resolve_location(options.to, ctx.environ, ctx.project)
         return plan_only(ctx, loaded)
     request = NightRequest(loaded, rerun=tuple(options.rerun), new=options.new)
-    return run_plan(ctx, request, options.to)
+    return run_plan(ctx, request, options)
 
 
-def run_plan(ctx: Context, request: NightRequest, to: str | None) -> NightOutcome:
-    """Run (or resume) a night on this host's Docker engine."""
+def run_plan(
+    ctx: Context, request: NightRequest, options: verbs.Night | verbs.Tune
+) -> NightOutcome:
+    """Run (or resume) a night on this host's Docker engine, or on a Ray cluster's nodes."""
     plan = request.loaded.plan
+    on_ray = (options.engine or plan.engine) == "ray"
     location = (
-        resolve_location(to, ctx.environ, ctx.project)
-        if plan.end.archive
-        else optional_location(to, ctx.environ, ctx.project)
+        resolve_location(options.to, ctx.environ, ctx.project)
+        if plan.end.archive or on_ray  # a cluster's nodes share their caches through it
+        else optional_location(options.to, ctx.environ, ctx.project)
     )
-    docker = ctx.docker()
+    if on_ray:  # Ray is imported on this path only; without it, one line (exit 2)
+        from lifecycle.night.cluster import RayEngine
     s3 = ctx.s3() if location is not None else None
-    with ctx.ledger() as ledger:
-        night = setting(ctx, ledger, docker, s3, location)
-        return run_night(night, request)
-
-
-def setting(
-    ctx: Context, ledger: Ledger, docker: Any, s3: Any, location: ArchiveLocation | None
-) -> Night:
-    """The night's engine (this host's Docker) and services, from the command's context."""
-    arch = ctx.environ.get("LIFECYCLE_GPU_ARCH", "unknown")
-    engine = LocalEngine(docker, ledger, ctx.home, ctx.environ, arch, s3, location)
     store = BlobStore(s3, location) if s3 is not None and location is not None else None
-    return Night(
-        ledger=ledger,
-        home=ctx.home,
-        engine=engine,
-        manifests_dir=ctx.manifests_dir,
-        project=ctx.project,
-        store=store,
-        say=ctx.say,
-        now=ctx.now,
-    )
+    with ctx.ledger() as ledger, ExitStack() as stack:
+        if on_ray:
+            assert store is not None, "a cluster night always has its archive location"
+            cluster = RayEngine(options.address, store, ctx.say)
+            stack.callback(cluster.close)
+            engine: Engine = cluster
+        else:
+            arch = ctx.environ.get("LIFECYCLE_GPU_ARCH", "unknown")
+            engine = LocalEngine(ctx.docker(), ledger, ctx.home, ctx.environ, arch, s3, location)
+        night = Night(
+            ledger=ledger,
+            home=ctx.home,
+            engine=engine,
+            manifests_dir=ctx.manifests_dir,
+            project=ctx.project,
+            store=store,
+            say=ctx.say,
+            now=ctx.now,
+        )
+        return run_night(night, request)
 
 
 def plan_only(ctx: Context, loaded: LoadedPlan) -> DryRun:

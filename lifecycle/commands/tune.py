@@ -30,4 +30,4 @@ def run(ctx: Context, options: verbs.Tune) -> NightOutcome | DryRun:
     if options.dry_run:
         return plan_only(ctx, loaded)
     request = NightRequest(loaded, kind="tune", new=options.new, revalidate=options.revalidate)
-    return run_plan(ctx, request, options.to)
+    return run_plan(ctx, request, options)

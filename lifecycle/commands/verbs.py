@@ -115,6 +115,8 @@ class Request:
 TO = "Archive location (default: LIFECYCLE_ARCHIVE)."
 FROM = "Read the archive alone (no ledger)."
 HOOK = "Attach hooks/NAME."
+ENGINE = "Where the cells run: this host's Docker engine, or a Ray cluster (default: the plan's)."
+ADDRESS = "The Ray cluster's head (default: RAY_ADDRESS, else the cluster this host is part of)."
 
 
 class Validate(Request):
@@ -401,6 +403,8 @@ class Night(Request):
     new: bool = opt(help="A new night, even if this plan's last one did not finish.")
     recover: bool = opt(help="Bring production back wherever a night left it down.")
     to: str | None = opt(type=GIVEN, metavar="S3_URL", help=TO)
+    engine: str | None = opt(type=click.Choice(["local", "ray"]), help=ENGINE)
+    address: str | None = opt(type=GIVEN, metavar="HOST:PORT", help=ADDRESS)
 
 
 class Tune(Request):
@@ -417,6 +421,8 @@ class Tune(Request):
     dry_run: bool = opt(help="Show the rungs; boot nothing.")
     new: bool = opt(help="Start over, even if this ladder's last run did not finish.")
     to: str | None = opt(metavar="S3_URL", help=TO)
+    engine: str | None = opt(type=click.Choice(["local", "ray"]), help=ENGINE)
+    address: str | None = opt(type=GIVEN, metavar="HOST:PORT", help=ADDRESS)
 
 
 class Verify(Request):

@@ -1,0 +1,285 @@
+"""A Ray cluster of GPU hosts as a night's engine (`night --engine ray`); docs: cluster.md.
+
+Each run is one Ray task on a GPU node, run there by lifecycle.night.node in that node's own
+LIFECYCLE_HOME and Docker engine, through the local engine's boot. This module is imported
+only when a night asks for Ray, and Ray only here: `lifecycle --help` never pays for it.
+
+Placement: a run needs `count` GPUs and `count` of the custom resource named after its GPU
+type (plan `gpu: {PIN: H200}`), which each node declares at `ray start --num-gpus 8
+--resources '{"H200": 8}'`; a cell that names none needs one GPU of any type. lifecycle picks
+the node among the live ones that offer that, have room and passed the night's survey, and
+pins the task to it. A warm cell prefers a node holding a good cache of its pin; when those
+are all busy, a free node restores one from the bucket. Losses: a task is never retried by
+Ray (max_retries=0): the night sees the lost attempt, journals it with its node and runs it
+again on another node; a node whose attempt was lost, or that cannot run cells (no Docker
+engine, no bucket: one line naming it), is given no more runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from contextlib import redirect_stdout
+from dataclasses import dataclass, field
+from typing import Any
+
+from lifecycle.archive.record import pushed_images
+from lifecycle.archive.store import BlobStore
+from lifecycle.errors import EnvironmentFailure, LifecycleError
+from lifecycle.manifest import LoadedManifest
+from lifecycle.night import node as on_node
+from lifecycle.night.engine import EndSummary, LostRun, Pin, RunOrder, RunSummary
+from lifecycle.night.plan import Gpu
+
+try:
+    import ray
+    from ray.exceptions import RayError, RayTaskError
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+except ImportError:  # the CLI turns this into one line, exit 2
+    raise LifecycleError(
+        "the ray engine needs Ray on this host: pip install 'lifecycle[ray]'"
+    ) from None
+
+
+@dataclass
+class _Node:
+    """A GPU node of the cluster, as the night sees it."""
+
+    id: str
+    name: str  # host name / first digits of the node id
+    resources: dict[str, float]
+    warm: dict[str, str] = field(default_factory=dict)  # pin -> local | bucket
+    arch: str | None = None  # None: not surveyed (yet)
+    out: str | None = None  # why it gets no more runs
+    lost: bool = False  # Ray lost it (it died), rather than it refusing
+    used: dict[str, float] = field(default_factory=dict)
+
+    def room_for(self, need: dict[str, float]) -> bool:
+        return (
+            self.out is None
+            and self.arch is not None
+            and all(
+                self.used.get(k, 0.0) + v <= self.resources.get(k, 0.0) for k, v in need.items()
+            )
+        )
+
+    def remember(self, pin: str, state: str | None) -> None:
+        """Where the pin's good caches are on this node, as it said after its last run."""
+        if state is None:
+            self.warm.pop(pin, None)
+        else:
+            self.warm[pin] = state
+
+    def take(self, need: dict[str, float], sign: int) -> None:
+        for key, value in need.items():
+            self.used[key] = self.used.get(key, 0.0) + sign * value
+
+
+# What a lost node's end says: what it ran is safe, what it holds is out of reach.
+LOST_NODE = "lost during the night: each run it finished had archived its caches and results"
+
+
+def needs(gpu: Gpu | None) -> dict[str, float]:
+    """The resources a run on `gpu` asks Ray for: GPUs, and that many of the GPU type's."""
+    if gpu is None:
+        return {"GPU": 1.0}
+    return {"GPU": float(gpu.count), gpu.type: float(gpu.count)}
+
+
+class RayEngine:
+    """The nodes of a Ray cluster, each running its runs through lifecycle.night.node."""
+
+    def __init__(self, address: str | None, store: BlobStore, say: Callable[[str], None]) -> None:
+        self.address = address or "auto"
+        self.store = store
+        self.say = say
+        # Ray's driver prints what the cluster reports (a raylet that died) to stdout, where
+        # `--json` writes its report: while connected, what Ray prints goes to stderr.
+        self._quiet = redirect_stdout(sys.stderr)
+        self._quiet.__enter__()
+        try:
+            ray.init(address=self.address, logging_level=logging.ERROR, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise EnvironmentFailure(
+                f"cannot reach the Ray cluster at {self.address}: {exc}"
+            ) from None
+        self.nodes = {
+            n["NodeID"]: _Node(
+                n["NodeID"], f"{n['NodeManagerHostname']}/{n['NodeID'][:8]}", n["Resources"]
+            )
+            for n in ray.nodes()  # type: ignore[no-untyped-call]
+            if n["Alive"] and n["Resources"].get("GPU", 0) > 0
+        }
+        self.pins: dict[str, Pin] = {}
+        self.running: dict[Any, tuple[RunOrder, _Node]] = {}
+        self.boots: dict[str, _Node] = {}  # boot id -> the node it ran on
+        self._run = ray.remote(max_retries=0, num_cpus=0)(on_node.run)
+        self._survey = ray.remote(max_retries=0, num_cpus=0)(on_node.survey)
+        self._end = ray.remote(max_retries=0, num_cpus=0)(on_node.end)
+
+    def close(self) -> None:
+        ray.shutdown()
+        self._quiet.__exit__(None, None, None)
+
+    @property
+    def where(self) -> str:
+        out = [f"{n.name} out: {n.out}" for n in self.nodes.values() if n.out]
+        nodes = f"{len(self.nodes)} GPU nodes"
+        return f"the Ray cluster at {self.address} ({nodes}{'; ' if out else ''}{'; '.join(out)})"
+
+    def resolve(self, ref: str, loaded: LoadedManifest, digest: str) -> Pin:
+        """The pin as the bucket records its pushed image: what the nodes pull by digest."""
+        pushed = pushed_images(self.store, digest)
+        if not pushed:
+            raise LifecycleError(
+                f"{ref} was never pushed (no image record of manifest digest {digest[:12]} at"
+                f" {self.store.location.url()}): `lifecycle build {ref} --push REGISTRY` so the"
+                " cluster's nodes can pull it (nothing was run, production untouched)"
+            )
+        image = pushed[0]
+        pin = Pin(
+            ref,
+            loaded,
+            digest,
+            {"id": image.image_id, "tags": [image.tag], "labels": image.labels},
+            image.tag,
+        )
+        self.pins[ref] = pin
+        return pin
+
+    def warm_ready(self, pin: Pin, gpu: Gpu | None) -> bool:
+        self._survey_all()
+        want = needs(gpu)
+        return any(
+            pin.ref in n.warm
+            and n.out is None
+            and all(n.resources.get(k, 0) >= v for k, v in want.items())
+            for n in self.nodes.values()
+        )
+
+    def start(self, order: RunOrder) -> bool:
+        self._survey_all()
+        need = needs(order.cell.gpu)
+        free = [n for n in self.nodes.values() if n.room_for(need)]
+        if order.cell.state == "warm":  # only where a good cache is, or can be restored from
+            free = [n for n in free if order.pin.ref in n.warm]
+        if not free:
+            return False
+        rank = {"local": 0, "bucket": 1}
+        chosen = min(
+            free,
+            key=lambda n: (rank.get(n.warm.get(order.pin.ref, ""), 0), sum(n.used.values()), n.id),
+        )
+        chosen.take(need, +1)
+        gpus = need.pop("GPU")
+        ref = self._run.options(
+            num_gpus=gpus, resources=need, scheduling_strategy=self._on(chosen)
+        ).remote(chosen.name, self.store.location.url(), order)
+        self.running[ref] = (order, chosen)
+        return True
+
+    def finished(self) -> list[RunSummary | LostRun]:
+        ready, _ = ray.wait(list(self.running), num_returns=1)
+        more, _ = ray.wait(list(self.running), num_returns=len(self.running), timeout=0)
+        ended: list[RunSummary | LostRun] = []
+        for ref in dict.fromkeys([*ready, *more]):
+            order, node = self.running.pop(ref)
+            node.take(needs(order.cell.gpu), -1)
+            try:
+                done: on_node.NodeRun = ray.get(ref)
+            except RayError as exc:
+                ended.append(self._lost(order, node, exc))
+                continue
+            summary = done.summary
+            if summary.boot_id is not None:
+                self.boots[summary.boot_id] = node
+            node.remember(order.pin.ref, done.warm)
+            ended.append(summary)
+        return ended
+
+    def _lost(self, order: RunOrder, node: _Node, exc: RayError) -> LostRun:
+        """The attempt, lost; the node gets no more runs unless it only lacked a warm cache
+        (the night then warms one up where it can)."""
+        why = _why_out(exc)
+        if isinstance(exc, RayTaskError) and isinstance(exc.cause, on_node.NotWarmHere):
+            node.remember(order.pin.ref, None)
+        else:
+            node.out, node.lost = why, not isinstance(exc, RayTaskError)
+            self.say(f"{node.name}: {why}; no more runs go there")
+        return LostRun(order, node.name, why)
+
+    def archive(self, boot_ids: Sequence[str]) -> EndSummary:
+        return self._end_action("archive", boot_ids)
+
+    def teardown(self, boot_ids: Sequence[str]) -> EndSummary:
+        return self._end_action("teardown", boot_ids)
+
+    def _end_action(self, action: str, boot_ids: Sequence[str]) -> EndSummary:
+        """The action on every node that ran this night's boots, each as a task pinned there."""
+        by_node: dict[str, list[str]] = {}
+        for boot_id in boot_ids:
+            if (node := self.boots.get(boot_id)) is not None:
+                by_node.setdefault(node.id, []).append(boot_id)
+        done = [  # a node is lost only while it runs a run: it ran cells this night
+            EndSummary(action=action, ok=False, detail=f"{node.name}: {LOST_NODE}")
+            for node in self.nodes.values()
+            if node.lost
+        ]
+        asked = {
+            self._end.options(scheduling_strategy=self._on(self.nodes[nid])).remote(
+                self.nodes[nid].name, self.store.location.url(), action, boots
+            ): self.nodes[nid]
+            for nid, boots in by_node.items()
+            if not self.nodes[nid].lost
+        }
+        for ref, node in asked.items():
+            try:
+                done.append(ray.get(ref))
+            except RayError as exc:
+                done.append(
+                    EndSummary(action=action, ok=False, detail=f"{node.name}: {_why_out(exc)}")
+                )
+        if not done:
+            return EndSummary(action=action, ok=True, detail="no node of this night has boots")
+        return EndSummary(
+            action=action,
+            ok=all(d.ok for d in done),
+            detail="; ".join(d.detail for d in done),
+            location=self.store.location.url() if action == "archive" else None,
+            caches=sum(d.caches for d in done),
+            bytes=sum(d.bytes for d in done),
+        )
+
+    def _survey_all(self) -> None:
+        """Ask each node not yet asked whether it can run cells, and where its warm caches
+        are; a node that cannot is named in one line and given no run."""
+        asked = {
+            self._survey.options(scheduling_strategy=self._on(n)).remote(
+                n.name, self.store.location.url(), list(self.pins.values())
+            ): n
+            for n in self.nodes.values()
+            if n.arch is None and n.out is None
+        }
+        for ref, node in asked.items():
+            try:
+                state: on_node.NodeState = ray.get(ref)
+            except RayError as exc:
+                node.out = _why_out(exc)
+                self.say(f"{node.name}: {node.out}; no run goes there")
+                continue
+            node.arch, node.warm = state.arch, dict(state.warm)
+
+    @staticmethod
+    def _on(node: _Node) -> Any:
+        return NodeAffinitySchedulingStrategy(node_id=node.id, soft=False)
+
+
+def _why_out(exc: RayError) -> str:
+    """One line: what the node said (NodeUnfit), or how Ray lost the attempt."""
+    if isinstance(exc, RayTaskError):
+        cause = exc.cause
+        if isinstance(cause, LifecycleError):
+            return str(cause)
+        return f"{type(cause).__name__}: {cause}".splitlines()[0]
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'lost'}"

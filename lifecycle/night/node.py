@@ -1,0 +1,195 @@
+"""A GPU host of a cluster night: what the Ray tasks of lifecycle.night.cluster run there.
+
+Each task works in that host's own LIFECYCLE_HOME, with its own Docker engine and bucket
+credentials (its environment at `ray start`), and through the local engine, so a run is the
+same boot `lifecycle boot` makes: the image pulled by digest when the host lacks it, a warm
+cell's caches restored from the bucket (`restore --best`) when the host holds none good, and,
+before the task returns, the boot's caches (their files too, for the next node's restore),
+evidence and results archived. The driver receives only the run's summary. Nothing here
+imports Ray: a task is a plain function of its arguments and the host's environment.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+from lifecycle.archive.catalog import Best, best_versions
+from lifecycle.archive.location import ArchiveLocation, s3_client
+from lifecycle.archive.record import pushed_images
+from lifecycle.archive.restore import restore_cache
+from lifecycle.archive.store import BlobStore
+from lifecycle.boot.engine import engine_image, existing_tag
+from lifecycle.build.plan import cache_key, image_tag, key_factors
+from lifecycle.dockerd import connect, sdk_errors
+from lifecycle.errors import LifecycleError
+from lifecycle.home import Home, default_home
+from lifecycle.ledger import Ledger
+from lifecycle.night.engine import EndSummary, Pin, RunOrder, RunSummary
+from lifecycle.night.local import LocalEngine
+
+
+class NodeUnfit(LifecycleError):
+    """This host cannot run a night's cells (no Docker engine, no bucket): one line naming it."""
+
+
+class NotWarmHere(LifecycleError):
+    """A warm run was sent to a host that has no good cache of its pin, nor one to restore."""
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A host as the night's survey found it: which pins it can boot warm, and how."""
+
+    node: str  # the host's name and the first digits of its Ray node id
+    arch: str  # LIFECYCLE_GPU_ARCH there: part of its caches' keys
+    warm: dict[str, str]  # pin -> `local` (a good cache here) or `bucket` (one to restore)
+
+
+@dataclass(frozen=True)
+class NodeRun:
+    """A run's summary, and where the pin's good caches are on this host after it."""
+
+    summary: RunSummary
+    warm: str | None  # local | bucket | None
+
+
+def survey(node: str, url: str, pins: Sequence[Pin]) -> NodeState:
+    """Whether this host can run cells at all (else NodeUnfit), and where each pin's good
+    caches are for it."""
+    with _host(node, url) as host:
+        warm = {pin.ref: state for pin in pins if (state := _warm_state(host, pin))}
+        return NodeState(node, host.engine.arch, warm)
+
+
+def run(node: str, url: str, order: RunOrder) -> NodeRun:
+    """One run of a cell here; see the module's docstring."""
+    with _host(node, url) as host:
+        pin = _pin_here(host, order.pin)
+        order = replace(order, pin=pin)
+        cache_from = "cold"
+        if order.cell.state == "warm":
+            state = _warm_state(host, pin)
+            if state is None or (state == "bucket" and not _restore(host, pin)):
+                raise NotWarmHere(f"node {node}: no good cache of {pin.ref} here, nor to restore")
+            cache_from = "local" if state == "local" else "restored"
+        summary = host.engine.run(order)
+        if summary.boot_id is not None:
+            host.engine.archive([summary.boot_id])
+        summary = summary.model_copy(update={"node": node, "cache_from": cache_from})
+        return NodeRun(summary, _warm_state(host, pin))
+
+
+def end(node: str, url: str, action: str, boot_ids: Sequence[str]) -> EndSummary:
+    """An end action (archive | teardown) on the boots this host made."""
+    with _host(node, url) as host:
+        done = (
+            host.engine.archive(boot_ids) if action == "archive" else host.engine.teardown(boot_ids)
+        )
+        return done.model_copy(update={"detail": f"{node}: {done.detail}"})
+
+
+@dataclass(frozen=True)
+class _Host:
+    engine: LocalEngine
+    store: BlobStore
+
+
+@contextmanager
+def _host(node: str, url: str) -> Iterator[_Host]:
+    """This host's engine, ledger and bucket, each checked: NodeUnfit names what is missing."""
+    environ: Mapping[str, str] = dict(os.environ)
+    location = ArchiveLocation.parse(url)
+    try:
+        docker = connect(environ)
+    except LifecycleError as exc:
+        raise NodeUnfit(f"node {node}: {exc}") from None
+    s3 = s3_client(environ)
+    store = BlobStore(s3, location)
+    try:
+        next(iter(store.list("images/")), None)
+    except LifecycleError as exc:
+        raise NodeUnfit(f"node {node}: cannot reach the bucket {url}: {exc}") from None
+    home = Home(default_home(environ))
+    ledger = Ledger.open(home)
+    try:
+        arch = environ.get("LIFECYCLE_GPU_ARCH", "unknown")
+        engine = LocalEngine(docker, ledger, home, environ, arch, s3, location, with_content=True)
+        yield _Host(engine, store)
+    finally:
+        ledger.close()
+        docker.close()
+
+
+def _pin_here(host: _Host, pin: Pin) -> Pin:
+    """The pin with this host's image of it: built or pulled here, else pulled by digest from
+    where the archive records it was pushed (the `boot --pull` path)."""
+    engine = host.engine
+    loaded = pin.loaded
+
+    def references() -> list[tuple[str, str]]:
+        where = host.store.location.url()
+        return [
+            (r.reference, f"pushed, as {where} records")
+            for r in pushed_images(host.store, pin.digest)
+        ]
+
+    try:
+        image = engine_image(
+            engine.docker, engine.ledger, pin.digest, pin.ref, pull_from=references
+        )
+    except sdk_errors() as exc:
+        raise NodeUnfit(f"node {socket.gethostname()}: the Docker engine failed: {exc}") from None
+    tag = existing_tag(
+        image, image_tag(loaded.manifest.name, loaded.manifest.engine.vllm, pin.digest)
+    )
+    tags = [str(t) for t in image.tags or []]
+    return replace(
+        pin, image={"id": image.id, "tags": tags, "labels": dict(image.labels or {})}, tag=tag
+    )
+
+
+def _keys(host: _Host, pin: Pin) -> dict[str, str]:
+    """cache name -> its key for this host's GPU arch."""
+    labels = pin.image["labels"] or {}
+    caches = pin.loaded.manifest.active_caches()
+    return {n: cache_key(key_factors(labels, n, pin.digest, host.engine.arch)) for n in caches}
+
+
+def _warm_state(host: _Host, pin: Pin) -> str | None:
+    """`local`: a warm boot here finds a good cache of each; `bucket`: the newest good version
+    of each can be restored here; else None."""
+    if host.engine.warm_ready(pin):
+        return "local"
+    return "bucket" if _restorable(host, pin) else None
+
+
+def _restorable(host: _Host, pin: Pin) -> dict[str, Best] | None:
+    """The versions to restore, when the bucket has a good one of each of the pin's caches
+    and none of them is a cache this host holds already (its own, grown by a boot that did
+    not end ok since: not good here, and a restore in place would refuse it)."""
+    keys = _keys(host, pin)
+    chosen = best_versions(host.store, keys)
+    home = host.engine.home
+    if not keys or set(chosen) != set(keys):
+        return None
+    if any(home.cache_dir(best.cache_id).exists() for best in chosen.values()):
+        return None
+    return chosen
+
+
+def _restore(host: _Host, pin: Pin) -> bool:
+    """Restore the newest good version of each of the pin's caches; whether all were there."""
+    chosen = _restorable(host, pin)
+    if chosen is None:
+        return False
+    engine = host.engine
+    for best in chosen.values():
+        restore_cache(
+            engine.ledger, engine.home, engine.s3, host.store.location, best.cache_id,
+            tree=best.tree_digest,
+        )  # fmt: skip
+    return engine.warm_ready(pin)

@@ -1,0 +1,359 @@
+"""`lifecycle night --engine ray` on a real Ray cluster: a head and three "GPU hosts" on this
+machine (tests.cluster_support), each with its own LIFECYCLE_HOME, sharing dockerd, a bucket
+and the registry the demo images are pulled from.
+
+Nodes: `h200` (resource H200, arch 90a), `a100` (A100, arch 80) and `broken` (A100, with no
+Docker engine it can reach). Where a run went is read from the nodes' own ledgers: a boot is
+recorded only in the home of the host that made it. The tests run in order: the last one kills
+a node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster_support import HEAD, Cluster, Node
+from tests.night_support import CHECK_FORCED, finish, lifecycle, make_project, wait_for
+
+pytestmark = [pytest.mark.docker, pytest.mark.s3]
+REPO = Path(__file__).resolve().parent.parent
+ARCHIVE = "s3://night/lc"
+PRODUCTION = {"down": "prod-down", "up": "prod-up", "status": "prod-status"}
+FORCED = {"forced": {"checks": [CHECK_FORCED]}}
+
+
+# Runs lifecycle's CLI as a host without Ray would: `import ray` fails.
+WITHOUT_RAY = (
+    "import sys; sys.modules['ray'] = None; sys.argv[0] = 'lifecycle';"
+    " from lifecycle.cli import main; main()"
+)
+
+
+def test_without_ray_the_cluster_engine_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "no-ray", pins=["demo/0.1"], profiles=FORCED)
+    env = {**os.environ, "LIFECYCLE_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO),
+           "LIFECYCLE_ARCHIVE": "s3://night/lc"}  # fmt: skip
+    for engine in (["--engine", "ray"], []):
+        if not engine:  # `engine: ray` in the plan asks for it as well
+            document = yaml.safe_load(plan.read_text())
+            plan.write_text(yaml.safe_dump({**document, "engine": "ray"}))
+        done = subprocess.run(
+            [sys.executable, "-c", WITHOUT_RAY, "--manifests", str(REPO / "manifests"), "night",
+             str(plan), *engine],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().splitlines() == [
+            "the ray engine needs Ray on this host: pip install 'lifecycle[ray]'"
+        ]
+        assert done.stdout == ""
+    assert not (tmp_path / "home").exists(), "nothing was made"
+
+
+def test_help_and_the_local_engine_do_not_import_ray() -> None:
+    code = (
+        "import sys\nfrom click.testing import CliRunner\nfrom lifecycle.cli import cli\n"
+        "for args in (['--help'], ['night', '--help'], ['tune', '--help']):\n"
+        "    assert CliRunner().invoke(cli, args).exit_code == 0\n"
+        "import lifecycle.commands.night, lifecycle.night.run, lifecycle.night.node\n"
+        "print('ray' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert done.stdout.strip() == "False"
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, demo_images: None, registry: str
+) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("cluster")
+    cluster = Cluster(root)
+    try:
+        cluster.add_nodes(
+            Node("h200", "H200", "90a", root / "h200"),
+            Node("a100", "A100", "80", root / "a100"),
+            Node(
+                "broken", "A100", "80", root / "broken", {"DOCKER_HOST": "unix:///nonexistent.sock"}
+            ),
+        )
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def project(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory, registry: str) -> Path:
+    """The demo project, both releases built and pushed (their image records in the bucket)."""
+    root = tmp_path_factory.mktemp("cluster-project") / "project"
+    driver = root.parent / "driver"
+
+    def build(project: Path, *args: str) -> Any:
+        done = cluster.run(
+            sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), *args,
+            "--push", registry, env=_driver(driver), timeout=600,
+        )  # fmt: skip
+        return type("Built", (), {"exit_code": done.returncode, "output": done.stderr})
+
+    return make_project(root, build)
+
+
+def _driver(home: Path) -> dict[str, str]:
+    return {"LIFECYCLE_HOME": str(home), "LIFECYCLE_ARCHIVE": ARCHIVE}
+
+
+def _plan(project: Path, name: str, **plan: Any) -> Path:
+    document = {"schema_version": 1, "name": name, "production": PRODUCTION, **plan}
+    path = project / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def _night(
+    cluster: Cluster, project: Path, plan: Path, *args: str, ok: tuple[int, ...] = (0, 1)
+) -> tuple[dict[str, Any], str]:
+    done = cluster.run(
+        sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), "night",
+        str(plan), "--engine", "ray", "--address", HEAD, "--json", *args,
+        env=_driver(project.parent / "driver"), ok=ok, timeout=600,
+    )  # fmt: skip
+    return json.loads(done.stdout), done.stderr
+
+
+def _boots(home: Path) -> set[str]:
+    """The boots recorded in a node's own ledger."""
+    file = home / "ledger.sqlite3"
+    if not file.exists():
+        return set()
+    with closing(sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True)) as conn:
+        return {row[0] for row in conn.execute("SELECT id FROM boots")}
+
+
+def _runs(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [run for cell in report["cells"] for run in cell["runs"]]
+
+
+def test_runs_go_to_the_gpu_their_pin_needs_warm_where_the_cache_is_and_end_on_each_node(
+    cluster: Cluster, project: Path
+) -> None:
+    h200, a100, broken = cluster.nodes
+    plan = _plan(project, "placed", pins=["demo/0.1", "demo/0.2"], profiles=FORCED,
+                 gpu={"demo/0.1": "H200", "demo/0.2": "A100"})  # fmt: skip
+    report, err = _night(cluster, project, plan)
+
+    assert report["state"] == "finished"
+    runs = _runs(report)
+    assert len(runs) == 4 and all(r["outcome"] in ("ok", "failed") for r in runs)
+    on_h200, on_a100 = _boots(h200.home), _boots(a100.home)
+    for run in runs:  # each pin on its own GPU type: its boot is in that node's ledger alone
+        mine, other = (
+            (on_h200, on_a100) if run["cell"].startswith("demo/0.1") else (on_a100, on_h200)
+        )
+        assert run["boot_id"] in mine and run["boot_id"] not in other, run
+    assert not _boots(broken.home), "a node with no Docker engine was given a run"
+    # The broken node is named once, in one line, and the night went on without it.
+    said = [line for line in err.splitlines() if "nonexistent.sock" in line]
+    assert len(said) == 1 and "no run goes there" in said[0], err
+    # Warm runs went where their pin's cold run left a good cache, and say so.
+    for run in runs:
+        state = run["cell"].split(":")[2]
+        assert run["cache_from"] == ("cold" if state == "cold" else "local"), run
+    nodes = {
+        r["cell"].split(":")[0]: {
+            x["node"] for x in runs if x["cell"].startswith(r["cell"].split(":")[0])
+        }
+        for r in runs
+    }
+    assert all(len(n) == 1 for n in nodes.values()) and nodes["demo/0.1"] != nodes["demo/0.2"]
+    # The end actions ran on each node that ran cells; nothing torn down that is not archived.
+    end = {e["action"]: e for e in report["end"]}
+    for action in ("archive", "teardown"):
+        assert end[action]["ok"], end
+        assert all(node in end[action]["detail"] for node in {r["node"] for r in runs}), end
+    for node in (h200, a100):
+        assert not list((node.home / "caches").iterdir()), f"{node.name} kept caches"
+    archived = cluster.python(
+        "import boto3, json\n"
+        "keys = [o['Key'] for p in boto3.client('s3').get_paginator('list_objects_v2')"
+        ".paginate(Bucket='night', Prefix='lc/') for o in p.get('Contents', [])]\n"
+        "print(json.dumps(keys))"
+    )
+    for run in runs:
+        assert any(f"/{run['boot_id']}/" in key for key in archived), run["boot_id"]
+    assert (project / "prod.state").read_text().strip() == "up"
+
+
+def test_a_warm_cell_on_a_node_with_no_cache_restores_the_archived_one(
+    cluster: Cluster, project: Path
+) -> None:
+    """After the night above tore every cache down (archived first), a warm-only night finds
+    them in the bucket: the node restores, boots warm, and says `restored`."""
+    h200 = cluster.nodes[0]
+    assert not list((h200.home / "caches").iterdir())
+    plan = _plan(project, "restored", pins=["demo/0.1"], cache_states=["warm"], profiles=FORCED,
+                 gpu={"demo/0.1": "H200"}, end={"archive": True, "teardown": False})  # fmt: skip
+    report, _ = _night(cluster, project, plan)
+
+    (run,) = _runs(report)
+    assert run["cache_from"] == "restored" and run["verdict"] == "pass", run
+    assert set(run["cache_modes"].values()) == {"warm"}, run
+    assert run["boot_id"] in _boots(h200.home)
+
+
+def test_the_demo_night_on_the_cluster_reaches_the_verdicts_of_one_host(
+    cluster: Cluster, project: Path, tmp_path: Path, s3_bucket: str
+) -> None:
+    """nights/demo.yaml (its repeats cut and no teardown, to keep CI short: the same cells,
+    checks and ladders) on this host's Docker engine and on the cluster: every cell, pin and
+    ladder the same."""
+    plan = yaml.safe_load((REPO / "nights/demo.yaml").read_text())
+    plan["profiles"]["batch"]["repeats"] = 2
+    plan["profiles"]["batch"]["instrumented"]["repeats"] = 1
+    plan["production"] = PRODUCTION
+    plan["end"] = {"archive": True, "teardown": False}  # the teardown per node: tested above
+    answers = {}
+    for where in ("local", "ray"):
+        copy = tmp_path / where / "project"
+        shutil.copytree(project, copy, symlinks=True)
+        file = _plan(
+            copy,
+            "demo-acceptance",
+            **{k: v for k, v in plan.items() if k not in ("schema_version", "name", "production")},
+        )
+        if where == "ray":
+            report, _ = _night(cluster, copy, file)
+        else:
+            env = {"LIFECYCLE_HOME": str(tmp_path / "local-home"),
+                   "LIFECYCLE_ARCHIVE": f"s3://{s3_bucket}/local"}  # fmt: skip
+            code, out, err = finish(lifecycle(copy, "night", str(file), "--json", env=env))
+            assert code in (0, 1), err
+            report = json.loads(out)
+        cells = report["cells"]
+        answers[where] = {
+            "cells": {c["id"]: (c["verdict"], c["passed"], len(c["runs"])) for c in cells},
+            "pins": {p["pin"]: p["verdict"] for p in report["pins"]},
+            "ladders": sorted((d["pin"], d["action"], d["value"]) for d in report["decisions"]),
+        }
+        assert report["state"] == "finished"
+    assert answers["ray"] == answers["local"]
+    assert len(answers["local"]["cells"]) > 20 and answers["local"]["ladders"]
+
+
+def _python_of(process: Any) -> int:
+    """The pid of the Python that nsenter forked (the driver itself)."""
+    wait_for("the driver", lambda: bool(_children(process.pid)), timeout=30)
+    return _children(process.pid)[0]
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _done_runs(home: Path, plan: str) -> list[tuple[str, int, str]]:
+    """The done runs of the nights of one plan, from the driver's journal."""
+    file = home / "ledger.sqlite3"
+    with closing(sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True, timeout=5)) as conn:
+        return conn.execute(
+            "SELECT r.cell, r.run, r.boot_id FROM night_runs r JOIN nights n ON n.id = r.night_id"
+            " WHERE r.step = 'done' AND n.plan_name = ?",
+            (plan,),
+        ).fetchall()
+
+
+SLOW = {"slow": {"args": ["--serve-seconds", "3"], "repeats": 4, "checks": [CHECK_FORCED]}}
+
+
+def test_a_sigkilled_driver_resumes_at_the_unfinished_runs_on_the_cluster(
+    cluster: Cluster, project: Path
+) -> None:
+    plan = _plan(project, "resumed", pins=["demo/0.1"], cache_states=["cold"], profiles=SLOW,
+                 end={"archive": True, "teardown": False})  # fmt: skip
+    driver = project.parent / "driver"
+    process = cluster.popen(
+        sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), "night",
+        str(plan), "--engine", "ray", "--address", HEAD, env=_driver(driver),
+    )  # fmt: skip
+    python = _python_of(process)
+    wait_for("a finished run", lambda: bool(_done_runs(driver, "resumed")), timeout=120)
+    os.kill(python, signal.SIGKILL)
+    process.communicate(timeout=30)
+    before = _done_runs(driver, "resumed")
+    assert 1 <= len(before) < 4
+
+    report, err = _night(cluster, project, plan)
+    assert report["state"] == "finished" and "resuming night" in err, err
+    after = _done_runs(driver, "resumed")
+    runs = [(cell, run) for cell, run, _ in after if cell.startswith("demo/0.1:slow")]
+    assert sorted(runs) == [("demo/0.1:slow:cold", n) for n in (1, 2, 3, 4)], after
+    assert set(before) <= set(after)  # what finished before the kill was not run again
+    assert (project / "prod.state").read_text().strip() == "up"
+
+
+def test_a_node_killed_mid_run_loses_the_attempt_and_the_night_finishes_elsewhere(
+    cluster: Cluster, project: Path
+) -> None:
+    h200, a100, _ = cluster.nodes
+    plan = _plan(project, "killed", pins=["demo/0.2"], cache_states=["cold"], profiles=SLOW,
+                 end={"archive": True, "teardown": False})  # fmt: skip
+    driver = project.parent / "driver"
+    process = cluster.popen(
+        sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), "night",
+        str(plan), "--engine", "ray", "--address", HEAD, "--json", env=_driver(driver),
+    )  # fmt: skip
+    before = _boots(h200.home)
+    wait_for("a boot on h200", lambda: bool(_boots(h200.home) - before), timeout=120)
+    os.kill(cluster.raylet_of(h200), signal.SIGKILL)
+    out, err = process.communicate(timeout=600)
+    assert process.returncode in (0, 1) and out, err
+    report = json.loads(out)
+
+    assert report["state"] == "finished"
+    runs = _runs(report)
+    assert sorted(r["run"] for r in runs) == [1, 2, 3, 4]  # each run counted once
+    (lost,) = [json.loads(d) for event, d in _events(driver) if event == "lost"]
+    assert f"lost on {lost['node']}" in err, err
+    on_a100 = {r["node"] for r in runs if r["boot_id"] in _boots(a100.home)}
+    assert lost["node"] not in on_a100  # the node that died, which
+    rerun = [r for r in runs if r["run"] == lost["run"]]
+    assert rerun[0]["node"] in on_a100  # ran the lost run again
+    lost_boots = (_boots(h200.home) - before) - {r["boot_id"] for r in runs}
+    assert lost_boots, "the lost attempt's boot is recorded on its node, and not counted"
+    # What the lost node finished before it died stays archived, and counted once.
+    archived = cluster.python(
+        "import boto3, json\n"
+        "keys = [o['Key'] for p in boto3.client('s3').get_paginator('list_objects_v2')"
+        ".paginate(Bucket='night', Prefix='lc/boots/') for o in p.get('Contents', [])]\n"
+        "print(json.dumps(keys))"
+    )
+    for run in runs:
+        assert any(f"/{run['boot_id']}/" in key for key in archived), run
+    end = {e["action"]: e for e in report["end"]}
+    assert (
+        lost["node"] in end["archive"]["detail"]
+        and "lost during the night" in end["archive"]["detail"]
+    )
+    assert (project / "prod.state").read_text().strip() == "up"
+
+
+def _events(home: Path) -> list[tuple[str, str]]:
+    file = home / "ledger.sqlite3"
+    with closing(sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True, timeout=5)) as conn:
+        return conn.execute("SELECT event, detail FROM night_events").fetchall()
