@@ -40,6 +40,7 @@ class Node:
     arch: str
     home: Path
     env: dict[str, str] = field(default_factory=dict)
+    also: dict[str, float] = field(default_factory=dict)  # more custom resources it offers
 
 
 class Cluster:
@@ -113,8 +114,8 @@ class Cluster:
             env = {"LIFECYCLE_HOME": str(node.home), "LIFECYCLE_GPU_ARCH": node.arch, **node.env}
             self.run(
                 "ray", "start", f"--address={HEAD}", "--node-ip-address=127.0.0.1",
-                "--num-cpus=2", "--num-gpus=1", f"--resources={json.dumps({node.gpu: 1})}",
-                "--object-store-memory=80000000", env=env,
+                "--num-cpus=2", "--num-gpus=1", "--object-store-memory=80000000",
+                f"--resources={json.dumps({node.gpu: 1, **node.also})}", env=env,
             )  # fmt: skip
             self.nodes.append(node)
 

@@ -1,11 +1,11 @@
-"""`lifecycle night --engine ray` on a real Ray cluster: a head and three "GPU hosts" on this
+"""`lifecycle night --engine ray` on a real Ray cluster: a head and four "GPU hosts" on this
 machine (tests.cluster_support), each with its own LIFECYCLE_HOME, sharing dockerd, a bucket
 and the registry the demo images are pulled from.
 
-Nodes: `h200` (resource H200, arch 90a), `a100` (A100, arch 80) and `broken` (A100, with no
-Docker engine it can reach). Where a run went is read from the nodes' own ledgers: a boot is
-recorded only in the home of the host that made it. The tests run in order: the last one kills
-a node.
+Nodes: `h200` (resource H200, arch 90a), `a100` (A100, arch 80), `broken` (A100, with no
+Docker engine it can reach) and `no-keys` (H200, a wrong secret key for the bucket). Where a
+run went is read from the nodes' own ledgers: a boot is recorded only in the home of the host
+that made it. The tests run in order: the last one kills a node.
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ def cluster(
             Node(
                 "broken", "A100", "80", root / "broken", {"DOCKER_HOST": "unix:///nonexistent.sock"}
             ),
+            Node("no-keys", "H200", "90a", root / "no-keys", {"AWS_SECRET_ACCESS_KEY": "wrong"}),
         )
         yield cluster
     finally:
@@ -151,7 +152,7 @@ def _runs(report: dict[str, Any]) -> list[dict[str, Any]]:
 def test_runs_go_to_the_gpu_their_pin_needs_warm_where_the_cache_is_and_end_on_each_node(
     cluster: Cluster, project: Path
 ) -> None:
-    h200, a100, broken = cluster.nodes
+    h200, a100, broken, no_keys = cluster.nodes
     plan = _plan(project, "placed", pins=["demo/0.1", "demo/0.2"], profiles=FORCED,
                  gpu={"demo/0.1": "H200", "demo/0.2": "A100"})  # fmt: skip
     report, err = _night(cluster, project, plan)
@@ -166,9 +167,11 @@ def test_runs_go_to_the_gpu_their_pin_needs_warm_where_the_cache_is_and_end_on_e
         )
         assert run["boot_id"] in mine and run["boot_id"] not in other, run
     assert not _boots(broken.home), "a node with no Docker engine was given a run"
-    # The broken node is named once, in one line, and the night went on without it.
-    said = [line for line in err.splitlines() if "nonexistent.sock" in line]
-    assert len(said) == 1 and "no run goes there" in said[0], err
+    assert not _boots(no_keys.home), "a node with no keys to the bucket was given a run"
+    # Each is named once, in one line, and the night went on without them.
+    for why in ("nonexistent.sock", "cannot reach the bucket"):
+        said = [line for line in err.splitlines() if why in line]
+        assert len(said) == 1 and "no run goes there" in said[0], err
     # Warm runs went where their pin's cold run left a good cache, and say so.
     for run in runs:
         state = run["cell"].split(":")[2]
@@ -222,7 +225,7 @@ def test_the_demo_night_on_the_cluster_reaches_the_verdicts_of_one_host(
     checks and ladders) on this host's Docker engine and on the cluster: every cell, pin and
     ladder the same."""
     plan = yaml.safe_load((REPO / "nights/demo.yaml").read_text())
-    plan["profiles"]["batch"]["repeats"] = 2
+    plan["profiles"]["batch"]["repeats"] = 1
     plan["profiles"]["batch"]["instrumented"]["repeats"] = 1
     plan["production"] = PRODUCTION
     plan["end"] = {"archive": True, "teardown": False}  # the teardown per node: tested above
@@ -310,7 +313,7 @@ def test_a_sigkilled_driver_resumes_at_the_unfinished_runs_on_the_cluster(
 def test_a_node_killed_mid_run_loses_the_attempt_and_the_night_finishes_elsewhere(
     cluster: Cluster, project: Path
 ) -> None:
-    h200, a100, _ = cluster.nodes
+    h200, a100, *_ = cluster.nodes
     plan = _plan(project, "killed", pins=["demo/0.2"], cache_states=["cold"], profiles=SLOW,
                  end={"archive": True, "teardown": False})  # fmt: skip
     driver = project.parent / "driver"
@@ -330,6 +333,9 @@ def test_a_node_killed_mid_run_loses_the_attempt_and_the_night_finishes_elsewher
     assert sorted(r["run"] for r in runs) == [1, 2, 3, 4]  # each run counted once
     (lost,) = [json.loads(d) for event, d in _events(driver) if event == "lost"]
     assert f"lost on {lost['node']}" in err, err
+    assert report["lost"] == [lost]  # the report shows it, apart from the counted runs
+    html = Path(report["report"]["html_file"]).read_text()
+    assert "Lost attempts (not counted)" in html and lost["node"] in html
     on_a100 = {r["node"] for r in runs if r["boot_id"] in _boots(a100.home)}
     assert lost["node"] not in on_a100  # the node that died, which
     rerun = [r for r in runs if r["run"] == lost["run"]]

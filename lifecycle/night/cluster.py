@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Callable, Sequence
 from contextlib import redirect_stdout
 from dataclasses import dataclass, field
@@ -112,7 +113,7 @@ class RayEngine:
             if n["Alive"] and n["Resources"].get("GPU", 0) > 0
         }
         self.pins: dict[str, Pin] = {}
-        self.running: dict[Any, tuple[RunOrder, _Node]] = {}
+        self.running: dict[Any, tuple[RunOrder, _Node, float]] = {}  # by task: when sent
         self.boots: dict[str, _Node] = {}  # boot id -> the node it ran on
         self._run = ray.remote(max_retries=0, num_cpus=0)(on_node.run)
         self._survey = ray.remote(max_retries=0, num_cpus=0)(on_node.survey)
@@ -176,7 +177,7 @@ class RayEngine:
         ref = self._run.options(
             num_gpus=gpus, resources=need, scheduling_strategy=self._on(chosen)
         ).remote(chosen.name, self.store.location.url(), order)
-        self.running[ref] = (order, chosen)
+        self.running[ref] = (order, chosen, time.monotonic())
         return True
 
     def finished(self) -> list[RunSummary | LostRun]:
@@ -184,14 +185,15 @@ class RayEngine:
         more, _ = ray.wait(list(self.running), num_returns=len(self.running), timeout=0)
         ended: list[RunSummary | LostRun] = []
         for ref in dict.fromkeys([*ready, *more]):
-            order, node = self.running.pop(ref)
+            order, node, sent = self.running.pop(ref)
             node.take(needs(order.cell.gpu), -1)
             try:
                 done: on_node.NodeRun = ray.get(ref)
             except RayError as exc:
                 ended.append(self._lost(order, node, exc))
                 continue
-            summary = done.summary
+            wall = time.monotonic() - sent  # what Ray added: all but the task's own time
+            summary = done.summary.model_copy(update={"scheduling_s": round(wall - done.task_s, 3)})
             if summary.boot_id is not None:
                 self.boots[summary.boot_id] = node
             node.remember(order.pin.ref, done.warm)

@@ -77,6 +77,7 @@ class RunSummary(Frozen):
     ended_at: str | None = None
     node: str | None = None  # on a cluster: the node that ran it
     cache_from: str | None = None  # on a cluster: local | restored | cold (where its caches were)
+    scheduling_s: float | None = None  # on a cluster: the run's wall less its task's own wall
 
 
 @dataclass(frozen=True)

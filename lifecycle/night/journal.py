@@ -33,6 +33,7 @@ from lifecycle.night.plan import LoadedPlan
 FINISHED = "finished"  # the event that closes a night: every run done, the end actions taken
 RERUN = "rerun"  # detail: the cell's id; its next attempt starts
 BUILDS = "builds"  # detail: pin -> the manifest digest the night measures (JSON), at its start
+LOST = "lost"  # detail: a lost attempt (JSON: cell, run, attempt, node, error); never counted
 
 
 @dataclass(frozen=True)

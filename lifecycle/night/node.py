@@ -12,7 +12,7 @@ imports Ray: a task is a plain function of its arguments and the host's environm
 from __future__ import annotations
 
 import os
-import socket
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -33,7 +33,8 @@ from lifecycle.night.local import LocalEngine
 
 
 class NodeUnfit(LifecycleError):
-    """This host cannot run a night's cells (no Docker engine, no bucket): one line naming it."""
+    """This host cannot run a night's cells (no Docker engine, no bucket): one line, which the
+    driver prefixes with the node's name."""
 
 
 class NotWarmHere(LifecycleError):
@@ -55,37 +56,39 @@ class NodeRun:
 
     summary: RunSummary
     warm: str | None  # local | bucket | None
+    task_s: float  # this task's own wall time, on this host's clock
 
 
 def survey(node: str, url: str, pins: Sequence[Pin]) -> NodeState:
     """Whether this host can run cells at all (else NodeUnfit), and where each pin's good
     caches are for it."""
-    with _host(node, url) as host:
+    with _host(url) as host:
         warm = {pin.ref: state for pin in pins if (state := _warm_state(host, pin))}
         return NodeState(node, host.engine.arch, warm)
 
 
 def run(node: str, url: str, order: RunOrder) -> NodeRun:
     """One run of a cell here; see the module's docstring."""
-    with _host(node, url) as host:
+    began = time.monotonic()
+    with _host(url) as host:
         pin = _pin_here(host, order.pin)
         order = replace(order, pin=pin)
         cache_from = "cold"
         if order.cell.state == "warm":
             state = _warm_state(host, pin)
             if state is None or (state == "bucket" and not _restore(host, pin)):
-                raise NotWarmHere(f"node {node}: no good cache of {pin.ref} here, nor to restore")
+                raise NotWarmHere(f"no good cache of {pin.ref} here, nor one to restore")
             cache_from = "local" if state == "local" else "restored"
         summary = host.engine.run(order)
         if summary.boot_id is not None:
             host.engine.archive([summary.boot_id])
         summary = summary.model_copy(update={"node": node, "cache_from": cache_from})
-        return NodeRun(summary, _warm_state(host, pin))
+        return NodeRun(summary, _warm_state(host, pin), time.monotonic() - began)
 
 
 def end(node: str, url: str, action: str, boot_ids: Sequence[str]) -> EndSummary:
     """An end action (archive | teardown) on the boots this host made."""
-    with _host(node, url) as host:
+    with _host(url) as host:
         done = (
             host.engine.archive(boot_ids) if action == "archive" else host.engine.teardown(boot_ids)
         )
@@ -99,20 +102,20 @@ class _Host:
 
 
 @contextmanager
-def _host(node: str, url: str) -> Iterator[_Host]:
+def _host(url: str) -> Iterator[_Host]:
     """This host's engine, ledger and bucket, each checked: NodeUnfit names what is missing."""
     environ: Mapping[str, str] = dict(os.environ)
     location = ArchiveLocation.parse(url)
     try:
         docker = connect(environ)
     except LifecycleError as exc:
-        raise NodeUnfit(f"node {node}: {exc}") from None
+        raise NodeUnfit(str(exc)) from None
     s3 = s3_client(environ)
     store = BlobStore(s3, location)
     try:
         next(iter(store.list("images/")), None)
     except LifecycleError as exc:
-        raise NodeUnfit(f"node {node}: cannot reach the bucket {url}: {exc}") from None
+        raise NodeUnfit(f"cannot reach the bucket {url}: {exc}") from None
     home = Home(default_home(environ))
     ledger = Ledger.open(home)
     try:
@@ -142,7 +145,7 @@ def _pin_here(host: _Host, pin: Pin) -> Pin:
             engine.docker, engine.ledger, pin.digest, pin.ref, pull_from=references
         )
     except sdk_errors() as exc:
-        raise NodeUnfit(f"node {socket.gethostname()}: the Docker engine failed: {exc}") from None
+        raise NodeUnfit(f"the Docker engine failed: {exc}") from None
     tag = existing_tag(
         image, image_tag(loaded.manifest.name, loaded.manifest.engine.vllm, pin.digest)
     )

@@ -200,6 +200,8 @@ def _cell(cell: CellView, archive: str | None) -> str:
 
 def _run_link(run: RunSummary) -> str:
     title = f"run {run.run}: {run.verdict}; boot {run.boot_id} {run.outcome}"
+    if run.node:  # on a cluster: which node, and where its caches came from
+        title += f" on {run.node}, caches {run.cache_from}"
     if run.log is None:
         return f'<span title="{escape(title)}">{run.run}</span>'
     evidence = ""
@@ -259,15 +261,20 @@ def _ladder(ladder: LadderView, view: NightView) -> str:
 
 
 def _end(view: NightView) -> list[str]:
+    lost = "".join(
+        f"<li>{escape(a.cell)} run {a.run} on {escape(a.node)}: {escape(a.error)}</li>"
+        for a in view.lost
+    )
+    found = ['<h2 id="lost">Lost attempts (not counted)</h2>', f"<ul>{lost}</ul>"] if lost else []
     if not view.end:
-        return []
+        return found
     items = "".join(
         f"<li>{escape(e.action)}: {'ok' if e.ok else 'NOT OK'}; {escape(e.detail)}"
         + (f" ({escape(e.location)})" if e.location else "")
         + "</li>"
         for e in view.end
     )
-    return ['<h2 id="end">End</h2>', f"<ul>{items}</ul>"]
+    return [*found, '<h2 id="end">End</h2>', f"<ul>{items}</ul>"]
 
 
 def _duration(seconds: float) -> str:

@@ -26,7 +26,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.nights import production_left_down
 from lifecycle.night.cells import Cell, is_warm_up, matching, warm_up
 from lifecycle.night.engine import Engine, LostRun, RunOrder
-from lifecycle.night.journal import BUILDS, FINISHED, RERUN, NightJournal
+from lifecycle.night.journal import BUILDS, FINISHED, LOST, RERUN, NightJournal
 from lifecycle.night.ladder import climb, register
 from lifecycle.night.plan import LoadedPlan, Plan
 from lifecycle.night.prepare import Prepared, prepare
@@ -147,6 +147,10 @@ class NightOutcome(Report):
                     f"    {cell.id}: {cell.verdict} {cell.passed}/{len(cell.runs)}{flag}{said}"
                 )
         lines += [f"  observers voted: {d.text}" for d in view.disagreements]
+        lines += [
+            f"  lost, not counted: {a.cell} run {a.run} on {a.node}: {a.error}"[:WHY_CHARS]
+            for a in view.lost
+        ]
         if view.production is not None:
             production = view.production
             state = "up" if production.up else "DOWN"
@@ -367,7 +371,6 @@ def _run(
     return boots
 
 
-LOST = "lost"  # detail: a lost attempt as JSON (cell, run, attempt, node, error)
 MAX_LOST = 3  # lost attempts of one run before the night stops
 
 

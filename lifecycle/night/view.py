@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from pydantic import Field
+
 from lifecycle.ledger.nights import NightEvent
 from lifecycle.night.cells import Cell, is_warm_up
 from lifecycle.night.engine import EndSummary, RunSummary, worst
-from lifecycle.night.journal import NightJournal
+from lifecycle.night.journal import LOST, NightJournal
 from lifecycle.night.ladder import LadderView, Registered, ladder_views
 from lifecycle.night.plan import Frozen, Plan
 
@@ -82,6 +84,17 @@ class ReportPlaces(Frozen):
     archived_json: str | None
 
 
+class LostAttempt(Frozen):
+    """An attempt at a run that never finished: its node died or could not run it. Never
+    counted; the run went to another node."""
+
+    cell: str
+    run: int
+    attempt: int
+    node: str
+    error: str
+
+
 class NightView(Frozen):
     """Everything a night's report shows."""
 
@@ -104,6 +117,7 @@ class NightView(Frozen):
     end: list[EndSummary]
     archive: str | None = None  # the archive location: results' records are under it
     report: ReportPlaces | None = None
+    lost: list[LostAttempt] = Field(default_factory=list)
 
 
 def cell_view(cell: Cell, runs: Mapping[tuple[str, int], RunSummary]) -> CellView:
@@ -243,4 +257,9 @@ def night_view(
         ladders=ladder_views(plan, cells, runs, events),
         end=end,
         archive=archive,
+        lost=[
+            LostAttempt.model_validate_json(e.detail)
+            for e in events
+            if e.event == LOST and e.detail
+        ],
     )
