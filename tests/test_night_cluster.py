@@ -149,9 +149,31 @@ def _runs(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [run for cell in report["cells"] for run in cell["runs"]]
 
 
+def _registry_images(home: Path, how: str) -> set[str]:
+    file = home / "ledger.sqlite3"
+    with closing(sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True, timeout=5)) as conn:
+        rows = conn.execute("SELECT image_id FROM registry_images WHERE how = ?", (how,))
+        return {row[0] for row in rows}
+
+
 def test_runs_go_to_the_gpu_their_pin_needs_warm_where_the_cache_is_and_end_on_each_node(
-    cluster: Cluster, project: Path
+    cluster: Cluster, project: Path, docker_client: Any
 ) -> None:
+    # The images leave dockerd: each node pulls its pin's by digest from the registry on the
+    # host's loopback (the `boot --pull` path), as a GPU host that did not build it would.
+    pushed = _registry_images(project.parent / "driver", "pushed")
+    tags = {image_id: docker_client.images.get(image_id).tags for image_id in pushed}
+    for image_id in pushed:
+        docker_client.images.remove(image_id, force=True)
+    try:
+        _placed(cluster, project, pushed)
+    finally:  # the images as the tests after this one know them: by their tags
+        for image_id, names in tags.items():
+            for name in names:
+                docker_client.images.get(image_id).tag(name)
+
+
+def _placed(cluster: Cluster, project: Path, pushed: set[str]) -> None:
     h200, a100, broken, no_keys = cluster.nodes
     plan = _plan(project, "placed", pins=["demo/0.1", "demo/0.2"], profiles=FORCED,
                  gpu={"demo/0.1": "H200", "demo/0.2": "A100"})  # fmt: skip
@@ -166,6 +188,7 @@ def test_runs_go_to_the_gpu_their_pin_needs_warm_where_the_cache_is_and_end_on_e
             (on_h200, on_a100) if run["cell"].startswith("demo/0.1") else (on_a100, on_h200)
         )
         assert run["boot_id"] in mine and run["boot_id"] not in other, run
+    assert _registry_images(h200.home, "pulled") | _registry_images(a100.home, "pulled") == pushed
     assert not _boots(broken.home), "a node with no Docker engine was given a run"
     assert not _boots(no_keys.home), "a node with no keys to the bucket was given a run"
     # Each is named once, in one line, and the night went on without them.
