@@ -34,6 +34,8 @@ GC_CRASH_POINTS = (
     "gc-planned",  # the plan journalled, nothing deleted yet
     "gc-after-batch",  # a batch of objects deleted and journalled as removed
 )
+# `apply`'s own: the policy's caches archived, nothing removed yet (then teardown's, gc's).
+APPLY_CRASH_POINTS = ("apply-archived",)
 DELAY_POINTS = (
     *CRASH_POINTS,
     *GC_CRASH_POINTS,
@@ -68,8 +70,9 @@ def _crash_at(wanted: str) -> tuple[str, int] | None:
     if not wanted:
         return None
     point, _, nth = wanted.partition(":")
-    if point not in (*CRASH_POINTS, *GC_CRASH_POINTS) or not (nth or "1").isdigit():
-        points = ", ".join((*CRASH_POINTS, *GC_CRASH_POINTS))
+    known = (*CRASH_POINTS, *GC_CRASH_POINTS, *APPLY_CRASH_POINTS)
+    if point not in known or not (nth or "1").isdigit():
+        points = ", ".join(known)
         expected = f"expected one of {points}, then :N if wanted"
         raise LifecycleError(f"{CRASH_ENV}={wanted!r}: {expected}")
     return point, int(nth or 1)

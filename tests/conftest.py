@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+
+from lifecycle.cli import cli
 
 pytest_plugins = ["tests.services"]
 
@@ -27,3 +32,28 @@ def isolated_home(
 def repo_root() -> Path:
     """The checkout under test."""
     return REPO
+
+
+# ---- the demo project the teardown and plan/apply tests share -----------------------------------
+
+
+@pytest.fixture
+def project(
+    tmp_path: Path,
+    repo_root: Path,
+    demo_images: None,
+    s3_bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Path]:
+    """A project with the demo manifests, demo/0.2 built, archiving to the test bucket."""
+    root = tmp_path / "project"
+    for version in ("0.1", "0.2"):
+        shutil.copytree(repo_root / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
+    (root / "hooks").mkdir()
+    monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
+    monkeypatch.chdir(root)
+    built = CliRunner().invoke(
+        cli, ["--manifests", str(root / "manifests"), "build", "demo/0.2"], catch_exceptions=False
+    )
+    assert built.exit_code == 0, built.output
+    yield root

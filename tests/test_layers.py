@@ -55,7 +55,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("home", "parallel", "proc", "redact", "table", "ticker", "faults"),
     ("leases", "crash", "dockerd", "report"),
     ("ledger", "manifest"),
-    ("fingerprint", "evidence", "hooks", "records"),
+    ("fingerprint", "evidence", "hooks", "records", "policy"),
     ("withheld",),
     ("build", "port", "demo"),
     ("boot",),

@@ -16,7 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from hashlib import sha256
@@ -38,9 +38,10 @@ from lifecycle.ledger.boots import CacheRecord, TaintedFile, cache_by_id
 from lifecycle.ledger.builds import record_build
 from lifecycle.ledger.core import insert
 from lifecycle.ledger.removal import TeardownStep, steps_of
+from lifecycle.policy.model import parse_duration
 from lifecycle.table import human_bytes
 from lifecycle.teardown.containers import mounted_by
-from lifecycle.teardown.plan import Action, Facts, Selection, decide, parse_duration
+from lifecycle.teardown.plan import Action, Facts, Selection, decide
 from lifecycle.teardown.removal import (
     Journal,
     TeardownBusy,
@@ -403,30 +404,11 @@ PREFIX = "test"
 
 @pytest.fixture(scope="module")
 def demo_images(docker_client: Any) -> None:
-    """The demo's base and released engine images (cached per machine)."""
+    """The demo's base and released engine images, made again for this module: a test here
+    removes images."""
     from lifecycle.demo.setup import ensure_demo
 
     ensure_demo(docker_client)
-
-
-@pytest.fixture
-def project(
-    tmp_path: Path,
-    repo_root: Path,
-    demo_images: None,
-    s3_bucket: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Path]:
-    """A project with the demo manifests, demo/0.2 built, archiving to the test bucket."""
-    root = tmp_path / "project"
-    for version in ("0.1", "0.2"):
-        shutil.copytree(repo_root / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
-    (root / "hooks").mkdir()
-    monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/{PREFIX}")
-    monkeypatch.chdir(root)
-    built = _cli(root, "build", "demo/0.2")
-    assert built.exit_code == 0, built.output
-    yield root
 
 
 def _cli(project: Path, *args: str) -> Any:

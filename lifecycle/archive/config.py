@@ -16,7 +16,7 @@ from lifecycle.errors import LifecycleError, ManifestError, Problem, did_you_mea
 from lifecycle.manifest.source import Located, read_yaml, render_key_path
 
 CONFIG_FILE = "lifecycle.yaml"
-KEYS = ("archive",)
+KEYS = ("archive", "policy")  # policy: lifecycle.policy.model
 
 
 def read_config(file: Path) -> ArchiveLocation | None:

@@ -13,7 +13,7 @@ from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import LifecycleError
-from lifecycle.teardown.plan import parse_duration
+from lifecycle.policy.model import parse_duration
 
 Item = TypeVar("Item")
 

@@ -23,9 +23,9 @@ from lifecycle.gc import GcPlan, Policy, Swept, journal_plan, plan_gc, sweep, ta
 from lifecycle.leases import exclusive
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.removal import pins, unfinished_gc
+from lifecycle.policy.model import parse_duration
 from lifecycle.report import Report, plain
 from lifecycle.table import human_bytes
-from lifecycle.teardown.plan import parse_duration
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def run(ctx: Context, options: verbs.Gc) -> GcReport:
                 f"nothing removed: cannot read {store.where(key)}{more}: {why}; a record gc"
                 " cannot read may name objects it would otherwise remove"
             )
-        plan = plan_gc(snap, policy, _pinned(ledger, store), ctx.now())
+        plan = plan_gc(snap, policy, pinned_results(ledger, store), ctx.now())
         report = GcReport(location.url(), policy.describe(), options.dry_run, plan, resumed)
         if not options.as_json:
             ctx.out(report.plan_text())
@@ -132,7 +132,7 @@ def run(ctx: Context, options: verbs.Gc) -> GcReport:
     return GcReport(location.url(), policy.describe(), False, plan, resumed, swept)
 
 
-def _pinned(ledger: Ledger, store: BlobStore) -> set[str]:
+def pinned_results(ledger: Ledger, store: BlobStore) -> set[str]:
     """Results pinned for the team (in the archive) and by this host (`pin RESULT`)."""
     found = {pin.target for pin in pins_at(store).values()}
     for reasons in pins(ledger).values():

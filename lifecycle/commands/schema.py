@@ -11,6 +11,7 @@ from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.formats import CURRENT
 from lifecycle.manifest import Manifest
+from lifecycle.policy.model import ProjectConfig
 from lifecycle.records import MODELS
 from lifecycle.report import Report
 
@@ -57,6 +58,9 @@ class SchemaReport(Report):
 
 
 def run(ctx: Context, request: verbs.Schema) -> SchemaReport:
-    """The manifest's schema, or with --record a record format's."""
+    """The manifest's schema, with --record a record format's, with --config lifecycle.yaml's."""
     kind = request.record_kind
+    if request.config:
+        schema = ProjectConfig.model_json_schema()
+        return SchemaReport({"$schema": _DIALECT, "$id": "lifecycle-config-v1.json", **schema})
     return SchemaReport(record_json_schema(kind) if kind else manifest_json_schema())

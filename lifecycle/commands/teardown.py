@@ -18,9 +18,10 @@ from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.hooks import select
+from lifecycle.policy.model import parse_duration
 from lifecycle.report import Report
 from lifecycle.table import human_bytes
-from lifecycle.teardown.plan import Selection, TeardownPlan, parse_duration, plan_json, plan_text
+from lifecycle.teardown.plan import Selection, TeardownPlan, plan_json, plan_text
 from lifecycle.teardown.removal import teardown_lock
 from lifecycle.teardown.run import TeardownResult, result_json, run_teardown, summary_text
 from lifecycle.teardown.survey import Services, TeardownRequest, make_plan

@@ -249,6 +249,29 @@ class Gc(Request):
     yes: bool = opt(help="Do not ask for confirmation.")
 
 
+class Plan(Request, run="converge:plan"):
+    """Show what it takes to bring this host's caches and images, and the archive, to the
+    policy in lifecycle.yaml: what to archive, to remove (and the rule that says so), to keep
+    (and why). Changes nothing."""
+
+    out: Path | None = opt(
+        "-o",
+        "--out",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Save the plan, bound to the state it saw, for `apply FILE`.",
+    )
+
+
+class Apply(Request, run="converge:apply"):
+    """Carry out the policy's plan (or FILE, refused if the state moved since it was made):
+    archive, then remove what is archived and verified, then collect the archive."""
+
+    file: Path | None = arg(
+        metavar="[FILE]", default=None, type=click.Path(dir_okay=False, path_type=Path)
+    )
+    yes: bool = opt(help="Do not ask for confirmation.")
+
+
 class Pin(Request, run="pin:pin"):
     """Make CACHE (or every cache behind RESULT) a GC root: teardown keeps it until unpinned.
 
@@ -318,6 +341,7 @@ class Schema(Request, json=False):
         type=click.Choice(sorted(RECORD_KINDS)),
         help="The JSON Schema of an archive record format (or a format's full name) instead.",
     )
+    config: bool = opt(help="The JSON Schema of lifecycle.yaml (archive, policy) instead.")
 
 
 class Port(Request):
@@ -440,6 +464,6 @@ class Verify(Request):
 
 
 VERBS: tuple[type[Request], ...] = (
-    Validate, Show, Build, Boot, Caches, Boots, Why, Teardown, Gc, Pin, Unpin, Archive,
+    Validate, Show, Build, Boot, Caches, Boots, Why, Plan, Apply, Teardown, Gc, Pin, Unpin, Archive,
     Restore, Schema, Port, ResultAdd, Results, AuditResult, AuditCache, Night, Tune, Verify,
 )  # fmt: skip

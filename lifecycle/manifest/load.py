@@ -10,11 +10,12 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from lifecycle.errors import LifecycleError, ManifestError, Problem
 from lifecycle.manifest.checks import (
@@ -30,6 +31,8 @@ from lifecycle.manifest.pydantic_errors import problems_from_validation
 from lifecycle.manifest.source import MAX_EXTENDS, KeyPath, Located, read_yaml, render_key_path
 
 MANIFEST_NAME = "manifest.yaml"
+Document = TypeVar("Document", bound=BaseModel)
+Finding = tuple[KeyPath, str]  # a problem at a key path, located in the file when raised
 
 
 @dataclass(frozen=True)
@@ -269,3 +272,25 @@ def patch_digests(loaded: LoadedManifest) -> list[tuple[str, str]]:
         (patch.file, hashlib.sha256(path.read_bytes()).hexdigest())
         for patch, path in zip(loaded.manifest.patches, loaded.patch_files, strict=True)
     ]
+
+
+def load_validated(
+    file: Path, model: type[Document], checks: Callable[[Document], Iterator[Finding]]
+) -> Document:
+    """A YAML document validated as `model`, then by `checks` (what its types cannot say);
+    ManifestError (exit 2) with every problem located, as for a manifest."""
+    located = read_yaml(file)
+    if not isinstance(located.data, dict):
+        raise ManifestError([Problem(file, 1, 1, "(document)", "expected a mapping of keys")])
+    try:
+        document = model.model_validate(located.data)
+    except ValidationError as exc:
+        raise ManifestError(problems_from_validation(exc, located, model)) from None
+    problems = []
+    for path, message in checks(document):
+        mark = located.mark(path, prefer_key=True)  # a finding is about the key: point at it
+        assert mark is not None, "the document root always has a mark"
+        problems.append(Problem(mark.file, mark.line, mark.col, render_key_path(path), message))
+    if problems:
+        raise ManifestError(problems)
+    return document

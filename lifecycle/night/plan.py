@@ -11,18 +11,18 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from lifecycle.errors import LifecycleError, ManifestError, Problem
+from lifecycle.errors import LifecycleError
 from lifecycle.manifest import LoadedManifest
+from lifecycle.manifest.load import Finding, load_validated
 from lifecycle.manifest.model import CacheState, Evidence, LadderMethod, Slug, Text, version_text
-from lifecycle.manifest.pydantic_errors import problems_from_validation
-from lifecycle.manifest.source import KeyPath, read_yaml, render_key_path
+from lifecycle.manifest.source import KeyPath
 
 _ARGUMENT = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -36,8 +36,6 @@ def _argument(value: str) -> str:
 PinRef = Annotated[str, BeforeValidator(version_text), Field(min_length=1)]
 Argument = Annotated[str, AfterValidator(_argument)]
 Positive = Annotated[int, Field(ge=1)]
-Document = TypeVar("Document", bound=BaseModel)
-Finding = tuple[KeyPath, str]  # a problem at a key path, located in the file when raised
 
 
 class Frozen(BaseModel):
@@ -190,28 +188,6 @@ class LoadedPlan:
 def load_plan(file: Path) -> LoadedPlan:
     """Read and validate a plan; ManifestError (exit 2) with every problem located."""
     return LoadedPlan(file, load_validated(file, Plan, cross_checks))
-
-
-def load_validated(
-    file: Path, model: type[Document], checks: Callable[[Document], Iterator[Finding]]
-) -> Document:
-    """A YAML document validated as `model`, then by `checks` (what its types cannot say);
-    ManifestError (exit 2) with every problem located, as for a manifest."""
-    located = read_yaml(file)
-    if not isinstance(located.data, dict):
-        raise ManifestError([Problem(file, 1, 1, "(document)", "expected a mapping of keys")])
-    try:
-        document = model.model_validate(located.data)
-    except ValidationError as exc:
-        raise ManifestError(problems_from_validation(exc, located, model)) from None
-    problems = []
-    for path, message in checks(document):
-        mark = located.mark(path, prefer_key=True)  # a finding is about the key: point at it
-        assert mark is not None, "the document root always has a mark"
-        problems.append(Problem(mark.file, mark.line, mark.col, render_key_path(path), message))
-    if problems:
-        raise ManifestError(problems)
-    return document
 
 
 def cross_checks(plan: Plan) -> Iterator[Finding]:

@@ -10,6 +10,7 @@ import os
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from lifecycle.build.plan import DIGEST_LABEL
@@ -79,9 +80,11 @@ def plan_images(
     kept_image_ids: Collection[str],
     manifest: str | None,
     removed_containers: Collection[str] = (),
+    keeps: Mapping[str, str] = MappingProxyType({}),
 ) -> list[ImageDecision]:
     """Engine images (of `manifest` if given): removed when this home built them (`built_here`,
-    the ledger's build image ids) and no remaining cache or container refers to them.
+    the ledger's build image ids) and no remaining cache or container refers to them, nor a
+    policy keeps them (`keeps`: image id -> why).
     `removed_containers` are container ids that go before the images do.
 
     One Docker engine can serve several homes (users, CI jobs); an image another home built is
@@ -101,6 +104,8 @@ def plan_images(
             removes, why = False, "built by another home (not in this ledger)"
         elif image.id in kept_image_ids:
             removes, why = False, "a cache that stays was built by it"
+        elif image.id in keeps:
+            removes, why = False, keeps[image.id]
         elif image.id in users:
             removes, why = False, "used by container " + ", ".join(users[image.id])
         else:

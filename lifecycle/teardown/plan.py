@@ -7,16 +7,14 @@ archives, unfinished runs) and passes a `verify` function, so the rules read in 
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.verify import VerifiedRecord
-from lifecycle.errors import LifecycleError
 from lifecycle.ledger.archives import ArchiveRecord
 from lifecycle.ledger.boots import CacheRecord, TaintedFile
 from lifecycle.table import human_age, human_bytes, render
@@ -29,22 +27,29 @@ from lifecycle.teardown.removal import (
     withheld_reason,
 )
 
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"(?:\d+[smhdw])+")
-
 # (archive) -> the record as the server holds it now, with every object that does not verify.
 Verify = Callable[[ArchiveRecord], VerifiedRecord]
 # (cache) -> its tree scanned again now; None when it cannot be (a half-removed trash).
 Rescan = Callable[[CacheRecord], Tree | None]
 
 
-def parse_duration(text: str, option: str = "--older-than") -> timedelta:
-    """'90s', '30m', '2h', '3d', '1w', or a sum such as '1d12h' (given as `option`)."""
-    if not _DURATION.fullmatch(text.strip()):
-        expected = "expected a duration such as 30m, 2h, 3d, 1d12h"
-        raise LifecycleError(f"{option} {text!r}: {expected}")
-    seconds = sum(int(n) * _UNIT_SECONDS[u] for n, u in re.findall(r"(\d+)([smhdw])", text.strip()))
-    return timedelta(seconds=seconds)
+class Rules(Protocol):
+    """What keeps a cache whatever its archive says, and whether its files count: the filters
+    of one teardown (Selection: a one-off policy), or the project's policy (lifecycle.policy)."""
+
+    @property
+    def cache_ids(self) -> tuple[str, ...]:
+        """Caches named: an unknown one is an error."""
+
+    @property
+    def manifest(self) -> str | None:
+        """The only manifest whose images are considered."""
+
+    def excludes(self, cache: CacheRecord, now: datetime) -> str | None:
+        """Why the rules keep `cache`; None: it goes once its archive allows."""
+
+    def content(self, cache: CacheRecord) -> bool:
+        """Whether the archive must hold the cache's files before it goes."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,9 @@ class Selection:
         if self.state is not None and cache.state != self.state:
             return f"filtered out: {cache.state}, not {self.state}"
         return None
+
+    def content(self, cache: CacheRecord) -> bool:
+        return False  # --with-content says it for every cache
 
 
 @dataclass(frozen=True)
@@ -158,7 +166,7 @@ class TeardownPlan:
 
 def decide(
     cache: CacheRecord,
-    selection: Selection,
+    selection: Rules,
     facts: Facts,
     *,
     archive_first: bool,
@@ -174,6 +182,7 @@ def decide(
     resumes = facts.unfinished.get(cache.id)
     state = "archived (not checked)" if archive else "not archived"
     going: list[str] = []  # said of every decision that removes it
+    want_content = want_content or selection.content(cache)
 
     def decision(
         action: Action, *why: str, archive_state: str = state, problem: bool = False
@@ -236,7 +245,7 @@ def decide(
 
 
 def _keep_reasons(
-    cache: CacheRecord, selection: Selection, facts: Facts, resumes: Unfinished | None
+    cache: CacheRecord, selection: Rules, facts: Facts, resumes: Unfinished | None
 ) -> tuple[str, ...]:
     # A run a crash left unfinished is completed whatever this run's filters say.
     excluded = None if resumes else selection.excludes(cache, facts.now)

@@ -8,7 +8,7 @@ that does not answer is asked once, not once per cache, and each cache archived 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -40,7 +40,7 @@ from lifecycle.teardown.containers import (
     running_mounts,
     stopped_boot_containers,
 )
-from lifecycle.teardown.plan import Action, Facts, Selection, TeardownPlan, decide
+from lifecycle.teardown.plan import Action, Facts, Rules, Selection, TeardownPlan, decide
 from lifecycle.teardown.removal import scan_where_it_is, trash_path, unfinished_runs
 
 
@@ -48,12 +48,13 @@ from lifecycle.teardown.removal import scan_where_it_is, trash_path, unfinished_
 class TeardownRequest:
     """What the user asked for."""
 
-    selection: Selection = field(default_factory=Selection)
+    selection: Rules = field(default_factory=Selection)
     archive_first: bool = False
     with_content: bool = False
     images: bool = False
     archive_to: ArchiveLocation | None = None  # where --archive writes
     drop_withheld: bool = False  # remove caches holding files no archive may hold (secrets)
+    image_keeps: Mapping[str, str] = field(default_factory=dict)  # image id -> why (a policy)
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,7 @@ def images_going(
         kept_image_ids=kept,
         manifest=request.selection.manifest,
         removed_containers={c.id for c in containers},
+        keeps=request.image_keeps,
     )
 
 

@@ -1,0 +1,282 @@
+"""`lifecycle plan` and `lifecycle apply`: what it takes to bring this host's caches and engine
+images, and the remote archive, to the policy in lifecycle.yaml (lifecycle.policy); and doing
+it, through the same removal invariant teardown keeps and the same sweep gc makes.
+
+A plan saved with `-o FILE` is bound to the state it saw (a digest of the ledger's caches,
+archives, pins, boots and builds, and of the archive's listing); `apply FILE` refuses it when
+either moved. Each step is one a re-run completes: archiving is idempotent, teardown and gc
+journal what they are about to remove, so a killed apply, run again, converges.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from lifecycle.archive.config import CONFIG_FILE, optional_location
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.run import archive_caches
+from lifecycle.archive.store import BlobStore
+from lifecycle.commands import verbs
+from lifecycle.commands.context import Context
+from lifecycle.commands.gc import pinned_results
+from lifecycle.commands.teardown import connect_services
+from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError
+from lifecycle.gc import (
+    GcPlan,
+    Swept,
+    journal_plan,
+    plan_gc,
+    sweep,
+    take_snapshot,
+)
+from lifecycle.gc import (
+    Policy as GcPolicy,
+)
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.retention import state_digest
+from lifecycle.policy.facts import image_keeps, live_caches
+from lifecycle.policy.keep import PolicyRules, Verdict, evaluate
+from lifecycle.policy.model import Policy, parse_duration, read_policy, seconds
+from lifecycle.report import Report, plain
+from lifecycle.table import human_bytes
+from lifecycle.teardown.plan import TeardownPlan, plan_json, plan_text
+from lifecycle.teardown.removal import teardown_lock
+from lifecycle.teardown.run import TeardownResult, result_json, run_teardown, summary_text
+from lifecycle.teardown.survey import Services, TeardownRequest, make_plan
+
+FORMAT = "lifecycle-plan/1"
+
+
+@dataclass(frozen=True)
+class Converge:
+    """The whole difference between now and the policy."""
+
+    caches: TeardownPlan  # every cache on this host, and the engine images
+    request: TeardownRequest  # the policy as teardown's rules
+    verdicts: Mapping[str, Verdict]
+    archive: tuple[str, ...]  # caches kept, archived now (idle past archive_after)
+    remote: GcPlan | None  # None: the policy keeps the whole archive, or none is configured
+    location: str | None
+    state: dict[str, str]  # what the plan saw: ledger, archive
+
+    @property
+    def empty(self) -> bool:
+        return not (self.caches.has_work or self.archive or (self.remote and self.remote.remove))
+
+    def to_json(self) -> dict[str, Any]:
+        remote = self.remote
+        collect = None
+        if remote is not None:
+            collect = {"remove": [d.key for d in remote.remove], "bytes": remote.bytes}
+            collect |= {"kept": remote.kept, "pinned": list(remote.pinned)}
+        return {
+            "format": FORMAT,
+            "location": self.location,
+            "state": self.state,
+            "archive": list(self.archive),
+            "caches": plan_json(self.caches),
+            "remote": collect,
+            "empty": self.empty,
+        }
+
+    def text(self) -> str:
+        lines = [plan_text(self.caches, dry_run=False).rstrip("\n")]
+        lines += [f"archive (and keep): {cache_id}" for cache_id in self.archive]
+        if self.remote is not None:
+            lines.append(
+                f"remote {self.location}: remove {len(self.remote.remove)} objects"
+                f" ({human_bytes(self.remote.bytes)}), pinned results kept:"
+                f" {', '.join(self.remote.pinned) or 'none'}"
+            )
+        if self.empty:
+            lines.append("nothing to do: this host and the archive are as the policy says")
+        return "\n".join(line for line in lines if line) + "\n"
+
+
+@dataclass(frozen=True)
+class PlanReport(Report):
+    FORMAT: ClassVar[str] = FORMAT
+    plan: Converge
+    saved: Path | None = None
+
+    @property
+    def exit_code(self) -> int:
+        if self.plan.caches.unreachable:
+            return EXIT_ENVIRONMENT
+        return EXIT_NO if self.plan.caches.has_problems else EXIT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.plan.to_json(), "saved": str(self.saved) if self.saved else None}
+
+    def text(self) -> str:
+        saved = (
+            f"plan saved to {self.saved}: `lifecycle apply {self.saved}`\n" if self.saved else ""
+        )
+        return self.plan.text() + saved
+
+
+def plan(ctx: Context, options: verbs.Plan) -> PlanReport:
+    """The plan; with -o FILE, saved with the state it saw."""
+    policy = read_policy(ctx.project / CONFIG_FILE)
+    location = optional_location(None, ctx.environ, ctx.project)
+    services = connect_services(ctx.environ, ctx.say)
+    with ctx.ledger() as ledger:
+        made = _converge(ctx, ledger, services, policy, location)
+    if options.out is not None:
+        _save(options.out, made.to_json())
+    return PlanReport(made, options.out)
+
+
+@dataclass(frozen=True)
+class ApplyReport(Report):
+    FORMAT: ClassVar[str] = "lifecycle-apply/1"
+    plan: Converge
+    archived: tuple[str, ...] = ()
+    teardown: TeardownResult | None = None
+    swept: Swept | None = None
+
+    @property
+    def exit_code(self) -> int:
+        failed = self.teardown is not None and self.teardown.failed
+        if self.teardown is not None and self.teardown.unreachable:
+            return EXIT_ENVIRONMENT
+        return EXIT_NO if failed or self.plan.caches.has_problems else EXIT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": self.FORMAT,
+            "plan": self.plan.to_json(),
+            "archived": list(self.archived),
+            "teardown": result_json(self.teardown) if self.teardown else None,
+            "swept": plain(self.swept),
+        }
+
+    def text(self) -> str:
+        lines = [f"archived: {cache_id}" for cache_id in self.archived]
+        if self.teardown is not None:
+            lines.append(summary_text(self.teardown).rstrip("\n"))
+        if self.swept is not None:
+            lines.append(
+                f"remote: removed {self.swept.removed} objects,"
+                f" {human_bytes(self.swept.bytes_freed)} freed (run {self.swept.run_id})"
+            )
+        return "\n".join(lines) + "\n" if lines else ""
+
+
+def apply(ctx: Context, options: verbs.Apply) -> ApplyReport:
+    """Plan again (refused if a saved plan's state moved), agree, carry the plan out."""
+    policy = read_policy(ctx.project / CONFIG_FILE)
+    location = optional_location(None, ctx.environ, ctx.project)
+    services = connect_services(ctx.environ, ctx.say)
+    checkpoint = ctx.checkpoint()
+    with ctx.ledger() as ledger, teardown_lock(ctx.home):
+        made = _converge(ctx, ledger, services, policy, location)
+        if options.file is not None:
+            _check_fresh(options.file, made)
+        if not options.as_json:
+            ctx.out(made.text())
+        if made.empty:
+            return ApplyReport(made)
+        ctx.agree("carry out this plan?", options, made.to_json)
+        archived: tuple[str, ...] = ()
+        if made.archive and location is not None:
+            for cache_id in made.archive:
+                with_content = made.verdicts[cache_id].content
+                archive_caches(
+                    ledger, ctx.home, services.s3, location, [cache_id],
+                    with_content=with_content, dry_run=False, progress=ctx.say,
+                )  # fmt: skip
+                archived += (cache_id,)
+            checkpoint("apply-archived")
+        result = None
+        if made.caches.has_work:
+            result = run_teardown(
+                ledger, ctx.home, services, made.caches, made.request, checkpoint=checkpoint,
+                progress=ctx.say,
+            )  # fmt: skip
+        swept = None
+        if made.remote is not None and made.remote.remove and location is not None:
+            store = BlobStore(ctx.s3(), location)
+            run_id = journal_plan(ledger, store, made.remote, _gc_policy(policy), ctx.now())
+            checkpoint("gc-planned")
+            swept = sweep(ledger, store, run_id, ctx.now, checkpoint=checkpoint)
+    return ApplyReport(made, archived, result, swept)
+
+
+def _converge(
+    ctx: Context,
+    ledger: Ledger,
+    services: Services,
+    policy: Policy,
+    location: ArchiveLocation | None,
+) -> Converge:
+    """Read everything the policy is evaluated on and decide; changes nothing."""
+    verdicts = evaluate(policy, live_caches(ledger), ctx.now())
+    request = TeardownRequest(
+        PolicyRules(verdicts),
+        archive_first=location is not None,
+        images=True,
+        archive_to=location,
+        image_keeps=image_keeps(ledger, policy),
+    )
+    caches = make_plan(ledger, ctx.home, services, request)
+    going = {d.cache.id for d in caches.removing}
+    archive = tuple(c for c, v in verdicts.items() if v.archive and c not in going)
+    if location is not None and archive and services.s3 is None:
+        raise LifecycleError(f"cannot archive to {location.url()}: {services.s3_problem}")
+    remote, listing = None, "no archive configured"
+    if location is not None:
+        store = BlobStore(ctx.s3(), location)
+        snap = take_snapshot(store)
+        listing = hashlib.sha256(
+            json.dumps(sorted((k, o.etag) for k, o in snap.objects.items())).encode()
+        ).hexdigest()
+        if policy.remote.keep_last is not None or policy.remote.keep_within is not None:
+            if snap.unreadable:
+                key, why = next(iter(sorted(snap.unreadable.items())))
+                raise LifecycleError(f"nothing planned: cannot read {store.where(key)}: {why}")
+            remote = plan_gc(snap, _gc_policy(policy), pinned_results(ledger, store), ctx.now())
+    state = {"ledger": state_digest(ledger), "archive": listing}
+    where = location.url() if location else None
+    return Converge(caches, request, verdicts, archive, remote, where, state)
+
+
+def _gc_policy(policy: Policy) -> GcPolicy:
+    remote = policy.remote
+    return GcPolicy(remote.keep_last, seconds(remote.keep_within), parse_duration(remote.grace))
+
+
+def _save(file: Path, plan: dict[str, Any]) -> None:
+    try:
+        file.write_text(json.dumps(plan, indent=2) + "\n")
+    except OSError as exc:
+        raise LifecycleError(f"cannot save the plan to {file}: {exc.strerror}") from None
+
+
+def _check_fresh(file: Path, now: Converge) -> None:
+    """A saved plan applies only to the state it saw."""
+    try:
+        saved = json.loads(file.read_text())
+        state = saved["state"]
+        assert saved["format"] == FORMAT and isinstance(state, dict)
+    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        raise LifecycleError(f"{file}: not a plan `lifecycle plan -o FILE` saved") from None
+    moved = [
+        what
+        for what, name in (("ledger", "this host's ledger"), ("archive", "the archive"))
+        if state.get(what) != now.state[what]
+    ]
+    if moved or saved.get("location") != now.location:
+        said = (
+            " and ".join(
+                {"ledger": "this host's ledger", "archive": "the archive's listing"}[m]
+                for m in moved
+            )
+            or "the archive location"
+        )
+        raise LifecycleError(f"plan is stale: {said} changed since {file} was made; plan again")

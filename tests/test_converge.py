@@ -1,0 +1,100 @@
+"""`lifecycle plan` / `apply` on the demo engine, a real dockerd and the S3 server: the policy
+in lifecycle.yaml decides, teardown's invariant removes, a saved plan is refused once the state
+moved, a SIGKILLed apply converges when run again, and after an apply the plan is empty."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from lifecycle.faults import APPLY_CRASH_POINTS, CRASH_ENV, CRASH_POINTS
+from tests.test_teardown import _boot, _caches, _cli, _gone, _process
+
+# Keep each manifest+profile's newest cache; archive at once what is idle; remove the rest.
+POLICY = """\
+policy:
+  caches:
+    - match: "demo*"
+      keep_last: 1
+      keep_within: null
+      archive_after: 0s
+"""
+
+
+def _policy(project: Path) -> None:
+    (project / "lifecycle.yaml").write_text(POLICY)
+
+
+def _plan(project: Path, *args: str) -> dict[str, object]:
+    done = _cli(project, "plan", "--json", *args)
+    assert done.exit_code == 0, done.output
+    plan: dict[str, object] = json.loads(done.stdout)
+    return plan
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_plan_apply_converges_and_a_second_plan_is_empty(project: Path, tmp_path: Path) -> None:
+    _policy(project)
+    _, old = _boot(project)
+    _, new = _boot(project)
+    plan = _plan(project, "-o", str(tmp_path / "plan.json"))
+    actions = {c["id"]: c["action"] for c in plan["caches"]["caches"]}  # type: ignore[index]
+    assert {actions[i] for i in old} == {"archive, then remove"}, actions
+    assert {actions[i] for i in new} == {"keep"}, actions
+    assert sorted(plan["archive"]) == new  # type: ignore[arg-type]
+
+    done = _cli(project, "apply", str(tmp_path / "plan.json"), "--yes", "--json")
+    assert done.exit_code == 0, done.output
+    caches = _caches()
+    assert all(caches[i].state == "torn-down" and _gone(caches[i]) for i in old)
+    assert all(caches[i].state == "archived" and not _gone(caches[i]) for i in new)
+    assert _plan(project)["empty"] is True
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_saved_plan_is_refused_once_the_ledger_moved(project: Path, tmp_path: Path) -> None:
+    _policy(project)
+    _boot(project)
+    _, newer = _boot(project)
+    saved = tmp_path / "plan.json"
+    _plan(project, "-o", str(saved))
+    pinned = _cli(project, "pin", newer[0], "--reason", "moved the state")
+    assert pinned.exit_code == 0, pinned.output
+    done = _process(project, "apply", str(saved), "--yes")
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        f"plan is stale: this host's ledger changed since {saved} was made; plan again"
+    ], done.stderr
+    assert all(c.state == "live" for c in _caches().values())
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_sigkilled_apply_run_again_converges_with_nothing_lost(
+    project: Path, tmp_path: Path
+) -> None:
+    _policy(project)
+    _, old = _boot(project)
+    _, new = _boot(project)
+    kills = 0
+    for crash in (*APPLY_CRASH_POINTS, *CRASH_POINTS):  # each cache's removal has them all
+        killed = _process(project, "apply", "--yes", env={CRASH_ENV: crash})
+        if killed.returncode == 0:  # the point is past: an earlier round did the work
+            continue
+        kills += 1
+        assert killed.returncode == -signal.SIGKILL, (crash, killed.stderr)
+        for cache in _caches().values():  # nothing gone that is not archived
+            if _gone(cache):
+                assert cache.id in old and cache.state in ("archived", "torn-down"), crash
+    assert kills == 1 + len(CRASH_POINTS)
+    rerun = _process(project, "apply", "--yes")
+    assert rerun.returncode == 0, rerun.stderr
+    caches = _caches()
+    assert all(caches[i].state == "torn-down" and _gone(caches[i]) for i in old)
+    assert all(not _gone(caches[i]) for i in new)
+    assert _plan(project)["empty"] is True
