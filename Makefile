@@ -3,9 +3,9 @@ LINT = ruff check lifecycle tests bench && ruff format --check lifecycle tests b
 
 .PHONY: setup test lint docs demo stress
 
-# Two homes on one bucket, round after round (tests/test_many_hosts.py): 4 rounds in `make test`
+# Two homes on one bucket, round after round (tests/test_many_hosts.py): 2 rounds in `make test`
 # keep CI short; `make stress` runs the 20 the many-hosts guarantee was shown with (~13 min).
-export LIFECYCLE_TEST_ROUNDS ?= 4
+export LIFECYCLE_TEST_ROUNDS ?= 2
 
 setup:
 	bash .ci/setup
@@ -20,8 +20,13 @@ DOCS = NO_MKDOCS_2_WARNING=1 python3 -m mkdocs build --strict
 docs:
 	$(DOCS)
 
+# First the tests that must run alone (tests/conftest.py SERIAL), then the demo images made
+# once, then the rest two at a time, a test file per worker: most of them wait on dockerd, S3
+# and the engines' sleeps, not on the two cores.
+PYTEST = python3 -m pytest -p no:cacheprovider
 test: setup
-	bash .ci/with-services sh -c '$(LINT) && $(DOCS) && python3 -m pytest'
+	bash .ci/with-services sh -c '$(LINT) && $(DOCS) && $(PYTEST) -m serial \
+	  && python3 -m lifecycle.demo >/dev/null && $(PYTEST) -m "not serial" -n 2 --dist loadfile'
 
 stress: setup
 	LIFECYCLE_TEST_ROUNDS=20 bash .ci/with-services sh -c 'python3 -m pytest tests/test_many_hosts.py'

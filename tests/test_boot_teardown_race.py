@@ -26,7 +26,7 @@ from tests.archive_support import verify_key
 from tests.trust_support import PREFIX, boot, caches, cli, record, start
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
-TRIALS = 16
+TRIALS = 8  # each of the 6 pairs of delay points at least once
 BOOT_POINTS = ("boot-caches-picked", "boot-recorded")
 TEARDOWN_POINTS = ("teardown-planned", "after-verified", "after-intent")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,6 +47,13 @@ def test_plan_apply_converges_and_a_second_plan_is_empty(project: Path, tmp_path
     assert {actions[i] for i in old} == {"archive, then remove"}, actions
     assert {actions[i] for i in new} == {"keep"}, actions
     assert sorted(plan["archive"]) == new  # type: ignore[arg-type]
+    status = _status(project)
+    assert status["caches"] == [
+        {"manifest": "demo", "caches": 8, "bytes": status["caches"][0]["bytes"], "warm_ready": 8}
+    ]
+    assert status["policy"]["caches to archive"] == 4, status
+    assert status["policy"]["caches to remove"] == 4, status
+    assert status["production"] == "up" and status["night"] is None, status
 
     done = _cli(project, "apply", str(tmp_path / "plan.json"), "--yes", "--json")
     assert done.exit_code == 0, done.output
@@ -53,6 +61,14 @@ def test_plan_apply_converges_and_a_second_plan_is_empty(project: Path, tmp_path
     assert all(caches[i].state == "torn-down" and _gone(caches[i]) for i in old)
     assert all(caches[i].state == "archived" and not _gone(caches[i]) for i in new)
     assert _plan(project)["empty"] is True
+    status = _status(project)
+    assert status["caches"][0]["caches"] == 4 and not any(status["policy"].values()), status
+
+
+def _status(project: Path) -> Any:
+    done = _cli(project, "status", "--json")
+    assert done.exit_code == 0, done.output
+    return json.loads(done.stdout)
 
 
 @pytest.mark.docker

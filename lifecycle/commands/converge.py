@@ -126,7 +126,7 @@ def plan(ctx: Context, options: verbs.Plan) -> PlanReport:
     location = optional_location(None, ctx.environ, ctx.project)
     services = connect_services(ctx.environ, ctx.say)
     with ctx.ledger() as ledger:
-        made = _converge(ctx, ledger, services, policy, location)
+        made = converge(ctx, ledger, services, policy, location)
     if options.out is not None:
         _save(options.out, made.to_json())
     return PlanReport(made, options.out)
@@ -175,7 +175,7 @@ def apply(ctx: Context, options: verbs.Apply) -> ApplyReport:
     services = connect_services(ctx.environ, ctx.say)
     checkpoint = ctx.checkpoint()
     with ctx.ledger() as ledger, teardown_lock(ctx.home):
-        made = _converge(ctx, ledger, services, policy, location)
+        made = converge(ctx, ledger, services, policy, location)
         if options.file is not None:
             _check_fresh(options.file, made)
         if not options.as_json:
@@ -208,7 +208,7 @@ def apply(ctx: Context, options: verbs.Apply) -> ApplyReport:
     return ApplyReport(made, archived, result, swept)
 
 
-def _converge(
+def converge(
     ctx: Context,
     ledger: Ledger,
     services: Services,

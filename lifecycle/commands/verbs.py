@@ -272,6 +272,11 @@ class Apply(Request, run="converge:apply"):
     yes: bool = opt(help="Do not ask for confirmation.")
 
 
+class Status(Request):
+    """One screen for the morning: caches per manifest (count, size, warm-ready), what the
+    policy would do now, production's state, the last night and its verdicts."""
+
+
 class Pin(Request, run="pin:pin"):
     """Make CACHE (or every cache behind RESULT) a GC root: teardown keeps it until unpinned.
 
@@ -464,6 +469,7 @@ class Verify(Request):
 
 
 VERBS: tuple[type[Request], ...] = (
-    Validate, Show, Build, Boot, Caches, Boots, Why, Plan, Apply, Teardown, Gc, Pin, Unpin, Archive,
-    Restore, Schema, Port, ResultAdd, Results, AuditResult, AuditCache, Night, Tune, Verify,
+    Validate, Show, Build, Boot, Caches, Boots, Why, Status, Plan, Apply, Teardown, Gc, Pin,
+    Unpin, Archive, Restore, Schema, Port, ResultAdd, Results, AuditResult, AuditCache, Night,
+    Tune, Verify,
 )  # fmt: skip

@@ -154,3 +154,9 @@ def production_left_down_in(home: Path) -> list[NightEvent]:
         raise HomeUnusable(f"the ledger {file} cannot be read: {exc}") from None
     found = [NightEvent(*row) for row in rows]
     return [e for e in found if e.event != PRODUCTION_UP]
+
+
+def newest_night(ledger: Ledger) -> NightRecord | None:
+    """The newest night of any plan (a tune included), or None."""
+    sql = "SELECT * FROM nights ORDER BY started_at DESC, id DESC LIMIT 1"
+    return ledger.record(NightRecord, sql)

@@ -1,0 +1,120 @@
+"""`lifecycle status`: the one screen a release engineer reads in the morning. This host's
+caches per manifest (how many, how big, how many a warm boot would take), what the policy
+would do now (lifecycle.commands.converge), whether a night left production down, and the
+last night with its verdicts (from its report)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from lifecycle.archive.config import CONFIG_FILE, optional_location
+from lifecycle.commands import verbs
+from lifecycle.commands.context import Context
+from lifecycle.commands.converge import Converge, converge
+from lifecycle.commands.teardown import connect_services
+from lifecycle.errors import LifecycleError
+from lifecycle.ledger.boots import all_caches, not_reusable
+from lifecycle.ledger.nights import newest_night, production_left_down
+from lifecycle.policy.model import read_policy
+from lifecycle.report import Report
+from lifecycle.table import human_bytes, render
+
+
+@dataclass(frozen=True)
+class ManifestCaches:
+    manifest: str
+    caches: int
+    bytes: int
+    warm_ready: int  # a warm boot would take them (last boot ok, scanned, unchanged, free)
+
+
+@dataclass(frozen=True)
+class StatusReport(Report):
+    FORMAT: ClassVar[str] = "lifecycle-status/1"
+    caches: list[ManifestCaches]
+    policy: dict[str, int] | None  # what apply would do now, counted
+    policy_problem: str | None  # why the policy could not be evaluated
+    production: str  # up | down since …
+    night: dict[str, Any] | None = field(default=None)  # the last night, from its report
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": self.FORMAT,
+            "caches": [vars(m) for m in self.caches],
+            "policy": self.policy,
+            "policy_problem": self.policy_problem,
+            "production": self.production,
+            "night": self.night,
+        }
+
+    def text(self) -> str:
+        rows = [
+            [m.manifest, str(m.caches), human_bytes(m.bytes), str(m.warm_ready)]
+            for m in self.caches
+        ]
+        lines = [render(["MANIFEST", "CACHES", "SIZE", "WARM-READY"], rows).rstrip("\n")]
+        if self.policy is not None:
+            done = ", ".join(f"{n} {what}" for what, n in self.policy.items() if n)
+            lines.append(f"policy: {done or 'nothing to do'}" + ("; `lifecycle plan`" * bool(done)))
+        else:
+            lines.append(f"policy: not evaluated: {self.policy_problem}")
+        lines.append(f"production: {self.production}")
+        night = self.night
+        if night is None:
+            lines.append("last night: none on this host")
+        else:
+            lines.append(f"last night: {night['id']} ({night['plan']}, {night['state']})")
+            lines += [f"  pin {pin}: {verdict}" for pin, verdict in night["pins"].items()]
+        return "\n".join(lines) + "\n"
+
+
+def run(ctx: Context, options: verbs.Status) -> StatusReport:
+    """Read the ledger, the policy's plan (dockerd and S3 if they answer) and the last report."""
+    policy = read_policy(ctx.project / CONFIG_FILE)
+    location = optional_location(None, ctx.environ, ctx.project)
+    with ctx.ledger() as ledger:
+        caches = [c for c in all_caches(ledger) if c.state in ("live", "archived")]
+        passed_over = not_reusable(ledger)
+        per: dict[str, ManifestCaches] = {}
+        for cache in caches:
+            was = per.get(cache.manifest_name, ManifestCaches(cache.manifest_name, 0, 0, 0))
+            per[cache.manifest_name] = ManifestCaches(
+                was.manifest, was.caches + 1, was.bytes + (cache.bytes or 0),
+                was.warm_ready + (cache.id not in passed_over),
+            )  # fmt: skip
+        counts, problem = None, None
+        try:
+            made = converge(ctx, ledger, connect_services(ctx.environ), policy, location)
+            counts, problem = _counted(made), "; ".join(made.caches.unreachable) or None
+        except LifecycleError as exc:
+            problem = str(exc)
+        down = production_left_down(ledger)
+        production = f"down since {down[-1].at} (night {down[-1].night_id})" if down else "up"
+        night = newest_night(ledger)
+    return StatusReport(
+        sorted(per.values(), key=lambda m: m.manifest), counts, problem, production,
+        _night(ctx, night.id, night.plan_name) if night else None,
+    )  # fmt: skip
+
+
+def _counted(made: Converge) -> dict[str, int]:
+    return {
+        "caches to archive": len(made.archive),
+        "caches to remove": len(made.caches.removing),
+        "images to remove": sum(1 for i in made.caches.images if i.removes),
+        "archive objects to collect": len(made.remote.remove) if made.remote else 0,
+    }
+
+
+def _night(ctx: Context, night_id: str, plan: str) -> dict[str, Any]:
+    """The night's state and each pin's verdict, as its newest report says."""
+    report = ctx.home.night_dir(night_id) / "report.json"
+    try:
+        view: Mapping[str, Any] = json.loads(report.read_text())
+    except (OSError, ValueError):
+        return {"id": night_id, "plan": plan, "state": "no report yet", "pins": {}}
+    pins = {p["pin"]: p["verdict"] for p in view.get("pins", [])}
+    return {"id": night_id, "plan": plan, "state": view.get("state", "?"), "pins": pins}
