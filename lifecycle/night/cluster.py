@@ -118,6 +118,14 @@ class RayEngine:
         self._run = ray.remote(max_retries=0, num_cpus=0)(on_node.run)
         self._survey = ray.remote(max_retries=0, num_cpus=0)(on_node.survey)
         self._end = ray.remote(max_retries=0, num_cpus=0)(on_node.end)
+        # A node's first task starts a worker process and imports lifecycle there (seconds):
+        # started now, while the driver resolves the pins, the survey finds it ready.
+        self._started = [
+            self._survey.options(scheduling_strategy=self._on(n)).remote(
+                n.name, store.location.url(), []
+            )
+            for n in self.nodes.values()
+        ]
 
     def close(self) -> None:
         ray.shutdown()
