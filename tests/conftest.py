@@ -15,17 +15,16 @@ pytest_plugins = ["tests.services"]
 
 REPO = Path(__file__).resolve().parent.parent
 
-# `make test` runs these first, one at a time, then the rest two at a time (pytest-xdist, a
-# file per worker): each here either removes engine images others boot (the demo's), or holds
-# its commands to a time or memory bound another test's load would break.
+# `make test` runs these (files, or FILE::TEST) first, one at a time, then the rest two at a
+# time (pytest-xdist, a file per worker): each here either removes engine images others boot
+# (the demo's), or holds its commands to a time or memory bound another test's load would break.
 SERIAL = {
     "test_bad_input.py",  # each bad input refused within 2 s and 200 MB
     "test_bounded_s3.py",  # every command within 45 s of a silent S3 server
     "test_hung_endpoints.py",  # the same of a hung dockerd; removes images
     "test_s3_waiting.py",
     "test_night_cluster.py",  # the cluster's nodes pull the demo images: removed from dockerd
-    "test_teardown.py",  # teardown --images
-    "test_converge.py",  # apply removes images the policy does not keep
+    "test_teardown.py::test_images_this_home_built_go_unless_a_cache_or_container_uses_them",
     "test_images.py",  # pulled by digest: removed first
     "test_build_engine.py",
     "test_port_demo.py",
@@ -35,7 +34,7 @@ SERIAL = {
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.name in SERIAL:
+        if item.path.name in SERIAL or f"{item.path.name}::{item.name}" in SERIAL:
             item.add_marker(pytest.mark.serial)
 
 
