@@ -201,7 +201,7 @@ def apply(ctx: Context, options: verbs.Apply) -> ApplyReport:
             )  # fmt: skip
         swept = None
         if made.remote is not None and made.remote.remove and location is not None:
-            store = BlobStore(ctx.s3(), location)
+            store = BlobStore(services.s3, location)
             run_id = journal_plan(ledger, store, made.remote, _gc_policy(policy), ctx.now())
             checkpoint("gc-planned")
             swept = sweep(ledger, store, run_id, ctx.now, checkpoint=checkpoint)
@@ -231,7 +231,7 @@ def converge(
         raise LifecycleError(f"cannot archive to {location.url()}: {services.s3_problem}")
     remote, listing = None, "no archive configured"
     if location is not None:
-        store = BlobStore(ctx.s3(), location)
+        store = BlobStore(services.s3, location)  # the client teardown's checks use too
         snap = take_snapshot(store)
         listing = hashlib.sha256(
             json.dumps(sorted((k, o.etag) for k, o in snap.objects.items())).encode()
@@ -258,25 +258,20 @@ def _save(file: Path, plan: dict[str, Any]) -> None:
         raise LifecycleError(f"cannot save the plan to {file}: {exc.strerror}") from None
 
 
+# What a saved plan's state names, as the refusal says it.
+_STATE_NAMES = {"ledger": "this host's ledger", "archive": "the archive's listing"}
+
+
 def _check_fresh(file: Path, now: Converge) -> None:
     """A saved plan applies only to the state it saw."""
     try:
         saved = json.loads(file.read_text())
         state = saved["state"]
-        assert saved["format"] == FORMAT and isinstance(state, dict)
-    except (OSError, ValueError, KeyError, TypeError, AssertionError):
-        raise LifecycleError(f"{file}: not a plan `lifecycle plan -o FILE` saved") from None
-    moved = [
-        what
-        for what, name in (("ledger", "this host's ledger"), ("archive", "the archive"))
-        if state.get(what) != now.state[what]
-    ]
+    except (OSError, ValueError, KeyError, TypeError):
+        state = None
+    if not isinstance(state, dict) or saved.get("format") != FORMAT:
+        raise LifecycleError(f"{file}: not a plan `lifecycle plan -o FILE` saved")
+    moved = [_STATE_NAMES[what] for what in _STATE_NAMES if state.get(what) != now.state[what]]
     if moved or saved.get("location") != now.location:
-        said = (
-            " and ".join(
-                {"ledger": "this host's ledger", "archive": "the archive's listing"}[m]
-                for m in moved
-            )
-            or "the archive location"
-        )
+        said = " and ".join(moved) or "the archive location"
         raise LifecycleError(f"plan is stale: {said} changed since {file} was made; plan again")

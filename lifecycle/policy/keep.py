@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from lifecycle.ledger.boots import CacheRecord
-from lifecycle.policy.model import CacheRule, Policy, seconds
+from lifecycle.policy.model import CacheRule, Policy, parse_duration, seconds
 from lifecycle.table import human_age
 
 
@@ -67,8 +67,7 @@ def evaluate(policy: Policy, caches: Sequence[Live], now: datetime) -> dict[str,
             keep.append(f"keep_within {rule.keep_within}: used {_ago(idle)}")
         if cache.id in releases:
             keep.append(f"keep_releases: the newest good {cache.name} cache of {cache.release}")
-        after = seconds(rule.archive_after)
-        assert after is not None
+        after = parse_duration(rule.archive_after, "archive_after")
         if idle < after:
             keep.append(f"archive_after {rule.archive_after}: used {_ago(idle)}")
         if not rule.remove:
