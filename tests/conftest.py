@@ -23,7 +23,6 @@ SERIAL = {
     "test_bounded_s3.py",  # every command within 45 s of a silent S3 server
     "test_hung_endpoints.py",  # the same of a hung dockerd; removes images
     "test_s3_waiting.py",
-    "test_night_cluster.py",  # the cluster's nodes pull the demo images: removed from dockerd
     "test_teardown.py::test_images_this_home_built_go_unless_a_cache_or_container_uses_them",
     "test_images.py",  # pulled by digest: removed first
     "test_build_engine.py",

@@ -20,6 +20,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 REPO = Path(__file__).resolve().parent.parent
 
 PRODUCTION_DOWN = """#!/bin/sh
@@ -51,11 +53,18 @@ CHECK_FORCED = {
 }
 
 
-def make_project(root: Path, run: Callable[..., Any]) -> Path:
+def make_project(root: Path, run: Callable[..., Any], *, own_images: bool = False) -> Path:
     """The demo manifests, the repo's hooks plus the file-backed production hooks; both demo
-    releases built through `run` (tests.services.run_lifecycle)."""
+    releases built through `run` (tests.services.run_lifecycle). With `own_images`, the
+    releases differ from the demo's by one profile variable, so their images are not the ones
+    other tests boot, and a test may remove them while those run."""
     for version in ("0.1", "0.2"):
         shutil.copytree(REPO / f"manifests/demo/{version}", root / f"manifests/demo/{version}")
+    if own_images:  # 0.2 extends 0.1: both digests, and so both images, move
+        manifest = root / "manifests/demo/0.1/manifest.yaml"
+        document = yaml.safe_load(manifest.read_text())
+        document["profiles"]["serve"]["env"]["LIFECYCLE_TEST_PROJECT"] = root.name
+        manifest.write_text(yaml.safe_dump(document, sort_keys=False))
     shutil.copytree(REPO / "hooks", root / "hooks")
     for name, body in [
         ("prod-down", PRODUCTION_DOWN),

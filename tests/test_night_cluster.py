@@ -111,7 +111,7 @@ def project(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory, registry
         )  # fmt: skip
         return type("Built", (), {"exit_code": done.returncode, "output": done.stderr})
 
-    return make_project(root, build)
+    return make_project(root, build, own_images=True)
 
 
 def _driver(home: Path) -> dict[str, str]:
