@@ -344,9 +344,16 @@ def test_a_node_killed_mid_run_loses_the_attempt_and_the_night_finishes_elsewher
         sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), "night",
         str(plan), "--engine", "ray", "--address", HEAD, "--json", env=_driver(driver),
     )  # fmt: skip
-    before = _boots(h200.home)
-    wait_for("a boot on h200", lambda: bool(_boots(h200.home) - before), timeout=120)
-    os.kill(cluster.raylet_of(h200), signal.SIGKILL)
+    # The pin needs no GPU type: the node that boots first dies, the other finishes the night.
+    before = {node.name: _boots(node.home) for node in (h200, a100)}
+
+    def booting() -> list[Node]:
+        return [node for node in (h200, a100) if _boots(node.home) - before[node.name]]
+
+    wait_for("a boot on a GPU node", lambda: bool(booting()), timeout=240)
+    victim = booting()[0]
+    survivor = a100 if victim is h200 else h200
+    os.kill(cluster.raylet_of(victim), signal.SIGKILL)
     out, err = process.communicate(timeout=600)
     assert process.returncode in (0, 1) and out, err
     report = json.loads(out)
@@ -359,11 +366,11 @@ def test_a_node_killed_mid_run_loses_the_attempt_and_the_night_finishes_elsewher
     assert report["lost"] == [lost]  # the report shows it, apart from the counted runs
     html = Path(report["report"]["html_file"]).read_text()
     assert "Lost attempts (not counted)" in html and lost["node"] in html
-    on_a100 = {r["node"] for r in runs if r["boot_id"] in _boots(a100.home)}
-    assert lost["node"] not in on_a100  # the node that died, which
+    on_survivor = {r["node"] for r in runs if r["boot_id"] in _boots(survivor.home)}
+    assert lost["node"] not in on_survivor  # the node that died, which
     rerun = [r for r in runs if r["run"] == lost["run"]]
-    assert rerun[0]["node"] in on_a100  # ran the lost run again
-    lost_boots = (_boots(h200.home) - before) - {r["boot_id"] for r in runs}
+    assert rerun[0]["node"] in on_survivor  # ran the lost run again
+    lost_boots = (_boots(victim.home) - before[victim.name]) - {r["boot_id"] for r in runs}
     assert lost_boots, "the lost attempt's boot is recorded on its node, and not counted"
     # What the lost node finished before it died stays archived, and counted once.
     archived = cluster.python(
