@@ -398,6 +398,14 @@ _GROWS = (
     " sh]\n    network: none\n"
 )
 
+# Compiles outside its caches (where Inductor puts its precompiled header whatever its cache dir
+# is): a warm boot of it is partial.
+_SPILLS = (
+    "  spills:\n    command: [sh, -c, 'mkdir -p /tmp/torchinductor_root; head -c 4096"
+    ' /dev/urandom > /tmp/torchinductor_root/header.gch; exec python3 -m demollm.serve "$@"\','
+    " sh]\n    network: none\n"
+)
+
 # Names files and a dir after the secret (a hub cache keyed by a token might), contents clean.
 _LEAKY_NAME = (
     "  leaky-name:\n    command: [sh, -c, 'hub=$FLASHINFER_WORKSPACE_BASE/hub;"
@@ -440,9 +448,10 @@ def archive_project(
 ) -> Iterator[Path]:
     """A demo project archiving to a fresh bucket at s3://BUCKET/test (LIFECYCLE_ARCHIVE), run
     from its root, with profiles `fails` (the engine exits 3), `leaky` (writes the HF_TOKEN
-    secret into a cache file and prints it), `leaky-name` (names cache files after it) and
-    `grows` (adds a file to every cache)."""
-    root = _demo_root(tmp_path, _WITH_TOKEN + _FAILS + _LEAKY + _LEAKY_NAME + _GROWS)
+    secret into a cache file and prints it), `leaky-name` (names cache files after it),
+    `grows` (adds a file to every cache) and `spills` (compiles outside its caches)."""
+    profiles = _WITH_TOKEN + _FAILS + _LEAKY + _LEAKY_NAME + _GROWS + _SPILLS
+    root = _demo_root(tmp_path, profiles)
     monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
     monkeypatch.chdir(root)
     yield root

@@ -38,6 +38,9 @@ def test_demo_flow_ends_with_the_audit_chain_from_s3(
     out = done.stdout
     assert "is up to date" in out
     assert "removed 4 caches" in out
+    baked = out[out.index("== archive, bake") : out.index("== audit of")]
+    assert "-serve-baked (sha256:" in baked and "jit: warm" in baked, baked
+    assert "vllm baked warm-hit" in baked, baked
     audit = out[out.index("== audit of") : out.index("== the acceptance night")]
     for link in ("boot", "cache", "image", "manifest", "patch"):
         assert link in audit.lower(), audit

@@ -61,7 +61,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("boot",),
     ("archive",),
     ("results",),
-    ("teardown", "audit", "why", "gc"),
+    ("teardown", "audit", "why", "gc", "bake"),
     ("flows",),
     ("night",),
     ("commands",),

@@ -45,8 +45,11 @@ def judge(
         after, written = scans[mount.name]
         seen = access.get(mount.name) if access is not None else None
         files = [e for e in after.entries if e.kind != "dir"]
+        # Written paths are those of `after` for a mounted cache; for a baked one, the files
+        # the container's own layer holds under its path, which its layer's tree does not.
+        dirs = {e.path for e in after.entries if e.kind == "dir"}
         compiled = sum(
-            1 for e in files if e.path in written and artefact_kind(e.path) not in NOT_COMPILED
+            1 for path in written if path not in dirs and artefact_kind(path) not in NOT_COMPILED
         )
         in_log = log_names(log_lines, mount.container_path)
         # Read: opened, and found unchanged by the scan after the boot (a file opened to be

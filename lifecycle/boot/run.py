@@ -17,11 +17,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from lifecycle.boot.baked import BakedCache, baked_writes, plan_baked
 from lifecycle.boot.caches import CachePlan, plan_caches
 from lifecycle.boot.engine import BootFailed, keep_provenance, remove_container, run_container
 from lifecycle.boot.judge import judge
 from lifecycle.boot.observe import AccessWatch, CacheAccess, NotObserved
-from lifecycle.boot.spec import CacheMount, ContainerSpec, build_spec, check_secrets, pick_profile
+from lifecycle.boot.spec import (
+    BAKED,
+    CacheMount,
+    ContainerSpec,
+    build_spec,
+    check_secrets,
+    pick_profile,
+)
 from lifecycle.boot.untracked import read_untracked
 from lifecycle.errors import LifecycleError
 from lifecycle.evidence import collect_evidence
@@ -31,6 +39,7 @@ from lifecycle.home import Home
 from lifecycle.hooks import Hook, HookFailed, HookSession, engine_env, hook_session, instrumented
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
+    BakedUse,
     BootRecord,
     CacheRecord,
     CacheUse,
@@ -63,6 +72,7 @@ class BootRequest:
     home: Home  # where its caches, leases and evidence are
     timeout_s: float | None = None
     extra_args: tuple[str, ...] = ()  # after the profile's and the tuned values' (a night's cell)
+    baked: tuple[BakedCache, ...] = ()  # the image is a bake: its caches are in its layers
 
 
 @dataclass
@@ -79,6 +89,8 @@ class _Progress:
     timed_out: bool = False  # stopped by us at the boot's --timeout
     untracked: list[UntrackedWrite] = field(default_factory=list)  # JIT output outside caches
     access: dict[str, CacheAccess] | None = None  # what the engine opened and wrote, per cache
+    # baked cache name -> files written under its path; None: the container's layer unread
+    baked_written: dict[str, frozenset[str]] | None = field(default_factory=dict)
     not_observed: str | None = None  # why `access` is None
 
     def outcome(self) -> str:
@@ -125,18 +137,22 @@ def boot(
     check_secrets(manifest, profile, host_env)  # before any cache dir is made
     now = datetime.now(UTC)
     boot_id = f"b-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
-    plan = plan_caches(
-        ledger,
-        home,
-        manifest,
-        request.digest,
-        request.image["id"],
-        labels=request.image["labels"],
-        arch=request.arch,
-        boot_id=boot_id,
-        cold=request.cold,
-        now=_stamp(now),
-    )
+    if request.baked:
+        attrs = client.images.get(request.image["id"]).attrs
+        plan = plan_baked(attrs, manifest, list(request.baked))
+    else:
+        plan = plan_caches(
+            ledger,
+            home,
+            manifest,
+            request.digest,
+            request.image["id"],
+            labels=request.image["labels"],
+            arch=request.arch,
+            boot_id=boot_id,
+            cold=request.cold,
+            now=_stamp(now),
+        )
     try:
         checkpoint("boot-caches-picked")
         spec = _spec(request, profile, request.image["id"], plan.mounts, host_env, boot_id)
@@ -274,6 +290,7 @@ def _run(
             # Read before the container goes: its changes are lost with it.
             progress.untracked, problem = read_untracked(client, container, record.id, plan.mounts)
             progress.error = _join(progress.error, problem)
+            progress.baked_written = baked_writes(container.attrs, plan.mounts)
         if container is not None and secrets_by_name:
             # The container's config (docker inspect) and its log keep the values in clear.
             progress.error = _join(progress.error, remove_container(container))
@@ -342,7 +359,8 @@ def _finish(
     log_path = ledger.keep_evidence("boots", f"{record.id}.log", log_text.encode())
     problems = [progress.error] if progress.error else []
     uses, scanned, tainted, scans = [], [], [], {}
-    for mount, use in zip(plan.mounts, plan.uses, strict=True):
+    mounted = [m for m in plan.mounts if m.mode != BAKED]
+    for mount, use in zip(mounted, plan.uses, strict=True):
         try:
             use, cache, after, written = _scan_cache(
                 ledger,
@@ -363,6 +381,13 @@ def _finish(
         uses.append(use)
         scanned.append(cache)
         scans[mount.name] = (after, written)
+    baked = [m for m in plan.mounts if m.mode == BAKED]
+    if baked and progress.baked_written is None:
+        problems.append("writes into the baked caches not read: the container's layer is unread")
+    for mount in baked:  # judged as a warm cache: its layer's tree, and what the engine wrote
+        written = (progress.baked_written or {}).get(mount.name, frozenset())
+        scans[mount.name] = (plan.before[mount.name], written)
+        uses.append(CacheUse(record.id, mount.cache_id, "warm"))
     # A path can hold a secret's value as well as a file can (a JIT named by a token).
     untracked = [replace(w, path=redact(w.path, secrets_by_name)) for w in progress.untracked]
     access = _masked(progress.access, secrets_by_name)
@@ -398,7 +423,15 @@ def _finish(
         HookRunRecord(record.id, run.name, run.event, run.exit_code, run.duration_s)
         for run in (progress.session.runs if progress.session else [])
     ]
-    finish_boot(ledger, final, uses, scanned, runs, tainted, untracked)
+    in_layers = {m.cache_id: m for m in baked}
+    baked_rows = []
+    for use in uses:
+        if (layer := in_layers.get(use.cache_id)) is not None:
+            tree, written = plan.before[layer.name].tree_digest, scans[layer.name][1]
+            row = BakedUse(record.id, layer.name, use.cache_id, tree, use.verdict)
+            baked_rows.append(replace(row, files_read=use.files_read, files_written=len(written)))
+    uses = [u for u in uses if u.cache_id not in in_layers]
+    finish_boot(ledger, final, uses, scanned, runs, tainted, untracked, baked_rows)
     return final
 
 

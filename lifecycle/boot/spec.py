@@ -13,17 +13,20 @@ from typing import Any
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest.model import Manifest
 
+BAKED = "baked"  # a cache in a layer of the image (lifecycle bake): nothing is mounted
+
 
 @dataclass(frozen=True)
 class CacheMount:
-    """One tracked host dir mounted where the engine JIT-compiles into."""
+    """One tracked host dir mounted where the engine JIT-compiles into; or, `baked`, a layer
+    of the image holding the cache there, read where dockerd keeps it (lifecycle.boot.baked)."""
 
     cache_id: str
     name: str
     host_path: str
     container_path: str
     env: str
-    mode: str  # cold | warm
+    mode: str  # cold | warm | baked
     files_before: int = 0  # files it held when mounted
 
 
@@ -80,7 +83,9 @@ class ContainerSpec:
             "environment": self.environment,
             "labels": self.labels,
             "mounts": [
-                Mount(target=m.container_path, source=m.host_path, type="bind") for m in self.mounts
+                Mount(target=m.container_path, source=m.host_path, type="bind")
+                for m in self.mounts
+                if m.mode != BAKED
             ],
             "detach": True,
         }

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from lifecycle.build.plan import BASE_DIGEST_LABEL, DIGEST_LABEL, BuildPlan
+from lifecycle.build.plan import BAKED_LABEL, BASE_DIGEST_LABEL, DIGEST_LABEL, BuildPlan
 from lifecycle.errors import AnswerNo, EnvironmentFailure
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.builds import BuildRecord, images_of, record_build
@@ -48,7 +48,11 @@ def find_built(
     labels = [f"{DIGEST_LABEL}={digest}"]
     if base_digest is not None:
         labels.append(f"{BASE_DIGEST_LABEL}={base_digest}")
-    images = {image.id: image for image in client.images.list(filters={"label": labels})}
+    images = {
+        image.id: image
+        for image in client.images.list(filters={"label": labels})
+        if BAKED_LABEL not in (image.labels or {})
+    }
     for image_id in images_of(ledger, digest):
         if image_id in images:
             return images[image_id]

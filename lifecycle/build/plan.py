@@ -25,6 +25,9 @@ DIGEST_LABEL = "lifecycle.manifest.digest"
 # The base image's id (its config digest) the image was built on: `build` rebuilds when the
 # base image's tag has moved to other content, and cache keys carry it (`key_factors`).
 BASE_DIGEST_LABEL = "lifecycle.base.digest"
+# On a baked image (lifecycle bake): the caches baked in. It carries its engine's labels too,
+# so an image with this one is never taken for the engine image itself.
+BAKED_LABEL = "lifecycle.bake.caches"
 VLLM_LABEL = "lifecycle.pin.vllm"
 FLASHINFER_LABEL = "lifecycle.pin.flashinfer"
 IN_IMAGE_DIR = "/opt/lifecycle/build"

@@ -3,27 +3,39 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from contextlib import suppress
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from lifecycle.boot.baked import PROFILE_LABEL, baked_caches
 from lifecycle.boot.engine import engine_image, existing_tag
 from lifecycle.boot.run import BootRequest, Watch, dry_run_spec
-from lifecycle.build.plan import image_tag
+from lifecycle.boot.spec import pick_profile
+from lifecycle.build.plan import BAKED_LABEL, image_tag
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.errors import EXIT_NO, EXIT_OK
-from lifecycle.evidence.verdict import recorded_uses, recorded_warmth
+from lifecycle.errors import EXIT_NO, EXIT_OK, AnswerNo, LifecycleError
+from lifecycle.evidence.verdict import baked_recorded, recorded_uses, recorded_warmth
 from lifecycle.flows import boot_then_accept
 from lifecycle.hooks import select
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
+    BakedUse,
     BootRecord,
     CacheDamage,
     CacheUse,
     UntrackedWrite,
+    baked_uses,
     cache_uses,
     damage_found_by,
     untracked_writes,
+)
+from lifecycle.ledger.builds import (
+    BakeRecord,
+    RegistryImage,
+    bakes_of,
+    record_bake,
+    record_registry_image,
 )
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.manifest.load import manifest_digest
@@ -47,13 +59,14 @@ class BootReport(Report):
     caches: tuple[CacheUse, ...]
     untracked: tuple[UntrackedWrite, ...] = ()  # JIT output written outside the caches
     passed_over: tuple[CacheDamage, ...] = ()  # caches it found changed behind our back
+    baked: tuple[BakedUse, ...] = ()  # the caches in its image's layers (lifecycle bake)
 
     @property
     def warmth(self) -> tuple[str, str]:
         """(verdict, phrase): `warm-hit`, `warm`; `partial`, `warm (partial: 155.0 MiB
         written outside tracked caches)`; … (lifecycle.evidence.verdict)."""
         writes = [(w.path, w.bytes) for w in self.untracked]
-        return recorded_warmth(recorded_uses(self.caches), writes)
+        return recorded_warmth([*recorded_uses(self.caches), *baked_recorded(self.baked)], writes)
 
     @property
     def exit_code(self) -> int:
@@ -74,6 +87,7 @@ class BootReport(Report):
             "format": self.FORMAT,
             **row,
             "caches": plain(self.caches),
+            "baked": plain(self.baked),
             "verdict": verdict,
             "warmth": warmth,
             "untracked": [
@@ -88,7 +102,10 @@ class BootReport(Report):
     def text(self) -> str:
         """`boot ID: OUTCOME (exit N)`, its caches cold or warm, where its evidence is."""
         boot = self.boot
-        caches = ", ".join(f"{u.cache_id} {u.mode}" for u in self.caches)
+        caches = ", ".join(
+            [f"{u.cache_id} {u.mode}" for u in self.caches]
+            + [f"{u.cache_name} baked {u.verdict}" for u in self.baked]
+        )
         flag = " [instrumented]" if boot.instrumented else ""
         why = f" ({boot.error})" if boot.outcome == "timeout" and boot.error else ""
         passed = [
@@ -124,7 +141,7 @@ def request(
     digest = manifest_digest(loaded)
     tag = image_tag(loaded.manifest.name, loaded.manifest.engine.vllm, digest)
     image: dict[str, Any] = {"id": "(not looked up in a dry run)", "tags": [tag], "labels": {}}
-    if client is not None and ledger is not None:
+    if client is not None and ledger is not None and not options.baked:
         pulls = options.pull or loaded.manifest.registry is not None
         pull_from = (lambda: _references(ctx, client, loaded, digest, tag)) if pulls else None
         built = engine_image(
@@ -139,10 +156,71 @@ def request(
         }
     hooks = select(ctx.project / "hooks", options.hook_names)
     arch = ctx.gpu_arch  # part of the cache key: set LIFECYCLE_GPU_ARCH on GPU hosts
-    return BootRequest(
+    made = BootRequest(
         loaded, digest, image, tag, options.profile, options.cold, hooks, arch, ctx.home,
         options.timeout,
     )  # fmt: skip
+    return _baked(ctx, client, ledger, made, options.pull) if options.baked else made
+
+
+def _baked(
+    ctx: Context, client: Any | None, ledger: Ledger | None, made: BootRequest, pull: bool
+) -> BootRequest:
+    """The request for this host's newest bake of the manifest and profile whose image is here
+    (with `pull`, else the newest the archive records a push of, pulled by digest): run by its
+    id, its caches as its own label lists them (each layer checked at boot)."""
+    if made.cold:
+        raise LifecycleError("--baked and --cold: a baked image holds its caches; leave one out")
+    profile = pick_profile(made.loaded.manifest, made.profile)
+    if client is None or ledger is None:  # a dry run: the spec of the newest bake is not read
+        return replace(made, profile=profile)
+    from docker.errors import ImageNotFound  # the SDK is loaded: client is its client
+
+    found, tag = None, ""
+    for bake in bakes_of(ledger, made.digest, profile):
+        with suppress(ImageNotFound):
+            found, tag = client.images.get(bake.image_id), bake.tag
+            break
+    if found is None and pull:
+        found, tag = _pull_bake(ctx, client, ledger, made, profile)
+    if found is None:
+        raise AnswerNo(
+            f"no bake of {made.loaded.manifest.name} (digest {made.digest[:12]}), profile"
+            f" {profile}, is on this Docker engine: `lifecycle bake` it (or `boot --baked --pull`)"
+        )
+    labels = dict(found.labels or {})
+    image = {"id": found.id, "tags": found.tags, "labels": labels}
+    baked = tuple(baked_caches(labels))
+    return replace(made, image=image, image_tag=tag, profile=profile, baked=baked)
+
+
+def _pull_bake(
+    ctx: Context, client: Any, ledger: Ledger, made: BootRequest, profile: str
+) -> tuple[Any | None, str]:
+    """The newest bake of the manifest and profile whose push the archive records, pulled by
+    digest and recorded as this host's; (None, "") when there is none to pull."""
+    from lifecycle.build.engine import RegistryFailed, pull_image
+
+    tried = []
+    for reference, found_in in _references(ctx, client, made.loaded, made.digest, "", profile):
+        try:
+            image = pull_image(client, reference, made.digest)
+        except RegistryFailed as exc:
+            tried.append(f"{reference}: {exc}")
+            continue
+        at = ctx.now().isoformat(timespec="seconds")
+        record_registry_image(ledger, RegistryImage(image.id, made.digest, reference, "pulled", at))
+        labels = image.labels
+        bake = BakeRecord(
+            image.id, reference, made.loaded.manifest.name, made.digest,
+            labels.get("lifecycle.bake.engine", ""), profile, made.arch, labels[BAKED_LABEL], at,
+        )  # fmt: skip
+        record_bake(ledger, bake)
+        ctx.say(f"pulled {reference} ({found_in}): image {image.id}")
+        return image, reference
+    if tried:
+        raise AnswerNo("no bake could be pulled: " + "; ".join(tried))
+    return None, ""
 
 
 def run(ctx: Context, options: verbs.Boot) -> BootReport | BootSpecReport:
@@ -159,14 +237,21 @@ def run(ctx: Context, options: verbs.Boot) -> BootReport | BootSpecReport:
         uses = tuple(cache_uses(ledger, boot_id=record.id))
         writes = tuple(untracked_writes(ledger, record.id))
         passed_over = tuple(damage_found_by(ledger, record.id))
-    return BootReport(record, uses, writes, passed_over)
+        baked = tuple(baked_uses(ledger, record.id))
+    return BootReport(record, uses, writes, passed_over, baked)
 
 
 def _references(
-    ctx: Context, client: Any, loaded: LoadedManifest, digest: str, tag: str
+    ctx: Context,
+    client: Any,
+    loaded: LoadedManifest,
+    digest: str,
+    tag: str,
+    baked: str | None = None,
 ) -> list[tuple[str, str]]:
-    """Where this manifest's image can be pulled by digest: what the archive recorded of its
-    pushes, newest first; then the digest the manifest's `registry:` has for its tag now."""
+    """Where this manifest's engine image can be pulled by digest: what the archive recorded of
+    its pushes, newest first; then the digest the manifest's `registry:` has for its tag now.
+    With `baked` (a profile), only the pushes of its bakes (lifecycle bake) instead."""
     # Here, not at the top: only a boot that pulls loads the archive's record models (~35 ms).
     from lifecycle.archive.config import optional_location
     from lifecycle.archive.record import pushed_images
@@ -180,9 +265,11 @@ def _references(
         found += [
             (r.reference, f"pushed, as {location.url()} records")
             for r in pushed_images(store, digest)
+            if (BAKED_LABEL in r.labels) == (baked is not None)
+            and r.labels.get(PROFILE_LABEL) == baked
         ]
     registry = loaded.manifest.registry
-    if registry is not None:
+    if registry is not None and baked is None:
         tagged = f"{registry.rstrip('/')}/{tag}"
         try:
             reference = f"{tagged.rpartition(':')[0]}@{registry_digest(client, tagged)}"

@@ -18,6 +18,7 @@ from lifecycle.build.plan import BuildPlan, SourceInfo, plan_build
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_NO, EXIT_OK
+from lifecycle.ledger import Ledger
 from lifecycle.ledger.builds import RegistryImage, record_registry_image
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.records import IMAGE_FORMAT, ImageRecordV1
@@ -108,7 +109,8 @@ def run(ctx: Context, request: verbs.Build) -> BuildReport | BuildPlanReport:
         return dry_run(ctx, loaded)
     push = request.push
     plan(ctx, loaded)  # refuses what cannot be built (an unconfirmed pin) before dockerd is asked
-    where = optional_location(None, ctx.environ, ctx.project) if push else None
+    if push:
+        optional_location(None, ctx.environ, ctx.project)  # a bad location refused before a build
     client = ctx.docker()  # its settings are checked before the ledger is made
     base = base_image_digest(client, loaded.manifest.engine.base_image)
     build_plan = plan(ctx, loaded, base)
@@ -118,30 +120,44 @@ def run(ctx: Context, request: verbs.Build) -> BuildReport | BuildPlanReport:
         )
         if not push:
             return BuildReport(result)
-        pushed = push_image(client, result.image_id, result.tag, push)
-        at = ctx.now().isoformat(timespec="seconds")
-        row = RegistryImage(result.image_id, result.digest, pushed.reference, "pushed", at)
-        record_registry_image(ledger, row)
+        published = publish(ctx, client, ledger, result.image_id, result.digest, result.tag, push)
+    return BuildReport(result, *published)
+
+
+def publish(
+    ctx: Context,
+    client: Any,
+    ledger: Ledger,
+    image_id: str,
+    manifest_digest: str,
+    tag: str,
+    registry: str,
+) -> tuple[Pushed, str | None, str | None]:
+    """Push the image to `registry`, record it by digest in the ledger and, when an archive is
+    set, in the archive: (where it went, the archive's record, why it is not recorded)."""
+    pushed = push_image(client, image_id, tag, registry)
+    at = ctx.now().isoformat(timespec="seconds")
+    row = RegistryImage(image_id, manifest_digest, pushed.reference, "pushed", at)
+    record_registry_image(ledger, row)
+    where = optional_location(None, ctx.environ, ctx.project)
     if where is None:
-        return BuildReport(result, pushed)
+        return pushed, None, None
     record = ImageRecordV1(
         format=IMAGE_FORMAT,
-        manifest_digest=result.digest,
-        image_id=result.image_id,
+        manifest_digest=manifest_digest,
+        image_id=image_id,
         reference=pushed.reference,
         tag=pushed.tag,
-        labels=dict(client.images.get(result.image_id).labels or {}),
+        labels=dict(client.images.get(image_id).labels or {}),
         host=socket.gethostname(),
         tool_version=__version__,
         pushed_at=at,
     )
     store = BlobStore(ctx.s3(), where)
     try:
-        key = publish_image(store, record)
+        return pushed, store.where(publish_image(store, record)), None
     except ArchiveError as exc:
-        why = f"pushed {pushed.reference}, but not recorded at {where.url()}: {exc}"
-        return BuildReport(result, pushed, not_recorded=why)
-    return BuildReport(result, pushed, store.where(key))
+        return pushed, None, f"pushed {pushed.reference}, but not recorded at {where.url()}: {exc}"
 
 
 def dry_run(ctx: Context, loaded: LoadedManifest) -> BuildPlanReport:

@@ -19,6 +19,7 @@ from lifecycle.ledger.boots import (
     CacheRecord,
     all_boots,
     all_caches,
+    baked_uses,
     boot_arches,
     cache_uses,
     not_reusable,
@@ -138,6 +139,7 @@ def _caches_cell(boot: BootReport) -> str:
     files = sum(u.files_added or 0 for u in warm)
     dirs = sum(u.dirs_added or 0 for u in warm)
     text = ", ".join(f"{modes.count(m)} {m}" for m in ("cold", "warm", "empty") if m in modes)
+    text += f"{', ' if text else ''}{len(boot.baked)} baked" if boot.baked else ""
     grew = [f"+{files} files"] * bool(files) + [f"+{dirs} dirs"] * bool(dirs)
     return text + (f" ({', '.join(grew)} while warm)" if grew else "")
 
@@ -266,7 +268,7 @@ def list_boots(ctx: Context, filters: Filters) -> Listing:
         return Listing("lifecycle-boots/1", "boots", (), BOOT_COLUMNS, _boot_cells)
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
-        uses, writes = cache_uses(ledger), untracked_writes(ledger)
+        uses, writes, baked = cache_uses(ledger), untracked_writes(ledger), baked_uses(ledger)
         arches = boot_arches(ledger)
         rows = []
         for boot in all_boots(ledger):
@@ -278,7 +280,8 @@ def list_boots(ctx: Context, filters: Filters) -> Listing:
                 lease_held(ctx.home, u.cache_id) for u in mine
             )
             outside = tuple(w for w in writes if w.boot_id == boot.id)
-            rows.append(ListedBoot(BootReport(boot, tuple(mine), outside), gone))
+            in_layers = tuple(u for u in baked if u.boot_id == boot.id)
+            rows.append(ListedBoot(BootReport(boot, tuple(mine), outside, (), in_layers), gone))
     return Listing("lifecycle-boots/1", "boots", tuple(rows), BOOT_COLUMNS, _boot_cells)
 
 

@@ -153,6 +153,21 @@ class Boot(Request):
     )
     dry_run: bool = opt(help="Print the exact container spec; run nothing.")
     pull: bool = opt(help="Pull the image by digest if this host has none (docs: bucket.md).")
+    baked: bool = opt(
+        help="Boot this host's newest bake of VERSION and the profile: its caches in its layers."
+    )
+
+
+class Bake(Request):
+    """Bake VERSION's proven warm caches into its engine image, one layer per cache: each the
+    newest whose archive verifies, whose last boot ended ok and was not partial."""
+
+    version: str = arg()
+    profile: str | None = opt(help="The profile it boots (default: the only one, else 'serve').")
+    push: str | None = opt(
+        metavar="REGISTRY", help="Push it to REGISTRY; its digest is recorded in the archive."
+    )
+    dry_run: bool = opt(help="Show which cache of each name would be baked; build nothing.")
 
 
 class Filtered(Request):
@@ -469,7 +484,7 @@ class Verify(Request):
 
 
 VERBS: tuple[type[Request], ...] = (
-    Validate, Show, Build, Boot, Caches, Boots, Why, Status, Plan, Apply, Teardown, Gc, Pin,
+    Validate, Show, Build, Boot, Bake, Caches, Boots, Why, Status, Plan, Apply, Teardown, Gc, Pin,
     Unpin, Archive, Restore, Schema, Port, ResultAdd, Results, AuditResult, AuditCache, Night,
     Tune, Verify,
 )  # fmt: skip

@@ -85,6 +85,19 @@ class CacheUse:
 
 
 @dataclass(frozen=True)
+class BakedUse:
+    """A cache baked into the image a boot ran (lifecycle bake), as the boot used it."""
+
+    boot_id: str
+    cache_name: str
+    cache_id: str  # the cache it was baked from, perhaps on another host
+    tree_digest: str  # of its layer, checked before the boot
+    verdict: str | None = None  # as for CacheUse
+    files_read: int | None = None
+    files_written: int | None = None  # into its path, in the container's own layer
+
+
+@dataclass(frozen=True)
 class TaintedFile:
     """A cache file a boot wrote a secret's value into: kept on this host, never archived."""
 
@@ -233,12 +246,15 @@ def finish_boot(
     hook_runs: list[HookRunRecord],
     tainted: Sequence[TaintedFile] = (),
     untracked: Sequence[UntrackedWrite] = (),
+    baked: Sequence[BakedUse] = (),
 ) -> None:
     """Record how the boot ended, what its caches hold now, and release them: one transaction."""
     with ledger.transaction() as conn:
         update(conn, "boots", boot, key="id")
         for use in uses:
             update(conn, "boot_caches", use, key=("boot_id", "cache_id"))
+        for baked_use in baked:
+            insert(conn, "baked_uses", baked_use)
         for cache in scanned:
             update(conn, "caches", cache, key="id")
         conn.execute("UPDATE caches SET in_use_by = NULL WHERE in_use_by = ?", (boot.id,))
@@ -290,6 +306,14 @@ def tainted_files(ledger: Ledger, cache_id: str) -> list[TaintedFile]:
     return ledger.records(TaintedFile, sql, (cache_id,))
 
 
+def baked_uses(ledger: Ledger, boot_id: str | None = None) -> list[BakedUse]:
+    """The baked caches of one boot (or of every boot), in the image's order."""
+    if boot_id is None:
+        return ledger.records(BakedUse, "SELECT * FROM baked_uses ORDER BY rowid")
+    sql = "SELECT * FROM baked_uses WHERE boot_id = ? ORDER BY rowid"
+    return ledger.records(BakedUse, sql, (boot_id,))
+
+
 def untracked_writes(ledger: Ledger, boot_id: str | None = None) -> list[UntrackedWrite]:
     """JIT output written outside the tracked caches: of one boot, or of every boot."""
     if boot_id is None:
@@ -302,6 +326,15 @@ def hook_runs_of(ledger: Ledger, boot_id: str) -> list[HookRunRecord]:
     """The hook runs of one boot, in the order they ran."""
     sql = "SELECT * FROM hook_runs WHERE boot_id = ? ORDER BY rowid"
     return ledger.records(HookRunRecord, sql, (boot_id,))
+
+
+def last_boot(ledger: Ledger, cache_id: str) -> BootRecord | None:
+    """The newest boot that used the cache, or None."""
+    sql = (
+        "SELECT b.* FROM boots b JOIN boot_caches u ON u.boot_id = b.id WHERE u.cache_id = ?"
+        " ORDER BY b.started_at DESC, b.rowid DESC LIMIT 1"
+    )
+    return ledger.record(BootRecord, sql, (cache_id,))
 
 
 def boot_by_id(ledger: Ledger, boot_id: str) -> BootRecord | None:

@@ -1,5 +1,5 @@
 """Builds in the ledger: every attempt and where its full log is kept; the images this host
-pushed to or pulled from a registry, by digest."""
+pushed to or pulled from a registry, by digest; the images it baked warm caches into."""
 
 from __future__ import annotations
 
@@ -37,6 +37,36 @@ class RegistryImage:
     reference: str  # REGISTRY/REPOSITORY@sha256:…
     how: str  # pushed | pulled
     at: str
+
+
+@dataclass(frozen=True)
+class BakeRecord:
+    """An engine image with verified caches baked in, one layer per cache (lifecycle bake)."""
+
+    image_id: str
+    tag: str
+    manifest_name: str
+    manifest_digest: str
+    engine_image_id: str  # the image it was built FROM, by id
+    profile: str
+    arch: str
+    caches: str  # JSON list, as the image's `lifecycle.bake.caches` label holds it
+    baked_at: str
+
+
+def record_bake(ledger: Ledger, bake: BakeRecord) -> None:
+    """Record a bake (a bake of the same content again is the same image: replaced)."""
+    with ledger.transaction() as conn:
+        insert(conn, "bakes", bake, on_conflict="REPLACE")
+
+
+def bakes_of(ledger: Ledger, manifest_digest: str, profile: str) -> list[BakeRecord]:
+    """The bakes of one manifest digest and profile, newest first."""
+    sql = (
+        "SELECT * FROM bakes WHERE manifest_digest = ? AND profile = ?"
+        " ORDER BY baked_at DESC, rowid DESC"
+    )
+    return ledger.records(BakeRecord, sql, (manifest_digest, profile))
 
 
 def record_build(ledger: Ledger, record: BuildRecord) -> int:

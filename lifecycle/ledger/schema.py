@@ -323,4 +323,32 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (cache_id, found_at, found_by)
     );
     """,
+    # 12: engine images with verified warm caches baked in (lifecycle bake): the caches as a
+    # JSON list of {name, path, cache_id, tree_digest, boot_id, record: {location, key,
+    # sha256}}, the same list the image's own label carries; and how a boot of a baked image
+    # used each cache in its layers (no cache row here: the cache it was baked from may be
+    # another host's, and nothing of this host's disk is it).
+    """
+    CREATE TABLE bakes (
+        image_id TEXT PRIMARY KEY,
+        tag TEXT NOT NULL,
+        manifest_name TEXT NOT NULL,
+        manifest_digest TEXT NOT NULL,
+        engine_image_id TEXT NOT NULL,
+        profile TEXT NOT NULL,
+        arch TEXT NOT NULL,
+        caches TEXT NOT NULL,
+        baked_at TEXT NOT NULL
+    );
+    CREATE TABLE baked_uses (
+        boot_id TEXT NOT NULL REFERENCES boots (id),
+        cache_name TEXT NOT NULL,
+        cache_id TEXT NOT NULL,
+        tree_digest TEXT NOT NULL,
+        verdict TEXT,
+        files_read INTEGER,
+        files_written INTEGER,
+        PRIMARY KEY (boot_id, cache_name)
+    );
+    """,
 )

@@ -1,0 +1,119 @@
+"""Which cache of each name goes into a baked image: the newest a warm boot here would reuse
+whose tree is proven, or one line saying why none is.
+
+Proven means all of: its archive holds this very tree and verifies on the server now (a
+baked cache audits to its record even after the host's copy is gone); its last boot ended
+`ok` and was not partial (it compiled nothing outside its caches); it holds no file withheld
+from the archive for a secret's value; and it holds, scanned again now, the tree its last
+scan recorded. The key it was made under is the engine image's (manifest, base image, pins,
+GPU arch): the candidates are the caches a warm boot of that image would mount.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.verify import VerifiedRecord
+from lifecycle.boot.baked import BakedCache
+from lifecycle.boot.caches import last_scan
+from lifecycle.build.plan import cache_key, key_factors
+from lifecycle.evidence.verdict import recorded_uses, recorded_warmth
+from lifecycle.fingerprint import scan
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.archives import ArchiveRecord, archive_of
+from lifecycle.ledger.boots import (
+    CacheRecord,
+    cache_uses,
+    last_boot,
+    tainted_files,
+    untracked_writes,
+    warm_candidates,
+)
+from lifecycle.manifest.model import JitCache
+from lifecycle.withheld import withheld_files
+
+Verify = Callable[[ArchiveRecord], VerifiedRecord]
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A cache to bake, and the host dir its tree is read from."""
+
+    baked: BakedCache
+    host_path: Path
+
+
+@dataclass(frozen=True)
+class Refused:
+    """No cache of this name can be baked, and why (of the newest candidate, if any)."""
+
+    name: str
+    why: str
+
+
+def choose(
+    ledger: Ledger,
+    caches: Mapping[str, JitCache],
+    labels: Mapping[str, str],
+    manifest_digest: str,
+    arch: str,
+    verify: Verify,
+) -> list[Chosen | Refused]:
+    """One choice per active cache of the manifest, in the manifest's order."""
+    choices: list[Chosen | Refused] = []
+    for name, declared in caches.items():
+        key = cache_key(key_factors(labels, name, manifest_digest, arch))
+        candidates = warm_candidates(ledger, key)
+        if not candidates:
+            why = f"no cache of this image's key (arch {arch}) whose last boot ended ok: boot it"
+            choices.append(Refused(name, why))
+            continue
+        reasons = []
+        for cache in candidates:
+            unproven = _unproven(ledger, cache, verify)
+            if unproven is None:
+                choices.append(Chosen(_baked(ledger, cache, declared.path), Path(cache.host_path)))
+                break
+            reasons.append(f"{cache.id}: {unproven}")
+        else:
+            choices.append(Refused(name, reasons[0]))
+    return choices
+
+
+def _unproven(ledger: Ledger, cache: CacheRecord, verify: Verify) -> str | None:
+    """Why the cache's tree is not proven (the module doc), or None."""
+    boot = last_boot(ledger, cache.id)
+    if boot is None:
+        return "no boot used it here"
+    uses = recorded_uses(cache_uses(ledger, boot_id=boot.id))
+    writes = [(w.path, w.bytes) for w in untracked_writes(ledger, boot.id)]
+    verdict, phrase = recorded_warmth(uses, writes)
+    if verdict == "partial":
+        return f"its last boot {boot.id} was partial: {phrase}"
+    previous = last_scan(cache)
+    if previous is None:
+        return "its last scan cannot be read: archive or boot it again"
+    withheld = withheld_files(previous, tainted_files(ledger, cache.id))
+    if withheld:
+        return f"{len(withheld)} files withheld from the archive (a secret's value): never baked"
+    archive = archive_of(ledger, cache.id)
+    if archive is None or archive.tree_digest != cache.tree_digest:
+        return "its tree is not archived: `lifecycle archive` it first"
+    checked = verify(archive)
+    if checked.problems or checked.document is None:
+        return f"its archive does not verify: {'; '.join(checked.problems) or 'no record'}"
+    if scan(Path(cache.host_path), previous).tree_digest != cache.tree_digest:
+        return "changed since its last scan: boot it (or restore it) again"
+    return None
+
+
+def _baked(ledger: Ledger, cache: CacheRecord, path: str) -> BakedCache:
+    archive = archive_of(ledger, cache.id)
+    boot = last_boot(ledger, cache.id)
+    assert archive is not None and boot is not None and cache.tree_digest is not None
+    where = ArchiveLocation.parse(archive.location)
+    record = {"location": where.url(), "key": archive.record_key, "sha256": archive.record_sha256}
+    return BakedCache(cache.cache_name, path, cache.id, cache.tree_digest, boot.id, record)

@@ -1,0 +1,123 @@
+"""Build a baked image: FROM the engine image by id, one COPY (one layer) per cache tree at
+its mount path, one LABEL with the provenance; then read each layer back and check its tree.
+
+The build context is streamed to dockerd as it is written (a tar through a pipe), never
+staged on disk: a night's caches are tens of GB.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from lifecycle import __version__
+from lifecycle.boot.baked import (
+    PROFILE_LABEL,
+    BakedCache,
+    BakedUnreadable,
+    check_layer,
+    layer_dirs,
+)
+from lifecycle.build.plan import BAKED_LABEL
+from lifecycle.errors import AnswerNo
+
+CHUNK = 1 << 20
+
+
+def bake_labels(
+    caches: Sequence[BakedCache], engine_image_id: str, profile: str, created: str
+) -> dict[str, str]:
+    """lifecycle's provenance and the `org.opencontainers.image.*` keys of a baked image."""
+    return {
+        BAKED_LABEL: json.dumps([asdict(c) for c in caches], sort_keys=True),
+        PROFILE_LABEL: profile,
+        "lifecycle.bake.engine": engine_image_id,
+        "lifecycle.bake.tool": f"lifecycle {__version__}",
+        "org.opencontainers.image.created": created,
+        "org.opencontainers.image.base.digest": engine_image_id,
+        "org.opencontainers.image.description": (
+            f"engine image with {len(caches)} verified warm caches baked in (lifecycle bake)"
+        ),
+    }
+
+
+def dockerfile(
+    engine_image_id: str, caches: Sequence[BakedCache], labels: Mapping[str, str]
+) -> str:
+    """FROM the engine by id; a COPY per cache, each its own layer; one LABEL."""
+    lines = [f"FROM {engine_image_id}"]
+    lines += [f"COPY caches/{c.name}/ {c.path.rstrip('/')}/" for c in caches]
+    pairs = [f"{key}={json.dumps(value)}" for key, value in sorted(labels.items())]
+    lines.append("LABEL " + " \\\n      ".join(pairs))
+    return "\n".join(lines) + "\n"
+
+
+def build_baked(
+    client: Any,
+    tag: str,
+    text: str,
+    trees: Mapping[str, Path],
+    caches: Sequence[BakedCache],
+    on_line: Callable[[str], None],
+) -> str:
+    """Build from `text` (the Dockerfile) and the `trees` (cache name -> host dir); the image
+    id, once every cache's layer holds the tree it was baked from (else removed, refused)."""
+    image_id, error = None, None
+    for chunk in client.api.build(
+        fileobj=_context(text, trees),
+        custom_context=True,
+        tag=tag,
+        rm=True,
+        forcerm=True,
+        pull=False,
+        decode=True,
+    ):
+        for line in filter(str.strip, (chunk.get("stream") or "").splitlines()):
+            on_line(line)
+        image_id = (chunk.get("aux") or {}).get("ID") or image_id
+        error = chunk.get("error") or error
+    if error or image_id is None:
+        raise AnswerNo(f"bake of {tag} failed: {str(error or 'dockerd gave no image id').strip()}")
+    attrs = client.images.get(image_id).attrs
+    try:
+        layers = layer_dirs(attrs)
+        for cache in caches:
+            check_layer(layers, cache)
+    except BakedUnreadable:
+        client.images.remove(image_id, force=True)
+        raise
+    return str(image_id)
+
+
+def _context(text: str, trees: Mapping[str, Path]) -> Iterator[bytes]:
+    """The build context as a tar stream: the Dockerfile, then `caches/NAME/…` per tree."""
+    read_end, write_end = os.pipe()
+    failed: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with os.fdopen(write_end, "wb") as out, tarfile.open(fileobj=out, mode="w|") as tar:
+                data = text.encode()
+                info = tarfile.TarInfo("Dockerfile")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+                for name, root in trees.items():
+                    tar.add(root, arcname=f"caches/{name}", recursive=True)
+        except BaseException as exc:  # told to the reader, who raises it on the build's thread
+            failed.append(exc)
+
+    writer = threading.Thread(target=write, name="bake-context", daemon=True)
+    writer.start()
+    with os.fdopen(read_end, "rb") as source:
+        while chunk := source.read(CHUNK):
+            yield chunk
+    writer.join()
+    if failed:
+        raise AnswerNo(f"bake context not written: {failed[0]}")

@@ -1,0 +1,138 @@
+"""`lifecycle bake`: VERSION's proven warm caches baked into its engine image, one layer per
+cache, labelled with where each tree came from; with --push, pushed and recorded by digest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+from lifecycle.bake.choose import Chosen, Refused, choose
+from lifecycle.bake.image import bake_labels, build_baked, dockerfile
+from lifecycle.boot.engine import engine_image
+from lifecycle.boot.spec import pick_profile
+from lifecycle.build.engine import Pushed
+from lifecycle.build.plan import image_tag
+from lifecycle.commands import verbs
+from lifecycle.commands.build import publish
+from lifecycle.commands.context import Context
+from lifecycle.commands.teardown import connect_services
+from lifecycle.errors import EXIT_NO, EXIT_OK
+from lifecycle.ledger.builds import BakeRecord, record_bake
+from lifecycle.manifest import find_manifest, load_manifest
+from lifecycle.manifest.load import manifest_digest
+from lifecycle.report import Report, plain
+from lifecycle.teardown.survey import ArchiveVerifier, archived_boots
+
+
+@dataclass(frozen=True)
+class BakeReport(Report):
+    """The choice for each cache; and, unless refused or a dry run, the image it made."""
+
+    FORMAT: ClassVar[str] = "lifecycle-bake/1"
+    ref: str
+    profile: str
+    engine_image_id: str
+    choices: tuple[Chosen | Refused, ...]
+    tag: str
+    image_id: str | None = None  # None: a dry run, or refused
+    pushed: Pushed | None = None
+    image_record: str | None = None
+    not_recorded: str | None = None
+
+    @property
+    def refused(self) -> tuple[Refused, ...]:
+        return tuple(c for c in self.choices if isinstance(c, Refused))
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_NO if self.refused or self.not_recorded else EXIT_OK
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return (f"lifecycle: {self.not_recorded}",) if self.not_recorded else ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": self.FORMAT,
+            "manifest": self.ref,
+            "profile": self.profile,
+            "engine_image_id": self.engine_image_id,
+            "caches": [
+                {"name": c.name, "refused": c.why}
+                if isinstance(c, Refused)
+                else {**plain(c.baked), "host_path": str(c.host_path)}
+                for c in self.choices
+            ],
+            "tag": self.tag,
+            "image_id": self.image_id,
+            "pushed_reference": self.pushed.reference if self.pushed else None,
+            "image_record": self.image_record,
+        }
+
+    def text(self) -> str:
+        lines = []
+        for choice in self.choices:
+            if isinstance(choice, Refused):
+                lines.append(f"{choice.name}: refused: {choice.why}")
+            else:
+                baked = choice.baked
+                lines.append(
+                    f"{baked.name}: {baked.cache_id} tree {baked.tree_digest[:12]} -> {baked.path}"
+                    f" (last boot {baked.boot_id} ok; archived {baked.record['key']})"
+                )
+        if self.refused:
+            refused = f"{len(self.refused)} of {len(self.choices)} caches refused"
+            lines.append(f"nothing baked: {refused}")
+        elif self.image_id is None:
+            lines.append(f"would bake {self.tag} FROM {self.engine_image_id[:19]} (dry run)")
+        else:
+            lines.append(f"baked {self.tag} ({self.image_id[:19]})")
+        if self.pushed is not None:
+            lines.append(f"pushed {self.pushed.reference}")
+        if self.image_record:
+            lines.append(f"  recorded at {self.image_record}")
+        return "\n".join(lines) + "\n"
+
+
+def run(ctx: Context, request: verbs.Bake) -> BakeReport:
+    """Choose, build FROM the engine image by id, check each layer, record; push if asked."""
+    loaded = load_manifest(find_manifest(ctx.manifests_dir, request.version))
+    manifest = loaded.manifest
+    profile = pick_profile(manifest, request.profile)
+    digest = manifest_digest(loaded)
+    services = connect_services(ctx.environ, ctx.say)
+    client = ctx.docker() if services.docker is None else services.docker
+    with ctx.ledger() as ledger:
+        engine = engine_image(client, ledger, digest, request.version, pull_from=None)
+        verify = ArchiveVerifier(services.s3, services.s3_problem, archived_boots(ledger))
+        choices = choose(
+            ledger, manifest.active_caches(), engine.labels, digest, ctx.gpu_arch, verify
+        )
+        tag = f"{image_tag(manifest.name, manifest.engine.vllm, digest)}-{profile}-baked"
+        report = BakeReport(request.version, profile, engine.id, tuple(choices), tag)
+        chosen = [c for c in choices if isinstance(c, Chosen)]
+        if report.refused or request.dry_run:
+            return report
+        baked = [c.baked for c in chosen]
+        at = ctx.now().isoformat(timespec="seconds")
+        labels = bake_labels(baked, engine.id, profile, at)
+        trees: dict[str, Path] = {c.baked.name: c.host_path for c in chosen}
+        image_id = build_baked(
+            client, tag, dockerfile(engine.id, baked, labels), trees, baked, ctx.say
+        )
+        record_bake(
+            ledger,
+            BakeRecord(
+                image_id, tag, manifest.name, digest, engine.id, profile, ctx.gpu_arch,
+                labels["lifecycle.bake.caches"], at,
+            ),
+        )  # fmt: skip
+        pushed, record, not_recorded = None, None, None
+        if request.push is not None:
+            pushed, record, not_recorded = publish(
+                ctx, client, ledger, image_id, digest, tag, request.push
+            )
+    return replace(
+        report, image_id=image_id, pushed=pushed, image_record=record, not_recorded=not_recorded
+    )

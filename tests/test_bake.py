@@ -1,0 +1,205 @@
+"""`lifecycle bake` and `boot --baked` on a real dockerd and S3: only proven caches are baked,
+one layer each; the baked image boots warm with nothing mounted, judged by what the engine
+read in its layers; a layer that is not the tree its label names is refused at boot."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.services import boot_demo, run_lifecycle
+
+pytestmark = [pytest.mark.docker, pytest.mark.s3]
+
+NAMES = ["vllm", "flashinfer", "triton", "inductor"]  # the demo's caches, the manifest's order
+
+
+def _bake(project: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    done = run_lifecycle(project, "bake", "demo/0.2", "--json", *args)
+    return done.exit_code, json.loads(done.stdout)
+
+
+def _ledger(home: Path) -> sqlite3.Connection:
+    return closing(sqlite3.connect(home / "ledger.sqlite3"))  # type: ignore[return-value]
+
+
+def _trees(home: Path) -> dict[str, str]:
+    """cache name -> the tree digest of its newest cache in the ledger."""
+    with _ledger(home) as conn:
+        rows = conn.execute("SELECT cache_name, tree_digest FROM caches ORDER BY rowid")
+        return dict(rows.fetchall())
+
+
+def _layer_file(docker_client: Any, image_id: str, cache_path: str) -> Path:
+    """A file of the baked cache at `cache_path`, where dockerd keeps the image's layer."""
+    data = docker_client.images.get(image_id).attrs["GraphDriver"]["Data"]
+    layers = [data["UpperDir"], *data["LowerDir"].split(":")]
+    root = next(p for d in layers if (p := Path(d, cache_path.lstrip("/"))).is_dir())
+    return next(p for p in sorted(root.rglob("*")) if p.is_file())
+
+
+def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_mounted(
+    archive_project: Path, docker_client: Any, isolated_home: Path, registry: str
+) -> None:
+    home = isolated_home / "lifecycle"
+    boot_demo(archive_project)  # cold: the caches are made
+    code, refused = _bake(archive_project)
+    assert code == 1 and refused["image_id"] is None
+    assert [c["name"] for c in refused["caches"]] == NAMES
+    assert all("not archived" in c["refused"] for c in refused["caches"]), refused
+
+    assert run_lifecycle(archive_project, "archive", "--all").exit_code == 0
+    code, planned = _bake(archive_project, "--dry-run")
+    assert code == 0 and planned["image_id"] is None
+    assert {c["name"]: c["tree_digest"] for c in planned["caches"]} == _trees(home)
+    with _ledger(home) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM bakes").fetchone()[0] == 0, "a dry run bakes"
+
+    code, baked = _bake(archive_project)
+    assert code == 0, baked
+    image = docker_client.images.get(baked["image_id"])
+    engine = docker_client.images.get(baked["engine_image_id"])
+    # FROM the engine by id, then one layer per cache, in the manifest's order.
+    layers, under = image.attrs["RootFS"]["Layers"], engine.attrs["RootFS"]["Layers"]
+    assert layers[: len(under)] == under and len(layers) == len(under) + len(NAMES)
+    labels = image.labels
+    in_label = json.loads(labels["lifecycle.bake.caches"])
+    assert [c["name"] for c in in_label] == NAMES
+    assert {c["name"]: c["tree_digest"] for c in in_label} == _trees(home)
+    assert all(c["record"]["key"].startswith("test/caches/") for c in in_label)
+    assert labels["org.opencontainers.image.base.digest"] == engine.id
+    assert labels["lifecycle.manifest.digest"] == engine.labels["lifecycle.manifest.digest"]
+
+    report = boot_demo(archive_project, "--baked")
+    assert report["image_id"] == image.id and report["caches"] == []
+    assert report["verdict"] == "warm-hit" and report["warmth"] == "warm", report
+    used = {u["cache_name"]: u for u in report["baked"]}
+    assert list(used) == NAMES
+    assert {n: u["tree_digest"] for n, u in used.items()} == _trees(home)
+    assert used["vllm"]["verdict"] == "warm-hit" and used["vllm"]["files_read"] >= 1
+    assert all(u["verdict"] in ("warm-hit", "unused") for u in used.values()), used
+    assert report["untracked"] == []
+    container = docker_client.containers.get(report["container_id"])
+    assert container.attrs["Mounts"] == [], "a baked boot mounts nothing"
+    listed = run_lifecycle(archive_project, "boots").stdout
+    (row,) = [line for line in listed.splitlines() if report["id"] in line]
+    assert f"{len(NAMES)} baked" in row
+
+    # A layer changed behind dockerd's back (one byte of a baked file) is refused, never booted.
+    file = _layer_file(docker_client, image.id, in_label[0]["path"])
+    original = file.read_bytes()
+    try:
+        file.write_bytes(original + b"x")
+        refused_boot = run_lifecycle(archive_project, "boot", "demo/0.2", "--baked")
+        assert refused_boot.exit_code == 1
+        (line,) = refused_boot.stderr.strip().splitlines()
+        assert "baked cache vllm" in line and "refused" in line, line
+    finally:
+        file.write_bytes(original)
+    with _ledger(home) as conn:
+        boots = conn.execute("SELECT COUNT(*) FROM boots").fetchone()[0]
+    assert boots == 2, "the refused boot recorded nothing"
+
+    # Pushed and recorded by digest: a host with an empty home pulls it and boots it warm.
+    code, pushed = _bake(archive_project, "--push", registry)
+    assert code == 0 and "@sha256:" in pushed["pushed_reference"] and pushed["image_record"]
+    docker_client.images.remove(pushed["image_id"], force=True)
+    elsewhere: dict[str, str | None] = {"LIFECYCLE_HOME": str(isolated_home / "elsewhere")}
+    far = boot_demo(archive_project, "--baked", "--pull", env=elsewhere)
+    assert far["image_id"] == pushed["image_id"] and far["verdict"] == "warm-hit", far
+    assert {u["cache_name"]: u["tree_digest"] for u in far["baked"]} == _trees(home)
+    # A plain boot there runs the engine image, never the bake that carries its labels too.
+    plain = boot_demo(archive_project, env=elsewhere)
+    assert plain["image_id"] == pushed["engine_image_id"] and plain["baked"] == []
+
+
+def test_a_partial_failed_unverified_or_withheld_cache_is_never_baked(
+    archive_project: Path, s3_client: Any, s3_bucket: str, isolated_home: Path
+) -> None:
+    home = isolated_home / "lifecycle"
+    boot_demo(archive_project)
+    assert run_lifecycle(archive_project, "archive", "--all").exit_code == 0
+    assert _bake(archive_project, "--dry-run")[0] == 0
+
+    # Its last boot compiled outside its caches: partial.
+    boot_demo(archive_project, "--profile", "spills")
+    code, refused = _bake(archive_project, "--dry-run")
+    assert code == 1 and all("was partial" in c["refused"] for c in refused["caches"]), refused
+
+    # Its last boot failed: not a cache a warm boot would take.
+    assert run_lifecycle(archive_project, "boot", "demo/0.2", "--profile", "fails").exit_code == 1
+    code, refused = _bake(archive_project, "--dry-run")
+    assert code == 1 and all("last boot ended ok" in c["refused"] for c in refused["caches"])
+
+    # Its archive does not verify: one version record gone from the server. (The boot after
+    # the failed one starts cold: new caches, archived anew.)
+    assert boot_demo(archive_project)["warmth"] == "cold"
+    assert run_lifecycle(archive_project, "archive", "--all").exit_code == 0
+    code, planned = _bake(archive_project, "--dry-run")
+    assert code == 0
+    (vllm,) = [c["cache_id"] for c in planned["caches"] if c["name"] == "vllm"]
+    with _ledger(home) as conn:
+        (key,) = conn.execute(
+            "SELECT record_key FROM archives WHERE cache_id = ?", (vllm,)
+        ).fetchone()
+    s3_client.delete_object(Bucket=s3_bucket, Key=key)
+    code, refused = _bake(archive_project, "--dry-run")
+    by_name = {c["name"]: c for c in refused["caches"]}
+    assert code == 1 and "archive does not verify" in by_name["vllm"]["refused"], by_name
+    assert all("refused" not in c for n, c in by_name.items() if n != "vllm")
+    assert run_lifecycle(archive_project, "archive", "--all").exit_code == 0  # heals it
+    assert _bake(archive_project, "--dry-run")[0] == 0
+
+    # A file named after a secret's value is withheld from the archive: never baked either.
+    env: dict[str, str | None] = {"HF_TOKEN": "hf_bakedsecret123456"}
+    boot_demo(archive_project, "--profile", "leaky-name", env=env)
+    assert run_lifecycle(archive_project, "archive", "--all").exit_code == 0
+    code, refused = _bake(archive_project)
+    by_name = {c["name"]: c for c in refused["caches"]}
+    assert code == 1 and refused["image_id"] is None
+    assert "withheld" in by_name["flashinfer"]["refused"], by_name
+
+
+def test_an_impostor_under_the_bakes_name_is_refused_at_boot(
+    archive_project: Path, docker_client: Any, isolated_home: Path, tmp_path: Path
+) -> None:
+    home = isolated_home / "lifecycle"
+    boot_demo(archive_project)
+    assert run_lifecycle(archive_project, "archive", "--all").exit_code == 0
+    code, baked = _bake(archive_project)
+    assert code == 0, baked
+    labels = docker_client.images.get(baked["image_id"]).labels
+    # Its labels copied whole, one baked .so altered: what a moved tag could point at.
+    context = tmp_path / "impostor"
+    for cache in baked["caches"]:
+        source = Path(cache["host_path"])
+        target = context / "caches" / cache["name"]
+        target.mkdir(parents=True)
+        for file in sorted(source.rglob("*")):
+            copy = target / file.relative_to(source)
+            if file.is_dir():
+                copy.mkdir(exist_ok=True)
+            else:
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                copy.write_bytes(file.read_bytes())
+    victim = next(p for p in sorted((context / "caches/vllm").rglob("*")) if p.is_file())
+    victim.write_bytes(victim.read_bytes()[: len(victim.read_bytes()) // 2])
+    copies = "".join(f"COPY caches/{c['name']}/ {c['path']}/\n" for c in baked["caches"])
+    (context / "Dockerfile").write_text(f"FROM {baked['engine_image_id']}\n{copies}")
+    impostor, _ = docker_client.images.build(path=str(context), labels=labels, rm=True)
+    impostor.tag(baked["tag"])
+    with _ledger(home) as conn:
+        conn.execute("UPDATE bakes SET image_id = ?", (impostor.id,))
+        conn.commit()
+    try:
+        done = run_lifecycle(archive_project, "boot", "demo/0.2", "--baked")
+        assert done.exit_code == 1
+        (line,) = done.stderr.strip().splitlines()
+        assert "baked cache vllm" in line and "refused" in line, line
+    finally:
+        docker_client.images.remove(impostor.id, force=True)
