@@ -18,7 +18,7 @@ from pydantic import (
 )
 
 from lifecycle.formats import FORMATS, IMAGE_FORMAT, PIN_FORMAT, RESULT_FORMAT_2, VERSION_FORMAT_1
-from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
+from lifecycle.ledger.boots import BakedUse, BootRecord, CacheRow, CacheUse
 
 __all__ = ["IMAGE_FORMAT", "PIN_FORMAT", "RESULT_FORMAT_2"]  # what callers still import from here
 
@@ -284,6 +284,9 @@ class BootRecordV1(_Part):
     arch: str
     caches: list[CacheRow]  # the row of each cache it used, as this host keeps it
     uses: list[CacheUse]  # each cache: cold or warm, the tree it started from and left
+    # The caches baked into its image (lifecycle bake), as the boot used them; none for a
+    # boot of an engine image, and in records written before bakes were.
+    baked: list[BakedUse] = Field(default_factory=list)
     hook_runs: list[HookRun]
     log: FileBlob | None
     evidence: dict[str, FileBlob]  # path under evidence/boots/<boot>/ -> its blob

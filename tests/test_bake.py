@@ -5,6 +5,7 @@ read in its layers; a layer that is not the tree its label names is refused at b
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -116,6 +117,32 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
     # A plain boot there runs the engine image, never the bake that carries its labels too.
     plain = boot_demo(archive_project, env=elsewhere)
     assert plain["image_id"] == pushed["engine_image_id"] and plain["baked"] == []
+
+    # A result on the baked boot audits to the baked trees and their records, the image, the
+    # engine it was built FROM, the manifest and the patches: from the ledger, and from S3
+    # alone once the caches are torn down here.
+    added = run_lifecycle(archive_project, "result", "add", report["id"], "--name", "smoke",
+                          "--status", "pass", "--json")  # fmt: skip
+    assert added.exit_code == 0, added.output
+    result = json.loads(added.stdout)["id"]
+    chain = json.loads(run_lifecycle(archive_project, "audit", "result", result, "--json").stdout)
+    assert run_lifecycle(archive_project, "teardown", "--yes").exit_code == 0
+    source = os.environ["LIFECYCLE_ARCHIVE"]
+    alone = run_lifecycle(archive_project, "audit", "result", result, "--from", source, "--json")
+    assert alone.exit_code == 0, alone.output
+    assert json.loads(alone.stdout) == chain
+    baked_caches = {c["id"]: c for c in chain["caches"]}
+    assert {c["mode"] for c in baked_caches.values()} == {"baked"}
+    assert {c["cache_id"]: c["tree_digest"] for c in in_label} == {
+        i: c["tree_digest"] for i, c in baked_caches.items()
+    }
+    for cache in in_label:
+        record = baked_caches[cache["cache_id"]]["archive"]["record"]
+        assert record.endswith(cache["record"]["key"]), (record, cache)
+    assert chain["warnings"] == []
+    assert chain["image"]["id"] == image.id
+    assert chain["image"]["labels"]["lifecycle.bake.engine"] == engine.id
+    assert [p["file"] for p in chain["patches"]] == ["patches/kernel-mix.patch"]
 
 
 def test_a_partial_failed_unverified_or_withheld_cache_is_never_baked(

@@ -26,6 +26,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
     BootRecord,
     CacheRecord,
+    baked_uses,
     boot_by_id,
     cache_by_id,
     cache_uses,
@@ -258,6 +259,7 @@ def plan_boot_record(
         "arch": ", ".join(sorted({c.arch for c in caches})) or "unknown",
         "caches": [asdict(c.row()) for c in caches],
         "uses": [asdict(use) for use in uses],
+        "baked": [asdict(use) for use in baked_uses(ledger, boot.id)],
         "hook_runs": hook_runs(ledger, boot.id),
         "log": boot_log(boot, sources),
         "evidence": evidence,

@@ -337,6 +337,19 @@ def _fresh_scan(
     return fingerprint, updated
 
 
+def archive_boot(
+    ledger: Ledger, home: Home, client: Any, location: ArchiveLocation, boot: BootRecord
+) -> BootArchiveRow:
+    """The record of a boot no cache of this host's carries (its caches were baked into its
+    image): its blobs (log, evidence, patches), checked, then the record."""
+    run = _Run(home, BlobStore(client, location), lambda line: None, 8, dry_run=False)
+    plan = plan_boot_record(ledger, home, boot, host=socket.gethostname(), tool_version=__version__)
+    _send(run, boot.id, list(plan.sources.values()))
+    row = _write_boot(run.store, boot, plan)
+    record_boot_archive(ledger, row)
+    return row
+
+
 def _write_boot(store: BlobStore, boot: BootRecord, plan: RecordPlan) -> BootArchiveRow:
     """The boot's markers (one per cache it used), then its record; the row that says so."""
     body = render_record(plan, _stamp())

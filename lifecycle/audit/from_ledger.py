@@ -15,6 +15,7 @@ from lifecycle.ledger.archives import ArchiveRecord, VersionRow, archive_of, ver
 from lifecycle.ledger.boots import (
     CacheUse,
     all_caches,
+    baked_uses,
     cache_by_id,
     cache_uses,
     hook_runs_of,
@@ -51,6 +52,15 @@ def result_facts(ledger: Ledger, home: Home, result_id: str) -> ChainFacts:
     for use in cache_uses(ledger, boot_id=boot.id):
         cache = cache_by_id(ledger, use.cache_id)
         assert cache is not None, "a cache use refers to a cache row (foreign key)"
+        caches.append(CacheFacts(cache.row(), use, _stood_on(ledger, use, where)))
+    for baked in baked_uses(ledger, boot.id):  # in its image's layers (lifecycle bake)
+        cache = cache_by_id(ledger, baked.cache_id)
+        if cache is None:
+            raise LifecycleError(
+                f"cache {baked.cache_id} was baked into image {boot.image_id[:19]} on another"
+                " host: audit this result from the archive (--from s3://BUCKET/PREFIX)"
+            )
+        use = baked.as_use()
         caches.append(CacheFacts(cache.row(), use, _stood_on(ledger, use, where)))
     runs = [
         HookRun(name=run.name, event=run.event, exit_code=run.exit_code)

@@ -40,18 +40,24 @@ def result_facts(store: BlobStore, result_id: str) -> ChainFacts:
         raise ArchiveError(f"{store.where(document.boot.key)}: not the record of the result's boot")
     rows = {row.id: row for row in boot.caches}
     uses = {use.cache_id: use for use in boot.uses}
+    baked = {use.cache_id: use.as_use() for use in boot.baked}  # in its image's layers
     caches = []
     for ref in document.caches:
-        if ref.cache_id not in uses or ref.cache_id not in rows:
+        mounted = ref.cache_id in uses and ref.cache_id in rows
+        if not mounted and (ref.cache_id not in baked or ref.record is None):
             where = store.where(document.boot.key)
             raise ArchiveError(
                 f"{where}: does not list cache {ref.cache_id}: the chain breaks here"
             )
-        archive = None
+        archive, version = None, None
         if ref.record is not None:
             version = follow(store, CacheVersion, ref.record)
             archive = version_facts(store, ref.record.key, ref.record.sha256, version)
-        caches.append(CacheFacts(rows[ref.cache_id], uses[ref.cache_id], archive))
+        if mounted:
+            caches.append(CacheFacts(rows[ref.cache_id], uses[ref.cache_id], archive))
+        else:  # baked: the row as the host that archived the version had it
+            assert version is not None, "a baked cache is followed by its record"
+            caches.append(CacheFacts(version.cache, baked[ref.cache_id], archive))
     return _chain(document, boot, caches, boot.image, boot.manifest)
 
 

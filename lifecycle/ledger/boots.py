@@ -96,6 +96,14 @@ class BakedUse:
     files_read: int | None = None
     files_written: int | None = None  # into its path, in the container's own layer
 
+    def as_use(self) -> CacheUse:
+        """As a cache use, for the audit chain: mode `baked`, its layer's tree before and after
+        (a layer does not change)."""
+        return CacheUse(
+            self.boot_id, self.cache_id, "baked", self.tree_digest, self.tree_digest,
+            files_added=self.files_written, verdict=self.verdict, files_read=self.files_read,
+        )  # fmt: skip
+
 
 @dataclass(frozen=True)
 class TaintedFile:

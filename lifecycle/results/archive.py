@@ -31,14 +31,17 @@ from lifecycle.archive.layout import (
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.plans import BlobSource, RecordPlan, file_blob, render_record
 from lifecycle.archive.record import load_as, named_by_content, pins_at, read_as
-from lifecycle.archive.run import ArchiveReport, archive_caches
+from lifecycle.archive.run import ArchiveReport, archive_boot, archive_caches
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.archive.transfer import Progress
+from lifecycle.boot.baked import baked_caches
+from lifecycle.build.plan import BAKED_LABEL
 from lifecycle.errors import LifecycleError
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, boot_archive, version_of
-from lifecycle.ledger.boots import CacheUse, cache_by_id, cache_uses
+from lifecycle.ledger.boots import BootRecord, CacheUse, baked_uses, cache_by_id, cache_uses
+from lifecycle.ledger.builds import bake_of_image
 from lifecycle.ledger.results import (
     ResultArchiveRecord,
     ResultRecord,
@@ -101,7 +104,8 @@ def archive_result(
         "manifest_name": boot.manifest_name,
         "manifest_digest": boot.manifest_digest,
         "arch": ", ".join(sorted(arches)) or "unknown",
-        "caches": [_version_ref(ledger, store, use) for use in uses],
+        "caches": [_version_ref(ledger, store, use) for use in uses]
+        + _baked_refs(ledger, store, boot),
         "host": host,
         "tool_version": tool_version,
     }
@@ -139,6 +143,8 @@ def archive_pending_results(
     url = store.location.url()
     done: dict[str, tuple[str, ...]] = {}
     for result in unarchived_results(ledger, url):
+        if boot_archive(ledger, result.boot_id, url) is None and baked_uses(ledger, result.boot_id):
+            continue  # a boot of a baked image: `result add` archives its record and its results
         caches = [u.cache_id for u in cache_uses(ledger, boot_id=result.boot_id)]
         archives = [archive_of(ledger, cache_id) for cache_id in caches]
         if any(a is None or a.location != url for a in archives):
@@ -252,6 +258,10 @@ def publish_result(
     store = BlobStore(client, location)
     url = location.url()
     try:
+        boot = find_boot(ledger, result.boot_id)
+        if baked_uses(ledger, boot.id) and boot_archive(ledger, boot.id, url) is None:
+            # Its caches are its image's layers: no cache here writes its record.
+            archive_boot(ledger, home, client, location, boot)
         stale = [c for c in chain_gaps(ledger, result.boot_id, url) if c]
         if stale:
             # Its sweep writes the result's record as soon as the last of them is archived.
@@ -322,6 +332,21 @@ def _version_ref(ledger: Ledger, store: BlobStore, use: CacheUse) -> dict[str, A
     if row is not None:
         record = {"key": store.relative(row.record_key), "sha256": row.record_sha256}
     return {"cache_id": use.cache_id, "tree_digest": tree, "record": record}
+
+
+def _baked_refs(ledger: Ledger, store: BlobStore, boot: BootRecord) -> list[dict[str, Any]]:
+    """The versions of the caches baked into the boot's image, as its bake names them: each
+    with its record where it is at this store's location."""
+    bake = bake_of_image(ledger, boot.image_id)
+    baked = {c.cache_id: c for c in baked_caches({BAKED_LABEL: bake.caches} if bake else {})}
+    refs = []
+    for use in baked_uses(ledger, boot.id):
+        cache = baked.get(use.cache_id)
+        record = None
+        if cache is not None and cache.record["location"] == store.location.url():
+            record = {"key": store.relative(cache.record["key"]), "sha256": cache.record["sha256"]}
+        refs.append({"cache_id": use.cache_id, "tree_digest": use.tree_digest, "record": record})
+    return refs
 
 
 def _same_record_there(
