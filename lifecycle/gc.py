@@ -18,6 +18,7 @@ from lifecycle.archive.layout import Key, blob_key, legacy_cache_key, pack_key, 
 from lifecycle.archive.objects import Listing
 from lifecycle.archive.record import read_as, record_removal
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
+from lifecycle.boot.baked import baked_caches
 from lifecycle.faults import Checkpoint
 from lifecycle.formats import STORED_UNDER
 from lifecycle.ledger import Ledger
@@ -36,6 +37,7 @@ from lifecycle.records import (
     BootRecordV1,
     CacheRecordV1,
     CacheVersion,
+    ImageRecordV1,
     Record,
     ResultRecordV1,
     ResultRecordV2,
@@ -203,8 +205,15 @@ def plan_gc(snap: Snapshot, policy: Policy, pinned: Set[str], now: datetime) -> 
     }
     kept_results = {key for key, r in results.items() if mark.keeps_result(key, r, pinned)}
     named = needed(results[key] for key in kept_results)
-    # A kept result keeps every record of each tree it stood on, not only the one it names.
+    # A kept result keeps every record of each tree it stood on, not only the one it names; a
+    # pushed bake, each tree baked into it (its results audit to them).
     trees = mark.kept_trees() | {tree for key in named if (tree := mark.tree(key)) is not None}
+    trees |= {
+        (cache.cache_id, cache.tree_digest)
+        for record in snap.records.values()
+        if isinstance(record, ImageRecordV1)
+        for cache in baked_caches(record.labels)
+    }
     kept = kept_results | {key for key in snap.records if mark.tree(key) in trees}
     kept |= {
         key

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
+from docker.errors import ImageNotFound
 
-from tests.services import boot_demo, run_lifecycle
+from tests.services import boot_demo, demo_copy, run_lifecycle
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 
@@ -230,3 +232,70 @@ def test_an_impostor_under_the_bakes_name_is_refused_at_boot(
         assert "baked cache vllm" in line and "refused" in line, line
     finally:
         docker_client.images.remove(impostor.id, force=True)
+
+
+def test_a_bake_stays_while_its_engine_image_does_and_goes_before_it(
+    tmp_path: Path,
+    demo_images: None,
+    docker_client: Any,
+    s3_bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A release of its own (one profile variable apart), so removing its images touches no
+    # image another test boots.
+    project = demo_copy(tmp_path / "project")
+    child = project / "manifests/demo/0.2/manifest.yaml"
+    token = secrets.token_hex(4)
+    child.write_text(
+        child.read_text() + "profiles:\n  serve:\n    command: [python3, -m, demollm.serve]\n"
+        f"    env: {{LIFECYCLE_TEST_PROJECT: '{token}'}}\n    network: none\n"
+    )
+    monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
+    monkeypatch.chdir(project)
+    assert run_lifecycle(project, "build", "demo/0.2").exit_code == 0
+    boot_demo(project)
+    assert run_lifecycle(project, "archive", "--all").exit_code == 0
+    code, baked = _bake(project)
+    assert code == 0, baked
+
+    # The policy keeps the newest release's images: its engine image, and so its bake.
+    (project / "lifecycle.yaml").write_text(
+        "policy:\n  images:\n    - match: '*'\n      keep_last: 1\n"
+    )
+    planned = json.loads(run_lifecycle(project, "plan", "--json").stdout)
+    images = {i["id"]: i for i in planned["caches"]["images"]}
+    assert not images[baked["engine_image_id"]]["removes"]
+    assert not images[baked["image_id"]]["removes"]
+    assert "baked from engine image" in images[baked["image_id"]]["why"]
+
+    # Once no cache and no rule keeps the engine image, both go: the bake first (a child
+    # image must go before its parent can).
+    (project / "lifecycle.yaml").unlink()
+    done = run_lifecycle(project, "teardown", "--images", "--yes", "--json")
+    assert done.exit_code == 0, done.output
+    went = [i["id"] for i in json.loads(done.stdout)["result"]["images"] if i["removes"]]
+    assert went.index(baked["image_id"]) < went.index(baked["engine_image_id"])
+    for image_id in (baked["image_id"], baked["engine_image_id"]):
+        with pytest.raises(ImageNotFound):
+            docker_client.images.get(image_id)
+
+
+def test_gc_keeps_every_version_a_pushed_bake_holds(
+    archive_project: Path, s3_client: Any, s3_bucket: str, registry: str
+) -> None:
+    boot_demo(archive_project)
+    assert run_lifecycle(archive_project, "archive", "--all").exit_code == 0
+    code, baked = _bake(archive_project, "--push", registry)
+    assert code == 0, baked
+    # Each cache grows a newer version: keep-last 1 keeps that one, and only the pushed bake
+    # (no result, no pin) keeps the version baked into it.
+    boot_demo(archive_project, "--profile", "grows")
+    assert run_lifecycle(archive_project, "archive", "--all").exit_code == 0
+    swept = run_lifecycle(archive_project, "gc", "--remote", "--keep-last", "1", "--grace", "0s",
+                          "--yes")  # fmt: skip
+    assert swept.exit_code == 0, swept.output
+    for cache in baked["caches"]:
+        version = f"{cache['cache_id']}@{cache['tree_digest']}"
+        checked = run_lifecycle(archive_project, "verify", version)
+        assert checked.exit_code == 0 and "collected" not in checked.output, checked.output
+        s3_client.head_object(Bucket=s3_bucket, Key=cache["record"]["key"])

@@ -69,6 +69,11 @@ def bakes_of(ledger: Ledger, manifest_digest: str, profile: str) -> list[BakeRec
     return ledger.records(BakeRecord, sql, (manifest_digest, profile))
 
 
+def all_bakes(ledger: Ledger) -> list[BakeRecord]:
+    """Every bake this host recorded, oldest first."""
+    return ledger.records(BakeRecord, "SELECT * FROM bakes ORDER BY baked_at, rowid")
+
+
 def bake_of_image(ledger: Ledger, image_id: str) -> BakeRecord | None:
     """The bake recorded for an image, or None."""
     return ledger.record(BakeRecord, "SELECT * FROM bakes WHERE image_id = ?", (image_id,))

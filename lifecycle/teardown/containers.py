@@ -81,10 +81,12 @@ def plan_images(
     manifest: str | None,
     removed_containers: Collection[str] = (),
     keeps: Mapping[str, str] = MappingProxyType({}),
+    baked_from: Mapping[str, str] = MappingProxyType({}),
 ) -> list[ImageDecision]:
     """Engine images (of `manifest` if given): removed when this home built them (`built_here`,
     the ledger's build image ids) and no remaining cache or container refers to them, nor a
-    policy keeps them (`keeps`: image id -> why).
+    policy keeps them (`keeps`: image id -> why). A bake (`baked_from`: its image id -> the
+    engine image's) stays while its engine image does, and goes before it (a child first).
     `removed_containers` are container ids that go before the images do.
 
     One Docker engine can serve several homes (users, CI jobs); an image another home built is
@@ -108,10 +110,12 @@ def plan_images(
             removes, why = False, keeps[image.id]
         elif image.id in users:
             removes, why = False, "used by container " + ", ".join(users[image.id])
+        elif (engine := baked_from.get(image.id, "")) in kept_image_ids or engine in keeps:
+            removes, why = False, f"baked from engine image {engine[:19]}, which stays"
         else:
             removes, why = True, "no remaining cache refers to it"
         decisions.append(ImageDecision(image.id, tuple(image.tags), name, removes, why))
-    return sorted(decisions, key=lambda d: (d.manifest_name, d.tags, d.id))
+    return sorted(decisions, key=lambda d: (d.manifest_name, d.id not in baked_from, d.tags, d.id))
 
 
 def _name(container: Any) -> str:

@@ -27,7 +27,7 @@ from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, BootArchiveRow, archive_of, boot_archive
 from lifecycle.ledger.boots import CacheRecord, all_caches, cache_uses, tainted_files
-from lifecycle.ledger.builds import all_builds
+from lifecycle.ledger.builds import all_bakes, all_builds
 from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import results_not_archived_on
 from lifecycle.results.archive import with_results
@@ -220,13 +220,15 @@ def images_going(
     containers: Sequence[BootContainer],
 ) -> list[ImageDecision]:
     """With --images: engine images (of --manifest, if given) and whether each goes."""
+    baked_from = {bake.image_id: bake.engine_image_id for bake in all_bakes(ledger)}
     return plan_images(
         docker,
-        built_here={b.image_id for b in all_builds(ledger) if b.image_id},
+        built_here={b.image_id for b in all_builds(ledger) if b.image_id} | baked_from.keys(),
         kept_image_ids=kept,
         manifest=request.selection.manifest,
         removed_containers={c.id for c in containers},
         keeps=request.image_keeps,
+        baked_from=baked_from,
     )
 
 
