@@ -86,6 +86,10 @@ class Home:
         """A patch's bytes, as a boot's manifest named them."""
         return self.evidence("patches") / f"{sha256}.patch"
 
+    def provenance(self, image_id: str) -> Path:
+        """A baked image's in-toto Statement (lifecycle.bake.provenance)."""
+        return self.evidence("bakes") / f"{image_id.removeprefix('sha256:')}.intoto.json"
+
     def image_snapshot(self, image_id: str) -> Path:
         """The image a boot ran: {"id", "tags", "labels"}."""
         return self.evidence("images") / f"{image_id.removeprefix('sha256:')}.json"

@@ -338,6 +338,9 @@ class ImageRecordV1(_Part):
     host: str
     tool_version: str
     pushed_at: str
+    # A baked image's provenance: an in-toto Statement v1 (lifecycle.bake.provenance), its
+    # subject the pushed digest too; None for an engine image.
+    provenance: dict[str, Any] | None = None
 
 
 class PinV1(_Part):

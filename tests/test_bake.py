@@ -93,11 +93,19 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
     (row,) = [line for line in listed.splitlines() if report["id"] in line]
     assert f"{len(NAMES)} baked" in row
 
+    # verify hashes each layer again, and checks each version record in the archive.
+    checked = run_lifecycle(archive_project, "verify", image.id, "--json")
+    assert checked.exit_code == 0, checked.output
+    subjects = [c["subject"] for c in json.loads(checked.stdout)["checked"]]
+    assert len(subjects) == 2 * len(NAMES) and subjects[0].startswith("layer of baked cache vllm")
+
     # A layer changed behind dockerd's back (one byte of a baked file) is refused, never booted.
     file = _layer_file(docker_client, image.id, in_label[0]["path"])
     original = file.read_bytes()
     try:
         file.write_bytes(original + b"x")
+        differs = run_lifecycle(archive_project, "verify", baked["tag"])
+        assert differs.exit_code == 1 and "DIFFERS layer of baked cache vllm" in differs.output
         refused_boot = run_lifecycle(archive_project, "boot", "demo/0.2", "--baked")
         assert refused_boot.exit_code == 1
         (line,) = refused_boot.stderr.strip().splitlines()
@@ -116,6 +124,29 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
     far = boot_demo(archive_project, "--baked", "--pull", env=elsewhere)
     assert far["image_id"] == pushed["image_id"] and far["verdict"] == "warm-hit", far
     assert {u["cache_name"]: u["tree_digest"] for u in far["baked"]} == _trees(home)
+    # A result there audits from S3 alone to the bake's trees, and to its provenance: an
+    # in-toto Statement whose subject is the pushed digest, recorded with the push.
+    statement = pushed["provenance"]
+    subjects = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
+    repository, _, digest = pushed["pushed_reference"].partition("@sha256:")
+    assert subjects[repository] == digest and subjects[pushed["tag"]] == pushed["image_id"][7:]
+    predicate = statement["predicate"]
+    needs = {d["name"]: d for d in predicate["buildDefinition"]["resolvedDependencies"]}
+    assert needs["engine image"]["digest"]["sha256"] == engine.id[7:]
+    assert needs["manifest demo/0.2"]["digest"]["sha256"] == labels["lifecycle.manifest.digest"]
+    assert "patch patches/kernel-mix.patch" in needs
+    assert {n: needs[f"cache {n}"]["digest"]["sha256"] for n in NAMES} == _trees(home)
+    assert {b["name"] for b in predicate["runDetails"]["byproducts"]} >= {f"boot {report['id']}"}
+    far_added = run_lifecycle(archive_project, "result", "add", far["id"], "--name", "smoke",
+                              "--status", "pass", "--json", env=elsewhere)  # fmt: skip
+    assert far_added.exit_code == 0, far_added.output
+    source = os.environ["LIFECYCLE_ARCHIVE"]
+    far_result = json.loads(far_added.stdout)["id"]
+    far_chain = run_lifecycle(archive_project, "audit", "result", far_result, "--from", source,
+                              "--json")  # fmt: skip
+    assert far_chain.exit_code == 0, far_chain.output
+    assert json.loads(far_chain.stdout)["image"]["provenance"] == statement
+
     # A plain boot there runs the engine image, never the bake that carries its labels too.
     plain = boot_demo(archive_project, env=elsewhere)
     assert plain["image_id"] == pushed["engine_image_id"] and plain["baked"] == []
@@ -129,7 +160,6 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
     result = json.loads(added.stdout)["id"]
     chain = json.loads(run_lifecycle(archive_project, "audit", "result", result, "--json").stdout)
     assert run_lifecycle(archive_project, "teardown", "--yes").exit_code == 0
-    source = os.environ["LIFECYCLE_ARCHIVE"]
     alone = run_lifecycle(archive_project, "audit", "result", result, "--from", source, "--json")
     assert alone.exit_code == 0, alone.output
     assert json.loads(alone.stdout) == chain

@@ -52,6 +52,8 @@ class ChainFacts:
     caches: list[CacheFacts]
     image: ImageSnapshot | None
     manifest: ManifestSnapshot | None
+    # A pushed bake's in-toto Statement (lifecycle.bake.provenance), as recorded with the push
+    provenance: dict[str, Json] | None = None
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,8 @@ def build_chain(facts: ChainFacts) -> Chain:
             "log": facts.log.model_dump() if facts.log else None,
         },
         "caches": [_cache(c) for c in caches],
-        "image": _image(facts.image, boot.image_id),
+        "image": _image(facts.image, boot.image_id)
+        | ({"provenance": facts.provenance} if facts.provenance else {}),
         "manifest": _manifest(facts.manifest, boot.manifest_name, boot.manifest_digest),
         "patches": (
             [{"file": p.file, "sha256": p.sha256} for p in facts.manifest.patches]

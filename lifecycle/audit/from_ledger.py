@@ -77,6 +77,7 @@ def result_facts(ledger: Ledger, home: Home, result_id: str) -> ChainFacts:
         caches=caches,
         image=None if image is None else ImageSnapshot.model_validate(image),
         manifest=None if manifest is None else ManifestSnapshot.model_validate(manifest),
+        provenance=read_snapshot(home.provenance(boot.image_id)),
     )
 
 

@@ -8,13 +8,15 @@ previous release (one per cache, one per result) are read too.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from lifecycle.archive.layout import (
     cache_prefix,
     legacy_cache_key,
     parse_key,
     records_of,
 )
-from lifecycle.archive.record import follow, read_as, read_legacy_cache
+from lifecycle.archive.record import follow, pushed_images, read_as, read_legacy_cache
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.audit.chain import ArchiveFacts, CacheAuditFacts, CacheFacts, ChainFacts
 from lifecycle.records import (
@@ -58,7 +60,16 @@ def result_facts(store: BlobStore, result_id: str) -> ChainFacts:
         else:  # baked: the row as the host that archived the version had it
             assert version is not None, "a baked cache is followed by its record"
             caches.append(CacheFacts(version.cache, baked[ref.cache_id], archive))
-    return _chain(document, boot, caches, boot.image, boot.manifest)
+    facts = _chain(document, boot, caches, boot.image, boot.manifest)
+    if not baked:
+        return facts
+    # A pushed bake's Statement, from its image record (the newest that holds one).
+    pushed = [
+        r.provenance
+        for r in pushed_images(store, boot.boot.manifest_digest)
+        if r.image_id == boot.boot.image_id and r.provenance
+    ]
+    return replace(facts, provenance=pushed[0] if pushed else None)
 
 
 def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:

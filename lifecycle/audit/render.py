@@ -55,6 +55,14 @@ def chain_text(chain: Chain, source: str) -> str:
     lines += [f"  registry {reference}" for reference in image["repo_digests"]]
     for key, value in sorted((image["labels"] or {}).items()):
         lines.append(f"  label {key}={value}")
+    if statement := image.get("provenance"):
+        predicate = statement["predicate"]
+        subjects = ", ".join(s["name"] for s in statement["subject"])
+        lines.append(
+            f"  provenance: {statement['_type']} ({statement['predicateType']}) of {subjects}:"
+            f" {len(predicate['buildDefinition']['resolvedDependencies'])} dependencies,"
+            f" {len(predicate['runDetails']['byproducts'])} boots measured"
+        )
     lines.extend(_manifest_lines(chain["manifest"]))
     for patch in chain["patches"] or []:
         lines.append(f"<- patch {patch['file']} sha256:{patch['sha256']}")

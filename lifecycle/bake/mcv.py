@@ -21,7 +21,9 @@ KINDS = {"triton": "triton", "vllm": "vllm"}  # lifecycle's cache -> MCV's kind;
 COMPILE_DIR, AOT_DIR = "torch_compile_cache", "torch_aot_compile"  # vLLM's, under its cache root
 _RANK = re.compile(r"rank_\d+_\d+")
 _KERNEL_KNOBS = ("ptx_version", "num_stages", "num_warps", "debug")  # MCV omits them when unset
-_KEY_FACTORS = ("code_hash", "config_hash", "compiler_hash")
+_KEY_FACTORS = ("code_hash", "config_hash", "compiler_hash")  # as vLLM's key factors name them
+# An AOT-compiled rank (one `model` file) as MCV describes it: a binary entry of its own kind.
+_AOT = dict(prefix="", artifact_count=1, artifact_names=["model"], cache_save_format="mega-aot")
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,9 @@ class McvImage:
         return "FROM scratch\nCOPY caches/ /\nLABEL " + " \\\n      ".join(pairs) + "\n"
 
 
-def mcv_image(cache: BakedCache, tree: Path, *, backend: str, arch: str, warp_size: int) -> McvImage:
+def mcv_image(
+    cache: BakedCache, tree: Path, *, backend: str, arch: str, warp_size: int
+) -> McvImage:
     """The MCV image of `cache`, read from its host dir `tree`; the target (what this host's
     GPU is) is the summary's wherever no kernel's metadata names one."""
     kind = KINDS.get(cache.name)
@@ -52,8 +56,8 @@ def mcv_image(cache: BakedCache, tree: Path, *, backend: str, arch: str, warp_si
         labels = _labels(kind, len(kernels), size, _targets(kernels) or [given])
         return McvImage(kind, labels, {"triton": kernels})
     count, hashes = _compiled(tree / COMPILE_DIR)
-    kernels = [k for h in hashes for k in h.get("triton", [])]
-    labels = _labels(kind, count, size, _targets(kernels) or [given])
+    labels = _labels(kind, count, size, [given])  # as MCV's: the GPU it is built on
+    labels["cache.vllm.image/format"] = "binary" if hashes else "unpacked"
     return McvImage(kind, {**labels, **_kserve(hashes, cache.path)}, {"vllm": hashes})
 
 
@@ -97,14 +101,14 @@ def _kernel(path: Path) -> dict[str, Any] | None:
     """A Triton kernel's metadata as MCV's manifest lists it; None for any other JSON (Triton's
     group files, vLLM's own): a kernel's is the one with a `hash`."""
     meta = _json(path)
-    if meta is None or not isinstance(meta.get("hash"), str) or not meta["hash"]:
+    if meta is None or not _text(meta.get("hash")):
         return None
-    target = meta.get("target") if isinstance(meta.get("target"), dict) else {}
-    knobs = {key: meta[key] for key in _KERNEL_KNOBS if meta.get(key)}
+    target = meta.get("target")
+    target = target if isinstance(target, dict) else {}
     arch = target.get("arch", "")
     return {
         "hash": meta["hash"],
-        **knobs,
+        **{key: meta[key] for key in _KERNEL_KNOBS if meta.get(key)},
         "backend": str(target.get("backend", "")),
         "arch": f"{arch:.0f}" if isinstance(arch, float) else str(arch),  # 90 and 90.0: "90"
         "warp_size": int(target.get("warp_size") or 0),
@@ -119,49 +123,43 @@ def _targets(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _compiled(root: Path) -> tuple[int, list[dict[str, Any]]]:
     """vLLM's compile dirs as MCV counts them (every hash dir; an AOT one when it holds a
-    model), and the manifest entries of those MCV can describe."""
+    model), and the manifest entries of those it describes (binary format and AOT only)."""
     count, hashes = 0, []
     for hashed in _dirs(root):
-        aot = hashed.name == AOT_DIR
-        for one in _dirs(hashed) if aot else [hashed]:
-            ranks = [r for r in _dirs(one) if _RANK.fullmatch(r.name)]
-            if aot:
-                found = [_aot(r) for r in ranks if (r / "model").is_file()]
-            else:
-                found = [e for r in ranks for p in _dirs(r) if (e := _binary(r.name, p))]
-            count += 1 if found or not aot else 0
-            kernels = [] if found else [k for j in sorted(one.rglob("*.json")) if (k := _kernel(j))]
-            if found or kernels:
-                form = {"binary": found} if found else {"triton": kernels}
-                hashes.append({"vllmHash": one.name, "cacheFormat": next(iter(form)), **form})
+        if hashed.name == AOT_DIR:
+            for one in _dirs(hashed):
+                ranks = [r.name for r in _ranks(one) if (r / "model").is_file()]
+                if ranks:
+                    count += 1
+                    hashes.append(_hashed(one.name, [{"rank": r, **_AOT} for r in ranks]))
+            continue
+        count += 1  # described or not, as MCV counts
+        if found := [e for r in _ranks(hashed) for p in _dirs(r) if (e := _binary(r.name, p))]:
+            hashes.append(_hashed(hashed.name, found))
     return count, hashes
 
 
+def _hashed(name: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"vllmHash": name, "cacheFormat": "binary", "binary": entries}
+
+
 def _binary(rank: str, prefix: Path) -> dict[str, Any] | None:
-    """One rank's compiled piece in vLLM's binary format: its cache_key_factors.json and its
-    artifacts; None when it has either missing, as MCV skips it."""
+    """One rank's compiled piece in vLLM's binary format: its artifacts and what vLLM keyed them
+    by (cache_key_factors.json); None when it lacks either, as MCV skips it."""
     factors = _json(prefix / "cache_key_factors.json")
-    artifacts = [p for p in _dirs(prefix, files=True) if p.name.startswith("artifact_compile_range_")]
+    names = [p.name for p in _dirs(prefix, files=True)]
+    artifacts = [name for name in names if name.startswith("artifact_compile_range_")]
     if factors is None or not artifacts:
         return None
-    env = factors["env"] if isinstance(factors.get("env"), dict) else {}
+    env = factors.get("env")
+    env = env if isinstance(env, dict) else {}
     entry = {"rank": rank, "prefix": prefix.name, "artifact_count": len(artifacts)}
-    entry |= {"artifact_names": [p.name for p in artifacts]}
-    entry |= {key: factors[key] for key in _KEY_FACTORS if isinstance(factors.get(key), str)}
-    entry["cache_save_format"] = "unpacked" if artifacts[0].is_dir() else "binary"
-    device = env.get("VLLM_TARGET_DEVICE")
-    return entry | ({"target_device": device} if isinstance(device, str) else {}) | {"env": env}
-
-
-def _aot(rank: Path) -> dict[str, Any]:
-    """An AOT-compiled rank (one `model` file), as MCV describes it: a binary entry."""
-    return {
-        "rank": rank.name,
-        "prefix": "",
-        "artifact_count": 1,
-        "artifact_names": ["model"],
-        "cache_save_format": "mega-aot",
-    }
+    entry |= {"artifact_names": artifacts}
+    entry |= {key: factors[key] for key in _KEY_FACTORS if _text(factors.get(key))}
+    entry["cache_save_format"] = "unpacked" if (prefix / artifacts[0]).is_dir() else "binary"
+    if _text(device := env.get("VLLM_TARGET_DEVICE")):
+        entry["target_device"] = device
+    return entry | ({"env": env} if env else {})  # MCV leaves out what is empty
 
 
 def _kserve(hashes: list[dict[str, Any]], mounted_at: str) -> dict[str, str]:
@@ -180,11 +178,19 @@ def _kserve(hashes: list[dict[str, Any]], mounted_at: str) -> dict[str, str]:
     }
 
 
+def _ranks(hashed: Path) -> list[Path]:
+    return [rank for rank in _dirs(hashed) if _RANK.fullmatch(rank.name)]
+
+
 def _dirs(root: Path, *, files: bool = False) -> list[Path]:
     """The entries of `root` by name (its dirs, or all with `files`); none when it is no dir."""
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if files or (p.is_dir() and not p.is_symlink()))
+
+
+def _text(value: object) -> bool:
+    return isinstance(value, str) and bool(value)
 
 
 def _json(path: Path) -> dict[str, Any] | None:

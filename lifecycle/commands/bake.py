@@ -3,12 +3,14 @@ cache, labelled with where each tree came from; with --push, pushed and recorded
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from lifecycle.bake.choose import Chosen, Refused, choose
 from lifecycle.bake.image import bake_labels, build_baked, dockerfile
+from lifecycle.bake.provenance import measured_on, statement
 from lifecycle.boot.engine import engine_image
 from lifecycle.boot.spec import pick_profile
 from lifecycle.build.engine import Pushed
@@ -39,6 +41,7 @@ class BakeReport(Report):
     pushed: Pushed | None = None
     image_record: str | None = None
     not_recorded: str | None = None
+    provenance: dict[str, Any] | None = None  # the in-toto Statement (lifecycle.bake.provenance)
 
     @property
     def refused(self) -> tuple[Refused, ...]:
@@ -68,6 +71,7 @@ class BakeReport(Report):
             "image_id": self.image_id,
             "pushed_reference": self.pushed.reference if self.pushed else None,
             "image_record": self.image_record,
+            "provenance": self.provenance,
         }
 
     def text(self) -> str:
@@ -128,11 +132,28 @@ def run(ctx: Context, request: verbs.Bake) -> BakeReport:
                 labels["lifecycle.bake.caches"], at,
             ),
         )  # fmt: skip
+        measured = measured_on(ledger, baked)
+        image_labels = dict(client.images.get(image_id).labels or {})
+        subjects = {tag: image_id.removeprefix("sha256:")}
+
+        def provenance(pushed: Pushed | None = None) -> dict[str, Any]:
+            """The Statement; once pushed, its subject is the registry's digest too."""
+            repository = pushed.reference.partition("@")[0] if pushed else ""
+            named = subjects | ({repository: pushed.digest[7:]} if pushed else {})
+            return statement(
+                named, image_labels, baked, measured, ref=request.version, profile=profile,
+                arch=ctx.gpu_arch, at=at,
+            )  # fmt: skip
+
         pushed, record, not_recorded = None, None, None
-        if request.push is not None:
-            pushed, record, not_recorded = publish(
-                ctx, client, ledger, image_id, digest, tag, request.push
+        if request.push is not None:  # recorded with the push: the archive's image record
+            pushed, record, not_recorded = publish(  # holds it, and so does this home
+                ctx, client, ledger, image_id, digest, tag, request.push, provenance
             )
+            body = json.dumps(provenance(pushed), indent=2, sort_keys=True).encode()
+            ledger.keep_evidence("bakes", ctx.home.provenance(image_id).name, body)
+        made = provenance(pushed)
     return replace(
-        report, image_id=image_id, pushed=pushed, image_record=record, not_recorded=not_recorded
-    )
+        report, image_id=image_id, pushed=pushed, image_record=record, not_recorded=not_recorded,
+        provenance=made,
+    )  # fmt: skip

@@ -5,6 +5,7 @@ set, so another host can pull it by the manifest it has)."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -132,9 +133,11 @@ def publish(
     manifest_digest: str,
     tag: str,
     registry: str,
+    provenance: Callable[[Pushed], dict[str, Any]] | None = None,
 ) -> tuple[Pushed, str | None, str | None]:
     """Push the image to `registry`, record it by digest in the ledger and, when an archive is
-    set, in the archive: (where it went, the archive's record, why it is not recorded)."""
+    set, in the archive (with the `provenance` of what was pushed, for a bake): (where it
+    went, the archive's record, why it is not recorded)."""
     pushed = push_image(client, image_id, tag, registry)
     at = ctx.now().isoformat(timespec="seconds")
     row = RegistryImage(image_id, manifest_digest, pushed.reference, "pushed", at)
@@ -152,6 +155,7 @@ def publish(
         host=socket.gethostname(),
         tool_version=__version__,
         pushed_at=at,
+        provenance=provenance(pushed) if provenance else None,
     )
     store = BlobStore(ctx.s3(), where)
     try:

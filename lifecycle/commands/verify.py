@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
+from lifecycle.archive.verify import inspect_record
 from lifecycle.audit.check import (
     VerifyReport,
     tree_in_ledger,
@@ -20,13 +21,15 @@ from lifecycle.audit.check import (
     verify_cache,
     verify_result,
 )
-from lifecycle.audit.verify import BlobChecker
+from lifecycle.audit.verify import BlobChecker, Finding
+from lifecycle.boot.baked import BakedUnreadable, baked_caches, check_layer, layer_dirs
 from lifecycle.commands import verbs
 from lifecycle.commands.audit import reading
 from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import cache_by_id
+from lifecycle.ledger.builds import BakeRecord, all_bakes
 from lifecycle.ledger.results import result_by_id
 from lifecycle.report import Report
 
@@ -88,14 +91,53 @@ class VerifyRunReport(Report):
 
 
 def run(ctx: Context, request: verbs.Verify) -> VerifyRunReport:
-    """Verify a cache, one version of it, or a result from the ledger, or (with --from) from
-    the archive alone; --all-versions: every version, not only those needed now."""
+    """Verify a cache, one version of it, a result or a baked image from the ledger, or (with
+    --from) from the archive alone; --all-versions: every version, not only those needed now."""
     target, source, every = request.target, request.source, request.every
     with reading(ctx, source) as read:
+        bake = _bake_named(read.ledger, target) if read.ledger is not None else None
+        if bake is not None:
+            return VerifyRunReport(_verify_bake(ctx.docker(), read.client, bake, target))
         found = verify(
             target, ledger=read.ledger, client=read.client, source=read.archive, every=every
         )
     return VerifyRunReport(found, every)
+
+
+def _bake_named(ledger: Ledger, target: str) -> BakeRecord | None:
+    """The bake `target` names: its image id (with or without `sha256:`, or 12+ digits of
+    it) or its tag; None when it names none."""
+    digits = target.removeprefix("sha256:")
+    for bake in all_bakes(ledger):
+        if target == bake.tag or (len(digits) >= 12 and bake.image_id[7:].startswith(digits)):
+            return bake
+    return None
+
+
+def _verify_bake(docker: Any, s3: Any, bake: BakeRecord, target: str) -> VerifyReport:
+    """Each cache layer of a baked image hashed again against the tree its label names, and
+    each cache's version record and every object it names checked in the archive."""
+    from docker.errors import ImageNotFound  # the SDK is loaded: docker is its client
+
+    findings = []
+    try:
+        attrs = docker.images.get(bake.image_id).attrs
+        caches, layers = baked_caches(attrs["Config"]["Labels"] or {}), layer_dirs(attrs)
+    except (ImageNotFound, BakedUnreadable) as exc:
+        missing = Finding(bake.image_id, str(exc))
+        return VerifyReport(target, "baked image", "dockerd", (missing,))
+    for cache in caches:
+        subject = f"layer of baked cache {cache.name} at {cache.path}"
+        try:
+            _, tree = check_layer(layers, cache)
+            findings.append(Finding(subject, None, f"holds tree {tree.tree_digest}"))
+        except BakedUnreadable as exc:
+            findings.append(Finding(subject, str(exc)))
+        store = BlobStore(s3, ArchiveLocation.parse(cache.record["location"]))
+        found = inspect_record(store, store.relative(cache.record["key"]), cache.record["sha256"])
+        problems = "; ".join(found.lines()) or None
+        findings.append(Finding(store.url(cache.record["key"]), problems, "its version record"))
+    return VerifyReport(target, "baked image", "dockerd and the archive", tuple(findings))
 
 
 def verify(
