@@ -63,9 +63,16 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
     with _ledger(home) as conn:
         assert conn.execute("SELECT COUNT(*) FROM bakes").fetchone()[0] == 0, "a dry run bakes"
 
-    code, baked = _bake(archive_project)
+    code, baked = _bake(archive_project, "--format", "mcv")
     assert code == 0, baked
     image = docker_client.images.get(baked["image_id"])
+    # And, for the caches MCV knows, a cache-only image in its layout (docs/mcv.md).
+    assert [m["cache"] for m in baked["mcv"]] == ["vllm", "triton"]
+    for made in baked["mcv"]:
+        mcv = docker_client.images.get(made["image_id"])
+        assert len(mcv.attrs["RootFS"]["Layers"]) == 1 and made["tag"] in mcv.tags
+        assert f"cache.{made['cache']}.image/summary" in mcv.labels
+        assert mcv.labels["lifecycle.bake.caches"] == image.labels["lifecycle.bake.caches"]
     engine = docker_client.images.get(baked["engine_image_id"])
     # FROM the engine by id, then one layer per cache, in the manifest's order.
     layers, under = image.attrs["RootFS"]["Layers"], engine.attrs["RootFS"]["Layers"]
@@ -76,6 +83,10 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
     assert {c["name"]: c["tree_digest"] for c in in_label} == _trees(home)
     assert all(c["record"]["key"].startswith("test/caches/") for c in in_label)
     assert labels["org.opencontainers.image.base.digest"] == engine.id
+    factors = json.loads(labels["lifecycle.bake.key_factors"])
+    assert factors["manifest_digest"] == engine.labels["lifecycle.manifest.digest"]
+    assert factors["base_digest"] == engine.labels["lifecycle.base.digest"]
+    assert (factors["vllm"], factors["arch"]) == ("0.2.0", "unknown")
     assert labels["lifecycle.manifest.digest"] == engine.labels["lifecycle.manifest.digest"]
 
     report = boot_demo(archive_project, "--baked")
@@ -127,9 +138,9 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
     # A result there audits from S3 alone to the bake's trees, and to its provenance: an
     # in-toto Statement whose subject is the pushed digest, recorded with the push.
     statement = pushed["provenance"]
-    subjects = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
+    named = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
     repository, _, digest = pushed["pushed_reference"].partition("@sha256:")
-    assert subjects[repository] == digest and subjects[pushed["tag"]] == pushed["image_id"][7:]
+    assert named[repository] == digest and named[pushed["tag"]] == pushed["image_id"][7:]
     predicate = statement["predicate"]
     needs = {d["name"]: d for d in predicate["buildDefinition"]["resolvedDependencies"]}
     assert needs["engine image"]["digest"]["sha256"] == engine.id[7:]

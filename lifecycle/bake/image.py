@@ -32,11 +32,17 @@ CHUNK = 1 << 20
 
 
 def bake_labels(
-    caches: Sequence[BakedCache], engine_image_id: str, profile: str, created: str
+    caches: Sequence[BakedCache],
+    engine_image_id: str,
+    profile: str,
+    created: str,
+    factors: Mapping[str, object],
 ) -> dict[str, str]:
-    """lifecycle's provenance and the `org.opencontainers.image.*` keys of a baked image."""
+    """lifecycle's provenance and the `org.opencontainers.image.*` keys of a baked image;
+    `factors`: what every cache's key was made of but its name (lifecycle.build.plan)."""
     return {
         BAKED_LABEL: json.dumps([asdict(c) for c in caches], sort_keys=True),
+        "lifecycle.bake.key_factors": json.dumps(dict(factors), sort_keys=True),
         PROFILE_LABEL: profile,
         "lifecycle.bake.engine": engine_image_id,
         "lifecycle.bake.tool": f"lifecycle {__version__}",

@@ -10,11 +10,12 @@ from typing import Any, ClassVar
 
 from lifecycle.bake.choose import Chosen, Refused, choose
 from lifecycle.bake.image import bake_labels, build_baked, dockerfile
+from lifecycle.bake.mcv import KINDS, build_mcv
 from lifecycle.bake.provenance import measured_on, statement
 from lifecycle.boot.engine import engine_image
 from lifecycle.boot.spec import pick_profile
 from lifecycle.build.engine import Pushed
-from lifecycle.build.plan import image_tag
+from lifecycle.build.plan import image_tag, key_factors
 from lifecycle.commands import verbs
 from lifecycle.commands.build import publish
 from lifecycle.commands.context import Context
@@ -42,6 +43,7 @@ class BakeReport(Report):
     image_record: str | None = None
     not_recorded: str | None = None
     provenance: dict[str, Any] | None = None  # the in-toto Statement (lifecycle.bake.provenance)
+    mcv: tuple[tuple[str, str, str], ...] = ()  # --format mcv: (cache name, tag, image id)
 
     @property
     def refused(self) -> tuple[Refused, ...]:
@@ -72,6 +74,7 @@ class BakeReport(Report):
             "pushed_reference": self.pushed.reference if self.pushed else None,
             "image_record": self.image_record,
             "provenance": self.provenance,
+            "mcv": [{"cache": c, "tag": t, "image_id": i} for c, t, i in self.mcv],
         }
 
     def text(self) -> str:
@@ -92,6 +95,7 @@ class BakeReport(Report):
             lines.append(f"would bake {self.tag} FROM {self.engine_image_id[:19]} (dry run)")
         else:
             lines.append(f"baked {self.tag} ({self.image_id[:19]})")
+        lines += [f"mcv image of {c}: {t} ({i[:19]})" for c, t, i in self.mcv]
         if self.pushed is not None:
             lines.append(f"pushed {self.pushed.reference}")
         if self.image_record:
@@ -120,7 +124,9 @@ def run(ctx: Context, request: verbs.Bake) -> BakeReport:
             return report
         baked = [c.baked for c in chosen]
         at = ctx.now().isoformat(timespec="seconds")
-        labels = bake_labels(baked, engine.id, profile, at)
+        factors = key_factors(engine.labels, "", digest, ctx.gpu_arch)
+        del factors["cache_name"]  # the one factor that differs: each cache's own, in its entry
+        labels = bake_labels(baked, engine.id, profile, at, factors)
         trees: dict[str, Path] = {c.baked.name: c.host_path for c in chosen}
         image_id = build_baked(
             client, tag, dockerfile(engine.id, baked, labels), trees, baked, ctx.say
@@ -132,6 +138,11 @@ def run(ctx: Context, request: verbs.Bake) -> BakeReport:
                 labels["lifecycle.bake.caches"], at,
             ),
         )  # fmt: skip
+        mcv = tuple(
+            _mcv(ctx, client, c, tag, labels)
+            for c in chosen
+            if request.format == "mcv" and c.baked.name in KINDS
+        )
         measured = measured_on(ledger, baked)
         image_labels = dict(client.images.get(image_id).labels or {})
         subjects = {tag: image_id.removeprefix("sha256:")}
@@ -155,5 +166,19 @@ def run(ctx: Context, request: verbs.Bake) -> BakeReport:
         made = provenance(pushed)
     return replace(
         report, image_id=image_id, pushed=pushed, image_record=record, not_recorded=not_recorded,
-        provenance=made,
+        provenance=made, mcv=mcv,
     )  # fmt: skip
+
+
+def _mcv(
+    ctx: Context, client: Any, chosen: Chosen, tag: str, labels: dict[str, str]
+) -> tuple[str, str, str]:
+    """One cache's MCV image (cache name, tag, id), its target this host's GPU as MCV spells a
+    CUDA arch (digits: `90a` is `90`)."""
+    name = chosen.baked.name
+    arch = "".join(ch for ch in ctx.gpu_arch if ch.isdigit()) or ctx.gpu_arch
+    image_id = build_mcv(
+        client, f"{tag}-mcv-{name}", chosen.baked, chosen.host_path, backend="cuda", arch=arch,
+        warp_size=32, labels_extra=labels, on_line=ctx.say,
+    )  # fmt: skip
+    return name, f"{tag}-mcv-{name}", image_id

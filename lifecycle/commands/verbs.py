@@ -168,6 +168,12 @@ class Bake(Request):
         metavar="REGISTRY", help="Push it to REGISTRY; its digest is recorded in the archive."
     )
     dry_run: bool = opt(help="Show which cache of each name would be baked; build nothing.")
+    format: str = opt(
+        type=click.Choice(["image", "mcv"]),
+        default="image",
+        show_default=True,
+        help="mcv: also a cache-only image in MCV's layout for each cache it knows (docs: mcv.md).",
+    )
 
 
 class Filtered(Request):
