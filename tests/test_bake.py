@@ -103,6 +103,8 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
     listed = run_lifecycle(archive_project, "boots").stdout
     (row,) = [line for line in listed.splitlines() if report["id"] in line]
     assert f"{len(NAMES)} baked" in row
+    why = run_lifecycle(archive_project, "why", report["id"]).stdout
+    assert why.startswith(f"boot {report['id']}: warm\n") and "vllm: baked, warm-hit" in why
 
     # verify hashes each layer again, and checks each version record in the archive.
     checked = run_lifecycle(archive_project, "verify", image.id, "--json")

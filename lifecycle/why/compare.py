@@ -21,6 +21,7 @@ from lifecycle.ledger.boots import (
     BootRecord,
     CacheRecord,
     CacheUse,
+    baked_uses,
     cache_by_id,
     cache_uses,
     untracked_writes,
@@ -259,8 +260,9 @@ class BootFacts:
 
 
 def boot_facts(ledger: Ledger, boot: BootRecord) -> BootFacts:
-    """Everything `why` compares, for one boot."""
-    uses = tuple(cache_uses(ledger, boot_id=boot.id))
+    """Everything `why` compares, for one boot (a baked cache as a use of mode `baked`)."""
+    baked = (use.as_use() for use in baked_uses(ledger, boot.id))
+    uses = (*cache_uses(ledger, boot_id=boot.id), *baked)
     caches = {}
     for use in uses:
         cache = cache_by_id(ledger, use.cache_id)
