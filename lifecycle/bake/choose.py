@@ -1,13 +1,8 @@
-"""Which cache of each name goes into a baked image: the newest a warm boot here would reuse
-whose tree is proven, or one line saying why none is.
-
-Proven means all of: its archive holds this very tree and verifies on the server now (a
-baked cache audits to its record even after the host's copy is gone); its last boot ended
-`ok` and was not partial (it compiled nothing outside its caches); it holds no file withheld
-from the archive for a secret's value; and it holds, scanned again now, the tree its last
-scan recorded. The key it was made under is the engine image's (manifest, base image, pins,
-GPU arch): the candidates are the caches a warm boot of that image would mount.
-"""
+"""Which cache of each name goes into a baked image: of the caches a warm boot of the engine
+image would mount (its key), the newest whose tree is proven, or one line saying why none is.
+Proven (docs/verbs/bake.md): archived and verifying now, last boot ok and not partial, nothing
+withheld for a secret, unchanged since its last scan; a baked cache audits to its record even
+after this host's copy is gone."""
 
 from __future__ import annotations
 

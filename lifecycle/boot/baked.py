@@ -1,12 +1,8 @@
-"""A baked image's caches where dockerd keeps them: each cache is one layer of the image, and
-overlay2 keeps a layer as a plain dir on dockerd's host (`GraphDriver.Data` in the image's
-inspect), so lifecycle reads the tree a container will see without running one: `bake` checks
-what it built, a boot checks what it is about to run, and watches the layer as it watches a
-mounted cache (inotify sees reads through the overlay on the layer's files).
-
-That needs dockerd's overlay2 storage on this host and the right to read it (root); elsewhere
-a baked image is refused rather than called warm on trust.
-"""
+"""A baked image's caches where dockerd keeps them: overlay2 keeps each layer as a plain dir
+(`GraphDriver.Data`), so `bake` checks what it built and a boot what it is about to run, and
+watches each layer as it watches a mounted cache (inotify sees reads through the overlay). That
+needs dockerd's overlay2 storage on this host, read as root; elsewhere a baked image is refused
+rather than called warm on trust."""
 
 from __future__ import annotations
 
