@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from docker.errors import ImageNotFound
 
+from lifecycle.home import Home
+from lifecycle.leases import try_lease
 from tests.services import boot_demo, demo_copy, run_lifecycle
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
@@ -196,7 +198,20 @@ def test_a_partial_failed_unverified_or_withheld_cache_is_never_baked(
     home = isolated_home / "lifecycle"
     boot_demo(archive_project)
     assert run_lifecycle(archive_project, "archive", "--all").exit_code == 0
-    assert _bake(archive_project, "--dry-run")[0] == 0
+    code, planned = _bake(archive_project, "--dry-run")
+    assert code == 0
+
+    # Held by a boot (its lease taken): not read into an image while it may be written.
+    (vllm,) = [c["cache_id"] for c in planned["caches"] if c["name"] == "vllm"]
+    held = try_lease(Home(home), vllm)
+    assert held is not None
+    try:
+        code, refused = _bake(archive_project, "--dry-run")
+        by_name = {c["name"]: c for c in refused["caches"]}
+        assert code == 1 and "in use" in by_name["vllm"]["refused"], by_name
+        assert [n for n, c in by_name.items() if "refused" in c] == ["vllm"]
+    finally:
+        held.release()
 
     # Its last boot compiled outside its caches: partial.
     boot_demo(archive_project, "--profile", "spills")

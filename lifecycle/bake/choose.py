@@ -6,7 +6,7 @@ after this host's copy is gone."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +17,8 @@ from lifecycle.boot.caches import last_scan
 from lifecycle.build.plan import cache_key, key_factors
 from lifecycle.evidence.verdict import recorded_uses, recorded_warmth
 from lifecycle.fingerprint import scan
+from lifecycle.home import Home
+from lifecycle.leases import CacheLease, try_lease
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, archive_of
 from lifecycle.ledger.boots import (
@@ -35,10 +37,12 @@ Verify = Callable[[ArchiveRecord], VerifiedRecord]
 
 @dataclass(frozen=True)
 class Chosen:
-    """A cache to bake, and the host dir its tree is read from."""
+    """A cache to bake, the host dir its tree is read from, and its lease: held until the
+    image is built, so no boot writes into it (nor a teardown removes it) meanwhile."""
 
     baked: BakedCache
     host_path: Path
+    lease: CacheLease
 
 
 @dataclass(frozen=True)
@@ -51,14 +55,41 @@ class Refused:
 
 def choose(
     ledger: Ledger,
+    home: Home,
     caches: Mapping[str, JitCache],
     labels: Mapping[str, str],
     manifest_digest: str,
     arch: str,
     verify: Verify,
 ) -> list[Chosen | Refused]:
-    """One choice per active cache of the manifest, in the manifest's order."""
+    """One choice per active cache of the manifest, in the manifest's order; each chosen one
+    under its lease (the caller releases them; on an error here they are released)."""
     choices: list[Chosen | Refused] = []
+    try:
+        _choose(ledger, home, caches, labels, manifest_digest, arch, verify, choices)
+    except BaseException:
+        release(choices)
+        raise
+    return choices
+
+
+def release(choices: Sequence[Chosen | Refused]) -> None:
+    """Give back the lease of every chosen cache."""
+    for choice in choices:
+        if isinstance(choice, Chosen):
+            choice.lease.release()
+
+
+def _choose(
+    ledger: Ledger,
+    home: Home,
+    caches: Mapping[str, JitCache],
+    labels: Mapping[str, str],
+    manifest_digest: str,
+    arch: str,
+    verify: Verify,
+    choices: list[Chosen | Refused],
+) -> None:
     for name, declared in caches.items():
         key = cache_key(key_factors(labels, name, manifest_digest, arch))
         candidates = warm_candidates(ledger, key)
@@ -68,14 +99,17 @@ def choose(
             continue
         reasons = []
         for cache in candidates:
-            unproven = _unproven(ledger, cache, verify)
-            if unproven is None:
-                choices.append(Chosen(_baked(ledger, cache, declared.path), Path(cache.host_path)))
+            lease = try_lease(home, cache.id)
+            unproven = _unproven(ledger, cache, verify) if lease else "in use: a boot holds it"
+            if lease is not None and unproven is None:
+                baked = _baked(ledger, cache, declared.path)
+                choices.append(Chosen(baked, Path(cache.host_path), lease))
                 break
+            if lease is not None:
+                lease.release()
             reasons.append(f"{cache.id}: {unproven}")
         else:
             choices.append(Refused(name, reasons[0]))
-    return choices
 
 
 def _unproven(ledger: Ledger, cache: CacheRecord, verify: Verify) -> str | None:

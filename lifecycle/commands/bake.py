@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, ClassVar
 
-from lifecycle.bake.choose import Chosen, Refused, choose
+from lifecycle.bake.choose import Chosen, Refused, choose, release
 from lifecycle.bake.image import bake_labels, build_baked, dockerfile
 from lifecycle.bake.mcv import KINDS, build_mcv
 from lifecycle.bake.provenance import measured_on, statement
@@ -21,6 +20,7 @@ from lifecycle.commands.build import publish
 from lifecycle.commands.context import Context
 from lifecycle.commands.teardown import connect_services
 from lifecycle.errors import EXIT_NO, EXIT_OK
+from lifecycle.ledger import Ledger
 from lifecycle.ledger.builds import BakeRecord, record_bake
 from lifecycle.manifest import find_manifest, load_manifest
 from lifecycle.manifest.load import manifest_digest
@@ -104,69 +104,81 @@ class BakeReport(Report):
 
 
 def run(ctx: Context, request: verbs.Bake) -> BakeReport:
-    """Choose, build FROM the engine image by id, check each layer, record; push if asked."""
+    """Choose (each chosen cache under its lease until the end), build FROM the engine image
+    by id, check each layer, record; push if asked."""
     loaded = load_manifest(find_manifest(ctx.manifests_dir, request.version))
     manifest = loaded.manifest
     profile = pick_profile(manifest, request.profile)
     digest = manifest_digest(loaded)
+    tag = f"{image_tag(manifest.name, manifest.engine.vllm, digest)}-{profile}-baked"
     services = connect_services(ctx.environ, ctx.say)
     client = ctx.docker() if services.docker is None else services.docker
     with ctx.ledger() as ledger:
         engine = engine_image(client, ledger, digest, request.version, pull_from=None)
         verify = ArchiveVerifier(services.s3, services.s3_problem, archived_boots(ledger))
         choices = choose(
-            ledger, manifest.active_caches(), engine.labels, digest, ctx.gpu_arch, verify
+            ledger, ctx.home, manifest.active_caches(), engine.labels, digest, ctx.gpu_arch, verify
         )
-        tag = f"{image_tag(manifest.name, manifest.engine.vllm, digest)}-{profile}-baked"
-        report = BakeReport(request.version, profile, engine.id, tuple(choices), tag)
-        chosen = [c for c in choices if isinstance(c, Chosen)]
-        if report.refused or request.dry_run:
-            return report
-        baked = [c.baked for c in chosen]
-        at = ctx.now().isoformat(timespec="seconds")
-        factors = key_factors(engine.labels, "", digest, ctx.gpu_arch)
-        del factors["cache_name"]  # the one factor that differs: each cache's own, in its entry
-        labels = bake_labels(baked, engine.id, profile, at, factors)
-        trees: dict[str, Path] = {c.baked.name: c.host_path for c in chosen}
-        image_id = build_baked(
-            client, tag, dockerfile(engine.id, baked, labels), trees, baked, ctx.say
-        )
-        record_bake(
-            ledger,
-            BakeRecord(
-                image_id, tag, manifest.name, digest, engine.id, profile, ctx.gpu_arch,
-                labels["lifecycle.bake.caches"], at,
-            ),
+        try:
+            report = BakeReport(request.version, profile, engine.id, tuple(choices), tag)
+            if report.refused or request.dry_run:
+                return report
+            return _bake(ctx, request, client, ledger, report, engine.labels, digest)
+        finally:
+            release(choices)  # the trees are in the image now, or nothing was built
+
+
+def _bake(
+    ctx: Context,
+    request: verbs.Bake,
+    client: Any,
+    ledger: Ledger,
+    report: BakeReport,
+    engine_labels: dict[str, str],
+    digest: str,
+) -> BakeReport:
+    """Build, check each layer, record; the MCV images; the provenance, and the push."""
+    chosen = [c for c in report.choices if isinstance(c, Chosen)]
+    baked, engine_id, tag = [c.baked for c in chosen], report.engine_image_id, report.tag
+    at = ctx.now().isoformat(timespec="seconds")
+    factors = key_factors(engine_labels, "", digest, ctx.gpu_arch)
+    del factors["cache_name"]  # the one factor that differs: each cache's own, in its entry
+    labels = bake_labels(baked, engine_id, report.profile, at, factors)
+    trees = {c.baked.name: c.host_path for c in chosen}
+    image_id = build_baked(client, tag, dockerfile(engine_id, baked, labels), trees, baked, ctx.say)
+    bake = BakeRecord(
+        image_id, tag, engine_labels["lifecycle.manifest.name"], digest, engine_id,
+        report.profile, ctx.gpu_arch, labels["lifecycle.bake.caches"], at,
+    )  # fmt: skip
+    record_bake(ledger, bake)
+    mcv = tuple(
+        _mcv(ctx, client, c, tag, labels)
+        for c in chosen
+        if request.format == "mcv" and c.baked.name in KINDS
+    )
+    measured = measured_on(ledger, baked)
+    image_labels = dict(client.images.get(image_id).labels or {})
+
+    def provenance(pushed: Pushed | None = None) -> dict[str, Any]:
+        """The Statement; once pushed, its subject is the registry's digest too."""
+        named = {tag: image_id.removeprefix("sha256:")}
+        if pushed is not None:
+            named[pushed.reference.partition("@")[0]] = pushed.digest.removeprefix("sha256:")
+        return statement(
+            named, image_labels, baked, measured, ref=report.ref, profile=report.profile,
+            arch=ctx.gpu_arch, at=at,
         )  # fmt: skip
-        mcv = tuple(
-            _mcv(ctx, client, c, tag, labels)
-            for c in chosen
-            if request.format == "mcv" and c.baked.name in KINDS
+
+    pushed, record, not_recorded = None, None, None
+    if request.push is not None:  # recorded with the push: the archive's image record holds
+        pushed, record, not_recorded = publish(  # the Statement, and so does this home
+            ctx, client, ledger, image_id, digest, tag, request.push, provenance
         )
-        measured = measured_on(ledger, baked)
-        image_labels = dict(client.images.get(image_id).labels or {})
-        subjects = {tag: image_id.removeprefix("sha256:")}
-
-        def provenance(pushed: Pushed | None = None) -> dict[str, Any]:
-            """The Statement; once pushed, its subject is the registry's digest too."""
-            repository = pushed.reference.partition("@")[0] if pushed else ""
-            named = subjects | ({repository: pushed.digest[7:]} if pushed else {})
-            return statement(
-                named, image_labels, baked, measured, ref=request.version, profile=profile,
-                arch=ctx.gpu_arch, at=at,
-            )  # fmt: skip
-
-        pushed, record, not_recorded = None, None, None
-        if request.push is not None:  # recorded with the push: the archive's image record
-            pushed, record, not_recorded = publish(  # holds it, and so does this home
-                ctx, client, ledger, image_id, digest, tag, request.push, provenance
-            )
-            body = json.dumps(provenance(pushed), indent=2, sort_keys=True).encode()
-            ledger.keep_evidence("bakes", ctx.home.provenance(image_id).name, body)
-        made = provenance(pushed)
+        body = json.dumps(provenance(pushed), indent=2, sort_keys=True).encode()
+        ledger.keep_evidence("bakes", ctx.home.provenance(image_id).name, body)
     return replace(
         report, image_id=image_id, pushed=pushed, image_record=record, not_recorded=not_recorded,
-        provenance=made, mcv=mcv,
+        provenance=provenance(pushed), mcv=mcv,
     )  # fmt: skip
 
 
