@@ -45,17 +45,26 @@ def find_built(
     """The image of this manifest digest (built on `base_digest`, when given) to use: the
     newest this host built or pulled, by its ledger; else the newest the engine has, by its
     `created` label then its id, so that the choice never depends on dockerd's list order."""
-    labels = [f"{DIGEST_LABEL}={digest}"]
+    from docker.errors import ImageNotFound
+
+    wanted = {DIGEST_LABEL: digest}
     if base_digest is not None:
-        labels.append(f"{BASE_DIGEST_LABEL}={base_digest}")
+        wanted[BASE_DIGEST_LABEL] = base_digest
+    # By id first: one request. dockerd's list by label costs one more request per image that
+    # carries the digest (the SDK inspects each), and every bake of it carries it too.
+    for image_id in images_of(ledger, digest):
+        try:
+            image = client.images.get(image_id)
+        except ImageNotFound:
+            continue
+        found = image.labels or {}
+        if BAKED_LABEL not in found and all(found.get(k) == v for k, v in wanted.items()):
+            return image
     images = {
         image.id: image
-        for image in client.images.list(filters={"label": labels})
+        for image in client.images.list(filters={"label": [f"{k}={v}" for k, v in wanted.items()]})
         if BAKED_LABEL not in (image.labels or {})
     }
-    for image_id in images_of(ledger, digest):
-        if image_id in images:
-            return images[image_id]
     newest = sorted(
         images.values(),
         key=lambda image: (image.labels.get("org.opencontainers.image.created", ""), image.id),
