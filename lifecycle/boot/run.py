@@ -423,16 +423,27 @@ def _finish(
         HookRunRecord(record.id, run.name, run.event, run.exit_code, run.duration_s)
         for run in (progress.session.runs if progress.session else [])
     ]
-    in_layers = {m.cache_id: m for m in baked}
-    baked_rows = []
-    for use in uses:
-        if (layer := in_layers.get(use.cache_id)) is not None:
-            tree, written = plan.before[layer.name].tree_digest, scans[layer.name][1]
-            row = BakedUse(record.id, layer.name, use.cache_id, tree, use.verdict)
-            baked_rows.append(replace(row, files_read=use.files_read, files_written=len(written)))
-    uses = [u for u in uses if u.cache_id not in in_layers]
-    finish_boot(ledger, final, uses, scanned, runs, tainted, untracked, baked_rows)
+    uses, in_layers = _baked_apart(uses, baked, plan, scans)
+    finish_boot(ledger, final, uses, scanned, runs, tainted, untracked, in_layers)
     return final
+
+
+def _baked_apart(
+    uses: list[CacheUse],
+    baked: list[CacheMount],
+    plan: CachePlan,
+    scans: dict[str, tuple[Fingerprint, frozenset[str]]],
+) -> tuple[list[CacheUse], list[BakedUse]]:
+    """The judged uses of mounted caches, and those of baked ones as their own rows (a baked
+    cache is no cache row of this host's)."""
+    by_id = {m.cache_id: m for m in baked}
+    rows = []
+    for use in uses:
+        if (mount := by_id.get(use.cache_id)) is not None:
+            tree, written = plan.before[mount.name].tree_digest, scans[mount.name][1]
+            row = BakedUse(use.boot_id, mount.name, use.cache_id, tree, use.verdict)
+            rows.append(replace(row, files_read=use.files_read, files_written=len(written)))
+    return [u for u in uses if u.cache_id not in by_id], rows
 
 
 def _scan_cache(
