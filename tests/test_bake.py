@@ -107,6 +107,10 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
     assert f"{len(NAMES)} baked" in row
     why = run_lifecycle(archive_project, "why", report["id"]).stdout
     assert why.startswith(f"boot {report['id']}: warm\n") and "vllm: baked, warm-hit" in why
+    added = run_lifecycle(archive_project, "result", "add", report["id"], "--name", "smoke",
+                          "--status", "pass", "--json")  # fmt: skip
+    assert added.exit_code == 0, added.output
+    result = json.loads(added.stdout)["id"]
 
     # verify hashes each layer again, and checks each version record in the archive.
     checked = run_lifecycle(archive_project, "verify", image.id, "--json")
@@ -151,7 +155,10 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
     assert needs["manifest demo/0.2"]["digest"]["sha256"] == labels["lifecycle.manifest.digest"]
     assert "patch patches/kernel-mix.patch" in needs
     assert {n: needs[f"cache {n}"]["digest"]["sha256"] for n in NAMES} == _trees(home)
-    assert {b["name"] for b in predicate["runDetails"]["byproducts"]} >= {f"boot {report['id']}"}
+    measured = {b["name"]: b["annotations"] for b in predicate["runDetails"]["byproducts"]}
+    assert measured[f"boot {report['id']}"]["results"] == [
+        {"id": result, "name": "smoke", "status": "pass"}
+    ]
     far_added = run_lifecycle(archive_project, "result", "add", far["id"], "--name", "smoke",
                               "--status", "pass", "--json", env=elsewhere)  # fmt: skip
     assert far_added.exit_code == 0, far_added.output
@@ -169,10 +176,6 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
     # A result on the baked boot audits to the baked trees and their records, the image, the
     # engine it was built FROM, the manifest and the patches: from the ledger, and from S3
     # alone once the caches are torn down here.
-    added = run_lifecycle(archive_project, "result", "add", report["id"], "--name", "smoke",
-                          "--status", "pass", "--json")  # fmt: skip
-    assert added.exit_code == 0, added.output
-    result = json.loads(added.stdout)["id"]
     chain = json.loads(run_lifecycle(archive_project, "audit", "result", result, "--json").stdout)
     assert run_lifecycle(archive_project, "teardown", "--yes").exit_code == 0
     alone = run_lifecycle(archive_project, "audit", "result", result, "--from", source, "--json")
