@@ -36,6 +36,9 @@ GC_CRASH_POINTS = (
 )
 # `apply`'s own: the policy's caches archived, nothing removed yet (then teardown's, gc's).
 APPLY_CRASH_POINTS = ("apply-archived",)
+# `bake`'s: its image built and checked, not recorded; recorded, not pushed; pushed and its
+# image record written, its provenance not kept in the home.
+BAKE_CRASH_POINTS = ("bake-built", "bake-recorded", "bake-pushed")
 DELAY_POINTS = (
     *CRASH_POINTS,
     *GC_CRASH_POINTS,
@@ -70,7 +73,7 @@ def _crash_at(wanted: str) -> tuple[str, int] | None:
     if not wanted:
         return None
     point, _, nth = wanted.partition(":")
-    known = (*CRASH_POINTS, *GC_CRASH_POINTS, *APPLY_CRASH_POINTS)
+    known = (*CRASH_POINTS, *GC_CRASH_POINTS, *APPLY_CRASH_POINTS, *BAKE_CRASH_POINTS)
     if point not in known or not (nth or "1").isdigit():
         points = ", ".join(known)
         expected = f"expected one of {points}, then :N if wanted"

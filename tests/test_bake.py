@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -15,8 +16,10 @@ from typing import Any
 import pytest
 from docker.errors import ImageNotFound
 
+from lifecycle.faults import BAKE_CRASH_POINTS
 from lifecycle.home import Home
 from lifecycle.leases import try_lease
+from tests.night_support import finish, lifecycle
 from tests.services import boot_demo, demo_copy, run_lifecycle
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
@@ -360,3 +363,32 @@ def test_gc_keeps_every_version_a_pushed_bake_holds(
         checked = run_lifecycle(archive_project, "verify", version)
         assert checked.exit_code == 0 and "collected" not in checked.output, checked.output
         s3_client.head_object(Bucket=s3_bucket, Key=cache["record"]["key"])
+
+
+def test_a_bake_killed_at_any_step_is_completed_by_the_next_and_loses_nothing(
+    archive_project: Path, s3_client: Any, s3_bucket: str, registry: str, isolated_home: Path
+) -> None:
+    home = isolated_home / "lifecycle"
+    boot_demo(archive_project)
+    assert run_lifecycle(archive_project, "archive", "--all").exit_code == 0
+    trees = _trees(home)
+    here = {"LIFECYCLE_HOME": str(home)}
+    for point in BAKE_CRASH_POINTS:
+        crash = {**here, "LIFECYCLE_TEST_CRASH_AT": point}
+        killed = lifecycle(archive_project, "bake", "demo/0.2", "--push", registry, env=crash)
+        code, _, err = finish(killed)
+        assert code == -signal.SIGKILL, (point, err)
+        # Nothing it relied on moved, and its leases went with it: the next run completes.
+        assert _trees(home) == trees
+        args = ("bake", "demo/0.2", "--push", registry, "--json")
+        again = lifecycle(archive_project, *args, env=here)
+        code, out, err = finish(again)
+        assert code == 0, (point, err)
+        baked = json.loads(out)
+        assert {c["name"]: c["tree_digest"] for c in baked["caches"]} == trees
+        assert baked["provenance"] is not None and baked["image_record"]
+        booted = boot_demo(archive_project, "--baked")
+        assert booted["image_id"] == baked["image_id"] and booted["verdict"] == "warm-hit"
+    with _ledger(home) as conn:
+        bakes = conn.execute("SELECT COUNT(*) FROM bakes").fetchone()[0]
+    assert bakes >= len(BAKE_CRASH_POINTS)  # each completed run recorded its bake

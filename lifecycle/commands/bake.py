@@ -145,12 +145,15 @@ def _bake(
     del factors["cache_name"]  # the one factor that differs: each cache's own, in its entry
     labels = bake_labels(baked, engine_id, report.profile, at, factors)
     trees = {c.baked.name: c.host_path for c in chosen}
+    checkpoint = ctx.checkpoint()
     image_id = build_baked(client, tag, dockerfile(engine_id, baked, labels), trees, baked, ctx.say)
+    checkpoint("bake-built")
     bake = BakeRecord(
         image_id, tag, engine_labels["lifecycle.manifest.name"], digest, engine_id,
         report.profile, ctx.gpu_arch, labels["lifecycle.bake.caches"], at,
     )  # fmt: skip
     record_bake(ledger, bake)
+    checkpoint("bake-recorded")
     mcv = tuple(
         _mcv(ctx, client, c, tag, labels)
         for c in chosen
@@ -174,6 +177,7 @@ def _bake(
         pushed, record, not_recorded = publish(  # the Statement, and so does this home
             ctx, client, ledger, image_id, digest, tag, request.push, provenance
         )
+        checkpoint("bake-pushed")
         body = json.dumps(provenance(pushed), indent=2, sort_keys=True).encode()
         ledger.keep_evidence("bakes", ctx.home.provenance(image_id).name, body)
     return replace(
