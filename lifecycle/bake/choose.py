@@ -66,7 +66,12 @@ def choose(
     under its lease (the caller releases them; on an error here they are released)."""
     choices: list[Chosen | Refused] = []
     try:
-        _choose(ledger, home, caches, labels, manifest_digest, arch, verify, choices)
+        for name, declared in caches.items():
+            key = cache_key(key_factors(labels, name, manifest_digest, arch))
+            none = f"no cache of this image's key (arch {arch}) whose last boot ended ok: boot it"
+            choices.append(
+                _one(ledger, home, name, declared.path, key, verify) or Refused(name, none)
+            )
     except BaseException:
         release(choices)
         raise
@@ -80,36 +85,21 @@ def release(choices: Sequence[Chosen | Refused]) -> None:
             choice.lease.release()
 
 
-def _choose(
-    ledger: Ledger,
-    home: Home,
-    caches: Mapping[str, JitCache],
-    labels: Mapping[str, str],
-    manifest_digest: str,
-    arch: str,
-    verify: Verify,
-    choices: list[Chosen | Refused],
-) -> None:
-    for name, declared in caches.items():
-        key = cache_key(key_factors(labels, name, manifest_digest, arch))
-        candidates = warm_candidates(ledger, key)
-        if not candidates:
-            why = f"no cache of this image's key (arch {arch}) whose last boot ended ok: boot it"
-            choices.append(Refused(name, why))
-            continue
-        reasons = []
-        for cache in candidates:
-            lease = try_lease(home, cache.id)
-            unproven = _unproven(ledger, cache, verify) if lease else "in use: a boot holds it"
-            if lease is not None and unproven is None:
-                baked = _baked(ledger, cache, declared.path)
-                choices.append(Chosen(baked, Path(cache.host_path), lease))
-                break
-            if lease is not None:
-                lease.release()
-            reasons.append(f"{cache.id}: {unproven}")
-        else:
-            choices.append(Refused(name, reasons[0]))
+def _one(
+    ledger: Ledger, home: Home, name: str, path: str, key: str, verify: Verify
+) -> Chosen | Refused | None:
+    """The newest proven cache of `name` under `key`, taken under its lease; or why the newest
+    is not; None when there is no candidate at all."""
+    reasons = []
+    for cache in warm_candidates(ledger, key):
+        lease = try_lease(home, cache.id)
+        unproven = _unproven(ledger, cache, verify) if lease else "in use: a boot holds it"
+        if lease is not None and unproven is None:
+            return Chosen(_baked(ledger, cache, path), Path(cache.host_path), lease)
+        if lease is not None:
+            lease.release()
+        reasons.append(f"{cache.id}: {unproven}")
+    return Refused(name, reasons[0]) if reasons else None
 
 
 def _unproven(ledger: Ledger, cache: CacheRecord, verify: Verify) -> str | None:
