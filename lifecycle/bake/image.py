@@ -19,12 +19,14 @@ from typing import Any
 
 from lifecycle import __version__
 from lifecycle.boot.baked import (
+    ENGINE_LABEL,
     PROFILE_LABEL,
     BakedCache,
     BakedUnreadable,
     check_layer,
     layer_dirs,
 )
+from lifecycle.build.engine import send_build
 from lifecycle.build.plan import BAKED_LABEL
 from lifecycle.errors import AnswerNo
 
@@ -44,7 +46,7 @@ def bake_labels(
         BAKED_LABEL: json.dumps([asdict(c) for c in caches], sort_keys=True),
         "lifecycle.bake.key_factors": json.dumps(dict(factors), sort_keys=True),
         PROFILE_LABEL: profile,
-        "lifecycle.bake.engine": engine_image_id,
+        ENGINE_LABEL: engine_image_id,
         "lifecycle.bake.tool": f"lifecycle {__version__}",
         "org.opencontainers.image.created": created,
         "org.opencontainers.image.base.digest": engine_image_id,
@@ -75,22 +77,9 @@ def build_baked(
 ) -> str:
     """Build from `text` (the Dockerfile) and the `trees` (cache name -> host dir); the image
     id, once every cache's layer holds the tree it was baked from (else removed, refused)."""
-    image_id, error = None, None
-    for chunk in client.api.build(
-        fileobj=_context(text, trees),
-        custom_context=True,
-        tag=tag,
-        rm=True,
-        forcerm=True,
-        pull=False,
-        decode=True,
-    ):
-        for line in filter(str.strip, (chunk.get("stream") or "").splitlines()):
-            on_line(line)
-        image_id = (chunk.get("aux") or {}).get("ID") or image_id
-        error = chunk.get("error") or error
+    image_id, error = send_build(client, _context(text, trees), tag, on_line)
     if error or image_id is None:
-        raise AnswerNo(f"bake of {tag} failed: {str(error or 'dockerd gave no image id').strip()}")
+        raise AnswerNo(f"bake of {tag} failed: {error or 'dockerd gave no image id'}")
     attrs = client.images.get(image_id).attrs
     try:
         layers = layer_dirs(attrs)

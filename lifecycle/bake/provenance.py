@@ -12,7 +12,7 @@ from typing import Any
 
 from lifecycle import __version__
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.boot.baked import BakedCache
+from lifecycle.boot.baked import ENGINE_LABEL, BakedCache
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import baked_uses, boot_by_id, cache_uses
 from lifecycle.ledger.results import all_results
@@ -46,7 +46,7 @@ def statement(
 ) -> dict[str, Any]:
     """The Statement: `subjects` name -> sha256 hex of the baked image (its id; its registry
     digest once pushed); `labels` the engine image's (manifest digest, patches)."""
-    engine = labels.get("lifecycle.bake.engine", "")
+    engine = labels.get(ENGINE_LABEL, "")
     patches = int(labels.get("lifecycle.patch.count", "0"))
     dependencies = [
         {"name": "engine image", "digest": {"sha256": engine.removeprefix("sha256:")}},

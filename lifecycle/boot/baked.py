@@ -22,6 +22,7 @@ from lifecycle.fingerprint import Fingerprint, is_transient, scan
 from lifecycle.manifest.model import Manifest
 
 PROFILE_LABEL = "lifecycle.bake.profile"
+ENGINE_LABEL = "lifecycle.bake.engine"  # the engine image's id, which it was built FROM
 
 
 class BakedUnreadable(AnswerNo):
@@ -43,7 +44,11 @@ class BakedCache:
 
 def baked_caches(labels: Mapping[str, str]) -> list[BakedCache]:
     """The caches an image's label says are baked in; none for an image that is not baked."""
-    text = labels.get(BAKED_LABEL)
+    return parse_baked(labels.get(BAKED_LABEL))
+
+
+def parse_baked(text: str | None) -> list[BakedCache]:
+    """The caches of a bake, from its label's JSON (or the ledger's copy of it)."""
     if not text:
         return []
     try:

@@ -103,27 +103,16 @@ def build_image(
         record = _record(plan, started, time.monotonic() - clock, "up-to-date", existing.id)
         return _result(record_build(ledger, record), record, None)
     log_lines: list[str] = []
-    image_id, error = None, None
-    for chunk in client.api.build(
-        fileobj=_context_tar(plan),
-        custom_context=True,
-        tag=plan.tag,  # the labels are in the Dockerfile, as one LABEL instruction
-        rm=True,
-        forcerm=True,
-        pull=False,
-        # --force means "build it again", so every step runs and the log is complete evidence.
-        nocache=force,
-        decode=True,
-    ):
-        text = chunk.get("stream") or chunk.get("status") or ""
-        for line in filter(str.strip, text.splitlines()):
-            log_lines.append(line)
-            on_line(line)
-        if "aux" in chunk and "ID" in chunk["aux"]:
-            image_id = chunk["aux"]["ID"]
-        if "error" in chunk:
-            error = str(chunk["error"]).strip()
-            log_lines.append(f"ERROR: {error}")
+
+    def logged(line: str) -> None:
+        log_lines.append(line)
+        on_line(line)
+
+    # The labels are in the Dockerfile, as one LABEL instruction. --force means "build it
+    # again", so every step runs and the log is complete evidence.
+    image_id, error = send_build(client, _context_tar(plan), plan.tag, logged, nocache=force)
+    if error:
+        log_lines.append(f"ERROR: {error}")
     log = "\n".join(log_lines) + "\n"
     log_name = f"{started:%Y%m%dT%H%M%S}-{plan.digest[:12]}.log"
     log_path = ledger.keep_evidence("builds", log_name, log.encode())
@@ -135,6 +124,30 @@ def build_image(
         raise AnswerNo(f"build of {plan.manifest_file} failed: {reason}\nfull log: {log_path}")
     record = _record(plan, started, duration, "built", image_id, None, str(log_path))
     return _result(record_build(ledger, record), record, str(log_path))
+
+
+def send_build(
+    client: Any,
+    context: Any,
+    tag: str,
+    on_line: Callable[[str], None],
+    *,
+    nocache: bool = False,
+) -> tuple[str | None, str | None]:
+    """Send a build context (a tar, as a file or as an iterator of its bytes) to dockerd and
+    each line of its output to `on_line`; (the image id, dockerd's error), either None."""
+    image_id, error = None, None
+    for chunk in client.api.build(
+        fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True, pull=False,
+        nocache=nocache, decode=True,
+    ):  # fmt: skip
+        text = chunk.get("stream") or chunk.get("status") or ""
+        for line in filter(str.strip, text.splitlines()):
+            on_line(line)
+        image_id = (chunk.get("aux") or {}).get("ID") or image_id
+        if "error" in chunk:
+            error = str(chunk["error"]).strip()
+    return image_id, error
 
 
 def _explain_failure(lines: list[str], docker_error: str) -> str:

@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from lifecycle.archive.config import optional_location
+from lifecycle.archive.location import ArchiveLocation
 from lifecycle.bake.choose import Chosen, Refused, choose, release
 from lifecycle.bake.image import bake_labels, build_baked, dockerfile
 from lifecycle.bake.mcv import KINDS, build_mcv
@@ -14,7 +16,7 @@ from lifecycle.bake.provenance import measured_on, statement
 from lifecycle.boot.engine import engine_image
 from lifecycle.boot.spec import pick_profile
 from lifecycle.build.engine import Pushed
-from lifecycle.build.plan import image_tag, key_factors
+from lifecycle.build.plan import BAKED_LABEL, image_tag, key_factors
 from lifecycle.commands import verbs
 from lifecycle.commands.build import publish
 from lifecycle.commands.context import Context
@@ -111,6 +113,7 @@ def run(ctx: Context, request: verbs.Bake) -> BakeReport:
     profile = pick_profile(manifest, request.profile)
     digest = manifest_digest(loaded)
     tag = f"{image_tag(manifest.name, manifest.engine.vllm, digest)}-{profile}-baked"
+    where = optional_location(None, ctx.environ, ctx.project) if request.push else None
     services = connect_services(ctx.environ, ctx.say)
     client = ctx.docker() if services.docker is None else services.docker
     with ctx.ledger() as ledger:
@@ -123,7 +126,7 @@ def run(ctx: Context, request: verbs.Bake) -> BakeReport:
             report = BakeReport(request.version, profile, engine.id, tuple(choices), tag)
             if report.refused or request.dry_run:
                 return report
-            return _bake(ctx, request, client, ledger, report, engine.labels, digest)
+            return _bake(ctx, request, client, ledger, report, engine.labels, digest, where)
         finally:
             release(choices)  # the trees are in the image now, or nothing was built
 
@@ -136,6 +139,7 @@ def _bake(
     report: BakeReport,
     engine_labels: dict[str, str],
     digest: str,
+    where: ArchiveLocation | None,
 ) -> BakeReport:
     """Build, check each layer, record; the MCV images; the provenance, and the push."""
     chosen = [c for c in report.choices if isinstance(c, Chosen)]
@@ -150,7 +154,7 @@ def _bake(
     checkpoint("bake-built")
     bake = BakeRecord(
         image_id, tag, engine_labels["lifecycle.manifest.name"], digest, engine_id,
-        report.profile, ctx.gpu_arch, labels["lifecycle.bake.caches"], at,
+        report.profile, ctx.gpu_arch, labels[BAKED_LABEL], at,
     )  # fmt: skip
     record_bake(ledger, bake)
     checkpoint("bake-recorded")
@@ -175,7 +179,7 @@ def _bake(
     pushed, record, not_recorded = None, None, None
     if request.push is not None:  # recorded with the push: the archive's image record holds
         pushed, record, not_recorded = publish(  # the Statement, and so does this home
-            ctx, client, ledger, image_id, digest, tag, request.push, provenance
+            ctx, client, ledger, image_id, digest, tag, request.push, where, provenance
         )
         checkpoint("bake-pushed")
         body = json.dumps(provenance(pushed), indent=2, sort_keys=True).encode()

@@ -7,7 +7,7 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from lifecycle.boot.baked import PROFILE_LABEL, baked_caches
+from lifecycle.boot.baked import ENGINE_LABEL, PROFILE_LABEL, baked_caches
 from lifecycle.boot.engine import engine_image, existing_tag
 from lifecycle.boot.run import BootRequest, Watch, dry_run_spec
 from lifecycle.boot.spec import pick_profile
@@ -15,7 +15,7 @@ from lifecycle.build.plan import BAKED_LABEL, image_tag
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_NO, EXIT_OK, AnswerNo, LifecycleError
-from lifecycle.evidence.verdict import baked_recorded, recorded_uses, recorded_warmth
+from lifecycle.evidence.verdict import recorded_uses, recorded_warmth
 from lifecycle.flows import boot_then_accept
 from lifecycle.hooks import select
 from lifecycle.ledger import Ledger
@@ -66,7 +66,8 @@ class BootReport(Report):
         """(verdict, phrase): `warm-hit`, `warm`; `partial`, `warm (partial: 155.0 MiB
         written outside tracked caches)`; … (lifecycle.evidence.verdict)."""
         writes = [(w.path, w.bytes) for w in self.untracked]
-        return recorded_warmth([*recorded_uses(self.caches), *baked_recorded(self.baked)], writes)
+        uses = [*self.caches, *(use.as_use() for use in self.baked)]
+        return recorded_warmth(recorded_uses(uses), writes)
 
     @property
     def exit_code(self) -> int:
@@ -148,12 +149,7 @@ def request(
             client, ledger, digest, options.version, pull_from=pull_from, say=ctx.say
         )
         tag = existing_tag(built, tag)
-        image = {
-            "id": built.id,
-            "tags": built.tags,
-            "labels": built.labels,
-            "repo_digests": built.attrs.get("RepoDigests") or [],
-        }
+        image = _described(built)
     hooks = select(ctx.project / "hooks", options.hook_names)
     arch = ctx.gpu_arch  # part of the cache key: set LIFECYCLE_GPU_ARCH on GPU hosts
     made = BootRequest(
@@ -188,10 +184,19 @@ def _baked(
             f"no bake of {made.loaded.manifest.name} (digest {made.digest[:12]}), profile"
             f" {profile}, is on this Docker engine: `lifecycle bake` it (or `boot --baked --pull`)"
         )
-    labels = dict(found.labels or {})
-    image = {"id": found.id, "tags": found.tags, "labels": labels}
-    baked = tuple(baked_caches(labels))
+    image = _described(found)
+    baked = tuple(baked_caches(image["labels"]))
     return replace(made, image=image, image_tag=tag, profile=profile, baked=baked)
+
+
+def _described(image: Any) -> dict[str, Any]:
+    """An image as a boot records it: its id, tags, labels and registry digests."""
+    return {
+        "id": image.id,
+        "tags": image.tags,
+        "labels": dict(image.labels or {}),
+        "repo_digests": image.attrs.get("RepoDigests") or [],
+    }
 
 
 def _pull_bake(
@@ -213,7 +218,7 @@ def _pull_bake(
         labels = image.labels
         bake = BakeRecord(
             image.id, reference, made.loaded.manifest.name, made.digest,
-            labels.get("lifecycle.bake.engine", ""), profile, made.arch, labels[BAKED_LABEL], at,
+            labels.get(ENGINE_LABEL, ""), profile, made.arch, labels[BAKED_LABEL], at,
         )  # fmt: skip
         record_bake(ledger, bake)
         ctx.say(f"pulled {reference} ({found_in}): image {image.id}")

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from lifecycle import __version__, proc
 from lifecycle.archive.config import optional_location
+from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.record import publish_image
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.build.engine import BuildResult, Pushed, base_image_digest, build_image, push_image
@@ -110,8 +111,7 @@ def run(ctx: Context, request: verbs.Build) -> BuildReport | BuildPlanReport:
         return dry_run(ctx, loaded)
     push = request.push
     plan(ctx, loaded)  # refuses what cannot be built (an unconfirmed pin) before dockerd is asked
-    if push:
-        optional_location(None, ctx.environ, ctx.project)  # a bad location refused before a build
+    where = optional_location(None, ctx.environ, ctx.project) if push else None
     client = ctx.docker()  # its settings are checked before the ledger is made
     base = base_image_digest(client, loaded.manifest.engine.base_image)
     build_plan = plan(ctx, loaded, base)
@@ -121,8 +121,10 @@ def run(ctx: Context, request: verbs.Build) -> BuildReport | BuildPlanReport:
         )
         if not push:
             return BuildReport(result)
-        published = publish(ctx, client, ledger, result.image_id, result.digest, result.tag, push)
-    return BuildReport(result, *published)
+        pushed = publish(
+            ctx, client, ledger, result.image_id, result.digest, result.tag, push, where
+        )
+    return BuildReport(result, *pushed)
 
 
 def publish(
@@ -133,16 +135,16 @@ def publish(
     manifest_digest: str,
     tag: str,
     registry: str,
+    where: ArchiveLocation | None,
     provenance: Callable[[Pushed], dict[str, Any]] | None = None,
 ) -> tuple[Pushed, str | None, str | None]:
-    """Push the image to `registry`, record it by digest in the ledger and, when an archive is
-    set, in the archive (with the `provenance` of what was pushed, for a bake): (where it
-    went, the archive's record, why it is not recorded)."""
+    """Push the image to `registry`, record it by digest in the ledger and, with an archive
+    location, in the archive (with the `provenance` of what was pushed, for a bake): (where
+    it went, the archive's record, why it is not recorded)."""
     pushed = push_image(client, image_id, tag, registry)
     at = ctx.now().isoformat(timespec="seconds")
     row = RegistryImage(image_id, manifest_digest, pushed.reference, "pushed", at)
     record_registry_image(ledger, row)
-    where = optional_location(None, ctx.environ, ctx.project)
     if where is None:
         return pushed, None, None
     record = ImageRecordV1(

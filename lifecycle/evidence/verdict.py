@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, cast, get_args
 
 from lifecycle.evidence.layout import UntrackedSummary, summarize
-from lifecycle.ledger.boots import BakedUse, CacheUse
+from lifecycle.ledger.boots import CacheUse
 from lifecycle.table import human_bytes
 
 CacheVerdict = Literal["cold-compiled", "warm-hit", "mounted-but-missed", "unused", "empty"]
@@ -125,14 +125,6 @@ def recorded_warmth(
     summary = summarize(untracked) if untracked else None
     modes = {u.name: u.mode for u in uses}
     return judge_boot(judged, summary), describe_boot(judged, summary, modes)
-
-
-def baked_recorded(uses: Sequence[BakedUse]) -> list[RecordedUse]:
-    """Baked caches as `recorded_warmth` takes them: each judged as a warm cache."""
-    return [
-        RecordedUse(u.cache_name, "warm", u.verdict, u.files_written or 0, u.files_read)
-        for u in uses
-    ]
 
 
 def recorded_uses(uses: Sequence[CacheUse]) -> list[RecordedUse]:

@@ -34,8 +34,7 @@ from lifecycle.archive.record import load_as, named_by_content, pins_at, read_as
 from lifecycle.archive.run import ArchiveReport, archive_boot, archive_caches
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.archive.transfer import Progress
-from lifecycle.boot.baked import baked_caches
-from lifecycle.build.plan import BAKED_LABEL
+from lifecycle.boot.baked import parse_baked
 from lifecycle.errors import LifecycleError
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
@@ -338,7 +337,7 @@ def _baked_refs(ledger: Ledger, store: BlobStore, boot: BootRecord) -> list[dict
     """The versions of the caches baked into the boot's image, as its bake names them: each
     with its record where it is at this store's location."""
     bake = bake_of_image(ledger, boot.image_id)
-    baked = {c.cache_id: c for c in baked_caches({BAKED_LABEL: bake.caches} if bake else {})}
+    baked = {c.cache_id: c for c in parse_baked(bake.caches if bake else None)}
     refs = []
     for use in baked_uses(ledger, boot.id):
         cache = baked.get(use.cache_id)
