@@ -406,6 +406,12 @@ _SPILLS = (
     " sh]\n    network: none\n"
 )
 
+# Reads every file of its vLLM cache and prints nothing: an engine whose log names no path.
+_QUIET = (
+    '  quiet:\n    command: [sh, -c, \'find "$VLLM_CACHE_ROOT" -type f -exec cat {} + >'
+    " /dev/null']\n    engine: false\n    network: none\n"
+)
+
 # Names files and a dir after the secret (a hub cache keyed by a token might), contents clean.
 _LEAKY_NAME = (
     "  leaky-name:\n    command: [sh, -c, 'hub=$FLASHINFER_WORKSPACE_BASE/hub;"
@@ -449,8 +455,9 @@ def archive_project(
     """A demo project archiving to a fresh bucket at s3://BUCKET/test (LIFECYCLE_ARCHIVE), run
     from its root, with profiles `fails` (the engine exits 3), `leaky` (writes the HF_TOKEN
     secret into a cache file and prints it), `leaky-name` (names cache files after it),
-    `grows` (adds a file to every cache) and `spills` (compiles outside its caches)."""
-    profiles = _WITH_TOKEN + _FAILS + _LEAKY + _LEAKY_NAME + _GROWS + _SPILLS
+    `grows` (adds a file to every cache), `spills` (compiles outside its caches) and `quiet`
+    (reads its vLLM cache, logs nothing)."""
+    profiles = _WITH_TOKEN + _FAILS + _LEAKY + _LEAKY_NAME + _GROWS + _SPILLS + _QUIET
     root = _demo_root(tmp_path, profiles)
     monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
     monkeypatch.chdir(root)

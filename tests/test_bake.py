@@ -392,3 +392,21 @@ def test_a_bake_killed_at_any_step_is_completed_by_the_next_and_loses_nothing(
     with _ledger(home) as conn:
         bakes = conn.execute("SELECT COUNT(*) FROM bakes").fetchone()[0]
     assert bakes >= len(BAKE_CRASH_POINTS)  # each completed run recorded its bake
+
+
+def test_a_baked_boot_is_judged_by_what_it_read_when_its_log_names_nothing(
+    archive_project: Path, isolated_home: Path
+) -> None:
+    home = isolated_home / "lifecycle"
+    boot_demo(archive_project)
+    assert run_lifecycle(archive_project, "archive", "--all").exit_code == 0
+    code, baked = _bake(archive_project, "--profile", "quiet")
+    assert code == 0, baked
+    report = boot_demo(archive_project, "--baked", "--profile", "quiet")
+    assert Path(report["log_path"]).read_text().strip() == "", "the engine printed nothing"
+    used = {u["cache_name"]: u for u in report["baked"]}
+    with _ledger(home) as conn:
+        (files,) = conn.execute("SELECT files FROM caches WHERE cache_name = 'vllm'").fetchone()
+    assert used["vllm"]["verdict"] == "warm-hit" and used["vllm"]["files_read"] == files
+    assert {used[n]["verdict"] for n in NAMES if n != "vllm"} == {"unused"}
+    assert report["verdict"] == "warm-hit"
