@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence, Set
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -19,8 +20,11 @@ from lifecycle.archive.objects import Listing
 from lifecycle.archive.record import read_as, record_removal
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.boot.baked import baked_caches
+from lifecycle.errors import LifecycleError
 from lifecycle.faults import Checkpoint
 from lifecycle.formats import STORED_UNDER
+from lifecycle.home import Home
+from lifecycle.leases import exclusive_or
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.removal import (
     GcObject,
@@ -299,6 +303,21 @@ class _Marking:
 
 
 BATCH = 200  # objects per DeleteObjects and per journal transaction
+
+
+class GcBusy(LifecycleError):
+    """Another sweep of the archive holds this host's gc lock."""
+
+    exit_code = 1
+
+
+def gc_lock(home: Home) -> AbstractContextManager[None]:
+    """One sweep at a time per host (`gc --remote`, `apply`), refused at once rather than
+    queued: the holder may be waiting for a person's agreement, for as long as it takes."""
+    path = home.gc_lock
+    return exclusive_or(
+        path, lambda: GcBusy(f"another `gc --remote` or `apply` is running on this host ({path})")
+    )
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
 from lifecycle.fingerprint import scan
 from tests.archive_support import keys, read_json
-from tests.trust_support import PREFIX, cli, process, start
+from tests.trust_support import PREFIX, cli, home, process, start
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 POLICY = ("--keep-last", "1", "--older-than", "0s", "--grace", "0s")
@@ -282,3 +282,18 @@ def test_a_record_gc_cannot_read_stops_it_before_anything_is_removed(
     assert usage.exit_code == 2 and "only `gc --remote` exists" in usage.stderr
     usage = cli(archive_project, "gc", "--remote", "--keep-last", "0")
     assert usage.exit_code == 2 and "--keep-last must be at least 1" in usage.stderr
+
+
+def test_a_second_sweep_on_one_host_is_refused_at_once_not_queued(archive_project: Path) -> None:
+    """The lock's holder may wait for a person's yes for hours: a second `gc --remote` (a cron
+    job) or `apply` says so and ends, where it used to wait without a bound."""
+    from lifecycle.gc import gc_lock
+    from lifecycle.home import Home
+
+    with gc_lock(Home(home())):
+        for args in (("gc", "--remote", *POLICY, "--yes"), ("apply", "--yes")):
+            refused = process(archive_project, *args, timeout=60)
+            assert refused.returncode == 1, (args, refused.stderr)
+            assert "another `gc --remote` or `apply` is running on this host" in refused.stderr
+        looked = process(archive_project, "gc", "--remote", *POLICY, "--dry-run", timeout=60)
+        assert looked.returncode == 0, looked.stderr  # a dry run changes nothing: no lock

@@ -29,6 +29,7 @@ from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.gc import (
     GcPlan,
     Swept,
+    gc_lock,
     journal_plan,
     plan_gc,
     sweep,
@@ -174,7 +175,7 @@ def apply(ctx: Context, options: verbs.Apply) -> ApplyReport:
     location = optional_location(None, ctx.environ, ctx.project)
     services = connect_services(ctx.environ, ctx.say)
     checkpoint = ctx.checkpoint()
-    with ctx.ledger() as ledger, teardown_lock(ctx.home):
+    with ctx.ledger() as ledger, teardown_lock(ctx.home), gc_lock(ctx.home):
         made = converge(ctx, ledger, services, policy, location)
         if options.file is not None:
             _check_fresh(options.file, made)

@@ -2,12 +2,14 @@
 
 The plan is always shown first; nothing is removed without agreement (or --yes), and never in a
 dry run. A run stopped by a kill is completed by the next one at the same location, checked
-again first. Runs on one host take turns (a lock under LIFECYCLE_HOME).
+again first. One run at a time per host: a second is refused at once (a lock under
+LIFECYCLE_HOME); a dry run, which changes nothing, needs no lock.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -19,8 +21,16 @@ from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import LifecycleError
-from lifecycle.gc import GcPlan, Policy, Swept, journal_plan, plan_gc, sweep, take_snapshot
-from lifecycle.leases import exclusive
+from lifecycle.gc import (
+    GcPlan,
+    Policy,
+    Swept,
+    gc_lock,
+    journal_plan,
+    plan_gc,
+    sweep,
+    take_snapshot,
+)
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.removal import pins, unfinished_gc
 from lifecycle.policy.model import parse_duration
@@ -105,7 +115,7 @@ def run(ctx: Context, options: verbs.Gc) -> GcReport:
     location = resolve_location(options.source, ctx.environ, ctx.project, option="--from")
     store = BlobStore(ctx.s3(), location)
     checkpoint = ctx.checkpoint()
-    with ctx.ledger() as ledger, exclusive(ctx.home.gc_lock):
+    with ctx.ledger() as ledger, nullcontext() if options.dry_run else gc_lock(ctx.home):
         resumed: tuple[Swept, ...] = ()
         if not options.dry_run:
             stopped = unfinished_gc(ledger, location.url())
