@@ -72,3 +72,19 @@ def test_dry_run_of_a_profile_that_runs_another_program(repo_root: Path, tmp_pat
     assert result.exit_code == 0, result.output
     spec = json.loads(result.stdout)
     assert spec["command"] == ["python3", "-m", "bench", "--gpu-memory-utilization", "0.5"]
+
+
+def test_dry_run_of_a_baked_boot_mounts_nothing_and_names_the_bake(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    """A baked boot's caches are in the image's layers: its dry run showed host dirs to mount."""
+    manifests = str(repo_root / "manifests")
+    args = ["--manifests", manifests, "boot", "demo/0.2", "--baked", "--dry-run", "--json"]
+    result = CliRunner().invoke(cli, args, env={"LIFECYCLE_HOME": str(tmp_path / "home")})
+    assert result.exit_code == 0, result.output
+    spec = json.loads(result.stdout)
+    assert spec["image"].startswith("(the newest bake of demo "), spec["image"]
+    assert {m["mode"] for m in spec["mounts"]} == {"baked"}
+    assert {m["source"] for m in spec["mounts"]} == {"(a layer of the image)"}
+    assert spec["environment"]["VLLM_CACHE_ROOT"] == "/var/cache/lifecycle/vllm"
+    assert not (tmp_path / "home").exists()  # a dry run makes nothing

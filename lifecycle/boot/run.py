@@ -103,18 +103,26 @@ class _Progress:
         return "ok" if self.exit_code == 0 and not self.error else "failed"
 
 
-def dry_run_spec(request: BootRequest, host_env: Mapping[str, str]) -> ContainerSpec:
-    """The spec a boot would send, with placeholder host dirs; nothing is made or recorded."""
+def dry_run_spec(
+    request: BootRequest, host_env: Mapping[str, str], *, baked: bool = False
+) -> ContainerSpec:
+    """The spec a boot would send, with placeholder host dirs (`baked`: no dir, each cache in
+    a layer of the newest bake, which is looked up at boot); nothing is made or recorded."""
     manifest = request.loaded.manifest
     profile = pick_profile(manifest, request.profile)
     mode = "cold" if request.cold else "warm if a live cache matches, else cold"
+    image = request.image_tag
+    if baked:
+        image = f"(the newest bake of {manifest.name} {request.digest[:12]}, profile {profile})"
     mounts = [
         CacheMount(
             "(chosen at boot)", name, f"$LIFECYCLE_HOME/caches/{name}-…", c.path, c.env, mode
         )
+        if not baked
+        else CacheMount("(the bake's)", name, "(a layer of the image)", c.path, c.env, BAKED)
         for name, c in manifest.active_caches().items()
     ]
-    return _spec(request, profile, request.image_tag, mounts, host_env, "(dry run)")
+    return _spec(request, profile, image, mounts, host_env, "(dry run)")
 
 
 @dataclass(frozen=True)

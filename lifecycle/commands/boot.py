@@ -232,7 +232,7 @@ def run(ctx: Context, options: verbs.Boot) -> BootReport | BootSpecReport:
     """Boot once (then the profile's acceptance, if any); the boot as recorded. With --dry-run,
     the spec a boot would send; nothing is made, recorded or sent."""
     if options.dry_run:
-        spec = dry_run_spec(request(ctx, options, None, None), ctx.environ)
+        spec = dry_run_spec(request(ctx, options, None, None), ctx.environ, baked=options.baked)
         return BootSpecReport(spec.describe())
     client = ctx.docker()
     with ctx.ledger() as ledger:
