@@ -43,6 +43,12 @@ def _trees(home: Path) -> dict[str, str]:
         return dict(rows.fetchall())
 
 
+def _bakes_in_status(project: Path) -> list[tuple[str, str, bool | None]]:
+    """(profile, image id, on dockerd) of each newest bake `status` lists."""
+    shown = json.loads(run_lifecycle(project, "status", "--json").stdout)
+    return [(b["profile"], b["image_id"], b["on_dockerd"]) for b in shown["bakes"]]
+
+
 def _layer_file(docker_client: Any, image_id: str, cache_path: str) -> Path:
     """A file of the baked cache at `cache_path`, where dockerd keeps the image's layer."""
     data = docker_client.images.get(image_id).attrs["GraphDriver"]["Data"]
@@ -70,6 +76,7 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
 
     code, baked = _bake(archive_project, "--format", "mcv")
     assert code == 0, baked
+    assert _bakes_in_status(archive_project) == [("serve", baked["image_id"], True)]
     image = docker_client.images.get(baked["image_id"])
     # And, for the caches MCV knows, a cache-only image in its layout (docs/mcv.md).
     assert [m["cache"] for m in baked["mcv"]] == ["vllm", "triton"]
@@ -142,6 +149,7 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
     code, pushed = _bake(archive_project, "--push", registry)
     assert code == 0 and "@sha256:" in pushed["pushed_reference"] and pushed["image_record"]
     docker_client.images.remove(pushed["image_id"], force=True)
+    assert _bakes_in_status(archive_project) == [("serve", pushed["image_id"], False)]
     elsewhere: dict[str, str | None] = {"LIFECYCLE_HOME": str(isolated_home / "elsewhere")}
     far = boot_demo(archive_project, "--baked", "--pull", env=elsewhere)
     assert far["image_id"] == pushed["image_id"] and far["verdict"] == "warm-hit", far

@@ -1,7 +1,7 @@
 """`lifecycle status`: the one screen a release engineer reads in the morning. This host's
-caches per manifest (how many, how big, how many a warm boot would take), what the policy
-would do now (lifecycle.commands.converge), whether a night left production down, and the
-last night with its verdicts (from its report)."""
+caches per manifest (how many, how big, how many a warm boot would take), the newest bake of
+each manifest and profile, what the policy would do now (lifecycle.commands.converge), whether
+a night left production down, and the last night with its verdicts (from its report)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from lifecycle.commands.converge import Converge, converge
 from lifecycle.commands.teardown import connect_services
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger.boots import all_caches, not_reusable
+from lifecycle.ledger.builds import all_bakes
 from lifecycle.ledger.nights import newest_night, production_left_down
 from lifecycle.policy.model import read_policy
 from lifecycle.report import Report
@@ -32,6 +33,16 @@ class ManifestCaches:
 
 
 @dataclass(frozen=True)
+class NewestBake:
+    manifest: str
+    profile: str
+    image_id: str
+    tag: str
+    baked_at: str
+    on_dockerd: bool | None  # None: dockerd was not asked (it did not answer)
+
+
+@dataclass(frozen=True)
 class StatusReport(Report):
     FORMAT: ClassVar[str] = "lifecycle-status/1"
     caches: list[ManifestCaches]
@@ -39,11 +50,13 @@ class StatusReport(Report):
     policy_problem: str | None  # why the policy could not be evaluated
     production: str  # up | down since …
     night: dict[str, Any] | None = field(default=None)  # the last night, from its report
+    bakes: list[NewestBake] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "format": self.FORMAT,
             "caches": [vars(m) for m in self.caches],
+            "bakes": [vars(b) for b in self.bakes],
             "policy": self.policy,
             "policy_problem": self.policy_problem,
             "production": self.production,
@@ -56,6 +69,12 @@ class StatusReport(Report):
             for m in self.caches
         ]
         lines = [render(["MANIFEST", "CACHES", "SIZE", "WARM-READY"], rows).rstrip("\n")]
+        for bake in self.bakes:
+            where = "; no longer on dockerd" if bake.on_dockerd is False else ""
+            lines.append(
+                f"bake {bake.manifest} {bake.profile}: {bake.tag} ({bake.image_id[:19]}),"
+                f" baked {bake.baked_at}{where}"
+            )
         if self.policy is not None:
             done = ", ".join(f"{n} {what}" for what, n in self.policy.items() if n)
             lines.append(f"policy: {done or 'nothing to do'}" + ("; `lifecycle plan`" * bool(done)))
@@ -85,18 +104,33 @@ def run(ctx: Context, options: verbs.Status) -> StatusReport:
                 was.manifest, was.caches + 1, was.bytes + (cache.bytes or 0),
                 was.warm_ready + (cache.id not in passed_over),
             )  # fmt: skip
-        counts, problem = None, None
+        counts, problem, images = None, None, None
+        services = connect_services(ctx.environ)
         try:
-            made = converge(ctx, ledger, connect_services(ctx.environ), policy, location)
+            made = converge(ctx, ledger, services, policy, location)
             counts, problem = _counted(made), "; ".join(made.caches.unreachable) or None
+            if services.docker is not None:  # the plan's images: every engine image and bake
+                images = {image.id for image in made.caches.images}
         except LifecycleError as exc:
             problem = str(exc)
+        newest = {(b.manifest_name, b.profile): b for b in all_bakes(ledger)}  # oldest first
+        bakes = [
+            NewestBake(
+                b.manifest_name,
+                b.profile,
+                b.image_id,
+                b.tag,
+                b.baked_at,
+                on_dockerd=None if images is None else b.image_id in images,
+            )
+            for _, b in sorted(newest.items())
+        ]
         down = production_left_down(ledger)
         production = f"down since {down[-1].at} (night {down[-1].night_id})" if down else "up"
         night = newest_night(ledger)
     return StatusReport(
         sorted(per.values(), key=lambda m: m.manifest), counts, problem, production,
-        _night(ctx, night.id, night.plan_name) if night else None,
+        _night(ctx, night.id, night.plan_name) if night else None, bakes,
     )  # fmt: skip
 
 
