@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lifecycle.errors import LifecycleError
 from lifecycle.parallel import pool_map
-from lifecycle.redact import mask_paths
+from lifecycle.redact import is_masked, mask_link, mask_paths
 
 CHUNK = 1 << 20  # read size; also the largest file read in one go
 # Small files go to the pool in batches, not one task each; bench/README.md has the figures.
@@ -167,9 +167,9 @@ def scan(
     """Fingerprint the tree under `root`; with `previous`, unchanged files are not read again.
 
     An unchanged tree gives back `previous` itself. `workers` threads hash (default: one per CPU).
-    A path holding one of the `secrets`' values (name -> value), or shaped like a path
-    `masked_like` (default: `previous`) masked, is masked (lifecycle.redact): its real
-    name is in no fingerprint.
+    A path or link target holding one of the `secrets`' values (name -> value), or shaped
+    like one `masked_like` (default: `previous`) masked, is masked (lifecycle.redact): its
+    real text is in no fingerprint.
     """
     # The root itself may be a symlink (a cache dir moved to a bigger disk); nothing below it is.
     if not root.exists():
@@ -193,10 +193,16 @@ def scan(
         secrets or {},
         () if like is None else ((e.path, e.inode) for e in like.entries),
     )
+    # A link target holding a secret's value is masked as a name is (lifecycle.redact).
+    links_before = {
+        e.path: e.link for e in (like.entries if like else ()) if e.link and is_masked(e.link)
+    }
     entries: list[Entry] = []
     stale: list[tuple[int, str]] = []  # position in `entries` and real path of files to hash
     for real, st, link in walked:
         path = masked.get(real, real)
+        if link is not None and (secrets or path in links_before):
+            link = mask_link(link, secrets or {}, links_before.get(path))
         mode = st.st_mode & 0o7777
         kind = _KINDS.get(stat.S_IFMT(st.st_mode), "other")
         size = st.st_size if kind == "file" else 0

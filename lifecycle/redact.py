@@ -241,6 +241,16 @@ def mask_paths(
     return masked
 
 
+def mask_link(target: str, secrets: Mapping[str, str], masked_before: str | None = None) -> str:
+    """A symlink's target as a fingerprint keeps it: each of the `secrets`' values replaced by
+    its placeholder, as in a name. A target the previous scan masked (`masked_before`) that
+    still fits that mask keeps it: a scan without the secrets finds the tree it recorded."""
+    if masked_before and is_masked(masked_before) and _pattern(masked_before)[0].fullmatch(target):
+        return masked_before
+    values = {name: value for name, value in secrets.items() if value}
+    return redact_values(target, values) if values else target
+
+
 def _found_again(
     walked: Iterable[tuple[str, int]], before: Mapping[int, str]
 ) -> set[tuple[str, str]]:

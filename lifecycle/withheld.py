@@ -66,3 +66,13 @@ def withheld_files(fingerprint: Fingerprint, tainted: Iterable[TaintedFile]) -> 
         if reasons:
             withheld.append(Withheld(entry.path, entry.sha256, "; ".join(reasons)))
     return withheld
+
+
+def masked_links(fingerprint: Fingerprint) -> list[str]:
+    """The symlinks of `fingerprint` whose name or target held a secret's value: masked there,
+    so no restore can make them and no archive holds what they were; in path order."""
+    return [
+        e.path
+        for e in fingerprint.entries
+        if e.kind == "symlink" and (is_masked(e.path) or is_masked(e.link or ""))
+    ]

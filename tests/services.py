@@ -421,6 +421,14 @@ _LEAKY_NAME = (
     "    secrets: [HF_TOKEN]\n    network: none\n"
 )
 
+# Points a link of its FlashInfer cache at a path holding the secret (a hub's `current`).
+_LEAKY_LINK = (
+    '  leaky-link:\n    command: [sh, -c, \'hub=$FLASHINFER_WORKSPACE_BASE/hub; mkdir -p "$hub";'
+    ' ln -sfn "/models/$HF_TOKEN/snapshot" "$hub/current";'
+    ' exec python3 -m demollm.serve "$@"\', sh]\n'
+    "    secrets: [HF_TOKEN]\n    network: none\n"
+)
+
 
 def demo_copy(root: Path) -> Path:
     """A project at `root` with a copy of the demo manifests (0.1 and 0.2) and no hooks."""
@@ -455,9 +463,11 @@ def archive_project(
     """A demo project archiving to a fresh bucket at s3://BUCKET/test (LIFECYCLE_ARCHIVE), run
     from its root, with profiles `fails` (the engine exits 3), `leaky` (writes the HF_TOKEN
     secret into a cache file and prints it), `leaky-name` (names cache files after it),
+    `leaky-link` (points a symlink at a path holding it),
     `grows` (adds a file to every cache), `spills` (compiles outside its caches) and `quiet`
     (reads its vLLM cache, logs nothing)."""
-    profiles = _WITH_TOKEN + _FAILS + _LEAKY + _LEAKY_NAME + _GROWS + _SPILLS + _QUIET
+    profiles = _WITH_TOKEN + _FAILS + _LEAKY + _LEAKY_NAME + _LEAKY_LINK + _GROWS + _SPILLS
+    profiles += _QUIET
     root = _demo_root(tmp_path, profiles)
     monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
     monkeypatch.chdir(root)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import subprocess
 from pathlib import Path
@@ -136,6 +137,44 @@ def test_a_secret_in_a_file_name_is_nowhere_but_the_engines_own_cache(
     for done in outputs:
         assert done.returncode == 0, done.stdout + done.stderr
     for done in [*outputs, explained]:
+        assert token not in done.stdout + done.stderr
+
+
+def test_a_secret_in_a_link_target_is_nowhere_but_the_engines_own_cache(
+    archive_project: Path, s3_client: Any, s3_bucket: str
+) -> None:
+    # The engine (profile `leaky-link`) points a symlink of its FlashInfer cache at a path
+    # holding the token. A fingerprint keeps link targets, and archive records keep
+    # fingerprints: the target reached S3 whole while names were masked.
+    token = f"q{secrets.token_hex(20)}"
+    env = {"HF_TOKEN": token}
+    outputs = [process(archive_project, "boot", "demo/0.2", "--profile", "leaky-link", env=env)]
+    flashinfer = next(c for c in caches().values() if c.cache_name == "flashinfer")
+    link = Path(flashinfer.host_path) / "hub/current"
+    assert link.is_symlink() and token in str(link.readlink())  # the engine's own, here
+    outputs.append(process(archive_project, "boot", "demo/0.2", "--json", env=env))
+    assert json.loads(outputs[-1].stdout)["passed_over"] == []  # the mask carried: no damage
+    outputs.append(process(archive_project, "archive", "--all", "--with-content", env=env))
+    outputs.append(process(archive_project, "verify", flashinfer.id, env=env))
+    outputs.append(process(archive_project, "teardown", "--dry-run", env=env))
+    for done in outputs:
+        assert done.returncode == 0, done.stdout + done.stderr
+    needle = token.encode()
+    for key, body in _objects(s3_client, s3_bucket):
+        assert needle not in key.encode() and needle not in body, key
+    for path in home().rglob("*"):
+        if not path.is_relative_to(home() / "caches"):
+            assert not path.is_file() or needle not in path.read_bytes(), path
+    assert "hub/current" in outputs[-1].stdout  # kept: no archive holds where it points
+
+    outputs.append(process(archive_project, "teardown", "--yes", env=env))
+    assert link.is_symlink()
+    outputs.append(process(archive_project, "teardown", "--drop-withheld", "--yes", env=env))
+    outputs.append(process(archive_project, "restore", flashinfer.id, "--json", env=env))
+    assert json.loads(outputs[-1].stdout)["withheld"] == ["hub/current"]
+    assert not os.path.lexists(link)  # never made: its target was never kept
+    for done in outputs:
+        assert done.returncode == 0, done.stdout + done.stderr
         assert token not in done.stdout + done.stderr
 
 

@@ -11,7 +11,7 @@ from lifecycle.archive.restore import restorable
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.ledger.boots import TaintedFile
 from lifecycle.redact import is_masked, mask_paths, secrets_in_path
-from lifecycle.withheld import Withheld, secrets_in_cache, withheld_files
+from lifecycle.withheld import Withheld, masked_links, secrets_in_cache, withheld_files
 
 TOKEN = f"q{secrets.token_hex(20)}"
 HOLDER = "<redacted:HF_TOKEN>"
@@ -106,3 +106,38 @@ def test_what_no_archive_takes_and_no_restore_makes(tmp_path: Path) -> None:
         "B",
         "HF_TOKEN",
     ]
+
+
+def test_a_link_target_holding_the_value_is_masked_and_its_link_never_made(
+    tmp_path: Path,
+) -> None:
+    """A symlink's target is kept in the fingerprint (and so in every archive record): one
+    naming the secret's value reached S3 whole while names were masked."""
+    root = tmp_path / "cache"
+    (root / "hub").mkdir(parents=True)
+    (root / "hub/current").symlink_to(f"/models/{TOKEN}/snapshot")
+    (root / "hub/plain").symlink_to("/models/main/snapshot")
+    found = scan(root, secrets={"HF_TOKEN": TOKEN})
+    links = {e.path: e.link for e in found.entries if e.kind == "symlink"}
+    assert links == {
+        "hub/current": f"/models/{HOLDER}/snapshot",
+        "hub/plain": "/models/main/snapshot",
+    }
+    assert TOKEN not in found.to_json()
+    kept = Fingerprint.from_json(found.to_json())
+    assert scan(root, kept) is kept  # a scan that does not know the value: the same tree
+    assert scan(root, masked_like=kept).tree_digest == kept.tree_digest  # re-hashed in full
+    # Pointed elsewhere (no value in it), it is a change; the new target is kept as it is.
+    (root / "hub/current").unlink()
+    (root / "hub/current").symlink_to("/models/main/other")
+    moved = scan(root, kept)
+    assert moved.tree_digest != kept.tree_digest
+    assert {e.path: e.link for e in moved.entries}["hub/current"] == "/models/main/other"
+    # No restore makes it (its target was never kept), nor a link whose name held the value.
+    (root / f"hub/{TOKEN}.link").symlink_to("plain")
+    (root / "hub/current").unlink()
+    (root / "hub/current").symlink_to(f"/models/{TOKEN}/snapshot")
+    both = scan(root, secrets={"HF_TOKEN": TOKEN})
+    assert masked_links(both) == [f"hub/{HOLDER}.link", "hub/current"]
+    made = {e.path for e in restorable(both, set(masked_links(both))).entries}
+    assert made == {"hub", "hub/plain"}

@@ -34,6 +34,7 @@ from lifecycle.records import CacheRecordV1, CacheVersion
 from lifecycle.redact import is_masked
 from lifecycle.report import Report
 from lifecycle.table import human_bytes
+from lifecycle.withheld import masked_links
 
 # Permission bits a restore keeps: never setuid, setgid or sticky, never writable by others.
 SAFE_MODES = 0o775
@@ -55,7 +56,7 @@ class RestoreReport(Report):
     known: bool  # the ledger knew the cache (else its row was made from the record)
     already_present: bool  # the cache dir already held exactly the archived tree
     record: str = ""  # s3:// URL of the version record it was restored from
-    withheld: tuple[str, ...] = ()  # files the archive left out (they held a secret's value)
+    withheld: tuple[str, ...] = ()  # files and links the archive left out (a secret's value)
     modes_masked: tuple[str, ...] = ()  # entries restored without setuid/setgid/sticky/o+w
     beside: bool = False  # --into: a dir of its own beside the cache; cache and ledger untouched
 
@@ -118,7 +119,7 @@ def restore_cache(
         local = {"host_path": str(target), "state": "live", "in_use_by": None}
         new_row = None if known else CacheRecord(**{**asdict(document.cache), **local})
         archived = _fetch_fingerprint(store, document)
-        withheld = {item.path for item in document.withheld}
+        withheld = _left_out(document, archived)
         wanted = restorable(archived, withheld)
         present = _already_there(target, wanted)
         restored = present or _rebuild(store, wanted, placements(document), target, workers, say)
@@ -168,7 +169,7 @@ def restore_beside(
     try:
         relative, document = _version_with_files(store, cache_id, tree)
         archived = _fetch_fingerprint(store, document)
-        withheld = {item.path for item in document.withheld}
+        withheld = _left_out(document, archived)
         wanted = restorable(archived, withheld)
         say = progress or (lambda line: None)
         restored = _rebuild(store, wanted, placements(document), into, workers, say)
@@ -318,6 +319,12 @@ def _remember_legacy(ledger: Ledger, store: BlobStore, cache_id: str) -> None:
         len(document.blobs), 0, document.archived_at, verified_at=None,
     )  # fmt: skip
     remember_archive(ledger, archive)
+
+
+def _left_out(document: CacheVersion | CacheRecordV1, archived: Fingerprint) -> set[str]:
+    """What a restore does not make: the files the archive withheld, and the symlinks whose
+    name or target held a secret's value (masked in the fingerprint)."""
+    return {item.path for item in document.withheld} | set(masked_links(archived))
 
 
 def restorable(archived: Fingerprint, withheld: Collection[str]) -> Fingerprint:

@@ -30,7 +30,7 @@ from lifecycle.ledger.boots import (
     warm_candidates,
 )
 from lifecycle.manifest.model import JitCache
-from lifecycle.withheld import withheld_files
+from lifecycle.withheld import masked_links, withheld_files
 
 Verify = Callable[[ArchiveRecord], VerifiedRecord]
 
@@ -118,6 +118,8 @@ def _unproven(ledger: Ledger, cache: CacheRecord, verify: Verify) -> str | None:
     withheld = withheld_files(previous, tainted_files(ledger, cache.id))
     if withheld:
         return f"{len(withheld)} files withheld from the archive (a secret's value): never baked"
+    if links := masked_links(previous):
+        return f"symlinks name a secret's value ({', '.join(links[:3])}): never baked"
     archive = archive_of(ledger, cache.id)
     if archive is None or archive.tree_digest != cache.tree_digest:
         return "its tree is not archived: `lifecycle archive` it first"

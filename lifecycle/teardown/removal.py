@@ -25,7 +25,7 @@ from lifecycle.leases import CacheLease, exclusive_or
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord, TaintedFile
 from lifecycle.ledger.removal import TeardownStep, record_step, steps_of
-from lifecycle.withheld import withheld_files
+from lifecycle.withheld import masked_links, withheld_files
 
 FINAL_STEPS = ("done", "refused")
 
@@ -181,7 +181,8 @@ def withheld_paths(tree: Tree | None, tainted: Sequence[TaintedFile]) -> list[st
     run had begun removing it, having checked this first; or it cannot be, which keeps it)."""
     if tree is None or tree.fingerprint is None:
         return []
-    return [w.path for w in withheld_files(tree.fingerprint, tainted)]
+    found = [w.path for w in withheld_files(tree.fingerprint, tainted)]
+    return sorted(found + masked_links(tree.fingerprint))
 
 
 def withheld_reason(paths: Sequence[str]) -> str:
