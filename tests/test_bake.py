@@ -256,8 +256,15 @@ def test_a_partial_failed_unverified_or_withheld_cache_is_never_baked(
     assert run_lifecycle(archive_project, "archive", "--all").exit_code == 0  # heals it
     assert _bake(archive_project, "--dry-run")[0] == 0
 
-    # A file named after a secret's value is withheld from the archive: never baked either.
+    # A link pointing at a path that holds a secret's value: the layer would hold it whole.
     env: dict[str, str | None] = {"HF_TOKEN": "hf_bakedsecret123456"}
+    boot_demo(archive_project, "--profile", "leaky-link", env=env)
+    assert run_lifecycle(archive_project, "archive", "--all").exit_code == 0
+    code, refused = _bake(archive_project, "--dry-run")
+    by_name = {c["name"]: c for c in refused["caches"]}
+    assert code == 1 and "symlinks name a secret's value" in by_name["flashinfer"]["refused"]
+
+    # A file named after a secret's value is withheld from the archive: never baked either.
     boot_demo(archive_project, "--profile", "leaky-name", env=env)
     assert run_lifecycle(archive_project, "archive", "--all").exit_code == 0
     code, refused = _bake(archive_project)
