@@ -189,7 +189,7 @@ def child(tool: str, kw: dict[str, Any]) -> None:
         return crt_upload(env, Path(kw["tree"]), bucket, prefix)
     from lifecycle.archive import run, store
     from lifecycle.archive.location import ArchiveLocation
-    from lifecycle.archive.location import s3_client as lifecycle_client
+    from lifecycle.archive.objects import s3_client as lifecycle_client
     from lifecycle.archive.restore import restore_cache, restore_file
     from lifecycle.home import Home
     from lifecycle.ledger import Ledger

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from lifecycle.archive.location import ArchiveLocation, s3_client
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.objects import s3_client
 from lifecycle.archive.store import BlobStore
 from lifecycle.fingerprint import Fingerprint, scan
 from tests.archive_support import verify_key

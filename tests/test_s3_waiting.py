@@ -18,13 +18,14 @@ from botocore.exceptions import (
 )
 from urllib3.exceptions import ProtocolError
 
-from lifecycle.archive.location import ArchiveLocation, s3_client
+from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.objects import (
     ASK_AGAIN_AFTER_S,
     NotAskedAgain,
     ObjectStore,
     Patience,
     S3Unavailable,
+    s3_client,
     waited_out,
 )
 from tests.silent_servers import SilentRelay, silent_listener

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from lifecycle.archive.location import ArchiveLocation, s3_client
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.objects import s3_client
 from lifecycle.archive.store import ArchiveError, BlobStore, b64_sha256
 
 pytestmark = pytest.mark.s3

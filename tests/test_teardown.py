@@ -462,7 +462,8 @@ def _journal(cache_id: str) -> list[TeardownStep]:
 
 def _archive(bucket: str, cache_ids: list[str]) -> None:
     """Archive through the archive package (`lifecycle archive` does the same)."""
-    from lifecycle.archive.location import ArchiveLocation, s3_client
+    from lifecycle.archive.location import ArchiveLocation
+    from lifecycle.archive.objects import s3_client
     from lifecycle.archive.run import archive_caches
 
     ledger = Ledger.open(_home())

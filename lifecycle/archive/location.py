@@ -1,17 +1,13 @@
-"""Where the archive lives (`s3://BUCKET/PREFIX`) and the S3 client that reaches it."""
+"""Where the archive lives: `s3://BUCKET/PREFIX`, checked as S3 would check it."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 from lifecycle.errors import LifecycleError
 
-S3_CONNECT_TIMEOUT_S = 5.0
-S3_READ_TIMEOUT_S = 20.0
 MAX_PREFIX_BYTES = 512  # S3 keys are at most 1024 bytes; the rest is the archive's layout
 _BUCKET_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-")
 _IP_ADDRESS = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$")
@@ -93,57 +89,3 @@ def endpoint_problem(url: str) -> str | None:
     if port == 0:
         return "port 0"
     return None
-
-
-def s3_client(environ: Mapping[str, str], on_slow: Callable[[str], None] | None = None) -> Any:
-    """A boto3 S3 client from the normal credential chain; AWS_ENDPOINT_URL for other servers.
-
-    Time limits, so that a server that accepts connections and never answers fails a command
-    within two timeouts: connect within 5 s, each response within LIFECYCLE_S3_TIMEOUT
-    (default 20 s), two attempts per request, and none more for a while once one attempt ran
-    out of time (lifecycle.archive.objects). `on_slow` is told when a request has waited
-    SLOW_AFTER_S for its answer, so a long wait is never silent.
-    """
-    import boto3  # imported here: start-up of other verbs must not pay for boto3
-    from botocore.config import Config
-    from botocore.exceptions import BotoCoreError
-
-    from lifecycle.archive.objects import Patience, tell_when_slow
-    from lifecycle.dockerd import seconds_from
-
-    endpoint = environ.get("AWS_ENDPOINT_URL")
-    problem = endpoint_problem(endpoint) if endpoint else None
-    if problem:
-        raise LifecycleError(f"AWS_ENDPOINT_URL={endpoint!r}: {problem}")
-    config = Config(
-        s3={
-            # Path-style for non-AWS endpoints: bucket host names do not resolve on 127.0.0.1.
-            "addressing_style": "path" if endpoint else "auto",
-            # Over plain http botocore would otherwise read and sha256 every body once more for
-            # the signature. Every PUT here carries ChecksumSHA256, a signed header the server
-            # checks the body against (BadDigest), which is what https already relies on.
-            "payload_signing_enabled": False,
-        },
-        retries={"total_max_attempts": 2, "mode": "standard"},
-        connect_timeout=S3_CONNECT_TIMEOUT_S,
-        read_timeout=seconds_from(environ, "LIFECYCLE_S3_TIMEOUT", S3_READ_TIMEOUT_S),
-        max_pool_connections=32,
-    )
-    # A session of its own: boto3's default session keeps the first credentials it found
-    # for the whole process, and the environment given here must win.
-    try:
-        session = boto3.session.Session(
-            aws_access_key_id=environ.get("AWS_ACCESS_KEY_ID"),
-            aws_secret_access_key=environ.get("AWS_SECRET_ACCESS_KEY"),
-            aws_session_token=environ.get("AWS_SESSION_TOKEN"),
-            region_name=environ.get("AWS_DEFAULT_REGION") or environ.get("AWS_REGION"),
-            profile_name=environ.get("AWS_PROFILE"),
-        )
-        client = session.client("s3", endpoint_url=endpoint or None, config=config)
-    except (BotoCoreError, ValueError) as exc:  # a profile, a region that cannot be
-        raise LifecycleError(f"cannot make an S3 client: {exc}") from None
-    # First: a request refused unsent is not waited for, so it starts no slow-teller's timer.
-    Patience(endpoint or client.meta.endpoint_url, config.read_timeout).watch(client)
-    if on_slow is not None:
-        tell_when_slow(client, on_slow, config.read_timeout)
-    return client

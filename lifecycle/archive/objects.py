@@ -1,7 +1,8 @@
 """The archive's objects in S3, one at a time: created once (ChecksumSHA256 and `If-None-Match:
 *`; a 412 is read back, the same bytes being success), read, listed, deleted by gc; and the
-client's patience: an attempt that ran out of time is not tried again, and for
-ASK_AGAIN_AFTER_S no new request is sent. Why: docs/bucket.md, docs/time-limits.md.
+client that reaches them, with its patience: an attempt that ran out of time is not tried
+again, and for ASK_AGAIN_AFTER_S no new request is sent. Why: docs/bucket.md,
+docs/time-limits.md.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import hashlib
 import io
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, BinaryIO
@@ -24,8 +25,8 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from lifecycle.archive.location import ArchiveLocation
-from lifecycle.errors import EXIT_ENVIRONMENT, AnswerNo
+from lifecycle.archive.location import ArchiveLocation, endpoint_problem
+from lifecycle.errors import EXIT_ENVIRONMENT, AnswerNo, LifecycleError
 
 READ_CHUNK = 1 << 20
 # Records and fingerprints are read whole into memory, so never past this. A cache version's
@@ -41,6 +42,8 @@ _EXISTS = ("PreconditionFailed", "412")
 _RACING = ("ConditionalRequestConflict", "409")  # AWS: another conditional PUT in flight
 _UNSUPPORTED = ("NotImplemented", "501")
 DELETE_BATCH = 1000  # keys per DeleteObjects request (S3's maximum)
+S3_CONNECT_TIMEOUT_S = 5.0
+S3_READ_TIMEOUT_S = 20.0
 SLOW_AFTER_S = 5.0
 ASK_AGAIN_AFTER_S = 60.0
 
@@ -415,3 +418,56 @@ def tell_when_slow(client: Any, on_slow: Callable[[str], None], limit: float) ->
 
     client.meta.events.register("before-send.s3", sent)
     client.meta.events.register("needs-retry.s3", answered)
+
+
+def s3_client(environ: Mapping[str, str], on_slow: Callable[[str], None] | None = None) -> Any:
+    """A boto3 S3 client from the normal credential chain; AWS_ENDPOINT_URL for other servers.
+
+    Time limits, so that a server that accepts connections and never answers fails a command
+    within two timeouts: connect within 5 s, each response within LIFECYCLE_S3_TIMEOUT
+    (default 20 s), two attempts per request, and none more for a while once one attempt ran
+    out of time (lifecycle.archive.objects). `on_slow` is told when a request has waited
+    SLOW_AFTER_S for its answer, so a long wait is never silent.
+    """
+    import boto3  # imported here: start-up of other verbs must not pay for boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError
+
+    from lifecycle.dockerd import seconds_from
+
+    endpoint = environ.get("AWS_ENDPOINT_URL")
+    problem = endpoint_problem(endpoint) if endpoint else None
+    if problem:
+        raise LifecycleError(f"AWS_ENDPOINT_URL={endpoint!r}: {problem}")
+    config = Config(
+        s3={
+            # Path-style for non-AWS endpoints: bucket host names do not resolve on 127.0.0.1.
+            "addressing_style": "path" if endpoint else "auto",
+            # Over plain http botocore would otherwise read and sha256 every body once more for
+            # the signature. Every PUT here carries ChecksumSHA256, a signed header the server
+            # checks the body against (BadDigest), which is what https already relies on.
+            "payload_signing_enabled": False,
+        },
+        retries={"total_max_attempts": 2, "mode": "standard"},
+        connect_timeout=S3_CONNECT_TIMEOUT_S,
+        read_timeout=seconds_from(environ, "LIFECYCLE_S3_TIMEOUT", S3_READ_TIMEOUT_S),
+        max_pool_connections=32,
+    )
+    # A session of its own: boto3's default session keeps the first credentials it found
+    # for the whole process, and the environment given here must win.
+    try:
+        session = boto3.session.Session(
+            aws_access_key_id=environ.get("AWS_ACCESS_KEY_ID"),
+            aws_secret_access_key=environ.get("AWS_SECRET_ACCESS_KEY"),
+            aws_session_token=environ.get("AWS_SESSION_TOKEN"),
+            region_name=environ.get("AWS_DEFAULT_REGION") or environ.get("AWS_REGION"),
+            profile_name=environ.get("AWS_PROFILE"),
+        )
+        client = session.client("s3", endpoint_url=endpoint or None, config=config)
+    except (BotoCoreError, ValueError) as exc:  # a profile, a region that cannot be
+        raise LifecycleError(f"cannot make an S3 client: {exc}") from None
+    # First: a request refused unsent is not waited for, so it starts no slow-teller's timer.
+    Patience(endpoint or client.meta.endpoint_url, config.read_timeout).watch(client)
+    if on_slow is not None:
+        tell_when_slow(client, on_slow, config.read_timeout)
+    return client

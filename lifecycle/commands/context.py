@@ -67,7 +67,7 @@ class Context:
 
     def s3(self) -> Any:
         """A boto3 S3 client whose long waits are told through `say` (lifecycle.archive)."""
-        from lifecycle.archive.location import s3_client
+        from lifecycle.archive.objects import s3_client
 
         return s3_client(self.environ, self.say)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from lifecycle.archive.config import optional_location, resolve_location
-from lifecycle.archive.location import s3_client
+from lifecycle.archive.objects import s3_client
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError

@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lifecycle.archive.catalog import Best, best_versions
-from lifecycle.archive.location import ArchiveLocation, s3_client
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.objects import s3_client
 from lifecycle.archive.record import pushed_images
 from lifecycle.archive.restore import restore_cache
 from lifecycle.archive.store import BlobStore
