@@ -426,7 +426,7 @@ def s3_client(environ: Mapping[str, str], on_slow: Callable[[str], None] | None 
     Time limits, so that a server that accepts connections and never answers fails a command
     within two timeouts: connect within 5 s, each response within LIFECYCLE_S3_TIMEOUT
     (default 20 s), two attempts per request, and none more for a while once one attempt ran
-    out of time (lifecycle.archive.objects). `on_slow` is told when a request has waited
+    out of time (`Patience`, above). `on_slow` is told when a request has waited
     SLOW_AFTER_S for its answer, so a long wait is never silent.
     """
     import boto3  # imported here: start-up of other verbs must not pay for boto3
