@@ -40,8 +40,8 @@ from lifecycle.ledger.core import insert
 from lifecycle.ledger.removal import TeardownStep, steps_of
 from lifecycle.policy.model import parse_duration
 from lifecycle.table import human_bytes
-from lifecycle.teardown.containers import mounted_by
-from lifecycle.teardown.plan import Action, Facts, Selection, decide
+from lifecycle.teardown.containers import NOT_OURS, ImageDecision, mounted_by
+from lifecycle.teardown.plan import Action, Facts, Selection, decide, image_lines
 from lifecycle.teardown.removal import (
     Journal,
     TeardownBusy,
@@ -871,7 +871,7 @@ def test_images_this_home_built_go_unless_a_cache_or_container_uses_them(
         assert result.exit_code == 0, result.output
         assert f"removed image {tags[0]}" in result.stdout
         assert f"kept image {tags[1]}: used by container {running.name} (running)" in result.stdout
-        assert f"kept image {tags[2]}: built by another home" in result.stdout
+        assert f"kept 1 image {NOT_OURS}: {tags[2]}" in result.stdout
         with pytest.raises(ImageNotFound):
             docker_client.images.get(tags[0])
         docker_client.images.get(tags[2])  # still there
@@ -899,3 +899,23 @@ def test_a_finished_removal_commits_nothing_after_a_restore(tmp_path: Path) -> N
     from lifecycle.teardown.removal import where_now
 
     assert where_now(cache, resumes) == Path(cache.host_path)  # so its tree is checked again
+
+
+def test_the_images_other_homes_built_are_one_line_not_one_each() -> None:
+    """On a dockerd many homes share (CI runners, users), `plan` listed each of their images,
+    dozens of "keep" lines burying the few this home decides on; `--json` still has each."""
+    mine = ImageDecision("sha256:" + "a" * 64, ("lifecycle/demo:0.1",), "demo", True, "unused")
+    theirs = [
+        ImageDecision(f"sha256:{n:064x}", (f"lifecycle/demo:0.2-{n}",), "demo", False, NOT_OURS)
+        for n in range(40)
+    ]
+    planned = image_lines([mine, *theirs], done=False)
+    assert planned == [
+        "image lifecycle/demo:0.1: remove (unused)",
+        "kept 40 images built by another home (not in this ledger):"
+        " lifecycle/demo:0.2-0, lifecycle/demo:0.2-1, lifecycle/demo:0.2-2, …",
+    ]
+    assert image_lines([mine, theirs[0]], done=True) == [
+        "removed image lifecycle/demo:0.1",
+        "kept 1 image built by another home (not in this ledger): lifecycle/demo:0.2-0",
+    ]

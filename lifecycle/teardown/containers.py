@@ -29,6 +29,9 @@ class BootContainer:
     status: str
 
 
+NOT_OURS = "built by another home (not in this ledger)"
+
+
 @dataclass(frozen=True)
 class ImageDecision:
     """An engine image (labelled with its manifest digest), removed or kept, and why."""
@@ -103,7 +106,7 @@ def plan_images(
         if manifest is not None and name != manifest:
             continue
         if image.id not in built_here:
-            removes, why = False, "built by another home (not in this ledger)"
+            removes, why = False, NOT_OURS
         elif image.id in kept_image_ids:
             removes, why = False, "a cache that stays was built by it"
         elif image.id in keeps:

@@ -18,7 +18,7 @@ from lifecycle.archive.verify import VerifiedRecord
 from lifecycle.ledger.archives import ArchiveRecord
 from lifecycle.ledger.boots import CacheRecord, TaintedFile
 from lifecycle.table import human_age, human_bytes, render
-from lifecycle.teardown.containers import BootContainer, ImageDecision
+from lifecycle.teardown.containers import NOT_OURS, BootContainer, ImageDecision
 from lifecycle.teardown.removal import (
     Tree,
     Unfinished,
@@ -302,9 +302,7 @@ def plan_text(plan: TeardownPlan, *, dry_run: bool) -> str:
     lines += [
         f"stopped boot container {c.name} (boot {c.boot_id}): remove" for c in plan.containers
     ]
-    for image in plan.images:
-        action = "remove" if image.removes else "keep"
-        lines.append(f"image {image_name(image.tags, image.id)}: {action} ({image.why})")
+    lines += image_lines(plan.images, done=False)
     verb = "would remove" if dry_run else "to remove"
     archiving = sum(1 for d in plan.removing if d.archive is None)
     first = f", {archiving} archived first to {plan.archive_to}" if archiving else ""
@@ -333,6 +331,25 @@ def _decision_json(decision: CacheDecision) -> dict[str, Any]:
         "problem": decision.problem,
         "resumes": asdict(decision.resumes) if decision.resumes else None,
     }
+
+
+def image_lines(images: Sequence[ImageDecision], *, done: bool) -> list[str]:
+    """A line per image this home decides on, before (`done` False) or after the run; the
+    images other homes built in one line: on a dockerd many homes share, they are dozens."""
+    lines = []
+    for image in (i for i in images if i.why != NOT_OURS):
+        name = image_name(image.tags, image.id)
+        if done:
+            lines.append(
+                f"removed image {name}" if image.removes else f"kept image {name}: {image.why}"
+            )
+        else:
+            lines.append(f"image {name}: {'remove' if image.removes else 'keep'} ({image.why})")
+    if theirs := [image_name(i.tags, i.id) for i in images if i.why == NOT_OURS]:
+        more = ", …" if len(theirs) > 3 else ""
+        named = f"{', '.join(theirs[:3])}{more}"
+        lines.append(f"kept {count_of(len(theirs), 'image')} {NOT_OURS}: {named}")
+    return lines
 
 
 def count_of(n: int, noun: str) -> str:

@@ -47,7 +47,7 @@ from lifecycle.teardown.plan import (
     TeardownPlan,
     count_of,
     holders,
-    image_name,
+    image_lines,
 )
 from lifecycle.teardown.removal import (
     CacheOutcome,
@@ -347,10 +347,7 @@ def summary_text(result: TeardownResult) -> str:
         names = ", ".join(c.name for c in result.containers_removed)
         count = count_of(len(result.containers_removed), "stopped boot container")
         lines.append(f"removed {count}: {names}")
-    for image in result.images:
-        name = image_name(image.tags, image.id)
-        done = f"removed image {name}" if image.removes else f"kept image {name}: {image.why}"
-        lines.append(done)
+    lines += image_lines(result.images, done=True)
     lines += [f"note: {note}" for note in result.notes]
     lines.append(f"journal: run {result.run_id}")
     return "\n".join(lines) + "\n"
