@@ -345,7 +345,8 @@ def image_lines(images: Sequence[ImageDecision], *, done: bool) -> list[str]:
             )
         else:
             lines.append(f"image {name}: {'remove' if image.removes else 'keep'} ({image.why})")
-    if theirs := [image_name(i.tags, i.id) for i in images if i.why == NOT_OURS]:
+    theirs = [image_name(i.tags[-1:], i.id) for i in images if i.why == NOT_OURS]  # a tag each
+    if theirs := sorted(theirs, key=lambda name: name.startswith("sha256:")):  # tags first
         more = ", …" if len(theirs) > 3 else ""
         named = f"{', '.join(theirs[:3])}{more}"
         lines.append(f"kept {count_of(len(theirs), 'image')} {NOT_OURS}: {named}")
