@@ -101,23 +101,27 @@ def plan_images(
                 f"{_name(container)} ({container.attrs.get('State')})"
             )
     decisions = []
-    for image in client.images.list(filters={"label": DIGEST_LABEL}):
-        name = (image.labels or {}).get(NAME_LABEL, "?")
+    # dockerd's list as it gives it: the SDK's images.list inspects each image it lists, a
+    # request apiece (180 images on a shared CI host: 0.8 s of a 2 s plan).
+    for listed in client.api.images(filters={"label": DIGEST_LABEL}):
+        image_id, labels = listed["Id"], listed.get("Labels") or {}
+        tags = tuple(tag for tag in listed.get("RepoTags") or () if tag != "<none>:<none>")
+        name = labels.get(NAME_LABEL, "?")
         if manifest is not None and name != manifest:
             continue
-        if image.id not in built_here:
+        if image_id not in built_here:
             removes, why = False, NOT_OURS
-        elif image.id in kept_image_ids:
+        elif image_id in kept_image_ids:
             removes, why = False, "a cache that stays was built by it"
-        elif image.id in keeps:
-            removes, why = False, keeps[image.id]
-        elif image.id in users:
-            removes, why = False, "used by container " + ", ".join(users[image.id])
-        elif (engine := baked_from.get(image.id, "")) in kept_image_ids or engine in keeps:
+        elif image_id in keeps:
+            removes, why = False, keeps[image_id]
+        elif image_id in users:
+            removes, why = False, "used by container " + ", ".join(users[image_id])
+        elif (engine := baked_from.get(image_id, "")) in kept_image_ids or engine in keeps:
             removes, why = False, f"baked from engine image {engine[:19]}, which stays"
         else:
             removes, why = True, "no remaining cache refers to it"
-        decisions.append(ImageDecision(image.id, tuple(image.tags), name, removes, why))
+        decisions.append(ImageDecision(image_id, tags, name, removes, why))
     return sorted(decisions, key=lambda d: (d.manifest_name, d.id not in baked_from, d.tags, d.id))
 
 
