@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from docker.errors import NotFound
 
+from lifecycle.ledger.boots import CacheRecord
 from tests.trust_support import caches, home, process, record
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
@@ -87,10 +88,7 @@ def test_a_secret_in_a_file_name_is_nowhere_but_the_engines_own_cache(
 ) -> None:
     # The engine (profile `leaky-name`) names a file and a dir of its FlashInfer cache after the
     # token; their contents hold nothing secret. The secret check used to read contents only.
-    token = f"q{secrets.token_hex(20)}"
-    env = {"HF_TOKEN": token}
-    outputs = [process(archive_project, "boot", "demo/0.2", "--profile", "leaky-name", env=env)]
-    flashinfer = next(c for c in caches().values() if c.cache_name == "flashinfer")
+    token, env, outputs, flashinfer = _booted(archive_project, "leaky-name")
     hub = Path(flashinfer.host_path) / "hub"
     assert (hub / f"models--x--{token}.ref").is_file()  # the engine's own, on this host
     # A warm boot without the secret finds the tree it left (the masks carried, not "damage").
@@ -116,13 +114,7 @@ def test_a_secret_in_a_file_name_is_nowhere_but_the_engines_own_cache(
         ("hub/models--<redacted:HF_TOKEN>/a.bin", why),
         (masked, why),
     ]
-    needle = token.encode()
-    for key, body in _objects(s3_client, s3_bucket):
-        assert needle not in key.encode() and needle not in body, key
-    for path in home().rglob("*"):
-        if not path.is_relative_to(home() / "caches"):
-            assert needle not in str(path).encode(), path
-            assert not path.is_file() or needle not in path.read_bytes(), path
+    _nowhere_outside_caches(token, s3_client, s3_bucket)
 
     # Kept until told; then gone, and a restore makes neither the file nor the dir.
     outputs.append(process(archive_project, "teardown", "--yes", env=env))
@@ -146,10 +138,7 @@ def test_a_secret_in_a_link_target_is_nowhere_but_the_engines_own_cache(
     # The engine (profile `leaky-link`) points a symlink of its FlashInfer cache at a path
     # holding the token. A fingerprint keeps link targets, and archive records keep
     # fingerprints: the target reached S3 whole while names were masked.
-    token = f"q{secrets.token_hex(20)}"
-    env = {"HF_TOKEN": token}
-    outputs = [process(archive_project, "boot", "demo/0.2", "--profile", "leaky-link", env=env)]
-    flashinfer = next(c for c in caches().values() if c.cache_name == "flashinfer")
+    token, env, outputs, flashinfer = _booted(archive_project, "leaky-link")
     link = Path(flashinfer.host_path) / "hub/current"
     assert link.is_symlink() and token in str(link.readlink())  # the engine's own, here
     outputs.append(process(archive_project, "boot", "demo/0.2", "--json", env=env))
@@ -159,12 +148,7 @@ def test_a_secret_in_a_link_target_is_nowhere_but_the_engines_own_cache(
     outputs.append(process(archive_project, "teardown", "--dry-run", env=env))
     for done in outputs:
         assert done.returncode == 0, done.stdout + done.stderr
-    needle = token.encode()
-    for key, body in _objects(s3_client, s3_bucket):
-        assert needle not in key.encode() and needle not in body, key
-    for path in home().rglob("*"):
-        if not path.is_relative_to(home() / "caches"):
-            assert not path.is_file() or needle not in path.read_bytes(), path
+    _nowhere_outside_caches(token, s3_client, s3_bucket)
     assert "hub/current" in outputs[-1].stdout  # kept: no archive holds where it points
 
     outputs.append(process(archive_project, "teardown", "--yes", env=env))
@@ -176,6 +160,30 @@ def test_a_secret_in_a_link_target_is_nowhere_but_the_engines_own_cache(
     for done in outputs:
         assert done.returncode == 0, done.stdout + done.stderr
         assert token not in done.stdout + done.stderr
+
+
+def _booted(
+    project: Path, profile: str
+) -> tuple[str, dict[str, str], list[subprocess.CompletedProcess[str]], CacheRecord]:
+    """A fresh token, the environment giving it, the boot of `profile` with it (its process,
+    in a list later steps add to) and the FlashInfer cache it used."""
+    token = f"q{secrets.token_hex(20)}"
+    env = {"HF_TOKEN": token}
+    outputs = [process(project, "boot", "demo/0.2", "--profile", profile, env=env)]
+    flashinfer = next(c for c in caches().values() if c.cache_name == "flashinfer")
+    return token, env, outputs, flashinfer
+
+
+def _nowhere_outside_caches(token: str, s3_client: Any, bucket: str) -> None:
+    """Not in any S3 object's key or bytes, nor in the name or bytes of any file of the home
+    outside its caches (the engine's own files)."""
+    needle = token.encode()
+    for key, body in _objects(s3_client, bucket):
+        assert needle not in key.encode() and needle not in body, key
+    for path in home().rglob("*"):
+        if not path.is_relative_to(home() / "caches"):
+            assert needle not in str(path).encode(), path
+            assert not path.is_file() or needle not in path.read_bytes(), path
 
 
 def _result_id() -> str:
