@@ -23,6 +23,7 @@ from lifecycle.teardown.removal import (
     Tree,
     Unfinished,
     archive_gaps,
+    some_of,
     withheld_paths,
     withheld_reason,
 )
@@ -345,11 +346,12 @@ def image_lines(images: Sequence[ImageDecision], *, done: bool) -> list[str]:
             )
         else:
             lines.append(f"image {name}: {'remove' if image.removes else 'keep'} ({image.why})")
-    theirs = [image_name(i.tags[-1:], i.id) for i in images if i.why == NOT_OURS]  # a tag each
-    if theirs := sorted(theirs, key=lambda name: name.startswith("sha256:")):  # tags first
-        more = ", …" if len(theirs) > 3 else ""
-        named = f"{', '.join(theirs[:3])}{more}"
-        lines.append(f"kept {count_of(len(theirs), 'image')} {NOT_OURS}: {named}")
+    theirs = sorted(
+        (image_name(i.tags[-1:], i.id) for i in images if i.why == NOT_OURS),  # a tag each
+        key=lambda name: name.startswith("sha256:"),  # tagged ones first
+    )
+    if theirs:
+        lines.append(f"kept {count_of(len(theirs), 'image')} {NOT_OURS}: {some_of(theirs)}")
     return lines
 
 

@@ -189,11 +189,12 @@ def withheld_reason(paths: Sequence[str]) -> str:
     """Why a cache holding `paths` stays: an archive cannot take them; --drop-withheld can."""
     return (
         f"{len(paths)} files withheld from any archive (they hold a secret's value):"
-        f" {_some(paths)}; --drop-withheld removes it all the same"
+        f" {some_of(paths)}; --drop-withheld removes it all the same"
     )
 
 
-def _some(paths: Sequence[str]) -> str:
+def some_of(paths: Sequence[str]) -> str:
+    """The first three, and `…` when there are more."""
     return ", ".join(paths[:3]) + (", …" if len(paths) > 3 else "")
 
 
@@ -204,7 +205,7 @@ def _what_changed(tree: Tree, archived: str) -> str:
         return f"tree {now.tree_digest[:12]} is not the archived {archived[:12]}"
     diff = tree.last_scan.diff(now)
     parts = [
-        f"{len(paths)} {label} ({_some(paths)})"
+        f"{len(paths)} {label} ({some_of(paths)})"
         for label, paths in (
             ("added", diff.added),
             ("changed", diff.changed),
