@@ -5,16 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def render(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Columns padded to their widest cell; an empty table says so."""
+def render(headers: Sequence[str], rows: Sequence[Sequence[object]], empty: str = "(none)") -> str:
+    """Columns padded to their widest cell; an empty table is the line `empty`."""
     if not rows:
-        return "(none)\n"
+        return empty + "\n"
     cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in r] for r in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
     ]
     return "\n".join(lines) + "\n"
+
+
+def count_of(n: int, noun: str) -> str:
+    """`1 cache`, `2 caches`."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def human_bytes(size: int | None) -> str:

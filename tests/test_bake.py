@@ -336,6 +336,9 @@ def test_a_bake_stays_while_its_engine_image_does_and_goes_before_it(
     assert run_lifecycle(project, "archive", "--all").exit_code == 0
     code, baked = _bake(project)
     assert code == 0, baked
+    # A boot of the bake leaves its stopped container, which uses no cache of this host: it
+    # goes with its image, not before (and never holds the image forever).
+    baked_boot = boot_demo(project, "--baked")["id"]
 
     # The policy keeps the newest release's images: its engine image, and so its bake.
     (project / "lifecycle.yaml").write_text(
@@ -346,14 +349,19 @@ def test_a_bake_stays_while_its_engine_image_does_and_goes_before_it(
     assert not images[baked["engine_image_id"]]["removes"]
     assert not images[baked["image_id"]]["removes"]
     assert "baked from engine image" in images[baked["image_id"]]["why"]
+    assert baked_boot not in [c["boot_id"] for c in planned["caches"]["containers"]]
 
     # Once no cache and no rule keeps the engine image, both go: the bake first (a child
-    # image must go before its parent can).
+    # image must go before its parent can), the baked boot's container before its image.
     (project / "lifecycle.yaml").unlink()
+    shown = run_lifecycle(project, "teardown", "--images", "--dry-run", "--json").stdout
+    assert baked_boot in [c["boot_id"] for c in json.loads(shown)["plan"]["containers"]], shown
     done = run_lifecycle(project, "teardown", "--images", "--yes", "--json")
     assert done.exit_code == 0, done.output
-    went = [i["id"] for i in json.loads(done.stdout)["result"]["images"] if i["removes"]]
-    assert went.index(baked["image_id"]) < went.index(baked["engine_image_id"])
+    result = json.loads(done.stdout)["result"]
+    went = [i["id"] for i in result["images"] if i["removes"]]
+    assert went.index(baked["image_id"]) < went.index(baked["engine_image_id"]), result["images"]
+    assert baked_boot in [c["boot_id"] for c in result["containers_removed"]]
     for image_id in (baked["image_id"], baked["engine_image_id"]):
         with pytest.raises(ImageNotFound):
             docker_client.images.get(image_id)

@@ -211,7 +211,9 @@ def test_archive_state_decides_the_rest(tmp_path: Path) -> None:
     same = _verified(_record(tree.tree_digest))
     good = decide(cache, Selection(), archived, archive_first=False, verify=same, **flags)
     assert good.action is Action.REMOVE
-    assert good.why == (f"archive verified now: s3://bucket/{archive.record_key}",)
+    # The version named by 12 digits of its tree, not the key's two sha256 digests.
+    versions = f"test/caches/{cache.id}/versions"
+    assert good.why == (f"archive verified now: s3://bucket/{versions}/{'a' * 12}….json",)
 
 
 def test_the_removal_invariant_names_each_gap(tmp_path: Path) -> None:

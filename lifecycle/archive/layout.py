@@ -72,6 +72,12 @@ def version_key(cache_id: str, tree_digest: str, sha256: str) -> str:
     return f"caches/{cache_id}/versions/{tree_digest}.{sha256}.json"
 
 
+def short_key(key: str) -> str:
+    """A key as a person reads it: each sha256 digest cut to 12 digits (a version's key holds
+    two, 129 characters of a table's line)."""
+    return re.sub(r"\b([0-9a-f]{12})[0-9a-f]{52}(\.[0-9a-f]{64})?\b", r"\1…", key)
+
+
 def cache_prefix(cache_id: str, part: str = "") -> str:
     """A cache's whole index (its versions, its boots, its results), or one `part` of it."""
     return f"caches/{cache_id}/{part}"

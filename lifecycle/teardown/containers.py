@@ -14,6 +14,8 @@ from types import MappingProxyType
 from typing import Any
 
 from lifecycle.build.plan import DIGEST_LABEL
+from lifecycle.table import count_of
+from lifecycle.teardown.removal import some_of
 
 BOOT_LABEL = "lifecycle.boot.id"
 NAME_LABEL = "lifecycle.manifest.name"
@@ -27,6 +29,7 @@ class BootContainer:
     name: str
     boot_id: str
     status: str
+    image_id: str
 
 
 NOT_OURS = "built by another home (not in this ledger)"
@@ -70,7 +73,13 @@ def stopped_boot_containers(client: Any) -> list[BootContainer]:
         all=True, sparse=True, filters={"label": BOOT_LABEL, "status": ["exited", "dead"]}
     )
     found = [
-        BootContainer(c.id, _name(c), (c.attrs.get("Labels") or {})[BOOT_LABEL], c.attrs["State"])
+        BootContainer(
+            c.id,
+            _name(c),
+            (c.attrs.get("Labels") or {})[BOOT_LABEL],
+            c.attrs["State"],
+            c.attrs.get("ImageID", ""),
+        )
         for c in listed
     ]
     return sorted(found, key=lambda c: c.name)
@@ -116,7 +125,10 @@ def plan_images(
         elif image_id in keeps:
             removes, why = False, keeps[image_id]
         elif image_id in users:
-            removes, why = False, "used by container " + ", ".join(users[image_id])
+            # Every boot leaves its stopped container: on a shared dockerd, hundreds.
+            held = users[image_id]
+            many = f"{count_of(len(held), 'container')}: " if len(held) > 1 else "container "
+            removes, why = False, f"used by {many}{some_of(held)}"
         elif (engine := baked_from.get(image_id, "")) in kept_image_ids or engine in keeps:
             removes, why = False, f"baked from engine image {engine[:19]}, which stays"
         else:

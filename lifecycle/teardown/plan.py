@@ -13,11 +13,12 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
+from lifecycle.archive.layout import short_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.verify import VerifiedRecord
 from lifecycle.ledger.archives import ArchiveRecord
 from lifecycle.ledger.boots import CacheRecord, TaintedFile
-from lifecycle.table import human_age, human_bytes, render
+from lifecycle.table import count_of, human_age, human_bytes, render
 from lifecycle.teardown.containers import NOT_OURS, BootContainer, ImageDecision
 from lifecycle.teardown.removal import (
     Tree,
@@ -27,6 +28,8 @@ from lifecycle.teardown.removal import (
     withheld_paths,
     withheld_reason,
 )
+
+NO_CACHES = "no live caches on this host"
 
 # (archive) -> the record as the server holds it now, with every object that does not verify.
 Verify = Callable[[ArchiveRecord], VerifiedRecord]
@@ -241,7 +244,7 @@ def decide(
     if gaps:
         return archive_first_then_remove("; ".join(gaps), archive_state="out of date")
     bucket = ArchiveLocation.parse(archive.location).bucket
-    verified = f"archive verified now: s3://{bucket}/{archive.record_key}"
+    verified = f"archive verified now: s3://{bucket}/{short_key(archive.record_key)}"
     return decision(Action.REMOVE, verified, archive_state="verified")
 
 
@@ -298,7 +301,7 @@ def plan_text(plan: TeardownPlan, *, dry_run: bool) -> str:
         for d in plan.decisions
     ]
     header = ["CACHE", "MANIFEST", "NAME", "SIZE", "ARCHIVE", "ACTION", "WHY"]
-    lines = [render(header, rows).rstrip("\n")]
+    lines = [render(header, rows, empty=NO_CACHES).rstrip("\n")]
     lines += [f"note: {note}" for note in plan.notes]
     lines += [
         f"stopped boot container {c.name} (boot {c.boot_id}): remove" for c in plan.containers
@@ -353,11 +356,6 @@ def image_lines(images: Sequence[ImageDecision], *, done: bool) -> list[str]:
     if theirs:
         lines.append(f"kept {count_of(len(theirs), 'image')} {NOT_OURS}: {some_of(theirs)}")
     return lines
-
-
-def count_of(n: int, noun: str) -> str:
-    """`1 cache`, `2 caches`."""
-    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def image_name(tags: tuple[str, ...], image_id: str) -> str:

@@ -34,7 +34,7 @@ from lifecycle.ledger.boots import (
 )
 from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import results_not_archived_on
-from lifecycle.table import human_bytes
+from lifecycle.table import count_of, human_bytes
 from lifecycle.teardown.containers import (
     BootContainer,
     ImageDecision,
@@ -45,7 +45,6 @@ from lifecycle.teardown.plan import (
     Action,
     CacheDecision,
     TeardownPlan,
-    count_of,
     holders,
     image_lines,
 )
@@ -69,6 +68,7 @@ from lifecycle.teardown.survey import (
     containers_going,
     current_mounts,
     images_going,
+    with_their_images,
 )
 
 
@@ -290,21 +290,28 @@ def _clean_docker(
     """Remove stopped boot containers whose caches are all gone, then (--images) the images no
     remaining cache refers to, appending what went; dockerd's errors come back as notes, since
     the caches are gone and journalled whatever happens here."""
-    if services.docker is None:
+    client = services.docker
+    if client is None:
         return ()
     from docker.errors import NotFound  # the SDK is loaded: services.docker is its client
 
+    def remove(going: Sequence[BootContainer]) -> None:
+        for container in going:
+            with suppress(NotFound):  # one already gone is fine
+                client.containers.get(container.id).remove()
+            containers.append(container)
+
     try:
         gone = {c.id for c in all_caches(ledger) if c.state == "torn-down"}
-        for container in containers_going(ledger, services.docker, gone):
-            with suppress(NotFound):  # one already gone is fine
-                services.docker.containers.get(container.id).remove()
-            containers.append(container)
+        going, baked = containers_going(ledger, client, gone)
+        remove(going)
         if request.images:
             # Decided again now: a cache refused at its moment keeps its image.
             kept = {c.image_id for c in all_caches(ledger) if c.state != "torn-down"}
-            for image in images_going(ledger, services.docker, kept, request, containers):
-                problem = remove_image(services.docker, image) if image.removes else None
+            users = [*containers, *baked]
+            for image in images_going(ledger, client, kept, request, users):
+                remove(with_their_images(baked, [image]))  # before the image they hold
+                problem = remove_image(client, image) if image.removes else None
                 images.append(replace(image, removes=False, why=problem) if problem else image)
     except sdk_errors() as exc:
         return (f"dockerd: {exc}",)

@@ -26,7 +26,13 @@ from lifecycle.home import Home
 from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, BootArchiveRow, archive_of, boot_archive
-from lifecycle.ledger.boots import CacheRecord, all_caches, cache_uses, tainted_files
+from lifecycle.ledger.boots import (
+    CacheRecord,
+    all_caches,
+    baked_uses,
+    cache_uses,
+    tainted_files,
+)
 from lifecycle.ledger.builds import all_bakes, all_builds
 from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import results_not_archived_on
@@ -128,11 +134,12 @@ def make_plan(
     torn_down = {c.id for c in every if c.state in ("torn-down", "missing")}
     gone = torn_down | {d.cache.id for d in decisions if d.removes or d.action is Action.SETTLE}
     docker = None if docker_problem else services.docker
-    containers = containers_going(ledger, docker, gone)
+    containers, baked = containers_going(ledger, docker, gone)
     images: tuple[ImageDecision, ...] = ()
     if request.images and docker is not None:
         kept = {d.cache.image_id for d in decisions if not d.removes}
-        images = tuple(images_going(ledger, docker, kept, request, containers))
+        images = tuple(images_going(ledger, docker, kept, request, containers + baked))
+        containers += with_their_images(baked, images)
     elif request.images:
         notes += (f"images not considered: {docker_problem}",)
     if preview:
@@ -200,16 +207,29 @@ def current_mounts(services: Services) -> tuple[dict[str, list[str]], str | None
         return {}, str(exc)
 
 
-def containers_going(ledger: Ledger, docker: Any, gone: set[str]) -> tuple[BootContainer, ...]:
-    """Stopped containers of this ledger's boots whose every cache is (to be) torn down."""
+Containers = tuple[BootContainer, ...]
+
+
+def containers_going(ledger: Ledger, docker: Any, gone: set[str]) -> tuple[Containers, Containers]:
+    """Stopped containers of this ledger's boots whose every cache is (to be) torn down; and
+    those of its baked boots, which mounted no cache: each goes with its image, if that goes
+    (else it would hold the image for ever)."""
     if docker is None:
-        return ()
-    going = []
+        return (), ()
+    going, baked = [], []
     for container in stopped_boot_containers(docker):
         uses = cache_uses(ledger, boot_id=container.boot_id)
         if uses and all(u.cache_id in gone for u in uses):
             going.append(container)
-    return tuple(going)
+        elif not uses and baked_uses(ledger, container.boot_id):
+            baked.append(container)
+    return tuple(going), tuple(baked)
+
+
+def with_their_images(baked: Containers, images: Sequence[ImageDecision]) -> Containers:
+    """The baked boots' containers whose image goes."""
+    going = {image.id for image in images if image.removes}
+    return tuple(container for container in baked if container.image_id in going)
 
 
 def images_going(
