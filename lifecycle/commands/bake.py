@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from lifecycle.archive.config import optional_location
+from lifecycle.archive.layout import short_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.bake.choose import Chosen, Refused, choose, release
 from lifecycle.bake.image import bake_labels, build_baked, dockerfile
@@ -88,7 +89,7 @@ class BakeReport(Report):
                 baked = choice.baked
                 lines.append(
                     f"{baked.name}: {baked.cache_id} tree {baked.tree_digest[:12]} -> {baked.path}"
-                    f" (last boot {baked.boot_id} ok; archived {baked.record['key']})"
+                    f" (last boot {baked.boot_id} ok; archived {short_key(baked.record['key'])})"
                 )
         if self.refused:
             refused = f"{len(self.refused)} of {len(self.choices)} caches refused"

@@ -22,6 +22,7 @@ from lifecycle.ledger.nights import newest_night, production_left_down
 from lifecycle.policy.model import read_policy
 from lifecycle.report import Report
 from lifecycle.table import human_bytes, render
+from lifecycle.teardown.plan import NO_CACHES
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class StatusReport(Report):
     caches: list[ManifestCaches]
     policy: dict[str, int] | None  # what apply would do now, counted
     policy_problem: str | None  # why the policy could not be evaluated
-    production: str  # up | down since …
+    production: str  # up (no night left it down) | down since …
     night: dict[str, Any] | None = field(default=None)  # the last night, from its report
     bakes: list[NewestBake] = field(default_factory=list)
 
@@ -68,7 +69,8 @@ class StatusReport(Report):
             [m.manifest, str(m.caches), human_bytes(m.bytes), str(m.warm_ready)]
             for m in self.caches
         ]
-        lines = [render(["MANIFEST", "CACHES", "SIZE", "WARM-READY"], rows).rstrip("\n")]
+        header = ["MANIFEST", "CACHES", "SIZE", "WARM-READY"]
+        lines = [render(header, rows, empty=NO_CACHES).rstrip("\n")]
         for bake in self.bakes:
             where = "; no longer on dockerd" if bake.on_dockerd is False else ""
             lines.append(
@@ -80,7 +82,10 @@ class StatusReport(Report):
             lines.append(f"policy: {done or 'nothing to do'}" + ("; `lifecycle plan`" * bool(done)))
         else:
             lines.append(f"policy: not evaluated: {self.policy_problem}")
-        lines.append(f"production: {self.production}")
+        # All the ledger knows is whether a night took production down and did not bring it
+        # back; that nothing else stopped it, only production's own status hook can say.
+        known = "no night left it down" if self.production == "up" else self.production
+        lines.append(f"production: {known}")
         night = self.night
         if night is None:
             lines.append("last night: none on this host")

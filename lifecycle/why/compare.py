@@ -26,7 +26,7 @@ from lifecycle.ledger.boots import (
     cache_uses,
     untracked_writes,
 )
-from lifecycle.table import human_bytes
+from lifecycle.table import count_of, human_bytes
 
 # Per boot, never a cause: its own id, and where its caches are mounted from on this host.
 _PER_BOOT_ENV = frozenset({"LIFECYCLE_BOOT_ID"})
@@ -103,14 +103,15 @@ def _cache_changes(then: BootFacts, now: BootFacts) -> Iterator[tuple[Change | N
 
 def _warm_note(use: RecordedUse) -> str:
     """What the engine did with a cache mounted warm, as its verdict was judged."""
-    read = f"{use.read} files read" if use.read is not None else "reads not observed"
+    read = f"{count_of(use.read, 'file')} read" if use.read is not None else "reads not observed"
     if use.verdict == "mounted-but-missed":
-        return f"mounted warm, and the engine compiled {use.written} files into it ({read})"
+        written = count_of(use.written, "file")
+        return f"mounted warm, and the engine compiled {written} into it ({read})"
     if use.verdict == "unused":
         return f"mounted warm, and the engine opened none of its files ({read})"
     if use.verdict == "warm-hit":
         return f"mounted warm and reused: {read}, nothing compiled into it"
-    return f"mounted warm; {use.written} files written, {read}"
+    return f"mounted warm; {count_of(use.written, 'file')} written, {read}"
 
 
 def missed(facts: BootFacts) -> list[RecordedUse]:
