@@ -1,13 +1,14 @@
 """What dockerd says about the caches, boot containers and engine images; removing the latter.
 
-`client` is a docker SDK client. Containers are listed sparse (one API call, the list's own
-fields) rather than inspected one by one: a GPU host keeps every boot's stopped container.
+`client` is a docker SDK client. Containers are listed once per plan, sparse (one API call, the
+list's own fields) rather than inspected one by one: a GPU host keeps every boot's stopped
+container, and a CI host's dockerd thousands.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -46,10 +47,16 @@ class ImageDecision:
     why: str
 
 
-def running_mounts(client: Any) -> dict[str, list[str]]:
-    """Host path of every mount of every running container -> the containers' names."""
+# The states of dockerd's default container list: a container in one holds what it mounts.
+HOLDING = ("running", "paused", "restarting")
+
+
+def running_mounts(listed: Iterable[Any]) -> dict[str, list[str]]:
+    """Host path of every mount of every running container listed -> the containers' names."""
     found: dict[str, list[str]] = {}
-    for container in client.containers.list(sparse=True):  # a stopped one holds nothing
+    for container in listed:
+        if container.attrs.get("State") not in HOLDING:
+            continue  # a stopped one holds nothing
         for mount in container.attrs.get("Mounts") or []:
             if mount.get("Source"):
                 found.setdefault(mount["Source"], []).append(_name(container))
@@ -67,26 +74,19 @@ def mounted_by(host_path: str, mounts: Mapping[str, Sequence[str]]) -> list[str]
     return sorted(names)
 
 
-def stopped_boot_containers(client: Any) -> list[BootContainer]:
-    """Every exited (or dead) container labelled with a boot id."""
-    listed = client.containers.list(
-        all=True, sparse=True, filters={"label": BOOT_LABEL, "status": ["exited", "dead"]}
-    )
-    found = [
-        BootContainer(
-            c.id,
-            _name(c),
-            (c.attrs.get("Labels") or {})[BOOT_LABEL],
-            c.attrs["State"],
-            c.attrs.get("ImageID", ""),
-        )
-        for c in listed
-    ]
+def stopped_boot_containers(listed: Iterable[Any]) -> list[BootContainer]:
+    """Every exited (or dead) container listed that is labelled with a boot id."""
+    found = []
+    for c in listed:
+        state, boot_id = c.attrs.get("State"), (c.attrs.get("Labels") or {}).get(BOOT_LABEL)
+        if state in ("exited", "dead") and boot_id:
+            found.append(BootContainer(c.id, _name(c), boot_id, state, c.attrs.get("ImageID", "")))
     return sorted(found, key=lambda c: c.name)
 
 
 def plan_images(
     client: Any,
+    listed: Iterable[Any],
     *,
     built_here: Collection[str],
     kept_image_ids: Collection[str],
@@ -99,12 +99,13 @@ def plan_images(
     the ledger's build image ids) and no remaining cache or container refers to them, nor a
     policy keeps them (`keeps`: image id -> why). A bake (`baked_from`: its image id -> the
     engine image's) stays while its engine image does, and goes before it (a child first).
-    `removed_containers` are container ids that go before the images do.
+    `listed`: every container (they hold their images); `removed_containers`, the ids of those
+    that go before the images do.
 
     One Docker engine can serve several homes (users, CI jobs); an image another home built is
     that home's to remove, whatever this ledger's caches say."""
     users: dict[str, list[str]] = {}
-    for container in client.containers.list(all=True, sparse=True):
+    for container in listed:
         if container.id not in removed_containers:
             users.setdefault(container.attrs.get("ImageID", ""), []).append(
                 f"{_name(container)} ({container.attrs.get('State')})"
@@ -112,9 +113,9 @@ def plan_images(
     decisions = []
     # dockerd's list as it gives it: the SDK's images.list inspects each image it lists, a
     # request apiece (180 images on a shared CI host: 0.8 s of a 2 s plan).
-    for listed in client.api.images(filters={"label": DIGEST_LABEL}):
-        image_id, labels = listed["Id"], listed.get("Labels") or {}
-        tags = tuple(tag for tag in listed.get("RepoTags") or () if tag != "<none>:<none>")
+    for image in client.api.images(filters={"label": DIGEST_LABEL}):
+        image_id, labels = image["Id"], image.get("Labels") or {}
+        tags = tuple(tag for tag in image.get("RepoTags") or () if tag != "<none>:<none>")
         name = labels.get(NAME_LABEL, "?")
         if manifest is not None and name != manifest:
             continue

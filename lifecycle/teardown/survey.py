@@ -8,7 +8,7 @@ that does not answer is asked once, not once per cache, and each cache archived 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -89,7 +89,8 @@ def make_plan(
     every = all_caches(ledger)
     notes = _named(request.selection.cache_ids, every)
     caches = [c for c in every if c.state not in ("torn-down", "missing")]
-    mounts, docker_problem = current_mounts(services)
+    listed, docker_problem = listed_containers(services, every=True)  # one request serves all
+    mounts = running_mounts(listed)
     archives = {c.id: a for c in caches if (a := archive_of(ledger, c.id)) is not None}
     unfinished = unfinished_runs(ledger, caches)
     used_by: dict[str, list[str]] = {}
@@ -134,11 +135,12 @@ def make_plan(
     torn_down = {c.id for c in every if c.state in ("torn-down", "missing")}
     gone = torn_down | {d.cache.id for d in decisions if d.removes or d.action is Action.SETTLE}
     docker = None if docker_problem else services.docker
-    containers, baked = containers_going(ledger, docker, gone)
+    containers, baked = containers_going(ledger, listed, gone)
     images: tuple[ImageDecision, ...] = ()
     if request.images and docker is not None:
         kept = {d.cache.image_id for d in decisions if not d.removes}
-        images = tuple(images_going(ledger, docker, kept, request, containers + baked))
+        users = containers + baked
+        images = tuple(images_going(ledger, docker, listed, kept, request, users))
         containers += with_their_images(baked, images)
     elif request.images:
         notes += (f"images not considered: {docker_problem}",)
@@ -197,31 +199,42 @@ def is_gone(cache: CacheRecord) -> bool:
     return not os.path.lexists(cache.host_path) and not trash_path(cache).exists()
 
 
-def current_mounts(services: Services) -> tuple[dict[str, list[str]], str | None]:
-    """Running containers' mounts by host path, or why dockerd could not be asked."""
+def listed_containers(services: Services, *, every: bool) -> tuple[list[Any], str | None]:
+    """dockerd's containers in one request (`every`: the stopped ones too; else the running),
+    or why dockerd could not be asked."""
     if services.docker is None:
-        return {}, services.docker_problem or "no docker client"
+        return [], services.docker_problem or "no docker client"
     try:
-        return running_mounts(services.docker), None
+        return services.docker.containers.list(all=every, sparse=True), None
     except sdk_errors() as exc:  # not there, or refusing: nothing it guards can go
-        return {}, str(exc)
+        return [], str(exc)
+
+
+def current_mounts(services: Services) -> tuple[dict[str, list[str]], str | None]:
+    """Running containers' mounts by host path, now, or why dockerd could not be asked."""
+    listed, problem = listed_containers(services, every=False)
+    return running_mounts(listed), problem
 
 
 Containers = tuple[BootContainer, ...]
 
 
-def containers_going(ledger: Ledger, docker: Any, gone: set[str]) -> tuple[Containers, Containers]:
+def containers_going(
+    ledger: Ledger, listed: Iterable[Any], gone: set[str]
+) -> tuple[Containers, Containers]:
     """Stopped containers of this ledger's boots whose every cache is (to be) torn down; and
     those of its baked boots, which mounted no cache: each goes with its image, if that goes
     (else it would hold the image for ever)."""
-    if docker is None:
-        return (), ()
+    mounted: dict[str, set[str]] = {}  # boot id -> the caches it mounted
+    for use in cache_uses(ledger):
+        mounted.setdefault(use.boot_id, set()).add(use.cache_id)
+    baked_boots = {use.boot_id for use in baked_uses(ledger)}
     going, baked = [], []
-    for container in stopped_boot_containers(docker):
-        uses = cache_uses(ledger, boot_id=container.boot_id)
-        if uses and all(u.cache_id in gone for u in uses):
+    for container in stopped_boot_containers(listed):  # other homes' boots too: not ours
+        caches = mounted.get(container.boot_id)
+        if caches and caches <= gone:
             going.append(container)
-        elif not uses and baked_uses(ledger, container.boot_id):
+        elif not caches and container.boot_id in baked_boots:
             baked.append(container)
     return tuple(going), tuple(baked)
 
@@ -235,6 +248,7 @@ def with_their_images(baked: Containers, images: Sequence[ImageDecision]) -> Con
 def images_going(
     ledger: Ledger,
     docker: Any,
+    listed: Iterable[Any],
     kept: set[str],
     request: TeardownRequest,
     containers: Sequence[BootContainer],
@@ -243,6 +257,7 @@ def images_going(
     baked_from = {bake.image_id: bake.engine_image_id for bake in all_bakes(ledger)}
     return plan_images(
         docker,
+        listed,
         built_here={b.image_id for b in all_builds(ledger) if b.image_id} | baked_from.keys(),
         kept_image_ids=kept,
         manifest=request.selection.manifest,
