@@ -81,3 +81,6 @@ def test_find_manifest_lists_known_versions(repo_root: Path) -> None:
     assert find_manifest(repo_root / "manifests", "0.31").parent.name == "0.31"
     with pytest.raises(Exception, match=r"known: .*0\.30, 0\.31"):
         find_manifest(repo_root / "manifests", "0.99")
+    # A name and its release, two dirs deep, are known too, and a near miss is named.
+    with pytest.raises(Exception, match=r"known: .*demo/0\.1, demo/0\.2.*did you mean 'demo/0\.2'"):
+        find_manifest(repo_root / "manifests", "demo/0.3")

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from lifecycle.errors import LifecycleError, ManifestError, Problem
+from lifecycle.errors import LifecycleError, ManifestError, Problem, did_you_mean
 from lifecycle.manifest.checks import (
     DEFAULT_CACHES,
     check_cache_env,
@@ -91,10 +91,12 @@ def find_manifest(manifests_dir: Path, ref: str) -> Path:
     candidate = manifests_dir / ref / MANIFEST_NAME
     if candidate.is_file():
         return candidate
-    known = sorted(p.parent.name for p in manifests_dir.glob(f"*/{MANIFEST_NAME}"))
+    # Refs are a release (`0.31`) or a name and its release (`demo/0.2`): one or two dirs deep.
+    found = [*manifests_dir.glob(f"*/{MANIFEST_NAME}"), *manifests_dir.glob(f"*/*/{MANIFEST_NAME}")]
+    known = sorted(p.parent.relative_to(manifests_dir).as_posix() for p in found)
     raise LifecycleError(
         f"no manifest for {ref!r}: {candidate} does not exist "
-        f"(known: {', '.join(known) or 'none'} in {manifests_dir})"
+        f"(known: {', '.join(known) or 'none'} in {manifests_dir}){did_you_mean(ref, known)}"
     )
 
 
