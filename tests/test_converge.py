@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from lifecycle.faults import APPLY_CRASH_POINTS, CRASH_ENV, CRASH_POINTS
+from tests.services import run_lifecycle
 from tests.test_teardown import _boot, _caches, _cli, _gone, _process
 
 # Keep each manifest+profile's newest cache; archive at once what is idle; remove the rest.
@@ -63,6 +64,15 @@ def test_plan_apply_converges_and_a_second_plan_is_empty(project: Path, tmp_path
     assert _plan(project)["empty"] is True
     status = _status(project)
     assert status["caches"][0]["caches"] == 4 and not any(status["policy"].values()), status
+
+    # Without dockerd, nothing it guards goes, and neither verb calls that "as the policy says".
+    nowhere = {"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"}
+    blind = run_lifecycle(project, "plan", env=nowhere)
+    assert blind.exit_code == 3, blind.output
+    assert "incomplete: not asked: cannot reach the Docker engine" in blind.output
+    assert "nothing to do" not in blind.output
+    blind = run_lifecycle(project, "status", env=nowhere)
+    assert "policy: nothing to do (incomplete: not asked: cannot reach the Docker" in blind.output
 
 
 def _status(project: Path) -> Any:

@@ -94,7 +94,9 @@ class Converge:
                 f" ({human_bytes(self.remote.bytes)}), pinned results kept:"
                 f" {', '.join(self.remote.pinned) or 'none'}"
             )
-        if self.empty:
+        if self.caches.unreachable:  # what it guards was kept, not found as the policy says
+            lines.append(f"incomplete: not asked: {'; '.join(self.caches.unreachable)}")
+        elif self.empty:
             lines.append("nothing to do: this host and the archive are as the policy says")
         return "\n".join(line for line in lines if line) + "\n"
 

@@ -79,7 +79,10 @@ class StatusReport(Report):
             )
         if self.policy is not None:
             done = ", ".join(f"{n} {what}" for what, n in self.policy.items() if n)
-            lines.append(f"policy: {done or 'nothing to do'}" + ("; `lifecycle plan`" * bool(done)))
+            said = f"policy: {done or 'nothing to do'}" + ("; `lifecycle plan`" * bool(done))
+            if self.policy_problem:  # what dockerd or S3 guards was kept, not found in order
+                said += f" (incomplete: not asked: {self.policy_problem})"
+            lines.append(said)
         else:
             lines.append(f"policy: not evaluated: {self.policy_problem}")
         # All the ledger knows is whether a night took production down and did not bring it
