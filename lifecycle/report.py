@@ -61,6 +61,8 @@ class Listing(Report):
     columns: str  # their headers, space-separated
     cells: Callable[[Any], list[object]]  # a row's cells, in the columns' order
     location: str | None = None  # s3://bucket/prefix, for a listing of an archive
+    # A row's line under the table, for what is too long for a cell (why a cache is passed over)
+    note: Callable[[Any], str | None] = lambda row: None
 
     def to_json(self) -> dict[str, Any]:
         where = {} if self.location is None else {"location": self.location}
@@ -68,6 +70,7 @@ class Listing(Report):
 
     def text(self) -> str:
         table = render(self.columns.split(), [self.cells(row) for row in self.rows])
+        table += "".join(f"{note}\n" for row in self.rows if (note := self.note(row)))
         return table if self.location is None else f"# {self.location}\n{table}"
 
 

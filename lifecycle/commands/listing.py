@@ -3,10 +3,11 @@ ledger), or with `--from s3://…` what an archive holds, whichever host archive
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lifecycle.archive.catalog import ArchivedBoot, ArchivedCache, archived_boots, archived_caches
 from lifecycle.commands import verbs
@@ -32,6 +33,9 @@ from lifecycle.table import human_age, human_bytes
 CACHE_STATES = ("live", "archived", "torn-down", "missing")
 ARCHIVED_CACHE_STATES = ("restorable", "evidence")  # with the cache's files, or not
 OUTCOMES = ("running", "ok", "failed", "interrupted", "aborted", "timeout")
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,7 @@ CACHE_COLUMNS = "CACHE MANIFEST NAME SIZE FILES BOOTS STATE AGE"
 def _cache_cells(r: ListedCache) -> list[object]:
     in_use = f" (in use by {r.cache.in_use_by})" if r.cache.in_use_by and not r.not_reusable else ""
     state = r.state + in_use + (" pinned" if r.pins else "")
-    state += f", not reusable: {r.not_reusable}" if r.not_reusable else ""
+    state += ", not reusable" if r.not_reusable else ""
     return [
         r.cache.id, r.cache.manifest_name, r.cache.cache_name, human_bytes(r.cache.bytes),
         r.cache.files if r.cache.files is not None else "-",
@@ -142,6 +146,18 @@ def _caches_cell(boot: BootReport) -> str:
     text += f"{', ' if text else ''}{len(boot.baked)} baked" if boot.baked else ""
     grew = [f"+{files} files"] * bool(files) + [f"+{dirs} dirs"] * bool(dirs)
     return text + (f" ({', '.join(grew)} while warm)" if grew else "")
+
+
+def _grouped(items: Iterable[T], key: Callable[[T], str]) -> dict[str, list[T]]:
+    """The items by their key, each list in the items' order."""
+    found: dict[str, list[T]] = {}
+    for item in items:
+        found.setdefault(key(item), []).append(item)
+    return found
+
+
+def _cache_note(r: ListedCache) -> str | None:
+    return f"{r.cache.id}: not reusable: {r.not_reusable}" if r.not_reusable else None
 
 
 ARCHIVED_CACHE_COLUMNS = "CACHE MANIFEST NAME ARCH VERSIONS NEWEST SIZE STATE BY AGE"
@@ -199,10 +215,11 @@ def list_caches(ctx: Context, filters: Filters) -> Listing:
         return Listing("lifecycle-caches/1", "caches", (), CACHE_COLUMNS, _cache_cells)
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
-        uses, pinned, passed_over = cache_uses(ledger), pins(ledger), not_reusable(ledger)
+        pinned, passed_over = pins(ledger), not_reusable(ledger)
+        uses = _grouped(cache_uses(ledger), lambda use: use.cache_id)
         rows = []
         for cache in all_caches(ledger):
-            mine = [u for u in uses if u.cache_id == cache.id]
+            mine = uses.get(cache.id, [])
             state = cache.state
             if state in ("live", "archived") and not Path(cache.host_path).is_dir():
                 state = "missing"
@@ -220,7 +237,9 @@ def list_caches(ctx: Context, filters: Filters) -> Listing:
                     not_reusable=_not_reusable(ctx.home, cache, state, passed_over),
                 )
             )
-    return Listing("lifecycle-caches/1", "caches", tuple(rows), CACHE_COLUMNS, _cache_cells)
+    return Listing(
+        "lifecycle-caches/1", "caches", tuple(rows), CACHE_COLUMNS, _cache_cells, note=_cache_note
+    )
 
 
 def _not_reusable(
@@ -268,19 +287,22 @@ def list_boots(ctx: Context, filters: Filters) -> Listing:
         return Listing("lifecycle-boots/1", "boots", (), BOOT_COLUMNS, _boot_cells)
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
-        uses, writes, baked = cache_uses(ledger), untracked_writes(ledger), baked_uses(ledger)
+        # Each table read once and grouped by boot: a GPU host's ledger holds thousands.
+        uses = _grouped(cache_uses(ledger), lambda use: use.boot_id)
+        writes = _grouped(untracked_writes(ledger), lambda write: write.boot_id)
+        baked = _grouped(baked_uses(ledger), lambda use: use.boot_id)
         arches = boot_arches(ledger)
         rows = []
         for boot in all_boots(ledger):
-            mine = [u for u in uses if u.boot_id == boot.id]
+            mine = uses.get(boot.id, [])
             facts = {"manifest": boot.manifest_name, "arch": ", ".join(arches.get(boot.id, []))}
             if not filters.keeps(now, **facts, state=boot.outcome, at=boot.started_at):
                 continue
             gone = boot.outcome == "running" and not any(
                 lease_held(ctx.home, u.cache_id) for u in mine
             )
-            outside = tuple(w for w in writes if w.boot_id == boot.id)
-            in_layers = tuple(u for u in baked if u.boot_id == boot.id)
+            outside = tuple(writes.get(boot.id, ()))
+            in_layers = tuple(baked.get(boot.id, ()))
             rows.append(ListedBoot(BootReport(boot, tuple(mine), outside, (), in_layers), gone))
     return Listing("lifecycle-boots/1", "boots", tuple(rows), BOOT_COLUMNS, _boot_cells)
 
