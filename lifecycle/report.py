@@ -82,8 +82,13 @@ class Row:
         raise NotImplementedError
 
 
+_SCALARS = frozenset({str, int, float, bool})
+
+
 def plain(value: Any) -> Any:
     """JSON-ready data of a report's field: dataclasses, pydantic models, enums, paths, tuples."""
+    if value is None or type(value) in _SCALARS:  # most fields: a listing has millions
+        return value
     if isinstance(value, Row):
         return value.to_json()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -247,3 +247,41 @@ def test_an_unreadable_ledger_is_said_and_a_verb_that_needs_none_goes_on(repo_ro
     assert "is not a SQLite database" in result.stderr
     listing = CliRunner().invoke(cli, ["caches"])  # it needs the ledger: it fails on its own
     assert listing.exit_code != 0 and "not a SQLite database" in listing.stderr
+
+
+def test_json_of_a_report_is_plain_data_whatever_its_fields_are() -> None:
+    # Scalars are passed through first (a listing has millions); the rest is converted.
+    from dataclasses import dataclass
+    from enum import StrEnum
+    from pathlib import PurePosixPath
+
+    from lifecycle.report import plain
+
+    class Mode(StrEnum):
+        COLD = "cold"
+
+    @dataclass(frozen=True)
+    class Inner:
+        mode: Mode
+        where: PurePosixPath
+
+    @dataclass(frozen=True)
+    class Outer:
+        name: str
+        size: int
+        ratio: float
+        ok: bool
+        none: None
+        inner: Inner
+        tags: frozenset[str]
+        pairs: tuple[Inner, ...]
+
+    inner = Inner(Mode.COLD, PurePosixPath("/var/cache"))
+    data = plain(Outer("a", 3, 0.5, True, None, inner, frozenset({"y", "x"}), (inner,)))
+    expected_inner = {"mode": "cold", "where": "/var/cache"}
+    assert data == {
+        "name": "a", "size": 3, "ratio": 0.5, "ok": True, "none": None,
+        "inner": expected_inner, "tags": ["x", "y"], "pairs": [expected_inner],
+    }  # fmt: skip
+    assert type(data["inner"]["mode"]) is str  # the enum's value, not the member
+    assert json.loads(json.dumps(data)) == data
