@@ -216,7 +216,7 @@ def plan_version(
 
 def _made_by(ledger: Ledger, cache_id: str) -> dict[str, str] | None:
     """The last boot here that used the cache (whose end-of-boot scan is what it holds)."""
-    uses = [u for u in cache_uses(ledger) if u.cache_id == cache_id]
+    uses = cache_uses(ledger, cache_id=cache_id)
     boots = [b for u in uses if (b := boot_by_id(ledger, u.boot_id)) is not None]
     if not boots:
         return None

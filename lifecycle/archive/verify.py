@@ -210,7 +210,7 @@ def boots_to_write(
     checked (each once in a run: `seen`), and their damaged blobs sent again."""
     url = store.location.url()
     due, there = [], []
-    for use in (u for u in cache_uses(ledger) if u.cache_id == cache_id):
+    for use in cache_uses(ledger, cache_id=cache_id):
         boot = boot_by_id(ledger, use.boot_id)
         if boot is None or boot.outcome == "running":
             continue

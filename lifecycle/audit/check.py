@@ -91,7 +91,7 @@ def verify_cache(
     as this host wrote or read it, whatever other hosts archived since."""
     every = every and tree is None  # a tree asked for is that version alone
     findings = _live(cache, tree)
-    uses = [u for u in cache_uses(ledger) if u.cache_id == cache.id]
+    uses = cache_uses(ledger, cache_id=cache.id)
     archive = archive_of(ledger, cache.id)
     versions: list[VersionRow | ArchiveRecord] = [*versions_of(ledger, cache.id)]
     if archive is not None and archive.tree_digest is None:  # the previous release's record

@@ -90,7 +90,7 @@ def cache_facts(ledger: Ledger, cache_id: str) -> CacheAuditFacts:
             f"no cache {cache_id!r} in {ledger}{hint}"
             " (archived from another host? add --from s3://BUCKET/PREFIX)"
         )
-    uses = [u for u in cache_uses(ledger) if u.cache_id == cache.id]
+    uses = cache_uses(ledger, cache_id=cache.id)
     boots = [(find_boot(ledger, use.boot_id), use) for use in uses]
     results = [
         {**canonical_result(r), "digest": r.digest} for r in results_of_cache(ledger, cache.id)

@@ -108,8 +108,10 @@ def measured_on(ledger: Ledger, caches: Sequence[BakedCache]) -> list[Measured]:
     trees = {(c.cache_id, c.tree_digest) for c in caches}
     found = []
     for use in [*cache_uses(ledger), *(u.as_use() for u in baked_uses(ledger))]:
+        if (use.cache_id, use.tree_digest_after) not in trees:
+            continue  # most of a ledger's uses: asked nothing more
         boot = boot_by_id(ledger, use.boot_id)
-        if (use.cache_id, use.tree_digest_after) not in trees or boot is None:
+        if boot is None:
             continue
         on = tuple((r.id, r.name, r.status) for r in results if r.boot_id == boot.id)
         found.append(Measured(use.cache_id, boot.id, boot.outcome, on))

@@ -284,12 +284,17 @@ def all_boots(ledger: Ledger) -> list[BootRecord]:
     return ledger.records(BootRecord, "SELECT * FROM boots ORDER BY started_at DESC, rowid DESC")
 
 
-def cache_uses(ledger: Ledger, *, boot_id: str | None = None) -> list[CacheUse]:
-    """Which boot used which cache, and how; all of them, or those of one boot."""
-    if boot_id is None:
-        return ledger.records(CacheUse, "SELECT * FROM boot_caches ORDER BY rowid")
-    sql = "SELECT * FROM boot_caches WHERE boot_id = ? ORDER BY rowid"
-    return ledger.records(CacheUse, sql, (boot_id,))
+def cache_uses(
+    ledger: Ledger, *, boot_id: str | None = None, cache_id: str | None = None
+) -> list[CacheUse]:
+    """Which boot used which cache, and how; all of them, or those of one boot or one cache."""
+    if boot_id is not None:
+        sql = "SELECT * FROM boot_caches WHERE boot_id = ? ORDER BY rowid"
+        return ledger.records(CacheUse, sql, (boot_id,))
+    if cache_id is not None:
+        sql = "SELECT * FROM boot_caches WHERE cache_id = ? ORDER BY rowid"
+        return ledger.records(CacheUse, sql, (cache_id,))
+    return ledger.records(CacheUse, "SELECT * FROM boot_caches ORDER BY rowid")
 
 
 def cache_by_id(ledger: Ledger, cache_id: str) -> CacheRecord | None:

@@ -197,7 +197,7 @@ def _carry_out(
         if problems or checked.document is None:
             return Verdict(problems or ["archive does not verify"])
         tree = None if where is None else scan_now(current, where)
-        used_by = [u.boot_id for u in cache_uses(ledger) if u.cache_id == cache.id]
+        used_by = [u.boot_id for u in cache_uses(ledger, cache_id=cache.id)]
         want_content = request.with_content or archive.with_content
         gaps = archive_gaps(checked.document, tree, used_by, want_content=want_content)
         if want_content and not request.drop_withheld:
@@ -240,7 +240,7 @@ def _settle(
         journal.step(cache.id, "intent", f"{cache.host_path} is gone")
         archive = archive_of(ledger, cache.id)
         checked = verify(archive) if archive is not None else None
-        used_by = {u.boot_id for u in cache_uses(ledger) if u.cache_id == cache.id}
+        used_by = {u.boot_id for u in cache_uses(ledger, cache_id=cache.id)}
         record = checked.document if checked is not None and not checked.problems else None
         safe = record is not None and used_by <= record.boot_ids
         detail = f"its dir {cache.host_path} was gone before this run; nothing removed; " + (

@@ -350,7 +350,7 @@ def archived_boots(ledger: Ledger) -> Callable[[ArchiveRecord], list[BootArchive
     """For a cache's archive: the records, at the same location, of the boots that used it."""
 
     def boots_for(archive: ArchiveRecord) -> list[BootArchiveRow]:
-        uses = [u for u in cache_uses(ledger) if u.cache_id == archive.cache_id]
+        uses = cache_uses(ledger, cache_id=archive.cache_id)
         rows = [boot_archive(ledger, u.boot_id, archive.location) for u in uses]
         return [row for row in rows if row is not None]
 
