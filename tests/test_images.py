@@ -221,3 +221,25 @@ def test_a_rebuild_of_the_same_manifest_on_another_host_boots_warm_from_restored
     assert sorted(json.loads(other_arch.stdout)["none_found"]) == sorted(
         u["cache_id"].rsplit("-", 1)[0] for u in cold["caches"]
     )
+
+
+def test_a_boot_that_mounted_no_cache_leaves_a_container_that_goes_with_its_image(
+    own: Own, docker_client: Any, tmp_path: Path
+) -> None:
+    # Every cache off: the boot's stopped container waits on no cache's teardown, and would
+    # hold the engine image for ever if it did not go with it.
+    manifest = own.project / "manifests/demo/0.2/manifest.yaml"
+    caches = "".join(f"  {name}: {{enabled: false}}\n" for name in _DEMO_CACHES)
+    manifest.write_text(manifest.read_text() + "caches:\n" + caches)
+    home = tmp_path / "home"
+    built = _lifecycle(own.project, home, "build", "demo/0.2", "--json")
+    booted = _lifecycle(own.project, home, "boot", "demo/0.2", "--json")
+    assert booted["outcome"] == "ok" and booted["caches"] == [], booted
+
+    done = _lifecycle(own.project, home, "teardown", "--images", "--yes", "--json")["result"]
+    assert [c["boot_id"] for c in done["containers_removed"]] == [booted["id"]], done
+    assert built["image_id"] in [i["id"] for i in done["images"] if i["removes"]], done
+    assert not docker_client.containers.list(all=True, filters={"id": booted["container_id"]})
+
+
+_DEMO_CACHES = ("vllm", "flashinfer", "triton", "inductor")

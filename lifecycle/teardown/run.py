@@ -304,14 +304,14 @@ def _clean_docker(
     try:
         gone = {c.id for c in all_caches(ledger) if c.state == "torn-down"}
         listed = client.containers.list(all=True, sparse=True)
-        going, baked = containers_going(ledger, listed, gone)
+        going, with_image = containers_going(ledger, listed, gone)
         remove(going)
         if request.images:
             # Decided again now: a cache refused at its moment keeps its image.
             kept = {c.image_id for c in all_caches(ledger) if c.state != "torn-down"}
-            users = [*containers, *baked]
+            users = [*containers, *with_image]
             for image in images_going(ledger, client, listed, kept, request, users):
-                remove(with_their_images(baked, [image]))  # before the image they hold
+                remove(with_their_images(with_image, [image]))  # before the image they hold
                 problem = remove_image(client, image) if image.removes else None
                 images.append(replace(image, removes=False, why=problem) if problem else image)
     except sdk_errors() as exc:

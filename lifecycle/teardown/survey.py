@@ -29,7 +29,7 @@ from lifecycle.ledger.archives import ArchiveRecord, BootArchiveRow, archive_of,
 from lifecycle.ledger.boots import (
     CacheRecord,
     all_caches,
-    baked_uses,
+    boot_ids,
     cache_uses,
     tainted_files,
 )
@@ -135,13 +135,13 @@ def make_plan(
     torn_down = {c.id for c in every if c.state in ("torn-down", "missing")}
     gone = torn_down | {d.cache.id for d in decisions if d.removes or d.action is Action.SETTLE}
     docker = None if docker_problem else services.docker
-    containers, baked = containers_going(ledger, listed, gone)
+    containers, with_image = containers_going(ledger, listed, gone)
     images: tuple[ImageDecision, ...] = ()
     if request.images and docker is not None:
         kept = {d.cache.image_id for d in decisions if not d.removes}
-        users = containers + baked
+        users = containers + with_image
         images = tuple(images_going(ledger, docker, listed, kept, request, users))
-        containers += with_their_images(baked, images)
+        containers += with_their_images(with_image, images)
     elif request.images:
         notes += (f"images not considered: {docker_problem}",)
     if preview:
@@ -223,26 +223,26 @@ def containers_going(
     ledger: Ledger, listed: Iterable[Any], gone: set[str]
 ) -> tuple[Containers, Containers]:
     """Stopped containers of this ledger's boots whose every cache is (to be) torn down; and
-    those of its baked boots, which mounted no cache: each goes with its image, if that goes
-    (else it would hold the image for ever)."""
+    those of its boots that mounted no cache (a bake's, or a profile's with every cache off):
+    each goes with its image, if that goes (else it would hold the image for ever)."""
     mounted: dict[str, set[str]] = {}  # boot id -> the caches it mounted
     for use in cache_uses(ledger):
         mounted.setdefault(use.boot_id, set()).add(use.cache_id)
-    baked_boots = {use.boot_id for use in baked_uses(ledger)}
-    going, baked = [], []
+    ours = set(boot_ids(ledger))
+    going, with_image = [], []
     for container in stopped_boot_containers(listed):  # other homes' boots too: not ours
         caches = mounted.get(container.boot_id)
         if caches and caches <= gone:
             going.append(container)
-        elif not caches and container.boot_id in baked_boots:
-            baked.append(container)
-    return tuple(going), tuple(baked)
+        elif not caches and container.boot_id in ours:
+            with_image.append(container)
+    return tuple(going), tuple(with_image)
 
 
-def with_their_images(baked: Containers, images: Sequence[ImageDecision]) -> Containers:
-    """The baked boots' containers whose image goes."""
+def with_their_images(containers: Containers, images: Sequence[ImageDecision]) -> Containers:
+    """Those of the containers whose image goes."""
     going = {image.id for image in images if image.removes}
-    return tuple(container for container in baked if container.image_id in going)
+    return tuple(container for container in containers if container.image_id in going)
 
 
 def images_going(
