@@ -288,8 +288,9 @@ def _clean_docker(
     images: list[ImageDecision],
 ) -> tuple[str, ...]:
     """Remove stopped boot containers whose caches are all gone, then (--images) the images no
-    remaining cache refers to, appending what went; dockerd's errors come back as notes, since
-    the caches are gone and journalled whatever happens here."""
+    remaining cache refers to, each after the stopped containers of its boots that mounted no
+    cache; appending what went. dockerd's errors come back as notes, since the caches are gone
+    and journalled whatever happens here."""
     client = services.docker
     if client is None:
         return ()
