@@ -83,7 +83,10 @@ def _status(project: Path) -> Any:
 
 @pytest.mark.docker
 @pytest.mark.s3
-def test_a_saved_plan_is_refused_once_the_ledger_moved(project: Path, tmp_path: Path) -> None:
+def test_a_saved_plan_is_refused_once_the_ledger_or_the_archive_moved(
+    project: Path, tmp_path: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    client = s3_client
     _policy(project)
     _boot(project)
     _, newer = _boot(project)
@@ -95,6 +98,16 @@ def test_a_saved_plan_is_refused_once_the_ledger_moved(project: Path, tmp_path: 
     assert done.returncode != 0
     assert done.stderr.strip().splitlines() == [
         f"plan is stale: this host's ledger changed since {saved} was made; plan again"
+    ], done.stderr
+    assert all(c.state == "live" for c in _caches().values())
+
+    # The archive moved (another host archived): refused too, though with no `remote:` rule
+    # the plan reads the archive's listing, not its records.
+    _plan(project, "-o", str(saved))
+    client.put_object(Bucket=s3_bucket, Key="test/blobs/sha256/00/" + "0" * 64, Body=b"x")
+    done = _process(project, "apply", str(saved), "--yes")
+    assert done.stderr.strip().splitlines() == [
+        f"plan is stale: the archive's listing changed since {saved} was made; plan again"
     ], done.stderr
     assert all(c.state == "live" for c in _caches().values())
 

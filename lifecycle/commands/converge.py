@@ -235,11 +235,15 @@ def converge(
     remote, listing = None, "no archive configured"
     if location is not None:
         store = BlobStore(services.s3, location)  # the client teardown's checks use too
-        snap = take_snapshot(store)
+        collects = policy.remote.keep_last is not None or policy.remote.keep_within is not None
+        # The plan binds to the listing; only a rule that collects needs every record read
+        # (a team's bucket holds thousands: seconds of GETs every `status`).
+        snap = take_snapshot(store) if collects else None
+        objects = snap.objects if snap else {item.key: item for item in store.list()}
         listing = hashlib.sha256(
-            json.dumps(sorted((k, o.etag) for k, o in snap.objects.items())).encode()
+            json.dumps(sorted((k, o.etag) for k, o in objects.items())).encode()
         ).hexdigest()
-        if policy.remote.keep_last is not None or policy.remote.keep_within is not None:
+        if snap is not None:
             if snap.unreadable:
                 key, why = next(iter(sorted(snap.unreadable.items())))
                 raise LifecycleError(f"nothing planned: cannot read {store.where(key)}: {why}")
