@@ -117,6 +117,10 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
     assert f"{len(NAMES)} baked" in row
     why = run_lifecycle(archive_project, "why", report["id"]).stdout
     assert why.startswith(f"boot {report['id']}: warm\n") and "vllm: baked, warm-hit" in why
+    # Compared with the cold boot that made its caches: reused from the layers, not created.
+    reused = "baked into the image and reused: 1 file read, nothing compiled into it"
+    assert f"cache vllm: cold-compiled → warm-hit ({reused})" in why, why
+    assert "created the cache" not in why, why
     added = run_lifecycle(archive_project, "result", "add", report["id"], "--name", "smoke",
                           "--status", "pass", "--json")  # fmt: skip
     assert added.exit_code == 0, added.output

@@ -87,10 +87,15 @@ def _cache_changes(then: BootFacts, now: BootFacts) -> Iterator[tuple[Change | N
     before = {r.name: r for r in then.recorded}
     for use in now.recorded:
         other = before.get(use.name)
-        if other is None or other.verdict == use.verdict:
+        if other is None:
+            continue
+        if other.verdict == use.verdict:  # the same verdict, from a layer or from a host dir
+            if use.mode != other.mode and "baked" in (use.mode, other.mode):
+                source = "a layer of the image" if use.mode == "baked" else "a dir of this host"
+                yield Change("cache", use.name, other.mode, use.mode, f"read from {source}"), ""
             continue
         mine, theirs = now.caches.get(use.name), then.caches.get(use.name)
-        if use.mode == "warm":
+        if use.mode in ("warm", "baked"):
             note = _warm_note(use)
         elif mine and theirs and mine.id == theirs.id:
             note = "this boot created the cache the other reused: a first boot is cold"
@@ -102,16 +107,17 @@ def _cache_changes(then: BootFacts, now: BootFacts) -> Iterator[tuple[Change | N
 
 
 def _warm_note(use: RecordedUse) -> str:
-    """What the engine did with a cache mounted warm, as its verdict was judged."""
+    """What the engine did with a cache mounted warm (or baked), as its verdict was judged."""
     read = f"{count_of(use.read, 'file')} read" if use.read is not None else "reads not observed"
+    how = "baked into the image" if use.mode == "baked" else "mounted warm"
     if use.verdict == "mounted-but-missed":
         written = count_of(use.written, "file")
-        return f"mounted warm, and the engine compiled {written} into it ({read})"
+        return f"{how}, and the engine compiled {written} into it ({read})"
     if use.verdict == "unused":
-        return f"mounted warm, and the engine opened none of its files ({read})"
+        return f"{how}, and the engine opened none of its files ({read})"
     if use.verdict == "warm-hit":
-        return f"mounted warm and reused: {read}, nothing compiled into it"
-    return f"mounted warm; {count_of(use.written, 'file')} written, {read}"
+        return f"{how} and reused: {read}, nothing compiled into it"
+    return f"{how}; {count_of(use.written, 'file')} written, {read}"
 
 
 def missed(facts: BootFacts) -> list[RecordedUse]:
