@@ -22,6 +22,11 @@ def count_of(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
+def some_of(items: Sequence[str]) -> str:
+    """The first three, and `…` when there are more."""
+    return ", ".join(items[:3]) + (", …" if len(items) > 3 else "")
+
+
 def human_bytes(size: int | None) -> str:
     """1536 → '1.5 KiB'."""
     if size is None:

@@ -15,8 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from lifecycle.build.plan import DIGEST_LABEL
-from lifecycle.table import count_of
-from lifecycle.teardown.removal import some_of
+from lifecycle.table import count_of, some_of
 
 BOOT_LABEL = "lifecycle.boot.id"
 NAME_LABEL = "lifecycle.manifest.name"

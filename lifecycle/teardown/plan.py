@@ -18,13 +18,12 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.verify import VerifiedRecord
 from lifecycle.ledger.archives import ArchiveRecord
 from lifecycle.ledger.boots import CacheRecord, TaintedFile
-from lifecycle.table import count_of, human_age, human_bytes, render
+from lifecycle.table import count_of, human_age, human_bytes, render, some_of
 from lifecycle.teardown.containers import NOT_OURS, BootContainer, ImageDecision
 from lifecycle.teardown.removal import (
     Tree,
     Unfinished,
     archive_gaps,
-    some_of,
     withheld_paths,
     withheld_reason,
 )

@@ -25,6 +25,7 @@ from lifecycle.leases import CacheLease, exclusive_or
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord, TaintedFile
 from lifecycle.ledger.removal import TeardownStep, record_step, steps_of
+from lifecycle.table import some_of
 from lifecycle.withheld import masked_links, withheld_files
 
 FINAL_STEPS = ("done", "refused")
@@ -191,11 +192,6 @@ def withheld_reason(paths: Sequence[str]) -> str:
         f"{len(paths)} files withheld from any archive (they hold a secret's value):"
         f" {some_of(paths)}; --drop-withheld removes it all the same"
     )
-
-
-def some_of(paths: Sequence[str]) -> str:
-    """The first three, and `…` when there are more."""
-    return ", ".join(paths[:3]) + (", …" if len(paths) > 3 else "")
 
 
 def _what_changed(tree: Tree, archived: str) -> str:
