@@ -260,7 +260,7 @@ def test_a_file_no_archive_holds_keeps_its_cache_until_drop_withheld(tmp_path: P
     kept = decide(cache, Selection(), facts, **flags)
     assert kept.action is Action.KEEP and not kept.problem
     assert kept.why == (
-        "1 files withheld from any archive (they hold a secret's value): flashinfer_jit.log;"
+        "1 file withheld from any archive (they hold a secret's value): flashinfer_jit.log;"
         " --drop-withheld removes it all the same",
     )
     dropped = decide(cache, Selection(), facts, drop_withheld=True, **flags)

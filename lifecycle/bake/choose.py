@@ -30,6 +30,7 @@ from lifecycle.ledger.boots import (
     warm_candidates,
 )
 from lifecycle.manifest.model import JitCache
+from lifecycle.table import count_of
 from lifecycle.withheld import masked_links, withheld_files
 
 Verify = Callable[[ArchiveRecord], VerifiedRecord]
@@ -117,7 +118,8 @@ def _unproven(ledger: Ledger, cache: CacheRecord, verify: Verify) -> str | None:
         return "its last scan cannot be read: archive or boot it again"
     withheld = withheld_files(previous, tainted_files(ledger, cache.id))
     if withheld:
-        return f"{len(withheld)} files withheld from the archive (a secret's value): never baked"
+        held = count_of(len(withheld), "file")
+        return f"{held} withheld from the archive (a secret's value): never baked"
     if links := masked_links(previous):
         return f"symlinks name a secret's value ({', '.join(links[:3])}): never baked"
     archive = archive_of(ledger, cache.id)

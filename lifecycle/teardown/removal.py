@@ -25,7 +25,7 @@ from lifecycle.leases import CacheLease, exclusive_or
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord, TaintedFile
 from lifecycle.ledger.removal import TeardownStep, record_step, steps_of
-from lifecycle.table import some_of
+from lifecycle.table import count_of, some_of
 from lifecycle.withheld import masked_links, withheld_files
 
 FINAL_STEPS = ("done", "refused")
@@ -189,7 +189,7 @@ def withheld_paths(tree: Tree | None, tainted: Sequence[TaintedFile]) -> list[st
 def withheld_reason(paths: Sequence[str]) -> str:
     """Why a cache holding `paths` stays: an archive cannot take them; --drop-withheld can."""
     return (
-        f"{len(paths)} files withheld from any archive (they hold a secret's value):"
+        f"{count_of(len(paths), 'file')} withheld from any archive (they hold a secret's value):"
         f" {some_of(paths)}; --drop-withheld removes it all the same"
     )
 
