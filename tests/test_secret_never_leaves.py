@@ -57,7 +57,7 @@ def test_the_secret_is_nowhere_but_the_engines_own_cache_file(
     for path in home().rglob("*"):
         if path.is_file() and not path.is_relative_to(home() / "caches"):
             assert needle not in path.read_bytes(), path
-    for container in docker_client.containers.list(all=True):
+    for container in docker_client.containers.list(all=True, ignore_removed=True):
         try:
             attrs, logs = json.dumps(container.attrs).encode(), container.logs()
         except APIError as error:
