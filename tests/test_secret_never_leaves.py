@@ -65,9 +65,8 @@ def test_the_secret_is_nowhere_but_the_engines_own_cache_file(
                 continue  # another process's container, gone or being removed meanwhile
             raise
         assert needle not in attrs + logs, container.name
-    assert not [
-        c for c in docker_client.containers.list(all=True) if c.id == report["container_id"]
-    ]
+    gone = docker_client.containers.list(all=True, filters={"id": report["container_id"]})
+    assert not gone
     inspected = subprocess.run(["docker", "inspect", report["image_id"]], capture_output=True)
     assert needle not in inspected.stdout
 
