@@ -71,8 +71,11 @@ def take_snapshot(
     store: BlobStore, earlier: Snapshot | None = None, *, workers: int = 8
 ) -> Snapshot:
     """List the whole prefix and read every record not read before (records are immutable and
-    named by their bytes: one read once is that record forever)."""
+    named by their bytes: one read once is that record forever; a store with copies reads it
+    from S3 once per host, lifecycle.archive.copies)."""
     objects = {item.key: item for item in store.list()}
+    if store.copies is not None:
+        store.copies.keep_only(objects)
     keys = {key: parsed for key in objects if (parsed := parse_key(key)) is not None}
     known = earlier.records if earlier else {}
     records = {key: known[key] for key in keys if key in known}

@@ -141,7 +141,10 @@ def _boot(store: BlobStore, key: Key) -> ArchivedBoot:
 
 def _keys(store: BlobStore, prefix: str) -> list[Key]:
     """The keys of the layout under `prefix` (anything else there is not ours: left alone)."""
-    return [key for item in store.list(prefix) if (key := parse_key(item.key)) is not None]
+    listed = [item.key for item in store.list(prefix)]
+    if store.copies is not None and prefix.endswith("/"):
+        store.copies.keep_only(listed, under=prefix)
+    return [key for found in listed if (key := parse_key(found)) is not None]
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from lifecycle.archive.copies import RecordCopies
 from lifecycle.archive.location import ArchiveLocation, endpoint_problem
 from lifecycle.errors import EXIT_ENVIRONMENT, AnswerNo, LifecycleError
 
@@ -87,9 +88,12 @@ class ObjectStore:
 
     list_page = 1000  # keys per LIST page (S3's maximum)
 
-    def __init__(self, client: Any, location: ArchiveLocation) -> None:
+    def __init__(
+        self, client: Any, location: ArchiveLocation, copies: RecordCopies | None = None
+    ) -> None:
         self.client = client
         self.location = location
+        self.copies = copies  # for readers of every record: lifecycle.archive.copies
         self.endpoint = str(getattr(getattr(client, "meta", None), "endpoint_url", "") or "S3")
         self.conditional = True  # False once the server said it has no conditional writes
 
@@ -174,9 +178,13 @@ class ObjectStore:
 
     def read(self, relative: str, cap: int = RECORD_MAX) -> bytes | None:
         """A record's bytes (at most `cap` of them), or None when it is absent."""
-        sink = io.BytesIO()
-        found = self.download_sha256(self.key(relative), sink, cap=cap)
-        return None if found is None else sink.getvalue()
+
+        def fetch() -> bytes | None:
+            sink = io.BytesIO()
+            found = self.download_sha256(self.key(relative), sink, cap=cap)
+            return None if found is None else sink.getvalue()
+
+        return fetch() if self.copies is None else self.copies.read(relative, fetch)
 
     def download_sha256(
         self, key: str, sink: BinaryIO | None = None, *, cap: int | None = None

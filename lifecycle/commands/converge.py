@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lifecycle.archive.config import CONFIG_FILE, optional_location
+from lifecycle.archive.copies import RecordCopies
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import archive_caches
 from lifecycle.archive.store import BlobStore
@@ -234,7 +235,8 @@ def converge(
         raise LifecycleError(f"cannot archive to {location.url()}: {services.s3_problem}")
     remote, listing = None, "no archive configured"
     if location is not None:
-        store = BlobStore(services.s3, location)  # the client teardown's checks use too
+        # The client teardown's checks use too; records read once per host (.copies).
+        store = BlobStore(services.s3, location, RecordCopies(ctx.home, location))
         collects = policy.remote.keep_last is not None or policy.remote.keep_within is not None
         # The plan binds to the listing; only a rule that collects needs every record read
         # (a team's bucket holds thousands: seconds of GETs every `status`).

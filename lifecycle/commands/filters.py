@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
+from lifecycle.archive.copies import RecordCopies
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
@@ -82,4 +83,5 @@ def open_archive(
     """A listing of the archive at `source` (no ledger): its --state checked against
     `states` first, then the store, and now."""
     filters.check_state(states, listing)
-    return BlobStore(ctx.s3(), ArchiveLocation.parse(source, "--from")), ctx.now()
+    location = ArchiveLocation.parse(source, "--from")
+    return BlobStore(ctx.s3(), location, RecordCopies(ctx.home, location)), ctx.now()

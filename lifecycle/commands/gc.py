@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import click
 
 from lifecycle.archive.config import resolve_location
+from lifecycle.archive.copies import RecordCopies
 from lifecycle.archive.record import pins_at
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.commands import verbs
@@ -113,7 +114,7 @@ def run(ctx: Context, options: verbs.Gc) -> GcReport:
         grace,
     )
     location = resolve_location(options.source, ctx.environ, ctx.project, option="--from")
-    store = BlobStore(ctx.s3(), location)
+    store = BlobStore(ctx.s3(), location, RecordCopies(ctx.home, location))
     checkpoint = ctx.checkpoint()
     with ctx.ledger() as ledger, nullcontext() if options.dry_run else gc_lock(ctx.home):
         resumed: tuple[Swept, ...] = ()
