@@ -68,5 +68,6 @@ def _keep(path: Path, body: bytes) -> None:
     try:
         temp.write_bytes(body)
         temp.replace(path)
-    finally:
+    except OSError:
         temp.unlink(missing_ok=True)
+        raise
