@@ -158,6 +158,10 @@ def test_why_refuses_what_it_cannot_explain(project: Path) -> None:
     shutil.rmtree(only["evidence_path"])
     other = _boot(project, "serve")
     assert run_lifecycle(project, "why", only["id"], "--against", other["id"]).exit_code == 0
+    # No other boot was warm: the newest that ended ok, and it says so.
+    why = run_lifecycle(project, "why", other["id"]).stdout
+    chosen = "the newest boot of demo / serve that ended ok (none was warm)"
+    assert f"compared with {only['id']}: cold ({chosen})" in why, why
     assert os.environ["LIFECYCLE_HOME"]
 
 

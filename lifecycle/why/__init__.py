@@ -15,7 +15,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, all_boots, boot_by_id
 from lifecycle.report import Report, plain
 from lifecycle.table import human_bytes
-from lifecycle.why.compare import BootFacts, Change, boot_facts, compare, missed
+from lifecycle.why.compare import BootFacts, Change, boot_facts, boot_verdict, compare, missed
 
 __all__ = ["BootFacts", "Change", "Explanation", "explain"]
 
@@ -118,20 +118,21 @@ def _candidate(ledger: Ledger, now: BootFacts) -> tuple[BootFacts, str]:
     """The newest warm boot of the same manifest and profile; else the newest that ended ok."""
     same = [
         b
-        for b in all_boots(ledger)
+        for b in all_boots(ledger)  # newest first
         if b.id != now.boot.id
         and b.manifest_name == now.boot.manifest_name
         and b.profile == now.boot.profile
         and b.outcome == "ok"
     ]
-    facts = [boot_facts(ledger, b) for b in same]
-    for candidate in facts:
-        if candidate.verdict in _WARM:
-            what = f"the newest warm boot of {now.boot.manifest_name} / {now.boot.profile}"
-            return candidate, what
-    if facts:
+    # Judged from the ledger, newest first, until one is warm: a GPU host's ledger holds
+    # thousands of boots, and only the one chosen has its evidence read.
+    warm = next((b for b in same if boot_verdict(ledger, b.id) in _WARM), None)
+    if warm is not None:
+        what = f"the newest warm boot of {now.boot.manifest_name} / {now.boot.profile}"
+        return boot_facts(ledger, warm), what
+    if same:
         what = f"the newest boot of {now.boot.manifest_name} / {now.boot.profile} that ended ok"
-        return facts[0], what + " (none was warm)"
+        return boot_facts(ledger, same[0]), what + " (none was warm)"
     raise LifecycleError(
         f"no other boot of {now.boot.manifest_name} / {now.boot.profile} ended ok to compare "
         f"{now.boot.id} with; name one with --against BOOT"

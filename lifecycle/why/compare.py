@@ -266,10 +266,21 @@ class BootFacts:
         return recorded_uses(self.uses)
 
 
+def boot_uses(ledger: Ledger, boot_id: str) -> tuple[CacheUse, ...]:
+    """A boot's cache uses, a baked cache as a use of mode `baked`."""
+    baked = (use.as_use() for use in baked_uses(ledger, boot_id))
+    return (*cache_uses(ledger, boot_id=boot_id), *baked)
+
+
+def boot_verdict(ledger: Ledger, boot_id: str) -> str:
+    """A boot's verdict, as `BootFacts.verdict` says it, from the ledger alone."""
+    writes = [(w.path, w.bytes) for w in untracked_writes(ledger, boot_id)]
+    return recorded_warmth(recorded_uses(boot_uses(ledger, boot_id)), writes)[0]
+
+
 def boot_facts(ledger: Ledger, boot: BootRecord) -> BootFacts:
     """Everything `why` compares, for one boot (a baked cache as a use of mode `baked`)."""
-    baked = (use.as_use() for use in baked_uses(ledger, boot.id))
-    uses = (*cache_uses(ledger, boot_id=boot.id), *baked)
+    uses = boot_uses(ledger, boot.id)
     caches = {}
     for use in uses:
         cache = cache_by_id(ledger, use.cache_id)
