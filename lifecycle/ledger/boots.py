@@ -297,6 +297,13 @@ def cache_uses(
     return ledger.records(CacheUse, "SELECT * FROM boot_caches ORDER BY rowid")
 
 
+def used_pairs(ledger: Ledger) -> list[tuple[str, str]]:
+    """(boot id, cache id) of every use, oldest first: who used what, without the rest of
+    each row (a GPU host's ledger holds tens of thousands)."""
+    rows = ledger.query("SELECT boot_id, cache_id FROM boot_caches ORDER BY rowid")
+    return [(row["boot_id"], row["cache_id"]) for row in rows]
+
+
 def cache_by_id(ledger: Ledger, cache_id: str) -> CacheRecord | None:
     """One cache, or None."""
     return ledger.record(CacheRecord, "SELECT * FROM caches WHERE id = ?", (cache_id,))

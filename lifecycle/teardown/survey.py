@@ -32,6 +32,7 @@ from lifecycle.ledger.boots import (
     boot_ids,
     cache_uses,
     tainted_files,
+    used_pairs,
 )
 from lifecycle.ledger.builds import all_bakes, all_builds
 from lifecycle.ledger.removal import pins
@@ -94,8 +95,8 @@ def make_plan(
     archives = {c.id: a for c in caches if (a := archive_of(ledger, c.id)) is not None}
     unfinished = unfinished_runs(ledger, caches)
     used_by: dict[str, list[str]] = {}
-    for use in cache_uses(ledger):
-        used_by.setdefault(use.cache_id, []).append(use.boot_id)
+    for boot_id, cache_id in used_pairs(ledger):
+        used_by.setdefault(cache_id, []).append(boot_id)
     verify = ArchiveVerifier(services.s3, services.s3_problem, archived_boots(ledger))
     to = request.archive_to
     facts = Facts(
@@ -226,8 +227,8 @@ def containers_going(
     those of its boots that mounted no cache (a bake's, or a profile's with every cache off):
     each goes with its image, if that goes (else it would hold the image for ever)."""
     mounted: dict[str, set[str]] = {}  # boot id -> the caches it mounted
-    for use in cache_uses(ledger):
-        mounted.setdefault(use.boot_id, set()).add(use.cache_id)
+    for boot_id, cache_id in used_pairs(ledger):
+        mounted.setdefault(boot_id, set()).add(cache_id)
     ours = set(boot_ids(ledger))
     going, with_image = [], []
     for container in stopped_boot_containers(listed):  # other homes' boots too: not ours
