@@ -53,9 +53,10 @@ class RecordCopies:
         keep, root = set(listed), str(self.root)
         for parent, _, names in os.walk(self.root / under, topdown=False):
             relative = parent[len(root) + 1 :]
-            for name in names:
-                if f"{relative}/{name}" not in keep:
-                    (Path(parent) / name).unlink(missing_ok=True)
+            with suppress(OSError):  # a home this user cannot write keeps its copies
+                for name in names:
+                    if f"{relative}/{name}" not in keep:
+                        (Path(parent) / name).unlink(missing_ok=True)
             with suppress(OSError):  # a dir left empty; one that is not stays
                 Path(parent).rmdir()
 
