@@ -73,8 +73,9 @@ def archived_caches(
     first."""
     prefixes = [f"caches/{name}-" for name in named] if named is not None else ["caches/"]
     index: dict[str, dict[str, list[Key]]] = {}  # cache id -> kind -> its keys of that kind
-    for key in (k for prefix in [*prefixes, "results-by-cache/"] for k in _keys(store, prefix)):
-        index.setdefault(key.id, {}).setdefault(key.kind, []).append(key)
+    for prefix in [*prefixes, "results-by-cache/"]:
+        for key in listed_keys(store, prefix):
+            index.setdefault(key.id, {}).setdefault(key.kind, []).append(key)
     wanted = [k for kinds in index.values() for k in kinds.get("version", [])]
     wanted += [k for kinds in index.values() for k in kinds.get("legacy-cache", [])]
     read = pool_map(lambda key: (key.id, *_version(store, key)), wanted, workers, "catalog")
@@ -105,7 +106,7 @@ _MARKERS = ("boot-marker", "result-marker", "legacy-marker")
 def archived_boots(store: BlobStore, *, workers: int = 8) -> list[ArchivedBoot]:
     """Every boot the archive holds a record of, newest first."""
     first: dict[str, Key] = {}
-    for key in _keys(store, "boots/"):
+    for key in listed_keys(store, "boots/"):
         if key.kind == "boot":
             first.setdefault(key.id, key)  # a second record of a boot says the same
     boots = pool_map(lambda key: _boot(store, key), first.values(), workers, "catalog")
@@ -139,8 +140,9 @@ def _boot(store: BlobStore, key: Key) -> ArchivedBoot:
     )
 
 
-def _keys(store: BlobStore, prefix: str) -> list[Key]:
-    """The keys of the layout under `prefix` (anything else there is not ours: left alone)."""
+def listed_keys(store: BlobStore, prefix: str) -> list[Key]:
+    """The keys of the layout under `prefix` (anything else there is not ours: left alone);
+    the store's copies of records no longer listed there are forgotten."""
     listed = [item.key for item in store.list(prefix)]
     if store.copies is not None and prefix.endswith("/"):
         store.copies.keep_only(listed, under=prefix)

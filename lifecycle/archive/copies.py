@@ -2,9 +2,9 @@
 
 A record never changes: its key names the sha256 of its bytes, so a copy whose bytes still hash
 to its key is that record for ever (restic keeps its index the same way). What reads every
-record of an archive again and again (a plan, `status`, `gc --remote`, `boots --from`, `caches
---from`) reads each from S3 once, then from `$LIFECYCLE_HOME/records/`. Nothing that checks
-what the server holds now (verify, teardown's and bake's checks, restore) reads a copy.
+record of an archive again and again (a plan, `status`, `gc --remote`, `boots`, `caches` and
+`results --from`) reads each from S3 once, then from `$LIFECYCLE_HOME/records/`. Nothing that
+checks what the server holds now (verify, teardown's and bake's checks, restore) reads a copy.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle import __version__
+from lifecycle.archive.catalog import listed_keys
 from lifecycle.archive.layout import (
     cache_prefix,
     legacy_marker_prefix,
@@ -301,9 +302,7 @@ class ArchivedResult:
 
 def archived_results(store: BlobStore, *, workers: int = 8) -> list[ArchivedResult]:
     """Every result with a record in the archive, newest first."""
-    ids = sorted(
-        {k.id for item in store.list("results/") if (k := parse_key(item.key)) is not None}
-    )
+    ids = sorted({key.id for key in listed_keys(store, "results/")})
     pinned: dict[str, list[str]] = {}
     for pin in pins_at(store).values():
         pinned.setdefault(pin.target, []).append(pin.reason)
