@@ -1,7 +1,7 @@
 """This host's copies of the archive's records (lifecycle.archive.copies), with the demo engine
-booted for real and the real S3 server: a listing or a plan reads each record from S3 once; a
-copy that is not the record is read again; a record the archive no longer holds is forgotten;
-and a copy never hides from `verify` what the server holds."""
+booted for real and the real S3 server: a listing (boots, results) or a plan reads each record
+from S3 once; a copy that is not the record is read again; a record the archive no longer holds
+is forgotten; and a copy never hides from `verify` what the server holds."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
 from lifecycle.gc import take_snapshot
 from lifecycle.home import Home
+from lifecycle.results.archive import archived_results
 from tests.archive_support import boot_records, damage, versions
 from tests.trust_support import PREFIX, cli, home
 
@@ -63,9 +64,16 @@ def test_records_are_read_from_s3_once_and_a_copy_that_is_not_the_record_is_not_
     assert len(kept) == 2 and all(key.startswith("boots/") for key in kept), kept
     assert {b.boot.id for b in archived_boots(store)} == {cold["id"], warm["id"]}
     assert gets.since() == 0
+    add = ("result", "add", warm["id"], "--name", "smoke", "--status", "pass")
+    result = _json(archive_project, *add)  # archived at once (LIFECYCLE_ARCHIVE)
+    listed = _json(archive_project, "results", "--from", url)["results"]
+    assert [r["id"] for r in listed] == [result["id"]]
+    gets.since()
+    assert [r.result["id"] for r in archived_results(store)] == [result["id"]]
+    assert gets.since() == 0
     snapshot = take_snapshot(store)  # what a plan and gc read: every record (versions too)
     read_once = gets.since()
-    assert read_once == len(snapshot.records) - 2 > 0  # all but the two boots' copies
+    assert read_once == len(snapshot.records) - 3 > 0  # all but the boots' and result's copies
     assert take_snapshot(store).records.keys() == snapshot.records.keys()
     assert gets.since() == 0
 
