@@ -229,6 +229,13 @@ def test_a_dry_run_runs_the_hook_that_asks_and_none_that_acts(project: Path) -> 
     assert (project / "prod.log").read_text().split()[0] == "production.status"
     assert len((project / "prod.log").read_text().splitlines()) == 1
     assert not (home() / "ledger.sqlite3").exists()  # nothing recorded
+    # A night that archives itself needs a location: the dry run says so, and why.
+    plan = write_plan(project, "archived", **SMALL, end={"archive": True})
+    code, _, err = finish(
+        lifecycle(project, "night", str(plan), "--dry-run", env={"LIFECYCLE_ARCHIVE": ""})
+    )
+    assert code == 2, err
+    assert f"no archive location ({plan} archives the night: `end: archive: true`)" in err
 
 
 LADDER = {

@@ -67,13 +67,20 @@ def optional_location(
 
 
 def resolve_location(
-    flag: str | None, environ: Mapping[str, str], project_root: Path, *, option: str = "--to"
+    flag: str | None,
+    environ: Mapping[str, str],
+    project_root: Path,
+    *,
+    option: str = "--to",
+    needed_by: str = "",
 ) -> ArchiveLocation:
-    """`optional_location`, where a location is needed: none is a usage error."""
+    """`optional_location`, where a location is needed (by `needed_by`, said in the error when
+    the verb alone does not say why): none is a usage error."""
     found = optional_location(flag, environ, project_root, option=option)
     if found is None:
+        why = f" ({needed_by})" if needed_by else ""
         raise LifecycleError(
-            f"no archive location: pass {option} s3://BUCKET/PREFIX, set LIFECYCLE_ARCHIVE, "
+            f"no archive location{why}: pass {option} s3://BUCKET/PREFIX, set LIFECYCLE_ARCHIVE, "
             f"or write `archive: s3://BUCKET/PREFIX` in {project_root / CONFIG_FILE}"
         )
     return found

@@ -63,8 +63,9 @@ def run(ctx: Context, options: verbs.Night) -> NightOutcome | DryRun | RecoverRe
         return run_recover(ctx)
     loaded = load_plan(options.plan)
     if options.dry_run:
-        if loaded.plan.end.archive:  # the night would refuse to start without one
-            resolve_location(options.to, ctx.environ, ctx.project)
+        on_ray = (options.engine or loaded.plan.engine) == "ray"
+        if needed_by := _needs_archive(loaded, on_ray):  # the night would refuse to start
+            resolve_location(options.to, ctx.environ, ctx.project, needed_by=needed_by)
         return plan_only(ctx, loaded)
     request = NightRequest(loaded, rerun=tuple(options.rerun), new=options.new)
     return run_plan(ctx, request, options)
@@ -76,9 +77,10 @@ def run_plan(
     """Run (or resume) a night on this host's Docker engine, or on a Ray cluster's nodes."""
     plan = request.loaded.plan
     on_ray = (options.engine or plan.engine) == "ray"
+    needed_by = _needs_archive(request.loaded, on_ray)
     location = (
-        resolve_location(options.to, ctx.environ, ctx.project)
-        if plan.end.archive or on_ray  # a cluster's nodes share their caches through it
+        resolve_location(options.to, ctx.environ, ctx.project, needed_by=needed_by)
+        if needed_by
         else optional_location(options.to, ctx.environ, ctx.project)
     )
     if on_ray:  # Ray is imported on this path only; without it, one line (exit 2)
@@ -105,6 +107,15 @@ def run_plan(
             now=ctx.now,
         )
         return run_night(night, request)
+
+
+def _needs_archive(loaded: LoadedPlan, on_ray: bool) -> str:
+    """Why the night cannot run without an archive location; "" when it can."""
+    if on_ray:  # a cluster's nodes share their caches through it
+        return "a night on a Ray cluster shares its caches through it"
+    if loaded.plan.end.archive:
+        return f"{loaded.file} archives the night: `end: archive: true`"
+    return ""
 
 
 def plan_only(ctx: Context, loaded: LoadedPlan) -> DryRun:
