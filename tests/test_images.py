@@ -221,6 +221,13 @@ def test_a_rebuild_of_the_same_manifest_on_another_host_boots_warm_from_restored
     assert sorted(json.loads(other_arch.stdout)["none_found"]) == sorted(
         u["cache_id"].rsplit("-", 1)[0] for u in cold["caches"]
     )
+    said = run_lifecycle(
+        project, "restore", "--best", "demo/0.2", "--cache", "vllm",
+        env={"LIFECYCLE_HOME": str(tmp_path / "host-c"), "LIFECYCLE_GPU_ARCH": "90a"},
+    )  # fmt: skip
+    assert said.exit_code == 1
+    assert "vllm: no version of key " in said.stdout
+    assert "holds its files from a boot that ended ok (archive --with-content)" in said.stdout
 
 
 def test_a_boot_that_mounted_no_cache_leaves_a_container_that_goes_with_its_image(

@@ -153,7 +153,8 @@ class RestoreBestReport(Report):
             )
             lines.append("  " + done.text().splitlines()[0])
         lines += [
-            f"{name}: no complete version with key {self.keys[name][:12]}…; boots cold"
+            f"{name}: no version of key {self.keys[name][:12]}… holds its files from a boot"
+            " that ended ok (archive --with-content); boots cold"
             for name in self.none_found
         ]
         return "\n".join(lines) + "\n"
