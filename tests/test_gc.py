@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import socket
 import time
@@ -86,6 +87,8 @@ def test_gc_keeps_a_pinned_result_and_all_behind_it_and_removes_the_rest_it_may(
     dry = _json(archive_project, "gc", "--remote", *POLICY, "--dry-run")
     assert dry["dry_run"] and dry["plan"]["pinned"] == [r0["id"]]
     assert set(keys(s3_client, s3_bucket, f"{PREFIX}/")) == before  # a dry run removes nothing
+    said = cli(archive_project, "gc", "--remote", *POLICY, "--dry-run").stdout
+    assert re.search(r"^to remove: .*\b\d+ versions\b", said, re.M) and " 1 pin," in said, said
     done = _json(archive_project, "gc", "--remote", *POLICY, "--yes")
     assert done["result"]["removed"] == len(dry["plan"]["objects"]) > 0
     after = set(keys(s3_client, s3_bucket, f"{PREFIX}/"))

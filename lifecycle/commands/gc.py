@@ -36,7 +36,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.removal import pins, unfinished_gc
 from lifecycle.policy.model import parse_duration
 from lifecycle.report import Report, plain
-from lifecycle.table import human_bytes
+from lifecycle.table import count_of, human_bytes
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,9 @@ class GcReport(Report):
                 f" ({human_bytes(done.bytes_freed)}), spared {len(done.spared)}"
             )
         removing = Counter(doomed.kind for doomed in plan.remove)
-        going = ", ".join(f"{n} {kind}" for kind, n in sorted(removing.items())) or "nothing"
+        going = ", ".join(count_of(n, kind) for kind, n in sorted(removing.items())) or "nothing"
         lines.append(f"to remove: {going} ({human_bytes(plan.bytes)})")
-        kept = ", ".join(f"{n} {kind}" for kind, n in sorted(plan.kept.items())) or "nothing"
+        kept = ", ".join(count_of(n, kind) for kind, n in sorted(plan.kept.items())) or "nothing"
         lines.append(f"kept: {kept}")
         if plan.pinned:
             lines.append(f"pinned (kept with all behind them): {', '.join(plan.pinned)}")
