@@ -8,13 +8,22 @@ import re
 import tarfile
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
+from docker.errors import ImageNotFound
 
-from lifecycle.build.engine import _context_tar
-from lifecycle.build.plan import SourceInfo, image_tag, plan_build
+from lifecycle.build.engine import _context_tar, find_built
+from lifecycle.build.plan import (
+    BAKED_LABEL,
+    CREATED_LABEL,
+    SourceInfo,
+    image_tag,
+    plan_build,
+)
 from lifecycle.cli import cli
+from lifecycle.ledger import Ledger
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.load import manifest_digest, patch_digests
 
@@ -131,3 +140,37 @@ def test_dry_run_cli_prints_plan_and_needs_no_docker(
     plan = json.loads(result.output)
     assert plan["dockerfile"].count("FROM vllm/vllm-openai:v0.31.0") == 1
     assert "Dockerfile" in plan["context"]
+
+
+class _Images:
+    """dockerd's images as the SDK gives them: those `present` now (others went since)."""
+
+    def __init__(self, present: set[str]) -> None:
+        self.present = present
+
+    def get(self, image_id: str) -> SimpleNamespace:
+        if image_id not in self.present:
+            raise ImageNotFound(f"No such image: {image_id}")
+        return SimpleNamespace(id=image_id)
+
+
+def test_the_image_of_a_digest_is_the_newest_still_there_never_a_bake(tmp_path: Path) -> None:
+    # Another home's teardown may remove an image between dockerd's list and its inspect.
+    def listed(image_id: str, created: str, *, baked: bool = False) -> dict[str, object]:
+        labels = {CREATED_LABEL: created, **({BAKED_LABEL: "[]"} if baked else {})}
+        return {"Id": image_id, "Labels": labels}
+
+    summaries = [
+        listed("sha256:old", "2026-12-01T00:00:00+00:00"),
+        listed("sha256:gone", "2026-12-03T00:00:00+00:00"),
+        listed("sha256:bake", "2026-12-04T00:00:00+00:00", baked=True),
+        listed("sha256:middle", "2026-12-02T00:00:00+00:00"),
+    ]
+    api = SimpleNamespace(images=lambda filters: summaries)
+    ledger = Ledger.open(tmp_path / "home")  # no build recorded: found by its labels alone
+    present = {"sha256:old", "sha256:middle", "sha256:bake"}
+    client = SimpleNamespace(api=api, images=_Images(present))
+    assert find_built(client, ledger, "sha256:d").id == "sha256:middle"
+    client = SimpleNamespace(api=api, images=_Images({"sha256:bake"}))
+    assert find_built(client, ledger, "sha256:d") is None
+    ledger.close()

@@ -27,7 +27,7 @@ from lifecycle.boot.baked import (
     layer_dirs,
 )
 from lifecycle.build.engine import send_build
-from lifecycle.build.plan import BAKED_LABEL
+from lifecycle.build.plan import BAKED_LABEL, CREATED_LABEL
 from lifecycle.errors import AnswerNo
 
 CHUNK = 1 << 20
@@ -48,7 +48,7 @@ def bake_labels(
         PROFILE_LABEL: profile,
         ENGINE_LABEL: engine_image_id,
         "lifecycle.bake.tool": f"lifecycle {__version__}",
-        "org.opencontainers.image.created": created,
+        CREATED_LABEL: created,
         "org.opencontainers.image.base.digest": engine_image_id,
         "org.opencontainers.image.description": (
             f"engine image with {len(caches)} verified warm caches baked in (lifecycle bake)"

@@ -12,7 +12,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from lifecycle.build.plan import BAKED_LABEL, BASE_DIGEST_LABEL, DIGEST_LABEL, BuildPlan
+from lifecycle.build.plan import (
+    BAKED_LABEL,
+    BASE_DIGEST_LABEL,
+    CREATED_LABEL,
+    DIGEST_LABEL,
+    BuildPlan,
+)
 from lifecycle.errors import AnswerNo, EnvironmentFailure
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.builds import BuildRecord, images_of, record_build
@@ -60,16 +66,22 @@ def find_built(
         found = image.labels or {}
         if BAKED_LABEL not in found and all(found.get(k) == v for k, v in wanted.items()):
             return image
-    images = {
-        image.id: image
-        for image in client.images.list(filters={"label": [f"{k}={v}" for k, v in wanted.items()]})
-        if BAKED_LABEL not in (image.labels or {})
-    }
-    newest = sorted(
-        images.values(),
-        key=lambda image: (image.labels.get("org.opencontainers.image.created", ""), image.id),
-    )
-    return newest[-1] if newest else None
+    # dockerd's list carries each image's labels: only the one chosen is inspected. On a
+    # dockerd other homes share, an image listed may be gone by then (their teardown): the
+    # next newest is taken.
+    listed = client.api.images(filters={"label": [f"{k}={v}" for k, v in wanted.items()]})
+    labelled = [(i.get("Labels") or {}, i["Id"]) for i in listed]
+    candidates = sorted(
+        ((labels.get(CREATED_LABEL, ""), image_id) for labels, image_id in labelled
+         if BAKED_LABEL not in labels),
+        reverse=True,
+    )  # fmt: skip
+    for _, image_id in candidates:
+        try:
+            return client.images.get(image_id)
+        except ImageNotFound:
+            continue
+    return None
 
 
 def base_image_digest(client: Any, base_image: str) -> str:

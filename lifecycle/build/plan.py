@@ -30,6 +30,7 @@ BASE_DIGEST_LABEL = "lifecycle.base.digest"
 BAKED_LABEL = "lifecycle.bake.caches"
 VLLM_LABEL = "lifecycle.pin.vllm"
 FLASHINFER_LABEL = "lifecycle.pin.flashinfer"
+CREATED_LABEL = "org.opencontainers.image.created"  # the newest image of a digest is chosen by it
 IN_IMAGE_DIR = "/opt/lifecycle/build"
 
 
@@ -187,7 +188,7 @@ def _labels(
             {k: {"value": v.value, "status": v.status} for k, v in manifest.tuned.items()},
             sort_keys=True,
         ),
-        "org.opencontainers.image.created": created.isoformat(timespec="seconds"),
+        CREATED_LABEL: created.isoformat(timespec="seconds"),
         "org.opencontainers.image.version": manifest.engine.vllm,
         "org.opencontainers.image.title": f"{manifest.name} {manifest.engine.vllm}",
         "org.opencontainers.image.base.name": manifest.engine.base_image,
