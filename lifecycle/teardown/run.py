@@ -31,6 +31,7 @@ from lifecycle.ledger.boots import (
     cache_uses,
     settle_boot,
     tainted_files,
+    used_pairs,
 )
 from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import results_not_archived_on
@@ -305,7 +306,7 @@ def _clean_docker(
     try:
         gone = {c.id for c in all_caches(ledger) if c.state == "torn-down"}
         listed = client.containers.list(all=True, sparse=True)
-        going, with_image = containers_going(ledger, listed, gone)
+        going, with_image = containers_going(ledger, listed, gone, used_pairs(ledger))
         remove(going)
         if request.images:
             # Decided again now: a cache refused at its moment keeps its image.

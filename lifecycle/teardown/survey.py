@@ -94,8 +94,9 @@ def make_plan(
     mounts = running_mounts(listed)
     archives = {c.id: a for c in caches if (a := archive_of(ledger, c.id)) is not None}
     unfinished = unfinished_runs(ledger, caches)
+    pairs = used_pairs(ledger)  # (boot, cache): read once for the caches and the containers
     used_by: dict[str, list[str]] = {}
-    for boot_id, cache_id in used_pairs(ledger):
+    for boot_id, cache_id in pairs:
         used_by.setdefault(cache_id, []).append(boot_id)
     verify = ArchiveVerifier(services.s3, services.s3_problem, archived_boots(ledger))
     to = request.archive_to
@@ -136,7 +137,7 @@ def make_plan(
     torn_down = {c.id for c in every if c.state in ("torn-down", "missing")}
     gone = torn_down | {d.cache.id for d in decisions if d.removes or d.action is Action.SETTLE}
     docker = None if docker_problem else services.docker
-    containers, with_image = containers_going(ledger, listed, gone)
+    containers, with_image = containers_going(ledger, listed, gone, pairs)
     images: tuple[ImageDecision, ...] = ()
     if request.images and docker is not None:
         kept = {d.cache.image_id for d in decisions if not d.removes}
@@ -221,13 +222,13 @@ Containers = tuple[BootContainer, ...]
 
 
 def containers_going(
-    ledger: Ledger, listed: Iterable[Any], gone: set[str]
+    ledger: Ledger, listed: Iterable[Any], gone: set[str], pairs: Iterable[tuple[str, str]]
 ) -> tuple[Containers, Containers]:
     """Stopped containers of this ledger's boots whose every cache is (to be) torn down; and
     those of its boots that mounted no cache (a bake's, or a profile's with every cache off):
     each goes with its image, if that goes (else it would hold the image for ever)."""
     mounted: dict[str, set[str]] = {}  # boot id -> the caches it mounted
-    for boot_id, cache_id in used_pairs(ledger):
+    for boot_id, cache_id in pairs:  # (boot, cache) of every use: used_pairs
         mounted.setdefault(boot_id, set()).add(cache_id)
     ours = set(boot_ids(ledger))
     going, with_image = [], []
