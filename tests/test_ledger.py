@@ -72,6 +72,19 @@ def test_without_create_an_empty_home_stays_empty(tmp_path: Path) -> None:
     assert has_ledger(home)
 
 
+def test_a_short_file_is_truncated_only_without_a_write_ahead_log(tmp_path: Path) -> None:
+    # Another process's checkpoint writes the header, then the pages: a ledger read in between
+    # looks short, and SQLite reads its pages from the log. Without a log, short is truncated.
+    home = tmp_path / "home"
+    Ledger.open(home).close()
+    ledger = home / "ledger.sqlite3"
+    ledger.write_bytes(ledger.read_bytes()[: ledger.stat().st_size // 2])
+    with pytest.raises(HomeUnusable, match="is truncated"):
+        has_ledger(home)
+    (home / "ledger.sqlite3-wal").write_bytes(b"frames a checkpoint is copying")
+    assert has_ledger(home)
+
+
 def test_builds_round_trip(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path)
     first = record_build(ledger, BUILT)

@@ -213,8 +213,14 @@ def _has_ledger(path: Path) -> bool:
     page_size = int.from_bytes(header[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     pages = int.from_bytes(header[28:32], "big")
-    # The page count is valid when its "version-valid-for" matches the change counter.
-    if header[24:28] == header[92:96] and size < pages * page_size:
+    # The page count is valid when its "version-valid-for" matches the change counter. With
+    # a write-ahead log beside it, another process's checkpoint may be writing the file this
+    # moment (the header first, the pages after): SQLite reads it with the log, and so judges.
+    try:
+        settled = path.with_name(f"{path.name}-wal").stat().st_size == 0
+    except FileNotFoundError:
+        settled = True
+    if settled and header[24:28] == header[92:96] and size < pages * page_size:
         raise HomeUnusable(f"the ledger {path} is truncated ({size} of {pages * page_size} bytes)")
     return True
 
