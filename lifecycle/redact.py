@@ -211,7 +211,7 @@ def mask_paths(
     by the `secrets`' values (name -> value) and by the values the entries the previous scan
     masked (`masked_before`: their (masked path, inode)) are found to hide again."""
     masked: dict[str, str] = {}
-    values = {(name, value) for name, value in secrets.items() if value}
+    values = _in_names(secrets)
     before = {inode: path for path, inode in masked_before if is_masked(path)}
     if not values and not before:  # nearly every scan: nothing to look for
         return masked
@@ -219,8 +219,7 @@ def mask_paths(
     values |= _found_again(walked, before)
     if not values:
         return masked
-    # Longest value first, as redact does: a value holding another is replaced whole.
-    ordered = sorted(values, key=lambda pair: (-len(pair[1]), pair))
+    ordered = _longest_first(values)
     # By depth: a dir's final mask is known before its children are looked at.
     by_depth = sorted((real for real, _ in walked), key=lambda real: (real.count("/"), real))
     for _, level in groupby(by_depth, key=lambda real: real.count("/")):
@@ -228,8 +227,7 @@ def mask_paths(
         for real in level:
             parent, _, name = real.rpartition("/")
             parent = masked.get(parent, parent)
-            for secret, value in ordered:
-                name = redact_values(name, {secret: value})
+            name = _mask_name(name, ordered)
             named.setdefault(f"{parent}/{name}" if parent else name, []).append(real)
         for mask, reals in named.items():
             if len(reals) == 1 and reals[0] == mask:
@@ -247,8 +245,27 @@ def mask_link(target: str, secrets: Mapping[str, str], masked_before: str | None
     still fits that mask keeps it: a scan without the secrets finds the tree it recorded."""
     if masked_before and is_masked(masked_before) and _pattern(masked_before)[0].fullmatch(target):
         return masked_before
-    values = {name: value for name, value in secrets.items() if value}
-    return redact_values(target, values) if values else target
+    values = _longest_first(_in_names(secrets))
+    return "/".join(_mask_name(name, values) for name in target.split("/")) if values else target
+
+
+def _in_names(secrets: Mapping[str, str]) -> set[tuple[str, str]]:
+    """(secret, value) to look for in a name. A name never holds `/`: a value that does (a
+    base64 token, an AWS secret key) can only be spread over dirs and names, so each of its
+    parts is a value here. Parts shorter than MIN_SECRET_LEN are not looked for, as in text;
+    a path-shaped value masks more names than it must (`home`): that withholds, never leaks."""
+    return {(name, part) for name, value in secrets.items() for part in value.split("/") if part}
+
+
+def _longest_first(values: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    # As redact does: a value holding another is replaced whole.
+    return sorted(values, key=lambda pair: (-len(pair[1]), pair))
+
+
+def _mask_name(name: str, ordered: Sequence[tuple[str, str]]) -> str:
+    for secret, value in ordered:
+        name = redact_values(name, {secret: value})
+    return name
 
 
 def _found_again(
@@ -269,19 +286,15 @@ def _found_again(
 
 def _pattern(masked_path: str) -> tuple[re.Pattern[str], list[str]]:
     """A masked path as a pattern of the real path it stands for, and the secret whose value
-    each group `g<i>` holds (one group per placeholder: the same one twice is one value)."""
+    each group `g<i>` holds: one group per placeholder, as one secret's placeholder stands for
+    a different part of its value in each name when the value holds `/`."""
     parts: list[str] = []
-    groups: dict[str, int] = {}  # placeholder -> its group
     secrets: list[str] = []
     at = 0
     for match in PLACEHOLDER.finditer(masked_path):
         parts.append(re.escape(masked_path[at : match.start()]))
-        if match[0] in groups:
-            parts.append(f"(?P=g{groups[match[0]]})")
-        else:
-            groups[match[0]] = len(secrets)
-            parts.append(f"(?P<g{len(secrets)}>[^/]{{{MIN_SECRET_LEN},}})")
-            secrets.append(match[1])
+        parts.append(f"(?P<g{len(secrets)}>[^/]{{{MIN_SECRET_LEN},}})")
+        secrets.append(match[1])
         at = match.end()
     parts.append(re.escape(masked_path[at:]))
     return re.compile("".join(parts)), secrets

@@ -415,7 +415,8 @@ _QUIET = (
 # Names files and a dir after the secret (a hub cache keyed by a token might), contents clean.
 _LEAKY_NAME = (
     "  leaky-name:\n    command: [sh, -c, 'hub=$FLASHINFER_WORKSPACE_BASE/hub;"
-    ' mkdir -p "$hub/models--$HF_TOKEN"; echo ref > "$hub/models--x--$HF_TOKEN.ref";'
+    ' mkdir -p "$hub/models--$HF_TOKEN" "$(dirname "$hub/models--x--$HF_TOKEN.ref")";'
+    ' echo ref > "$hub/models--x--$HF_TOKEN.ref";'
     ' echo weights > "$hub/models--$HF_TOKEN/a.bin";'
     ' exec python3 -m demollm.serve "$@"\', sh]\n'
     "    secrets: [HF_TOKEN]\n    network: none\n"

@@ -164,12 +164,33 @@ def test_a_secret_in_a_link_target_is_nowhere_but_the_engines_own_cache(
         assert token not in done.stdout + done.stderr
 
 
+def test_a_secret_holding_a_slash_is_in_no_name_part_by_part(
+    archive_project: Path, s3_client: Any, s3_bucket: str
+) -> None:
+    # A value holding `/` (base64 tokens, AWS secret keys) makes dirs of its parts: the
+    # engine's `models--x--FIRST/SECOND.ref`. Paths were masked name by name, by whole values.
+    token = f"q{secrets.token_hex(12)}/{secrets.token_hex(12)}"
+    _, env, outputs, flashinfer = _booted(archive_project, "leaky-name", token)
+    assert (Path(flashinfer.host_path) / f"hub/models--x--{token}.ref").is_file()
+    outputs.append(process(archive_project, "boot", "demo/0.2", "--json", env=env))
+    assert json.loads(outputs[-1].stdout)["passed_over"] == []  # the masks carried
+    outputs.append(process(archive_project, "archive", "--all", "--with-content", env=env))
+    outputs.append(process(archive_project, "verify", flashinfer.id, env=env))
+    outputs.append(process(archive_project, "teardown", "--dry-run", env=env))
+    for done in outputs:
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert "hub/models--x--<redacted:HF_TOKEN>/<redacted:HF_TOKEN>.ref" in outputs[-1].stdout
+    for part in token.split("/"):
+        _nowhere_outside_caches(part, s3_client, s3_bucket)
+        assert not any(part in done.stdout + done.stderr for done in outputs)
+
+
 def _booted(
-    project: Path, profile: str
+    project: Path, profile: str, token: str = ""
 ) -> tuple[str, dict[str, str], list[subprocess.CompletedProcess[str]], CacheRecord]:
-    """A fresh token, the environment giving it, the boot of `profile` with it (its process,
-    in a list later steps add to) and the FlashInfer cache it used."""
-    token = f"q{secrets.token_hex(20)}"
+    """A token (by default a fresh one), the environment giving it, the boot of `profile` with
+    it (its process, in a list later steps add to) and the FlashInfer cache it used."""
+    token = token or f"q{secrets.token_hex(20)}"
     env = {"HF_TOKEN": token}
     outputs = [process(project, "boot", "demo/0.2", "--profile", profile, env=env)]
     flashinfer = next(c for c in caches().values() if c.cache_name == "flashinfer")

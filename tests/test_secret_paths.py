@@ -141,3 +141,36 @@ def test_a_link_target_holding_the_value_is_masked_and_its_link_never_made(
     assert masked_links(both) == [f"hub/{HOLDER}.link", "hub/current"]
     made = {e.path for e in restorable(both, set(masked_links(both))).entries}
     assert made == {"hub", "hub/plain"}
+
+
+def test_a_value_holding_a_slash_is_masked_in_every_name_it_is_spread_over(
+    tmp_path: Path,
+) -> None:
+    """A name never holds `/`, so such a value (a base64 token, an AWS secret key) is spread
+    over dirs: each of its parts was a name of its own, in no fingerprint masked."""
+    value = f"q{secrets.token_hex(12)}/{secrets.token_hex(12)}"
+    first, second = value.split("/")
+    root = tmp_path / "cache"
+    (root / f"hub/models--{value}").mkdir(parents=True)  # hub/models--FIRST/SECOND
+    (root / f"hub/models--{value}/a.bin").write_bytes(b"weights")
+    (root / "hub/current").symlink_to(f"/models/{value}/snapshot")
+    found = scan(root, secrets={"HF_TOKEN": value})
+    assert {e.path: e.link for e in found.entries} == {
+        "hub": None,
+        "hub/current": f"/models/{HOLDER}/{HOLDER}/snapshot",
+        f"hub/models--{HOLDER}": None,
+        f"hub/models--{HOLDER}/{HOLDER}": None,
+        f"hub/models--{HOLDER}/{HOLDER}/a.bin": None,
+    }
+    assert first not in found.to_json() and second not in found.to_json()
+    # Scans that know no value find each part again from the entry that hid it.
+    kept = Fingerprint.from_json(found.to_json())
+    assert scan(root, kept) is kept
+    assert scan(root, masked_like=kept).tree_digest == kept.tree_digest
+    (root / f"hub/models--{value}/b.bin").write_bytes(b"more")
+    (root / f"hub/{second}.lock").write_bytes(b"")
+    grown = scan(root, kept)
+    assert {f"hub/models--{HOLDER}/{HOLDER}/b.bin", f"hub/{HOLDER}.lock"} <= {
+        e.path for e in grown.entries
+    }
+    assert first not in grown.to_json() and second not in grown.to_json()
