@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -40,6 +40,7 @@ from lifecycle.gc import (
     Policy as GcPolicy,
 )
 from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import CacheRecord
 from lifecycle.ledger.retention import state_digest
 from lifecycle.policy.facts import image_keeps, live_caches
 from lifecycle.policy.keep import PolicyRules, Verdict, evaluate
@@ -218,8 +219,10 @@ def converge(
     services: Services,
     policy: Policy,
     location: ArchiveLocation | None,
+    every: Sequence[CacheRecord] | None = None,
 ) -> Converge:
-    """Read everything the policy is evaluated on and decide; changes nothing."""
+    """Read everything the policy is evaluated on and decide; changes nothing. `every`: the
+    ledger's caches, when the caller read them already."""
     verdicts = evaluate(policy, live_caches(ledger), ctx.now())
     request = TeardownRequest(
         PolicyRules(verdicts),
@@ -228,7 +231,7 @@ def converge(
         archive_to=location,
         image_keeps=image_keeps(ledger, policy),
     )
-    caches = make_plan(ledger, ctx.home, services, request)
+    caches = make_plan(ledger, ctx.home, services, request, every=every)
     going = {d.cache.id for d in caches.removing}
     archive = tuple(c for c, v in verdicts.items() if v.archive and c not in going)
     if location is not None and archive and services.s3 is None:

@@ -103,7 +103,8 @@ def run(ctx: Context, options: verbs.Status) -> StatusReport:
     policy = read_policy(ctx.project / CONFIG_FILE)
     location = optional_location(None, ctx.environ, ctx.project)
     with ctx.ledger() as ledger:
-        caches = [c for c in all_caches(ledger) if c.state in ("live", "archived")]
+        every = all_caches(ledger)
+        caches = [c for c in every if c.state in ("live", "archived")]
         passed_over = not_reusable(ledger)
         per: dict[str, ManifestCaches] = {}
         for cache in caches:
@@ -115,7 +116,7 @@ def run(ctx: Context, options: verbs.Status) -> StatusReport:
         counts, problem, images = None, None, None
         services = connect_services(ctx.environ)
         try:
-            made = converge(ctx, ledger, services, policy, location)
+            made = converge(ctx, ledger, services, policy, location, every)
             counts, problem = _counted(made), "; ".join(made.caches.unreachable) or None
             if services.docker is not None:  # the plan's images: every engine image and bake
                 images = {image.id for image in made.caches.images}

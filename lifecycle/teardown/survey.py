@@ -82,12 +82,14 @@ def make_plan(
     request: TeardownRequest,
     *,
     preview: bool = False,
+    every: Sequence[CacheRecord] | None = None,
 ) -> TeardownPlan:
     """Decide every cache's fate; reads the ledger, dockerd and S3, changes nothing.
 
     With `preview` (a dry run), what --archive would upload is worked out too, read-only.
+    `every`: the ledger's caches, when the caller read them already (status).
     """
-    every = all_caches(ledger)
+    every = all_caches(ledger) if every is None else every
     notes = _named(request.selection.cache_ids, every)
     caches = [c for c in every if c.state not in ("torn-down", "missing")]
     listed, docker_problem = listed_containers(services, every=True)  # one request serves all
