@@ -154,6 +154,9 @@ def test_schema_6_keeps_every_row_of_an_older_ledger_and_allows_missing(tmp_path
     assert ledger.query("PRAGMA user_version")[0][0] == len(MIGRATIONS)
     assert tuple(ledger.query("SELECT * FROM caches")[0]) == cache
     assert ledger.query("SELECT cache_id FROM boot_caches")[0][0] == "vllm-1"
+    # A cache's uses are found by the cache, not by reading every use (13).
+    plan = ledger.query("EXPLAIN QUERY PLAN SELECT * FROM boot_caches WHERE cache_id = 'vllm-1'")
+    assert "USING INDEX boot_caches_by_cache" in plan[0]["detail"]
     assert ledger.query("PRAGMA foreign_keys")[0][0] == 1
     with ledger.transaction() as writer:
         writer.execute("UPDATE caches SET state = 'missing' WHERE id = 'vllm-1'")
