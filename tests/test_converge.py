@@ -137,3 +137,36 @@ def test_a_sigkilled_apply_run_again_converges_with_nothing_lost(
     assert all(caches[i].state == "torn-down" and _gone(caches[i]) for i in old)
     assert all(not _gone(caches[i]) for i in new)
     assert _plan(project)["empty"] is True
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_keep_releases_names_a_release_as_build_does_and_a_typo_is_said(project: Path) -> None:
+    # A release was named by its manifest's last two dirs: `manifests/0.31/manifest.yaml` was
+    # "manifests/0.31", so `keep_releases: ["0.31"]` kept nothing; and a typo kept nothing
+    # silently. The newest good cache of each name of the release stays, whatever else goes.
+    (project / "lifecycle.yaml").write_text(
+        "policy:\n  caches:\n    - keep_last: 0\n      keep_within: null\n"
+        "      archive_after: 0s\n      keep_releases: [demo/0.2, demo/0.9]\n"
+    )
+    _, old = _boot(project)
+    _, new = _boot(project)
+    done = _cli(project, "plan", "--json")
+    assert done.exit_code == 0, done.output
+    plan = json.loads(done.stdout)
+    why = {c["id"]: c for c in plan["caches"]["caches"]}
+    assert {why[i]["action"] for i in old} == {"archive, then remove"}, why
+    assert {why[i]["action"] for i in new} == {"keep"}, why
+    assert all("keep_releases" in " ".join(why[i]["why"]) for i in new), why
+    assert plan["unknown_releases"] == ["demo/0.9"]
+    assert "keep_releases: 'demo/0.9' names no manifest of this project" in done.stderr
+
+
+def test_a_release_is_its_manifests_dir_under_the_projects_manifests(tmp_path: Path) -> None:
+    from lifecycle.policy.facts import release_of
+
+    manifests = tmp_path / "manifests"
+    assert release_of(str(manifests / "0.31/manifest.yaml"), manifests) == "0.31"
+    assert release_of(str(manifests / "demo/0.2/manifest.yaml"), manifests) == "demo/0.2"
+    assert release_of("/elsewhere/vllm/0.31/manifest.yaml", manifests) == "vllm/0.31"
+    assert release_of(None, manifests) is None

@@ -42,7 +42,7 @@ from lifecycle.gc import (
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord
 from lifecycle.ledger.retention import state_digest
-from lifecycle.policy.facts import image_keeps, live_caches
+from lifecycle.policy.facts import image_keeps, live_caches, unknown_releases
 from lifecycle.policy.keep import PolicyRules, Verdict, evaluate
 from lifecycle.policy.model import Policy, parse_duration, read_policy, seconds
 from lifecycle.report import Report, plain
@@ -66,6 +66,15 @@ class Converge:
     remote: GcPlan | None  # None: the policy keeps the whole archive, or none is configured
     location: str | None
     state: dict[str, str]  # what the plan saw: ledger, archive
+    unknown_releases: tuple[str, ...] = ()  # keep_releases entries naming no manifest
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return tuple(
+            f"keep_releases: {release!r} names no manifest of this project"
+            f" (no manifests/{release}/manifest.yaml): it keeps nothing"
+            for release in self.unknown_releases
+        )
 
     @property
     def empty(self) -> bool:
@@ -84,6 +93,7 @@ class Converge:
             "archive": list(self.archive),
             "caches": plan_json(self.caches),
             "remote": collect,
+            "unknown_releases": list(self.unknown_releases),
             "empty": self.empty,
         }
 
@@ -114,6 +124,10 @@ class PlanReport(Report):
         if self.plan.caches.unreachable:
             return EXIT_ENVIRONMENT
         return EXIT_NO if self.plan.caches.has_problems else EXIT_OK
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.plan.notes
 
     def to_json(self) -> dict[str, Any]:
         return {**self.plan.to_json(), "saved": str(self.saved) if self.saved else None}
@@ -152,6 +166,10 @@ class ApplyReport(Report):
             return EXIT_ENVIRONMENT
         return EXIT_NO if failed or self.plan.caches.has_problems else EXIT_OK
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.plan.notes
+
     def to_json(self) -> dict[str, Any]:
         return {
             "format": self.FORMAT,
@@ -175,14 +193,15 @@ class ApplyReport(Report):
 
 def apply(ctx: Context, options: verbs.Apply) -> ApplyReport:
     """Plan again (refused if a saved plan's state moved), agree, carry the plan out."""
+    saved = None if options.file is None else _saved(options.file)
     policy = read_policy(ctx.project / CONFIG_FILE)
     location = optional_location(None, ctx.environ, ctx.project)
     services = connect_services(ctx.environ, ctx.say)
     checkpoint = ctx.checkpoint()
     with ctx.ledger() as ledger, teardown_lock(ctx.home), gc_lock(ctx.home):
         made = converge(ctx, ledger, services, policy, location)
-        if options.file is not None:
-            _check_fresh(options.file, made)
+        if options.file is not None and saved is not None:
+            _check_fresh(options.file, saved, made)
         if not options.as_json:
             ctx.out(made.text())
         if made.empty:
@@ -223,7 +242,7 @@ def converge(
 ) -> Converge:
     """Read everything the policy is evaluated on and decide; changes nothing. `every`: the
     ledger's caches, when the caller read them already."""
-    verdicts = evaluate(policy, live_caches(ledger), ctx.now())
+    verdicts = evaluate(policy, live_caches(ledger, ctx.manifests_dir), ctx.now())
     request = TeardownRequest(
         PolicyRules(verdicts),
         archive_first=location is not None,
@@ -255,7 +274,8 @@ def converge(
             remote = plan_gc(snap, _gc_policy(policy), pinned_results(ledger, store), ctx.now())
     state = {"ledger": state_digest(ledger), "archive": listing}
     where = location.url() if location else None
-    return Converge(caches, request, verdicts, archive, remote, where, state)
+    unknown = tuple(unknown_releases(policy, ctx.manifests_dir))
+    return Converge(caches, request, verdicts, archive, remote, where, state, unknown)
 
 
 def _gc_policy(policy: Policy) -> GcPolicy:
@@ -274,15 +294,26 @@ def _save(file: Path, plan: dict[str, Any]) -> None:
 _STATE_NAMES = {"ledger": "this host's ledger", "archive": "the archive's listing"}
 
 
-def _check_fresh(file: Path, now: Converge) -> None:
-    """A saved plan applies only to the state it saw."""
+def _saved(file: Path) -> dict[str, Any]:
+    """A plan `plan -o` saved; read before anything is asked of dockerd or S3."""
     try:
-        saved = json.loads(file.read_text())
-        state = saved["state"]
-    except (OSError, ValueError, KeyError, TypeError):
-        state = None
-    if not isinstance(state, dict) or saved.get("format") != FORMAT:
+        text = file.read_text()
+    except OSError as exc:
+        raise LifecycleError(f"cannot read the plan {file}: {exc.strerror}") from None
+    try:
+        saved: Any = json.loads(text)
+    except ValueError:
+        saved = None
+    if not (isinstance(saved, dict) and saved.get("format") == FORMAT):
+        saved = {}
+    if not isinstance(saved.get("state"), dict):
         raise LifecycleError(f"{file}: not a plan `lifecycle plan -o FILE` saved")
+    return dict(saved)
+
+
+def _check_fresh(file: Path, saved: Mapping[str, Any], now: Converge) -> None:
+    """A saved plan applies only to the state it saw."""
+    state = saved["state"]
     moved = [_STATE_NAMES[what] for what in _STATE_NAMES if state.get(what) != now.state[what]]
     if moved or saved.get("location") != now.location:
         said = " and ".join(moved) or "the archive location"

@@ -3,25 +3,24 @@
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import PurePath
+from pathlib import Path, PurePath
 
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.retention import caches_on_host, releases_built
+from lifecycle.manifest.load import MANIFEST_NAME
 from lifecycle.policy.keep import Live
 from lifecycle.policy.model import Policy
 
 
-def live_caches(ledger: Ledger) -> list[Live]:
-    """The caches on this host (live or archived, not torn down)."""
+def live_caches(ledger: Ledger, manifests: Path) -> list[Live]:
+    """The caches on this host (live or archived, not torn down); `manifests`: the project's."""
     found = []
     for row in caches_on_host(ledger):
-        file = PurePath(row.manifest_file or "")  # manifests/NAME/VERSION/manifest.yaml
-        release = f"{file.parent.parent.name}/{file.parent.name}" if row.manifest_file else None
         found.append(
             Live(
                 id=row.id,
                 manifest=row.manifest_name,
-                release=release or row.manifest_digest[:12],
+                release=release_of(row.manifest_file, manifests) or row.manifest_digest[:12],
                 name=row.cache_name,
                 profile=row.profile or "",
                 last_used=datetime.fromisoformat(row.started_at or row.created_at),
@@ -48,3 +47,21 @@ def image_keeps(ledger: Ledger, policy: Policy) -> dict[str, str]:
         elif seen.index(digest) < rule.keep_last:
             keeps[image_id] = f"keep_last {rule.keep_last}: one of its newest releases"
     return keeps
+
+
+def release_of(manifest_file: str | None, manifests: Path) -> str | None:
+    """The ref a release is built and booted by (`0.31`, `demo/0.2`): its manifest's dir under
+    the project's `manifests/`; a manifest kept elsewhere is named by its last two dirs."""
+    if not manifest_file:
+        return None
+    file = PurePath(manifest_file)
+    if file.is_relative_to(manifests):
+        return file.parent.relative_to(manifests).as_posix()
+    return f"{file.parent.parent.name}/{file.parent.name}"
+
+
+def unknown_releases(policy: Policy, manifests: Path) -> list[str]:
+    """The keep_releases entries that name no manifest of the project: a typo there would let
+    production's newest good cache go (archived first, as ever), so the plan says so."""
+    named = {release for rule in policy.caches for release in rule.keep_releases}
+    return sorted(r for r in named if not (manifests / r / MANIFEST_NAME).is_file())

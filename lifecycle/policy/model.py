@@ -70,7 +70,8 @@ class CacheRule(_Strict):
     keep_last: int = Field(default=1, ge=0, description="The newest N of each manifest+profile.")
     keep_within: Duration | None = Field(default="7d", description="Any cache booted within D.")
     keep_releases: list[str] = Field(
-        default_factory=list, description="Releases (NAME/VERSION) whose newest good cache stays."
+        default_factory=list,
+        description="Releases named as for build (0.31, demo/0.2): their newest good cache stays.",
     )
     archive_after: Duration = Field(default="1d", description="Idle this long: archived.")
     content: bool = Field(default=False, description="Archive its files, not only evidence.")
