@@ -72,7 +72,11 @@ def test_plan_apply_converges_and_a_second_plan_is_empty(project: Path, tmp_path
     assert "incomplete: not asked: cannot reach the Docker engine" in blind.output
     assert "nothing to do" not in blind.output
     blind = run_lifecycle(project, "status", env=nowhere)
-    assert "policy: nothing to do (incomplete: not asked: cannot reach the Docker" in blind.output
+    assert "policy: incomplete: not asked: cannot reach the Docker" in blind.output
+    # apply ended 0 here, its plan empty only because nothing was asked: a cron saw success.
+    blind = run_lifecycle(project, "apply", "--yes", env=nowhere)
+    assert blind.exit_code == 3, blind.output
+    assert "nothing to do" not in blind.output
 
 
 def _status(project: Path) -> Any:

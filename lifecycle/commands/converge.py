@@ -162,7 +162,8 @@ class ApplyReport(Report):
     @property
     def exit_code(self) -> int:
         failed = self.teardown is not None and self.teardown.failed
-        if self.teardown is not None and self.teardown.unreachable:
+        # Not converged while what dockerd or S3 guards was not asked, whatever else went.
+        if self.plan.caches.unreachable or (self.teardown and self.teardown.unreachable):
             return EXIT_ENVIRONMENT
         return EXIT_NO if failed or self.plan.caches.has_problems else EXIT_OK
 

@@ -79,9 +79,11 @@ class StatusReport(Report):
             )
         if self.policy is not None:
             done = ", ".join(f"{n} {what}" for what, n in self.policy.items() if n)
-            said = f"policy: {done or 'nothing to do'}" + ("; `lifecycle plan`" * bool(done))
             if self.policy_problem:  # what dockerd or S3 guards was kept, not found in order
-                said += f" (incomplete: not asked: {self.policy_problem})"
+                said = f"policy: {done + '; ' if done else ''}incomplete: not asked:"
+                said += f" {self.policy_problem}"
+            else:
+                said = f"policy: {done or 'nothing to do'}" + ("; `lifecycle plan`" * bool(done))
             lines.append(said)
         else:
             lines.append(f"policy: not evaluated: {self.policy_problem}")
