@@ -103,11 +103,19 @@ def test_a_hung_docker_engine_fails_every_command_in_bounded_time(
         ["boot", "demo/0.2"],
         ["teardown", "--dry-run"],
         ["teardown", "--yes"],
+        ["bake", "demo/0.2"],  # asked dockerd twice: twice the wait
+        ["plan"],
     ]
     hung_docker = {"DOCKER_HOST": f"tcp://{hung}"}
     results = _run_all(archive_project, commands, hung_docker)
     # One teardown at a time per host: two at once, one would be refused by the other's lock.
     images = ["teardown", "--archive", "--yes", "--images"]
     results += _run_all(archive_project, [images], hung_docker)
-    _assert_failed_fast(results, f"tcp://{hung}")
+    results += _run_all(archive_project, [["apply", "--yes"]], hung_docker)  # teardown's lock too
+    # plan and apply keep what dockerd guards and say so in the plan itself: not converged.
+    planned = [r for r in results if r[0][0] in ("plan", "apply")]
+    for argv, rc, out, err, seconds in planned:
+        assert rc == 3 and seconds < LIMIT_S, (argv, rc, seconds, out, err)
+        assert f"incomplete: not asked: cannot reach the Docker engine at tcp://{hung}" in out
+    _assert_failed_fast([r for r in results if r not in planned], f"tcp://{hung}")
     assert _state(s3_client, s3_bucket) == before  # nothing removed, nothing archived

@@ -22,6 +22,7 @@ from lifecycle.commands import verbs
 from lifecycle.commands.build import publish
 from lifecycle.commands.context import Context
 from lifecycle.commands.teardown import connect_services
+from lifecycle.dockerd import DockerUnavailable
 from lifecycle.errors import EXIT_NO, EXIT_OK
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.builds import BakeRecord, record_bake
@@ -116,7 +117,9 @@ def run(ctx: Context, request: verbs.Bake) -> BakeReport:
     tag = f"{image_tag(manifest.name, manifest.engine.vllm, digest)}-{profile}-baked"
     where = optional_location(None, ctx.environ, ctx.project) if request.push else None
     services = connect_services(ctx.environ, ctx.say)
-    client = ctx.docker() if services.docker is None else services.docker
+    if services.docker is None:  # asked once: a second connect would wait its limit again
+        raise DockerUnavailable(services.docker_problem or "no Docker engine")
+    client = services.docker
     with ctx.ledger() as ledger:
         engine = engine_image(client, ledger, digest, request.version, pull_from=None)
         verify = ArchiveVerifier(services.s3, services.s3_problem, archived_boots(ledger))
