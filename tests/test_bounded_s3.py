@@ -96,6 +96,7 @@ def _every_command(archived: Archived) -> list[list[list[str]]]:
             ["audit", "cache", ids[0], "--from", url],
             ["caches", "--from", url],
             ["boots", "--from", url],
+            ["plan"],  # reads every archive its caches name, and the archive's listing
             ["pin", results[1]],
             ["unpin", results[0]],
             ["night", "bounded.yaml"],

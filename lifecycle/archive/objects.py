@@ -311,6 +311,8 @@ class ObjectStore:
         name = type(exc).__name__
         code = _code(exc)
         if name in _TIMEOUTS:
+            if name == "NotAskedAgain":  # not sent: an earlier request waited out just now
+                name = "an earlier request went unanswered"
             return S3Unavailable(
                 f"the S3 server {self.endpoint} did not answer in time ({name}; see"
                 " LIFECYCLE_S3_TIMEOUT)"
