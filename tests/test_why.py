@@ -146,14 +146,21 @@ def test_a_warm_boot_that_spills_outside_its_caches_is_partial(project: Path) ->
 
 def test_why_refuses_what_it_cannot_explain(project: Path) -> None:
     only = _boot(project, "serve")
+    cache = only["caches"][0]["cache_id"]
     for args, message in (
         (("b-nope",), "no boot 'b-nope' in this host's ledger"),
+        ((cache,), f"{cache} is a cache, not a boot: `lifecycle audit cache {cache}`"),
         ((only["id"],), "no other boot of demo / serve ended ok"),
         ((only["id"], "--against", "b-x"), "no boot 'b-x'"),
     ):
         result = run_lifecycle(project, "why", *args)
         assert result.exit_code == 2, result.output
         assert message in result.stderr and "Traceback" not in result.output
+    added = run_lifecycle(project, "result", "add", only["id"], "--name", "x", "--status", "pass")
+    assert added.exit_code == 0, added.output
+    (listed,) = json.loads(run_lifecycle(project, "results", "--json").stdout)["results"]
+    result = run_lifecycle(project, "why", listed["id"])
+    assert f"is a result: `lifecycle why {only['id']}`" in result.stderr, result.output
     # A boot whose evidence is gone is still compared from the ledger.
     shutil.rmtree(only["evidence_path"])
     other = _boot(project, "serve")

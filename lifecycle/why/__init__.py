@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import BootRecord, all_boots, boot_by_id
+from lifecycle.ledger.boots import BootRecord, all_boots, boot_by_id, cache_by_id
+from lifecycle.ledger.results import result_by_id
 from lifecycle.report import Report, plain
 from lifecycle.table import human_bytes
 from lifecycle.why.compare import BootFacts, Change, boot_facts, boot_verdict, compare, missed
@@ -109,9 +110,16 @@ def summarize(now: BootFacts) -> str:
 
 def _boot(ledger: Ledger, boot_id: str) -> BootRecord:
     found = boot_by_id(ledger, boot_id)
-    if found is None:
-        raise LifecycleError(f"no boot {boot_id!r} in this host's ledger (see `lifecycle boots`)")
-    return found
+    if found is not None:
+        return found
+    if cache_by_id(ledger, boot_id) is not None:  # the id a teardown plan or `caches` shows
+        raise LifecycleError(
+            f"{boot_id} is a cache, not a boot: `lifecycle audit cache {boot_id}` lists its boots"
+        )
+    result = result_by_id(ledger, boot_id)
+    if result is not None:
+        raise LifecycleError(f"{boot_id} is a result: `lifecycle why {result.boot_id}` (its boot)")
+    raise LifecycleError(f"no boot {boot_id!r} in this host's ledger (see `lifecycle boots`)")
 
 
 def _candidate(ledger: Ledger, now: BootFacts) -> tuple[BootFacts, str]:
