@@ -166,11 +166,15 @@ def test_keep_releases_names_a_release_as_build_does_and_a_typo_is_said(project:
     assert "keep_releases: 'demo/0.9' names no manifest of this project" in done.stderr
 
 
-def test_a_release_is_its_manifests_dir_under_the_projects_manifests(tmp_path: Path) -> None:
+def test_a_release_is_its_manifests_dir_under_the_projects_manifests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from lifecycle.policy.facts import release_of
 
     manifests = tmp_path / "manifests"
     assert release_of(str(manifests / "0.31/manifest.yaml"), manifests) == "0.31"
     assert release_of(str(manifests / "demo/0.2/manifest.yaml"), manifests) == "demo/0.2"
-    assert release_of("/elsewhere/vllm/0.31/manifest.yaml", manifests) == "vllm/0.31"
+    assert release_of("/elsewhere/vllm/0.31/manifest.yaml", manifests) == "0.31"
     assert release_of(None, manifests) is None
+    monkeypatch.chdir(tmp_path)  # `--manifests manifests`: the ledger keeps absolute paths
+    assert release_of(str(manifests / "0.31/manifest.yaml"), Path("manifests")) == "0.31"

@@ -80,6 +80,15 @@ def load_manifest(file: Path) -> LoadedManifest:
     return LoadedManifest(file, manifest, chain, tuple(patch_files))
 
 
+def manifest_ref(directory: Path, manifests_dir: Path) -> str:
+    """How build and boot name the manifest in `directory` (`0.31`, `demo/0.2`): its path under
+    the project's manifests; a directory elsewhere is named by its basename."""
+    try:
+        return directory.resolve().relative_to(manifests_dir.resolve()).as_posix()
+    except ValueError:
+        return directory.name
+
+
 def find_manifest(manifests_dir: Path, ref: str) -> Path:
     """`0.31` → manifests/0.31/manifest.yaml; a path to a file is taken as it is, a path to
     a dir holding a manifest.yaml is that file."""

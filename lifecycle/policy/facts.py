@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path, PurePath
+from pathlib import Path
 
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.retention import caches_on_host, releases_built
-from lifecycle.manifest.load import MANIFEST_NAME
+from lifecycle.manifest.load import MANIFEST_NAME, manifest_ref
 from lifecycle.policy.keep import Live
 from lifecycle.policy.model import Policy
 
@@ -50,14 +50,8 @@ def image_keeps(ledger: Ledger, policy: Policy) -> dict[str, str]:
 
 
 def release_of(manifest_file: str | None, manifests: Path) -> str | None:
-    """The ref a release is built and booted by (`0.31`, `demo/0.2`): its manifest's dir under
-    the project's `manifests/`; a manifest kept elsewhere is named by its last two dirs."""
-    if not manifest_file:
-        return None
-    file = PurePath(manifest_file)
-    if file.is_relative_to(manifests):
-        return file.parent.relative_to(manifests).as_posix()
-    return f"{file.parent.parent.name}/{file.parent.name}"
+    """The ref a release is built and booted by (`0.31`, `demo/0.2`), from its manifest file."""
+    return manifest_ref(Path(manifest_file).parent, manifests) if manifest_file else None
 
 
 def unknown_releases(policy: Policy, manifests: Path) -> list[str]:

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from lifecycle.errors import LifecycleError
 from lifecycle.home import Home
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
-from lifecycle.manifest.load import MANIFEST_NAME, manifest_digest
+from lifecycle.manifest.load import MANIFEST_NAME, manifest_digest, manifest_ref
 from lifecycle.manifest.model import TunedValue
 from lifecycle.port.branch import (
     Repository,
@@ -120,7 +120,7 @@ def make_plan(
     manifests_dir = request.manifests_dir.resolve()
     loaded = load_manifest(find_manifest(request.manifests_dir, request.old_ref))
     old_dir = loaded.file.parent.resolve()
-    old_label = _label(old_dir, manifests_dir)
+    old_label = manifest_ref(old_dir, manifests_dir)
     new_label = _new_label(request.new_ref)
     new_dir = manifests_dir / new_label
     chain_dirs = {f.parent.resolve() for f in loaded.chain}
@@ -195,14 +195,6 @@ def make_plan(
         existing=existing,
         validated=validated,
     )
-
-
-def _label(directory: Path, manifests_dir: Path) -> str:
-    """`demo/0.1` for manifests/demo/0.1; a directory elsewhere is named by its basename."""
-    try:
-        return directory.relative_to(manifests_dir).as_posix()
-    except ValueError:
-        return directory.name
 
 
 def _new_label(ref: str) -> str:
