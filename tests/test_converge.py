@@ -178,3 +178,26 @@ def test_a_release_is_its_manifests_dir_under_the_projects_manifests(
     assert release_of(None, manifests) is None
     monkeypatch.chdir(tmp_path)  # `--manifests manifests`: the ledger keeps absolute paths
     assert release_of(str(manifests / "0.31/manifest.yaml"), Path("manifests")) == "0.31"
+
+
+def test_images_are_kept_by_release_not_by_build() -> None:
+    # Counted by digest, two builds of 0.31 (a tuned value moved) were "the newest 2 releases"
+    # and 0.30, production's way back, went. Each release keeps its newest build's images.
+    from lifecycle.policy.facts import releases_kept
+    from lifecycle.policy.model import Policy
+
+    built = [  # newest first: (manifest, release, digest, image id)
+        ("vllm-prod", "0.31", "d3", "i3"),
+        ("vllm-prod", "0.31", "d2", "i2"),
+        ("vllm-prod", "0.30", "d1", "i1b"),  # rebuilt with --force: another image, same digest
+        ("vllm-prod", "0.30", "d1", "i1"),
+        ("vllm-prod", "0.29", "d0", "i0"),
+    ]
+    policy = Policy.model_validate({"images": [{"match": "vllm-*", "keep_last": 2}]})
+    assert releases_kept(built, policy) == {
+        "i3": "keep_last 2: its newest build of 0.31",
+        "i1b": "keep_last 2: its newest build of 0.30",
+        "i1": "keep_last 2: its newest build of 0.30",
+    }
+    unruled = Policy.model_validate({"images": [{"match": "demo*"}]})
+    assert set(releases_kept(built, unruled).values()) == {"no policy rule names its manifest"}

@@ -249,7 +249,7 @@ def converge(
         archive_first=location is not None,
         images=True,
         archive_to=location,
-        image_keeps=image_keeps(ledger, policy),
+        image_keeps=image_keeps(ledger, policy, ctx.manifests_dir),
     )
     caches = make_plan(ledger, ctx.home, services, request, every=every)
     going = {d.cache.id for d in caches.removing}

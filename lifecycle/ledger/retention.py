@@ -50,14 +50,17 @@ def caches_on_host(ledger: Ledger) -> list[CacheOnHost]:
     ]
 
 
-def releases_built(ledger: Ledger) -> list[tuple[str, str, str]]:
-    """(manifest name, manifest digest, image id) of each image built here, newest first."""
+def releases_built(ledger: Ledger) -> list[tuple[str, str, str, str]]:
+    """(manifest name, manifest file, manifest digest, image id) of each image built here,
+    newest first."""
     rows = ledger.query(
-        "SELECT manifest_name, manifest_digest, image_id, MAX(started_at) AS at FROM builds"
-        " WHERE image_id IS NOT NULL AND outcome IN ('built', 'up-to-date')"
+        "SELECT manifest_name, manifest_file, manifest_digest, image_id, MAX(started_at) AS at"
+        " FROM builds WHERE image_id IS NOT NULL AND outcome IN ('built', 'up-to-date')"
         " GROUP BY manifest_name, manifest_digest, image_id ORDER BY at DESC"
     )
-    return [(r["manifest_name"], r["manifest_digest"], r["image_id"]) for r in rows]
+    return [
+        (r["manifest_name"], r["manifest_file"], r["manifest_digest"], r["image_id"]) for r in rows
+    ]
 
 
 # What a saved plan is bound to: a change to any of these may change the plan.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -32,20 +33,32 @@ def live_caches(ledger: Ledger, manifests: Path) -> list[Live]:
     return found
 
 
-def image_keeps(ledger: Ledger, policy: Policy) -> dict[str, str]:
-    """Engine image id -> why the policy keeps it: among the newest N releases (manifest
-    digests, by their newest build) of its manifest, N its image rule's keep_last."""
-    releases: dict[str, list[str]] = {}  # manifest -> its digests, newest first
+def image_keeps(ledger: Ledger, policy: Policy, manifests: Path) -> dict[str, str]:
+    """Engine image id -> why the policy keeps it (lifecycle.ledger.retention's builds)."""
+    built = [
+        (name, release_of(file, manifests) or digest, digest, image_id)
+        for name, file, digest, image_id in releases_built(ledger)
+    ]
+    return releases_kept(built, policy)
+
+
+def releases_kept(built: Iterable[tuple[str, str, str, str]], policy: Policy) -> dict[str, str]:
+    """Of (manifest name, release, digest, image id), newest first: the images of the newest
+    build of each of its manifest's newest N releases (`0.31` and `0.30`, not two builds of
+    0.31, which would drop production's way back), N its image rule's keep_last."""
+    releases: dict[str, list[str]] = {}  # manifest -> its releases, newest first
+    current: dict[str, str] = {}  # release -> the digest of its newest build
     keeps = {}
-    for manifest, digest, image_id in releases_built(ledger):
+    for manifest, release, digest, image_id in built:
         rule = policy.image_rule(manifest)
         seen = releases.setdefault(manifest, [])
-        if digest not in seen:
-            seen.append(digest)
+        if release not in seen:
+            seen.append(release)
+            current[release] = digest
         if rule is None:
             keeps[image_id] = "no policy rule names its manifest"
-        elif seen.index(digest) < rule.keep_last:
-            keeps[image_id] = f"keep_last {rule.keep_last}: one of its newest releases"
+        elif seen.index(release) < rule.keep_last and current[release] == digest:
+            keeps[image_id] = f"keep_last {rule.keep_last}: its newest build of {release}"
     return keeps
 
 
