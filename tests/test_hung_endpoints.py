@@ -103,7 +103,7 @@ def test_a_hung_docker_engine_fails_every_command_in_bounded_time(
         ["boot", "demo/0.2"],
         ["teardown", "--dry-run"],
         ["teardown", "--yes"],
-        ["bake", "demo/0.2"],  # asked dockerd twice: twice the wait
+        ["bake", "demo/0.2"],  # it once asked dockerd twice, waiting twice
         ["plan"],
     ]
     hung_docker = {"DOCKER_HOST": f"tcp://{hung}"}

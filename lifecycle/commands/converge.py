@@ -201,8 +201,8 @@ def apply(ctx: Context, options: verbs.Apply) -> ApplyReport:
     checkpoint = ctx.checkpoint()
     with ctx.ledger() as ledger, teardown_lock(ctx.home), gc_lock(ctx.home):
         made = converge(ctx, ledger, services, policy, location)
-        if options.file is not None and saved is not None:
-            _check_fresh(options.file, saved, made)
+        if saved is not None:
+            _check_fresh(saved, made)
         if not options.as_json:
             ctx.out(made.text())
         if made.empty:
@@ -295,7 +295,7 @@ def _save(file: Path, plan: dict[str, Any]) -> None:
 _STATE_NAMES = {"ledger": "this host's ledger", "archive": "the archive's listing"}
 
 
-def _saved(file: Path) -> dict[str, Any]:
+def _saved(file: Path) -> tuple[Path, dict[str, Any]]:
     """A plan `plan -o` saved; read before anything is asked of dockerd or S3."""
     try:
         text = file.read_text()
@@ -305,17 +305,20 @@ def _saved(file: Path) -> dict[str, Any]:
         saved: Any = json.loads(text)
     except ValueError:
         saved = None
-    if not (isinstance(saved, dict) and saved.get("format") == FORMAT):
-        saved = {}
-    if not isinstance(saved.get("state"), dict):
+    if not (
+        isinstance(saved, dict)
+        and saved.get("format") == FORMAT
+        and isinstance(saved.get("state"), dict)
+    ):
         raise LifecycleError(f"{file}: not a plan `lifecycle plan -o FILE` saved")
-    return dict(saved)
+    return file, dict(saved)
 
 
-def _check_fresh(file: Path, saved: Mapping[str, Any], now: Converge) -> None:
-    """A saved plan applies only to the state it saw."""
-    state = saved["state"]
+def _check_fresh(saved: tuple[Path, Mapping[str, Any]], now: Converge) -> None:
+    """A saved plan (its file, what it holds) applies only to the state it saw."""
+    file, saved_plan = saved
+    state = saved_plan["state"]
     moved = [_STATE_NAMES[what] for what in _STATE_NAMES if state.get(what) != now.state[what]]
-    if moved or saved.get("location") != now.location:
+    if moved or saved_plan.get("location") != now.location:
         said = " and ".join(moved) or "the archive location"
         raise LifecycleError(f"plan is stale: {said} changed since {file} was made; plan again")
