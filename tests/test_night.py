@@ -189,6 +189,38 @@ def test_sigterm_or_ctrl_c_mid_cell_brings_production_up_before_the_night_exits(
     assert len(runs("demo/0.2:slow:cold", "done")) == 1
 
 
+def test_sigkill_in_a_warm_run_then_the_resumed_night_settles_its_boot_and_ends(
+    project: Path, docker_client: Any
+) -> None:
+    # The warm run's boot holds the caches of the finished cold run: a night's end archives
+    # them, and a dead boot that still held them stopped every resume at "in use by boot".
+    plan = write_plan(project, "warmkill", pins=["demo/0.2"], profiles={"slow": SLOW})
+    night = lifecycle(project, "night", str(plan))
+    wait_for("the warm run's boot", lambda: bool(runs("demo/0.2:slow:warm", "started")))
+    wait_for("its container", lambda: bool(containers_of(docker_client, _running_boots())), 60)
+    killed = _running_boots()
+    sigkill(night)
+    wait_for("the orphaned engine to exit", lambda: not containers_of(docker_client, killed), 60)
+
+    code, out, err = finish(lifecycle(project, "night", str(plan), "--json"))
+    report = json.loads(out)
+    assert code == 0 and report["state"] == "finished", err
+    assert {e["action"]: e["ok"] for e in report["end"]} == {"archive": True, "teardown": True}
+    outcomes = journal(home(), "SELECT outcome FROM boots WHERE id = ?", (killed[0],))
+    assert outcomes == [("interrupted",)]
+
+
+def test_a_night_whose_production_up_fails_ends_1_and_says_production_is_down(
+    project: Path,
+) -> None:
+    plan = write_plan(project, "upfails", pins=["demo/0.2"], profiles={"slow": SLOW})
+    (project / "fail-up").touch()
+    code, out, err = finish(lifecycle(project, "night", str(plan)))
+    assert code == 1, err
+    assert "production: DOWN since " in out and "not brought back" in out
+    assert state(project) == "down"
+
+
 def test_sigkill_while_production_goes_down_then_recover_brings_it_up(project: Path) -> None:
     plan = write_plan(project, "small", **SMALL)
     (project / "slow-down").touch()

@@ -36,6 +36,7 @@ from lifecycle.boot.caches import damage
 from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.home import Home
+from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import (
     ArchiveRecord,
@@ -56,6 +57,7 @@ from lifecycle.ledger.boots import (
     last_boot_ended,
     record_damage,
     record_scan,
+    settle_dead_boots,
 )
 from lifecycle.records import BootRecordV1, CacheVersion
 from lifecycle.table import human_bytes
@@ -102,7 +104,9 @@ def archive_caches(
 ) -> list[ArchiveReport]:
     """Archive each cache (all checked archivable first); stops at the first that fails."""
     run = _Run(home, BlobStore(client, location), progress or (lambda line: None), workers, dry_run)
-    caches = [archivable(ledger, cache_id) for cache_id in cache_ids]
+    if not dry_run:
+        settle_dead_boots(ledger, home, _stamp())  # a boot that died holds nothing
+    caches = [archivable(ledger, home, cache_id) for cache_id in cache_ids]
     return [_archive(ledger, run, cache, with_content) for cache in caches]
 
 
@@ -122,14 +126,15 @@ class _Run:
     checked_boots: set[str] = field(default_factory=set)  # whose records stand (heal)
 
 
-def archivable(ledger: Ledger, cache_id: str) -> CacheRecord:
-    """The cache, if it can be archived now: known, not torn down, no boot writing it."""
+def archivable(ledger: Ledger, home: Home, cache_id: str) -> CacheRecord:
+    """The cache, if it can be archived now: known, not torn down, no live boot writing it
+    (one whose process died holds no lease: it is settled first, or in a dry run, would be)."""
     cache = cache_by_id(ledger, cache_id)
     if cache is None:
         known = (c.id for c in all_caches(ledger))
         hint = did_you_mean(cache_id, known, "; `lifecycle caches` lists them")
         raise LifecycleError(f"no cache {cache_id!r} in the ledger{hint}")
-    if cache.in_use_by:
+    if cache.in_use_by and lease_held(home, cache.id):
         raise ArchiveError(
             f"cache {cache.id} is in use by boot {cache.in_use_by}: it is archived only while"
             " no boot writes it; archive it after the boot ends"

@@ -18,6 +18,7 @@ from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.hooks import select
+from lifecycle.ledger.boots import settle_dead_boots
 from lifecycle.policy.model import parse_duration
 from lifecycle.report import Report
 from lifecycle.table import human_bytes
@@ -82,6 +83,10 @@ def run(ctx: Context, options: verbs.Teardown) -> TeardownReport:
         ctx.ledger(create=False) as ledger,
         nullcontext() if dry_run else teardown_lock(ctx.home),  # a dry run changes nothing
     ):
+        if not dry_run:  # a boot that died holding caches holds nothing: said first, whatever goes
+            at = services.now().isoformat(timespec="seconds")
+            for boot_id in settle_dead_boots(ledger, ctx.home, at):
+                ctx.say(f"boot {boot_id}: its process ended without an outcome: now interrupted")
         plan = make_plan(ledger, ctx.home, services, request, preview=dry_run)
         if not options.as_json:
             ctx.out(plan_text(plan, dry_run=dry_run))

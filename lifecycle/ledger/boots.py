@@ -6,6 +6,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
 
+from lifecycle.home import Home
+from lifecycle.leases import lease_held
 from lifecycle.ledger.core import Ledger, insert, update
 
 
@@ -318,6 +320,23 @@ def settle_boot(ledger: Ledger, boot_id: str, at: str, why: str) -> None:
             (at, why, boot_id),
         )
         conn.execute("UPDATE caches SET in_use_by = NULL WHERE in_use_by = ?", (boot_id,))
+
+
+def settle_dead_boots(ledger: Ledger, home: Home, at: str) -> list[str]:
+    """Boots the ledger says hold caches whose leases nobody holds: their process died (the
+    kernel drops a lease with its holder, SIGKILL included) before recording an outcome. Each
+    ends as `interrupted` and lets its caches go; their ids, oldest first."""
+    holding: dict[str, list[str]] = {}
+    for row in ledger.query("SELECT id, in_use_by FROM caches WHERE in_use_by IS NOT NULL"):
+        holding.setdefault(row["in_use_by"], []).append(row["id"])
+    dead = [
+        boot_id
+        for boot_id, cache_ids in sorted(holding.items())
+        if not any(lease_held(home, cache_id) for cache_id in cache_ids)
+    ]
+    for boot_id in dead:
+        settle_boot(ledger, boot_id, at, "its lifecycle process ended without recording an outcome")
+    return dead
 
 
 def tainted_files(ledger: Ledger, cache_id: str) -> list[TaintedFile]:

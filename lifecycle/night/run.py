@@ -103,11 +103,13 @@ class NightOutcome(Report):
 
     @property
     def exit_code(self) -> int:
-        """0 when every pin passes and every ladder wrote its value; 1 otherwise."""
+        """0 when every pin passes, every ladder wrote its value and production is up; 1
+        otherwise."""
         view = self.view
         pins_pass = all(p.verdict in ("pass", "untested") for p in view.pins)
         settled = all(d.action == "written" for d in self.decisions)
-        return EXIT_OK if pins_pass and settled and view.state == "finished" else EXIT_NO
+        up = view.production is None or view.production.up
+        return EXIT_OK if pins_pass and settled and up and view.state == "finished" else EXIT_NO
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -153,8 +155,14 @@ class NightOutcome(Report):
         ]
         if view.production is not None:
             production = view.production
-            state = "up" if production.up else "DOWN"
-            lines.append(f"  production: down {production.downtime_s:.1f} s in all; now {state}")
+            if production.up:
+                lines.append(f"  production: down {production.downtime_s:.1f} s in all; now up")
+            else:  # its last interval is open: no up hook ended it
+                since = production.intervals[-1].down_at
+                lines.append(
+                    f"  production: DOWN since {since}, not brought back; `lifecycle night"
+                    " --recover` brings it up"
+                )
         for decision in self.decisions:
             lines.append(
                 f"  {decision.pin} {decision.argument}: {decision.action}: {decision.detail}"
@@ -176,7 +184,7 @@ def run_night(night: Night, request: NightRequest) -> NightOutcome:
         if any(not r.up for r in recovered):
             raise ProductionStillDown(recovered)
         builds = {ref: pin.digest for ref, pin in prepared.pins.items()}
-        journal, note = _journal(night, request, builds)
+        journal, note = _journal(night, request, builds, prepared)
         _ask_again(journal, prepared, request.rerun)
         registered = register(journal, plan, night.store)
         ran = 0
@@ -249,11 +257,13 @@ def night_running(home: Home) -> bool:
 
 
 def _journal(
-    night: Night, request: NightRequest, builds: dict[str, str]
+    night: Night, request: NightRequest, builds: dict[str, str], prepared: Prepared
 ) -> tuple[NightJournal, str | None]:
     """This plan's night to run: the last one, unless it finished (or --new) or its pins are
     other builds now (`builds`: pin -> manifest digest); else a new one. A night whose runs so
-    far measured other builds is never resumed: its measurements would mix two builds."""
+    far measured other builds is never resumed: its measurements would mix two builds. One
+    whose every run is done is: only its end is left, and its ladders' writes into the
+    manifests it measured are what changed them."""
     loaded = request.loaded
     latest = NightJournal.latest(night.ledger, loaded.plan.name, night.stamp)
     if latest is not None and not request.new:
@@ -266,6 +276,9 @@ def _journal(
                 f" with another version of the plan (sha256:{latest.night.plan_digest[:12]},"
                 f" now {loaded.digest[:12]}): run it to its end with that plan, or pass --new"
             )
+        finishing = same_plan and changed and not latest.finished and not request.rerun
+        if finishing and not _pending(latest, prepared):
+            return latest, f"finishing night {latest.night.id}: every run of it is done"
         if same_plan and changed and (not latest.finished or request.rerun):
             raise LifecycleError(
                 f"night {latest.night.id} measured other builds of {', '.join(changed)} (their"

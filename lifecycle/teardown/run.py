@@ -21,7 +21,7 @@ from lifecycle.errors import LifecycleError
 from lifecycle.faults import Checkpoint
 from lifecycle.home import Home
 from lifecycle.hooks import Hook, HookRun, hook_session
-from lifecycle.leases import lease_held, try_lease
+from lifecycle.leases import try_lease
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, mark_verified
 from lifecycle.ledger.boots import (
@@ -29,7 +29,7 @@ from lifecycle.ledger.boots import (
     all_caches,
     cache_by_id,
     cache_uses,
-    settle_boot,
+    settle_dead_boots,
     tainted_files,
     used_pairs,
 )
@@ -119,7 +119,7 @@ def run_teardown(
     with hook_session(hooks, "teardown", context) as session:
         session.fire("pre-teardown")
         checkpoint("teardown-planned")
-        settle_dead_boots(ledger, home, plan, _stamp(services.now()))
+        settle_dead_boots(ledger, home, _stamp(services.now()))
         problems = _archive_first(ledger, home, services, plan, request, progress)
         verify = ArchiveVerifier(services.s3, services.s3_problem, archived_boots(ledger))
         outcomes = []
@@ -219,15 +219,6 @@ def _carry_out(
         check=check,
         checkpoint=checkpoint,
     )
-
-
-def settle_dead_boots(ledger: Ledger, home: Home, plan: TeardownPlan, at: str) -> None:
-    """Boots that died holding a cache (their lease is free) end as `interrupted`, and let go."""
-    for boot_id in sorted({d.cache.in_use_by for d in plan.decisions if d.cache.in_use_by}):
-        holding = [d.cache.id for d in plan.decisions if d.cache.in_use_by == boot_id]
-        if not any(lease_held(home, cache_id) for cache_id in holding):
-            why = "its lifecycle process ended without recording an outcome"
-            settle_boot(ledger, boot_id, at, why)
 
 
 def _settle(
