@@ -39,6 +39,8 @@ APPLY_CRASH_POINTS = ("apply-archived",)
 # `bake`'s: its image built and checked, not recorded; recorded, not pushed; pushed and its
 # image record written, its provenance not kept in the home.
 BAKE_CRASH_POINTS = ("bake-built", "bake-recorded", "bake-pushed")
+# A night's (and tune's): its ladders' values written into the manifests, its end not begun.
+NIGHT_CRASH_POINTS = ("night-settled",)
 DELAY_POINTS = (
     *CRASH_POINTS,
     *GC_CRASH_POINTS,
@@ -73,7 +75,10 @@ def _crash_at(wanted: str) -> tuple[str, int] | None:
     if not wanted:
         return None
     point, _, nth = wanted.partition(":")
-    known = (*CRASH_POINTS, *GC_CRASH_POINTS, *APPLY_CRASH_POINTS, *BAKE_CRASH_POINTS)
+    known = (
+        *CRASH_POINTS, *GC_CRASH_POINTS, *APPLY_CRASH_POINTS, *BAKE_CRASH_POINTS,
+        *NIGHT_CRASH_POINTS,
+    )  # fmt: skip
     if point not in known or not (nth or "1").isdigit():
         points = ", ".join(known)
         expected = f"expected one of {points}, then :N if wanted"

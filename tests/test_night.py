@@ -333,6 +333,29 @@ def test_tune_registers_predictions_first_and_writes_the_value_with_its_validity
     assert validity["predicted_mib"] == 840.0 and validity["night"] == report["id"]
 
 
+def test_a_tune_killed_after_its_value_was_written_resumes_to_its_end(project: Path) -> None:
+    # Its write moved the manifest's digest: the runs it measured are of the build before it,
+    # and none is left to run, so what remains (the end, the report) mixes nothing.
+    ladder = project / "ladder.yaml"
+    ladder.write_text(json.dumps({k: v for k, v in LADDER.items() if k != "predictions"}))
+    killed = lifecycle(
+        project, "tune", "demo/0.2", str(ladder), env={"LIFECYCLE_TEST_CRASH_AT": "night-settled"}
+    )
+    code, _, err = finish(killed)
+    assert code == -signal.SIGKILL, err
+    assert (
+        "value: 0.91\n    status: validated"
+        in (project / "manifests/demo/0.2/manifest.yaml").read_text()
+    )
+    # The written value is a new build to run (`prepare` asks for it), though none is left.
+    assert finish(lifecycle(project, "build", "demo/0.2"))[0] == 0
+    code, out, err = finish(lifecycle(project, "tune", "demo/0.2", str(ladder), "--json"))
+    report = json.loads(out)
+    assert code == 0 and "finishing night" in err, err
+    assert report["ran"] == 0 and report["state"] == "finished"
+    assert [d["action"] for d in report["decisions"]] == ["written"]
+
+
 def test_revalidate_proposes_a_new_value_when_the_carried_one_does_not_clear(project: Path) -> None:
     before = (project / "manifests/demo/0.2/manifest.yaml").read_text()
     code, out, err = finish(lifecycle(project, "tune", "demo/0.2", "--revalidate", "--json"))

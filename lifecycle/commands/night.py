@@ -105,6 +105,7 @@ def run_plan(
             store=store,
             say=ctx.say,
             now=ctx.now,
+            checkpoint=ctx.checkpoint(),
         )
         return run_night(night, request)
 

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from lifecycle.archive.store import BlobStore
 from lifecycle.errors import EXIT_NO, EXIT_OK, AnswerNo, LifecycleError
+from lifecycle.faults import Checkpoint
 from lifecycle.home import Home
 from lifecycle.hooks import HookRunner, HookSelectionError, run_hook_process, select
 from lifecycle.leases import exclusive_or, held
@@ -60,6 +61,7 @@ class Night:
     say: Callable[[str], None]
     now: Callable[[], datetime]
     runner: HookRunner = run_hook_process
+    checkpoint: Checkpoint = lambda point: None  # test-only fault injection (lifecycle.faults)
 
     def stamp(self) -> str:
         """Now, as the journal writes it."""
@@ -199,6 +201,7 @@ def run_night(night: Night, request: NightRequest) -> NightOutcome:
                 ran = _run(night, journal, prepared, pending)
         archive = night.store.location.url() if night.store else None
         decisions = _settle(night, journal, plan, prepared, request.revalidate, archive)
+        night.checkpoint("night-settled")
         if ran or not journal.finished:
             _end(night, journal, plan)
             journal.event(FINISHED)
