@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from lifecycle.report import Report
 
 
+EXIT_CLOSED_PIPE = 128 + 13  # as a shell tells a process SIGPIPE ended
+
+
 class _Group(click.Group):
     """Renders a LifecycleError as its lines on stderr with its family's exit code; any other
     error as one line naming the file its traceback went to (exit 4). Tracebacks on the
@@ -50,6 +53,11 @@ class _Group(click.Group):
             for line in exc.lines():
                 _stderr(line)
             ctx.exit(exc.exit_code)
+        except BrokenPipeError:
+            # Whoever read stdout went (`| head`): end as a shell's SIGPIPE death reads, 141,
+            # not as a bug; Python's exit would try the closed pipe again, so it gets /dev/null.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(EXIT_CLOSED_PIPE)
         except KeyboardInterrupt as exc:
             # Interrupted (from a hook session) knows its signal: exit 130 or 143 like a shell.
             click.echo(f"lifecycle: {exc or 'interrupted'}; what was done is recorded", err=True)
@@ -293,6 +301,8 @@ def _exit(code: int) -> NoReturn:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except (OSError, ValueError):  # a closed pipe: Python's exit says so, and sets the status
+    except BrokenPipeError:  # whoever read the output went before its end (`| head`)
+        code = EXIT_CLOSED_PIPE
+    except (OSError, ValueError):  # another failure: Python's exit says so, and sets the status
         sys.exit(code)
     os._exit(code)

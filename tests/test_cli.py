@@ -27,6 +27,27 @@ def test_version_and_module_entry_point(repo_root: Path) -> None:
         assert __version__ in result.stdout
 
 
+@pytest.mark.parametrize(
+    "args",
+    [("schema",), ("schema", "--record", "boot")],  # more than stdout's buffer, and less
+)
+def test_a_reader_that_went_ends_the_verb_as_sigpipe_would_not_as_a_bug(
+    repo_root: Path, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    read, write = os.pipe()
+    os.close(read)  # `| head -1`, gone before the first line
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "lifecycle", *args], cwd=repo_root, stdout=write,
+            stderr=subprocess.PIPE, text=True, env={**os.environ, "LIFECYCLE_HOME": str(tmp_path)},
+            check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
+    assert not (tmp_path / "crashes").exists()
+
+
 def test_validate_production_manifests(repo_root: Path) -> None:
     result = _run(
         "lifecycle",
