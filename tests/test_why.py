@@ -91,6 +91,29 @@ def test_a_hashed_env_var_moves_the_cache_dir_and_why_names_it(project: Path) ->
     assert "this boot created the cache the other reused" in first
 
 
+def test_a_cache_passed_over_as_damaged_is_named_as_the_cause(project: Path) -> None:
+    cold = _boot(project, "serve")
+    _boot(project, "serve")
+    home = Path(os.environ["LIFECYCLE_HOME"])
+    [built] = home.glob("caches/flashinfer-*/**/*.so")
+    built.write_bytes(built.read_bytes()[:10])  # behind lifecycle's back, between two boots
+    after = _boot(project, "serve")
+    assert [d["cache_id"] for d in after["passed_over"]] == [built.parts[len(home.parts) + 1]]
+
+    why = run_lifecycle(project, "why", after["id"]).stdout
+    damaged = after["passed_over"][0]["cache_id"]
+    assert f"passed over {damaged}: changed behind lifecycle's back since its last scan" in why
+    assert f"cache flashinfer: warm-hit → cold-compiled ({damaged} was passed over" in why, why
+    report = json.loads(run_lifecycle(project, "why", after["id"], "--json").stdout)
+    [passed] = report["boot"]["passed_over"]
+    assert passed["cache_name"] == "flashinfer" and passed["changed"] == [
+        str(built.relative_to(home / "caches" / damaged))
+    ]
+    # What the first boot could have matched came before it: nothing did.
+    first = run_lifecycle(project, "why", cold["id"])
+    assert first.exit_code == 2 and "no other boot of demo / serve ended ok" in first.stderr
+
+
 def test_a_crafted_cache_key_factors_file_is_compared_as_data(project: Path) -> None:
     first = _boot(project, "side", **{SIDE: "10.0.0.7"})
     second = _boot(project, "side", **{SIDE: "10.0.0.7"})

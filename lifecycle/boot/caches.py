@@ -5,9 +5,11 @@ is recorded: a teardown verifying that cache makes the boot pass to the next can
 cache whose dir a teardown has already moved away is never mounted.
 
 Before a cache is mounted warm it is scanned again against the tree its last scan recorded
-(cheap: only changed files are read): a cache changed behind lifecycle's back (a `.so`
-truncated by hand, a disk that lost a block) is marked, never mounted, and the boot says which
-files changed, so a crash that follows is not blamed on the engine.
+(cheap: only files whose size, mtime or inode changed are read): a cache changed behind
+lifecycle's back (a `.so` truncated by hand or by a full disk, a file planted in it) is
+marked, never mounted, and the boot says which files changed, so a crash that follows is not
+blamed on the engine. Bytes changed in place with all three kept (a disk's bit rot) are not
+seen here: `lifecycle verify` hashes every file.
 """
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ class BootReport(Report):
         why = f" ({boot.error})" if boot.outcome == "timeout" and boot.error else ""
         passed = [
             f"  passed over {d.cache_id}: changed behind lifecycle's back since its last scan"
-            f" ({_paths(d)}); marked, not mounted\n"
+            f" ({d.described}); marked, not mounted\n"
             for d in self.passed_over
         ]
         return (
@@ -282,14 +282,3 @@ def _references(
             return found
         found.append((reference, f"the digest of {tagged} now"))
     return found
-
-
-def _paths(damage: CacheDamage) -> str:
-    """`changed: a/x.so; removed: b.json`, at most five paths of each kind."""
-    found = json.loads(damage.paths)
-    parts = [
-        f"{kind}: {', '.join(found[kind][:5])}" + (" …" if len(found[kind]) > 5 else "")
-        for kind in ("changed", "added", "removed")
-        if found[kind]
-    ]
-    return "; ".join(parts) or "its tree digest differs"

@@ -152,6 +152,17 @@ class CacheDamage:
     tree_digest: str  # of the tree found
     paths: str  # JSON {"changed": [...], "added": [...], "removed": [...]}, relative paths
 
+    @property
+    def described(self) -> str:
+        """`changed: a/x.so; removed: b.json`, at most five paths of each kind."""
+        found = json.loads(self.paths)
+        parts = [
+            f"{kind}: {', '.join(found[kind][:5])}" + (" …" if len(found[kind]) > 5 else "")
+            for kind in ("changed", "added", "removed")
+            if found[kind]
+        ]
+        return "; ".join(parts) or "its tree digest differs"
+
 
 # The outcome of the newest boot that used cache `c`; 'ok' for one no boot here used yet (a
 # restored cache).

@@ -7,6 +7,7 @@ names every factor that changed (`compare`).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -55,6 +56,11 @@ class Explanation(Report):
         lines = [
             f"boot {now.boot.id}: {now.warmth}",
             f"  {found.summary}",
+            *(
+                f"  passed over {d.cache_id}: changed behind lifecycle's back since its last"
+                f" scan ({d.described}); not mounted"
+                for d in now.passed_over.values()
+            ),
             *(f"  {r.name}: {r.mode}, {r.verdict or '-'}" for r in now.recorded),
             f"compared with {then.boot.id}: {then.warmth} ({found.chosen})",
         ]
@@ -123,12 +129,14 @@ def _boot(ledger: Ledger, boot_id: str) -> BootRecord:
 
 
 def _candidate(ledger: Ledger, now: BootFacts) -> tuple[BootFacts, str]:
-    """The newest warm boot of the same manifest and profile; else the newest that ended ok."""
+    """The newest warm boot of the same manifest and profile before it; else the newest that
+    ended ok."""
+    boots = all_boots(ledger)  # newest first; what it could have matched came before it
+    before = boots[[b.id for b in boots].index(now.boot.id) + 1 :]
     same = [
         b
-        for b in all_boots(ledger)  # newest first
-        if b.id != now.boot.id
-        and b.manifest_name == now.boot.manifest_name
+        for b in before
+        if b.manifest_name == now.boot.manifest_name
         and b.profile == now.boot.profile
         and b.outcome == "ok"
     ]
@@ -159,4 +167,8 @@ def _boot_json(facts: BootFacts) -> dict[str, Any]:
             for r in facts.recorded
         },
         "untracked": [{"path": path, "bytes": size} for path, size in facts.writes],
+        "passed_over": [
+            {"cache_id": d.cache_id, "cache_name": name, **json.loads(d.paths)}
+            for name, d in facts.passed_over.items()
+        ],
     }

@@ -19,11 +19,13 @@ from lifecycle.evidence.verdict import RecordedUse, recorded_uses, recorded_warm
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
     BootRecord,
+    CacheDamage,
     CacheRecord,
     CacheUse,
     baked_uses,
     cache_by_id,
     cache_uses,
+    damage_found_by,
     untracked_writes,
 )
 from lifecycle.table import count_of, human_bytes
@@ -97,6 +99,11 @@ def _cache_changes(then: BootFacts, now: BootFacts) -> Iterator[tuple[Change | N
         mine, theirs = now.caches.get(use.name), then.caches.get(use.name)
         if use.mode in ("warm", "baked"):
             note = _warm_note(use)
+        elif (damage := now.passed_over.get(use.name)) is not None:
+            note = (
+                f"{damage.cache_id} was passed over, changed behind lifecycle's back since its"
+                f" last scan ({damage.described}): this boot started the cache cold"
+            )
         elif mine and theirs and mine.id == theirs.id:
             note = "this boot created the cache the other reused: a first boot is cold"
         elif mine and theirs and mine.cache_key == theirs.cache_key:
@@ -248,6 +255,7 @@ class BootFacts:
     compile_dirs: list[str]  # "Using cache directory" of the log
     untracked: UntrackedSummary | None
     writes: list[tuple[str, int | None]]  # (path, bytes) written outside the caches
+    passed_over: dict[str, CacheDamage]  # cache name -> the cache it found changed, not mounted
 
     @property
     def verdict(self) -> str:
@@ -301,6 +309,11 @@ def boot_facts(ledger: Ledger, boot: BootRecord) -> BootFacts:
         compile_dirs=[log["compile_cache_dir"]] if log.get("compile_cache_dir") else [],
         untracked=summarize([(w.path, w.bytes) for w in writes]) if writes else None,
         writes=[(w.path, w.bytes) for w in writes],
+        passed_over={
+            cache.cache_name: damage
+            for damage in damage_found_by(ledger, boot.id)
+            if (cache := cache_by_id(ledger, damage.cache_id)) is not None
+        },
     )
 
 
