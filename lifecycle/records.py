@@ -234,7 +234,10 @@ class MadeBy(_Part):
     """The last boot that used a cache before one of its versions was archived."""
 
     id: str
-    outcome: str  # a version left by a boot that did not end `ok` may hold a half-built .so
+    # A version left by a boot that did not end `ok` may hold a half-built .so; `damaged`: its
+    # tree was changed behind lifecycle's back after that boot (`id` is `archive` when no boot
+    # here used it), so no boot made it.
+    outcome: str
 
 
 class CacheVersion(_Part):

@@ -179,3 +179,21 @@ def _nothing_lost(a: Host, b: Host, url: str) -> None:
         results = {r["id"] for r in host.here("results")["results"]}
         assert boots <= archived_boots, (host.name, sorted(boots - archived_boots))
         assert results <= archived_results, (host.name, sorted(results - archived_results))
+
+
+def test_a_tree_changed_behind_lifecycles_back_is_nobodys_and_never_restored_as_best(
+    team: tuple[Host, Host, str], tmp_path: Path
+) -> None:
+    a, b, url = team
+    a.json("boot", "demo/0.2", "--cold")
+    a.run("archive", "--all", "--with-content")
+    b.run("restore", "--best", "demo/0.2", "--cache", "triton")
+    [(_, restored)] = [v for k, v in b.caches().items() if k.startswith("triton-")]
+    (Path(restored) / "evil.so").write_text("planted on host b, outside any boot\n")
+    b.run("archive", "--all", "--with-content")  # what the dir holds is archived all the same…
+    c = Host("c", a.project, tmp_path / "host-c", url)
+    c.run("restore", "--best", "demo/0.2", "--cache", "triton")
+    [(_, taken)] = [v for k, v in c.caches().items() if k.startswith("triton-")]
+    assert sorted(p.name for p in Path(taken).rglob("*")) == sorted(
+        p.name for p in Path(restored).rglob("*") if p.name != "evil.so"
+    )  # …but no boot made it: another host's best is the tree a boot left

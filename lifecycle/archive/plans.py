@@ -30,6 +30,7 @@ from lifecycle.ledger.boots import (
     boot_by_id,
     cache_by_id,
     cache_uses,
+    damage_of,
     hook_runs_of,
     tainted_files,
 )
@@ -215,13 +216,16 @@ def plan_version(
 
 
 def _made_by(ledger: Ledger, cache_id: str) -> dict[str, str] | None:
-    """The last boot here that used the cache (whose end-of-boot scan is what it holds)."""
+    """The last boot here that used the cache (whose end-of-boot scan is what it holds). A
+    tree changed behind lifecycle's back since was made by nobody lifecycle knows: `damaged`,
+    which `restore --best` never takes, as it never takes a boot's that did not end `ok`."""
     uses = cache_uses(ledger, cache_id=cache_id)
     boots = [b for u in uses if (b := boot_by_id(ledger, u.boot_id)) is not None]
-    if not boots:
-        return None
-    last = max(boots, key=lambda b: b.started_at)
-    return {"id": last.id, "outcome": last.outcome}
+    last = max(boots, key=lambda b: b.started_at) if boots else None
+    damaged = damage_of(ledger, cache_id)
+    if damaged is not None:
+        return {"id": last.id if last else damaged.found_by, "outcome": "damaged"}
+    return None if last is None else {"id": last.id, "outcome": last.outcome}
 
 
 def _key_factors(home: Home, cache: CacheRecord) -> dict[str, Any] | None:

@@ -235,6 +235,13 @@ def damage_found_by(ledger: Ledger, boot_id: str) -> list[CacheDamage]:
     return ledger.records(CacheDamage, sql, (boot_id,))
 
 
+def damage_of(ledger: Ledger, cache_id: str) -> CacheDamage | None:
+    """The newest mark of the cache as changed behind lifecycle's back, if it still stands (a
+    restore that puts its tree back lifts it)."""
+    sql = "SELECT * FROM cache_damage WHERE cache_id = ? ORDER BY rowid DESC LIMIT 1"
+    return ledger.record(CacheDamage, sql, (cache_id,))
+
+
 def record_damage(ledger: Ledger, damage: CacheDamage) -> None:
     """Mark a cache found changed: one transaction of its own, whatever the boot does next."""
     with ledger.transaction() as conn:
