@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from lifecycle.fingerprint import scan
+from lifecycle.home import Home
+from lifecycle.leases import try_lease
 from lifecycle.ledger import Ledger
 from tests.archive_support import newest_version
 from tests.services import ArchiveTarget, boot_demo, run_lifecycle
@@ -65,6 +67,19 @@ def test_round_trip_then_a_warm_boot_hits(
     cache_ids = [u["cache_id"] for u in cold["caches"]]
     _archive(demo_project, archive_target, "--all", "--with-content")
     digests = _tear_down(demo_project, cache_ids)
+    # What a restore SIGKILLed half way leaves beside the dir: the next one takes it away.
+    killed = _home() / "caches" / f".{cache_ids[0]}.restore-k1ll3d" / "half"
+    killed.mkdir(parents=True)
+    (killed / "part.so").write_bytes(b"\0" * 100)
+    killed.chmod(0o500)
+    held = try_lease(Home(_home()), cache_ids[1])  # a boot, a teardown or a restore has it
+    assert held is not None
+    with held:
+        busy = run_lifecycle(
+            demo_project, "restore", cache_ids[1], "--from", archive_target.url,
+            env=archive_target.env,
+        )  # fmt: skip
+    assert busy.exit_code == 1 and "a boot, a teardown or a restore holds it now" in busy.stderr
 
     for cache_id in cache_ids:
         report = _restore(demo_project, archive_target, cache_id)

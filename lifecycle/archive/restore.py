@@ -27,6 +27,7 @@ from lifecycle.archive.transfer import download_files, fetch_region, regions
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.home import Home
+from lifecycle.leases import try_lease
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version, remember_archive
 from lifecycle.ledger.boots import CacheRecord, Scanned, cache_by_id, record_scan
@@ -104,6 +105,26 @@ def restore_cache(
     say = progress or (lambda line: None)
     check_cache_id(cache_id)  # it names a dir under LIFECYCLE_HOME/caches
     store = BlobStore(client, location)
+    # Under the cache's lease, as a boot and a teardown work on it: no two restores of one
+    # cache at once, so what a killed one left beside its dir is nobody's and goes.
+    lease = try_lease(home, cache_id)
+    if lease is None:
+        busy = ArchiveError("a boot, a teardown or a restore holds it now")
+        raise _failed(busy, cache_id, location)
+    with lease:
+        return _restore_held(ledger, home, store, cache_id, tree, say, workers)
+
+
+def _restore_held(
+    ledger: Ledger,
+    home: Home,
+    store: BlobStore,
+    cache_id: str,
+    tree: str | None,
+    say: Callable[[str], None],
+    workers: int,
+) -> RestoreReport:
+    location = store.location
     known = cache_by_id(ledger, cache_id)
     try:
         relative, document = _version_with_files(store, cache_id, tree)
@@ -121,6 +142,8 @@ def restore_cache(
         archived = _fetch_fingerprint(store, document)
         withheld = _left_out(document, archived)
         wanted = restorable(archived, withheld)
+        for partial in target.parent.glob(f".{target.name}.restore-*"):
+            _remove(partial)  # a restore killed half way; the lease says none runs now
         present = _already_there(target, wanted)
         restored = present or _rebuild(store, wanted, placements(document), target, workers, say)
     except (LifecycleError, OSError) as exc:
