@@ -2,7 +2,8 @@
 
 A boot holds a lease on each cache it mounts from the moment it picks the cache until its
 end-of-boot scan is recorded; a teardown holds one from the verification of a cache until its
-dir has been renamed out of place; a bake, from its check of a cache until its image is built.
+dir has been renamed out of place; a bake, from its check of a cache until its image is built;
+a restore, while it rebuilds the cache's dir.
 A lease is an exclusive `flock` on `$LIFECYCLE_HOME/locks/cache-<id>.lock`: the kernel
 drops it when its holder ends, SIGKILL included, so a dead process never keeps a cache, and a
 ledger row that says a boot holds a cache whose lease nobody holds tells that the boot died.
