@@ -63,10 +63,10 @@ def run_restore(
     """Restore one cache's files from the archive: `CACHE` (its newest version with files) or
     `CACHE@TREE` (that version, by its tree digest or a prefix of at least 8 digits); in place,
     or `into` a new dir beside it (the cache and the ledger untouched)."""
-    cache_id, _, tree = target.partition("@")
+    cache_id, at, tree = target.partition("@")
     location = resolve_location(source, ctx.environ, ctx.project, option="--from")
     check_cache_id(cache_id)
-    check_tree(tree or None)
+    check_tree(tree if at else None)  # `CACHE@` names no version: an error, not the newest
     client = ctx.s3()
     if into is not None:
         beside = restore_beside(
@@ -105,9 +105,9 @@ def run_restore_file(
 ) -> FileReport:
     """Write one file of an archived cache version to `output` (a new file), checked against
     its sha256, without downloading the rest of the cache."""
-    cache_id, _, tree = target.partition("@")
+    cache_id, at, tree = target.partition("@")
     location = resolve_location(source, ctx.environ, ctx.project, option="--from")
-    check_tree(tree or None)
+    check_tree(tree if at else None)  # `CACHE@` names no version: an error, not the newest
     client = ctx.s3()
     partial = output.with_name(f".{output.name}.restore-{os.getpid()}")
     try:
