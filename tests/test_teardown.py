@@ -52,7 +52,7 @@ from lifecycle.teardown.removal import (
     trash_path,
     unfinished_runs,
 )
-from tests.archive_support import keys, newest_version, read_json
+from tests.archive_support import damage, keys, newest_version, read_json
 
 NOW = datetime(2026, 10, 10, 9, 0, tzinfo=UTC)
 CONTENT = {"cached_ops/mix/mix.so": b"\x7fELF" + b"k" * 4000, "flashinfer_jit.log": b"built\n"}
@@ -583,6 +583,85 @@ def test_a_result_not_archived_yet_keeps_its_caches_until_archive_takes_it(
     assert all(c.state == "torn-down" for c in _caches().values())
     [key] = keys(s3_client, s3_bucket, f"{PREFIX}/results/{result_id}/")
     assert read_json(s3_client, s3_bucket, key)["result_id"] == result_id
+
+
+def _archived_result(project: Path, boot_id: str) -> tuple[str, str]:
+    """Add a result to the boot, archived at once (its caches first): its id, its record's key."""
+    added = _cli(project, "result", "add", boot_id, "--name", "burst", "--status", "pass", "--json")
+    assert added.exit_code == 0, added.output
+    result = json.loads(added.stdout)
+    [archived] = result["archives"]
+    return result["id"], archived["record_key"]
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_result_record_lost_on_the_server_keeps_its_caches_until_archive_writes_it_again(
+    project: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    boot, ids = _boot(project)
+    result_id, record = _archived_result(project, boot["id"])
+    s3_client.delete_object(Bucket=s3_bucket, Key=record)  # lost: by hand, by another tool
+
+    kept = _cli(project, "teardown", "--yes", "--json")
+    assert kept.exit_code == 1, kept.output  # a damaged archive, not fixed by this run
+    plan = _plan(kept)
+    lost = f"archive does not verify: result {result_id}: s3://{s3_bucket}/{record}: missing"
+    for cache_id in ids:
+        assert plan[cache_id]["action"] == "keep" and lost in plan[cache_id]["why"]
+    assert all(Path(c.host_path).is_dir() for c in _caches().values())
+
+    archived = _cli(project, "archive", "--all")
+    assert archived.exit_code == 0, archived.output
+    [again] = keys(s3_client, s3_bucket, f"{PREFIX}/results/{result_id}/")
+    assert read_json(s3_client, s3_bucket, again)["result_id"] == result_id
+    done = _cli(project, "teardown", "--yes")
+    assert done.exit_code == 0, done.output
+    assert all(c.state == "torn-down" for c in _caches().values())
+    audit = _cli(project, "audit", "result", result_id, "--from", f"s3://{s3_bucket}/{PREFIX}")
+    assert audit.exit_code == 0, audit.output
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_result_record_damaged_after_the_plan_keeps_its_caches_at_their_removal(
+    project: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    from lifecycle.commands.teardown import connect_services
+    from lifecycle.teardown.run import run_teardown
+    from lifecycle.teardown.survey import TeardownRequest, make_plan
+
+    boot, ids = _boot(project)
+    result_id, record = _archived_result(project, boot["id"])
+
+    def damage_at(point: str) -> None:
+        if point == "teardown-planned":  # agreed to: every cache was to go
+            damage(s3_client, s3_bucket, record)
+
+    services = connect_services(os.environ)
+    ledger = Ledger.open(_home())
+    try:
+        plan = make_plan(ledger, Home(_home()), services, TeardownRequest())
+        assert sorted(d.cache.id for d in plan.removing) == ids
+        done = run_teardown(
+            ledger, Home(_home()), services, plan, TeardownRequest(), checkpoint=damage_at
+        )
+    finally:
+        ledger.close()
+    assert done.removed == ()
+    for outcome in done.outcomes:
+        assert f"result {result_id}: s3://{s3_bucket}/{record}: sha256 " in str(outcome.problem)
+    assert all(Path(c.host_path).is_dir() for c in _caches().values())
+
+    # --archive sets the damaged bytes aside, writes the record again, then removes.
+    fixed = _cli(project, "teardown", "--archive", "--yes")
+    assert fixed.exit_code == 0, fixed.output
+    assert all(c.state == "torn-down" for c in _caches().values())
+    [again] = keys(s3_client, s3_bucket, f"{PREFIX}/results/{result_id}/")
+    body = s3_client.get_object(Bucket=s3_bucket, Key=again)["Body"].read()
+    assert again.endswith(f"/{sha256(body).hexdigest()}.json")  # its own bytes, not the damage
+    audit = _cli(project, "audit", "result", result_id, "--from", f"s3://{s3_bucket}/{PREFIX}")
+    assert audit.exit_code == 0, audit.output
 
 
 def _result_ids() -> list[str]:

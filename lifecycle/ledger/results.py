@@ -110,6 +110,18 @@ def results_not_archived_on(ledger: Ledger, cache_id: str, location: str) -> lis
     return [row["id"] for row in rows]
 
 
+def result_archives_on(ledger: Ledger, cache_id: str, location: str) -> list[ResultArchiveRecord]:
+    """Where the ledger says this host wrote, at `location`, the record of each result standing
+    on the cache (its boot used it), oldest result first."""
+    return ledger.records(
+        ResultArchiveRecord,
+        "SELECT a.* FROM result_archives a JOIN results r ON r.id = a.result_id"
+        " JOIN boot_caches u ON u.boot_id = r.boot_id"
+        " WHERE u.cache_id = ? AND a.location = ? ORDER BY r.created_at, r.rowid",
+        (cache_id, location),
+    )
+
+
 def unarchived_results(ledger: Ledger, location: str) -> list[ResultRecord]:
     """Results with no record at `location` yet, oldest first."""
     return ledger.records(

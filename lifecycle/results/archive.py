@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +35,7 @@ from lifecycle.archive.record import load_as, named_by_content, pins_at, read_as
 from lifecycle.archive.run import ArchiveReport, archive_boot, archive_caches
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.archive.transfer import Progress
+from lifecycle.archive.verify import set_aside
 from lifecycle.boot.baked import parse_baked
 from lifecycle.errors import LifecycleError
 from lifecycle.home import Home
@@ -47,6 +48,8 @@ from lifecycle.ledger.results import (
     ResultRecord,
     record_result_archive,
     result_archives,
+    result_archives_on,
+    result_by_id,
     unarchived_results,
 )
 from lifecycle.parallel import pool_map
@@ -132,9 +135,16 @@ def archive_result(
 
 
 def archive_pending_results(
-    ledger: Ledger, store: BlobStore, say: Say, *, host: str, tool_version: str
+    ledger: Ledger,
+    store: BlobStore,
+    say: Say,
+    *,
+    host: str,
+    tool_version: str,
+    again: Sequence[ResultRecord] = (),
 ) -> dict[str, tuple[str, ...]]:
-    """Archive every result not yet here whose chain is whole here.
+    """Archive every result not yet here, and those `again` (their record here was lost),
+    whose chain is whole here.
 
     Results whose caches were never archived here are left alone without a word (they may go
     elsewhere); one whose chain is not whole here yet is named with what it waits for.
@@ -142,7 +152,7 @@ def archive_pending_results(
     """
     url = store.location.url()
     done: dict[str, tuple[str, ...]] = {}
-    for result in unarchived_results(ledger, url):
+    for result in [*unarchived_results(ledger, url), *again]:
         if boot_archive(ledger, result.boot_id, url) is None and baked_uses(ledger, result.boot_id):
             continue  # a boot of a baked image: `result add` archives its record and its results
         caches = [u.cache_id for u in cache_uses(ledger, boot_id=result.boot_id)]
@@ -158,6 +168,50 @@ def archive_pending_results(
         say(f"result {result.id}: record {store.url(record.record_key)}")
         done[result.id] = tuple(sorted(caches))
     return done
+
+
+def record_problem(store: BlobStore, row: ResultArchiveRecord) -> str | None:
+    """Why the result's record is not, at the store's location, the one this host wrote there
+    (missing, other bytes than the ledger's sha256, not a result record); None when it is. One
+    GET: the blobs it names are not asked for."""
+    relative = store.relative(row.record_key)
+    where = store.where(relative)
+    try:
+        body = store.read(relative)
+        if body is None:
+            return f"{where}: missing"
+        found = hashlib.sha256(body).hexdigest()
+        if found != row.record_sha256:
+            return f"{where}: sha256 {found}, not the {row.record_sha256} recorded"
+        load_result_record(body, relative, where)
+    except S3Unavailable:  # the environment, not the record
+        raise
+    except ArchiveError as exc:
+        return str(exc)
+    return None
+
+
+def lost_records(
+    ledger: Ledger, store: BlobStore, cache_ids: Sequence[str], say: Say, *, workers: int = 8
+) -> list[ResultRecord]:
+    """The results standing on the caches whose record this host wrote at the store's location
+    is lost (missing or damaged: one read each), to be written again. Damaged bytes are set
+    aside first (docs/bucket.md): every record of a result is read when one is written or
+    audited, so one that is not its name would stand in the way of both."""
+    url = store.location.url()
+    rows = {row.result_id: row for c in cache_ids for row in result_archives_on(ledger, c, url)}
+    problems = pool_map(
+        lambda row: record_problem(store, row), list(rows.values()), workers, "results"
+    )
+    lost = {row.result_id: p for row, p in zip(rows.values(), problems, strict=True) if p}
+    named: dict[str, str] = {}  # key under the prefix -> the sha256 its name says
+    for result_id, problem in lost.items():
+        say(f"result {result_id}: its record is lost on the server: {problem}")
+        key = parse_key(store.relative(rows[result_id].record_key))
+        if key is not None and key.sha256 is not None:
+            named[key.key] = key.sha256
+    set_aside(store, named, workers)
+    return [result for i in lost if (result := result_by_id(ledger, i)) is not None]
 
 
 def load_result_record(body: bytes, relative: str, where: str) -> ResultRecordV1 | ResultRecordV2:
@@ -235,10 +289,13 @@ def with_results(
     if not reports or reports[0].dry_run:
         return reports
     store = BlobStore(client, location)
+    say = progress or (lambda line: None)
+    # A record of a result standing on these caches may be lost since it was written: it is
+    # written again, as a boot's record is (teardown relies on each being there).
+    again = lost_records(ledger, store, [r.cache_id for r in reports], say)
     done = archive_pending_results(
-        ledger, store, progress or (lambda line: None), host=socket.gethostname(),
-        tool_version=__version__,
-    )  # fmt: skip
+        ledger, store, say, host=socket.gethostname(), tool_version=__version__, again=again
+    )
     return [
         replace(r, results=tuple(sorted(i for i, behind in done.items() if r.cache_id in behind)))
         for r in reports

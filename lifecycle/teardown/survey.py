@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,8 +36,12 @@ from lifecycle.ledger.boots import (
 )
 from lifecycle.ledger.builds import all_bakes, all_builds
 from lifecycle.ledger.removal import pins
-from lifecycle.ledger.results import results_not_archived_on
-from lifecycle.results.archive import with_results
+from lifecycle.ledger.results import (
+    ResultArchiveRecord,
+    result_archives_on,
+    results_not_archived_on,
+)
+from lifecycle.results.archive import record_problem, with_results
 from lifecycle.table import human_bytes
 from lifecycle.teardown.containers import (
     BootContainer,
@@ -100,7 +104,9 @@ def make_plan(
     used_by: dict[str, list[str]] = {}
     for boot_id, cache_id in pairs:
         used_by.setdefault(cache_id, []).append(boot_id)
-    verify = ArchiveVerifier(services.s3, services.s3_problem, archived_boots(ledger))
+    verify = ArchiveVerifier(
+        services.s3, services.s3_problem, archived_boots(ledger), archived_results(ledger)
+    )
     to = request.archive_to
     facts = Facts(
         now=services.now(),
@@ -289,21 +295,25 @@ _ANSWERED = {"403", "AccessDenied"}
 
 
 class ArchiveVerifier:
-    """`verifier(archive)` -> the record now, with one problem per object that does not verify."""
+    """`verifier(archive)` -> the record now, with one problem per object that does not verify:
+    the cache's record and its blobs, its boots' records (`boots_for`), and the record of each
+    result standing on it (`results_for`: one read each, not their blobs)."""
 
     def __init__(
         self,
         client: Any | None,
         client_problem: str | None = None,
         boots_for: Callable[[ArchiveRecord], Sequence[BootArchiveRow]] = lambda archive: (),
+        results_for: Callable[[ArchiveRecord], Sequence[ResultArchiveRecord]] = lambda a: (),
     ) -> None:
         self._client = client
         self._client_problem = client_problem or "no S3 client"
         self._boots_for = boots_for
+        self._results_for = results_for
         self._reachable: dict[str, str | None] = {}  # location url -> why not, or None
         self.unreachable: dict[str, str] = {}  # location url -> why its server is out of reach
 
-    def __call__(self, archive: ArchiveRecord) -> VerifiedRecord:
+    def __call__(self, archive: ArchiveRecord, *, results: bool = True) -> VerifiedRecord:
         location = ArchiveLocation.parse(archive.location)
         url = location.url()
         if self._client is None:
@@ -313,7 +323,10 @@ class ArchiveVerifier:
             return _unverified(unreachable)
         try:
             store = BlobStore(self._client, location)
-            return fetch_verified(store, archive, self._boots_for(archive))
+            checked = fetch_verified(store, archive, self._boots_for(archive))
+            rows = self._results_for(archive) if results else ()
+            lost = [f"result {r.result_id}: {p}" for r in rows if (p := record_problem(store, r))]
+            return replace(checked, problems=checked.problems + tuple(lost))
         except S3Unavailable as exc:  # the server went away since the probe: ask it no more
             self._reachable[url] = self.unreachable[url] = str(exc)
             return _unverified(str(exc))
@@ -348,6 +361,12 @@ class ArchiveVerifier:
 
 def _unverified(problem: str) -> VerifiedRecord:
     return VerifiedRecord((problem,), None, answered=False)
+
+
+def archived_results(ledger: Ledger) -> Callable[[ArchiveRecord], list[ResultArchiveRecord]]:
+    """For a cache's archive: where this host wrote, at the same location, the record of each
+    result standing on the cache."""
+    return lambda archive: result_archives_on(ledger, archive.cache_id, archive.location)
 
 
 def archived_boots(ledger: Ledger) -> Callable[[ArchiveRecord], list[BootArchiveRow]]:
