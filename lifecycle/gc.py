@@ -34,6 +34,7 @@ from lifecycle.ledger.removal import (
     mark_removed,
     mark_spared,
     pending_objects,
+    pins,
     start_gc,
 )
 from lifecycle.parallel import pool_map
@@ -42,6 +43,7 @@ from lifecycle.records import (
     CacheRecordV1,
     CacheVersion,
     ImageRecordV1,
+    PinV1,
     Record,
     ResultRecordV1,
     ResultRecordV2,
@@ -134,6 +136,49 @@ def markers_of(snap: Snapshot, records: Iterable[str]) -> dict[str, str]:
     return found
 
 
+def pinned_results(ledger: Ledger, snap: Snapshot) -> set[str]:
+    """Results pinned for the team (the snapshot's pins) and by this host (`pin RESULT`)."""
+    found = {record.target for record in snap.records.values() if isinstance(record, PinV1)}
+    for reasons in pins(ledger).values():
+        for reason in reasons:
+            if reason.startswith("result "):  # `result <id>` or `result <id>: text`
+                found.add(reason.removeprefix("result ").split(":", 1)[0])
+    return found
+
+
+def held_by(snap: Snapshot, results: Set[str]) -> set[str]:
+    """The records keeping these results (keys) keeps, whatever the policy: what they name,
+    every record of each tree they stood on (one may hold the files another lacks) and the
+    boots that touched one of those trees."""
+    named = needed(snap.records[key] for key in results if key in snap.records)
+    trees = {tree for key in named if (tree := _tree(snap.records.get(key))) is not None}
+    held = set(results) | named
+    held |= {key for key, record in snap.records.items() if _tree(record) in trees}
+    held |= {
+        key
+        for key, record in snap.records.items()
+        if isinstance(record, BootRecordV1) and _touched(record, trees)
+    }
+    return held
+
+
+def _tree(record: Record | None) -> Tree | None:
+    """The version a cache record holds; None for any other record."""
+    if isinstance(record, CacheVersion | CacheRecordV1):
+        return record.cache_id, record.fingerprint.tree_digest
+    return None
+
+
+def _touched(record: BootRecordV1, trees: Set[Tree]) -> bool:
+    """The boot started from one of these versions or left one."""
+    return any(
+        (use.cache_id, tree) in trees
+        for use in record.uses
+        for tree in (use.tree_digest_before, use.tree_digest_after)
+        if tree is not None
+    )
+
+
 def _read(store: BlobStore, key: Key) -> Record:
     if key.kind in _RESULTS:
         body = store.read(key.key)
@@ -211,22 +256,21 @@ def plan_gc(snap: Snapshot, policy: Policy, pinned: Set[str], now: datetime) -> 
         if isinstance(record, ResultRecordV1 | ResultRecordV2)
     }
     kept_results = {key for key, r in results.items() if mark.keeps_result(key, r, pinned)}
-    named = needed(results[key] for key in kept_results)
-    # A kept result keeps every record of each tree it stood on, not only the one it names; a
-    # pushed bake, each tree baked into it (its results audit to them).
-    trees = mark.kept_trees() | {tree for key in named if (tree := mark.tree(key)) is not None}
+    # The versions the policy keeps; a pushed bake, each tree baked into it (its results audit
+    # to them).
+    trees = mark.kept_trees()
     trees |= {
         (cache.cache_id, cache.tree_digest)
         for record in snap.records.values()
         if isinstance(record, ImageRecordV1)
         for cache in baked_caches(record.labels)
     }
-    kept = kept_results | {key for key in snap.records if mark.tree(key) in trees}
+    kept = held_by(snap, kept_results)
+    kept |= {key for key, record in snap.records.items() if _tree(record) in trees}
     kept |= {
         key
         for key, record in snap.records.items()
-        if isinstance(record, BootRecordV1)
-        and (key in named or mark.keeps_boot(key, record, trees))
+        if isinstance(record, BootRecordV1) and mark.keeps_boot(key, record, trees)
     }
     if policy.keep_last is None and policy.older_than is None:
         kept |= set(snap.records)  # no policy: only what no record names goes
@@ -260,13 +304,6 @@ class _Marking:
         """Newer than --older-than (False without it)."""
         return self.cutoff is not None and datetime.fromisoformat(at) > self.cutoff
 
-    def tree(self, key: str) -> Tree | None:
-        """The version a cache record holds; None for any other key."""
-        record = self.snap.records.get(key)
-        if isinstance(record, CacheVersion | CacheRecordV1):
-            return record.cache_id, record.fingerprint.tree_digest
-        return None
-
     def keeps_result(
         self, key: str, record: ResultRecordV1 | ResultRecordV2, pinned: Set[str]
     ) -> bool:
@@ -283,7 +320,7 @@ class _Marking:
             if isinstance(record, CacheVersion | CacheRecordV1):
                 tree = (record.cache_id, record.fingerprint.tree_digest)
                 newest[tree] = max(newest.get(tree, ""), record.archived_at)
-        kept = {found for key in self.young if (found := self.tree(key)) is not None}
+        kept = {found for key in self.young if (found := _tree(self.snap.records.get(key)))}
         kept |= {tree for tree, at in newest.items() if self.recent(at)}
         if self.policy.keep_last is not None:
             by_cache: dict[str, list[tuple[str, Tree]]] = {}
@@ -295,14 +332,7 @@ class _Marking:
 
     def keeps_boot(self, key: str, record: BootRecordV1, trees: Set[Tree]) -> bool:
         """Young, newer than D, or it touched a kept version (started from it or left it)."""
-        if key in self.young or self.recent(record.boot.started_at):
-            return True
-        return any(
-            (use.cache_id, tree) in trees
-            for use in record.uses
-            for tree in (use.tree_digest_before, use.tree_digest_after)
-            if tree is not None
-        )
+        return key in self.young or self.recent(record.boot.started_at) or _touched(record, trees)
 
 
 BATCH = 200  # objects per DeleteObjects and per journal transaction

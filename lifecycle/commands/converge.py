@@ -24,7 +24,6 @@ from lifecycle.archive.run import archive_caches
 from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.commands.gc import pinned_results
 from lifecycle.commands.teardown import connect_services
 from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.gc import (
@@ -32,6 +31,7 @@ from lifecycle.gc import (
     Swept,
     gc_lock,
     journal_plan,
+    pinned_results,
     plan_gc,
     sweep,
     take_snapshot,
@@ -272,7 +272,7 @@ def converge(
             if snap.unreadable:
                 key, why = next(iter(sorted(snap.unreadable.items())))
                 raise LifecycleError(f"nothing planned: cannot read {store.where(key)}: {why}")
-            remote = plan_gc(snap, _gc_policy(policy), pinned_results(ledger, store), ctx.now())
+            remote = plan_gc(snap, _gc_policy(policy), pinned_results(ledger, snap), ctx.now())
     state = {"ledger": state_digest(ledger), "archive": listing}
     where = location.url() if location else None
     unknown = tuple(unknown_releases(policy, ctx.manifests_dir))

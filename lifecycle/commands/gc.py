@@ -17,7 +17,6 @@ import click
 
 from lifecycle.archive.config import resolve_location
 from lifecycle.archive.copies import RecordCopies
-from lifecycle.archive.record import pins_at
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
@@ -28,12 +27,12 @@ from lifecycle.gc import (
     Swept,
     gc_lock,
     journal_plan,
+    pinned_results,
     plan_gc,
     sweep,
     take_snapshot,
 )
-from lifecycle.ledger import Ledger
-from lifecycle.ledger.removal import pins, unfinished_gc
+from lifecycle.ledger.removal import unfinished_gc
 from lifecycle.policy.model import parse_duration
 from lifecycle.report import Report, plain
 from lifecycle.table import count_of, human_bytes
@@ -129,7 +128,7 @@ def run(ctx: Context, options: verbs.Gc) -> GcReport:
                 f"nothing removed: cannot read {store.where(key)}{more}: {why}; a record gc"
                 " cannot read may name objects it would otherwise remove"
             )
-        plan = plan_gc(snap, policy, pinned_results(ledger, store), ctx.now())
+        plan = plan_gc(snap, policy, pinned_results(ledger, snap), ctx.now())
         report = GcReport(location.url(), policy.describe(), options.dry_run, plan, resumed)
         if not options.as_json:
             ctx.out(report.plan_text())
@@ -141,13 +140,3 @@ def run(ctx: Context, options: verbs.Gc) -> GcReport:
         checkpoint("gc-planned")
         swept = sweep(ledger, store, run_id, ctx.now, snap=snap, checkpoint=checkpoint)
     return GcReport(location.url(), policy.describe(), False, plan, resumed, swept)
-
-
-def pinned_results(ledger: Ledger, store: BlobStore) -> set[str]:
-    """Results pinned for the team (in the archive) and by this host (`pin RESULT`)."""
-    found = {pin.target for pin in pins_at(store).values()}
-    for reasons in pins(ledger).values():
-        for reason in reasons:
-            if reason.startswith("result "):  # `result <id>` or `result <id>: text`
-                found.add(reason.removeprefix("result ").split(":", 1)[0])
-    return found
