@@ -1,6 +1,7 @@
 """`gc --remote`: a snapshot of the archive, the plan (mark what is kept, then what goes, in
 phases), and its sweep: journalled in the ledger, gc's record written in the archive, then
-batches deleted after one more look that spares what a record written since names.
+batches deleted after one more look that spares what a record written since names and what a
+result pinned since holds.
 
 Whatever refers to an object goes in an earlier phase, so a run stopped anywhere leaves every
 remaining record whole (the next run completes it). The rules: docs/verbs/teardown.md, `gc`.
@@ -383,13 +384,16 @@ def sweep(
     checkpoint: Checkpoint = lambda point: None,
 ) -> Swept:
     """Remove what the run planned and has not removed yet, after one more look: an object a
-    record written since names (and that record is not going) is spared."""
+    record written since names (and that record is not going), or a result pinned since holds,
+    is spared."""
     pending = pending_objects(ledger, run_id)
     fresh = take_snapshot(store, snap)
     if fresh.unreadable:
         key, why = next(iter(fresh.unreadable.items()))
         raise ArchiveError(f"gc stopped, nothing more removed: cannot read {key}: {why}")
-    spared = _spared(fresh, {item.key for item in pending})
+    # Pins read again, not the plan's: a pin made since (here, or by another host) keeps its
+    # result now as it would have kept it then.
+    spared = _spared(fresh, {item.key for item in pending}, pinned_results(ledger, fresh))
     mark_spared(ledger, run_id, spared)
     going = [item for item in pending if item.key not in spared]
     if going:  # no object goes that gc's record in the archive does not account for
@@ -409,19 +413,37 @@ def sweep(
     return Swept(run_id, removed, freed, spared)
 
 
-def _spared(snap: Snapshot, pending: set[str]) -> dict[str, str]:
-    """Planned objects something that stays still needs: named by a record not planned to go,
-    or a marker whose record stays."""
+def _spared(snap: Snapshot, pending: set[str], pinned: Set[str]) -> dict[str, str]:
+    """Planned objects something that stays still needs: held by a pinned result (all a pin
+    keeps, as the plan would have kept it), named by a record not planned to go, or a marker
+    whose record stays."""
+    results = {
+        key: record.result_id
+        for key, record in snap.records.items()
+        if isinstance(record, ResultRecordV1 | ResultRecordV2) and record.result_id in pinned
+    }
+    spared: dict[str, str] = {}
+    # Most runs see only the pins their plan saw, which hold nothing planned: one pass tells.
+    if _behind(snap, results.keys()) & pending:
+        for key, result_id in sorted(results.items()):
+            why = f"behind result {result_id}, pinned since the plan"
+            spared |= {k: why for k in sorted(_behind(snap, {key}) & pending) if k not in spared}
     staying = {key: record for key, record in snap.records.items() if key not in pending}
     named = needed(staying.values())
     marked = markers_of(snap, staying)
-    spared = {
-        key: "named by a record that stays (written since the plan?)" for key in pending & named
-    }
-    spared |= {
-        key: f"the record of {marked[key]} stays" for key in pending - named if key in marked
-    }
+    for key in sorted(pending - spared.keys()):
+        if key in named:
+            spared[key] = "named by a record that stays (written since the plan?)"
+        elif key in marked:
+            spared[key] = f"the record of {marked[key]} stays"
     return spared
+
+
+def _behind(snap: Snapshot, results: Set[str]) -> set[str]:
+    """Every object keeping these results (keys) keeps: the records, their blobs, markers."""
+    held = held_by(snap, results)
+    held |= needed(snap.records[key] for key in held if key in snap.records)
+    return held | set(markers_of(snap, held))
 
 
 def _batches(items: Sequence[GcObject]) -> list[list[GcObject]]:

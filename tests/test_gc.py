@@ -1,7 +1,7 @@
 """`lifecycle gc --remote` with the demo engine booted for real and the real S3 server: what it
 keeps, that it never takes what is behind a pinned result, that a kill at any moment leaves
 every remaining record whole and a re-run completes the removal, and that a record written
-while it runs keeps what it names."""
+(or a result pinned, by another host) while it runs keeps what it needs."""
 
 from __future__ import annotations
 
@@ -20,7 +20,10 @@ import pytest
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
 from lifecycle.fingerprint import scan
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.removal import unfinished_gc
 from tests.archive_support import keys, read_json
+from tests.night_support import wait_for
 from tests.trust_support import PREFIX, cli, home, process, start
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
@@ -268,6 +271,84 @@ def test_a_record_written_while_gc_runs_keeps_what_it_names(
         assert checked["ok"], checked["problems"]
     store = BlobStore(s3_client, ArchiveLocation(s3_bucket, PREFIX))
     assert all(store.read(k) is not None for k in spared)
+
+
+def _pinned_by_host_b(project: Path, result_id: str, tmp_path: Path) -> None:
+    """Another home pins the result for the team (it never recorded it: only the team pin)."""
+    other = {"LIFECYCLE_HOME": str(tmp_path / "host-b")}
+    pinned = cli(project, "pin", result_id, "--reason", "release acceptance", env=other)
+    assert pinned.exit_code == 0 and "pinned for the team at s3://" in pinned.stdout, pinned.output
+
+
+def _kept_for_its_pin(
+    project: Path, result: dict[str, Any], spared: dict[str, str], s3_bucket: str, s3_client: Any
+) -> None:
+    """What the plan took of a result pinned since is spared, for that reason; the result
+    audits from the archive and verifies here with nothing collected; no gc record lists it."""
+    url = f"s3://{s3_bucket}/{PREFIX}"
+    assert _json(project, "audit", "result", result["id"], "--from", url)["warnings"] == []
+    checked = _json(project, "verify", result["id"])
+    assert checked["ok"] and checked["collected"] == [], checked
+    assert any(key.startswith(f"results/{result['id']}/") for key in spared), spared
+    assert set(spared.values()) == {f"behind result {result['id']}, pinned since the plan"}
+    listed = {
+        key
+        for record in keys(s3_client, s3_bucket, f"{PREFIX}/gc/")
+        for removed in read_json(s3_client, s3_bucket, record)["removed"].values()
+        for key in removed
+    }
+    assert not listed & set(spared)  # no rule claims to have let them go
+    _whole(project, url, s3_bucket, s3_client)
+
+
+def test_a_result_pinned_after_a_stopped_gc_planned_is_kept_by_its_completion(
+    archive_project: Path, s3_bucket: str, s3_client: Any, tmp_path: Path
+) -> None:
+    (_, r0), _ = _nights(archive_project, 2)
+    plan = _json(archive_project, "gc", "--remote", *POLICY, "--dry-run")["plan"]["objects"]
+    assert any(key.startswith(f"results/{r0['id']}/") for key in plan)
+    killed = process(
+        archive_project, "gc", "--remote", *POLICY, "--yes",
+        env={"LIFECYCLE_TEST_CRASH_AT": "gc-planned"},
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    _pinned_by_host_b(archive_project, r0["id"], tmp_path)
+    # A gc that keeps every record completes the stopped run first: with the pins of now.
+    done = _json(archive_project, "gc", "--remote", "--yes")
+    [resumed] = done["resumed"]
+    _kept_for_its_pin(archive_project, r0, resumed["spared"], s3_bucket, s3_client)
+    said = cli(archive_project, "gc", "--remote", *POLICY, "--dry-run").stdout
+    assert f"pinned (kept with all behind them): {r0['id']}" in said, said
+
+
+def test_a_result_pinned_while_gc_waits_between_plan_and_sweep_is_kept(
+    archive_project: Path, s3_bucket: str, s3_client: Any, tmp_path: Path
+) -> None:
+    url = f"s3://{s3_bucket}/{PREFIX}"
+    (_, r0), _ = _nights(archive_project, 2)
+    gc = start(
+        archive_project, "gc", "--remote", *POLICY, "--yes", "--json",
+        env={"LIFECYCLE_TEST_DELAY": "gc-planned=15"},
+    )  # fmt: skip
+    try:
+
+        def journalled() -> bool:
+            ledger = Ledger.open(home())
+            try:
+                return bool(unfinished_gc(ledger, url))
+            finally:
+                ledger.close()
+
+        wait_for("gc to journal its plan", journalled, timeout=60)
+        _pinned_by_host_b(archive_project, r0["id"], tmp_path)
+        assert gc.poll() is None  # the pin came between the plan and the sweep
+        out, err = gc.communicate(timeout=300)
+    finally:
+        gc.kill()
+    assert gc.returncode == 0, out + err
+    report = json.loads(out)
+    assert any(key.startswith(f"results/{r0['id']}/") for key in report["plan"]["objects"])
+    _kept_for_its_pin(archive_project, r0, report["result"]["spared"], s3_bucket, s3_client)
 
 
 def test_a_record_gc_cannot_read_stops_it_before_anything_is_removed(

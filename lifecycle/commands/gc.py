@@ -74,7 +74,7 @@ class GcReport(Report):
         for done in self.resumed:
             lines.append(
                 f"completed stopped run {done.run_id}: removed {done.removed} objects"
-                f" ({human_bytes(done.bytes_freed)}), spared {len(done.spared)}"
+                f" ({human_bytes(done.bytes_freed)}), spared {len(done.spared)}{_why(done)}"
             )
         removing = Counter(doomed.kind for doomed in plan.remove)
         going = ", ".join(count_of(n, kind) for kind, n in sorted(removing.items())) or "nothing"
@@ -92,7 +92,7 @@ class GcReport(Report):
         done = self.result
         if done is None:
             return "" if self.dry_run or self.plan.remove else "nothing to remove\n"
-        spared = f"; spared {len(done.spared)} named since the plan" if done.spared else ""
+        spared = f"; spared {len(done.spared)}{_why(done)}" if done.spared else ""
         return (
             f"removed {done.removed} objects, {human_bytes(done.bytes_freed)} freed"
             f" (run {done.run_id}){spared}\n"
@@ -140,3 +140,10 @@ def run(ctx: Context, options: verbs.Gc) -> GcReport:
         checkpoint("gc-planned")
         swept = sweep(ledger, store, run_id, ctx.now, snap=snap, checkpoint=checkpoint)
     return GcReport(location.url(), policy.describe(), False, plan, resumed, swept)
+
+
+def _why(done: Swept) -> str:
+    """Why the last look spared what it did, counted: ` (2 behind result r-…, pinned since the
+    plan; 1 named by …)`."""
+    whys = Counter(done.spared.values())
+    return f" ({'; '.join(f'{n} {why}' for why, n in sorted(whys.items()))})" if whys else ""
