@@ -428,14 +428,21 @@ def _spared(snap: Snapshot, pending: set[str], pinned: Set[str]) -> dict[str, st
         for key, result_id in sorted(results.items()):
             why = f"behind result {result_id}, pinned since the plan"
             spared |= {k: why for k in sorted(_behind(snap, {key}) & pending) if k not in spared}
-    staying = {key: record for key, record in snap.records.items() if key not in pending}
-    named = needed(staying.values())
-    marked = markers_of(snap, staying)
-    for key in sorted(pending - spared.keys()):
-        if key in named:
-            spared[key] = "named by a record that stays (written since the plan?)"
-        elif key in marked:
-            spared[key] = f"the record of {marked[key]} stays"
+    staying = {k: r for k, r in snap.records.items() if k not in pending or k in spared}
+    named, marked = needed(staying.values()), markers_of(snap, staying)
+    # A record spared stays, and so does what it names in turn: a boot a new result names
+    # keeps its log, which only that boot's record named. Until nothing more is spared.
+    while found := {
+        key: "named by a record that stays (written since the plan?)"
+        if key in named
+        else f"the record of {marked[key]} stays"
+        for key in sorted(pending - spared.keys())
+        if key in named or key in marked
+    }:
+        spared |= found
+        kept = {key: snap.records[key] for key in found if key in snap.records}
+        named |= needed(kept.values())
+        marked |= markers_of(snap, kept)
     return spared
 
 

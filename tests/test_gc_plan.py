@@ -220,3 +220,23 @@ def test_a_pack_stays_while_a_kept_record_names_a_blob_in_it() -> None:
     assert pack_key(lonely) in removed and pack_key(orphan) in removed  # no kept record names it
     assert pack_key(shared) not in removed  # the kept t2 and t3 name a blob in it
     assert PHASES["pack"] > PHASES["version"]  # after every record that could name it
+
+
+def test_the_last_look_spares_what_a_record_written_since_the_plan_holds_all_the_way_down() -> None:
+    from lifecycle.gc import _spared  # the sweep's last look, on the archive as it is then
+
+    night, keys = _night()
+    plan = plan_gc(night.snapshot(), Policy(older_than=timedelta(days=1)), set(), NOW)
+    pending = {doomed.key for doomed in plan.remove}
+    assert {keys["r1"], keys["b1"], keys["v1"]} <= pending
+    # Meanwhile a host records a result on b-1's run: its record names b-1 and t1's version,
+    # and they name their log, fingerprint and files, which no other record names.
+    r3 = night.result("r-3", keys["b1"], {"vllm-a": keys["v1"]}, NOW)
+    spared = _spared(night.snapshot(), pending, set())
+    for held in (
+        keys["b1"], keys["v1"], marker("vllm-a", "boots", "b-1"),
+        blob_key(_sha("log of b-1")), blob_key(_sha("old.so")),
+        blob_key(_sha("fingerprint vllm-a t1")),
+    ):  # fmt: skip
+        assert held in spared, held
+    assert keys["r1"] not in spared and r3 not in pending  # r-1 still goes; r-3 was never planned
