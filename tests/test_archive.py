@@ -19,6 +19,7 @@ from lifecycle.archive.run import archive_caches
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, KeyOf, b64_sha256
 from lifecycle.formats import BOOT_FORMAT, VERSION_FORMAT
 from lifecycle.home import Home
+from lifecycle.leases import try_lease
 from lifecycle.ledger import Ledger
 from tests.archive_support import boot_records, newest_version, verify_key
 from tests.cache_support import adopt
@@ -439,7 +440,10 @@ def test_in_use_torn_down_and_unknown_caches_are_refused(
     ledger = Ledger.open(_home())
     with ledger.transaction() as conn:
         conn.execute("UPDATE caches SET in_use_by = 'b-running' WHERE id = ?", (cache_id,))
-    result = run_lifecycle(demo_project, "archive", cache_id, "--to", archive_target.url)
+    running = try_lease(Home(_home()), cache_id)  # as a live boot holds it
+    assert running is not None
+    with running:
+        result = run_lifecycle(demo_project, "archive", cache_id, "--to", archive_target.url)
     assert result.exit_code == 1
     assert f"cache {cache_id} is in use by boot b-running" in result.stderr
     with ledger.transaction() as conn:
