@@ -177,6 +177,41 @@ def test_after_gc_verify_passes_and_names_what_gc_collected_by_rule(
     )
 
 
+def test_verify_from_the_archive_says_what_another_hosts_gc_collected_and_an_unknown_target(
+    archive_project: Path, s3_bucket: str, tmp_path: Path
+) -> None:
+    url = f"s3://{s3_bucket}/{PREFIX}"
+    [(booted, result)] = _nights(archive_project, count=1)
+    # Host B (its own home, the same bucket) collects the result and every version by rule.
+    host_b = {"LIFECYCLE_HOME": str(tmp_path / "host-b")}
+    swept = _json(archive_project, "gc", "--remote", "--older-than", "0s", "--grace", "0s",
+                  "--yes", env=host_b)  # fmt: skip
+    collected = f"collected by gc {swept['result']['run_id']} on {socket.gethostname()} at "
+    assert _json(archive_project, "results", "--from", url)["results"] == []
+
+    # The archive view says of each target what host A's ledger view says: collected, by the
+    # gc's record, a result as a result; nothing differs.
+    uses = [(use["cache_id"], use["tree_digest_after"]) for use in booted["caches"]]
+    targets = [(result["id"], "result")] + [(cache_id, "cache") for cache_id, _ in uses]
+    targets += [(f"{cache_id}@{tree[:12]}", "cache") for cache_id, tree in uses]
+    for target, kind in targets:
+        ledger = _json(archive_project, "verify", target)
+        archive = _json(archive_project, "verify", target, "--from", url)
+        assert (archive["ok"], archive["kind"]) == (True, kind), archive
+        assert archive["collected"] and set(archive["collected"]) <= set(ledger["collected"])
+        assert all(c.split(": ", 1)[1].startswith(collected) for c in archive["collected"])
+    text = cli(archive_project, "verify", result["id"], "--from", url)
+    assert text.exit_code == 0, text.output
+    assert text.stdout.startswith(f"verify result {result['id']} (from {url}): as recorded; 1 ")
+
+    never = cli(archive_project, "verify", "nope-000000000000", "--from", url)
+    assert (never.exit_code, never.stdout) == (2, ""), never.output
+    assert never.stderr == (
+        f"no cache or result 'nope-000000000000' at {url}: none archived there,"
+        " none collected by a gc\n"
+    )
+
+
 @pytest.mark.parametrize("crash", ["gc-planned", "gc-after-batch", "gc-after-batch:3"])
 def test_a_gc_killed_at_a_step_leaves_every_record_whole_and_the_next_completes_it(
     archive_project: Path, s3_bucket: str, s3_client: Any, crash: str

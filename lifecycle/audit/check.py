@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -49,6 +49,10 @@ _NOT_CHECKED = "not checked (--all-versions checks it)"
 _SUPERSEDED = f"history: superseded, and no result here stands on it; {_NOT_CHECKED}"
 _UNNEEDED_BOOT = f"history: a boot that touched no version needed now; {_NOT_CHECKED}"
 _SUPERSEDED_THERE = f"history: superseded, and no result there stands on it; {_NOT_CHECKED}"
+# A result's records and a cache's, as the archive's layout names them (the previous release's
+# too): what a target given by its id can be, there or in what a gc collected.
+_RESULT_KINDS = frozenset({"result", "legacy-result"})
+_CACHE_KINDS = frozenset({"version", "legacy-cache"})
 
 
 @dataclass(frozen=True)
@@ -197,7 +201,7 @@ def verify_archived(
     store: BlobStore, target: str, checker: BlobChecker, *, every: bool = False
 ) -> VerifyReport:
     """A result, a cache or one version of it (`CACHE@TREE`) from the archive alone: every
-    record and blob behind it."""
+    record and blob behind it; one no longer there, as what gc's records say they collected."""
     url = store.location.url()
     cache_id, at, tree = target.partition("@")
     if at:
@@ -206,11 +210,21 @@ def verify_archived(
     keys = [item.key for item in store.list(records_of("results", target))]
     if not keys and store.head(store.key(legacy_result_key(target)), checksum=False):
         keys = [legacy_result_key(target)]
-    if not keys:
-        found = _archived_cache(store, target, checker, every=every)
+    if keys:
+        findings = [
+            f for relative in keys for f in result_record(store, relative, None, None, checker)
+        ]
+        return VerifyReport(target, "result", url, tuple(findings))
+    found = _archived_cache(store, target, checker, every=every)
+    if found:
         return VerifyReport(target, "cache", url, tuple(found))
-    findings = [f for relative in keys for f in result_record(store, relative, None, None, checker)]
-    return VerifyReport(target, "result", url, tuple(findings))
+    gone = _collected(store, checker, target, _RESULT_KINDS | _CACHE_KINDS)
+    if not gone:
+        raise LifecycleError(
+            f"no cache or result {target!r} at {url}: none archived there, none collected by a gc"
+        )
+    kind = "result" if any(key.kind in _RESULT_KINDS for key in gone) else "cache"
+    return VerifyReport(target, kind, url, tuple(gone.values()))
 
 
 def _archived_cache(
@@ -222,19 +236,26 @@ def _archived_cache(
     every: bool = False,
 ) -> list[Finding]:
     """The versions of a cache the archive holds that are needed now: the newest written and
-    each one a result there stands on (all of them with `every`; with `tree`, that one); or
-    its previous-format record."""
+    each one a result there stands on (all of them with `every`; with `tree`, that one, or
+    what a gc collected of it); or its previous-format record; none when it holds neither."""
     every = every and tree is None  # a tree asked for is that version alone
     listed = {item.key: item for item in store.list(cache_prefix(cache_id, "versions/"))}
     versions = {k: v for k in listed if (v := parse_key(k)) is not None and v.kind == "version"}
     url = store.location.url()
     needed: set[str | None]
     if tree is not None:
+        check_tree(tree)
+        if not any((v.tree or "").startswith(tree) for v in versions.values()):
+            gone = _collected(store, checker, cache_id, {"version"})
+            full = one_tree(tree, (key.tree for key in gone), cache_id, f"at {url}")
+            return [finding for key, finding in gone.items() if key.tree == full]
         needed = {one_tree(tree, (v.tree for v in versions.values()), cache_id, f"at {url}")}
     elif versions:
         needed = {_newest(store, versions, listed)} | _trees_behind_results(store, cache_id)
-    else:
+    elif store.head(store.key(legacy_cache_key(cache_id)), checksum=False):
         return archived_record(store, legacy_cache_key(cache_id), None, checker)
+    else:
+        return []
     findings: list[Finding] = []
     for key, version in sorted(versions.items()):
         if every or version.tree in needed:
@@ -242,6 +263,24 @@ def _archived_cache(
         elif tree is None:
             findings.append(Finding(store.where(key), None, _SUPERSEDED_THERE, "history"))
     return findings
+
+
+def _collected(
+    store: BlobStore, checker: BlobChecker, target: str, kinds: Set[str]
+) -> dict[Key, Finding]:
+    """The records of `target` of these kinds that gc's records say a gc removed, each as
+    collected: what the ledger's view says of them too. Read from gc's own records (listed and
+    read once per location), not from a listing of the whole archive."""
+    removed = checker.removed(store)
+    gone = {
+        parsed: removed[key]
+        for key in sorted(removed)
+        if (parsed := parse_key(key)) is not None and parsed.id == target and parsed.kind in kinds
+    }
+    return {
+        key: Finding(store.where(key.key), None, removal.describe(), "collected")
+        for key, removal in gone.items()
+    }
 
 
 def _newest(store: BlobStore, versions: dict[str, Key], listed: dict[str, Listing]) -> str | None:

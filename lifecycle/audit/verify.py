@@ -291,6 +291,10 @@ class BlobChecker:
 
     def removal(self, store: BlobStore, relative: str) -> Removal | None:
         """What a gc's record says of a key it removed at this location; None if it says nothing."""
+        return self.removed(store).get(relative)
+
+    def removed(self, store: BlobStore) -> dict[str, Removal]:
+        """Every key gc's records at this location say a gc removed (relative) -> what they say."""
         url = store.location.url()
         if url not in self.collected:
             try:
@@ -299,7 +303,7 @@ class BlobChecker:
                 raise
             except ArchiveError as exc:
                 raise ArchiveError(f"missing, and gc's records cannot be read: {exc}") from exc
-        return self.collected[url].get(relative)
+        return self.collected[url]
 
     def check(self, store: BlobStore, claims: Sequence[BlobClaim]) -> list[tuple[str, str]]:
         """(object, what differs) for each claimed blob not on the server with those bytes."""
