@@ -55,6 +55,10 @@ def test_the_previous_releases_archive_reads_restores_and_grows(
     }
     checked = _json(previous, home, "verify", RESULT, "--from", url)
     assert checked["ok"], checked["problems"]
+    for cache_id in legacy:  # a cache by its previous-format record alone
+        checked = _json(previous, home, "verify", cache_id, "--from", url)
+        assert checked["ok"] and checked["kind"] == "cache", checked["problems"]
+        assert f"{url}/caches/{cache_id}.json" in {c["subject"] for c in checked["checked"]}
 
     # Restored by the tree the old result stood on, then grown and archived by this release:
     # a new version, named by its bytes, whose parent is the previous release's tree.
