@@ -109,13 +109,13 @@ class BakedUse:
 
 @dataclass(frozen=True)
 class TaintedFile:
-    """A cache file a boot wrote a secret's value into: kept on this host, never archived."""
+    """A cache file holding a secret's value: kept on this host, never archived."""
 
     cache_id: str
     path: str  # relative to the cache's dir
     sha256: str  # of the bytes as found: the file is withheld while it still holds them
     secret: str  # the secret's name; its value is never stored
-    boot_id: str
+    boot_id: str | None  # the boot that wrote it; None: an archive's scan found it, outside boots
 
 
 @dataclass(frozen=True)
@@ -363,6 +363,12 @@ def tainted_files(ledger: Ledger, cache_id: str) -> list[TaintedFile]:
     return ledger.records(TaintedFile, sql, (cache_id,))
 
 
+def secret_names(ledger: Ledger) -> set[str]:
+    """The names of the secrets boots on this host were passed (their values never stored)."""
+    rows = ledger.query("SELECT DISTINCT secret_names FROM boots")
+    return {name for row in rows for name in json.loads(row["secret_names"])}
+
+
 def baked_uses(ledger: Ledger, boot_id: str | None = None) -> list[BakedUse]:
     """The baked caches of one boot (or of every boot), in the image's order."""
     if boot_id is None:
@@ -434,13 +440,16 @@ def record_scan(
     *,
     live: bool = False,
     new_row: CacheRecord | None = None,
+    tainted: Sequence[TaintedFile] = (),
 ) -> None:
     """Record a cache's new scan (adding its row first when this host did not know it; making
     it live when it was restored, which also lifts a mark of damage: its tree was put back
-    and verified): one transaction."""
+    and verified) and the files it found holding a secret's value: one transaction."""
     with ledger.transaction() as conn:
         if new_row is not None:
             insert(conn, "caches", new_row)
+        for found in tainted:
+            insert(conn, "tainted_files", found, on_conflict="IGNORE")
         if live:
             conn.execute("DELETE FROM cache_damage WHERE cache_id = ?", (cache_id,))
         conn.execute(

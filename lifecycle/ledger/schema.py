@@ -355,4 +355,20 @@ MIGRATIONS: tuple[str, ...] = (
     # cache is asked per cache by `caches`, `status` and `plan`, and by each boot of its key;
     # without it each asks the whole table (505 live caches, 16,016 uses: 0.62 s -> 0.007 s).
     "CREATE INDEX boot_caches_by_cache ON boot_caches (cache_id);",
+    # 14: a cache file holding a secret's value found by an archive's scan, outside any boot (a
+    # file put there by hand): tainted as a boot's find is, by no boot (the table rebuilt, as 6
+    # did the caches', for its boot to be NULL).
+    """
+    CREATE TABLE tainted_files_v14 (
+        cache_id TEXT NOT NULL REFERENCES caches (id),
+        path TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        secret TEXT NOT NULL,
+        boot_id TEXT REFERENCES boots (id),
+        PRIMARY KEY (cache_id, path, sha256, secret)
+    );
+    INSERT INTO tainted_files_v14 SELECT * FROM tainted_files;
+    DROP TABLE tainted_files;
+    ALTER TABLE tainted_files_v14 RENAME TO tainted_files;
+    """,
 )
