@@ -226,7 +226,7 @@ def child(tool: str, kw: dict[str, Any]) -> None:
     ledger = Ledger.open(Path(kw["home"]))
     reports = run.archive_caches(  # the client `lifecycle archive` builds, from the environment
         ledger, Home(Path(kw["home"])), lifecycle_client(env), ArchiveLocation(bucket, prefix),
-        [kw["cache"]],
+        [kw["cache"]], host_env=env,
         with_content=True, dry_run=False, progress=None, workers=kw["workers"],
     )  # fmt: skip
     print(json.dumps({"reports": [asdict(r) for r in reports], "phases": phases}, default=str))

@@ -1,8 +1,9 @@
 """What of a cache never leaves this host: the files a boot wrote a secret's value into, and
 every file whose path holds one (masked in its fingerprint, lifecycle.redact).
 
-Found at the end of the boot that wrote them (`secrets_in_cache`) and kept in the ledger by the
-secret's name, never its value; an archive with content leaves them out and says why
+Found at the end of the boot that wrote them (`secrets_in_cache`), or by an archive's scan of
+files changed outside any boot (with the values `known_secrets` gives), and kept in the ledger
+by the secret's name, never its value; an archive with content leaves them out and says why
 (`withheld_files`); a teardown removes a cache holding them only when told so.
 """
 
@@ -12,8 +13,10 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from lifecycle.crash import SECRET_ENV
 from lifecycle.fingerprint import Fingerprint
-from lifecycle.ledger.boots import TaintedFile
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import TaintedFile, secret_names
 from lifecycle.redact import is_masked, secrets_in_file, secrets_in_path
 
 
@@ -26,12 +29,21 @@ class Withheld:
     why: str
 
 
+def known_secrets(ledger: Ledger, host_env: Mapping[str, str]) -> dict[str, str]:
+    """The secret values a process outside any boot knows, by name, as `host_env` holds them:
+    every secret a boot on this host was passed by name, and the process's own credentials."""
+    # Not every variable whose name merely looks like a credential (as a traceback is redacted):
+    # a path-shaped value such as SSH_AUTH_SOCK's would mask plain names (`tmp`) in every tree.
+    names = secret_names(ledger) | set(SECRET_ENV)
+    return {name: host_env[name] for name in sorted(names) if host_env.get(name)}
+
+
 def secrets_in_cache(
     root: Path, after: Fingerprint, written: Collection[str], secrets: Mapping[str, str]
 ) -> list[tuple[str, str, str]]:
     """(path, sha256, secret name) of each file a boot wrote (`written`, paths of `after`,
-    the cache at `root` as scanned with the boot's `secrets`) whose bytes or name hold a
-    secret's value."""
+    the cache at `root` as scanned with the boot's `secrets`; or those an archive's scan found
+    changed) whose bytes or name hold a secret's value."""
     if not secrets:
         return []
     found = []

@@ -496,6 +496,7 @@ def test_server_refusals_are_one_clear_line(
             client,
             location,
             [cache_id],
+            host_env={},
             with_content=False,
             dry_run=False,
             progress=None,
@@ -529,7 +530,7 @@ def test_server_stopped_mid_archive_then_rerun_completes(
     ledger = Ledger.open(_home())
     with pytest.raises(ArchiveError) as raised:
         archive_caches(
-            ledger, Home(_home()), weed_server.client(), location, [cache_id],
+            ledger, Home(_home()), weed_server.client(), location, [cache_id], host_env={},
             with_content=True, dry_run=False, progress=progress,
         )  # fmt: skip
     message = str(raised.value)
@@ -549,8 +550,8 @@ def test_server_stopped_mid_archive_then_rerun_completes(
     assert not [key for key in written if key.endswith(".json")]  # records go last: none
     there = [key for key in written if "/blobs/" in key]
     [report] = archive_caches(
-        ledger, Home(_home()), weed_server.client(), location, [cache_id], with_content=True,
-        dry_run=False, progress=lines.append,
+        ledger, Home(_home()), weed_server.client(), location, [cache_id], host_env={},
+        with_content=True, dry_run=False, progress=lines.append,
     )  # fmt: skip
     assert 100 <= len(there) < report.blobs
     assert report.blobs_uploaded == report.blobs - len(there)  # only what was missing

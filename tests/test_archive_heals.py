@@ -42,7 +42,7 @@ def _archive(home: Path, target: ArchiveTarget, *, dry_run: bool = False) -> Arc
     try:
         [report] = archive_caches(
             ledger, Home(home), target.client, ArchiveLocation(target.bucket, target.prefix),
-            [CACHE], with_content=True, dry_run=dry_run, progress=None,
+            [CACHE], host_env={}, with_content=True, dry_run=dry_run, progress=None,
         )  # fmt: skip
     finally:
         ledger.close()

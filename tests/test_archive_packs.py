@@ -51,8 +51,8 @@ def _archive(home: Path, target: ArchiveTarget, cache_id: str) -> ArchiveReport:
     try:
         location = ArchiveLocation(target.bucket, target.prefix)
         [report] = archive_caches(
-            ledger, Home(home), target.client, location, [cache_id], with_content=True,
-            dry_run=False, progress=None,
+            ledger, Home(home), target.client, location, [cache_id], host_env={},
+            with_content=True, dry_run=False, progress=None,
         )  # fmt: skip
     finally:
         ledger.close()

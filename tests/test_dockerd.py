@@ -25,7 +25,7 @@ def test_teardown_asks_a_gone_dockerd_and_says_why(tmp_path: Path) -> None:
     gone = docker.DockerClient(base_url=f"unix://{tmp_path}/gone.sock", version="1.41")
     with pytest.raises(sdk_errors()):
         gone.containers.list()
-    mounts, problem = current_mounts(Services(docker=gone, s3=None))
+    mounts, problem = current_mounts(Services(docker=gone, s3=None, host_env={}))
     assert mounts == {} and problem is not None and "No such file or directory" in problem
 
 

@@ -478,6 +478,7 @@ def _archive(bucket: str, cache_ids: list[str]) -> None:
             client,
             location,
             cache_ids,
+            host_env=os.environ,
             with_content=False,
             dry_run=False,
             progress=None,

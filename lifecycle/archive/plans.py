@@ -12,7 +12,7 @@ import io
 import json
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -26,6 +26,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
     BootRecord,
     CacheRecord,
+    TaintedFile,
     baked_uses,
     boot_by_id,
     cache_by_id,
@@ -175,8 +176,10 @@ def plan_version(
     parent: str | None,
     host: str,
     tool_version: str,
+    found: Sequence[TaintedFile] = (),
 ) -> RecordPlan:
-    """Collect what the version record says about `cache` (scanned as `fingerprint`)."""
+    """Collect what the version record says about `cache` (scanned as `fingerprint`; `found`:
+    files that scan found holding a secret's value, which a dry run does not record)."""
     sources: dict[str, BlobSource] = {}
     scan = memory_blob(fingerprint.to_json().encode(), f"fingerprint of {cache.id}", sources)
     document: dict[str, Any] = {
@@ -203,7 +206,7 @@ def plan_version(
         root = Path(cache.host_path)
         # A file holding a secret's value, in its bytes or its name, stays on this host; the
         # record says so.
-        withheld = withheld_files(fingerprint, tainted_files(ledger, cache.id))
+        withheld = withheld_files(fingerprint, [*tainted_files(ledger, cache.id), *found])
         document["withheld"] = [asdict(w) for w in withheld]
         left_out = {w.path for w in withheld}
         files = [e for e in fingerprint.entries if e.kind == "file" and e.path not in left_out]

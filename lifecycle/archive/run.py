@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -52,6 +52,7 @@ from lifecycle.ledger.boots import (
     BootRecord,
     CacheRecord,
     Scanned,
+    TaintedFile,
     all_caches,
     cache_by_id,
     last_boot_ended,
@@ -61,6 +62,7 @@ from lifecycle.ledger.boots import (
 )
 from lifecycle.records import BootRecordV1, CacheVersion
 from lifecycle.table import human_bytes
+from lifecycle.withheld import known_secrets, secrets_in_cache
 
 
 @dataclass(frozen=True)
@@ -97,13 +99,17 @@ def archive_caches(
     location: ArchiveLocation,
     cache_ids: Sequence[str],
     *,
+    host_env: Mapping[str, str],
     with_content: bool,
     dry_run: bool,
     progress: Progress | None,
     workers: int = 8,
 ) -> list[ArchiveReport]:
-    """Archive each cache (all checked archivable first); stops at the first that fails."""
-    run = _Run(home, BlobStore(client, location), progress or (lambda line: None), workers, dry_run)
+    """Archive each cache (all checked archivable first); stops at the first that fails.
+    `host_env` holds the secrets the scans mask and look for (lifecycle.withheld)."""
+    say = progress or (lambda line: None)
+    secrets = known_secrets(ledger, host_env)
+    run = _Run(home, BlobStore(client, location), say, workers, dry_run, secrets)
     if not dry_run:
         settle_dead_boots(ledger, home, _stamp())  # a boot that died holds nothing
     caches = [archivable(ledger, home, cache_id) for cache_id in cache_ids]
@@ -119,6 +125,7 @@ class _Run:
     say: Progress
     workers: int
     dry_run: bool
+    secrets: Mapping[str, str]  # name -> value: none of them leaves this host
     # A dry run uploads nothing, so what an earlier cache of the run would send is counted
     # as there for the later ones, as it would be.
     sent: set[str] = field(default_factory=set)
@@ -205,7 +212,7 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
     # Never downgrade: once a cache's files were archived, every later version of it holds
     # them too (wherever it goes), so a teardown that relies on the newest never loses them.
     with_content = with_content or bool(previous and previous.with_content)
-    fingerprint, cache = _fresh_scan(ledger, cache, keep=not dry_run)
+    fingerprint, cache, tainted = _fresh_scan(ledger, cache, run.secrets, keep=not dry_run)
     tree = fingerprint.tree_digest
     host = socket.gethostname()
     relied = Relied()
@@ -224,7 +231,7 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
     def plan() -> RecordPlan:  # the version's record: to write, or to repair the one there
         return plan_version(
             ledger, run.home, cache, fingerprint, with_content=with_content, parent=parent,
-            host=host, tool_version=__version__,
+            host=host, tool_version=__version__, found=tainted,
         )  # fmt: skip
 
     there = verify.standing_version(store, rows, tree, with_content, plan, relied, workers)
@@ -299,26 +306,39 @@ def _legacy_parent(store: BlobStore, previous: ArchiveRecord | None, tree: str) 
 
 
 def _fresh_scan(
-    ledger: Ledger, cache: CacheRecord, *, keep: bool
-) -> tuple[Fingerprint, CacheRecord]:
-    """Scan the cache again (cheap when unchanged); a changed scan is kept and recorded."""
+    ledger: Ledger, cache: CacheRecord, secrets: Mapping[str, str], *, keep: bool
+) -> tuple[Fingerprint, CacheRecord, list[TaintedFile]]:
+    """Scan the cache again (cheap when unchanged) as a boot's end-of-boot scan does: a path
+    or link target holding one of the `secrets`' values masked, and the files changed since
+    the last scan that hold one found. A changed scan is kept and recorded, with what it found."""
     previous = None
     if cache.scan_path and Path(cache.scan_path).is_file():
         with suppress(LifecycleError):  # a damaged scan file only costs a full re-hash
             previous = Fingerprint.from_json(Path(cache.scan_path).read_text())
+    root = Path(cache.host_path)
     try:
-        fingerprint = scan(Path(cache.host_path), previous)
+        fingerprint = scan(root, previous, secrets=secrets)
     except LifecycleError as exc:
         raise ArchiveError(f"cannot scan: {exc}") from exc
     if fingerprint is previous:
-        return fingerprint, cache
+        return fingerprint, cache, []
+    # What the last scan recorded was looked at by it; what changed since (by hand, outside
+    # any boot, or unknown when no scan is readable) is read here for the secrets' values.
+    diff = previous.diff(fingerprint) if previous is not None else None
+    changed = (
+        {*diff.added, *diff.changed} if diff is not None else {e.path for e in fingerprint.entries}
+    )
+    found = [
+        TaintedFile(cache.id, path, sha, name, None)
+        for path, sha, name in secrets_in_cache(root, fingerprint, changed, secrets)
+    ]
     now = _stamp()
     # Nothing of lifecycle's changes a cache between the end of one boot and the next: a
     # tree that moved was changed behind its back, and no boot may reuse it (the scan below
     # would otherwise become the tree the next boot's check compares with).
-    changed = damage(cache, previous, fingerprint, "archive", now) if cache.tree_digest else None
-    if keep and changed is not None and last_boot_ended(ledger, cache.id):
-        record_damage(ledger, changed)
+    damaged = damage(cache, previous, fingerprint, "archive", now) if cache.tree_digest else None
+    if keep and damaged is not None and last_boot_ended(ledger, cache.id):
+        record_damage(ledger, damaged)
     scan_path = cache.scan_path
     if keep:
         name = f"archive-{now.replace(':', '')}.json"
@@ -338,8 +358,8 @@ def _fresh_scan(
         facts = Scanned(
             fingerprint.tree_digest, fingerprint.files, fingerprint.bytes, scan_path, now
         )
-        record_scan(ledger, cache.id, facts)
-    return fingerprint, updated
+        record_scan(ledger, cache.id, facts, tainted=found)
+    return fingerprint, updated, found
 
 
 def archive_boot(
@@ -347,7 +367,7 @@ def archive_boot(
 ) -> BootArchiveRow:
     """The record of a boot no cache of this host's carries (its caches were baked into its
     image): its blobs (log, evidence, patches), checked, then the record."""
-    run = _Run(home, BlobStore(client, location), lambda line: None, 8, dry_run=False)
+    run = _Run(home, BlobStore(client, location), lambda line: None, 8, False, secrets={})
     plan = plan_boot_record(ledger, home, boot, host=socket.gethostname(), tool_version=__version__)
     _send(run, boot.id, list(plan.sources.values()))
     row = _write_boot(run.store, boot, plan)

@@ -104,7 +104,7 @@ def run(ctx: Context, request: verbs.Archive) -> ArchiveRunReport | None:
     with ctx.ledger(create=False) as ledger:
         cache_ids, skipped = select_caches(ledger, names, every)
         archived = archive_caches(
-            ledger, ctx.home, client, location, cache_ids,
+            ledger, ctx.home, client, location, cache_ids, host_env=ctx.environ,
             with_content=request.with_content, dry_run=dry_run, progress=ctx.say,
         )  # fmt: skip
         reports = with_results(ledger, client, location, archived, ctx.say)

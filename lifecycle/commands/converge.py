@@ -213,7 +213,7 @@ def apply(ctx: Context, options: verbs.Apply) -> ApplyReport:
             for cache_id in made.archive:
                 with_content = made.verdicts[cache_id].content
                 archive_caches(
-                    ledger, ctx.home, services.s3, location, [cache_id],
+                    ledger, ctx.home, services.s3, location, [cache_id], host_env=ctx.environ,
                     with_content=with_content, dry_run=False, progress=ctx.say,
                 )  # fmt: skip
                 archived += (cache_id,)

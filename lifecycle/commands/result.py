@@ -150,7 +150,15 @@ def add(ctx: Context, asked: verbs.ResultAdd) -> ResultAddReport:
         problem = None
         if where is not None:
             try:
-                publish_result(ledger, ctx.home, ctx.s3(), where, result, progress=ctx.say)
+                publish_result(
+                    ledger,
+                    ctx.home,
+                    ctx.s3(),
+                    where,
+                    result,
+                    host_env=ctx.environ,
+                    progress=ctx.say,
+                )
             except ArchiveError as exc:
                 problem = exc
         [view] = describe(ledger, [result])

@@ -134,4 +134,4 @@ def connect_services(
         docker, problem = connect(environ), None
     except DockerUnavailable as exc:
         docker, problem = None, str(exc)
-    return Services(docker, s3_client(environ, on_slow), docker_problem=problem)
+    return Services(docker, s3_client(environ, on_slow), environ, docker_problem=problem)

@@ -187,7 +187,7 @@ class LocalEngine:
             return EndSummary(action="archive", ok=False, detail="no archive location is set")
         cache_ids = self._caches_of(boot_ids)
         reports = archive_caches(
-            self.ledger, self.home, self.s3, self.location, cache_ids,
+            self.ledger, self.home, self.s3, self.location, cache_ids, host_env=self.host_env,
             with_content=self.with_content,
             dry_run=False, progress=None,
         )  # fmt: skip
@@ -203,7 +203,7 @@ class LocalEngine:
         cache_ids = self._caches_of(boot_ids)
         if not cache_ids:
             return EndSummary(action="teardown", ok=True, detail="no cache of this night is left")
-        services = Services(self.docker, self.s3)
+        services = Services(self.docker, self.s3, self.host_env)
         request = TeardownRequest(Selection(cache_ids=tuple(cache_ids)))
         with teardown_lock(self.home):
             plan = make_plan(self.ledger, self.home, services, request)

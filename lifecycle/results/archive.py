@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -309,9 +309,11 @@ def publish_result(
     location: ArchiveLocation,
     result: ResultRecord,
     *,
+    host_env: Mapping[str, str],
     progress: Callable[[str], None],
 ) -> ResultArchiveRecord:
-    """Archive the result (and first whichever of its caches need it); its archive row."""
+    """Archive the result (and first whichever of its caches need it, their scans knowing the
+    secrets of `host_env`); its archive row."""
     store = BlobStore(client, location)
     url = location.url()
     try:
@@ -323,8 +325,8 @@ def publish_result(
         if stale:
             # Its sweep writes the result's record as soon as the last of them is archived.
             archived = archive_caches(
-                ledger, home, client, location, stale, with_content=False, dry_run=False,
-                progress=progress,
+                ledger, home, client, location, stale, host_env=host_env, with_content=False,
+                dry_run=False, progress=progress,
             )  # fmt: skip
             with_results(ledger, client, location, archived, progress)
         for done in result_archives(ledger, result.id):

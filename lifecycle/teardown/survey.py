@@ -74,6 +74,7 @@ class Services:
 
     docker: Any | None
     s3: Any | None
+    host_env: Mapping[str, str]  # whose secrets an archive first masks and looks for
     docker_problem: str | None = None
     s3_problem: str | None = None
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
@@ -182,6 +183,7 @@ def archive_one(
         services.s3,
         request.archive_to,
         [cache_id],
+        host_env=services.host_env,
         with_content=request.with_content,
         dry_run=dry_run,
         progress=progress,
