@@ -185,6 +185,52 @@ def test_a_secret_holding_a_slash_is_in_no_name_part_by_part(
         assert not any(part in done.stdout + done.stderr for done in outputs)
 
 
+def test_a_secret_put_into_a_cache_outside_any_boot_is_found_by_the_archive(
+    archive_project: Path, s3_client: Any, s3_bucket: str
+) -> None:
+    # Between boots, by hand: a dir named after the archive's own S3 secret key, a link pointing
+    # at a path holding HF_TOKEN's value, a file holding it. No boot's scan saw them, and the
+    # archive's scanned with no secret: names and target reached S3 in the fingerprint blob
+    # (without --with-content too), the file in a pack, and teardown took the cache as archived.
+    token = f"q{secrets.token_hex(20)}"
+    env = {"HF_TOKEN": token}
+    key = os.environ["AWS_SECRET_ACCESS_KEY"]
+    outputs = [process(archive_project, "boot", "demo/0.2", env=env)]  # passes no secret
+    flashinfer = next(c for c in caches().values() if c.cache_name == "flashinfer")
+    root = Path(flashinfer.host_path)
+    (root / f"d_{key}").mkdir(parents=True)
+    (root / f"d_{key}/f.txt").write_text("hi\n")
+    (root / "link1").symlink_to(f"/root/{token}/x")
+    (root / "cfg.txt").write_text(f"token={token}\n")
+
+    asked = ("archive", "--all", "--with-content", "--dry-run", "--json")
+    dry = process(archive_project, *asked, env=env)
+    outputs.append(dry)
+    sending = {sha for c in json.loads(dry.stdout)["caches"] for sha, _, _ in c["to_upload"]}
+    assert _sha(root / "cfg.txt") not in sending
+    outputs.append(process(archive_project, "archive", "--all", env=env))
+    for value in (token, key):
+        _nowhere_outside_caches(value, s3_client, s3_bucket)
+    outputs.append(process(archive_project, "archive", "--all", "--with-content", env=env))
+    for value in (token, key):
+        _nowhere_outside_caches(value, s3_client, s3_bucket)
+    document = record(s3_client, s3_bucket, flashinfer.id)
+    assert document is not None and document["with_content"]
+    masked = "/".join("<redacted:AWS_SECRET_ACCESS_KEY>" for _ in key.split("/"))
+    assert [(w["path"], w["why"]) for w in document["withheld"]] == [
+        ("cfg.txt", "holds the value of secret HF_TOKEN"),
+        (f"d_{masked}/f.txt", "its name holds the value of secret AWS_SECRET_ACCESS_KEY"),
+    ]
+
+    # Kept, as a file a boot wrote a secret into is, until --drop-withheld.
+    outputs.append(process(archive_project, "teardown", flashinfer.id, "--yes", env=env))
+    assert "3 files withheld from any archive" in outputs[-1].stdout
+    assert (root / "cfg.txt").is_file() and (root / "link1").is_symlink()
+    for done in outputs:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert token not in done.stdout + done.stderr and key not in done.stdout + done.stderr
+
+
 def _booted(
     project: Path, profile: str, token: str = ""
 ) -> tuple[str, dict[str, str], list[subprocess.CompletedProcess[str]], CacheRecord]:

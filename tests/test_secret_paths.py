@@ -9,9 +9,16 @@ from pathlib import Path
 
 from lifecycle.archive.restore import restorable
 from lifecycle.fingerprint import Fingerprint, scan
-from lifecycle.ledger.boots import TaintedFile
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import BootRecord, TaintedFile, start_boot
 from lifecycle.redact import is_masked, mask_paths, secrets_in_path
-from lifecycle.withheld import Withheld, masked_links, secrets_in_cache, withheld_files
+from lifecycle.withheld import (
+    Withheld,
+    known_secrets,
+    masked_links,
+    secrets_in_cache,
+    withheld_files,
+)
 
 TOKEN = f"q{secrets.token_hex(20)}"
 HOLDER = "<redacted:HF_TOKEN>"
@@ -174,3 +181,32 @@ def test_a_value_holding_a_slash_is_masked_in_every_name_it_is_spread_over(
         e.path for e in grown.entries
     }
     assert first not in grown.to_json() and second not in grown.to_json()
+
+
+def test_a_scan_outside_any_boot_knows_the_secrets_boots_were_passed_and_its_own(
+    tmp_path: Path,
+) -> None:
+    """What an archive masks and looks for: each secret a boot on this host was passed by name
+    (whatever the name), and the process's own credentials, as its environment holds them now;
+    not every variable merely named like one (SSH_AUTH_SOCK's path would mask `tmp`)."""
+    ledger = Ledger.open(tmp_path / "home")
+    try:
+        boot = BootRecord(
+            "b-1", "2026-10-10T08:00:00+00:00", None, None, "running", None, "gpu-7", "serve",
+            "demo", "d" * 64, "sha256:" + "e" * 64, "lifecycle/demo:0.2", None, "[]", False,
+            '["WANDB_KEY"]', None, None,
+        )  # fmt: skip
+        start_boot(ledger, boot, [], [])
+        env = {
+            "WANDB_KEY": "w-value",
+            "AWS_SECRET_ACCESS_KEY": "k-value",
+            "HF_TOKEN": "",  # set, but to nothing: no value to look for
+            "SSH_AUTH_SOCK": "/tmp/ssh-x/agent.1",
+            "PATH": "/usr/bin",
+        }
+        assert known_secrets(ledger, env) == {
+            "AWS_SECRET_ACCESS_KEY": "k-value",
+            "WANDB_KEY": "w-value",
+        }
+    finally:
+        ledger.close()
