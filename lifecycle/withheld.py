@@ -2,9 +2,9 @@
 every file whose path holds one (masked in its fingerprint, lifecycle.redact).
 
 Found at the end of the boot that wrote them (`secrets_in_cache`), or by an archive's scan of
-files changed outside any boot (with the values `known_secrets` gives), and kept in the ledger
-by the secret's name, never its value; an archive with content leaves them out and says why
-(`withheld_files`); a teardown removes a cache holding them only when told so.
+files changed outside any boot (with the values `secrets_outside_boots` gives), and kept in
+the ledger by the secret's name, never its value; an archive with content leaves them out and
+says why (`withheld_files`); a teardown removes a cache holding them only when told so.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Withheld:
     why: str
 
 
-def known_secrets(ledger: Ledger, host_env: Mapping[str, str]) -> dict[str, str]:
+def secrets_outside_boots(ledger: Ledger, host_env: Mapping[str, str]) -> dict[str, str]:
     """The secret values a process outside any boot knows, by name, as `host_env` holds them:
     every secret a boot on this host was passed by name, and the process's own credentials."""
     # Not every variable whose name merely looks like a credential (as a traceback is redacted):

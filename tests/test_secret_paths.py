@@ -14,9 +14,9 @@ from lifecycle.ledger.boots import BootRecord, TaintedFile, start_boot
 from lifecycle.redact import is_masked, mask_paths, secrets_in_path
 from lifecycle.withheld import (
     Withheld,
-    known_secrets,
     masked_links,
     secrets_in_cache,
+    secrets_outside_boots,
     withheld_files,
 )
 
@@ -204,7 +204,7 @@ def test_a_scan_outside_any_boot_knows_the_secrets_boots_were_passed_and_its_own
             "SSH_AUTH_SOCK": "/tmp/ssh-x/agent.1",
             "PATH": "/usr/bin",
         }
-        assert known_secrets(ledger, env) == {
+        assert secrets_outside_boots(ledger, env) == {
             "AWS_SECRET_ACCESS_KEY": "k-value",
             "WANDB_KEY": "w-value",
         }
