@@ -231,6 +231,27 @@ def test_a_secret_put_into_a_cache_outside_any_boot_is_found_by_the_archive(
         assert token not in done.stdout + done.stderr and key not in done.stdout + done.stderr
 
 
+def test_a_secret_named_in_a_cache_between_two_boots_is_masked_in_the_mark_of_damage(
+    archive_project: Path, s3_client: Any, s3_bucket: str
+) -> None:
+    # The check of a warm cache before its mount sees a name planted behind lifecycle's back:
+    # what it records of it (the ledger's mark, the boot's output) holds the name masked.
+    token, env, outputs, flashinfer = _booted(archive_project, "with-token")
+    (Path(flashinfer.host_path) / f"planted-{token}.so").write_bytes(b"\0" * 64)
+    again = ("boot", "demo/0.2", "--profile", "with-token", "--json")
+    outputs.append(process(archive_project, *again, env=env))
+    [passed] = json.loads(outputs[-1].stdout)["passed_over"]
+    assert (passed["cache_id"], passed["added"]) == (
+        flashinfer.id,
+        ["planted-<redacted:HF_TOKEN>.so"],
+    )
+    outputs.append(process(archive_project, "archive", "--all", env=env))
+    for done in outputs:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert token not in done.stdout + done.stderr
+    _nowhere_outside_caches(token, s3_client, s3_bucket)
+
+
 def _booted(
     project: Path, profile: str, token: str = ""
 ) -> tuple[str, dict[str, str], list[subprocess.CompletedProcess[str]], CacheRecord]:

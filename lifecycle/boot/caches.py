@@ -70,17 +70,21 @@ def plan_caches(
     boot_id: str,
     cold: bool,
     now: str,
+    secret_values: Mapping[str, str],
 ) -> CachePlan:
     """Pick or create one host dir per declared cache, each under its lease (dirs are made
     before they are recorded); on any failure the leases taken so far are given back.
 
     A cache is reused when its key matches (lifecycle.build.plan): what decides whether its
-    compiled artefacts are valid, read from the image's labels, never the image's own id."""
+    compiled artefacts are valid, read from the image's labels, never the image's own id.
+    `secret_values` (the boot's, by name) are masked in the paths its check of a warm cache sees."""
     plan = CachePlan([], [], [], {}, [])
     try:
         for name, declared in manifest.active_caches().items():
             key = cache_key(key_factors(labels, name, manifest_digest, arch))
-            taken = None if cold else _take_warm(ledger, home, key, plan, boot_id, now)
+            taken = (
+                None if cold else _take_warm(ledger, home, key, plan, boot_id, now, secret_values)
+            )
             if taken is None:
                 cache_id = f"{name}-{secrets.token_hex(6)}"
                 host_path = home.cache_dir(cache_id)
@@ -127,7 +131,13 @@ def plan_caches(
 
 
 def _take_warm(
-    ledger: Ledger, home: Home, key: str, plan: CachePlan, boot_id: str, now: str
+    ledger: Ledger,
+    home: Home,
+    key: str,
+    plan: CachePlan,
+    boot_id: str,
+    now: str,
+    secret_values: Mapping[str, str],
 ) -> tuple[CacheRecord, CacheLease, Fingerprint] | None:
     """The newest candidate whose lease is free, which is still there once we hold it, and
     which holds the tree its last scan recorded (one that does not is marked and passed);
@@ -145,7 +155,9 @@ def _take_warm(
             and Path(current.host_path).is_dir()
         ):
             previous = last_scan(current)
-            found = scan(Path(current.host_path), previous)
+            # With the boot's secrets, as its end-of-boot scan: a path planted behind lifecycle's
+            # back that names one is recorded masked in the mark of damage, as everywhere.
+            found = scan(Path(current.host_path), previous, secrets=secret_values)
             changed = damage(current, previous, found, boot_id, now)
             if changed is None:
                 return current, lease, found

@@ -160,6 +160,7 @@ def boot(
             boot_id=boot_id,
             cold=request.cold,
             now=_stamp(now),
+            secret_values={n: host_env[n] for n in manifest.profiles[profile].secrets},
         )
     try:
         checkpoint("boot-caches-picked")
