@@ -72,8 +72,8 @@ class Problem(NamedTuple):
 
     def render(self) -> str:
         """`path:line:col: key.path: message`, the form editors and CI annotators parse."""
-        where = f"{self.file}:{self.line}:{self.col}: {_clip(self.key_path)}"
-        return f"{where}: {_clip(self.message)}"
+        where = f"{self.file}:{self.line}:{self.col}: {clip(self.key_path)}"
+        return f"{where}: {clip(self.message)}"
 
 
 def problem_lines(problems: list[Problem] | tuple[Problem, ...]) -> list[str]:
@@ -86,7 +86,8 @@ def problem_lines(problems: list[Problem] | tuple[Problem, ...]) -> list[str]:
     return lines
 
 
-def _clip(text: str) -> str:
+def clip(text: str) -> str:
+    """`text`, or its start and its length when it is too long to quote in one line."""
     if len(text) <= MAX_MESSAGE_CHARS:
         return text
     return f"{text[: MAX_MESSAGE_CHARS - 20]}… ({len(text)} characters)"

@@ -133,7 +133,8 @@ def test_durations() -> None:
     assert parse_duration("2h") == timedelta(hours=2)
     assert parse_duration("1d12h") == timedelta(hours=36)
     assert parse_duration("90s") == timedelta(seconds=90)
-    for bad in ("2", "2x", "h", "-1d", ""):
+    assert parse_duration("36500d") == timedelta(days=36500)
+    for bad in ("2", "2x", "h", "-1d", "", "36500d1s", "99999999999999999d", "1" * 5000 + "s"):
         with pytest.raises(LifecycleError, match="--older-than"):
             parse_duration(bad)
 
