@@ -121,6 +121,8 @@ def cli(ctx: click.Context, debug: bool, manifests_dir: Path | None) -> None:
     """Build, boot, archive and port patched vLLM engines, keeping their JIT caches' evidence."""
     from lifecycle.home import Home, default_home
 
+    if manifests_dir is not None:
+        _check_manifests_dir(manifests_dir)
     home = Home(default_home(os.environ))  # the one Home of this command
     ctx.obj = {
         "debug": debug,
@@ -158,6 +160,17 @@ def _warn_if_production_down(home: Home, obj: dict[str, Any]) -> None:
         running = night_running(home)
         for event in events:
             click.echo(f"lifecycle: {is_down(event, running)}", err=True)
+
+
+def _check_manifests_dir(given: Path) -> None:
+    """A --manifests no manifest can be found in (a name too long, a symlink loop) is a usage
+    error here, once, rather than in whichever of the verb's probes meets it first."""
+    from lifecycle.errors import quoted
+    from lifecycle.manifest.source import path_fault
+
+    fault = path_fault(given)
+    if fault:
+        raise click.BadParameter(f"{quoted(str(given))}: {fault}", param_hint="'--manifests'")
 
 
 def _find_manifests_dir(start: Path) -> Path:

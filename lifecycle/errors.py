@@ -17,6 +17,7 @@ EXIT_INTERNAL = 4
 # are what a reader acts on, so the rest are counted, not printed.
 MAX_PROBLEM_LINES = 20
 MAX_MESSAGE_CHARS = 300  # a key or value quoted in a message can be a megabyte long
+MAX_QUOTED_CHARS = 100  # a name quoted inside a message, so that what follows it survives
 
 EXIT_CODES = (
     (EXIT_OK, "ok"),
@@ -72,7 +73,7 @@ class Problem(NamedTuple):
 
     def render(self) -> str:
         """`path:line:col: key.path: message`, the form editors and CI annotators parse."""
-        where = f"{self.file}:{self.line}:{self.col}: {clip(self.key_path)}"
+        where = f"{clip(str(self.file))}:{self.line}:{self.col}: {clip(self.key_path)}"
         return f"{where}: {clip(self.message)}"
 
 
@@ -86,11 +87,17 @@ def problem_lines(problems: list[Problem] | tuple[Problem, ...]) -> list[str]:
     return lines
 
 
-def clip(text: str) -> str:
-    """`text`, or its start and its length when it is too long to quote in one line."""
-    if len(text) <= MAX_MESSAGE_CHARS:
+def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`text`, or its start and its length when it is longer than `limit` characters."""
+    if len(text) <= limit:
         return text
-    return f"{text[: MAX_MESSAGE_CHARS - 20]}… ({len(text)} characters)"
+    return f"{text[: limit - 20]}… ({len(text)} characters)"
+
+
+def quoted(text: str) -> str:
+    """`text` quoted as a message names a value or a path, clipped short enough that the
+    message's point, after it, is not clipped away with it."""
+    return repr(clip(text, MAX_QUOTED_CHARS))
 
 
 class ManifestError(LifecycleError):

@@ -15,8 +15,10 @@ copied into a fresh working directory the command runs in. Keys of case.toml:
     LIFECYCLE_DOCKER_TIMEOUT = "soon"
 
 `{home}` and `{cwd}` in args, env, stdout and stderr stand for LIFECYCLE_HOME and the working
-directory. Every command runs with Docker and S3 pointing at nothing that answers, so a case
-that reached either would fail differently: the checks must need neither.
+directory; `{too-long}` for a 5000-character file name in args and env, and in stdout and
+stderr for that name as a line starts with it (clipped), `{too-long!r}` as a message quotes
+it. Every command runs with Docker and S3 pointing at nothing that answers, so a case that
+reached either would fail differently: the checks must need neither.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any
 
 import pytest
 
+from lifecycle.errors import clip, quoted
 from lifecycle.ledger import Ledger
 
 CORPUS = Path(__file__).parent / "bad_input"
@@ -47,6 +50,7 @@ MAX_RSS_MB = 200
 MAX_LINE_CHARS = 1000
 KILL_AFTER_S = 30.0
 REPO = Path(__file__).resolve().parent.parent
+TOO_LONG = "a" * 5000  # longer than any file name a system takes (ENAMETOOLONG)
 
 Setup = Callable[[Path, Path], None]  # (working directory, LIFECYCLE_HOME)
 SETUPS: dict[str, Setup] = {}
@@ -68,6 +72,23 @@ def _patch_symlink_escape(cwd: Path, home: Path) -> None:
     outside = cwd.parent / "outside.patch"
     outside.write_text("--- a/x\n+++ b/x\n")
     (cwd / "escape.patch").symlink_to(outside)
+
+
+@setup("extends-symlink-loop")
+def _extends_symlink_loop(cwd: Path, home: Path) -> None:
+    (cwd / "a.yaml").symlink_to("b.yaml")
+    (cwd / "b.yaml").symlink_to("a.yaml")
+
+
+@setup("patch-symlink-loop")
+def _patch_symlink_loop(cwd: Path, home: Path) -> None:
+    (cwd / "a.patch").symlink_to("b.patch")
+    (cwd / "b.patch").symlink_to("a.patch")
+
+
+@setup("extends-too-long")
+def _extends_too_long(cwd: Path, home: Path) -> None:
+    (cwd / "manifest.yaml").write_text(f"# bad: extends a name too long\nextends: {TOO_LONG}\n")
 
 
 BASE = """\
@@ -107,6 +128,12 @@ def _file_50mb(cwd: Path, home: Path) -> None:
         out.write(BASE)
         for _ in range(500_000):
             out.write(line)
+
+
+@setup("patch-too-long")
+def _patch_too_long(cwd: Path, home: Path) -> None:
+    patch = f"  - {{file: {TOO_LONG}, reason: r}}\n"
+    (cwd / "manifest.yaml").write_text(f"# bad: a patch name too long\n{BASE}patches:\n{patch}")
 
 
 @setup("too-many-nodes")
@@ -200,8 +227,12 @@ def test_bad_input(case: str, tmp_path: Path) -> None:
         SETUPS[spec["setup"]](cwd, home)
     before = _snapshot(home)
 
-    def fill(text: str) -> str:
-        return text.replace("{home}", str(home)).replace("{cwd}", str(cwd))
+    def fill(text: str, *, told: bool = False) -> str:
+        text = text.replace("{home}", str(home)).replace("{cwd}", str(cwd))
+        if told:  # as the command's output names it
+            text = text.replace("{too-long!r}", quoted(TOO_LONG))
+            return text.replace("{too-long}", clip(TOO_LONG))
+        return text.replace("{too-long}", TOO_LONG)
 
     env = _environment(tmp_path, home)
     env.update({name: fill(value) for name, value in spec.get("env", {}).items()})
@@ -215,12 +246,12 @@ def test_bad_input(case: str, tmp_path: Path) -> None:
     assert "Traceback" not in err, err
     assert max(map(len, lines), default=0) < MAX_LINE_CHARS, "an unbounded stderr line"
     assert rc == spec["exit"], f"exit {rc}, not {spec['exit']}:\n{err}"
-    expected = [fill(line) for line in spec["stderr"]]
+    expected = [fill(line, told=True) for line in spec["stderr"]]
     assert len(lines) == len(expected), f"want {len(expected)} stderr lines, got:\n{err}"
     for got, want in zip(lines, expected, strict=True):
         assert got.startswith(want), f"\n got: {got}\nwant: {want}…"
     if "stdout" in spec:
-        assert out.startswith(fill(spec["stdout"])), out
+        assert out.startswith(fill(spec["stdout"], told=True)), out
     assert _snapshot(home) == before, f"LIFECYCLE_HOME changed:\n{err}"
     assert seconds < MAX_SECONDS, f"took {seconds:.2f} s"
     assert rss_mb < MAX_RSS_MB, f"peak RSS {rss_mb:.0f} MB"

@@ -12,7 +12,7 @@ from lifecycle.errors import EXIT_OK, EXIT_USAGE, LifecycleError, ManifestError,
 from lifecycle.manifest import LoadedManifest, load_manifest
 from lifecycle.manifest.checks import unconfirmed_pins
 from lifecycle.manifest.load import MANIFEST_NAME, manifest_digest
-from lifecycle.manifest.source import render_key_path
+from lifecycle.manifest.source import path_fault, render_key_path
 from lifecycle.report import Report
 
 
@@ -81,8 +81,9 @@ def run(ctx: Context, request: verbs.Validate) -> ValidateReport:
 
 def _manifests_in(path: Path) -> list[Path]:
     """A file as it is; a dir, as `show` takes it: its manifest.yaml, else every one under it
-    (none: the dir is reported as the file it is, a problem)."""
-    if not path.is_dir():
+    (none: the dir is reported as the file it is, a problem). A path nothing can be read at
+    is a file that cannot be read, reported as such."""
+    if path_fault(path) or not path.is_dir():
         return [path]
     if (path / MANIFEST_NAME).is_file():
         return [path / MANIFEST_NAME]

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from lifecycle.errors import LifecycleError, ManifestError, Problem, did_you_mean
+from lifecycle.errors import LifecycleError, ManifestError, Problem, clip, did_you_mean, quoted
 from lifecycle.manifest.checks import (
     DEFAULT_CACHES,
     check_cache_env,
@@ -28,7 +28,14 @@ from lifecycle.manifest.checks import (
 )
 from lifecycle.manifest.model import Manifest
 from lifecycle.manifest.pydantic_errors import problems_from_validation
-from lifecycle.manifest.source import MAX_EXTENDS, KeyPath, Located, read_yaml, render_key_path
+from lifecycle.manifest.source import (
+    MAX_EXTENDS,
+    KeyPath,
+    Located,
+    path_fault,
+    read_yaml,
+    render_key_path,
+)
 
 MANIFEST_NAME = "manifest.yaml"
 Document = TypeVar("Document", bound=BaseModel)
@@ -93,18 +100,21 @@ def find_manifest(manifests_dir: Path, ref: str) -> Path:
     """`0.31` → manifests/0.31/manifest.yaml; a path to a file is taken as it is, a path to
     a dir holding a manifest.yaml is that file."""
     as_path = Path(ref)
+    candidate = manifests_dir / ref / MANIFEST_NAME
+    fault = path_fault(as_path) or path_fault(candidate)
+    if fault:
+        raise LifecycleError(f"no manifest for {quoted(ref)}: {fault}")
     if as_path.suffix in {".yaml", ".yml"} or as_path.is_file():
         return as_path
     if (as_path / MANIFEST_NAME).is_file():
         return as_path / MANIFEST_NAME
-    candidate = manifests_dir / ref / MANIFEST_NAME
     if candidate.is_file():
         return candidate
     # Refs are a release (`0.31`) or a name and its release (`demo/0.2`): one or two dirs deep.
     found = [*manifests_dir.glob(f"*/{MANIFEST_NAME}"), *manifests_dir.glob(f"*/*/{MANIFEST_NAME}")]
     known = sorted(p.parent.relative_to(manifests_dir).as_posix() for p in found)
     raise LifecycleError(
-        f"no manifest for {ref!r}: {candidate} does not exist "
+        f"no manifest for {quoted(ref)}: {clip(str(candidate))} does not exist "
         f"(known: {', '.join(known) or 'none'} in {manifests_dir}){did_you_mean(ref, known)}"
     )
 
@@ -124,10 +134,11 @@ def _resolve(
     if len(here) >= MAX_EXTENDS:
         message = f"extends chain longer than {MAX_EXTENDS} manifests"
         raise ManifestError([_problem(located, ("extends",), message)])
+    written = _read_parent(located, parent_ref, parent_file)  # first: resolve() raises on a loop
     if parent_file.resolve() in here:
         cycle = " -> ".join(str(p) for p in (*here, parent_file.resolve()))
         raise ManifestError([_problem(located, ("extends",), f"extends cycle: {cycle}")])
-    parent, chain = _resolve(parent_file, here, _read_parent(located, parent_ref, parent_file))
+    parent, chain = _resolve(parent_file, here, written)
     return merge_located(parent, located), (file, *chain)
 
 
@@ -148,6 +159,9 @@ def _read_parent(child: Located, ref: str, file: Path) -> Located:
     def wrong(message: str) -> ManifestError:
         return ManifestError([_problem(child, ("extends",), message)])
 
+    fault = path_fault(file)
+    if fault:
+        raise wrong(f"cannot read {quoted(ref)}: {fault}")
     if file.is_dir():
         inside = file / MANIFEST_NAME
         hint = f"; did you mean {ref.rstrip('/')}/{MANIFEST_NAME}?" if inside.is_file() else ""
@@ -226,6 +240,9 @@ def _refused_patch(
     if ".." in relative.parts:
         return "must stay inside the manifest's directory ('..' is refused)"
     target = manifest_dir / relative
+    fault = path_fault(target)
+    if fault:
+        return f"cannot read {quoted(file)}: {fault}"
     # resolve() follows symlinks, so a link pointing outside is caught here too.
     if not target.resolve().is_relative_to(manifest_dir.resolve()):
         return "resolves outside the manifest's directory (symlink?)"
