@@ -91,6 +91,16 @@ def _extends_too_long(cwd: Path, home: Path) -> None:
     (cwd / "manifest.yaml").write_text(f"# bad: extends a name too long\nextends: {TOO_LONG}\n")
 
 
+@setup("demo-night-repeats-huge")
+def _demo_night_repeats_huge(cwd: Path, home: Path) -> None:
+    # The demo night, which a dry run plans offline, with 1e20 runs of each cell to plan.
+    for part in ("manifests", "hooks"):
+        shutil.copytree(REPO / part, cwd / part)
+    night = (REPO / "nights" / "demo.yaml").read_text()
+    assert "\nrepeats: 1\n" in night, "the demo night's repeats moved: update this case"
+    (cwd / "night.yaml").write_text(night.replace("\nrepeats: 1\n", f"\nrepeats: {10**20}\n"))
+
+
 BASE = """\
 schema_version: 1
 name: demo

@@ -36,6 +36,10 @@ def _argument(value: str) -> str:
 PinRef = Annotated[str, BeforeValidator(version_text), Field(min_length=1)]
 Argument = Annotated[str, AfterValidator(_argument)]
 Positive = Annotated[int, Field(ge=1)]
+# Each run is a boot of minutes; a night runs every cell's repeats, so past this it would not
+# end by morning (and a dry run would enumerate them for as long).
+MAX_REPEATS = 100
+Repeats = Annotated[int, Field(ge=1, le=MAX_REPEATS)]
 
 
 class Frozen(BaseModel):
@@ -88,7 +92,7 @@ class Instrumented(_Strict):
     """The same cell again with observing hooks attached: shown, never counted."""
 
     hooks: Annotated[list[Text], Field(min_length=1)]
-    repeats: Positive = 1
+    repeats: Repeats = 1
 
 
 class NightProfile(_Strict):
@@ -97,7 +101,7 @@ class NightProfile(_Strict):
     boot_profile: Slug | None = Field(default=None, description="Default: the manifest's.")
     args: list[str] = Field(default_factory=list, description="{run}: the run's number.")
     hooks: list[Text] = Field(default_factory=list, description="Hooks that do not observe.")
-    repeats: Positive | None = None
+    repeats: Repeats | None = None
     instrumented: Instrumented | None = None
     timeout_s: Annotated[float, Field(gt=0)] = 600.0
     gpu: GpuNeed | None = Field(default=None, description="Default: the pin's (plan `gpu:`).")
@@ -143,7 +147,7 @@ class Plan(_Strict):
     name: Slug
     pins: Annotated[list[PinRef], Field(min_length=1)]
     cache_states: Annotated[list[CacheState], Field(min_length=1)] = ["cold", "warm"]
-    repeats: Positive = 1
+    repeats: Repeats = 1
     production: Production | None = None
     profiles: dict[Slug, NightProfile] = Field(default_factory=dict)
     ladders: list[Ladder] = Field(default_factory=list)
