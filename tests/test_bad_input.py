@@ -146,6 +146,17 @@ def _patch_too_long(cwd: Path, home: Path) -> None:
     (cwd / "manifest.yaml").write_text(f"# bad: a patch name too long\n{BASE}patches:\n{patch}")
 
 
+@setup("manifests-with-broken-links")
+def _manifests_with_broken_links(cwd: Path, home: Path) -> None:
+    # A good manifest beside a manifest.yaml that is a dangling symlink and one that loops.
+    for name in ("good", "dangling", "loop"):
+        (cwd / "manifests" / name).mkdir(parents=True)
+    (cwd / "manifests" / "good" / "manifest.yaml").write_text(BASE)
+    (cwd / "manifests" / "dangling" / "manifest.yaml").symlink_to("gone.yaml")
+    (cwd / "manifests" / "loop" / "manifest.yaml").symlink_to("again.yaml")
+    (cwd / "manifests" / "loop" / "again.yaml").symlink_to("manifest.yaml")
+
+
 @setup("too-many-nodes")
 def _too_many_nodes(cwd: Path, home: Path) -> None:
     patches = "".join(f"  - {{file: p{i}.patch, reason: r}}\n" for i in range(10_000))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -61,7 +62,7 @@ def run(ctx: Context, request: verbs.Validate) -> ValidateReport:
     """Validate each file independently (default: every manifest under the manifests dir, nested
     ones such as `demo/0.2` included), so one broken manifest does not hide another."""
     files = [file for path in request.paths for file in _manifests_in(path)]
-    files = files or sorted(ctx.manifests_dir.glob(f"**/{MANIFEST_NAME}"))
+    files = files or _manifests_under(ctx.manifests_dir)
     if not files:
         raise LifecycleError(f"no manifests found under {ctx.manifests_dir}")
     found = []
@@ -87,4 +88,15 @@ def _manifests_in(path: Path) -> list[Path]:
         return [path]
     if (path / MANIFEST_NAME).is_file():
         return [path / MANIFEST_NAME]
-    return sorted(path.glob(f"**/{MANIFEST_NAME}")) or [path]
+    return _manifests_under(path) or [path]
+
+
+def _manifests_under(directory: Path) -> list[Path]:
+    """Every manifest.yaml under `directory`, a dangling or looping symlink by that name too
+    (reported then as the file it cannot read): Path.glob leaves those out, unseen."""
+    found = (
+        Path(root) / MANIFEST_NAME
+        for root, _, names in os.walk(directory)
+        if MANIFEST_NAME in names
+    )
+    return sorted(found)

@@ -96,7 +96,8 @@ def read_bounded(file: Path) -> str:
         with file.open("rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
-        raise file_problem(file, "no such file") from None
+        dangling = " (a symlink to nothing)" if file.is_symlink() else ""
+        raise file_problem(file, f"no such file{dangling}") from None
     except IsADirectoryError:
         raise file_problem(file, "is a directory, expected a YAML file") from None
     except OSError as exc:
