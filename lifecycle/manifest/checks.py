@@ -6,7 +6,7 @@ argument set twice, where JIT caches are mounted and which env vars point the en
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import combinations
 from pathlib import PurePosixPath
 from typing import Any
@@ -83,6 +83,17 @@ def check_tuned(manifest: Manifest) -> Iterator[Finding]:
         problem = check(tuned.value) if check else None
         if problem:
             yield ("tuned", name, "value"), problem
+        if tuned.measure is not None:
+            yield from check_rungs(("tuned", name, "measure", "rungs"), name, tuned.measure.rungs)
+
+
+def check_rungs(where: KeyPath, argument: str, rungs: Sequence[object]) -> Iterator[Finding]:
+    """Each rung of a ladder on an argument whose range we know, checked as its value would
+    be: a rung out of range would run its boots and be refused only when written."""
+    check = KNOWN_TUNED.get(argument)
+    for index, rung in enumerate(rungs):
+        if check is not None and (problem := check(rung)):
+            yield (*where, index), problem
 
 
 def check_profiles(manifest: Manifest) -> Iterator[Finding]:
