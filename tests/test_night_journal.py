@@ -13,8 +13,9 @@ from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.nights import run_steps
 from lifecycle.night.engine import Engine, RunSummary
-from lifecycle.night.journal import FINISHED, RERUN
+from lifecycle.night.journal import FINISHED, RERUN, NightJournal
 from lifecycle.night.plan import load_plan
+from lifecycle.night.prepare import prepare
 from lifecycle.night.run import Night, NightRequest, _journal
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,17 +35,25 @@ def night(tmp_path: Path) -> Night:
     )
 
 
+def _chosen(
+    night: Night, request: NightRequest, builds: dict[str, str]
+) -> tuple[NightJournal, str | None]:
+    """The night `run_night` would run, its plan prepared as a dry run prepares it."""
+    prepared = prepare(request.loaded.plan, REPO / "manifests", REPO, None)
+    return _journal(night, request, builds, prepared)
+
+
 def test_a_plan_resumes_its_unfinished_night_and_refuses_one_of_other_builds(night: Night) -> None:
     request = NightRequest(load_plan(REPO / "nights/demo.yaml"))
     builds = {"demo/0.1": "a" * 64, "demo/0.2": "b" * 64}
-    first, note = _journal(night, request, builds)
+    first, note = _chosen(night, request, builds)
     assert note is None and first.builds() == builds
-    again, note = _journal(night, request, builds)
+    again, note = _chosen(night, request, builds)
     assert again.night.id == first.night.id and note == f"resuming night {first.night.id}"
     other = {**builds, "demo/0.2": "c" * 64}
     with pytest.raises(LifecycleError, match=r"measured other builds of demo/0\.2"):
-        _journal(night, request, other)
-    fresh, _ = _journal(night, NightRequest(request.loaded, new=True), other)
+        _chosen(night, request, other)
+    fresh, _ = _chosen(night, NightRequest(request.loaded, new=True), other)
     assert fresh.night.id != first.night.id and fresh.builds() == other
 
 
@@ -53,23 +62,23 @@ def test_a_finished_night_is_shown_not_rerun_unless_asked_or_its_builds_changed(
 ) -> None:
     request = NightRequest(load_plan(REPO / "nights/demo.yaml"))
     builds = {"demo/0.1": "a" * 64, "demo/0.2": "b" * 64}
-    first, _ = _journal(night, request, builds)
+    first, _ = _chosen(night, request, builds)
     first.event(FINISHED)
-    shown, note = _journal(night, request, builds)
+    shown, note = _chosen(night, request, builds)
     assert shown.night.id == first.night.id and note is not None and "nothing to run" in note
     rerun = NightRequest(request.loaded, rerun=("demo/0.2:forced:*",))
-    reopened, _ = _journal(night, rerun, builds)
+    reopened, _ = _chosen(night, rerun, builds)
     assert reopened.night.id == first.night.id
     reopened.event(RERUN, "demo/0.2:forced:cold")
     assert not reopened.finished and reopened.attempt("demo/0.2:forced:cold") == 2
     first.event(FINISHED)
-    rebuilt, _ = _journal(night, request, {**builds, "demo/0.2": "c" * 64})
+    rebuilt, _ = _chosen(night, request, {**builds, "demo/0.2": "c" * 64})
     assert rebuilt.night.id != first.night.id  # another build: another night
 
 
 def test_a_rerun_supersedes_the_runs_of_the_attempt_before(night: Night) -> None:
     request = NightRequest(load_plan(REPO / "nights/demo.yaml"))
-    journal, _ = _journal(night, request, {})
+    journal, _ = _chosen(night, request, {})
     summary = RunSummary(
         cell="demo/0.2:forced:cold", run=1, attempt=1, boot_id="b-1", host="h", outcome="failed",
         exit_code=1, instrumented=False, hooks=[], args=[], verdict="fail", checks=[],

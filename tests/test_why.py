@@ -92,7 +92,7 @@ def test_a_hashed_env_var_moves_the_cache_dir_and_why_names_it(project: Path) ->
 
 
 def test_a_cache_passed_over_as_damaged_is_named_as_the_cause(project: Path) -> None:
-    cold = _boot(project, "serve")
+    _boot(project, "serve")
     _boot(project, "serve")
     home = Path(os.environ["LIFECYCLE_HOME"])
     [built] = home.glob("caches/flashinfer-*/**/*.so")
@@ -109,9 +109,6 @@ def test_a_cache_passed_over_as_damaged_is_named_as_the_cause(project: Path) -> 
     assert passed["cache_name"] == "flashinfer" and passed["changed"] == [
         str(built.relative_to(home / "caches" / damaged))
     ]
-    # What the first boot could have matched came before it: nothing did.
-    first = run_lifecycle(project, "why", cold["id"])
-    assert first.exit_code == 2 and "no other boot of demo / serve ended ok" in first.stderr
 
 
 def test_a_crafted_cache_key_factors_file_is_compared_as_data(project: Path) -> None:

@@ -129,14 +129,12 @@ def _boot(ledger: Ledger, boot_id: str) -> BootRecord:
 
 
 def _candidate(ledger: Ledger, now: BootFacts) -> tuple[BootFacts, str]:
-    """The newest warm boot of the same manifest and profile before it; else the newest that
-    ended ok."""
-    boots = all_boots(ledger)  # newest first; what it could have matched came before it
-    before = boots[[b.id for b in boots].index(now.boot.id) + 1 :]
+    """The newest warm boot of the same manifest and profile; else the newest that ended ok."""
     same = [
         b
-        for b in before
-        if b.manifest_name == now.boot.manifest_name
+        for b in all_boots(ledger)  # newest first
+        if b.id != now.boot.id
+        and b.manifest_name == now.boot.manifest_name
         and b.profile == now.boot.profile
         and b.outcome == "ok"
     ]
