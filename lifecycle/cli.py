@@ -165,8 +165,7 @@ def _warn_if_production_down(home: Home, obj: dict[str, Any]) -> None:
 def _check_manifests_dir(given: Path) -> None:
     """A --manifests no manifest can be found in (a name too long, a symlink loop) is a usage
     error here, once, rather than in whichever of the verb's probes meets it first."""
-    from lifecycle.errors import quoted
-    from lifecycle.manifest.source import path_fault
+    from lifecycle.errors import path_fault, quoted
 
     fault = path_fault(given)
     if fault:

@@ -100,6 +100,21 @@ def quoted(text: str) -> str:
     return repr(clip(text, MAX_QUOTED_CHARS))
 
 
+def path_fault(path: Path) -> str | None:
+    """Why nothing can be read at `path` as written (a NUL byte in it, a name longer than the
+    system takes, a symlink loop, a dir it may not enter), or None: it can be looked at, though
+    nothing may be there. pathlib's is_file() and resolve() raise on these instead of answering."""
+    try:
+        path.stat()
+    except ValueError:
+        return "a path cannot hold a NUL byte"
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 class ManifestError(LifecycleError):
     """A manifest (or lifecycle.yaml) that cannot be loaded; every problem found, located."""
 

@@ -9,11 +9,18 @@ from typing import Any, ClassVar
 
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.errors import EXIT_OK, EXIT_USAGE, LifecycleError, ManifestError, problem_lines
+from lifecycle.errors import (
+    EXIT_OK,
+    EXIT_USAGE,
+    LifecycleError,
+    ManifestError,
+    path_fault,
+    problem_lines,
+)
 from lifecycle.manifest import LoadedManifest, load_manifest
 from lifecycle.manifest.checks import unconfirmed_pins
 from lifecycle.manifest.load import MANIFEST_NAME, manifest_digest
-from lifecycle.manifest.source import path_fault, render_key_path
+from lifecycle.manifest.source import render_key_path
 from lifecycle.report import Report
 
 

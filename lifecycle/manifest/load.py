@@ -17,7 +17,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from lifecycle.errors import LifecycleError, ManifestError, Problem, clip, did_you_mean, quoted
+from lifecycle.errors import (
+    LifecycleError,
+    ManifestError,
+    Problem,
+    clip,
+    did_you_mean,
+    path_fault,
+    quoted,
+)
 from lifecycle.manifest.checks import (
     DEFAULT_CACHES,
     check_cache_env,
@@ -32,7 +40,6 @@ from lifecycle.manifest.source import (
     MAX_EXTENDS,
     KeyPath,
     Located,
-    path_fault,
     read_yaml,
     render_key_path,
 )

@@ -53,7 +53,7 @@ def render_key_path(path: KeyPath) -> str:
     return out or "(document)"
 
 
-__all__ = ["KeyPath", "Located", "Mark", "path_fault", "read_yaml", "render_key_path"]
+__all__ = ["KeyPath", "Located", "Mark", "read_yaml", "render_key_path"]
 
 MAX_FILE_BYTES = 1024 * 1024  # a file of ours
 MAX_NODES = 20_000  # scalars and collections, every alias counted as what it stands for
@@ -70,21 +70,6 @@ def new_loader(text: str) -> yaml.CSafeLoader | yaml.SafeLoader:
     if hasattr(yaml, "CSafeLoader"):
         return yaml.CSafeLoader(text)
     return yaml.SafeLoader(text)
-
-
-def path_fault(path: Path) -> str | None:
-    """Why nothing can be read at `path` as written (a NUL byte in it, a name longer than the
-    system takes, a symlink loop, a dir it may not enter), or None: it can be looked at, though
-    nothing may be there. pathlib's is_file() and resolve() raise on these instead of answering."""
-    try:
-        path.stat()
-    except ValueError:
-        return "a path cannot hold a NUL byte"
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return None
 
 
 def read_bounded(file: Path) -> str:
