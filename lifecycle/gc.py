@@ -138,8 +138,10 @@ def markers_of(snap: Snapshot, records: Iterable[str]) -> dict[str, str]:
 
 
 def pinned_results(ledger: Ledger, snap: Snapshot) -> set[str]:
-    """Results pinned for the team (the snapshot's pins) and by this host (`pin RESULT`)."""
+    """Results pinned for the team (the snapshot's pins, a damaged one's by the result its key
+    names) and by this host (`pin RESULT`)."""
     found = {record.target for record in snap.records.values() if isinstance(record, PinV1)}
+    found |= {snap.keys[key].id for key in snap.unreadable if snap.keys[key].kind == "pin"}
     for reasons in pins(ledger).values():
         for reason in reasons:
             if reason.startswith("result "):  # `result <id>` or `result <id>: text`
@@ -161,6 +163,30 @@ def held_by(snap: Snapshot, results: Set[str]) -> set[str]:
         if isinstance(record, BootRecordV1) and _touched(record, trees)
     }
     return held
+
+
+# The kinds of object a record may name (as needs() and held_by() find them in one that reads):
+# while a record cannot be read, it and every object of those kinds stay. A kind not here may
+# name anything.
+_MAY_NAME = {
+    "version": {"blob", "pack"},
+    "legacy-cache": {"blob", "pack"},
+    "boot": {"blob", "pack"},
+    "image": {"version", "legacy-cache", "blob", "pack"},  # the trees baked into it
+    "result": {"boot", "version", "legacy-cache", "blob", "pack"},
+    "legacy-result": {"boot", "version", "legacy-cache", "blob", "pack"},
+    "pin": set(),  # its key names its result: pinned_results
+}
+
+
+def kept_unread(snap: Snapshot) -> dict[str, str]:
+    """What stays because a record gc cannot read may name it (key -> why): a damaged record
+    stops nothing else, and no object it may need goes."""
+    kinds = {kind for key in snap.unreadable for kind in _MAY_NAME.get(snap.keys[key].kind, PHASES)}
+    kept = {key: "a record gc cannot read" for key in snap.unreadable}
+    first = min(snap.unreadable, default="")
+    why = f"may be named by a record gc cannot read ({first})"
+    return kept | {k: why for k, p in snap.keys.items() if p.kind in kinds and k not in kept}
 
 
 def _tree(record: Record | None) -> Tree | None:
@@ -241,6 +267,20 @@ class GcPlan:
     remove: tuple[Doomed, ...]
     pinned: tuple[str, ...]  # results kept (with what is behind them) because pinned
     kept: dict[str, int]  # kind -> objects of it kept
+    unread: dict[str, str]  # key -> why: records gc could not read (kept, and what they may name)
+
+    def unread_note(self, where: Callable[[str], str]) -> str | None:
+        """One line on the records it could not read, or None."""
+        if not self.unread:
+            return None
+        key, why = min(self.unread.items())
+        more = f" (and {len(self.unread) - 1} more)" if len(self.unread) > 1 else ""
+        parsed = parse_key(key)
+        kinds = sorted(_MAY_NAME.get(parsed.kind, PHASES) if parsed else PHASES)
+        return (
+            f"cannot read {where(key)}{more}: {why}; kept, with every object of the kinds it"
+            f" may name ({', '.join(kinds) or 'none'})"
+        )
 
     @property
     def bytes(self) -> int:
@@ -249,7 +289,7 @@ class GcPlan:
 
 
 def plan_gc(snap: Snapshot, policy: Policy, pinned: Set[str], now: datetime) -> GcPlan:
-    """Mark and sweep one snapshot whose records were all read."""
+    """Mark and sweep one snapshot; what a record it could not read may name stays."""
     mark = _Marking(snap, policy, now)
     results = {
         key: record
@@ -276,6 +316,7 @@ def plan_gc(snap: Snapshot, policy: Policy, pinned: Set[str], now: datetime) -> 
     if policy.keep_last is None and policy.older_than is None:
         kept |= set(snap.records)  # no policy: only what no record names goes
     kept |= {key for key, parsed in snap.keys.items() if parsed.kind not in PHASES}
+    kept |= kept_unread(snap).keys()
     kept |= needed(snap.records[key] for key in kept if key in snap.records)
     kept |= mark.young
     kept |= set(markers_of(snap, kept))
@@ -289,7 +330,7 @@ def plan_gc(snap: Snapshot, policy: Policy, pinned: Set[str], now: datetime) -> 
     )
     counts = Counter(snap.keys[key].kind for key in kept & snap.keys.keys())
     held = sorted({r.result_id for r in results.values() if r.result_id in pinned})
-    return GcPlan(tuple(remove), tuple(held), counts)
+    return GcPlan(tuple(remove), tuple(held), counts, dict(snap.unreadable))
 
 
 class _Marking:
@@ -388,12 +429,11 @@ def sweep(
     is spared."""
     pending = pending_objects(ledger, run_id)
     fresh = take_snapshot(store, snap)
-    if fresh.unreadable:
-        key, why = next(iter(fresh.unreadable.items()))
-        raise ArchiveError(f"gc stopped, nothing more removed: cannot read {key}: {why}")
+    planned = {item.key for item in pending}
     # Pins read again, not the plan's: a pin made since (here, or by another host) keeps its
-    # result now as it would have kept it then.
-    spared = _spared(fresh, {item.key for item in pending}, pinned_results(ledger, fresh))
+    # result now as it would have kept it then. A record damaged since keeps what it may name.
+    spared = _spared(fresh, planned, pinned_results(ledger, fresh))
+    spared |= {k: why for k, why in kept_unread(fresh).items() if k in planned and k not in spared}
     mark_spared(ledger, run_id, spared)
     going = [item for item in pending if item.key not in spared]
     if going:  # no object goes that gc's record in the archive does not account for

@@ -4,6 +4,7 @@ what order the rest goes. The real server, kills and races are in tests/test_gc.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from lifecycle.archive.layout import (
@@ -240,3 +241,66 @@ def test_the_last_look_spares_what_a_record_written_since_the_plan_holds_all_the
     ):  # fmt: skip
         assert held in spared, held
     assert keys["r1"] not in spared and r3 not in pending  # r-1 still goes; r-3 was never planned
+
+
+def _unread(archive: Archive, key: str) -> Snapshot:
+    """The archive's snapshot with the record at `key` damaged: listed, not read."""
+    snap = archive.snapshot()
+    snap.records.pop(key, None)
+    snap.unreadable[key] = "its bytes are not the sha256 its name says"
+    return snap
+
+
+def test_a_damaged_version_keeps_itself_and_every_blob_and_pack_but_stops_nothing_else() -> None:
+    night, keys = _night()
+    policy = Policy(older_than=timedelta(days=1))
+    whole = {d.key for d in plan_gc(night.snapshot(), policy, set(), NOW).remove}
+    plan = plan_gc(_unread(night, keys["v1"]), policy, set(), NOW)
+    removed = {doomed.key for doomed in plan.remove}
+    # r-1 and b-1 go as before; t1's version, which may name any blob, and every blob stay.
+    assert removed == {k for k in whole if parse_key(k).kind not in ("version", "blob")}  # type: ignore[union-attr]
+    assert {keys["r1"], keys["b1"]} <= removed and keys["v1"] not in removed
+    assert plan.unread == {keys["v1"]: "its bytes are not the sha256 its name says"}
+
+
+def test_a_damaged_result_keeps_every_boot_and_version_it_may_stand_on() -> None:
+    night, keys = _night()
+    removed = {
+        d.key
+        for d in plan_gc(
+            _unread(night, keys["r1"]), Policy(older_than=timedelta(days=1)), set(), NOW
+        ).remove
+    }
+    assert removed == set()  # r-1 held b-1 and t1; read, it would have gone with them
+
+
+def test_a_damaged_pin_still_pins_the_result_its_key_names(tmp_path: Path) -> None:
+    from lifecycle.gc import kept_unread, pinned_results
+    from lifecycle.home import Home
+    from lifecycle.ledger import Ledger
+
+    night, keys = _night()
+    pin = night.put(record_key("pins", "r-1", _sha("pin of r-1")))
+    snap = _unread(night, pin)
+    ledger = Ledger.open(Home(tmp_path))  # no pin on this host
+    try:
+        pinned = pinned_results(ledger, snap)
+    finally:
+        ledger.close()
+    assert pinned == {"r-1"}
+    removed = {
+        d.key for d in plan_gc(snap, Policy(older_than=timedelta(days=1)), pinned, NOW).remove
+    }
+    assert keys["r1"] not in removed and keys["b1"] not in removed
+    assert kept_unread(snap) == {pin: "a record gc cannot read"}  # a pin names no object
+
+
+def test_the_last_look_spares_what_a_record_damaged_since_the_plan_may_name() -> None:
+    from lifecycle.gc import kept_unread
+
+    night, keys = _night()
+    plan = plan_gc(night.snapshot(), Policy(older_than=timedelta(days=1)), set(), NOW)
+    pending = {doomed.key for doomed in plan.remove}
+    spared = kept_unread(_unread(night, keys["b2"]))  # b-2 stays; its record is damaged since
+    assert blob_key(_sha("old.so")) in pending & spared.keys()
+    assert keys["b2"] in spared and keys["r1"] not in spared

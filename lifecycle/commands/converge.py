@@ -67,6 +67,7 @@ class Converge:
     location: str | None
     state: dict[str, str]  # what the plan saw: ledger, archive
     unknown_releases: tuple[str, ...] = ()  # keep_releases entries naming no manifest
+    unread: str | None = None  # the archive's records gc could not read, and what it kept
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -74,7 +75,7 @@ class Converge:
             f"keep_releases: {release!r} names no manifest of this project"
             f" (no manifests/{release}/manifest.yaml): it keeps nothing"
             for release in self.unknown_releases
-        )
+        ) + ((self.unread,) if self.unread else ())
 
     @property
     def empty(self) -> bool:
@@ -86,6 +87,7 @@ class Converge:
         if remote is not None:
             collect = {"remove": [d.key for d in remote.remove], "bytes": remote.bytes}
             collect |= {"kept": remote.kept, "pinned": list(remote.pinned)}
+            collect |= {"unreadable": remote.unread}
         return {
             "format": FORMAT,
             "location": self.location,
@@ -256,7 +258,7 @@ def converge(
     archive = tuple(c for c, v in verdicts.items() if v.archive and c not in going)
     if location is not None and archive and services.s3 is None:
         raise LifecycleError(f"cannot archive to {location.url()}: {services.s3_problem}")
-    remote, listing = None, "no archive configured"
+    remote, listing, unread = None, "no archive configured", None
     if location is not None:
         # The client teardown's checks use too; records read once per host (.copies).
         store = BlobStore(services.s3, location, RecordCopies(ctx.home, location))
@@ -269,14 +271,12 @@ def converge(
             json.dumps(sorted((k, o.etag) for k, o in objects.items())).encode()
         ).hexdigest()
         if snap is not None:
-            if snap.unreadable:
-                key, why = next(iter(sorted(snap.unreadable.items())))
-                raise LifecycleError(f"nothing planned: cannot read {store.where(key)}: {why}")
             remote = plan_gc(snap, _gc_policy(policy), pinned_results(ledger, snap), ctx.now())
+            unread = remote.unread_note(store.where)
     state = {"ledger": state_digest(ledger), "archive": listing}
     where = location.url() if location else None
     unknown = tuple(unknown_releases(policy, ctx.manifests_dir))
-    return Converge(caches, request, verdicts, archive, remote, where, state, unknown)
+    return Converge(caches, request, verdicts, archive, remote, where, state, unknown, unread)
 
 
 def _gc_policy(policy: Policy) -> GcPolicy:

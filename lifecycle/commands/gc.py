@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections import Counter
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import click
 
 from lifecycle.archive.config import resolve_location
 from lifecycle.archive.copies import RecordCopies
-from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import LifecycleError
@@ -49,6 +49,7 @@ class GcReport(Report):
     plan: GcPlan
     resumed: tuple[Swept, ...] = ()
     result: Swept | None = None
+    notes: tuple[str, ...] = ()  # a record it could not read: what it kept for it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +63,7 @@ class GcReport(Report):
                 "objects": [d.key for d in self.plan.remove],
                 "kept": self.plan.kept,
                 "pinned": list(self.plan.pinned),
+                "unreadable": self.plan.unread,
             },
             "resumed": plain(self.resumed),
             "result": plain(self.result),
@@ -121,15 +123,12 @@ def run(ctx: Context, options: verbs.Gc) -> GcReport:
             stopped = unfinished_gc(ledger, location.url())
             resumed = tuple(sweep(ledger, store, r.run_id, ctx.now) for r in stopped)
         snap = take_snapshot(store)
-        if snap.unreadable:
-            key, why = next(iter(sorted(snap.unreadable.items())))
-            more = f" (and {len(snap.unreadable) - 1} more)" if len(snap.unreadable) > 1 else ""
-            raise ArchiveError(
-                f"nothing removed: cannot read {store.where(key)}{more}: {why}; a record gc"
-                " cannot read may name objects it would otherwise remove"
-            )
         plan = plan_gc(snap, policy, pinned_results(ledger, snap), ctx.now())
-        report = GcReport(location.url(), policy.describe(), options.dry_run, plan, resumed)
+        unread = plan.unread_note(store.where)
+        report = GcReport(
+            location.url(), policy.describe(), options.dry_run, plan, resumed,
+            notes=(unread,) if unread else (),
+        )  # fmt: skip
         if not options.as_json:
             ctx.out(report.plan_text())
         if options.dry_run or not plan.remove:
@@ -139,7 +138,7 @@ def run(ctx: Context, options: verbs.Gc) -> GcReport:
         run_id = journal_plan(ledger, store, plan, policy, ctx.now())
         checkpoint("gc-planned")
         swept = sweep(ledger, store, run_id, ctx.now, snap=snap, checkpoint=checkpoint)
-    return GcReport(location.url(), policy.describe(), False, plan, resumed, swept)
+    return replace(report, result=swept)
 
 
 def _why(done: Swept) -> str:
