@@ -63,10 +63,17 @@ class Listing(Report):
     location: str | None = None  # s3://bucket/prefix, for a listing of an archive
     # A row's line under the table, for what is too long for a cell (why a cache is passed over)
     note: Callable[[Any], str | None] = lambda row: None
+    # An archive's records that could not be read (s3:// URL -> why): left out of the rows
+    unreadable: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return tuple(f"left out: cannot read {url}: {why}" for url, why in self.unreadable.items())
 
     def to_json(self) -> dict[str, Any]:
         where = {} if self.location is None else {"location": self.location}
-        return {"format": self.format, **where, self.key: plain(self.rows)}
+        unread = {"unreadable": dict(self.unreadable)} if self.unreadable else {}
+        return {"format": self.format, **where, self.key: plain(self.rows), **unread}
 
     def text(self) -> str:
         table = render(self.columns.split(), [self.cells(row) for row in self.rows])

@@ -397,6 +397,13 @@ def test_a_record_gc_cannot_read_keeps_what_it_may_name_and_stops_nothing_else(
     s3_client.put_object(Bucket=s3_bucket, Key=version, Body=b'{"format": "damaged"}')
     bogus = f"{PREFIX}/boots/b-x/{'0' * 64}.json"
     s3_client.put_object(Bucket=s3_bucket, Key=bogus, Body=b"{not json")
+    url = f"s3://{s3_bucket}/{PREFIX}"
+    for listing, damaged in (("caches", version), ("boots", bogus)):  # the rest is listed
+        listed = cli(archive_project, listing, "--from", url, "--json")
+        assert listed.exit_code == 0, listed.stderr
+        assert f"left out: cannot read s3://{s3_bucket}/{damaged}" in listed.stderr
+        answer = json.loads(listed.stdout)
+        assert answer[listing] and list(answer["unreadable"]) == [f"s3://{s3_bucket}/{damaged}"]
     done = cli(archive_project, "gc", "--remote", *POLICY, "--yes", "--json")
     assert done.exit_code == 0, done.stderr
     assert f"cannot read s3://{s3_bucket}/" in done.stderr and "(and 1 more)" in done.stderr

@@ -197,3 +197,23 @@ def test_a_tree_changed_behind_lifecycles_back_is_nobodys_and_never_restored_as_
     assert sorted(p.name for p in Path(taken).rglob("*")) == sorted(
         p.name for p in Path(restored).rglob("*") if p.name != "evil.so"
     )  # …but no boot made it: another host's best is the tree a boot left
+
+
+def test_a_version_whose_record_is_damaged_is_passed_over_by_restore_best_and_said(
+    team: tuple[Host, Host, str], s3_client: Any, s3_bucket: str
+) -> None:
+    """One damaged record in the bucket used to fail every `restore --best` of the manifest
+    (and every night node restoring from the bucket): it is passed over, and said."""
+    a, b, url = team
+    a.json("boot", "demo/0.2", "--cold")
+    a.run("archive", "--all", "--with-content")
+    a.json("boot", "demo/0.2", "--profile", "grows")  # a second tree of each cache
+    a.run("archive", "--all", "--with-content")
+    [triton] = [c for c in a.json("caches", "--from", url)["caches"] if c["cache_name"] == "triton"]
+    older, newer = triton["versions"]
+    key = newer["record"].removeprefix(f"s3://{s3_bucket}/")
+    s3_client.put_object(Bucket=s3_bucket, Key=key, Body=b'{"format": "damaged"}')
+    done = b.run("restore", "--best", "demo/0.2", "--cache", "triton")
+    assert f"passed over: cannot read {newer['record']}" in done.stderr
+    [(_, restored)] = [v for k, v in b.caches().items() if k.startswith("triton-")]
+    assert scan(Path(restored)).tree_digest == older["tree_digest"]

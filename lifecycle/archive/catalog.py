@@ -7,15 +7,18 @@ parallel, each checked against its name and format.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from lifecycle.archive.layout import Key, parse_key
 from lifecycle.archive.record import read_as
-from lifecycle.archive.store import BlobStore
+from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
 from lifecycle.parallel import pool_map
 from lifecycle.records import BootRecordV1, CacheRecordV1, CacheVersion, MadeBy, stored_as
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -66,11 +69,15 @@ class ArchivedBoot:
     archived_by: str  # the host that archived it
 
 
+Unread = dict[str, str]  # s3:// URL of a record that could not be read -> why
+
+
 def archived_caches(
     store: BlobStore, *, named: Iterable[str] | None = None, workers: int = 8
-) -> list[ArchivedCache]:
+) -> tuple[list[ArchivedCache], Unread]:
     """Every cache the archive holds (only those of these cache names, if given), newest
-    first."""
+    first; and the version records that could not be read, left out (one damaged record
+    hides nothing else)."""
     prefixes = [f"caches/{name}-" for name in named] if named is not None else ["caches/"]
     index: dict[str, dict[str, list[Key]]] = {}  # cache id -> kind -> its keys of that kind
     for prefix in [*prefixes, "results-by-cache/"]:
@@ -78,10 +85,14 @@ def archived_caches(
             index.setdefault(key.id, {}).setdefault(key.kind, []).append(key)
     wanted = [k for kinds in index.values() for k in kinds.get("version", [])]
     wanted += [k for kinds in index.values() for k in kinds.get("legacy-cache", [])]
-    read = pool_map(lambda key: (key.id, *_version(store, key)), wanted, workers, "catalog")
+    read = pool_map(lambda key: _readable(store, key, _version), wanted, workers, "catalog")
     found: dict[str, list[tuple[CacheRow, ArchivedVersion]]] = {}
     listed: dict[str, set[str]] = {}  # cache id -> boots a previous-format record lists
-    for cache_id, row, version, boots in read:
+    unread = {store.where(key.key): why for key, why in read if isinstance(why, str)}
+    for key, parts in read:
+        if isinstance(parts, str):
+            continue
+        cache_id, (row, version, boots) = key.id, parts
         found.setdefault(cache_id, []).append((row, version))
         listed.setdefault(cache_id, set()).update(boots)
     caches = []
@@ -97,20 +108,37 @@ def archived_caches(
                 results=tuple(sorted(marked["result-marker"] | marked["legacy-marker"])),
             )
         )
-    return sorted(caches, key=lambda c: (c.newest.archived_at, c.row.id), reverse=True)
+    return sorted(caches, key=lambda c: (c.newest.archived_at, c.row.id), reverse=True), unread
 
 
 _MARKERS = ("boot-marker", "result-marker", "legacy-marker")
 
 
-def archived_boots(store: BlobStore, *, workers: int = 8) -> list[ArchivedBoot]:
-    """Every boot the archive holds a record of, newest first."""
+def archived_boots(store: BlobStore, *, workers: int = 8) -> tuple[list[ArchivedBoot], Unread]:
+    """Every boot the archive holds a record of, newest first; and the records that could
+    not be read, left out."""
     first: dict[str, Key] = {}
     for key in listed_keys(store, "boots/"):
         if key.kind == "boot":
             first.setdefault(key.id, key)  # a second record of a boot says the same
-    boots = pool_map(lambda key: _boot(store, key), first.values(), workers, "catalog")
-    return sorted(boots, key=lambda b: (b.boot.started_at, b.boot.id), reverse=True)
+    read = pool_map(lambda key: _readable(store, key, _boot), first.values(), workers, "catalog")
+    boots = [boot for _, boot in read if not isinstance(boot, str)]
+    unread = {store.where(key.key): why for key, why in read if isinstance(why, str)}
+    boots.sort(key=lambda b: (b.boot.started_at, b.boot.id), reverse=True)
+    return boots, unread
+
+
+def _readable(
+    store: BlobStore, key: Key, read: Callable[[BlobStore, Key], T]
+) -> tuple[Key, T | str]:
+    """What `read` makes of the record at `key`, or why it could not be read (a server that
+    does not answer is not the record's fault: it stops the whole listing)."""
+    try:
+        return key, read(store, key)
+    except S3Unavailable:
+        raise
+    except ArchiveError as exc:
+        return key, str(exc)
 
 
 def _version(store: BlobStore, key: Key) -> tuple[CacheRow, ArchivedVersion, list[str]]:
@@ -161,12 +189,14 @@ class Best:
     record: str  # s3:// URL of its record
 
 
-def best_versions(store: BlobStore, keys: Mapping[str, str]) -> dict[str, Best]:
+def best_versions(store: BlobStore, keys: Mapping[str, str]) -> tuple[dict[str, Best], Unread]:
     """cache name -> the newest complete version whose cache key is `keys[name]`: it holds the
     cache's files, and the boot that left it ended `ok` (a failed boot may have left a
-    half-built .so, which crashes the engine that loads it). Which host archived it is moot."""
+    half-built .so, which crashes the engine that loads it). Which host archived it is moot.
+    And the version records passed over as they could not be read."""
     best: dict[str, Best] = {}
-    for cache in archived_caches(store, named=keys):
+    caches, unread = archived_caches(store, named=keys)
+    for cache in caches:
         name = cache.row.cache_name
         for version in cache.versions:
             good = version.made_by is None or version.made_by.outcome == "ok"
@@ -177,4 +207,4 @@ def best_versions(store: BlobStore, keys: Mapping[str, str]) -> dict[str, Best]:
                 version.record,
             )  # fmt: skip
             best[name] = max(found, best.get(name, found), key=lambda b: (b.archived_at, b.record))
-    return best
+    return best, unread

@@ -260,13 +260,14 @@ def _not_reusable(
 def list_archived_caches(ctx: Context, source: str, filters: Filters) -> Listing:
     """Every cache the archive at `source` holds, whoever archived it."""
     store, now = open_archive(ctx, source, filters, ARCHIVED_CACHE_STATES, "caches in an archive")
+    found, unread = archived_caches(store)
     rows = tuple(
         ListedArchivedCache(c, _age(now, c.newest.archived_at))
-        for c in filters.select(now, archived_caches(store), _cache_facts)
+        for c in filters.select(now, found, _cache_facts)
     )
     return Listing(
         "lifecycle-archived-caches/1", "caches", rows, ARCHIVED_CACHE_COLUMNS,
-        _archived_cache_cells, store.location.url(),
+        _archived_cache_cells, store.location.url(), unreadable=unread,
     )  # fmt: skip
 
 
@@ -310,10 +311,11 @@ def list_boots(ctx: Context, filters: Filters) -> Listing:
 def list_archived_boots(ctx: Context, source: str, filters: Filters) -> Listing:
     """Every boot the archive at `source` holds a record of."""
     store, now = open_archive(ctx, source, filters, OUTCOMES, "boots")
-    kept = filters.select(now, archived_boots(store), _boot_facts)
+    found, unread = archived_boots(store)
+    kept = filters.select(now, found, _boot_facts)
     return Listing(
         "lifecycle-archived-boots/1", "boots", tuple(map(ListedArchivedBoot, kept)),
-        ARCHIVED_BOOT_COLUMNS, _archived_boot_cells, store.location.url(),
+        ARCHIVED_BOOT_COLUMNS, _archived_boot_cells, store.location.url(), unreadable=unread,
     )  # fmt: skip
 
 

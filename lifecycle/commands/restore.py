@@ -177,7 +177,9 @@ def run_best(
         labels, image = _image_labels(ctx, ledger, store, digest, ref)
         wanted = [cache_name] if cache_name else names
         keys = {n: cache_key(key_factors(labels, n, digest, ctx.gpu_arch)) for n in wanted}
-        chosen = best_versions(store, keys)
+        chosen, unread = best_versions(store, keys)
+        for url, why in unread.items():
+            ctx.note(f"passed over: cannot read {url}: {why}")
         restored = tuple(
             restore_cache(
                 ledger,

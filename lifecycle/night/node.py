@@ -192,7 +192,7 @@ def _restorable(host: _Host, pin: Pin) -> dict[str, Best] | None:
     and none of them is a cache this host holds already (its own, grown by a boot that did
     not end ok since: not good here, and a restore in place would refuse it)."""
     keys = _keys(host, pin)
-    chosen = best_versions(host.store, keys)
+    chosen, _ = best_versions(host.store, keys)  # a version it cannot read is no candidate
     home = host.engine.home
     if not keys or set(chosen) != set(keys):
         return None
