@@ -10,15 +10,16 @@ remaining record whole (the next run completes it). The rules: docs/verbs/teardo
 from __future__ import annotations
 
 import secrets
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence, Set
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from lifecycle.archive.layout import Key, blob_key, legacy_cache_key, pack_key, parse_key
+from lifecycle.archive.layout import Key, parse_key
 from lifecycle.archive.objects import Listing
-from lifecycle.archive.record import read_as, record_removal
+from lifecycle.archive.record import GC_RENEW, drop_intents, names_of, read_as, record_removal
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.boot.baked import baked_caches
 from lifecycle.errors import LifecycleError
@@ -106,24 +107,9 @@ _MARKED = {
 }
 
 
-def needs(record: Record) -> set[str]:
-    """The keys (relative) a record names: its blobs (a packed blob: its pack, which stays
-    while any kept record names a blob in it), and the records it stands on."""
-    found = {
-        pack_key(pack) if (pack := getattr(b, "pack", None)) else blob_key(b.sha256)
-        for b in getattr(record, "blobs", [])
-    }
-    if isinstance(record, ResultRecordV2):
-        found.add(record.boot.key)
-        found |= {ref.record.key for ref in record.caches if ref.record is not None}
-    elif isinstance(record, ResultRecordV1):
-        found |= {legacy_cache_key(cache_id) for cache_id in record.caches}
-    return found
-
-
 def needed(records: Iterable[Record]) -> set[str]:
     """Every key these records name."""
-    return {key for record in records for key in needs(record)}
+    return {key for record in records for key in names_of(record)}
 
 
 def markers_of(snap: Snapshot, records: Iterable[str]) -> dict[str, str]:
@@ -424,33 +410,60 @@ def sweep(
     snap: Snapshot | None = None,
     checkpoint: Checkpoint = lambda point: None,
 ) -> Swept:
-    """Remove what the run planned and has not removed yet, after one more look: an object a
-    record written since names (and that record is not going), or a result pinned since holds,
-    is spared."""
-    pending = pending_objects(ledger, run_id)
-    fresh = take_snapshot(store, snap)
-    planned = {item.key for item in pending}
-    # Pins read again, not the plan's: a pin made since (here, or by another host) keeps its
-    # result now as it would have kept it then. A record damaged since keeps what it may name.
-    spared = _spared(fresh, planned, pinned_results(ledger, fresh))
-    spared |= {k: why for k, why in kept_unread(fresh).items() if k in planned and k not in spared}
-    mark_spared(ledger, run_id, spared)
-    going = [item for item in pending if item.key not in spared]
-    if going:  # no object goes that gc's record in the archive does not account for
-        policy, keys = gc_run(ledger, run_id).policy, [item.key for item in going]
-        try:
-            record_removal(store, run_id, policy, keys, RULES, _stamp(clock()))
-        except ArchiveError as exc:
-            raise exc.within("gc stopped, nothing more removed: its record not written") from exc
+    """Remove what the run planned and has not removed yet: its intent written first, then one
+    more look at the archive, which spares an object a record written since names (and that
+    record is not going), or a result pinned since holds; then gc's record of what goes, and
+    deletion, for at most GC_RENEW (then intent, look and record again for the rest). A host
+    about to remove a cache reads recent intents (lifecycle.archive.record.being_collected):
+    it either sees this one, or wrote its records before this look, which spares what they
+    name."""
     removed = freed = 0
-    for batch in _batches(going):
-        store.delete([item.key for item in batch])
-        mark_removed(ledger, run_id, [item.key for item in batch], _stamp(clock()))
-        removed += len(batch)
-        freed += sum(item.size for item in batch)
-        checkpoint("gc-after-batch")
+    spared: dict[str, str] = {}
+    policy = gc_run(ledger, run_id).policy
+    while pending := pending_objects(ledger, run_id):
+        planned = [item.key for item in pending]
+        _record(store, run_id, policy, planned, clock, intent=True)
+        written = time.monotonic()
+        checkpoint("gc-intent")
+        snap = take_snapshot(store, snap)
+        # Pins read again, not the plan's: a pin made since (here, or by another host) keeps
+        # its result now as it would have kept it then. A record damaged since keeps what it
+        # may name.
+        now_spared = _spared(snap, set(planned), pinned_results(ledger, snap))
+        now_spared |= {
+            k: why for k, why in kept_unread(snap).items() if k in planned and k not in now_spared
+        }
+        mark_spared(ledger, run_id, now_spared)
+        spared |= now_spared
+        going = [item for item in pending if item.key not in now_spared]
+        if going:  # no object goes that gc's record in the archive does not account for
+            _record(store, run_id, policy, [item.key for item in going], clock)
+        for batch in _batches(going):
+            if time.monotonic() - written > GC_RENEW.total_seconds():
+                break  # the intent ages: write it again and look again before more goes
+            store.delete([item.key for item in batch])
+            mark_removed(ledger, run_id, [item.key for item in batch], _stamp(clock()))
+            removed += len(batch)
+            freed += sum(item.size for item in batch)
+            checkpoint("gc-after-batch")
+    drop_intents(store, run_id)
     finish_gc(ledger, run_id, _stamp(clock()))
     return Swept(run_id, removed, freed, spared)
+
+
+def _record(
+    store: BlobStore,
+    run_id: str,
+    policy: str,
+    keys: list[str],
+    clock: Callable[[], datetime],
+    *,
+    intent: bool = False,
+) -> None:
+    try:
+        record_removal(store, run_id, policy, keys, RULES, _stamp(clock()), intent=intent)
+    except ArchiveError as exc:
+        raise exc.within("gc stopped, nothing more removed: its record not written") from exc
 
 
 def _spared(snap: Snapshot, pending: set[str], pinned: Set[str]) -> dict[str, str]:

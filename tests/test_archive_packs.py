@@ -17,13 +17,13 @@ from bench.archive import register_cache as _register
 from lifecycle.archive import packs
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.plans import BlobSource
+from lifecycle.archive.record import names_of
 from lifecycle.archive.restore import restore_cache, restore_file
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.archive.transfer import regions
 from lifecycle.fingerprint import scan
 from lifecycle.formats import VERSION_FORMAT
-from lifecycle.gc import needs
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.records import CacheVersion
@@ -95,7 +95,9 @@ def test_small_files_go_in_packs_and_come_back_checked(
     store = BlobStore(archive_target.client, ArchiveLocation(archive_target.bucket,
                                                              archive_target.prefix))  # fmt: skip
     assert verify_key(store, report.record_key, report.record_sha256) == []
-    assert {f"packs/sha256/{record.packs[0].sha256[:2]}/{record.packs[0].sha256}"} <= needs(record)
+    assert {f"packs/sha256/{record.packs[0].sha256[:2]}/{record.packs[0].sha256}"} <= names_of(
+        record
+    )
 
     # A whole restore, elsewhere: every file, links too, same tree digest.
     other = Ledger.open(tmp_path / "other")

@@ -432,3 +432,42 @@ def test_a_second_sweep_on_one_host_is_refused_at_once_not_queued(archive_projec
             assert "another `gc --remote` or `apply` is running on this host" in refused.stderr
         looked = process(archive_project, "gc", "--remote", *POLICY, "--dry-run", timeout=60)
         assert looked.returncode == 0, looked.stderr  # a dry run changes nothing: no lock
+
+
+def test_a_cache_is_not_removed_while_another_hosts_sweep_may_delete_what_its_archive_relies_on(
+    archive_project: Path, s3_bucket: str, s3_client: Any, tmp_path: Path
+) -> None:
+    """Host A's sweep looked at the archive before host B archived the same cache, whose files
+    were there already (A's, planned to go): B's teardown used to verify, remove the cache, and
+    then A deleted them. B reads A's intent and keeps the cache; B's next archive sends again
+    what A took, and it verifies."""
+    url = f"s3://{s3_bucket}/{PREFIX}"
+    first = _json(archive_project, "boot", "demo/0.2", "--cold")
+    _json(archive_project, "archive", "--all", "--with-content")
+    _json(archive_project, "teardown", "--yes")  # A's caches now only in the archive
+    host_b = {"LIFECYCLE_HOME": str(tmp_path / "host-b")}
+    gc = start(
+        archive_project, "gc", "--remote", "--older-than", "0s", "--grace", "0s", "--yes",
+        "--json", env={"LIFECYCLE_TEST_DELAY": "gc-after-batch=60"},
+    )  # fmt: skip
+    try:
+        # gc's record is written after its last look: B's records come after that look.
+        wait_for("gc to look", lambda: bool(keys(s3_client, s3_bucket, f"{PREFIX}/gc/")), 60)
+        assert keys(s3_client, s3_bucket, f"{PREFIX}/gc-intents/")
+        _json(archive_project, "boot", "demo/0.2", "--cold", env=host_b)
+        _json(archive_project, "archive", "--all", "--with-content", env=host_b)
+        kept = cli(archive_project, "teardown", "--yes", env=host_b)
+        assert gc.poll() is None, "the sweep was still waiting to delete"
+        assert kept.exit_code != 0 and "a gc at this location may be removing it" in kept.output
+        out, err = gc.communicate(timeout=300)
+    finally:
+        gc.kill()
+    assert gc.returncode == 0, err
+    assert json.loads(out)["result"]["removed"] > 0
+    assert not keys(s3_client, s3_bucket, f"{PREFIX}/gc-intents/")  # dropped at its end
+    live = _json(archive_project, "caches", env=host_b)["caches"]
+    assert {c["state"] for c in live} == {"archived"} and len(live) == len(first["caches"])
+    _json(archive_project, "archive", "--all", "--with-content", env=host_b)
+    for cache in live:
+        checked = _json(archive_project, "verify", cache["id"], "--from", url, env=host_b)
+        assert checked["ok"], checked["problems"]

@@ -26,12 +26,15 @@ _PATTERNS = {
     "image": re.compile(rf"^images/(?P<id>{_SHA})/(?P<sha>{_SHA})\.json$"),
     "pin": re.compile(rf"^pins/(?P<id>{_ID})/(?P<sha>{_SHA})\.json$"),
     "gc": re.compile(rf"^gc/(?P<id>{_ID})/(?P<sha>{_SHA})\.json$"),
+    "gc-intent": re.compile(rf"^gc-intents/(?P<id>{_ID})/(?P<sha>{_SHA})\.json$"),
     "legacy-cache": re.compile(rf"^caches/(?P<id>{_ID})\.json$"),
     "legacy-result": re.compile(rf"^results/(?P<id>{_ID})\.json$"),
     "legacy-marker": re.compile(rf"^results-by-cache/(?P<id>{_ID})/(?P<other>{_ID})$"),
 }
 KINDS = tuple(_PATTERNS)
-Records = Literal["boots", "results", "images", "pins", "gc"]  # records listed by their owner
+Records = Literal[
+    "boots", "results", "images", "pins", "gc", "gc-intents"
+]  # records listed by their owner
 
 
 @dataclass(frozen=True)

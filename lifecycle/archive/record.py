@@ -13,13 +13,22 @@ import json
 import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TypeVar, cast
 
 from pydantic import BaseModel
 
 from lifecycle import __version__
-from lifecycle.archive.layout import Records, legacy_cache_key, parse_key, record_key, records_of
-from lifecycle.archive.objects import ObjectStore
+from lifecycle.archive.layout import (
+    Records,
+    blob_key,
+    legacy_cache_key,
+    pack_key,
+    parse_key,
+    record_key,
+    records_of,
+)
+from lifecycle.archive.objects import Listing, ObjectStore
 from lifecycle.archive.packs import Placed
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore
 from lifecycle.formats import GC_FORMAT
@@ -32,8 +41,11 @@ from lifecycle.records import (
     GcRecordV1,
     ImageRecordV1,
     PinV1,
+    Record,
     RecordInvalid,
     RecordRef,
+    ResultRecordV1,
+    ResultRecordV2,
     format_name,
     format_names,
     parse_as,
@@ -228,7 +240,9 @@ class Removal:
 # Written after a sweep's last look at the archive and before its first deletion, so no object
 # goes that no record accounts for (a run killed in between lists keys still there; its
 # completion writes its own record). gc never removes these, so `verify` can tell an object gc
-# collected by rule from one that was lost.
+# collected by rule from one that was lost. With `intent`, the same document under
+# `gc-intents/`, written BEFORE the look and dropped when the sweep ends: what it may remove,
+# for a host about to remove a cache to see (being_collected).
 def record_removal(
     store: BlobStore,
     run_id: str,
@@ -236,6 +250,8 @@ def record_removal(
     keys: Iterable[str],
     rules: Mapping[str, str],
     at: str,
+    *,
+    intent: bool = False,
 ) -> str:
     """Write, once, the record of what a sweep is about to remove (`rules`: why each kind of
     object may go); its key under the prefix."""
@@ -254,7 +270,12 @@ def record_removal(
         removed=removed,
         rules={kind: rules[kind] for kind in removed},
     )
-    return create_record(store, "gc", run_id, record)
+    return create_record(store, "gc-intents" if intent else "gc", run_id, record)
+
+
+def drop_intents(store: BlobStore, run_id: str) -> None:
+    """The sweep has ended: what it may remove is no longer in question."""
+    store.delete([item.key for item in store.list(records_of("gc-intents", run_id))])
 
 
 def removals(store: BlobStore, workers: int = 8) -> dict[str, Removal]:
@@ -272,4 +293,47 @@ def removals(store: BlobStore, workers: int = 8) -> dict[str, Removal]:
             removal = Removal(record.run_id, record.host, record.removed_at, record.policy, rule)
             for key in keys:
                 found.setdefault(key, removal)
+    return found
+
+
+# A sweep deletes only within GC_RENEW of writing its intent (lifecycle.gc): an intent the server
+# stored less than GC_ACTIVE ago may belong to a sweep that is deleting now (the margin is for
+# skew between this host's clock and the server's); an older one, to a sweep that was stopped
+# (its completion writes a new one before it looks again).
+GC_RENEW = timedelta(minutes=2)
+GC_ACTIVE = timedelta(minutes=15)
+
+
+def being_collected(store: BlobStore, now: datetime, workers: int = 8) -> dict[str, Listing]:
+    """Keys (relative) a gc sweep may be removing now -> its intent's listing: those an intent
+    stored within GC_ACTIVE lists. Either a sweep wrote its intent before this read, or its
+    last look comes after it and sees every record written before."""
+    recent = {
+        parsed.key: item
+        for item in store.list("gc-intents/")
+        if (parsed := parse_key(item.key)) is not None
+        and parsed.kind == "gc-intent"
+        and now - item.modified < GC_ACTIVE
+    }
+    read = pool_map(lambda key: read_as(store, GcRecordV1, key), recent, workers, "gc-records")
+    return {
+        key: recent[gc_key]
+        for gc_key, record in zip(recent, read, strict=True)
+        for keys in record.removed.values()
+        for key in keys
+    }
+
+
+def names_of(record: Record) -> set[str]:
+    """The keys (relative) a record names: its blobs (a packed blob: its pack), and the
+    records it stands on."""
+    found = {
+        pack_key(pack) if (pack := getattr(b, "pack", None)) else blob_key(b.sha256)
+        for b in getattr(record, "blobs", [])
+    }
+    if isinstance(record, ResultRecordV2):
+        found.add(record.boot.key)
+        found |= {ref.record.key for ref in record.caches if ref.record is not None}
+    elif isinstance(record, ResultRecordV1):
+        found |= {legacy_cache_key(cache_id) for cache_id in record.caches}
     return found

@@ -16,6 +16,7 @@ from lifecycle.archive.plans import BlobSource, RecordPlan, plan_boot_record
 from lifecycle.archive.record import (
     CacheOrBoot,
     load_by_key,
+    names_of,
     record_blobs,
     record_packs,
 )
@@ -298,6 +299,7 @@ class VerifiedRecord:
     problems: tuple[str, ...]  # () when the record and every blob it names are intact
     document: Covered | None  # what it covers, when there is a record that parses
     answered: bool = True  # False: the server could not be asked, so nothing is known
+    relied: frozenset[str] = frozenset()  # the keys (relative) checked: records, blobs, packs
 
 
 def fetch_verified(
@@ -318,11 +320,15 @@ def fetch_verified(
         if isinstance(document, BootRecordV1):
             raise ArchiveError(f"{archive.record_key} is a boot's record, not a cache's")
         verified: set[str] = set()
+        relied = {relative} | names_of(document)
         if isinstance(document, CacheRecordV1):  # the previous format lists its boots itself
             verified, boots = document.boot_ids(), ()
         for row in boots:
             boot = inspect_record(store, store.relative(row.record_key), row.record_sha256)
             problems += boot.lines()
+            relied.add(store.relative(row.record_key))
+            if boot.document is not None:
+                relied |= names_of(boot.document)
             if boot.document is not None and not boot.lines():
                 verified.add(row.boot_id)
     except S3Unavailable:
@@ -330,4 +336,4 @@ def fetch_verified(
     except ArchiveError as exc:
         return VerifiedRecord((f"{store.url(archive.record_key)}: cannot verify: {exc}",), None)
     covered = Covered(document.fingerprint.tree_digest, document.with_content, frozenset(verified))
-    return VerifiedRecord(tuple(problems), covered)
+    return VerifiedRecord(tuple(problems), covered, relied=frozenset(relied))

@@ -16,6 +16,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.record import GC_ACTIVE, being_collected
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.store import BlobStore, S3Unavailable
 from lifecycle.archive.transfer import Progress
@@ -328,7 +329,11 @@ class ArchiveVerifier:
             checked = fetch_verified(store, archive, self._boots_for(archive))
             rows = self._results_for(archive) if results else ()
             lost = [f"result {r.result_id}: {p}" for r in rows if (p := record_problem(store, r))]
-            return replace(checked, problems=checked.problems + tuple(lost))
+            problems = checked.problems + tuple(lost)
+            if checked.document is not None and not problems:
+                relied = checked.relied | {store.relative(r.record_key) for r in rows}
+                problems = _being_collected(store, relied)
+            return replace(checked, problems=problems)
         except S3Unavailable as exc:  # the server went away since the probe: ask it no more
             self._reachable[url] = self.unreachable[url] = str(exc)
             return _unverified(str(exc))
@@ -359,6 +364,23 @@ class ArchiveVerifier:
             self.unreachable[location.url()] = str(why)
             return f"cannot reach S3 for {location.url()}: {why}"
         return None
+
+
+def _being_collected(store: BlobStore, relied: Iterable[str]) -> tuple[str, ...]:
+    """A problem when a gc sweep may still remove an object the archive relies on: a recent gc
+    record lists it and the object is older than that record (one sent again since is not the
+    one it planned). Read after the archive's own records were written, so a sweep whose record
+    is not here yet looks at the archive after them, and spares what they name."""
+    listed = being_collected(store, datetime.now(UTC))
+    for key in sorted(set(relied) & listed.keys()):
+        head = store.head(store.key(key), checksum=False)
+        if head is not None and head["LastModified"] < listed[key].modified:
+            return (
+                f"{store.url(store.key(key))}: a gc at this location may be removing it (its"
+                f" record {listed[key].key}): kept; teardown again after"
+                f" {listed[key].modified + GC_ACTIVE:%H:%M} UTC",
+            )
+    return ()
 
 
 def _unverified(problem: str) -> VerifiedRecord:
