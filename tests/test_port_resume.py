@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -479,3 +480,27 @@ def test_continue_from_elsewhere_with_two_ports_in_progress_names_them(
     aborted = _lifecycle_in(second.path, monkeypatch, "port", "--abort")
     assert aborted.exit_code == 0, aborted.stderr
     assert _lifecycle_in(first.manifests, monkeypatch, "port", "--abort").exit_code == 0
+
+
+def test_continue_stays_on_the_release_commit_it_replayed_on(
+    up: Upstream, project: Project
+) -> None:
+    _conflicting_release(up, project)
+    stopped = project.port("1.0", "2.0", "--json")
+    replayed_on = stopped.report["to"]["commit"]
+    # Upstream respins v2.0.0, and another port's fetch brings the moved tag into the mirror.
+    up.edit("pkg/serve.py", lambda text: text.replace("VALUE_39 = 39\n", "VALUE_39 = 3900\n"))
+    respin = up.commit("Respin")
+    git(up.path, "tag", "-f", "-a", "v2.0.0", "-m", "release 2.0.0, again")
+    assert project.port("1.0", "2.0", "--dry-run", "--json").report["to"]["commit"] == respin
+    git(Path(stopped.report["worktree"]), "checkout", "--theirs", "--", "pkg/serve.py")
+
+    done = project.port("--continue", "--json")
+
+    assert done.exit_code == 0, done.stderr
+    assert done.report["to"]["commit"] == replayed_on
+    assert f"v2.0.0 moved since the port started (now at {respin[:12]})" in "".join(
+        done.report["warnings"]
+    )
+    committed = json.loads(project.shown("port/2.0", "manifests/2.0/port-report.json"))
+    assert committed["to"]["commit"] == replayed_on

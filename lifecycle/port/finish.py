@@ -237,6 +237,7 @@ def _warnings(
     plan: PortPlan, results: list[PatchResult], changes: tuple[upstream.PinChange, ...]
 ) -> tuple[str, ...]:
     found = [w for w in (plan.mirror.warning, plan.dirty_warning, plan.existing_warning) if w]
+    found += plan.moved
     found += [f"{c.name} {c.new}: {c.source}" for c in changes if c.flagged]
     found += [f"{r.file}: {r.note}" for r in results if r.note and r.outcome.kept]
     return tuple(found)

@@ -90,6 +90,7 @@ class PortPlan:
     uncommitted: tuple[str, ...] = ()  # OLD's files that differ from HEAD (--allow-dirty)
     existing: str | None = None  # where NEW is already, if it is (--force)
     validated: dict[str, TunedValue] = field(default_factory=dict)  # what that NEW validated
+    moved: tuple[str, ...] = ()  # (--continue) release tags that moved since the port started
 
     @property
     def dirty_warning(self) -> str | None:
@@ -112,11 +113,17 @@ class PortPlan:
 
 
 def make_plan(
-    request: PortRequest, *, fetch: bool = True, uncommitted: tuple[str, ...] | None = None
+    request: PortRequest,
+    *,
+    fetch: bool = True,
+    uncommitted: tuple[str, ...] | None = None,
+    releases: tuple[Release, Release] | None = None,
 ) -> PortPlan:
     """Check the request and fetch the upstream; a LifecycleError if the port cannot go.
 
-    `uncommitted`, when given, is what the port found dirty when it started (`--continue`)."""
+    `uncommitted` and `releases`, when given, are what the port found dirty and the old and
+    new releases it replayed on when it started (`--continue`): kept, whatever the tags name
+    now."""
     manifests_dir = request.manifests_dir.resolve()
     loaded = load_manifest(find_manifest(request.manifests_dir, request.old_ref))
     old_dir = loaded.file.parent.resolve()
@@ -170,9 +177,13 @@ def make_plan(
         else Mirror(mirror_path(request.home, source), source)
     )
     upstream = loaded.manifest.upstream
-    old = find_release(mirror.git, upstream, [loaded.manifest.engine.vllm], mirror.warning)
-    candidates = release_candidates(new_label, request.flags.release)
-    new = find_release(mirror.git, upstream, candidates, mirror.warning)
+    if releases is None:
+        old = find_release(mirror.git, upstream, [loaded.manifest.engine.vllm], mirror.warning)
+        candidates = release_candidates(new_label, request.flags.release)
+        new = find_release(mirror.git, upstream, candidates, mirror.warning)
+    else:
+        old, new = releases
+    moved = tuple(filter(None, (_moved(mirror.git, r) for r in releases or ())))
     patches = [
         SeriesPatch(i, p.file, f, p.upstream_commit, p.drop_when)
         for i, (p, f) in enumerate(zip(loaded.manifest.patches, loaded.patch_files, strict=True))
@@ -194,6 +205,19 @@ def make_plan(
         uncommitted=uncommitted,
         existing=existing,
         validated=validated,
+        moved=moved,
+    )
+
+
+def _moved(mirror: Git, release: Release) -> str | None:
+    """What to say when `release.tag` no longer names the commit the port replayed on."""
+    now = mirror.commit_of(f"refs/tags/{release.tag}")
+    if now == release.commit:
+        return None
+    where = f"now at {now[:12]}" if now else "gone from the mirror"
+    return (
+        f"{release.tag} moved since the port started ({where}): the port stays on "
+        f"{release.commit[:12]}, the commit it replayed on; port again to move onto the new one"
     )
 
 

@@ -114,7 +114,9 @@ def resume(directory: Path, home: Home) -> PortReport:
             force=saved.force,
         ),
     )
-    plan = make_plan(request, fetch=False, uncommitted=tuple(saved.uncommitted))
+    plan = make_plan(
+        request, fetch=False, uncommitted=tuple(saved.uncommitted), releases=saved.releases
+    )
     if plan.digest != saved.old_manifest_digest:
         raise LifecycleError(
             f"{plan.loaded.file} changed since the port started: `lifecycle port --abort` and "
@@ -219,6 +221,8 @@ def _save(
             allow_dirty=plan.request.flags.allow_dirty,
             force=plan.request.flags.force,
             uncommitted=list(plan.uncommitted),
+            old_release=asdict(plan.old),
+            new_release=asdict(plan.new),
         ),
     )
 

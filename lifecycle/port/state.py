@@ -18,6 +18,7 @@ from typing import Any
 
 from lifecycle.errors import LifecycleError
 from lifecycle.home import Home
+from lifecycle.port.upstream import Release
 
 STATE_VERSION = 1
 
@@ -42,7 +43,19 @@ class PortState:
     allow_dirty: bool = False
     force: bool = False
     uncommitted: list[str] = field(default_factory=list)
+    # The releases the replay was made on, as their tags named them when the port started: a
+    # tag moved since (a respin, refetched by another port) must not change what was ported
+    # onto. None in a state saved before they were kept: the tags are read again.
+    old_release: dict[str, str] | None = None
+    new_release: dict[str, str] | None = None
     version: int = STATE_VERSION
+
+    @property
+    def releases(self) -> tuple[Release, Release] | None:
+        """The old and new releases the port started on, if the state has them."""
+        if self.old_release is None or self.new_release is None:
+            return None
+        return Release(**self.old_release), Release(**self.new_release)
 
 
 def state_dir(home: Home, repo_root: Path) -> Path:
