@@ -2,8 +2,8 @@
 
 The crash-safety tests run `lifecycle teardown` (or `gc --remote`) with
 LIFECYCLE_TEST_CRASH_AT=POINT[:N] and check that the next run converges without deleting anything
-unverified. POINT is one of CRASH_POINTS (teardown's) or GC_CRASH_POINTS; N (default 1) picks the
-N-th time the point is reached, i.e. the N-th cache (or batch).
+unverified. POINT is one of CRASH_POINTS (teardown's), GC_CRASH_POINTS or another verb's; N
+(default 1) picks the N-th time the point is reached, i.e. the N-th cache (or batch).
 
 The race tests set LIFECYCLE_TEST_DELAY=POINT=SECONDS[,POINT=SECONDS...] to hold a boot or a
 teardown at a point (one of DELAY_POINTS) while the other one runs.
@@ -42,12 +42,16 @@ APPLY_CRASH_POINTS = ("apply-archived",)
 BAKE_CRASH_POINTS = ("bake-built", "bake-recorded", "bake-pushed")
 # A night's (and tune's): its ladders' values written into the manifests, its end not begun.
 NIGHT_CRASH_POINTS = ("night-settled",)
+# A port's: it holds its lock and state dir, nothing replayed yet; a `--continue`'s: git's
+# `cherry-pick --continue` returned (git may have stopped at the next patch), nothing saved yet.
+PORT_CRASH_POINTS = ("port-claimed", "port-continued")
 DELAY_POINTS = (
     *CRASH_POINTS,
     *GC_CRASH_POINTS,
     "teardown-planned",  # the plan is made and agreed; no cache touched yet
     "boot-caches-picked",  # a boot holds its caches' leases; its intent is not recorded yet
     "boot-recorded",  # a boot's intent is recorded; its container is not created yet
+    "port-claimed",  # a port holds its lock and state dir; nothing replayed yet
 )
 
 Checkpoint = Callable[[str], None]
@@ -78,7 +82,7 @@ def _crash_at(wanted: str) -> tuple[str, int] | None:
     point, _, nth = wanted.partition(":")
     known = (
         *CRASH_POINTS, *GC_CRASH_POINTS, *APPLY_CRASH_POINTS, *BAKE_CRASH_POINTS,
-        *NIGHT_CRASH_POINTS,
+        *NIGHT_CRASH_POINTS, *PORT_CRASH_POINTS,
     )  # fmt: skip
     if point not in known or not (nth or "1").isdigit():
         points = ", ".join(known)

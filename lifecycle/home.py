@@ -6,6 +6,7 @@ gc.lock                         one `gc --remote` at a time on this host
 caches/<cache id>/              a JIT boot cache, mounted into boots
 caches/.trash-<cache id>/       a cache dir a teardown has moved out of the way
 locks/cache-<cache id>.lock     the cache's lease (lifecycle.leases)
+locks/port-<port key>.lock      held by a port (or its --continue, --abort) while it runs
 evidence/builds/                build logs
 evidence/boots/<boot id>.log    a boot's redacted log; evidence/boots/<boot id>/ its bundle
 evidence/scans/<cache id>/      the fingerprints kept of a cache, one per scan
@@ -69,6 +70,10 @@ class Home:
     def cache_lock(self, cache_id: str) -> Path:
         """The file a cache's lease locks."""
         return self.root / "locks" / f"cache-{cache_id}.lock"
+
+    def port_lock(self, key: str) -> Path:
+        """The file a running port of the state dir `port/<key>` locks."""
+        return self.root / "locks" / f"port-{key}.lock"
 
     def evidence(self, kind: str) -> Path:
         """`evidence/<kind>/`: builds, boots, scans/<cache id>, results, manifests, …"""

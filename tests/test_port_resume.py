@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 from lifecycle.cli import cli
+from lifecycle.faults import CRASH_ENV, DELAY_ENV
+from lifecycle.home import Home
+from lifecycle.port import state
 from tests.port_support import (
+    GIT_ENV,
     PatchSpec,
     PortRun,
     Project,
@@ -54,8 +61,9 @@ def _conflicting_release(up: Upstream, project: Project, *, second: bool = False
 
 
 def _home_state(home: Path) -> dict[str, bytes]:
-    # The mirror is a cache of upstream (like git's object store): a port may fill it.
-    return {k: v for k, v in snapshot(home).items() if not k.startswith("mirrors/")}
+    # The mirror is a cache of upstream (like git's object store): a port may fill it. A port's
+    # lock file stays, like a cache's lease: unlinking one a port may be opening splits the lock.
+    return {k: v for k, v in snapshot(home).items() if not k.startswith(("mirrors/", "locks/"))}
 
 
 def test_conflict_stops_then_continue_finishes_with_the_resolution(
@@ -382,7 +390,9 @@ def test_abort_clears_the_leftovers_of_a_killed_port(
     assert project.port("1.0", "2.0").exit_code == 1  # a new port can start
 
 
-def test_continue_stops_again_at_the_next_conflict(up: Upstream, project: Project) -> None:
+def _two_conflicts(up: Upstream, project: Project) -> None:
+    """1.0 carries mix.patch (MIX 31 → 37) and other.patch (OTHER_5 5 → 55); v2.0.0 changes
+    both lines too, so each patch stops the port in turn."""
     mix = up.patch("v1.0.0", change_mix("37"))
     other = up.patch("v1.0.0", _edit_other("OTHER_5 = 5", "OTHER_5 = 55"))
     project.manifest("1.0", [PatchSpec("mix.patch", mix), PatchSpec("other.patch", other)])
@@ -390,6 +400,10 @@ def test_continue_stops_again_at_the_next_conflict(up: Upstream, project: Projec
     _edit_other("OTHER_5 = 5", "OTHER_5 = 56")(up)
     up.commit("Upstream changes both lines")
     up.tag("2.0.0")
+
+
+def test_continue_stops_again_at_the_next_conflict(up: Upstream, project: Project) -> None:
+    _two_conflicts(up, project)
 
     first = project.port("1.0", "2.0", "--json")
     worktree = Path(first.report["worktree"])
@@ -480,6 +494,121 @@ def test_continue_from_elsewhere_with_two_ports_in_progress_names_them(
     aborted = _lifecycle_in(second.path, monkeypatch, "port", "--abort")
     assert aborted.exit_code == 0, aborted.stderr
     assert _lifecycle_in(first.manifests, monkeypatch, "port", "--abort").exit_code == 0
+
+
+def _process(project: Project, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """`lifecycle port ARGS` as its own process: a SIGKILL must hit it, not pytest."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "lifecycle", "--manifests", str(project.manifests), "port", *args],
+        env={**os.environ, **env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finished_at_the_next_conflict(project: Project, worktree: Path) -> None:
+    """The port is stopped at other.patch, mix.patch resolved: it says so, and finishes once
+    other.patch is resolved too, with no conflict marker committed."""
+    again = project.port("--continue", "--json")
+    assert again.exit_code == 1, again.stderr
+    assert again.outcomes() == {"patches/mix.patch": "RESOLVED", "patches/other.patch": "CONFLICT"}
+    assert git(project.path, "branch", "--list", "port/*") == ""
+    refused = project.port("--continue")
+    assert refused.exit_code == 1 and "pkg/other.py:5: <<<<<<< HEAD" in refused.stderr
+    git(worktree, "checkout", "--theirs", "--", "pkg/other.py")
+
+    done = project.port("--continue", "--json")
+
+    assert done.exit_code == 0, done.stderr
+    assert done.outcomes() == {"patches/mix.patch": "RESOLVED", "patches/other.patch": "RESOLVED"}
+    exported = project.shown("port/2.0", "manifests/2.0/patches/other.patch").decode()
+    assert "-OTHER_5 = 56\n+OTHER_5 = 55\n" in exported and "<<<<<<<" not in exported
+
+
+def test_continue_after_a_cherry_pick_continued_by_hand_stops_where_git_did(
+    up: Upstream, project: Project
+) -> None:
+    _two_conflicts(up, project)
+    worktree = Path(project.port("1.0", "2.0", "--json").report["worktree"])
+    git(worktree, "checkout", "--theirs", "--", "pkg/serve.py")
+    # What a git user does next: git concludes mix.patch and stops at other.patch's conflict.
+    git(worktree, "add", "--all")
+    by_hand = subprocess.run(
+        ["git", "cherry-pick", "--continue"],
+        cwd=worktree,
+        env={**os.environ, **GIT_ENV, "GIT_EDITOR": "true"},
+        capture_output=True,
+        check=False,
+    )
+    assert by_hand.returncode == 1 and b"CONFLICT" in by_hand.stdout
+
+    _finished_at_the_next_conflict(project, worktree)
+
+
+def test_a_continue_killed_after_git_went_on_is_completed_by_the_next(
+    up: Upstream, project: Project
+) -> None:
+    _two_conflicts(up, project)
+    worktree = Path(project.port("1.0", "2.0", "--json").report["worktree"])
+    git(worktree, "checkout", "--theirs", "--", "pkg/serve.py")
+    # Killed once git concluded mix.patch and stopped at other.patch, before that was saved.
+    killed = _process(project, "--continue", env={CRASH_ENV: "port-continued"})
+    _, err = killed.communicate(timeout=120)
+    assert killed.returncode == -9, err
+
+    _finished_at_the_next_conflict(project, worktree)
+
+
+def test_continue_refuses_markers_in_any_file_it_would_commit(
+    up: Upstream, project: Project
+) -> None:
+    _conflicting_release(up, project, second=True)
+    worktree = Path(project.port("1.0", "2.0", "--json").report["worktree"])
+    git(worktree, "checkout", "--theirs", "--", "pkg/serve.py")  # the stop's file: resolved
+    (worktree / "pkg/other.py").write_text("<<<<<<< pasted from elsewhere\nOTHER_1 = 1\n")
+    (worktree / "pkg/new.py").write_text("X = 1\n>>>>>>> theirs\n")
+
+    refused = project.port("--continue")
+
+    assert refused.exit_code == 1
+    assert "conflict markers are still in the worktree" in refused.stderr
+    assert "pkg/other.py:1: <<<<<<< pasted" in refused.stderr
+    assert "pkg/new.py:2: >>>>>>> theirs" in refused.stderr
+    assert git(project.path, "branch", "--list", "port/*") == ""
+
+
+def test_abort_refuses_a_running_port_and_clears_a_killed_one(
+    up: Upstream, project: Project, isolated_home: Path
+) -> None:
+    _conflicting_release(up, project)
+    directory = state.state_dir(Home(isolated_home / "lifecycle"), project.path)
+    running = _process(project, "1.0", "2.0", env={DELAY_ENV: "port-claimed=120"})
+    try:
+        deadline = time.monotonic() + 60
+        while not directory.is_dir():  # made by the port, which then waits at port-claimed
+            assert running.poll() is None, running.communicate()
+            assert time.monotonic() < deadline, "the port made no state dir within 60 s"
+            time.sleep(0.05)
+
+        aborted = project.port("--abort")
+        second = project.port("1.0", "2.1", "--release", "2.0.0")
+        resumed = project.port("--continue")
+    finally:
+        running.kill()  # as a crash would: its lock goes with it, its state dir stays
+        running.wait()
+
+    assert aborted.exit_code == 1 and len(aborted.stderr.splitlines()) == 1
+    assert f"the port 1.0 -> 2.0 (pid {running.pid}) is running in {directory}" in aborted.stderr
+    assert directory.is_dir()
+    assert second.exit_code == 2 and "is running" in second.stderr
+    assert "--abort" not in second.stderr
+    assert resumed.exit_code == 2 and "is running" in resumed.stderr
+    cleared = project.port("--abort")
+    assert cleared.exit_code == 0 and "leftovers of an interrupted port" in cleared.stdout
+    assert not directory.exists()
+    assert project.port("1.0", "2.0").exit_code == 1  # a new port starts (and stops)
 
 
 def test_continue_stays_on_the_release_commit_it_replayed_on(

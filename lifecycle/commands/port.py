@@ -65,13 +65,13 @@ def run(ctx: Context, options: verbs.Port) -> PortCommandReport:
         with _git_failures():
             stopped = session.locate(ctx.manifests_dir, home, cwd)
             if options.abort:
-                return PortCommandReport(None, session.abort(stopped))
-            return PortCommandReport(session.resume(stopped, home))
+                return PortCommandReport(None, session.abort(stopped, home))
+            return PortCommandReport(session.resume(stopped, home, ctx.checkpoint()))
     if not (options.old and options.new):
         raise LifecycleError("give OLD and NEW (e.g. `lifecycle port 0.30 0.31`)")
     request = PortRequest(ctx.manifests_dir, options.old, options.new, home, flags)
     with _git_failures():
-        return PortCommandReport(session.start(request))
+        return PortCommandReport(session.start(request, ctx.checkpoint()))
 
 
 @contextmanager

@@ -167,9 +167,11 @@ def restart_at(git: Git, stop: Stop, commits: list[str], by_commit: dict[str, in
     return stops[0]
 
 
-def resume(git: Git, stop: Stop, by_commit: dict[str, int]) -> list[Stop]:
-    """Take the worktree as the resolution of `stop` and go on; the next stop, if any."""
-    _refuse_markers(git, stop)
+def resume(git: Git, by_commit: dict[str, int]) -> list[Stop]:
+    """Take the worktree as the resolution of the stop it is at and go on; the next stop."""
+    left = markers_left(git)
+    if left:
+        raise AnswerNo("\n".join(["conflict markers are still in the worktree:", *left]))
     git.run("add", "--all")
     picking = git.commit_of("CHERRY_PICK_HEAD")
     if picking and git.run("diff", "--cached", "--quiet", "HEAD", check=False).rc == 0:
@@ -214,19 +216,24 @@ def _kind(path: str, stages: set[int], binary: set[str], renamed: set[str]) -> C
     return ConflictKind.CONTENT
 
 
-def _refuse_markers(git: Git, stop: Stop) -> None:
+def markers_left(git: Git) -> list[str]:
+    """`path:line: marker` for the first conflict marker of each file `git add --all` would
+    stage: any file, not only the stop's (git may have gone on to another patch's conflict)."""
+    changed = git.out("diff", "--name-only", "-z", "HEAD").split("\0")
+    untracked = git.out("ls-files", "--others", "--exclude-standard", "-z").split("\0")
     left = []
-    for conflicted in stop.conflict.files:
-        path = git.cwd / conflicted.path
-        if conflicted.kind is ConflictKind.BINARY or not path.is_file():
+    for name in sorted(set(filter(None, changed + untracked))):
+        path = git.cwd / name
+        if path.is_symlink() or not path.is_file():
             continue
-        text = path.read_bytes().decode("utf-8", "replace")
-        for number, line in enumerate(text.splitlines(), start=1):
+        content = path.read_bytes()
+        if b"\0" in content[:8000]:
+            continue  # binary, by git's own test: git writes no markers into one
+        for number, line in enumerate(content.decode("utf-8", "replace").splitlines(), start=1):
             if line.startswith(_MARKERS):
                 left.append(f"{path}:{number}: {line.rstrip()}")
                 break
-    if left:
-        raise AnswerNo("\n".join(["conflict markers are still in the worktree:", *left]))
+    return left
 
 
 def _message(patch: SeriesPatch) -> bytes:

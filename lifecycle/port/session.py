@@ -3,7 +3,8 @@
 `start` runs a port; `resume` (`--continue`) takes the worktree as the resolution and goes on;
 `abort` forgets a stopped port. Nothing is written into the user's repository before the port
 finishes, and then only the port branch (see branch.py), so abort has only its own state dir
-to remove.
+to remove. Each holds the port's lock while it runs (state.running), so none of them touches
+the state dir of a port that is running; the lock goes with a killed process.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from contextlib import ExitStack
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import AnswerNo, LifecycleError
+from lifecycle.faults import Checkpoint
 from lifecycle.home import Home
 from lifecycle.port import branch as port_branch
 from lifecycle.port import export, history, replay, state
@@ -29,7 +31,7 @@ from lifecycle.port.replay import Stop
 SERIES_REFS = "refs/lifecycle/series"
 
 
-def start(request: PortRequest) -> PortReport:
+def start(request: PortRequest, checkpoint: Checkpoint = lambda point: None) -> PortReport:
     """Run a port; a report with status complete (branch written) or conflicts-pending."""
     plan = make_plan(request)
     base = plan.repo.head if plan.repo else None
@@ -40,8 +42,15 @@ def start(request: PortRequest) -> PortReport:
         else:
             assert plan.repo is not None  # make_plan refuses a real port outside a repository
             directory = state.state_dir(request.home, plan.repo.root)
-            state.claim(directory, f"{plan.old_label} -> {plan.new_label}")
+            this = f"{plan.old_label} -> {plan.new_label}"
+
+            def busy(holder: str) -> LifecycleError:
+                return LifecycleError(f"{holder}: wait for it to end (this run: {this})")
+
+            cleanup.enter_context(state.running(request.home, directory, f"the port {this}", busy))
+            state.claim(directory, this)
             cleanup.callback(_remove_unless_stopped, directory)
+            checkpoint("port-claimed")
         git = replay.make_scratch(plan.mirror.path, state.worktree(directory))
         old_commits = _old_series(plan, git)
         by_commit = {commit: i for i, commit in enumerate(old_commits)}
@@ -99,8 +108,18 @@ def _listed(ports: list[Path]) -> str:
     return "; ".join(state.describe(directory) for directory in ports)
 
 
-def resume(directory: Path, home: Home) -> PortReport:
+def resume(directory: Path, home: Home, checkpoint: Checkpoint = lambda point: None) -> PortReport:
     """`--continue`: the worktree is the resolution of the stopped patch; go on from there."""
+
+    def busy(holder: str) -> LifecycleError:
+        return LifecycleError(f"{holder}: wait for it to end")
+
+    this = f"the `port --continue` of {state.describe(directory)}"
+    with state.running(home, directory, this, busy):
+        return _resume(directory, home, checkpoint)
+
+
+def _resume(directory: Path, home: Home, checkpoint: Checkpoint) -> PortReport:
     saved = state.load(directory)
     request = PortRequest(
         Path(saved.manifests_dir),
@@ -126,14 +145,24 @@ def resume(directory: Path, home: Home) -> PortReport:
     by_commit = {commit: i for i, commit in enumerate(saved.old_commits)}
     assert saved.stop is not None
     stop = Stop(saved.stop["index"], Conflict.from_json(saved.stop["conflict"]), saved.stop["head"])
-    stops = replay.resume(git, stop, by_commit)
     resolved = {int(k): Conflict.from_json(v) for k, v in saved.resolved.items()}
-    resolved[stop.index] = stop.conflict
     pre_dropped = {
         int(k): Drop(DropMethod(v["method"]), v["commit"], v["subject"])
         for k, v in saved.pre_dropped.items()
     }
     old = dict(enumerate(saved.old_commits))
+    at = _stop_in_worktree(git, plan, stop, by_commit)
+    if at != stop:
+        # git went past the saved stop (a person's `git cherry-pick --continue`, or a
+        # --continue killed before it saved): that one is resolved, and git's is the stop now.
+        resolved[stop.index], stop = stop.conflict, at
+        replayed = Replayed(old, _new_commits(git, plan), pre_dropped, resolved, [stop])
+        _save(directory, plan, saved.base_commit, replayed, saved.picks)
+        if replay.markers_left(git):  # as the --continue that got there would have said
+            return replace(stopped(plan, git, replayed), worktree=str(git.cwd))
+    stops = replay.resume(git, by_commit)
+    checkpoint("port-continued")
+    resolved[stop.index] = stop.conflict
     replayed = Replayed(old, _new_commits(git, plan), pre_dropped, resolved, stops)
     if not stops:
         report = finish(plan, git, replayed, saved.base_commit)
@@ -143,14 +172,42 @@ def resume(directory: Path, home: Home) -> PortReport:
     return replace(stopped(plan, git, replayed), worktree=str(git.cwd))
 
 
-def abort(directory: Path) -> str:
-    """`--abort`: forget the stopped port (nothing outside its state dir was written)."""
-    if not (directory / "state.json").is_file():
-        state.remove(directory)  # a port killed before it could save or clean up
-        return f"removed the leftovers of an interrupted port: {directory}"
-    saved = state.load(directory)
-    state.remove(directory)
-    return f"aborted the port {saved.old_ref} -> {saved.new_ref}; removed {directory}"
+def _stop_in_worktree(git: Git, plan: PortPlan, saved: Stop, by_commit: dict[str, int]) -> Stop:
+    """The stop the worktree is at: the saved one; or, once git concluded that one and stopped
+    at a later patch, that patch's (its conflict read from the index). A LifecycleError when
+    git stopped anywhere else (a pick skipped by hand)."""
+    picking = git.commit_of("CHERRY_PICK_HEAD")
+    at = by_commit.get(picking) if picking else None
+    if picking is None or at == saved.index:
+        # At the stop; or no pick stopped at all: all done, or aborted by hand (finish says).
+        return saved
+    if at is not None and at > saved.index and saved.index in _new_commits(git, plan):
+        head = git.out("rev-parse", "HEAD").strip()
+        return Stop(at, replay.read_conflict(git, ""), head)
+    where = plan.patches[at].file if at is not None else f"commit {picking[:12]}"
+    raise LifecycleError(
+        f"the worktree's cherry-pick is at {where}, not at {plan.patches[saved.index].file} "
+        "where the port stopped (was a patch skipped by hand?): `lifecycle port --abort` and "
+        "start again"
+    )
+
+
+def abort(directory: Path, home: Home) -> str:
+    """`--abort`: forget the stopped port (nothing outside its state dir was written); refused
+    while the port runs."""
+
+    def busy(holder: str) -> AnswerNo:
+        return AnswerNo(f"{holder}: --abort removes only a stopped or killed port")
+
+    with state.running(home, directory, "the `port --abort`", busy):
+        if not directory.is_dir():  # the port it waited on ended meanwhile
+            raise LifecycleError(f"no port in progress (nothing in {directory})")
+        if not (directory / "state.json").is_file():
+            state.remove(directory)  # a port killed before it could save or clean up
+            return f"removed the leftovers of an interrupted port: {directory}"
+        saved = state.load(directory)
+        state.remove(directory)
+        return f"aborted the port {saved.old_ref} -> {saved.new_ref}; removed {directory}"
 
 
 def _old_series(plan: PortPlan, git: Git) -> list[str]:

@@ -4,6 +4,10 @@ One port at a time per repository holding manifests/, like one rebase per reposi
 `$LIFECYCLE_HOME/port/<sha256(repository root)[:16]>/` holds `state.json` and `worktree/`,
 the scratch clone the conflict is resolved in. Nothing is written into the user's repository
 until the port finishes, so `--abort` restores everything by removing this directory.
+
+A port, a `--continue` and an `--abort` hold the state dir's lock (an flock, `running`) while
+they run. The kernel drops it when its holder ends, SIGKILL included: a state dir whose lock
+nobody holds is a port that stopped, or one that died, and only then may `--abort` remove it.
 """
 
 from __future__ import annotations
@@ -11,13 +15,16 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lifecycle.errors import LifecycleError
 from lifecycle.home import Home
+from lifecycle.leases import exclusive_or
 from lifecycle.port.upstream import Release
 
 STATE_VERSION = 1
@@ -86,8 +93,26 @@ def worktree(directory: Path) -> Path:
     return directory / "worktree"
 
 
+@contextlib.contextmanager
+def running(
+    home: Home, directory: Path, what: str, refuse: Callable[[str], Exception]
+) -> Iterator[None]:
+    """Hold the lock of the port in `directory` for the block, as `what` (`the port 1.0 -> 2.0`);
+    without waiting: `refuse(holder)` is raised, `holder` naming the port that holds it."""
+    lock = home.port_lock(directory.name)
+
+    def busy() -> Exception:
+        holder = lock.read_text().strip() if lock.is_file() else ""
+        return refuse(f"{holder or 'a port'} is running in {directory}")
+
+    with exclusive_or(lock, busy):
+        lock.write_text(f"{what} (pid {os.getpid()})\n")  # for the refusals of others
+        yield
+
+
 def claim(directory: Path, describe: str) -> None:
-    """Create the state dir, refusing if a port is in progress (mkdir is the lock)."""
+    """Create the state dir (its lock held: `running`), refusing if one is there: a port that
+    stopped, or the leftovers of one that died."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     try:
         directory.mkdir()
