@@ -20,6 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+from lifecycle.manifest.repository import repository_problem
+
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 
@@ -199,6 +201,16 @@ PortKey = Annotated[str, BeforeValidator(_port_number_as_text), AfterValidator(_
 PinName = Literal["vllm", "flashinfer", "base_image"]
 
 
+def _repository(value: str) -> str:
+    problem = repository_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+Repository = Annotated[str, Field(min_length=1), AfterValidator(_repository)]
+
+
 def _unset(value: object) -> bool:
     # Keys added after manifests were first digested are dumped only when set (`exclude_if`),
     # so a manifest that does not use one dumps, and digests (image tag included), as before
@@ -234,7 +246,13 @@ class EnginePins(Strict):
 class Upstream(Strict):
     """Where the engine's source comes from, for `port`."""
 
-    repository: Text = Field(description="A git URL or a local path (relative to the manifest).")
+    repository: Repository = Field(
+        description=(
+            "A git URL (https, http, ssh, git, file), an scp-like host:path, or a local path "
+            "(relative to the manifest); never beginning with '-'. Put no credentials in it: "
+            "git's credential helpers authenticate a private upstream."
+        )
+    )
     tag: Text = Field(default="v{version}", description="Tag of a release; {version} is replaced.")
 
     def tag_for(self, version: str) -> str:

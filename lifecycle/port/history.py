@@ -61,6 +61,7 @@ def reverse_applies(git: Git, tree: str, patch: Path, directory: str) -> bool:
             "--check",
             "--reverse",
             f"--directory={directory}",
+            "--",
             str(patch),
             check=False,
         )

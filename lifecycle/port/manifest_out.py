@@ -25,10 +25,11 @@ import yaml
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.load import deep_merge
 from lifecycle.manifest.model import Patch, TunedValue
+from lifecycle.manifest.repository import is_remote
 from lifecycle.manifest.source import read_yaml
 from lifecycle.port.outcome import TunedFate
 from lifecycle.port.plan import PortPlan
-from lifecycle.port.upstream import REMOTE, PinChange, base_image_pin, declaring_file
+from lifecycle.port.upstream import PinChange, base_image_pin, declaring_file
 
 _ORDER = ("schema_version", "extends", "name", "engine", "upstream", "patches", "tuned")
 _VERSIONISH = re.compile(r"[0-9][0-9A-Za-z.+!_-]*")
@@ -150,7 +151,7 @@ def _rebase_upstream(own: dict[str, Any], loaded: LoadedManifest, new_dir: Path)
     if not isinstance(upstream, dict) or "repository" not in upstream:
         return
     repository = str(upstream["repository"])
-    if REMOTE.match(repository) or Path(repository).is_absolute():
+    if is_remote(repository) or Path(repository).is_absolute():
         return
     absolute = os.path.normpath(declaring_file(loaded).parent / repository)
     own["upstream"] = {**upstream, "repository": os.path.relpath(absolute, new_dir)}

@@ -6,6 +6,7 @@ written or the absolute path of a local repository. Every port fetches into it
 (`git fetch --tags`, all branches, so a recorded upstream commit on a branch is found), under
 a file lock so two ports do not fetch into one mirror at once. If the fetch fails (offline)
 the mirror is used as it is, and the port says so; the tags it needs must already be there.
+The source is given to git after `--`, so that it is never read as an option.
 
 A release's pins are its tag, the FlashInfer version it requires and its base image. FlashInfer
 is read from the new tag itself: the lines of `requirements/cuda.txt`, `requirements/*.txt`,
@@ -36,11 +37,9 @@ from lifecycle.home import Home
 from lifecycle.leases import exclusive
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.model import Upstream
+from lifecycle.manifest.repository import is_remote
 from lifecycle.manifest.source import read_yaml
 from lifecycle.port.git import Git
-
-# git's own rule: `scheme://...`, or `host:path` with the colon before any slash, is remote.
-REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/]+:")
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ def upstream_source(loaded: LoadedManifest) -> str:
     """`upstream.repository` as git fetches it: a URL as written, a local path resolved against
     the directory of the manifest that declares it (like a patch file)."""
     repository = loaded.manifest.upstream.repository
-    if REMOTE.match(repository):
+    if is_remote(repository):
         return repository
     return str((declaring_file(loaded).parent / repository).resolve())
 
@@ -100,6 +99,7 @@ def ensure_mirror(home: Home, source: str) -> Mirror:
             "--force",
             "--prune",
             "--tags",
+            "--",  # the source is never an option, whatever a manifest says (model refuses too)
             source,
             "+refs/heads/*:refs/heads/*",
             check=False,
@@ -177,7 +177,7 @@ def find_release(
         if commit:
             return Release(version, tag, commit)
     pattern = upstream.tag_for("*")
-    known = mirror.out("tag", "--list", pattern, "--sort=-version:refname").split()[:8]
+    known = mirror.out("tag", "--list", "--sort=-version:refname", "--", pattern).split()[:8]
     tried = ", ".join(upstream.tag_for(v) for v in candidates)
     raise LifecycleError(
         f"no upstream tag {tried} in the mirror (recent {pattern}: {', '.join(known) or 'none'});"
