@@ -22,7 +22,10 @@ MIN_SECRET_LEN = 4
 # name -> value gives `<redacted:NAME>`; a bare sequence of values gives `<redacted>`.
 Secrets: TypeAlias = Mapping[str, str] | Sequence[str]
 
-_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s/:@]+):([^\s/@]+)@")
+# `scheme://user:password@` keeps the user; a userinfo of one part is the credential itself
+# (`https://ghp_…@github.com`, GitHub's token URL), and goes whole.
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/:@]+)(?::([^\s/@]+))?@")
+_LEADING_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)[^/?#]*@")
 _AUTH_HEADER = re.compile(
     r"""(?i)\b(authorization["']?[ \t]*[:=][ \t]*["']?)"""
     r"""(?:(bearer|basic|token|digest|negotiate)[ \t]+)?([^\s"',;]+)"""
@@ -62,7 +65,7 @@ def redact(text: str, secret_values: Secrets) -> str:
     """`text` with every given secret value and everything shaped like a credential replaced."""
     pairs = _spellings(secret_values)
     text = _replace_values(text, pairs)
-    text = _URL_PASSWORD.sub(r"\1:<redacted:password>@", text)
+    text = _URL_USERINFO.sub(_url_userinfo, text)
     text = _AUTH_HEADER.sub(_auth_header, text)
     text = _BEARER.sub(r"\1 <redacted:bearer>", text)
     text = _HF_TOKEN.sub("<redacted:hf-token>", text)
@@ -79,6 +82,12 @@ def redact_values(text: str, secret_values: Secrets) -> str:
     nothing else: for text whose other words are not prose, such as a file's name."""
     pairs = _spellings(secret_values)
     return _drop_survivors(_replace_values(text, pairs), [value for value, _ in pairs])
+
+
+def without_userinfo(url: str) -> str:
+    """`url` without its userinfo (`user:token@`), as git shows a remote; anything that is
+    not a `scheme://` URL (an scp-like host:path, a path) as it is."""
+    return _LEADING_USERINFO.sub(r"\1", url)
 
 
 @functools.lru_cache(maxsize=4096)  # evidence files repeat the same few keys thousands of times
@@ -124,6 +133,15 @@ def _drop_survivors(text: str, values: Sequence[str]) -> str:
         for value in values:
             text = text.replace(value, "")
     return text
+
+
+def _url_userinfo(match: re.Match[str]) -> str:
+    scheme, user, password = match[1], match[2], match[3]
+    if user.startswith("<redacted"):  # already redacted (its `:` is not a password's)
+        return match[0]
+    if password is None:
+        return f"{scheme}<redacted:user>@"
+    return f"{scheme}{user}:<redacted:password>@"
 
 
 def _auth_header(match: re.Match[str]) -> str:

@@ -1,17 +1,29 @@
-"""What a port gives git of `upstream.repository`: a manifest runs no command."""
+"""What a port gives git of `upstream.repository`, and what it shows of it: a manifest runs no
+command, and a token in the URL reaches git and nothing else."""
 
 from __future__ import annotations
 
+import base64
+import functools
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from lifecycle.cli import cli
 from lifecycle.home import Home
 from lifecycle.port.upstream import ensure_mirror
-from tests.port_support import PatchSpec, Project, Upstream, git
+from tests.port_support import PatchSpec, PortRun, Project, Upstream, change_mix, git
 
 # Quoted as YAML: `--upload-pack` runs its value through the shell on the fetching side.
 OPTION = "--upload-pack=touch PWNED; echo x:y"
+TOKEN = "ghp_SeCrEtToKeN0123456789abcdefABCDEF0123"
 
 
 @pytest.fixture
@@ -63,3 +75,97 @@ def test_git_never_takes_the_source_for_an_option(tmp_path: Path, isolated_home:
 
     assert mirror.warning is not None and "failed" in mirror.warning
     assert _pwned(tmp_path, isolated_home) == []
+
+
+class _PrivateUpstream(SimpleHTTPRequestHandler):
+    """A dumb-HTTP git server's handler; with `basic` (an HTTP basic credential, encoded), a
+    request without it is answered 401, as a private upstream answers."""
+
+    def __init__(self, *args: Any, basic: str | None, **kwargs: Any) -> None:
+        self.basic = basic  # before the base class, which handles the request as it starts
+        super().__init__(*args, **kwargs)
+
+    def do_GET(self) -> None:
+        if self.basic and self.headers.get("Authorization") != f"Basic {self.basic}":
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="upstream"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        super().do_GET()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # the test's output stays the port's
+
+
+@contextmanager
+def _dumb_http(root: Path, basic: str | None) -> Iterator[str]:
+    """`root` served over dumb HTTP on loopback while in the block: its URL."""
+    handler = functools.partial(_PrivateUpstream, basic=basic, directory=str(root))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _lifecycle(project: Project, *args: str) -> PortRun:
+    result = CliRunner().invoke(cli, ["--manifests", str(project.manifests), *args])
+    return PortRun(result.exit_code, result.stdout, result.stderr)
+
+
+def _holding(root: Path, needle: str) -> list[str]:
+    """The files under `root` whose name or bytes hold `needle`."""
+    found = []
+    for path in root.rglob("*"):
+        if needle in path.name or (path.is_file() and needle.encode() in path.read_bytes()):
+            found.append(str(path))
+    return found
+
+
+@pytest.mark.parametrize("userinfo", [f"x-access-token:{TOKEN}", TOKEN])
+def test_a_token_in_the_upstream_url_reaches_git_and_nothing_else(
+    userinfo: str, up: Upstream, project: Project, tmp_path: Path, isolated_home: Path
+) -> None:
+    patch = up.patch("v1.0.0", change_mix("32"))
+    up.edit("pkg/other.py", lambda text: text.replace("OTHER_5 = 5\n", "OTHER_5 = 55\n"))
+    up.write("requirements.txt", "fakeinfer==2.0.0\n")
+    up.commit("Release 2.0.0")
+    up.tag("2.0.0")
+    root = tmp_path / "served"
+    root.mkdir()
+    git(root, "clone", "-q", "--bare", str(up.path), "up.git")
+    git(root / "up.git", "update-server-info")
+    # user:token is asked for, so the port must still give it to git; a token alone is a
+    # user git would want a password for, so that upstream is served openly.
+    basic = base64.b64encode(userinfo.encode()).decode() if ":" in userinfo else None
+    with _dumb_http(root, basic) as server:
+        plain = f"{server}/up.git"
+        with_token = plain.replace("://", f"://{userinfo}@")
+        _manifest_from(project, with_token, [PatchSpec("a.patch", patch)])
+        online = project.port("1.0", "2.0", "--json")
+    git(project.path, "branch", "-q", "-D", "port/2.0")
+    offline = project.port("1.0", "2.0")  # the upstream is gone: from the mirror, saying so
+    shown = [_lifecycle(project, "show", "1.0"), _lifecycle(project, "show", "1.0", "--json")]
+
+    assert online.exit_code == 0, online.stderr
+    assert online.report["upstream"] == plain
+    assert offline.exit_code == 0, offline.stderr
+    assert f"warning: fetch from {plain} failed" in offline.stdout
+    assert shown[1].exit_code == 0 and plain in shown[1].stdout
+    for run in (online, offline, *shown):
+        assert TOKEN not in run.stdout and TOKEN not in run.stderr
+    # On the branch only the manifest the user wrote holds it; the port's files and message not.
+    grep = subprocess.run(
+        ["git", "grep", "-l", "-F", TOKEN, "port/2.0"],
+        cwd=project.path,
+        capture_output=True,
+        text=True,
+    )
+    assert grep.stdout.split() == ["port/2.0:manifests/1.0/manifest.yaml"]
+    assert TOKEN not in git(project.path, "log", "--format=%B", "main..port/2.0")
+    assert _holding(isolated_home, TOKEN) == []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle.redact import MIN_SECRET_LEN, is_sensitive_key, redact
+from lifecycle.redact import MIN_SECRET_LEN, is_sensitive_key, redact, without_userinfo
 
 BOOT_LOGS = Path(__file__).parent / "data" / "boot_logs"
 HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
@@ -92,6 +92,10 @@ def test_json_escaped_and_newline_spellings_are_replaced() -> None:
             "git clone https://build:<redacted:password>@git.example.com/r.git",
         ),
         ("s3://KEY:SECRET@bucket/x", "s3://KEY:<redacted:password>@bucket/x"),
+        (  # a token alone as the user: GitHub's token URL
+            "fetch from https://ghp_SeCrEt0123456789@github.com/o/r.git failed",
+            "fetch from https://<redacted:user>@github.com/o/r.git failed",
+        ),
     ],
 )
 def test_credential_shapes_are_redacted(line: str, expected: str) -> None:
@@ -226,3 +230,20 @@ def test_every_sensitive_key_is_redacted_on_its_own(key: str) -> None:
     in a text must not be skipped."""
     assert is_sensitive_key(key)
     assert redact(f"{key}=hunter2-xyz", {}) == f"{key}=<redacted>"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://x-access-token:ghp_SeCrEt@github.com/o/r.git", "https://github.com/o/r.git"),
+        ("https://ghp_SeCrEt@github.com/o/r.git", "https://github.com/o/r.git"),
+        ("ssh://git@host:22/r.git", "ssh://host:22/r.git"),
+        ("http://u:p%40ss@127.0.0.1:8000/up.git?x=1", "http://127.0.0.1:8000/up.git?x=1"),
+        ("https://github.com/vllm-project/vllm", "https://github.com/vllm-project/vllm"),
+        ("https://host/path/with@sign", "https://host/path/with@sign"),
+        ("git@github.com:o/r.git", "git@github.com:o/r.git"),  # scp-like: no password there
+        ("../upstream.git", "../upstream.git"),
+    ],
+)
+def test_a_url_is_shown_without_its_userinfo(url: str, shown: str) -> None:
+    assert without_userinfo(url) == shown

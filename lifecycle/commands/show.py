@@ -13,6 +13,7 @@ from lifecycle.commands.context import Context
 from lifecycle.manifest import find_manifest, load_manifest
 from lifecycle.manifest.load import canonical_form, manifest_digest, patch_digests
 from lifecycle.manifest.model import TunedValue
+from lifecycle.redact import without_userinfo
 from lifecycle.report import Report
 
 
@@ -103,9 +104,19 @@ def run(ctx: Context, request: verbs.Show) -> ShowReport:
             )
             for name, profile in manifest.profiles.items()
         },
-        manifest=canonical_form(loaded),
+        manifest=_shown(canonical_form(loaded)),
         registry=manifest.registry,
     )
+
+
+def _shown(canonical: dict[str, Any]) -> dict[str, Any]:
+    """The canonical manifest as shown: a token in the upstream's URL is git's, not output's
+    (the digest is of the manifest as written)."""
+    upstream = canonical["upstream"]
+    return {
+        **canonical,
+        "upstream": {**upstream, "repository": without_userinfo(upstream["repository"])},
+    }
 
 
 def _with_registry(report: ShowReport) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from lifecycle.port.classify import Replayed, classify
 from lifecycle.port.git import Git
 from lifecycle.port.outcome import PatchResult, PortReport, PortStatus
 from lifecycle.port.plan import PortPlan
+from lifecycle.redact import without_userinfo
 
 REPORT_FILE = "port-report.json"
 RANGE_DIFF_FILE = "port-range-diff.txt"
@@ -107,7 +108,7 @@ def _report(
         new_ref=plan.new_label,
         old=plan.old,
         new=plan.new,
-        upstream=plan.loaded.manifest.upstream.repository,
+        upstream=without_userinfo(plan.loaded.manifest.upstream.repository),  # it is committed
         subdir=plan.subdir,
         results=tuple(results),
         pins=values.pins,

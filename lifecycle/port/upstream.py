@@ -6,7 +6,8 @@ written or the absolute path of a local repository. Every port fetches into it
 (`git fetch --tags`, all branches, so a recorded upstream commit on a branch is found), under
 a file lock so two ports do not fetch into one mirror at once. If the fetch fails (offline)
 the mirror is used as it is, and the port says so; the tags it needs must already be there.
-The source is given to git after `--`, so that it is never read as an option.
+The source is given to git after `--`, and shown (a warning, the report) without the URL's
+userinfo: a token written into it is git's to use, never the port's to print or commit.
 
 A release's pins are its tag, the FlashInfer version it requires and its base image. FlashInfer
 is read from the new tag itself: the lines of `requirements/cuda.txt`, `requirements/*.txt`,
@@ -40,6 +41,7 @@ from lifecycle.manifest.model import Upstream
 from lifecycle.manifest.repository import is_remote
 from lifecycle.manifest.source import read_yaml
 from lifecycle.port.git import Git
+from lifecycle.redact import without_userinfo
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ def ensure_mirror(home: Home, source: str) -> Mirror:
         return Mirror(
             path,
             source,
-            f"fetch from {source} failed ({' '.join(reason[-1:])}); "
+            f"fetch from {without_userinfo(source)} failed ({' '.join(reason[-1:])}); "
             "using the mirror as last fetched",
         )
     return Mirror(path, source)
