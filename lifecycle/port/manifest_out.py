@@ -93,7 +93,9 @@ def manifest_data(
     tuned: dict[str, TunedValue],
 ) -> dict[str, Any]:
     """The new manifest's own keys (plain data), extending the root of the old chain."""
-    root = loaded.chain[-1]
+    # Both ends real paths: `extends` must not go through a symlink (`current -> 0.30`) that
+    # may later point elsewhere, nor up through one the manifests were reached by.
+    root, new_dir = loaded.chain[-1].resolve(), new_dir.resolve()
     own: dict[str, Any] = {}
     for file in reversed(loaded.chain[:-1]):  # from the root's child down to the old manifest
         own = deep_merge(own, read_yaml(file).data)
@@ -153,7 +155,7 @@ def _rebase_upstream(own: dict[str, Any], loaded: LoadedManifest, new_dir: Path)
     repository = str(upstream["repository"])
     if is_remote(repository) or Path(repository).is_absolute():
         return
-    absolute = os.path.normpath(declaring_file(loaded).parent / repository)
+    absolute = (declaring_file(loaded).parent / repository).resolve()  # what the port fetched
     own["upstream"] = {**upstream, "repository": os.path.relpath(absolute, new_dir)}
 
 
