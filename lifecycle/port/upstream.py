@@ -243,14 +243,22 @@ def flashinfer_pin(mirror: Git, release: Release, dist: str, old: str) -> PinCha
 
 
 def base_image_pin(base_image: str, old_version: str, new_version: str) -> PinChange:
-    """The base image with the old version replaced by the new one, else carried and flagged."""
+    """The base image with the old version replaced by the new one where its tag names it once
+    (`v0.30-cuda12.1.0`), else carried and flagged: a version inside another (`v0.30.1`,
+    `cuda12.1.0` for 1.0) is not the release, and two of them are a guess."""
     name, colon, tag = base_image.rpartition(":")
-    if colon and "/" not in tag and re.search(rf"(?<![\d.]){re.escape(old_version)}(?![\d])", tag):
-        bumped = f"{name}:{tag.replace(old_version, new_version)}"
+    # A whole version: no digit or `.` before it, no digit or `.digit` after it.
+    whole = re.compile(rf"(?<![\d.]){re.escape(old_version)}(?!\.?\d)")
+    found = whole.findall(tag) if colon and "/" not in tag else []
+    if len(found) == 1:
+        bumped = f"{name}:{whole.sub(lambda _: new_version, tag)}"
         return PinChange("base_image", base_image, bumped, "tag names the release")
     if old_version == new_version:
         return PinChange("base_image", base_image, base_image, "same release")
-    why = f"its tag does not name {old_version}"
+    if found:
+        why = f"its tag names {old_version} {len(found)} times, not once"
+    else:
+        why = f"its tag does not name {old_version}"
     return PinChange("base_image", base_image, base_image, f"carried: {why}; check it", True, why)
 
 
