@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lifecycle.port.upstream import base_image_pin
+from lifecycle.port.upstream import base_image_pin, release_candidates
 from tests.port_support import Project, Upstream, git
 
 
@@ -81,3 +81,21 @@ def test_a_base_image_naming_the_release_twice_is_left_unconfirmed(
     engine = yaml.safe_load(project.shown("port/2.0", "manifests/2.0/manifest.yaml"))["engine"]
     assert "base_image" not in engine  # 1.0's, inherited as it was
     assert "names 1.0.0 2 times" in engine["unconfirmed"]["base_image"]
+
+
+def test_a_release_is_looked_for_normalized_then_as_written() -> None:
+    assert release_candidates("1.1.0-rc1", None) == ["1.1.0rc1", "1.1.0-rc1"]
+    assert release_candidates("demo/0.32", None) == ["0.32", "0.32.0"]
+    assert release_candidates("1.1.0rc1", None) == ["1.1.0rc1"]
+    assert release_candidates("1.1.0-rc1", "1.1.0rc1") == ["1.1.0rc1"]
+
+
+def test_a_tag_spelled_as_new_is_found(up: Upstream, project: Project) -> None:
+    project.manifest("1.0", [])
+    up.commit("Release candidate")
+    up.tag("1.1.0-rc1")  # v1.1.0-rc1: not the normalized v1.1.0rc1
+
+    run = project.port("1.0", "1.1.0-rc1", "--json")
+
+    assert run.exit_code == 0, run.stderr
+    assert (run.report["to"]["tag"], run.report["to"]["version"]) == ("v1.1.0-rc1", "1.1.0-rc1")

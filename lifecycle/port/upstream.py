@@ -188,7 +188,8 @@ def find_release(
 
 
 def release_candidates(new_ref: str, explicit: str | None) -> list[str]:
-    """`--release` if given, else the new manifest's directory name: `0.31` → 0.31, 0.31.0."""
+    """`--release` if given, else the new manifest's directory name: `0.31` → 0.31, 0.31.0;
+    each normalized first (`1.1.0-rc1` → 1.1.0rc1), then as written, for a tag spelled so."""
     if explicit:
         return [explicit]
     name = new_ref.rstrip("/").rsplit("/", 1)[-1]
@@ -196,10 +197,10 @@ def release_candidates(new_ref: str, explicit: str | None) -> list[str]:
     valid = []
     for candidate in candidates:
         try:
-            valid.append(str(Version(candidate)))
+            valid += [str(Version(candidate)), candidate]
         except InvalidVersion:
             continue
-    return valid or [name]
+    return list(dict.fromkeys(valid)) or [name]
 
 
 def flashinfer_pin(mirror: Git, release: Release, dist: str, old: str) -> PinChange:
