@@ -433,7 +433,7 @@ def test_a_port_of_the_production_031_manifest_would_extend_030(
     assert (image.new, image.flagged) == ("vllm/vllm-openai:v0.32.0", False)
 
     shutil.copytree(manifests / "0.31/patches", manifests / "0.32/patches")
-    tuned = carry_tuned(loaded.manifest.tuned, "0.31")
+    tuned = carry_tuned(loaded.manifest.tuned, {"gpu_memory_utilization": "0.31"})
     engine = {"vllm": "0.32.0", "flashinfer": "0.7.0.post1", "base_image": image.new}
     data = manifest_data(loaded, manifests / "0.32", engine, loaded.manifest.patches, tuned)
     (manifests / "0.32/manifest.yaml").write_text(render(data, ["ported"]))

@@ -11,7 +11,13 @@ import yaml
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.manifest import find_manifest, load_manifest
-from lifecycle.manifest.load import canonical_form, manifest_digest, patch_digests
+from lifecycle.manifest.load import (
+    canonical_form,
+    manifest_digest,
+    manifest_ref,
+    patch_digests,
+    tuned_origins,
+)
 from lifecycle.manifest.model import TunedValue
 from lifecycle.redact import without_userinfo
 from lifecycle.report import Report
@@ -48,6 +54,7 @@ class ShowReport(Report):
     unconfirmed: dict[str, str]  # pin -> why the port could not derive it; build refuses it
     patches: tuple[PatchDigest, ...]
     tuned: dict[str, TunedValue]
+    tuned_from: dict[str, str]  # name -> the release whose manifest writes it (may be a parent)
     profiles: dict[str, ProfileCommand]
     manifest: dict[str, Any]  # the canonical resolved manifest
     registry: str | None = None  # where its images are pushed and pulled; not in the digest
@@ -66,7 +73,9 @@ class ShowReport(Report):
             )
         for name, tuned in self.tuned.items():
             flag = "" if tuned.status == "validated" else "  <- NOT re-validated on this release"
+            # Where it was measured: an inherited value was validated on the parent, not here.
             origin = f" from {tuned.carried_from}" if tuned.carried_from else ""
+            origin = origin or f" on {self.tuned_from[name]}"
             lines.append(f"# tuned {name}={tuned.value} ({tuned.status}{origin}){flag}")
         for patch in self.patches:
             lines.append(f"# patch {patch.file} sha256:{patch.sha256[:16]}")
@@ -96,6 +105,10 @@ def run(ctx: Context, request: verbs.Show) -> ShowReport:
         unconfirmed={str(pin): why for pin, why in manifest.engine.unconfirmed.items()},
         patches=tuple(PatchDigest(f, sha) for f, sha in patch_digests(loaded)),
         tuned=dict(manifest.tuned),
+        tuned_from={
+            name: manifest_ref(file.parent, ctx.manifests_dir)
+            for name, file in tuned_origins(loaded).items()
+        },
         profiles={
             name: ProfileCommand(
                 profile.engine,

@@ -103,6 +103,19 @@ def manifest_ref(directory: Path, manifests_dir: Path) -> str:
         return directory.name
 
 
+def tuned_origins(loaded: LoadedManifest) -> dict[str, Path]:
+    """The file of the chain that writes each tuned value's `value`, the nearest: where it was
+    measured (or recorded as carried); a derived manifest inherits its parent's measurements."""
+    origins: dict[str, Path] = {}
+    for file in reversed(loaded.chain):  # the root first: a nearer file's value overrides
+        data = read_yaml(file).data
+        tuned = data.get("tuned") if isinstance(data, dict) else None
+        for name, value in tuned.items() if isinstance(tuned, dict) else ():
+            if isinstance(value, dict) and "value" in value:
+                origins[str(name)] = file
+    return {name: origins.get(name, loaded.file) for name in loaded.manifest.tuned}
+
+
 def find_manifest(manifests_dir: Path, ref: str) -> Path:
     """`0.31` → manifests/0.31/manifest.yaml; a path to a file is taken as it is, a path to
     a dir holding a manifest.yaml is that file."""

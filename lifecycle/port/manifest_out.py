@@ -9,7 +9,9 @@ old release directory can be retired once nothing extends it.
 
 Tuned values are written in full even where the root holds the same measurement, with
 `status: carried` and `carried_from`, so that the file itself says they were not re-measured.
-A value that was already carried keeps the release it was measured on.
+`carried_from` names the release the value was measured on: that of the manifest of the chain
+that validated it (an inherited value was measured on the parent, not on OLD), or, for a value
+carried already, the release it names.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import yaml
 
 from lifecycle.manifest import LoadedManifest
-from lifecycle.manifest.load import deep_merge
+from lifecycle.manifest.load import deep_merge, manifest_ref, tuned_origins
 from lifecycle.manifest.model import Patch, TunedValue
 from lifecycle.manifest.repository import is_remote
 from lifecycle.manifest.source import read_yaml
@@ -61,24 +63,31 @@ def new_values(plan: PortPlan, flashinfer: PinChange) -> NewValues:
     }
     if unconfirmed:
         new_engine["unconfirmed"] = unconfirmed
-    tuned = carry_tuned(plan.loaded.manifest.tuned, plan.old_label, plan.validated)
+    measured_in = {
+        name: manifest_ref(file.parent, plan.request.manifests_dir)
+        for name, file in tuned_origins(plan.loaded).items()
+    }
+    tuned = carry_tuned(plan.loaded.manifest.tuned, measured_in, plan.validated)
     fates = {
         name: TunedFate("validated", plan.new_label)
         if value.status == "validated"
-        else TunedFate("carried", value.carried_from or plan.old_label)
+        else TunedFate("carried", str(value.carried_from))
         for name, value in tuned.items()
     }
     return NewValues((vllm, flashinfer, image), new_engine, tuned, fates)
 
 
 def carry_tuned(
-    tuned: dict[str, TunedValue], old_label: str, validated: dict[str, TunedValue] | None = None
+    tuned: dict[str, TunedValue],
+    measured_in: dict[str, str],
+    validated: dict[str, TunedValue] | None = None,
 ) -> dict[str, TunedValue]:
-    """Every tuned value as `carried`, from `old_label` unless it was carried already; but a
-    value the existing NEW `validated` is kept as it is, never turned into a carried one."""
+    """Every tuned value as `carried` from the release it was measured on: the one whose
+    manifest validated it (`measured_in`: name → release), or, for a value carried already,
+    the release it names. But a value the existing NEW `validated` is kept as it is."""
     carried = {
         name: value.model_copy(
-            update={"status": "carried", "carried_from": value.carried_from or old_label}
+            update={"status": "carried", "carried_from": value.carried_from or measured_in[name]}
         )
         for name, value in tuned.items()
     }
