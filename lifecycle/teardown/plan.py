@@ -123,6 +123,10 @@ class CacheDecision:
     archive_state: str  # not archived | verified | does not verify | archived (not checked)
     problem: bool = False  # kept because its archive did not verify or could not be checked
     resumes: Unfinished | None = None
+    # Its archive must hold its files before it goes (--with-content, or the policy's
+    # `content`): archiving first and the removal's check ask this, as the plan did.
+    content: bool = False
+    in_use_by: str | None = None  # the live boot writing it: nothing archives it meanwhile
 
     @property
     def removes(self) -> bool:
@@ -186,13 +190,16 @@ def decide(
     state = "archived (not checked)" if archive else "not archived"
     going: list[str] = []  # said of every decision that removes it
     want_content = want_content or selection.content(cache)
+    boot = cache.in_use_by if cache.in_use_by not in facts.dead_boots else None
 
     def decision(
         action: Action, *why: str, archive_state: str = state, problem: bool = False
     ) -> CacheDecision:
         if action in (Action.REMOVE, Action.ARCHIVE_THEN_REMOVE):
             why += tuple(going)
-        return CacheDecision(cache, action, why, archive, archive_state, problem, resumes)
+        return CacheDecision(
+            cache, action, why, archive, archive_state, problem, resumes, want_content, boot
+        )
 
     def archive_first_then_remove(why: str, *, archive_state: str = state) -> CacheDecision:
         """Archive it (again) first when --archive can; else keep it, saying what would."""
@@ -205,7 +212,7 @@ def decide(
         why = f"{why}: archived first"
         return decision(Action.ARCHIVE_THEN_REMOVE, why, archive_state=archive_state)
 
-    kept = _keep_reasons(cache, selection, facts, resumes)
+    kept = _keep_reasons(cache, selection, facts, resumes, boot)
     if kept:
         return decision(Action.KEEP, *kept)
     if cache.id in facts.gone:
@@ -248,13 +255,12 @@ def decide(
 
 
 def _keep_reasons(
-    cache: CacheRecord, selection: Rules, facts: Facts, resumes: Unfinished | None
+    cache: CacheRecord, selection: Rules, facts: Facts, resumes: Unfinished | None, boot: str | None
 ) -> tuple[str, ...]:
     # A run a crash left unfinished is completed whatever this run's filters say.
     excluded = None if resumes else selection.excludes(cache, facts.now)
     if excluded:
         return (excluded,)
-    boot = cache.in_use_by if cache.in_use_by not in facts.dead_boots else None
     pinned, mounted = facts.pins.get(cache.id, ()), facts.mounted_by.get(cache.id, ())
     return tuple(holders(pinned, mounted, facts.docker_problem, boot))
 

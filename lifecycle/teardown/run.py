@@ -202,7 +202,8 @@ def _carry_out(
             return Verdict(problems or ["archive does not verify"])
         tree = None if where is None else scan_now(current, where)
         used_by = [u.boot_id for u in cache_uses(ledger, cache_id=cache.id)]
-        want_content = request.with_content or archive.with_content
+        # As the plan decided (the flag, or the policy), or as an earlier archive did.
+        want_content = decision.content or archive.with_content
         gaps = archive_gaps(checked.document, tree, used_by, want_content=want_content)
         if want_content and not request.drop_withheld:
             withheld = withheld_paths(tree, tainted_files(ledger, cache.id))
@@ -255,9 +256,10 @@ def _archive_first(
     progress: Progress | None,
 ) -> dict[str, str]:
     """Archive the caches the plan archives first; cache id -> why one is still not archived."""
-    wanted = [d.cache.id for d in plan.decisions if d.action is Action.ARCHIVE_THEN_REMOVE]
+    wanted = [d for d in plan.decisions if d.action is Action.ARCHIVE_THEN_REMOVE]
     problems: dict[str, str] = {}
-    for cache_id in wanted:
+    for decision in wanted:
+        cache_id = decision.cache.id
         # One cache per call: archive_caches stops at the first failure, and one cache that
         # cannot be archived must not keep the others. A server that does not answer is not
         # asked again for each of the rest.
@@ -265,7 +267,7 @@ def _archive_first(
             problems[cache_id] = unreachable
             continue
         try:
-            archive_one(ledger, home, services, request, cache_id, dry_run=False, progress=progress)
+            archive_one(ledger, home, services, request, decision, dry_run=False, progress=progress)
         except S3Unavailable as exc:
             problems[cache_id] = f"{_GONE}: {exc}"
         except (LifecycleError, BotoCoreError, ClientError, OSError) as exc:

@@ -52,7 +52,15 @@ from lifecycle.teardown.containers import (
     running_mounts,
     stopped_boot_containers,
 )
-from lifecycle.teardown.plan import Action, Facts, Rules, Selection, TeardownPlan, decide
+from lifecycle.teardown.plan import (
+    Action,
+    CacheDecision,
+    Facts,
+    Rules,
+    Selection,
+    TeardownPlan,
+    decide,
+)
 from lifecycle.teardown.removal import scan_where_it_is, trash_path, unfinished_runs
 
 
@@ -157,8 +165,8 @@ def make_plan(
     elif request.images:
         notes += (f"images not considered: {docker_problem}",)
     if preview:
-        going = [d.cache.id for d in decisions if d.action is Action.ARCHIVE_THEN_REMOVE]
-        notes += tuple(_preview(ledger, home, services, request, cache_id) for cache_id in going)
+        going = [d for d in decisions if d.action is Action.ARCHIVE_THEN_REMOVE]
+        notes += tuple(_preview(ledger, home, services, request, d) for d in going)
     unreachable = tuple(filter(None, [docker_problem, services.s3_problem]))
     unreachable += tuple(f"{url}: {why}" for url, why in sorted(verify.unreachable.items()))
     where = to.url() if to else None
@@ -170,12 +178,13 @@ def archive_one(
     home: Home,
     services: Services,
     request: TeardownRequest,
-    cache_id: str,
+    decision: CacheDecision,
     *,
     dry_run: bool,
     progress: Progress | None,
 ) -> ArchiveReport:
-    """Archive one cache where --archive writes (a dry run only reads, and reports)."""
+    """Archive one cache where --archive writes, with its files when its decision says so
+    (a dry run only reads, and reports)."""
     if request.archive_to is None or services.s3 is None:
         raise LifecycleError(f"cannot archive: {services.s3_problem or 'no archive location'}")
     archived = archive_caches(
@@ -183,9 +192,9 @@ def archive_one(
         home,
         services.s3,
         request.archive_to,
-        [cache_id],
+        [decision.cache.id],
         host_env=services.host_env,
-        with_content=request.with_content,
+        with_content=decision.content,
         dry_run=dry_run,
         progress=progress,
     )
@@ -194,14 +203,14 @@ def archive_one(
 
 
 def _preview(
-    ledger: Ledger, home: Home, services: Services, request: TeardownRequest, cache_id: str
+    ledger: Ledger, home: Home, services: Services, request: TeardownRequest, d: CacheDecision
 ) -> str:
     try:
-        report = archive_one(ledger, home, services, request, cache_id, dry_run=True, progress=None)
+        report = archive_one(ledger, home, services, request, d, dry_run=True, progress=None)
     except (LifecycleError, BotoCoreError, ClientError, OSError) as exc:
-        return f"would archive {cache_id}, but: {exc}"
+        return f"would archive {d.cache.id}, but: {exc}"
     return (
-        f"would archive {cache_id} to {report.location}: {report.blobs} blobs"
+        f"would archive {d.cache.id} to {report.location}: {report.blobs} blobs"
         f" ({human_bytes(report.bytes_total)}), {report.blobs_present} already there,"
         f" {report.blobs_uploaded} not yet ({human_bytes(report.bytes_uploaded)})"
     )
