@@ -49,6 +49,7 @@ DELAY_POINTS = (
     *CRASH_POINTS,
     *GC_CRASH_POINTS,
     "teardown-planned",  # the plan is made and agreed; no cache touched yet
+    "apply-planned",  # apply's plan is made, shown and agreed; nothing archived yet
     "boot-caches-picked",  # a boot holds its caches' leases; its intent is not recorded yet
     "boot-recorded",  # a boot's intent is recorded; its container is not created yet
     "port-claimed",  # a port holds its lock and state dir; nothing replayed yet

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lifecycle.faults import APPLY_CRASH_POINTS, CRASH_ENV, CRASH_POINTS
+from lifecycle.faults import APPLY_CRASH_POINTS, CRASH_ENV, CRASH_POINTS, DELAY_ENV
+from tests.night_support import finish, lifecycle, sigkill, wait_for
 from tests.services import run_lifecycle
 from tests.test_teardown import _boot, _caches, _cli, _gone, _process
 
@@ -77,6 +80,91 @@ def test_plan_apply_converges_and_a_second_plan_is_empty(project: Path, tmp_path
     blind = run_lifecycle(project, "apply", "--yes", env=nowhere)
     assert blind.exit_code == 3, blind.output
     assert "nothing to do" not in blind.output
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_content_true_archives_the_files_of_the_caches_apply_removes(project: Path) -> None:
+    # The caches the policy removed were archived as evidence only, then deleted: under
+    # `content: true` their files were lost, and restore had nothing to bring back.
+    (project / "lifecycle.yaml").write_text(POLICY + "      content: true\n")
+    _, old = _boot(project)
+    _boot(project)
+    trees = {i: c.tree_digest for i, c in _caches().items()}
+    done = _process(project, "apply", "--yes")
+    assert done.returncode == 0, done.stderr
+    caches = _caches()
+    assert all(caches[i].state == "torn-down" and _gone(caches[i]) for i in old)
+    for cache_id in old:
+        restored = run_lifecycle(project, "restore", cache_id, "--json")
+        assert restored.exit_code == 0, restored.output
+        assert json.loads(restored.stdout)["tree_digest"] == trees[cache_id]
+
+
+@contextmanager
+def _running_boot(project: Path) -> Iterator[tuple[str, list[str]]]:
+    """A warm boot held running (its caches' leases taken, in the ledger as in use): its id
+    and the caches it holds."""
+    booting = lifecycle(project, "boot", "demo/0.2", "--json", env={DELAY_ENV: "boot-recorded=300"})
+    try:
+        wait_for(
+            "the boot to hold its caches", lambda: any(c.in_use_by for c in _caches().values())
+        )
+        held = sorted(c.id for c in _caches().values() if c.in_use_by)
+        boot_id = _caches()[held[0]].in_use_by
+        assert boot_id is not None
+        yield boot_id, held
+    finally:
+        sigkill(booting)
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_apply_while_a_boot_runs_keeps_its_caches_and_carries_out_the_rest(
+    project: Path,
+) -> None:
+    # The plan listed the running boot's caches under "archive (and keep)"; archiving refused
+    # them, and the whole apply stopped (exit 1): a nightly apply failed while an engine ran.
+    _policy(project)
+    _, old = _boot(project)
+    _, new = _boot(project)
+    with _running_boot(project) as (boot_id, held):
+        assert held == new  # a warm boot takes the newest
+        plan = _plan(project)
+        assert plan["archive"] == [] and plan["archive_later"] == dict.fromkeys(new, boot_id)
+        done = _process(project, "apply", "--yes")
+        assert done.returncode == 0, done.stderr
+        for cache_id in new:
+            assert f"archive later: {cache_id}: in use by boot {boot_id}" in done.stdout
+        caches = _caches()
+        assert all(caches[i].state == "torn-down" and _gone(caches[i]) for i in old)
+        assert all(caches[i].state == "live" and not _gone(caches[i]) for i in new)
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_cache_a_boot_takes_after_the_plan_is_skipped_not_the_apply(project: Path) -> None:
+    _policy(project)
+    _, old = _boot(project)
+    _, new = _boot(project)
+    # Held after its plan is shown, long enough for a boot to take the caches it archives.
+    applying = lifecycle(project, "apply", "--yes", env={DELAY_ENV: "apply-planned=30"})
+    assert applying.stdout is not None
+    shown: set[str] = set()
+    while not set(new) <= shown:  # the plan is on stdout: apply is past it, at its delay
+        line = applying.stdout.readline()
+        assert line, f"apply ended before it showed its plan: {finish(applying)}"
+        if line.startswith("archive (and keep): "):
+            shown.add(line.removeprefix("archive (and keep): ").strip())
+    with _running_boot(project) as (boot_id, held):
+        assert held == new
+        code, out, err = finish(applying)
+        assert code == 0, err
+        for cache_id in new:
+            assert f"not archived: cache {cache_id} is in use by boot {boot_id}" in out, out
+        caches = _caches()
+        assert all(caches[i].state == "torn-down" and _gone(caches[i]) for i in old)
+        assert all(caches[i].state == "live" and not _gone(caches[i]) for i in new)
 
 
 def _status(project: Path) -> Any:

@@ -133,6 +133,10 @@ class _Run:
     checked_boots: set[str] = field(default_factory=set)  # whose records stand (heal)
 
 
+class CacheInUse(ArchiveError):
+    """A live boot writes the cache (it holds its lease): it is archived once the boot ends."""
+
+
 def archivable(ledger: Ledger, home: Home, cache_id: str) -> CacheRecord:
     """The cache, if it can be archived now: known, not torn down, no live boot writing it
     (one whose process died holds no lease: it is settled first, or in a dry run, would be)."""
@@ -142,7 +146,7 @@ def archivable(ledger: Ledger, home: Home, cache_id: str) -> CacheRecord:
         hint = did_you_mean(cache_id, known, "; `lifecycle caches` lists them")
         raise LifecycleError(f"no cache {cache_id!r} in the ledger{hint}")
     if cache.in_use_by and lease_held(home, cache.id):
-        raise ArchiveError(
+        raise CacheInUse(
             f"cache {cache.id} is in use by boot {cache.in_use_by}: it is archived only while"
             " no boot writes it; archive it after the boot ends"
         )

@@ -13,14 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from lifecycle.archive.config import CONFIG_FILE, optional_location
 from lifecycle.archive.copies import RecordCopies
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.run import archive_caches
+from lifecycle.archive.run import CacheInUse, archive_caches
 from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
@@ -68,6 +68,9 @@ class Converge:
     state: dict[str, str]  # what the plan saw: ledger, archive
     unknown_releases: tuple[str, ...] = ()  # keep_releases entries naming no manifest
     unread: str | None = None  # the archive's records gc could not read, and what it kept
+    # Caches the policy archives now that a live boot writes (cache id -> boot): an archive
+    # would refuse them, so they wait for the boot to end, and the rest goes on.
+    archive_later: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -93,6 +96,7 @@ class Converge:
             "location": self.location,
             "state": self.state,
             "archive": list(self.archive),
+            "archive_later": dict(self.archive_later),
             "caches": plan_json(self.caches),
             "remote": collect,
             "unknown_releases": list(self.unknown_releases),
@@ -102,6 +106,10 @@ class Converge:
     def text(self) -> str:
         lines = [plan_text(self.caches, dry_run=False).rstrip("\n")]
         lines += [f"archive (and keep): {cache_id}" for cache_id in self.archive]
+        lines += [
+            f"archive later: {cache_id}: in use by boot {boot}"
+            for cache_id, boot in self.archive_later.items()
+        ]
         if self.remote is not None:
             lines.append(
                 f"remote {self.location}: remove {len(self.remote.remove)} objects"
@@ -160,6 +168,7 @@ class ApplyReport(Report):
     archived: tuple[str, ...] = ()
     teardown: TeardownResult | None = None
     swept: Swept | None = None
+    busy: tuple[str, ...] = ()  # caches a boot took since the plan: not archived, and why
 
     @property
     def exit_code(self) -> int:
@@ -178,12 +187,14 @@ class ApplyReport(Report):
             "format": self.FORMAT,
             "plan": self.plan.to_json(),
             "archived": list(self.archived),
+            "busy": list(self.busy),
             "teardown": result_json(self.teardown) if self.teardown else None,
             "swept": plain(self.swept),
         }
 
     def text(self) -> str:
         lines = [f"archived: {cache_id}" for cache_id in self.archived]
+        lines += [f"not archived: {why}" for why in self.busy]
         if self.teardown is not None:
             lines.append(summary_text(self.teardown).rstrip("\n"))
         if self.swept is not None:
@@ -210,14 +221,21 @@ def apply(ctx: Context, options: verbs.Apply) -> ApplyReport:
         if made.empty:
             return ApplyReport(made)
         ctx.agree("carry out this plan?", options, made.to_json)
+        checkpoint("apply-planned")
         archived: tuple[str, ...] = ()
+        busy: tuple[str, ...] = ()
         if made.archive and location is not None:
             for cache_id in made.archive:
                 with_content = made.verdicts[cache_id].content
-                archive_caches(
-                    ledger, ctx.home, services.s3, location, [cache_id], host_env=ctx.environ,
-                    with_content=with_content, dry_run=False, progress=ctx.say,
-                )  # fmt: skip
+                try:
+                    archive_caches(
+                        ledger, ctx.home, services.s3, location, [cache_id],
+                        host_env=ctx.environ, with_content=with_content, dry_run=False,
+                        progress=ctx.say,
+                    )  # fmt: skip
+                except CacheInUse as exc:  # a boot took it since the plan: the next apply
+                    busy += (str(exc),)
+                    continue
                 archived += (cache_id,)
             checkpoint("apply-archived")
         result = None
@@ -232,7 +250,7 @@ def apply(ctx: Context, options: verbs.Apply) -> ApplyReport:
             run_id = journal_plan(ledger, store, made.remote, _gc_policy(policy), ctx.now())
             checkpoint("gc-planned")
             swept = sweep(ledger, store, run_id, ctx.now, checkpoint=checkpoint)
-    return ApplyReport(made, archived, result, swept)
+    return ApplyReport(made, archived, result, swept, busy)
 
 
 def converge(
@@ -255,7 +273,10 @@ def converge(
     )
     caches = make_plan(ledger, ctx.home, services, request, every=every)
     going = {d.cache.id for d in caches.removing}
-    archive = tuple(c for c, v in verdicts.items() if v.archive and c not in going)
+    boots = {d.cache.id: d.in_use_by for d in caches.decisions if d.in_use_by}
+    due = [c for c, v in verdicts.items() if v.archive and c not in going]
+    archive = tuple(c for c in due if c not in boots)
+    later = {c: boots[c] for c in due if c in boots}
     if location is not None and archive and services.s3 is None:
         raise LifecycleError(f"cannot archive to {location.url()}: {services.s3_problem}")
     remote, listing, unread = None, "no archive configured", None
@@ -276,7 +297,9 @@ def converge(
     state = {"ledger": state_digest(ledger), "archive": listing}
     where = location.url() if location else None
     unknown = tuple(unknown_releases(policy, ctx.manifests_dir))
-    return Converge(caches, request, verdicts, archive, remote, where, state, unknown, unread)
+    return Converge(
+        caches, request, verdicts, archive, remote, where, state, unknown, unread, later
+    )
 
 
 def _gc_policy(policy: Policy) -> GcPolicy:
