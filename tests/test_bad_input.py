@@ -229,6 +229,11 @@ def _ledger_newer(cwd: Path, home: Path) -> None:
         conn.execute("PRAGMA user_version = 99")
 
 
+@setup("config-is-a-directory")
+def _config_is_a_directory(cwd: Path, home: Path) -> None:
+    (cwd / "lifecycle.yaml").mkdir()  # git keeps no empty dir: made here
+
+
 @setup("ledger-is-a-directory")
 def _ledger_is_a_directory(cwd: Path, home: Path) -> None:
     (home / "ledger.sqlite3").mkdir(parents=True)

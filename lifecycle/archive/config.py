@@ -21,7 +21,7 @@ KEYS = ("archive", "policy")  # policy: lifecycle.policy.model
 
 def read_config(file: Path) -> ArchiveLocation | None:
     """The archive location the project's configuration names; an absent file names none."""
-    if not file.is_file():
+    if not file.exists():  # a directory there is a mistake to name, not a file to ignore
         return None
     located = read_yaml(file)
     data = {} if located.data is None else located.data

@@ -137,6 +137,6 @@ class ProjectConfig(_Strict):
 
 def read_policy(file: Path) -> Policy:
     """The policy lifecycle.yaml declares, else the default; ManifestError (exit 2) located."""
-    if not file.is_file():
+    if not file.exists():  # a directory there is a mistake to name, not a file to ignore
         return Policy()
     return load_validated(file, ProjectConfig, lambda config: iter(())).policy
