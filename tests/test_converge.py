@@ -1,19 +1,26 @@
 """`lifecycle plan` / `apply` on the demo engine, a real dockerd and the S3 server: the policy
 in lifecycle.yaml decides, teardown's invariant removes, a saved plan is refused once the state
-moved, a SIGKILLed apply converges when run again, and after an apply the plan is empty."""
+or the policy moved or once it would do more than it shows, a SIGKILLed apply converges when
+run again, and after an apply the plan is empty."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from lifecycle.commands import converge, verbs
+from lifecycle.commands.context import Context
+from lifecycle.errors import LifecycleError
 from lifecycle.faults import APPLY_CRASH_POINTS, CRASH_ENV, CRASH_POINTS, DELAY_ENV
+from lifecycle.home import Home
 from tests.night_support import finish, lifecycle, sigkill, wait_for
 from tests.services import run_lifecycle
 from tests.test_teardown import _boot, _caches, _cli, _gone, _process
@@ -175,7 +182,7 @@ def _status(project: Path) -> Any:
 
 @pytest.mark.docker
 @pytest.mark.s3
-def test_a_saved_plan_is_refused_once_the_ledger_or_the_archive_moved(
+def test_a_saved_plan_is_refused_once_the_ledger_the_archive_or_the_policy_moved(
     project: Path, tmp_path: Path, s3_bucket: str, s3_client: Any
 ) -> None:
     client = s3_client
@@ -202,6 +209,94 @@ def test_a_saved_plan_is_refused_once_the_ledger_or_the_archive_moved(
         f"plan is stale: the archive's listing changed since {saved} was made; plan again"
     ], done.stderr
     assert all(c.state == "live" for c in _caches().values())
+
+    # The policy was edited: the saved plan kept what the new one removes, and applying it
+    # removed all 8 caches where the reviewed plan removed 4.
+    _plan(project, "-o", str(saved))
+    (project / "lifecycle.yaml").write_text(POLICY.replace("keep_last: 1", "keep_last: 0"))
+    done = _process(project, "apply", str(saved), "--yes")
+    assert done.stderr.strip().splitlines() == [
+        f"plan is stale: the policy in lifecycle.yaml changed since {saved} was made; plan again"
+    ], done.stderr
+    assert all(c.state == "live" for c in _caches().values())
+    # Bound to the rules, not the text: a comment added since changes nothing.
+    (project / "lifecycle.yaml").write_text("# reviewed\n" + POLICY)
+    done = _process(project, "apply", str(saved), "--yes")
+    assert done.returncode == 0, done.stderr
+    assert sorted(c.state for c in _caches().values()) == ["archived"] * 4 + ["torn-down"] * 4
+
+
+def _apply_at(project: Path, saved: Path, later: timedelta) -> converge.ApplyReport:
+    """`apply SAVED --yes` on the real services, its clock `later` ahead of this one."""
+    ctx = Context(
+        os.environ,
+        project / "manifests",
+        Home(Path(os.environ["LIFECYCLE_HOME"])),
+        now=lambda: datetime.now(UTC) + later,
+    )
+    return converge.apply(ctx, verbs.Apply(file=saved, yes=True))
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_saved_plan_is_refused_once_time_makes_it_do_more_and_applies_while_it_does_not(
+    project: Path, tmp_path: Path
+) -> None:
+    # Only the state was bound: the plan kept every cache `keep_within 1h`, and the same file
+    # applied two hours later removed half of them.
+    (project / "lifecycle.yaml").write_text(POLICY.replace("keep_within: null", "keep_within: 1h"))
+    _, old = _boot(project)
+    _, new = _boot(project)
+    saved = tmp_path / "plan.json"
+    plan = _plan(project, "-o", str(saved))
+    assert {c["action"] for c in plan["caches"]["caches"]} == {"keep"}  # type: ignore[index]
+    assert sorted(plan["archive"]) == sorted(old + new)  # type: ignore[arg-type]
+    with pytest.raises(LifecycleError) as refused:
+        _apply_at(project, saved, timedelta(hours=2))
+    said = str(refused.value)
+    assert said.startswith("plan is stale: applied now it would also archive, then remove "), said
+    assert said.endswith(f", which {saved} does not show; plan again"), said
+    assert sorted(old)[0] in said and sorted(new)[0] not in said, said
+    assert {c.state for c in _caches().values()} == {"live"}
+    # Ten minutes on, the plan of now is the saved one: it is carried out.
+    done = _apply_at(project, saved, timedelta(minutes=10))
+    assert sorted(done.archived) == sorted(old + new) and done.teardown is None
+    assert {c.state for c in _caches().values()} == {"archived"}
+
+
+def _planned(
+    caches: tuple[tuple[str, str], ...] = (),
+    archive: tuple[str, ...] = (),
+    remote: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """A plan as `plan -o` saves it: (cache, action) each, caches archived, objects collected."""
+    rows = [{"id": cache, "action": action, "resumes": None} for cache, action in caches]
+    images = [{"id": "sha256:1", "tags": ["demo:1"], "removes": False}]
+    teardown = {"caches": rows, "containers": [], "images": images}
+    collect = {"remove": list(remote)} if remote else None
+    return {"caches": teardown, "archive": list(archive), "remote": collect}
+
+
+def test_the_plan_of_now_is_stale_only_when_it_does_more_than_the_saved_one() -> None:
+    plan = _planned
+    saved = plan((("a", "archive, then remove"), ("b", "keep")), ("b",), ("blobs/x",))
+    assert converge.unshown_work(saved, saved) == ""
+    assert converge.unshown_work(saved, plan()) == ""  # less: what was reviewed, or less
+    assert converge.unshown_work(saved, plan((("a", "remove"), ("b", "keep")))) == "remove a"
+    more = plan((("a", "archive, then remove"), ("b", "archive, then remove")), (), ("blobs/y",))
+    assert converge.unshown_work(saved, more) == (
+        "archive, then remove b; remove from the archive blobs/y"
+    )
+    assert converge.unshown_work(saved, plan(archive=("b", "c"))) == "archive (and keep) c"
+    gone = plan()
+    gone["caches"]["containers"] = [{"name": "boot-1"}]
+    gone["caches"]["images"][0]["removes"] = True
+    assert converge.unshown_work(saved, gone) == (
+        "remove image demo:1; remove stopped boot container boot-1"
+    )
+    # A file edited by hand shows no work where it does not parse: never less refused.
+    for damaged in ({}, {"caches": [], "archive": "b", "remote": 3}, {"caches": {"caches": [1]}}):
+        assert converge.unshown_work(damaged, saved) != ""
 
 
 @pytest.mark.docker

@@ -3,9 +3,11 @@ images, and the remote archive, to the policy in lifecycle.yaml (lifecycle.polic
 it, through the same removal invariant teardown keeps and the same sweep gc makes.
 
 A plan saved with `-o FILE` is bound to the state it saw (a digest of the ledger's caches,
-archives, pins, boots and builds, and of the archive's listing); `apply FILE` refuses it when
-either moved. Each step is one a re-run completes: archiving is idempotent, teardown and gc
-journal what they are about to remove, so a killed apply, run again, converges.
+archives, pins, boots and builds, of the archive's listing, and of the policy); `apply FILE`
+refuses it when any of them moved, or when the plan of now (the clock, dockerd, the manifests
+move too) would do anything the saved one does not show. Each step is one a re-run completes:
+archiving is idempotent, teardown and gc journal what they are about to remove, so a killed
+apply, run again, converges.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ from lifecycle.policy.facts import image_keeps, live_caches, unknown_releases
 from lifecycle.policy.keep import PolicyRules, Verdict, evaluate
 from lifecycle.policy.model import Policy, parse_duration, read_policy, seconds
 from lifecycle.report import Report, plain
-from lifecycle.table import human_bytes
-from lifecycle.teardown.plan import TeardownPlan, plan_json, plan_text
+from lifecycle.table import human_bytes, some_of
+from lifecycle.teardown.plan import Action, TeardownPlan, image_name, plan_json, plan_text
 from lifecycle.teardown.removal import teardown_lock
 from lifecycle.teardown.run import TeardownResult, result_json, run_teardown, summary_text
 from lifecycle.teardown.survey import Services, TeardownRequest, make_plan
@@ -65,7 +67,7 @@ class Converge:
     archive: tuple[str, ...]  # caches kept, archived now (idle past archive_after)
     remote: GcPlan | None  # None: the policy keeps the whole archive, or none is configured
     location: str | None
-    state: dict[str, str]  # what the plan saw: ledger, archive
+    state: dict[str, str]  # what the plan saw: ledger, archive, policy
     unknown_releases: tuple[str, ...] = ()  # keep_releases entries naming no manifest
     unread: str | None = None  # the archive's records gc could not read, and what it kept
     # Caches the policy archives now that a live boot writes (cache id -> boot): an archive
@@ -294,7 +296,7 @@ def converge(
         if snap is not None:
             remote = plan_gc(snap, _gc_policy(policy), pinned_results(ledger, snap), ctx.now())
             unread = remote.unread_note(store.where)
-    state = {"ledger": state_digest(ledger), "archive": listing}
+    state = {"ledger": state_digest(ledger), "archive": listing, "policy": policy.digest()}
     where = location.url() if location else None
     unknown = tuple(unknown_releases(policy, ctx.manifests_dir))
     return Converge(
@@ -315,7 +317,11 @@ def _save(file: Path, plan: dict[str, Any]) -> None:
 
 
 # What a saved plan's state names, as the refusal says it.
-_STATE_NAMES = {"ledger": "this host's ledger", "archive": "the archive's listing"}
+_STATE_NAMES = {
+    "ledger": "this host's ledger",
+    "archive": "the archive's listing",
+    "policy": f"the policy in {CONFIG_FILE}",
+}
 
 
 def _saved(file: Path) -> tuple[Path, dict[str, Any]]:
@@ -338,10 +344,65 @@ def _saved(file: Path) -> tuple[Path, dict[str, Any]]:
 
 
 def _check_fresh(saved: tuple[Path, Mapping[str, Any]], now: Converge) -> None:
-    """A saved plan (its file, what it holds) applies only to the state it saw."""
+    """A saved plan (its file, what it holds) applies only to the state it saw, and only
+    while the plan of now does nothing it does not show: what is carried out is what was
+    reviewed, or less."""
     file, saved_plan = saved
     state = saved_plan["state"]
     moved = [_STATE_NAMES[what] for what in _STATE_NAMES if state.get(what) != now.state[what]]
     if moved or saved_plan.get("location") != now.location:
         said = " and ".join(moved) or "the archive location"
         raise LifecycleError(f"plan is stale: {said} changed since {file} was made; plan again")
+    # The clock moved (keep_within, archive_after, the archive's grace), or dockerd or the
+    # manifests did: none of them is in the state.
+    unshown = unshown_work(saved_plan, now.to_json())
+    if unshown:
+        raise LifecycleError(
+            f"plan is stale: applied now it would also {unshown}, which {file} does not show;"
+            " plan again"
+        )
+
+
+def unshown_work(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    """What the plan `now` does that `saved` does not (both as `Converge.to_json` writes
+    them), in words; empty when it does nothing more."""
+    extra = _work(now) - _work(saved)
+    kinds = sorted({kind for kind, _ in extra})
+    return "; ".join(
+        f"{kind} {some_of(sorted(name for k, name in extra if k == kind))}" for kind in kinds
+    )
+
+
+def _work(plan: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """(what, to which) for each thing carrying out `plan` does. A saved file is read as
+    found: what does not parse as work shows none, so the plan of now has more to show."""
+    teardown = _mapping(plan.get("caches"))
+    work = set()
+    for cache in _mappings(teardown.get("caches")):
+        if cache.get("action") != Action.KEEP.value:
+            work.add((str(cache.get("action")), str(cache.get("id"))))
+        if cache.get("resumes"):
+            work.add(("complete the stopped removal of", str(cache.get("id"))))
+    for container in _mappings(teardown.get("containers")):
+        work.add(("remove stopped boot container", str(container.get("name"))))
+    for image in _mappings(teardown.get("images")):
+        if image.get("removes"):
+            tags = image.get("tags")
+            name = image_name(tuple(map(str, tags)) if isinstance(tags, list) else (), "")
+            work.add(("remove image", name or str(image.get("id"))))
+    work |= {("archive (and keep)", str(c)) for c in _items(plan.get("archive"))}
+    remote = _mapping(plan.get("remote"))
+    work |= {("remove from the archive", str(key)) for key in _items(remote.get("remove"))}
+    return work
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _items(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _mappings(value: Any) -> list[Mapping[str, Any]]:
+    return [item for item in _items(value) if isinstance(item, dict)]

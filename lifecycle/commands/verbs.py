@@ -284,8 +284,9 @@ class Plan(Request, run="converge:plan"):
 
 
 class Apply(Request, run="converge:apply"):
-    """Carry out the policy's plan (or FILE, refused if the state moved since it was made):
-    archive, then remove what is archived and verified, then collect the archive."""
+    """Carry out the policy's plan (or FILE, refused if the state or the policy moved since it
+    was made, or if it would now do more than FILE shows): archive, then remove what is
+    archived and verified, then collect the archive."""
 
     file: Path | None = arg(
         metavar="[FILE]", default=None, type=click.Path(dir_okay=False, path_type=Path)

@@ -22,6 +22,7 @@ container are kept whatever the policy says (lifecycle.teardown.plan.holders).
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -126,6 +127,11 @@ class Policy(_Strict):
     def image_rule(self, manifest: str) -> ImageRule | None:
         """The first rule for this manifest's images; None: none of them is removed."""
         return next((r for r in self.images if fnmatch.fnmatchcase(manifest, r.match)), None)
+
+    def digest(self) -> str:
+        """What a saved plan binds to: the rules as validated, defaults filled in, so that a
+        comment or another spelling of the same rules changes nothing."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
 
 
 class ProjectConfig(_Strict):
