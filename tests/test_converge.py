@@ -21,6 +21,8 @@ from lifecycle.commands.context import Context
 from lifecycle.errors import LifecycleError
 from lifecycle.faults import APPLY_CRASH_POINTS, CRASH_ENV, CRASH_POINTS, DELAY_ENV
 from lifecycle.home import Home
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.removal import unfinished_gc
 from tests.night_support import finish, lifecycle, sigkill, wait_for
 from tests.services import run_lifecycle
 from tests.test_teardown import _boot, _caches, _cli, _gone, _process
@@ -324,6 +326,39 @@ def test_a_sigkilled_apply_run_again_converges_with_nothing_lost(
     assert all(caches[i].state == "torn-down" and _gone(caches[i]) for i in old)
     assert all(not _gone(caches[i]) for i in new)
     assert _plan(project)["empty"] is True
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_an_apply_killed_in_its_gc_step_is_completed_by_the_next_apply(
+    project: Path, s3_bucket: str
+) -> None:
+    # The next gc at a location completes a stopped one first; when that gc was apply's, the
+    # stopped run stayed unfinished for good (only `gc --remote` completed it).
+    _boot(project)
+    _boot(project)
+    archived = _cli(project, "archive", "--all")
+    assert archived.exit_code == 0, archived.output
+    remote = "  remote: {keep_within: 0s, grace: 0s}\n"  # every version not pinned goes
+    (project / "lifecycle.yaml").write_text(POLICY + remote)
+    killed = _process(project, "apply", "--yes", env={CRASH_ENV: "gc-planned"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    url = f"s3://{s3_bucket}/test"
+    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
+    try:
+        [stopped] = unfinished_gc(ledger, url)
+    finally:
+        ledger.close()
+    done = _process(project, "apply", "--yes")
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]  # said before the plan
+    assert first.startswith(f"completed stopped gc run {stopped.run_id}: removed "), first
+    assert not first.startswith(f"completed stopped gc run {stopped.run_id}: removed 0 "), first
+    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
+    try:
+        assert unfinished_gc(ledger, url) == []
+    finally:
+        ledger.close()
 
 
 @pytest.mark.docker

@@ -6,8 +6,9 @@ A plan saved with `-o FILE` is bound to the state it saw (a digest of the ledger
 archives, pins, boots and builds, of the archive's listing, and of the policy); `apply FILE`
 refuses it when any of them moved, or when the plan of now (the clock, dockerd, the manifests
 move too) would do anything the saved one does not show. Each step is one a re-run completes:
-archiving is idempotent, teardown and gc journal what they are about to remove, so a killed
-apply, run again, converges.
+archiving is idempotent, teardown and gc journal what they are about to remove (a gc run a
+kill stopped is completed first, as `gc --remote` completes it), so a killed apply, run again,
+converges.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from lifecycle.archive.run import CacheInUse, archive_caches
 from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
+from lifecycle.commands.gc import completed_line
 from lifecycle.commands.teardown import connect_services
 from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.gc import (
@@ -43,6 +45,7 @@ from lifecycle.gc import (
 )
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord
+from lifecycle.ledger.removal import unfinished_gc
 from lifecycle.ledger.retention import state_digest
 from lifecycle.policy.facts import image_keeps, live_caches, unknown_releases
 from lifecycle.policy.keep import PolicyRules, Verdict, evaluate
@@ -171,6 +174,7 @@ class ApplyReport(Report):
     teardown: TeardownResult | None = None
     swept: Swept | None = None
     busy: tuple[str, ...] = ()  # caches a boot took since the plan: not archived, and why
+    resumed: tuple[Swept, ...] = ()  # gc runs a kill stopped, completed before the plan
 
     @property
     def exit_code(self) -> int:
@@ -192,6 +196,7 @@ class ApplyReport(Report):
             "busy": list(self.busy),
             "teardown": result_json(self.teardown) if self.teardown else None,
             "swept": plain(self.swept),
+            "resumed": plain(self.resumed),
         }
 
     def text(self) -> str:
@@ -215,13 +220,20 @@ def apply(ctx: Context, options: verbs.Apply) -> ApplyReport:
     services = connect_services(ctx.environ, ctx.say)
     checkpoint = ctx.checkpoint()
     with ctx.ledger() as ledger, teardown_lock(ctx.home), gc_lock(ctx.home):
+        resumed: tuple[Swept, ...] = ()
+        if location is not None:  # the next gc at a location completes a stopped one first
+            store = BlobStore(services.s3, location, RecordCopies(ctx.home, location))
+            stopped = unfinished_gc(ledger, location.url())
+            resumed = tuple(sweep(ledger, store, run.run_id, ctx.now) for run in stopped)
+            if resumed and not options.as_json:  # said now: a stale plan or a no comes after
+                ctx.out("".join(completed_line(done) + "\n" for done in resumed))
         made = converge(ctx, ledger, services, policy, location)
         if saved is not None:
             _check_fresh(saved, made)
         if not options.as_json:
             ctx.out(made.text())
         if made.empty:
-            return ApplyReport(made)
+            return ApplyReport(made, resumed=resumed)
         ctx.agree("carry out this plan?", options, made.to_json)
         checkpoint("apply-planned")
         archived: tuple[str, ...] = ()
@@ -252,7 +264,7 @@ def apply(ctx: Context, options: verbs.Apply) -> ApplyReport:
             run_id = journal_plan(ledger, store, made.remote, _gc_policy(policy), ctx.now())
             checkpoint("gc-planned")
             swept = sweep(ledger, store, run_id, ctx.now, checkpoint=checkpoint)
-    return ApplyReport(made, archived, result, swept, busy)
+    return ApplyReport(made, archived, result, swept, busy, resumed)
 
 
 def converge(

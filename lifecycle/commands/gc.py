@@ -73,11 +73,7 @@ class GcReport(Report):
         """What a stopped run's completion did, then the plan: what goes, what stays and why."""
         plan = self.plan
         lines = [f"# gc of {self.location} ({self.policy})"]
-        for done in self.resumed:
-            lines.append(
-                f"completed stopped run {done.run_id}: removed {done.removed} objects"
-                f" ({human_bytes(done.bytes_freed)}), spared {len(done.spared)}{_why(done)}"
-            )
+        lines += [completed_line(done) for done in self.resumed]
         removing = Counter(doomed.kind for doomed in plan.remove)
         going = ", ".join(count_of(n, kind) for kind, n in sorted(removing.items())) or "nothing"
         lines.append(f"to remove: {going} ({human_bytes(plan.bytes)})")
@@ -139,6 +135,14 @@ def run(ctx: Context, options: verbs.Gc) -> GcReport:
         checkpoint("gc-planned")
         swept = sweep(ledger, store, run_id, ctx.now, snap=snap, checkpoint=checkpoint)
     return replace(report, result=swept)
+
+
+def completed_line(done: Swept) -> str:
+    """What completing a run a kill stopped did, in one line."""
+    return (
+        f"completed stopped gc run {done.run_id}: removed {done.removed} objects"
+        f" ({human_bytes(done.bytes_freed)}), spared {len(done.spared)}{_why(done)}"
+    )
 
 
 def _why(done: Swept) -> str:
