@@ -85,3 +85,25 @@ def test_a_profile_that_runs_the_engine_digests_as_before_the_engine_key(
     data["profiles"]["serve"]["engine"] = False
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     assert _digest(path) != before
+
+
+def test_a_credential_in_the_upstream_url_is_neither_in_the_digest_nor_in_the_snapshot(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    """A boot archives the canonical form in its manifest's snapshot: a token written into the
+    URL must not reach it, and a new token is not a new engine."""
+    from lifecycle.manifest.load import canonical_form
+
+    path = _copy_030(repo_root, tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["upstream"]["repository"] = "https://github.com/vllm-project/vllm.git"
+    path.write_text(yaml.safe_dump(data))
+    plain = _digest(path)
+    token = "ghp_" + "T0k3n" * 8
+    data["upstream"]["repository"] = (
+        f"https://x-access-token:{token}@github.com/vllm-project/vllm.git"
+    )
+    path.write_text(yaml.safe_dump(data))
+    loaded = load_manifest(path)
+    assert token not in repr(canonical_form(loaded))
+    assert manifest_digest(loaded) == plain

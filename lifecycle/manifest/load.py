@@ -43,6 +43,7 @@ from lifecycle.manifest.source import (
     read_yaml,
     render_key_path,
 )
+from lifecycle.redact import without_userinfo
 
 MANIFEST_NAME = "manifest.yaml"
 Document = TypeVar("Document", bound=BaseModel)
@@ -293,8 +294,11 @@ _DOMAIN = b"lifecycle/manifest/v1\n"
 
 def canonical_form(loaded: LoadedManifest) -> dict[str, Any]:
     """The resolved manifest as JSON data; `extends` is where it came from and `registry` where
-    its images are kept, not what it is."""
-    return loaded.manifest.model_dump(mode="json", exclude={"extends", "registry"})
+    its images are kept, not what it is; nor is a credential in its upstream's URL (kept out of
+    the digest, so a new token is not a new engine, and of the snapshots a boot archives)."""
+    data = loaded.manifest.model_dump(mode="json", exclude={"extends", "registry"})
+    data["upstream"]["repository"] = without_userinfo(data["upstream"]["repository"])
+    return data
 
 
 def manifest_digest(loaded: LoadedManifest) -> str:
