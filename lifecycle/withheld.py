@@ -1,10 +1,13 @@
 """What of a cache never leaves this host: the files a boot wrote a secret's value into, and
 every file whose path holds one (masked in its fingerprint, lifecycle.redact).
 
-Found at the end of the boot that wrote them (`secrets_in_cache`), or by an archive's scan of
-files changed outside any boot (with the values `secrets_outside_boots` gives), and kept in
-the ledger by the secret's name, never its value; an archive with content leaves them out and
-says why (`withheld_files`); a teardown removes a cache holding them only when told so.
+Found by the scan of the files a boot wrote at its end, or of those an archive finds changed
+outside any boot (`secrets_in_cache`), both with the values `secrets_on_host` gives: not only
+a boot's own secrets, as boots of any profile share a cache. Kept in the ledger by the
+secret's name, never its value, with the file's sha256: an archive with content leaves out
+every file with those bytes, whatever its path now (a later boot may have moved or copied
+it), and says why (`withheld_files`); no bake takes them; a teardown removes a cache holding
+them only when told so.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ class Withheld:
     why: str
 
 
-def secrets_outside_boots(ledger: Ledger, host_env: Mapping[str, str]) -> dict[str, str]:
-    """The secret values a process outside any boot knows, by name, as `host_env` holds them:
-    every secret a boot on this host was passed by name, and the process's own credentials."""
+def secrets_on_host(ledger: Ledger, host_env: Mapping[str, str]) -> dict[str, str]:
+    """The secret values a scan of a cache masks and looks for, by name, as `host_env` holds
+    them: every secret a boot on this host was passed by name, and the process's own
+    credentials. Whichever boot, archive or bake scans, the same: a cache is any profile's."""
     # Not every variable whose name merely looks like a credential (as a traceback is redacted):
     # a path-shaped value such as SSH_AUTH_SOCK's would mask plain names (`tmp`) in every tree.
     names = secret_names(ledger) | set(SECRET_ENV)
@@ -62,17 +66,22 @@ def secrets_in_cache(
 
 
 def withheld_files(fingerprint: Fingerprint, tainted: Iterable[TaintedFile]) -> list[Withheld]:
-    """The files of `fingerprint` an archive leaves out: those the ledger knows hold a secret's
-    value as they are now (`tainted`), and those whose names held one; in path order."""
-    in_bytes: dict[tuple[str, str], set[str]] = {}
+    """The files of `fingerprint` an archive leaves out: those whose bytes the ledger knows
+    hold a secret's value (`tainted`), under whatever path they are now, and those whose names
+    held one; in path order."""
+    # By the bytes alone: a boot given no secret may have moved or copied the file, and a
+    # found file's bytes are what hold the value. Not those found by a masked name: their
+    # bytes were never read for it, and may well be another file's (`ref`, an empty marker).
+    in_bytes: dict[str, set[str]] = {}
     for found in tainted:
-        in_bytes.setdefault((found.path, found.sha256), set()).add(found.secret)
+        if not is_masked(found.path):
+            in_bytes.setdefault(found.sha256, set()).add(found.secret)
     withheld = []
     for entry in fingerprint.entries:
         if entry.kind != "file" or entry.sha256 is None:
             continue
         named = secrets_in_path(entry.path)
-        held = sorted(in_bytes.get((entry.path, entry.sha256), set()) - set(named))
+        held = sorted(in_bytes.get(entry.sha256, set()) - set(named))
         reasons = [f"its name holds the value of secret {', '.join(named)}"] if named else []
         reasons += [f"holds the value of secret {', '.join(held)}"] if held else []
         if reasons:

@@ -16,7 +16,7 @@ from lifecycle.withheld import (
     Withheld,
     masked_links,
     secrets_in_cache,
-    secrets_outside_boots,
+    secrets_on_host,
     withheld_files,
 )
 
@@ -115,6 +115,32 @@ def test_what_no_archive_takes_and_no_restore_makes(tmp_path: Path) -> None:
     ]
 
 
+def test_bytes_found_holding_the_value_are_withheld_under_any_name(tmp_path: Path) -> None:
+    """A boot given no secret may move or copy a file another wrote the value into: the same
+    bytes under a new name were archived. Bytes withheld for a masked name were never read
+    for the value: another file holding them (`ref`) is not withheld for it."""
+    root = _cache(tmp_path)
+    (root / "jit.log").write_bytes(f"token={TOKEN}\n".encode())
+    found = scan(root, secrets={"HF_TOKEN": TOKEN})
+    written = {e.path for e in found.entries}
+    rows = [
+        TaintedFile("c", path, sha, name, "b-1")
+        for path, sha, name in secrets_in_cache(root, found, written, {"HF_TOKEN": TOKEN})
+    ]
+    (root / "jit.log").rename(root / "jit-build.log")
+    (root / "jit-copy.log").write_bytes((root / "jit-build.log").read_bytes())
+    (root / "plain.ref").write_bytes(b"ref")  # the bytes of models--x--<token>.ref
+    later = scan(root, found)  # knowing no value: the masks carried
+    named = "its name holds the value of secret HF_TOKEN"
+    held = "holds the value of secret HF_TOKEN"
+    assert [(w.path, w.why) for w in withheld_files(later, rows)] == [
+        (f"hub/models--{HOLDER}/a.bin", named),
+        (f"hub/models--x--{HOLDER}.ref", named),
+        ("jit-build.log", held),
+        ("jit-copy.log", held),
+    ]
+
+
 def test_a_link_target_holding_the_value_is_masked_and_its_link_never_made(
     tmp_path: Path,
 ) -> None:
@@ -204,7 +230,7 @@ def test_a_scan_outside_any_boot_knows_the_secrets_boots_were_passed_and_its_own
             "SSH_AUTH_SOCK": "/tmp/ssh-x/agent.1",
             "PATH": "/usr/bin",
         }
-        assert secrets_outside_boots(ledger, env) == {
+        assert secrets_on_host(ledger, env) == {
             "AWS_SECRET_ACCESS_KEY": "k-value",
             "WANDB_KEY": "w-value",
         }

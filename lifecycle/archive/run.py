@@ -62,7 +62,7 @@ from lifecycle.ledger.boots import (
 )
 from lifecycle.records import BootRecordV1, CacheVersion
 from lifecycle.table import human_bytes
-from lifecycle.withheld import secrets_in_cache, secrets_outside_boots
+from lifecycle.withheld import secrets_in_cache, secrets_on_host
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def archive_caches(
     """Archive each cache (all checked archivable first); stops at the first that fails.
     `host_env` holds the secrets the scans mask and look for (lifecycle.withheld)."""
     say = progress or (lambda line: None)
-    secrets = secrets_outside_boots(ledger, host_env)
+    secrets = secrets_on_host(ledger, host_env)
     run = _Run(home, BlobStore(client, location), say, workers, dry_run, secrets)
     if not dry_run:
         settle_dead_boots(ledger, home, _stamp())  # a boot that died holds nothing
