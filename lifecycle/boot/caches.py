@@ -77,7 +77,8 @@ def plan_caches(
 
     A cache is reused when its key matches (lifecycle.build.plan): what decides whether its
     compiled artefacts are valid, read from the image's labels, never the image's own id.
-    `secret_values` (the boot's, by name) are masked in the paths its check of a warm cache sees."""
+    `secret_values` (by name: as its end-of-boot scan has them) are masked in the paths its
+    check of a warm cache sees."""
     plan = CachePlan([], [], [], {}, [])
     try:
         for name, declared in manifest.active_caches().items():

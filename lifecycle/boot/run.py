@@ -52,7 +52,7 @@ from lifecycle.ledger.boots import (
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.checks import BOOT_ENV
 from lifecycle.redact import redact, redact_values
-from lifecycle.withheld import secrets_in_cache
+from lifecycle.withheld import secrets_in_cache, secrets_on_host
 
 SPEC_JSON = "spec.json"  # in the boot's evidence dir: the container spec as `describe` shows it
 
@@ -143,6 +143,11 @@ def boot(
     manifest = request.loaded.manifest
     profile = pick_profile(manifest, request.profile)
     check_secrets(manifest, profile, host_env)  # before any cache dir is made
+    # What the caches are scanned with, and the boot's output redacted of: every value this
+    # host knows, not only the profile's. A cache is any profile's (its key holds none), and
+    # a boot given no secret may move, copy or rewrite a file another boot wrote one into.
+    own = {name: host_env[name] for name in manifest.profiles[profile].secrets}
+    secrets_by_name = {**secrets_on_host(ledger, host_env), **own}
     now = datetime.now(UTC)
     boot_id = f"b-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
     if request.baked:
@@ -160,7 +165,7 @@ def boot(
             boot_id=boot_id,
             cold=request.cold,
             now=_stamp(now),
-            secret_values={n: host_env[n] for n in manifest.profiles[profile].secrets},
+            secret_values=secrets_by_name,
         )
     try:
         checkpoint("boot-caches-picked")
@@ -173,7 +178,7 @@ def boot(
         raise
     try:
         checkpoint("boot-recorded")
-        record = _run(client, ledger, home, request, record, plan, spec, on_line)
+        record = _run(client, ledger, home, request, record, plan, spec, secrets_by_name, on_line)
     finally:
         plan.release()  # only once the end-of-boot scan is recorded (or failed to be)
     return record
@@ -245,10 +250,11 @@ def _run(
     record: BootRecord,
     plan: CachePlan,
     spec: ContainerSpec,
+    secrets_by_name: Mapping[str, str],
     on_line: Callable[[str], None],
 ) -> BootRecord:
-    """Hooks and the container; whatever happens, `_finish` records how it ended."""
-    secrets_by_name = {name: spec.environment[name] for name in spec.secret_names}
+    """Hooks and the container; whatever happens, `_finish` records how it ended (its scans
+    mask and look for `secrets_by_name`, and what it keeps is redacted of them)."""
     evidence_dir = home.boot_bundle(record.id)
     # The spec as recorded (secrets named, never valued): `why` compares two boots' env.
     spec_json = json.dumps(spec.describe(), indent=1, sort_keys=True).encode()
@@ -300,7 +306,7 @@ def _run(
             progress.untracked, problem = read_untracked(client, container, record.id, plan.mounts)
             progress.error = _join(progress.error, problem)
             progress.baked_written = baked_writes(container.attrs, plan.mounts)
-        if container is not None and secrets_by_name:
+        if container is not None and spec.secret_names:
             # The container's config (docker inspect) and its log keep the values in clear.
             progress.error = _join(progress.error, remove_container(container))
         record = _finish(ledger, record, plan, progress, evidence_dir, secrets_by_name)
@@ -357,7 +363,7 @@ def _finish(
     plan: CachePlan,
     progress: _Progress,
     evidence_dir: Path,
-    secrets_by_name: dict[str, str],
+    secrets_by_name: Mapping[str, str],
 ) -> BootRecord:
     """Keep the log, scan every cache, collect evidence, record the outcome: one transaction.
 
