@@ -1,8 +1,8 @@
 """Which cache of each name goes into a baked image: of the caches a warm boot of the engine
 image would mount (its key), the newest whose tree is proven, or one line saying why none is.
 Proven (docs/verbs/bake.md): archived and verifying now, last boot ok and not partial, nothing
-withheld for a secret, unchanged since its last scan; a baked cache audits to its record even
-after this host's copy is gone."""
+withheld for a secret, unchanged since its last scan (rescanned as boots and archives scan:
+lifecycle.withheld); a baked cache audits to its record even after this host's copy is gone."""
 
 from __future__ import annotations
 
@@ -62,17 +62,18 @@ def choose(
     manifest_digest: str,
     arch: str,
     verify: Verify,
+    secrets: Mapping[str, str],
 ) -> list[Chosen | Refused]:
     """One choice per active cache of the manifest, in the manifest's order; each chosen one
-    under its lease (the caller releases them; on an error here they are released)."""
+    under its lease (the caller releases them; on an error here they are released).
+    `secrets`: the values the rescans mask (`secrets_on_host`), as a boot's scans do."""
     choices: list[Chosen | Refused] = []
     try:
         for name, declared in caches.items():
             key = cache_key(key_factors(labels, name, manifest_digest, arch))
             none = f"no cache of this image's key (arch {arch}) whose last boot ended ok: boot it"
-            choices.append(
-                _one(ledger, home, name, declared.path, key, verify) or Refused(name, none)
-            )
+            chosen = _one(ledger, home, name, declared.path, key, verify, secrets)
+            choices.append(chosen or Refused(name, none))
     except BaseException:
         release(choices)
         raise
@@ -87,14 +88,21 @@ def release(choices: Sequence[Chosen | Refused]) -> None:
 
 
 def _one(
-    ledger: Ledger, home: Home, name: str, path: str, key: str, verify: Verify
+    ledger: Ledger,
+    home: Home,
+    name: str,
+    path: str,
+    key: str,
+    verify: Verify,
+    secrets: Mapping[str, str],
 ) -> Chosen | Refused | None:
     """The newest proven cache of `name` under `key`, taken under its lease; or why the newest
     is not; None when there is no candidate at all."""
     reasons = []
     for cache in warm_candidates(ledger, key):
         lease = try_lease(home, cache.id)
-        unproven = _unproven(ledger, cache, verify) if lease else "in use: a boot holds it"
+        busy = "in use: a boot holds it"
+        unproven = _unproven(ledger, cache, verify, secrets) if lease else busy
         if lease is not None and unproven is None:
             return Chosen(_baked(ledger, cache, path), Path(cache.host_path), lease)
         if lease is not None:
@@ -103,7 +111,9 @@ def _one(
     return Refused(name, reasons[0]) if reasons else None
 
 
-def _unproven(ledger: Ledger, cache: CacheRecord, verify: Verify) -> str | None:
+def _unproven(
+    ledger: Ledger, cache: CacheRecord, verify: Verify, secrets: Mapping[str, str]
+) -> str | None:
     """Why the cache's tree is not proven (the module doc), or None."""
     boot = last_boot(ledger, cache.id)
     if boot is None:
@@ -116,21 +126,25 @@ def _unproven(ledger: Ledger, cache: CacheRecord, verify: Verify) -> str | None:
     previous = last_scan(cache)
     if previous is None:
         return "its last scan cannot be read: archive or boot it again"
-    withheld = withheld_files(previous, tainted_files(ledger, cache.id))
-    if withheld:
-        held = count_of(len(withheld), "file")
-        return f"{held} withheld from the archive (a secret's value): never baked"
+    withheld = [w.path for w in withheld_files(previous, tainted_files(ledger, cache.id))]
+    if withheld:  # their paths as fingerprints spell them: masked where a name held a value
+        held = f"{count_of(len(withheld), 'file')} withheld from the archive for a secret's value"
+        return f"{held} ({_some(withheld)}): never baked"
     if links := masked_links(previous):
-        return f"symlinks name a secret's value ({', '.join(links[:3])}): never baked"
+        return f"symlinks name a secret's value ({_some(links)}): never baked"
     archive = archive_of(ledger, cache.id)
     if archive is None or archive.tree_digest != cache.tree_digest:
         return "its tree is not archived: `lifecycle archive` it first"
     checked = verify(archive)
     if checked.problems or checked.document is None:
         return f"its archive does not verify: {'; '.join(checked.problems) or 'no record'}"
-    if scan(Path(cache.host_path), previous).tree_digest != cache.tree_digest:
+    if scan(Path(cache.host_path), previous, secrets=secrets).tree_digest != cache.tree_digest:
         return "changed since its last scan: boot it (or restore it) again"
     return None
+
+
+def _some(paths: Sequence[str]) -> str:
+    return ", ".join(paths[:3]) + (f", … ({len(paths)} in all)" if len(paths) > 3 else "")
 
 
 def _baked(ledger: Ledger, cache: CacheRecord, path: str) -> BakedCache:

@@ -30,6 +30,7 @@ from lifecycle.manifest import find_manifest, load_manifest
 from lifecycle.manifest.load import manifest_digest
 from lifecycle.report import Report, plain
 from lifecycle.teardown.survey import ArchiveVerifier, archived_boots
+from lifecycle.withheld import secrets_on_host
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,9 @@ def run(ctx: Context, request: verbs.Bake) -> BakeReport:
         engine = engine_image(client, ledger, digest, request.version, pull_from=None)
         verify = ArchiveVerifier(services.s3, services.s3_problem, archived_boots(ledger))
         choices = choose(
-            ledger, ctx.home, manifest.active_caches(), engine.labels, digest, ctx.gpu_arch, verify
-        )
+            ledger, ctx.home, manifest.active_caches(), engine.labels, digest, ctx.gpu_arch,
+            verify, secrets_on_host(ledger, ctx.environ),
+        )  # fmt: skip
         try:
             report = BakeReport(request.version, profile, engine.id, tuple(choices), tag)
             if report.refused or request.dry_run:
