@@ -389,6 +389,18 @@ _LEAKY = (
     "    secrets: [HF_TOKEN]\n    network: none\n"
 )
 
+# Given no secret, moves and copies the file `leaky` wrote (the same bytes under new names,
+# the cache's key the same whatever the profile); `extends` writes it out again, grown.
+_SHUFFLE = (
+    "  shuffle:\n    command: [sh, -c, 'cd $FLASHINFER_WORKSPACE_BASE; mv leak.log jit-build.log;"
+    ' cp jit-build.log jit-copy.log; exec python3 -m demollm.serve "$@"\', sh]\n'
+    "    network: none\n"
+    "  extends:\n    command: [sh, -c, 'cd $FLASHINFER_WORKSPACE_BASE;"
+    " { cat jit-build.log; echo done; } > jit-done.log;"
+    ' exec python3 -m demollm.serve "$@"\', sh]\n'
+    "    network: none\n"
+)
+
 # Grows every cache it mounts by a file of its own, as a JIT build would: a boot's own writes,
 # recorded by its end-of-boot scan (a file written into a cache dir by hand between boots is
 # damage: the next boot passes that cache over).
@@ -463,12 +475,13 @@ def archive_project(
 ) -> Iterator[Path]:
     """A demo project archiving to a fresh bucket at s3://BUCKET/test (LIFECYCLE_ARCHIVE), run
     from its root, with profiles `fails` (the engine exits 3), `leaky` (writes the HF_TOKEN
-    secret into a cache file and prints it), `leaky-name` (names cache files after it),
+    secret into a cache file and prints it), `shuffle` and `extends` (move, copy and grow that
+    file, given no secret), `leaky-name` (names cache files after it),
     `leaky-link` (points a symlink at a path holding it),
     `grows` (adds a file to every cache), `spills` (compiles outside its caches) and `quiet`
     (reads its vLLM cache, logs nothing)."""
     profiles = _WITH_TOKEN + _FAILS + _LEAKY + _LEAKY_NAME + _LEAKY_LINK + _GROWS + _SPILLS
-    profiles += _QUIET
+    profiles += _QUIET + _SHUFFLE
     root = _demo_root(tmp_path, profiles)
     monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
     monkeypatch.chdir(root)

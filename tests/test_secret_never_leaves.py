@@ -85,6 +85,46 @@ def test_the_secret_is_nowhere_but_the_engines_own_cache_file(
     assert not leak.exists() and Path(flashinfer.host_path).is_dir()
 
 
+def test_a_secret_moved_copied_or_grown_in_its_cache_by_boots_given_none_never_leaves(
+    archive_project: Path, s3_client: Any, s3_bucket: str, registry: str
+) -> None:
+    # `leaky` writes the token into leak.log. The caches' key holds no profile, so boots given
+    # no secret reuse them: `shuffle`, where the host holds no value, moves and copies the
+    # file (its bytes unchanged); `extends`, where it does, writes them out grown. Withheld
+    # by (path, bytes), and looked for by a boot only with its own secrets, all three reached
+    # S3 with --with-content and a pushed image's layer.
+    token, env, outputs, flashinfer = _booted(archive_project, "leaky")
+    for profile, given in (("shuffle", {"HF_TOKEN": ""}), ("extends", env)):
+        outputs.append(
+            process(archive_project, "boot", "demo/0.2", "--profile", profile, env=given)
+        )
+    root = Path(flashinfer.host_path)
+    moved = ["jit-build.log", "jit-copy.log", "jit-done.log"]
+    assert not (root / "leak.log").exists()
+    assert all(token in (root / name).read_text() for name in moved)
+    outputs.append(process(archive_project, "archive", "--all", "--with-content", env=env))
+    document = record(s3_client, s3_bucket, flashinfer.id)
+    assert document is not None and document["with_content"]
+    why = "holds the value of secret HF_TOKEN"
+    assert [(w["path"], w["why"]) for w in document["withheld"]] == [(n, why) for n in moved]
+    _nowhere_outside_caches(token, s3_client, s3_bucket)
+
+    # Never baked, the refusal naming them; the cache is kept until --drop-withheld.
+    baked = process(archive_project, "bake", "demo/0.2", "--push", registry, "--json", env=env)
+    assert baked.returncode == 1, baked.stdout + baked.stderr
+    report = json.loads(baked.stdout)
+    assert report["image_id"] is None and report["pushed_reference"] is None
+    refused = {c["name"]: c.get("refused", "") for c in report["caches"]}
+    assert f"for a secret's value ({', '.join(moved)})" in refused["flashinfer"], refused
+    outputs.append(process(archive_project, "teardown", flashinfer.id, "--yes", env=env))
+    assert "3 files withheld from any archive" in outputs[-1].stdout
+    assert all((root / name).is_file() for name in moved)
+    for done in [*outputs, baked]:
+        assert token not in done.stdout + done.stderr
+    for done in outputs:
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_a_secret_in_a_file_name_is_nowhere_but_the_engines_own_cache(
     archive_project: Path, s3_client: Any, s3_bucket: str
 ) -> None:
