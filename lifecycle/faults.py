@@ -53,6 +53,7 @@ DELAY_POINTS = (
     "boot-caches-picked",  # a boot holds its caches' leases; its intent is not recorded yet
     "boot-recorded",  # a boot's intent is recorded; its container is not created yet
     "port-claimed",  # a port holds its lock and state dir; nothing replayed yet
+    "push-tagged",  # a push's image is tagged for the registry; dockerd not asked to push yet
 )
 
 Checkpoint = Callable[[str], None]

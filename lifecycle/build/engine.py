@@ -20,6 +20,7 @@ from lifecycle.build.plan import (
     BuildPlan,
 )
 from lifecycle.errors import AnswerNo, EnvironmentFailure
+from lifecycle.faults import Checkpoint
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.builds import BuildRecord, images_of, record_build
 
@@ -239,11 +240,18 @@ class Pushed:
     digest: str  # sha256:…, the registry's digest of the image's manifest
 
 
-def push_image(client: Any, image_id: str, tag: str, registry: str) -> Pushed:
+def push_image(
+    client: Any,
+    image_id: str,
+    tag: str,
+    registry: str,
+    checkpoint: Checkpoint = lambda point: None,
+) -> Pushed:
     """Tag the image as REGISTRY/name:tag, push it, and return where it went, by digest."""
     repository, _, version = tag.rpartition(":")
     target = f"{registry.rstrip('/')}/{repository}"
     client.images.get(image_id).tag(target, version)
+    checkpoint("push-tagged")
     digest = None
     for chunk in _calling(lambda: client.api.push(target, version, stream=True, decode=True)):
         if "error" in chunk:

@@ -141,7 +141,7 @@ def publish(
     """Push the image to `registry`, record it by digest in the ledger and, with an archive
     location, in the archive (with the `provenance` of what was pushed, for a bake): (where
     it went, the archive's record, why it is not recorded)."""
-    pushed = push_image(client, image_id, tag, registry)
+    pushed = push_image(client, image_id, tag, registry, ctx.checkpoint())
     at = ctx.now().isoformat(timespec="seconds")
     row = RegistryImage(image_id, manifest_digest, pushed.reference, "pushed", at)
     record_registry_image(ledger, row)
