@@ -9,17 +9,21 @@ from __future__ import annotations
 import io
 import json
 import secrets
+import socket
 import sqlite3
 import tarfile
+import threading
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lifecycle.build.engine import RegistryFailed, pull_image
+from lifecycle.build.engine import RegistryFailed, pull_image, push_image
 from lifecycle.build.plan import BASE_DIGEST_LABEL, DIGEST_LABEL
+from lifecycle.faults import Checkpoint
 from tests.services import TEST_LABEL, demo_copy, run_lifecycle
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
@@ -189,6 +193,74 @@ def test_a_pulled_image_whose_labels_are_not_the_manifests_is_refused_and_remove
     with pytest.raises(RegistryFailed, match="is not the image of manifest"):
         pull_image(docker_client, reference, "f" * 64)
     assert {i["Id"] for i in docker_client.api.images()} <= before  # nothing new left behind
+
+
+def _moving(client: Any, image_id: str, names: Any, to: str) -> Checkpoint:
+    """A checkpoint that, once the push has tagged the image, moves `names(tags of the image)`
+    onto image `to`: another bake or CI job on the same dockerd tagging the same name."""
+
+    def move(point: str) -> None:
+        if point == "push-tagged":
+            for name in names(client.images.get(image_id).tags):
+                repository, _, tag = name.rpartition(":")
+                client.images.get(to).tag(repository, tag)
+
+    return move
+
+
+def test_a_push_records_its_own_images_digest_whatever_moves_a_tag_meanwhile(
+    own: Own, docker_client: Any, registry: str, tmp_path: Path
+) -> None:
+    built = _lifecycle(own.project, tmp_path / "home", "build", "demo/0.2", "--json")
+    image_id, tag, other = built["image_id"], built["tag"], docker_client.images.get(own.base).id
+    shared = f"{registry}/{tag}"  # every build and bake of this manifest pushes under it
+
+    # The shared tag moved to another image between the tag and the push: the digest
+    # recorded is still this image's (the registry's manifest of it names this image's config).
+    moved = _moving(docker_client, image_id, lambda tags: [shared], other)
+    pushed = push_image(docker_client, image_id, tag, registry, moved)
+    assert pushed.reference.startswith(f"{shared.rpartition(':')[0]}@sha256:")
+    assert docker_client.images.pull(pushed.reference).id == image_id
+
+    # Every name the push gave it moved: what the registry holds at the digest dockerd reports
+    # is not this image, so it is refused, never recorded as this image's.
+    every = _moving(
+        docker_client, image_id, lambda tags: [t for t in tags if t.startswith(registry)], other
+    )
+    with pytest.raises(RegistryFailed, match=f"not {image_id[:19]}"):
+        push_image(docker_client, image_id, tag, registry, every)
+
+
+def _silent_registry() -> tuple[str, socket.socket]:
+    """`127.0.0.1:PORT` of a server that accepts connections and never answers, its socket."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with suppress(OSError):  # closed: the test is over
+            while True:
+                held.append(server.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    return f"127.0.0.1:{server.getsockname()[1]}", server
+
+
+def test_a_registry_that_never_answers_is_the_environment_as_one_that_refuses(
+    own: Own, tmp_path: Path
+) -> None:
+    home = {"LIFECYCLE_HOME": str(tmp_path / "home")}
+    silent, server = _silent_registry()
+    closed = socket.create_server(("127.0.0.1", 0))
+    refusing = f"127.0.0.1:{closed.getsockname()[1]}"
+    closed.close()  # nothing listens there now: connections are refused
+    try:
+        for where in (silent, refusing):
+            done = run_lifecycle(own.project, "build", "demo/0.2", "--push", where, env=home)
+            assert done.exit_code == 3, (where, done.output)
+            said = [line for line in done.stderr.splitlines() if not line.startswith("  | ")]
+            assert len(said) == 1 and "the registry does not answer: push of" in said[0], said
+    finally:
+        server.close()
 
 
 def test_a_rebuild_of_the_same_manifest_on_another_host_boots_warm_from_restored_caches(

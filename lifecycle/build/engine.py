@@ -1,13 +1,14 @@
 """Send a BuildPlan to dockerd, stream its progress, and record the build with its full log;
-push and pull engine images by digest (a tag can be moved, a digest cannot), a pulled image used
-only once its labels say it is the manifest's."""
+push and pull engine images by digest (a tag can be moved, a digest cannot): a push recorded
+only once the registry holds this very image at its digest, a pulled image used only once its
+labels (and its id, when one was recorded) say it is the one wanted."""
 
 from __future__ import annotations
 
 import io
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -247,22 +248,44 @@ def push_image(
     registry: str,
     checkpoint: Checkpoint = lambda point: None,
 ) -> Pushed:
-    """Tag the image as REGISTRY/name:tag, push it, and return where it went, by digest."""
+    """Push the image as REGISTRY/name:tag-<its id>, then as REGISTRY/name:tag; where it went,
+    by the digest of the first push, once the registry's manifest there names this image."""
     repository, _, version = tag.rpartition(":")
     target = f"{registry.rstrip('/')}/{repository}"
-    client.images.get(image_id).tag(target, version)
+    # Every bake (and build) of a manifest is tagged `version` on this dockerd: another one may
+    # move that tag before dockerd reads it. No other image is tagged with this one's id.
+    own = f"{version}-{image_id.removeprefix('sha256:')[:12]}"
+    image = client.images.get(image_id)
+    for name in (own, version):
+        image.tag(target, name)
     checkpoint("push-tagged")
+    digest = _push(client, image_id, target, own)
+    reference = f"{target}@{digest}"
+    # dockerd pulls by digest: the image the registry's manifest there names (its config
+    # digest is the image's id). One already here, as this one is, is not downloaded again.
+    found = _calling(lambda: client.images.pull(reference)).id
+    if found != image_id:
+        raise RegistryFailed(
+            f"push of {target}:{own}: the registry holds image {found[:19]} at {digest}, not"
+            f" {image_id[:19]} (its tag was moved during the push); not recorded"
+        )
+    _push(client, image_id, target, version)  # the name a manifest's `registry:` looks up
+    return Pushed(f"{target}:{version}", reference, digest)
+
+
+def _push(client: Any, image_id: str, target: str, tag: str) -> str:
+    """Push target:tag; the digest the registry holds it under."""
     digest = None
-    for chunk in _calling(lambda: client.api.push(target, version, stream=True, decode=True)):
+    for chunk in _calling(lambda: client.api.push(target, tag, stream=True, decode=True)):
         if "error" in chunk:
-            raise _refusal(f"push of {target}:{version} failed: {chunk['error']}")
+            raise _refusal(f"push of {target}:{tag} failed: {chunk['error']}")
         digest = (chunk.get("aux") or {}).get("Digest") or digest
     if digest is None:  # an engine that does not say: what it now knows the image by
         found = client.images.get(image_id).attrs.get("RepoDigests") or []
         digest = next((d.partition("@")[2] for d in found if d.startswith(f"{target}@")), None)
     if digest is None:
-        raise RegistryFailed(f"push of {target}:{version}: the registry gave no digest")
-    return Pushed(f"{target}:{version}", f"{target}@{digest}", digest)
+        raise RegistryFailed(f"push of {target}:{tag}: the registry gave no digest")
+    return str(digest)
 
 
 def registry_digest(client: Any, reference: str) -> str:
@@ -273,21 +296,34 @@ def registry_digest(client: Any, reference: str) -> str:
         raise RegistryFailed(f"{reference}: the registry does not have it ({exc})") from None
 
 
-def pull_image(client: Any, reference: str, manifest_digest: str) -> Any:
+def pull_image(
+    client: Any,
+    reference: str,
+    manifest_digest: str,
+    *,
+    image_id: str | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> Any:
     """Pull `REGISTRY/REPOSITORY@sha256:…`; the image, once its labels prove it is the image of
-    `manifest_digest` (otherwise it is removed again and refused)."""
+    `manifest_digest` and, when given, it is the image recorded (`image_id`, holding `labels`);
+    otherwise it is removed again and refused."""
     if "@sha256:" not in reference:
         raise RegistryFailed(f"{reference}: not a reference by digest (REPOSITORY@sha256:…)")
     image = _calling(lambda: client.images.pull(reference))
-    found = (image.labels or {}).get(DIGEST_LABEL)
-    if found != manifest_digest:
-        # By the reference pulled: the same image may be here under other names, which stay.
-        _calling(lambda: client.images.remove(reference))
-        raise RegistryFailed(
-            f"{reference} is not the image of manifest {manifest_digest[:12]}: its label"
-            f" {DIGEST_LABEL} is {found!r}; removed again"
-        )
-    return image
+    found = dict(image.labels or {})
+    differs = [key for key, value in (labels or {}).items() if found.get(key) != value]
+    if found.get(DIGEST_LABEL) != manifest_digest:
+        why = f"not the image of manifest {manifest_digest[:12]}: its label {DIGEST_LABEL} is"
+        why += f" {found.get(DIGEST_LABEL)!r}"
+    elif image_id is not None and image.id != image_id:
+        why = f"image {image.id[:19]}, not {image_id[:19]} as recorded"
+    elif differs:
+        why = f"not the image recorded: its label {differs[0]} is {found.get(differs[0])!r}"
+    else:
+        return image
+    # By the reference pulled: the same image may be here under other names, which stay.
+    _calling(lambda: client.images.remove(reference))
+    raise RegistryFailed(f"{reference} is {why}; removed again")
 
 
 def _calling(call: Any) -> Any:
@@ -304,6 +340,11 @@ def _calling(call: Any) -> Any:
 
 def _refusal(text: str) -> AnswerNo | EnvironmentFailure:
     """A registry that cannot be reached is the environment (exit 3); anything else a no."""
-    if any(words in text for words in ("connection refused", "no such host", "i/o timeout")):
+    # dockerd's words for a registry it cannot reach, or that accepts and never answers.
+    unreachable = (
+        "connection refused", "no such host", "i/o timeout", "Client.Timeout exceeded",
+        "context deadline exceeded", "TLS handshake timeout",
+    )  # fmt: skip
+    if any(words in text for words in unreachable):
         return EnvironmentFailure(f"the registry does not answer: {' '.join(text.split())}")
     return RegistryFailed(" ".join(text.split()))
