@@ -16,15 +16,22 @@ from typing import Any
 import pytest
 from docker.errors import ImageNotFound
 
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.record import publish_image
+from lifecycle.archive.store import BlobStore
+from lifecycle.boot.baked import PROFILE_LABEL
+from lifecycle.build.plan import BAKED_LABEL
 from lifecycle.faults import BAKE_CRASH_POINTS
 from lifecycle.home import Home
 from lifecycle.leases import try_lease
+from lifecycle.records import IMAGE_FORMAT, ImageRecordV1
 from tests.night_support import finish, lifecycle
 from tests.services import boot_demo, demo_copy, run_lifecycle
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 
 NAMES = ["vllm", "flashinfer", "triton", "inductor"]  # the demo's caches, the manifest's order
+FACTORS = "lifecycle.bake.key_factors"  # what the caches' keys were made of: their GPU arch too
 
 
 def _bake(project: Path, *args: str) -> tuple[int, dict[str, Any]]:
@@ -437,3 +444,76 @@ def test_a_baked_boot_is_judged_by_what_it_read_when_its_log_names_nothing(
     assert used["vllm"]["verdict"] == "warm-hit" and used["vllm"]["files_read"] == files
     assert {used[n]["verdict"] for n in NAMES if n != "vllm"} == {"unused"}
     assert report["verdict"] == "warm-hit"
+
+
+def test_a_bake_for_one_gpu_arch_is_never_booted_on_another(
+    archive_project: Path, docker_client: Any, isolated_home: Path, registry: str
+) -> None:
+    on_90a: dict[str, str | None] = {"LIFECYCLE_GPU_ARCH": "90a"}
+    boot_demo(archive_project, env=on_90a)
+    assert run_lifecycle(archive_project, "archive", "--all", env=on_90a).exit_code == 0
+    done = run_lifecycle(archive_project, "bake", "demo/0.2", "--push", registry, "--json",
+                         env=on_90a)  # fmt: skip
+    assert done.exit_code == 0, done.output
+    baked = json.loads(done.stdout)
+    labels = docker_client.images.get(baked["image_id"]).labels
+    assert json.loads(labels[FACTORS])["arch"] == "90a"
+
+    # Its kernels are not an arch-80 GPU's: refused as when there is no bake, whether this
+    # host baked it or another host would pull it.
+    elsewhere = str(isolated_home / "elsewhere")
+    on_80: dict[str, str | None] = {"LIFECYCLE_GPU_ARCH": "80"}
+    for env, args in ((on_80, ()), ({**on_80, "LIFECYCLE_HOME": elsewhere}, ("--pull",))):
+        refused = run_lifecycle(archive_project, "boot", "demo/0.2", "--baked", *args, env=env)
+        assert refused.exit_code == 1, (args, refused.output)
+        (line,) = refused.stderr.strip().splitlines()
+        assert "no bake of demo" in line and "for GPU arch 80 is on" in line, line
+
+    # On a host of its arch it is pulled, booted warm, and recorded under its arch.
+    far = boot_demo(
+        archive_project, "--baked", "--pull", env={**on_90a, "LIFECYCLE_HOME": elsewhere}
+    )
+    assert far["image_id"] == baked["image_id"] and far["verdict"] == "warm-hit", far
+    with _ledger(isolated_home / "elsewhere") as conn:
+        assert conn.execute("SELECT arch FROM bakes").fetchall() == [("90a",)]
+
+
+def test_a_pulled_bake_that_is_not_the_image_its_record_names_is_refused_in_one_line(
+    archive_project: Path, docker_client: Any, isolated_home: Path, registry: str,
+    s3_client: Any, s3_bucket: str,
+) -> None:  # fmt: skip
+    built = json.loads(run_lifecycle(archive_project, "build", "demo/0.2", "--json").stdout)
+    engine = docker_client.images.get(built["image_id"])
+    name = f"{registry}/lifecycle/demo:not-a-bake-{secrets.token_hex(3)}"
+    repository, _, tag = name.rpartition(":")
+    engine.tag(repository, tag)
+    try:
+        for line in docker_client.api.push(repository, tag, stream=True, decode=True):
+            assert "error" not in line, line
+        reference = f"{repository}@{docker_client.images.get_registry_data(name).id}"
+    finally:
+        docker_client.images.remove(name)
+    # What a push that trusted a moved tag recorded: a bake's id and labels, and the digest of
+    # the image the tag named then (here the engine image, which holds no cache); and a record
+    # of the engine image's own id that calls it a bake.
+    labels = {**engine.labels, BAKED_LABEL: "[]", PROFILE_LABEL: "serve",
+              FACTORS: json.dumps({"arch": "unknown"})}  # fmt: skip
+    store = BlobStore(s3_client, ArchiveLocation(s3_bucket, "test"))
+    for image_id in ("sha256:" + "ab" * 32, engine.id):
+        record = ImageRecordV1(
+            format=IMAGE_FORMAT, manifest_digest=built["digest"], image_id=image_id,
+            reference=reference, tag=name, labels=labels, host="elsewhere", tool_version="0",
+            pushed_at="2026-01-01T00:00:00+00:00",
+        )  # fmt: skip
+        publish_image(store, record)
+
+    elsewhere: dict[str, str | None] = {"LIFECYCLE_HOME": str(isolated_home / "elsewhere")}
+    done = run_lifecycle(archive_project, "boot", "demo/0.2", "--baked", "--pull", env=elsewhere)
+    assert done.exit_code == 1, done.output
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("no bake could be pulled: "), line
+    assert f"is image {engine.id[:19]}, not sha256:abababababab as recorded" in line, line
+    assert f"its label {BAKED_LABEL} is None" in line, line
+    with _ledger(isolated_home / "elsewhere") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM bakes").fetchone()[0] == 0
+    assert docker_client.images.get(engine.id).tags, "the engine image stays, with its tags"

@@ -20,6 +20,7 @@ from typing import Any
 from lifecycle import __version__
 from lifecycle.boot.baked import (
     ENGINE_LABEL,
+    FACTORS_LABEL,
     PROFILE_LABEL,
     BakedCache,
     BakedUnreadable,
@@ -44,7 +45,7 @@ def bake_labels(
     `factors`: what every cache's key was made of but its name (lifecycle.build.plan)."""
     return {
         BAKED_LABEL: json.dumps([asdict(c) for c in caches], sort_keys=True),
-        "lifecycle.bake.key_factors": json.dumps(dict(factors), sort_keys=True),
+        FACTORS_LABEL: json.dumps(dict(factors), sort_keys=True),
         PROFILE_LABEL: profile,
         ENGINE_LABEL: engine_image_id,
         "lifecycle.bake.tool": f"lifecycle {__version__}",

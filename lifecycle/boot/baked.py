@@ -23,6 +23,8 @@ from lifecycle.manifest.model import Manifest
 
 PROFILE_LABEL = "lifecycle.bake.profile"
 ENGINE_LABEL = "lifecycle.bake.engine"  # the engine image's id, which it was built FROM
+# JSON: what every baked cache's key was made of but its name (lifecycle.build.plan.key_factors)
+FACTORS_LABEL = "lifecycle.bake.key_factors"
 
 
 class BakedUnreadable(AnswerNo):
@@ -45,6 +47,17 @@ class BakedCache:
 def baked_caches(labels: Mapping[str, str]) -> list[BakedCache]:
     """The caches an image's label says are baked in; none for an image that is not baked."""
     return parse_baked(labels.get(BAKED_LABEL))
+
+
+def baked_arch(labels: Mapping[str, str]) -> str | None:
+    """The GPU arch a baked image's caches were compiled for, as its label says (None when it
+    does not say: never taken for any arch)."""
+    try:
+        factors = json.loads(labels.get(FACTORS_LABEL) or "{}")
+    except ValueError:
+        return None
+    arch = factors.get("arch") if isinstance(factors, dict) else None
+    return arch if isinstance(arch, str) else None
 
 
 def parse_baked(text: str | None) -> list[BakedCache]:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
-from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from lifecycle.boot.baked import ENGINE_LABEL, PROFILE_LABEL, baked_caches
+from lifecycle.boot.baked import (
+    ENGINE_LABEL,
+    FACTORS_LABEL,
+    PROFILE_LABEL,
+    baked_arch,
+    baked_caches,
+)
 from lifecycle.boot.engine import engine_image, existing_tag
 from lifecycle.boot.run import BootRequest, Watch, dry_run_spec
 from lifecycle.boot.spec import pick_profile
@@ -172,17 +177,26 @@ def _baked(
         return replace(made, profile=profile)
     from docker.errors import ImageNotFound  # the SDK is loaded: client is its client
 
-    found, tag = None, ""
+    # Its caches were compiled for the GPU arch its label names: on another, never booted.
+    found, tag, other_archs = None, "", set()
     for bake in bakes_of(ledger, made.digest, profile):
-        with suppress(ImageNotFound):
-            found, tag = client.images.get(bake.image_id), bake.tag
+        try:
+            image = client.images.get(bake.image_id)
+        except ImageNotFound:
+            continue
+        arch = baked_arch(image.labels or {})
+        if arch == made.arch:
+            found, tag = image, bake.tag
             break
+        other_archs.add(str(arch))
     if found is None and pull:
         found, tag = _pull_bake(ctx, client, ledger, made, profile)
     if found is None:
+        others = f" (only for GPU arch {', '.join(sorted(other_archs))})" if other_archs else ""
         raise AnswerNo(
             f"no bake of {made.loaded.manifest.name} (digest {made.digest[:12]}), profile"
-            f" {profile}, is on this Docker engine: `lifecycle bake` it (or `boot --baked --pull`)"
+            f" {profile}, for GPU arch {made.arch} is on this Docker engine{others}:"
+            " `lifecycle bake` it (or `boot --baked --pull`)"
         )
     image = _described(found)
     baked = tuple(baked_caches(image["labels"]))
@@ -202,26 +216,44 @@ def _described(image: Any) -> dict[str, Any]:
 def _pull_bake(
     ctx: Context, client: Any, ledger: Ledger, made: BootRequest, profile: str
 ) -> tuple[Any | None, str]:
-    """The newest bake of the manifest and profile whose push the archive records, pulled by
-    digest and recorded as this host's; (None, "") when there is none to pull."""
+    """The newest bake of the manifest and profile for this host's GPU arch whose push the
+    archive records, pulled by digest once it is the very image recorded (its id and labels),
+    then recorded as this host's; (None, "") when there is none to pull."""
+    from lifecycle.archive.config import optional_location
+    from lifecycle.archive.record import pushed_images
+    from lifecycle.archive.store import BlobStore
     from lifecycle.build.engine import RegistryFailed, pull_image
 
+    location = optional_location(None, ctx.environ, ctx.project)
+    if location is None:
+        return None, ""
+    records = [
+        r
+        for r in pushed_images(BlobStore(ctx.s3(), location), made.digest)
+        if BAKED_LABEL in r.labels
+        and r.labels.get(PROFILE_LABEL) == profile
+        and baked_arch(r.labels) == made.arch
+    ]
     tried = []
-    for reference, found_in in _references(ctx, client, made.loaded, made.digest, "", profile):
+    for record in records:
+        reference, labels = record.reference, record.labels
+        baked = {key: labels[key] for key in (BAKED_LABEL, PROFILE_LABEL, FACTORS_LABEL)}
         try:
-            image = pull_image(client, reference, made.digest)
+            image = pull_image(
+                client, reference, made.digest, image_id=record.image_id, labels=baked
+            )
         except RegistryFailed as exc:
             tried.append(f"{reference}: {exc}")
             continue
         at = ctx.now().isoformat(timespec="seconds")
         record_registry_image(ledger, RegistryImage(image.id, made.digest, reference, "pulled", at))
-        labels = image.labels
+        # made.arch is the arch its label names: only a bake of this host's arch is pulled.
         bake = BakeRecord(
             image.id, reference, made.loaded.manifest.name, made.digest,
             labels.get(ENGINE_LABEL, ""), profile, made.arch, labels[BAKED_LABEL], at,
         )  # fmt: skip
         record_bake(ledger, bake)
-        ctx.say(f"pulled {reference} ({found_in}): image {image.id}")
+        ctx.say(f"pulled {reference} (pushed, as {location.url()} records): image {image.id}")
         return image, reference
     if tried:
         raise AnswerNo("no bake could be pulled: " + "; ".join(tried))
@@ -247,16 +279,11 @@ def run(ctx: Context, options: verbs.Boot) -> BootReport | BootSpecReport:
 
 
 def _references(
-    ctx: Context,
-    client: Any,
-    loaded: LoadedManifest,
-    digest: str,
-    tag: str,
-    baked: str | None = None,
+    ctx: Context, client: Any, loaded: LoadedManifest, digest: str, tag: str
 ) -> list[tuple[str, str]]:
     """Where this manifest's engine image can be pulled by digest: what the archive recorded of
-    its pushes, newest first; then the digest the manifest's `registry:` has for its tag now.
-    With `baked` (a profile), only the pushes of its bakes (lifecycle bake) instead."""
+    its pushes (not its bakes'), newest first; then the digest the manifest's `registry:` has
+    for its tag now."""
     # Here, not at the top: only a boot that pulls loads the archive's record models (~35 ms).
     from lifecycle.archive.config import optional_location
     from lifecycle.archive.record import pushed_images
@@ -270,11 +297,10 @@ def _references(
         found += [
             (r.reference, f"pushed, as {location.url()} records")
             for r in pushed_images(store, digest)
-            if (BAKED_LABEL in r.labels) == (baked is not None)
-            and r.labels.get(PROFILE_LABEL) == baked
+            if BAKED_LABEL not in r.labels
         ]
     registry = loaded.manifest.registry
-    if registry is not None and baked is None:
+    if registry is not None:
         tagged = f"{registry.rstrip('/')}/{tag}"
         try:
             reference = f"{tagged.rpartition(':')[0]}@{registry_digest(client, tagged)}"
