@@ -11,6 +11,7 @@ dockerd. Commands run inside with nsenter; killing the namespace's first process
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -24,9 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.night_support import make_project
+
 REPO = Path(__file__).resolve().parent.parent
 HEAD = "127.0.0.1:6379"
 S3 = "http://127.0.0.1:8333"
+ARCHIVE = "s3://night/lc"  # in the bucket the namespace's S3 server holds
 # The namespace's first process: it reaps what is orphaned there (a killed raylet's workers).
 REAPER = "import os, time\nwhile True:\n try: os.wait()\n except ChildProcessError: time.sleep(0.2)"
 
@@ -102,6 +106,15 @@ class Cluster:
             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
         )  # fmt: skip
 
+    def kill(self, process: subprocess.Popen[str]) -> None:
+        """SIGKILL what `popen` started (nsenter's child, in the namespace), then nsenter."""
+        pid = process.pid
+        with contextlib.suppress(OSError):
+            for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+                os.kill(int(child), signal.SIGKILL)
+        process.kill()
+        process.communicate(timeout=30)
+
     def python(self, code: str, env: dict[str, str] | None = None) -> Any:
         """Run Python inside the namespace; what it prints, as JSON."""
         return json.loads(self.run(sys.executable, "-c", code, env=env).stdout)
@@ -133,6 +146,35 @@ class Cluster:
             ):
                 return pid
         raise AssertionError(f"no raylet of {node.name}")
+
+    def workers_of(self, node: Node, task: str) -> list[int]:
+        """The host pids of a node's Ray workers running `task` now (`ray::run`: a run)."""
+        found = []
+        for pid in _pids():
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if (
+                argv.split(b"\0")[0] == f"ray::{task}".encode()
+                and f"LIFECYCLE_HOME={node.home}".encode() in environ
+            ):
+                found.append(pid)
+        return found
+
+    def pushed_demo(self, root: Path, registry: str) -> Path:
+        """The demo project at `root`, both releases built in the driver's home beside it and
+        pushed to `registry`: their image records in the bucket, where the nodes find them."""
+
+        def build(project: Path, *args: str) -> Any:
+            done = self.run(
+                sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"),
+                *args, "--push", registry, env=driver_env(root.parent / "driver"), timeout=600,
+            )  # fmt: skip
+            return type("Built", (), {"exit_code": done.returncode, "output": done.stderr})
+
+        return make_project(root, build, own_images=True)
 
     def close(self) -> None:
         """SIGKILL the namespace's first process: the kernel ends every process in it."""
@@ -169,6 +211,11 @@ class Cluster:
             "    time.sleep(0.3)\n",
             timeout=90,
         )  # fmt: skip
+
+
+def driver_env(home: Path) -> dict[str, str]:
+    """The environment of a night's driver whose home is `home`."""
+    return {"LIFECYCLE_HOME": str(home), "LIFECYCLE_ARCHIVE": ARCHIVE}
 
 
 def _child_of(pid: int) -> int:

@@ -25,12 +25,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster_support import HEAD, Cluster, Node
-from tests.night_support import CHECK_FORCED, finish, lifecycle, make_project, wait_for
+from tests.cluster_support import ARCHIVE, HEAD, Cluster, Node, driver_env
+from tests.night_support import CHECK_FORCED, finish, lifecycle, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 REPO = Path(__file__).resolve().parent.parent
-ARCHIVE = "s3://night/lc"
 PRODUCTION = {"down": "prod-down", "up": "prod-up", "status": "prod-status"}
 FORCED = {"forced": {"checks": [CHECK_FORCED]}}
 
@@ -45,7 +44,7 @@ WITHOUT_RAY = (
 def test_without_ray_the_cluster_engine_is_one_line_and_exit_2(tmp_path: Path) -> None:
     plan = _plan(tmp_path, "no-ray", pins=["demo/0.1"], profiles=FORCED)
     env = {**os.environ, "LIFECYCLE_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO),
-           "LIFECYCLE_ARCHIVE": "s3://night/lc"}  # fmt: skip
+           "LIFECYCLE_ARCHIVE": ARCHIVE}  # fmt: skip
     for engine in (["--engine", "ray"], []):
         if not engine:  # `engine: ray` in the plan asks for it as well
             document = yaml.safe_load(plan.read_text())
@@ -101,21 +100,7 @@ def cluster(
 @pytest.fixture(scope="module")
 def project(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory, registry: str) -> Path:
     """The demo project, both releases built and pushed (their image records in the bucket)."""
-    root = tmp_path_factory.mktemp("cluster-project") / "project"
-    driver = root.parent / "driver"
-
-    def build(project: Path, *args: str) -> Any:
-        done = cluster.run(
-            sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), *args,
-            "--push", registry, env=_driver(driver), timeout=600,
-        )  # fmt: skip
-        return type("Built", (), {"exit_code": done.returncode, "output": done.stderr})
-
-    return make_project(root, build, own_images=True)
-
-
-def _driver(home: Path) -> dict[str, str]:
-    return {"LIFECYCLE_HOME": str(home), "LIFECYCLE_ARCHIVE": ARCHIVE}
+    return cluster.pushed_demo(tmp_path_factory.mktemp("cluster-project") / "project", registry)
 
 
 def _plan(project: Path, name: str, **plan: Any) -> Path:
@@ -131,7 +116,7 @@ def _night(
     done = cluster.run(
         sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), "night",
         str(plan), "--engine", "ray", "--address", HEAD, "--json", *args,
-        env=_driver(project.parent / "driver"), ok=ok, timeout=600,
+        env=driver_env(project.parent / "driver"), ok=ok, timeout=600,
     )  # fmt: skip
     return json.loads(done.stdout), done.stderr
 
@@ -315,7 +300,7 @@ def test_a_sigkilled_driver_resumes_at_the_unfinished_runs_on_the_cluster(
     driver = project.parent / "driver"
     process = cluster.popen(
         sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), "night",
-        str(plan), "--engine", "ray", "--address", HEAD, env=_driver(driver),
+        str(plan), "--engine", "ray", "--address", HEAD, env=driver_env(driver),
     )  # fmt: skip
     python = _python_of(process)
     wait_for("a finished run", lambda: bool(_done_runs(driver, "resumed")), timeout=120)
@@ -342,7 +327,7 @@ def test_a_node_killed_mid_run_loses_the_attempt_and_the_night_finishes_elsewher
     driver = project.parent / "driver"
     process = cluster.popen(
         sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), "night",
-        str(plan), "--engine", "ray", "--address", HEAD, "--json", env=_driver(driver),
+        str(plan), "--engine", "ray", "--address", HEAD, "--json", env=driver_env(driver),
     )  # fmt: skip
     # The pin needs no GPU type: the node that boots first dies, the other finishes the night.
     before = {node.name: _boots(node.home) for node in (h200, a100)}
