@@ -84,13 +84,16 @@ def run_plan(
         else optional_location(options.to, ctx.environ, ctx.project)
     )
     if on_ray:  # Ray is imported on this path only; without it, one line (exit 2)
-        from lifecycle.night.cluster import RayEngine
+        from lifecycle.dockerd import seconds_from
+        from lifecycle.night.cluster import TASK_MARGIN_S, RayEngine
+
+        margin_s = seconds_from(ctx.environ, "LIFECYCLE_RAY_TASK_MARGIN", TASK_MARGIN_S)
     s3 = ctx.s3() if location is not None else None
     store = BlobStore(s3, location) if s3 is not None and location is not None else None
     with ctx.ledger() as ledger, ExitStack() as stack:
         if on_ray:
             assert store is not None, "a cluster night always has its archive location"
-            cluster = RayEngine(options.address, store, ctx.say)
+            cluster = RayEngine(options.address, store, ctx.say, margin_s)
             stack.callback(cluster.close)
             engine: Engine = cluster
         else:

@@ -12,7 +12,12 @@ pins the task to it. A warm cell prefers a node holding a good cache of its pin;
 are all busy, a free node restores one from the bucket. Losses: a task is never retried by
 Ray (max_retries=0): the night sees the lost attempt, journals it with its node and runs it
 again on another node; a node whose attempt was lost, or that cannot run cells (no Docker
-engine, no bucket: one line naming it), is given no more runs.
+engine, no bucket: one line naming it), is given no more runs. Time limits: Ray declares a
+node dead only when its raylet stops heartbeating, so a hung host (a worker stuck in the
+kernel, stopped) would hold the night, production down, for ever. The driver gives each run
+its cell's `timeout_s` plus `margin_s` (the task's image pull, cache restore and archive);
+past that the task is cancelled and the attempt lost. A survey or an end action gets
+`margin_s`.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from lifecycle.night.plan import Gpu
 
 try:
     import ray
-    from ray.exceptions import RayError, RayTaskError
+    from ray.exceptions import GetTimeoutError, RayError, RayTaskError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 except ImportError:  # the CLI turns this into one line, exit 2
     raise LifecycleError(
@@ -77,6 +82,11 @@ class _Node:
             self.used[key] = self.used.get(key, 0.0) + sign * value
 
 
+# The time a run's task takes besides its boot (bounded by the cell's timeout_s): the image
+# pulled, the caches restored, the boot's caches and results archived; and the limit of a survey
+# or an end action. LIFECYCLE_RAY_TASK_MARGIN overrides it (docs/time-limits.md).
+TASK_MARGIN_S = 600.0
+
 # What a lost node's end says: what it ran is safe, what it holds is out of reach.
 LOST_NODE = "lost during the night: each run it finished had archived its caches and results"
 
@@ -91,10 +101,17 @@ def needs(gpu: Gpu | None) -> dict[str, float]:
 class RayEngine:
     """The nodes of a Ray cluster, each running its runs through lifecycle.night.node."""
 
-    def __init__(self, address: str | None, store: BlobStore, say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        address: str | None,
+        store: BlobStore,
+        say: Callable[[str], None],
+        margin_s: float = TASK_MARGIN_S,
+    ) -> None:
         self.address = address or "auto"
         self.store = store
         self.say = say
+        self.margin_s = margin_s
         # Ray's driver prints what the cluster reports (a raylet that died) to stdout, where
         # `--json` writes its report: while connected, what Ray prints goes to stderr.
         self._quiet = redirect_stdout(sys.stderr)
@@ -189,7 +206,9 @@ class RayEngine:
         return True
 
     def finished(self) -> list[RunSummary | LostRun]:
-        ready, _ = ray.wait(list(self.running), num_returns=1)
+        first = min(sent + self._limit(order) for order, _, sent in self.running.values())
+        wait_s = max(0.0, first - time.monotonic())
+        ready, _ = ray.wait(list(self.running), num_returns=1, timeout=wait_s)
         more, _ = ray.wait(list(self.running), num_returns=len(self.running), timeout=0)
         ended: list[RunSummary | LostRun] = []
         for ref in dict.fromkeys([*ready, *more]):
@@ -206,17 +225,44 @@ class RayEngine:
                 self.boots[summary.boot_id] = node
             node.remember(order.pin.ref, done.warm)
             ended.append(summary)
-        return ended
+        return ended + self._overdue()
+
+    def _limit(self, order: RunOrder) -> float:
+        """How long the driver waits for a run's task: its boot's limit, and the margin."""
+        return order.cell.timeout_s + self.margin_s
+
+    def _overdue(self) -> list[LostRun]:
+        """Each run whose task is past its limit, cancelled: its node answers no more (Ray
+        still counts it alive), so it is lost to the night like a dead one."""
+        now = time.monotonic()
+        late = [ref for ref, (o, _, sent) in self.running.items() if now >= sent + self._limit(o)]
+        lost = []
+        for ref in late:
+            order, node, _ = self.running.pop(ref)
+            node.take(needs(order.cell.gpu), -1)
+            ray.cancel(ref, force=True)
+            # A stopped or wedged worker cannot act on the cancel: it may live on, holding its
+            # GPU in Ray, until its host recovers; the night gives that node no more runs.
+            why = (
+                f"timeout: no answer within {self._limit(order):g} s (the cell's timeout_s"
+                f" {order.cell.timeout_s:g} + a margin of {self.margin_s:g} s); force-cancel"
+                " sent to Ray"
+            )
+            lost.append(self._give_up(order, node, why, dead=True))
+        return lost
 
     def _lost(self, order: RunOrder, node: _Node, exc: RayError) -> LostRun:
         """The attempt, lost; the node gets no more runs unless it only lacked a warm cache
         (the night then warms one up where it can)."""
-        why = _why_out(exc)
         if isinstance(exc, RayTaskError) and isinstance(exc.cause, on_node.NotWarmHere):
             node.remember(order.pin.ref, None)
-        else:
-            node.out, node.lost = why, not isinstance(exc, RayTaskError)
-            self.say(f"{node.name}: {why}; no more runs go there")
+            return LostRun(order, node.name, _why_out(exc))
+        return self._give_up(order, node, _why_out(exc), dead=not isinstance(exc, RayTaskError))
+
+    def _give_up(self, order: RunOrder, node: _Node, why: str, *, dead: bool) -> LostRun:
+        """The attempt, lost, and its node given no more runs (`dead`: nor an end action)."""
+        node.out, node.lost = why, dead
+        self.say(f"{node.name}: {why}; no more runs go there")
         return LostRun(order, node.name, why)
 
     def archive(self, boot_ids: Sequence[str]) -> EndSummary:
@@ -243,9 +289,10 @@ class RayEngine:
             for nid, boots in by_node.items()
             if not self.nodes[nid].lost
         }
+        deadline = time.monotonic() + self.margin_s
         for ref, node in asked.items():
             try:
-                done.append(ray.get(ref))
+                done.append(self._answer(ref, deadline))
             except RayError as exc:
                 done.append(
                     EndSummary(action=action, ok=False, detail=f"{node.name}: {_why_out(exc)}")
@@ -271,14 +318,26 @@ class RayEngine:
             for n in self.nodes.values()
             if n.arch is None and n.out is None
         }
+        deadline = time.monotonic() + self.margin_s
         for ref, node in asked.items():
             try:
-                state: on_node.NodeState = ray.get(ref)
+                state: on_node.NodeState = self._answer(ref, deadline)
             except RayError as exc:
                 node.out = _why_out(exc)
                 self.say(f"{node.name}: {node.out}; no run goes there")
                 continue
             node.arch, node.warm = state.arch, dict(state.warm)
+
+    def _answer(self, ref: Any, deadline: float) -> Any:
+        """A survey's or end action's result; past `deadline` its task is force-cancelled and
+        GetTimeoutError (a RayError, as for a lost task) raised."""
+        try:
+            return ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+        except GetTimeoutError:
+            ray.cancel(ref, force=True)
+            raise GetTimeoutError(
+                f"no answer within {self.margin_s:g} s; force-cancel sent to Ray"
+            ) from None
 
     @staticmethod
     def _on(node: _Node) -> Any:
@@ -287,6 +346,8 @@ class RayEngine:
 
 def _why_out(exc: RayError) -> str:
     """One line: what the node said (NodeUnfit), or how Ray lost the attempt."""
+    if isinstance(exc, GetTimeoutError):
+        return f"timeout: {exc}"
     if isinstance(exc, RayTaskError):
         cause = exc.cause
         if isinstance(cause, LifecycleError):

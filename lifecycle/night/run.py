@@ -3,7 +3,9 @@
 `run_night` reads in order: everything checked (lifecycle.night.prepare); one night per host,
 production an earlier night left down brought back first; this plan's unfinished night resumed
 (or a new one); predictions registered; production down around every pending run, each
-journalled; ladder values settled; the end actions; the report.
+journalled; ladder values settled; the end actions; the report. A night its engine cannot
+carry on (no node left with room for a run, a run lost MAX_LOST times) stops after production
+came back, unfinished (it resumes), and still writes its report: exit 3, the environment.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lifecycle.archive.store import BlobStore
-from lifecycle.errors import EXIT_NO, EXIT_OK, AnswerNo, LifecycleError
+from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, AnswerNo, LifecycleError
 from lifecycle.faults import Checkpoint
 from lifecycle.home import Home
 from lifecycle.hooks import HookRunner, HookSelectionError, run_hook_process, select
@@ -100,13 +102,16 @@ class NightOutcome(Report):
     recovered: tuple[Recovery, ...]
     decisions: tuple[Decision, ...]
     note: str | None = None
+    stopped: str | None = None  # why the engine could not carry the night on
 
     FORMAT: ClassVar[str] = "lifecycle-night/1"
 
     @property
     def exit_code(self) -> int:
-        """0 when every pin passes, every ladder wrote its value and production is up; 1
-        otherwise."""
+        """0 when every pin passes, every ladder wrote its value and production is up; 3 when
+        the engine stopped the night; 1 otherwise."""
+        if self.stopped is not None:
+            return EXIT_ENVIRONMENT
         view = self.view
         pins_pass = all(p.verdict in ("pass", "untested") for p in view.pins)
         settled = all(d.action == "written" for d in self.decisions)
@@ -115,7 +120,8 @@ class NightOutcome(Report):
 
     @property
     def notes(self) -> tuple[str, ...]:
-        return (f"lifecycle: {self.note}",) if self.note else ()
+        said = (self.note, self.stopped and f"the night stopped before its end: {self.stopped}")
+        return tuple(f"lifecycle: {line}" for line in said if line)
 
     def to_json(self) -> dict[str, Any]:
         """The report the night wrote (`report.json`), and what this invocation did."""
@@ -124,6 +130,7 @@ class NightOutcome(Report):
             "ran": outcome.ran,
             "recovered": plain(outcome.recovered),
             "decisions": plain(outcome.decisions),
+            "stopped": outcome.stopped,
         }
         return {**report_json(outcome.view), **extra}
 
@@ -189,7 +196,7 @@ def run_night(night: Night, request: NightRequest) -> NightOutcome:
         journal, note = _journal(night, request, builds, prepared)
         _ask_again(journal, prepared, request.rerun)
         registered = register(journal, plan, night.store)
-        ran = 0
+        ran, stopped = 0, None
         pending = _pending(journal, prepared)
         if pending:
             guard = (
@@ -198,17 +205,19 @@ def run_night(night: Night, request: NightRequest) -> NightOutcome:
                 else nullcontext()
             )
             with guard:
-                ran = _run(night, journal, prepared, pending)
+                ran, stopped = _run(night, journal, prepared, pending)
         archive = night.store.location.url() if night.store else None
-        decisions = _settle(night, journal, plan, prepared, request.revalidate, archive)
-        night.checkpoint("night-settled")
-        if ran or not journal.finished:
-            _end(night, journal, plan)
-            journal.event(FINISHED)
+        decisions = []
+        if stopped is None:  # else its ladders and end wait for its runs, when it resumes
+            decisions = _settle(night, journal, plan, prepared, request.revalidate, archive)
+            night.checkpoint("night-settled")
+            if ran or not journal.finished:
+                _end(night, journal, plan)
+                journal.event(FINISHED)
         cells = list(prepared.cells)
         view = night_view(journal, plan, cells, night.engine.where, registered, archive)
         view = publish(view, night.home, night.store)
-    return NightOutcome(view, ran, recovered, tuple(decisions), note)
+    return NightOutcome(view, ran, recovered, tuple(decisions), note, stopped)
 
 
 class ProductionStillDown(AnswerNo):
@@ -325,11 +334,12 @@ def _pending(journal: NightJournal, prepared: Prepared) -> list[tuple[Cell, int,
 
 def _run(
     night: Night, journal: NightJournal, prepared: Prepared, pending: list[tuple[Cell, int, int]]
-) -> int:
+) -> tuple[int, str | None]:
     """Every pending run, each journalled, as many at once as the engine has room for (one on
     this host's engine), in the night's order where room allows. A warm cell whose pin has no
     good cache left waits for a run of its pin under way, else gets a warm-up first. A lost
-    attempt (its node died) is journalled with its node and run again. The number of boots."""
+    attempt (its node died) is journalled with its node and run again. The number of boots, and
+    why the engine stopped the night before its runs' end (None: it did not)."""
     engine, waiting = night.engine, list(pending)
     order_of = {(cell.id, run): index for index, (cell, run, _) in enumerate(pending)}
     started: dict[tuple[str, int, int], RunOrder] = {}  # (cell id, run, attempt) -> its order
@@ -361,11 +371,12 @@ def _run(
             if start(RunOrder(journal.night.id, cell, run, attempt, pin, prepared.hooks[cell.id])):
                 waiting.remove(item)
         if not started:
-            raise LifecycleError(f"{engine.where} has no room for any run of this night")
+            return boots, f"{engine.where} has no room for any run of this night"
         for ended in engine.finished():
             if isinstance(ended, LostRun):
                 order = started.pop((ended.order.cell.id, ended.order.run, ended.order.attempt))
-                _lost(night, journal, ended, lost)
+                if stop := _lost(night, journal, ended, lost):
+                    return boots, stop  # the runs still under way are lost with the night
                 if not is_warm_up(order.cell.id):  # a warm-up is made again if still needed
                     waiting.append((order.cell, order.run, order.attempt))
                     waiting.sort(key=lambda w: order_of[(w[0].id, w[1])])
@@ -384,7 +395,7 @@ def _run(
                 f"[{done}/{len(pending)}] {ended.cell} run {ended.run}: {ended.verdict}"
                 f" (boot {ended.boot_id} {ended.outcome}{where}{'; ' + checks if checks else ''})"
             )
-    return boots
+    return boots, None
 
 
 MAX_LOST = 3  # lost attempts of one run before the night stops
@@ -392,21 +403,23 @@ MAX_LOST = 3  # lost attempts of one run before the night stops
 
 def _lost(
     night: Night, journal: NightJournal, lost: LostRun, counts: Counter[tuple[str, int]]
-) -> None:
-    """Journal a lost attempt; stop the night once one run was lost MAX_LOST times."""
+) -> str | None:
+    """Journal a lost attempt; why the night stops, once one run was lost MAX_LOST times."""
     order = lost.order
     detail = {
         "cell": order.cell.id, "run": order.run, "attempt": order.attempt, "node": lost.node,
         "error": lost.error,
     }  # fmt: skip
     journal.event(LOST, json.dumps(detail, sort_keys=True))
-    night.say(f"{order.cell.id} run {order.run}: lost on {lost.node} ({lost.error}); runs again")
     counts[(order.cell.id, order.run)] += 1
-    if counts[(order.cell.id, order.run)] >= MAX_LOST:
-        raise LifecycleError(
-            f"{order.cell.id} run {order.run} was lost {MAX_LOST} times, last on {lost.node}:"
-            f" {lost.error}"
-        )
+    again = "runs again" if counts[(order.cell.id, order.run)] < MAX_LOST else "the night stops"
+    night.say(f"{order.cell.id} run {order.run}: lost on {lost.node} ({lost.error}); {again}")
+    if counts[(order.cell.id, order.run)] < MAX_LOST:
+        return None
+    return (
+        f"{order.cell.id} run {order.run} was lost {MAX_LOST} times, last on {lost.node}:"
+        f" {lost.error}"
+    )
 
 
 def _settle(
