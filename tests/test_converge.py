@@ -301,6 +301,27 @@ def test_the_plan_of_now_is_stale_only_when_it_does_more_than_the_saved_one() ->
         assert converge.unshown_work(damaged, saved) != ""
 
 
+def test_a_saved_plan_removing_a_tagged_image_is_not_stale_against_the_same_plan_of_now(
+    tmp_path: Path,
+) -> None:
+    """The plan of now is made in memory (an image's tags a tuple, as dataclasses.asdict leaves
+    them); the saved one was read from JSON (a list). The same plan must compare equal."""
+
+    class Now:
+        def __init__(self, plan: dict[str, Any]) -> None:
+            self.plan, self.location = plan, None
+            self.state = dict.fromkeys(("ledger", "archive", "policy"), "same")
+
+        def to_json(self) -> dict[str, Any]:
+            return self.plan
+
+    made = _planned((("a", "archive, then remove"),))
+    made["caches"]["images"][0] |= {"removes": True, "tags": ("demo:1",)}
+    state = dict.fromkeys(("ledger", "archive", "policy"), "same")
+    saved = json.loads(json.dumps({**made, "state": state, "location": None}))
+    converge._check_fresh((tmp_path / "plan.json", saved), Now(made))  # type: ignore[arg-type]
+
+
 @pytest.mark.docker
 @pytest.mark.s3
 def test_a_sigkilled_apply_run_again_converges_with_nothing_lost(

@@ -367,7 +367,8 @@ def _check_fresh(saved: tuple[Path, Mapping[str, Any]], now: Converge) -> None:
         raise LifecycleError(f"plan is stale: {said} changed since {file} was made; plan again")
     # The clock moved (keep_within, archive_after, the archive's grace), or dockerd or the
     # manifests did: none of them is in the state.
-    unshown = unshown_work(saved_plan, now.to_json())
+    # Both as a file holds them: the plan of now read back as the saved one was.
+    unshown = unshown_work(saved_plan, json.loads(json.dumps(now.to_json())))
     if unshown:
         raise LifecycleError(
             f"plan is stale: applied now it would also {unshown}, which {file} does not show;"
