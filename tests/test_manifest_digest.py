@@ -107,3 +107,7 @@ def test_a_credential_in_the_upstream_url_is_neither_in_the_digest_nor_in_the_sn
     loaded = load_manifest(path)
     assert token not in repr(canonical_form(loaded))
     assert manifest_digest(loaded) == plain
+    # A user name is no credential: `ssh://git@host/…` is as written, and so its digest.
+    data["upstream"]["repository"] = "ssh://git@github.com/vllm-project/vllm.git"
+    path.write_text(yaml.safe_dump(data))
+    assert canonical_form(load_manifest(path))["upstream"]["repository"].startswith("ssh://git@")

@@ -19,7 +19,6 @@ from lifecycle.manifest.load import (
     tuned_origins,
 )
 from lifecycle.manifest.model import TunedValue
-from lifecycle.redact import without_userinfo
 from lifecycle.report import Report
 
 
@@ -117,19 +116,9 @@ def run(ctx: Context, request: verbs.Show) -> ShowReport:
             )
             for name, profile in manifest.profiles.items()
         },
-        manifest=_shown(canonical_form(loaded)),
+        manifest=canonical_form(loaded),  # a credential in a URL is not in it
         registry=manifest.registry,
     )
-
-
-def _shown(canonical: dict[str, Any]) -> dict[str, Any]:
-    """The canonical manifest as shown: a token in the upstream's URL is git's, not output's
-    (the digest is of the manifest as written)."""
-    upstream = canonical["upstream"]
-    return {
-        **canonical,
-        "upstream": {**upstream, "repository": without_userinfo(upstream["repository"])},
-    }
 
 
 def _with_registry(report: ShowReport) -> dict[str, Any]:

@@ -297,8 +297,22 @@ def canonical_form(loaded: LoadedManifest) -> dict[str, Any]:
     its images are kept, not what it is; nor is a credential in its upstream's URL (kept out of
     the digest, so a new token is not a new engine, and of the snapshots a boot archives)."""
     data = loaded.manifest.model_dump(mode="json", exclude={"extends", "registry"})
-    data["upstream"]["repository"] = without_userinfo(data["upstream"]["repository"])
+    data["upstream"]["repository"] = _without_credential(data["upstream"]["repository"])
     return data
+
+
+_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<user>[^@/:]*)(?::[^@/]*)?@")
+
+
+def _without_credential(url: str) -> str:
+    """`url` without a credential: an http(s) URL's whole userinfo (a token is written there
+    alone, or as the password), any other's password; `ssh://git@host/…` is as written."""
+    found = _USERINFO.match(url)
+    if found is None:
+        return url
+    if found["scheme"].lower() in ("http", "https"):
+        return without_userinfo(url)
+    return f"{found['scheme']}://{found['user']}@{url[found.end() :]}"
 
 
 def manifest_digest(loaded: LoadedManifest) -> str:
