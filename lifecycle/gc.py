@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 from lifecycle.archive.layout import Key, parse_key
 from lifecycle.archive.objects import Listing
-from lifecycle.archive.record import GC_RENEW, drop_intents, names_of, read_as, record_removal
+from lifecycle.archive.record import GC_DELETES_FOR, drop_intents, names_of, read_as, record_removal
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.boot.baked import baked_caches
 from lifecycle.errors import LifecycleError
@@ -154,11 +154,12 @@ def held_by(snap: Snapshot, results: Set[str]) -> set[str]:
 # The kinds of object a record may name (as needs() and held_by() find them in one that reads):
 # while a record cannot be read, it and every object of those kinds stay. A kind not here may
 # name anything.
+# A version's and an image's trees keep the boots that touched them (_Marking.keeps_boot).
 _MAY_NAME = {
-    "version": {"blob", "pack"},
-    "legacy-cache": {"blob", "pack"},
+    "version": {"boot", "blob", "pack"},
+    "legacy-cache": {"boot", "blob", "pack"},
     "boot": {"blob", "pack"},
-    "image": {"version", "legacy-cache", "blob", "pack"},  # the trees baked into it
+    "image": {"version", "legacy-cache", "boot", "blob", "pack"},  # the trees baked into it
     "result": {"boot", "version", "legacy-cache", "blob", "pack"},
     "legacy-result": {"boot", "version", "legacy-cache", "blob", "pack"},
     "pin": set(),  # its key names its result: pinned_results
@@ -413,10 +414,10 @@ def sweep(
     """Remove what the run planned and has not removed yet: its intent written first, then one
     more look at the archive, which spares an object a record written since names (and that
     record is not going), or a result pinned since holds; then gc's record of what goes, and
-    deletion, for at most GC_RENEW (then intent, look and record again for the rest). A host
-    about to remove a cache reads recent intents (lifecycle.archive.record.being_collected):
-    it either sees this one, or wrote its records before this look, which spares what they
-    name."""
+    deletion, for at most GC_DELETES_FOR after the intent (then intent, look and record again
+    for the rest). A host about to remove a cache reads recent intents
+    (lifecycle.archive.record.being_collected): it either sees this one, or wrote its records
+    before this look, which spares what they name."""
     removed = freed = 0
     spared: dict[str, str] = {}
     policy = gc_run(ledger, run_id).policy
@@ -439,7 +440,13 @@ def sweep(
         if going:  # no object goes that gc's record in the archive does not account for
             _record(store, run_id, policy, [item.key for item in going], clock)
         for batch in _batches(going):
-            if time.monotonic() - written > GC_RENEW.total_seconds():
+            if time.monotonic() - written > GC_DELETES_FOR.total_seconds():
+                if batch[0] is going[0]:  # the look alone took that long: another would too
+                    raise ArchiveError(
+                        f"gc stopped, nothing more removed: its look at the archive took over"
+                        f" {GC_DELETES_FOR.total_seconds() / 60:g} minutes, longer than a"
+                        " host about to remove a cache waits for it"
+                    )
                 break  # the intent ages: write it again and look again before more goes
             store.delete([item.key for item in batch])
             mark_removed(ledger, run_id, [item.key for item in batch], _stamp(clock()))

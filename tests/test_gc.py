@@ -408,7 +408,7 @@ def test_a_record_gc_cannot_read_keeps_what_it_may_name_and_stops_nothing_else(
     assert done.exit_code == 0, done.stderr
     assert f"cannot read s3://{s3_bucket}/" in done.stderr and "(and 1 more)" in done.stderr
     unread = json.loads(done.stdout)["plan"]["unreadable"]
-    assert set(unread) == {k.removeprefix(f"{PREFIX}/") for k in (version, bogus)}
+    assert set(unread) == {f"s3://{s3_bucket}/{k}" for k in (version, bogus)}
     after = set(keys(s3_client, s3_bucket, f"{PREFIX}/"))
     assert {version, bogus} <= after
     assert {k for k in before if "/blobs/" in k or "/packs/" in k} <= after  # they may name any
@@ -471,3 +471,20 @@ def test_a_cache_is_not_removed_while_another_hosts_sweep_may_delete_what_its_ar
     for cache in live:
         checked = _json(archive_project, "verify", cache["id"], "--from", url, env=host_b)
         assert checked["ok"], checked["problems"]
+
+
+def test_a_sweep_whose_look_outlasts_its_intent_stops_having_removed_nothing(
+    archive_project: Path, s3_bucket: str, s3_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep deletes only while its intent is young enough for a host about to remove a
+    cache to read it; a look that alone takes longer would look again for ever: it stops."""
+    import lifecycle.gc
+
+    _nights(archive_project, 2)
+    before = set(keys(s3_client, s3_bucket, f"{PREFIX}/"))
+    monkeypatch.setattr(lifecycle.gc, "GC_DELETES_FOR", lifecycle.gc.timedelta(0))
+    stopped = cli(archive_project, "gc", "--remote", *POLICY, "--yes")
+    assert stopped.exit_code != 0 and "its look at the archive took over" in stopped.stderr
+    after = set(keys(s3_client, s3_bucket, f"{PREFIX}/"))
+    assert {k for k in after - before if "/gc-intents/" not in k and "/gc/" not in k} == set()
+    assert before <= after  # nothing removed

@@ -296,18 +296,20 @@ def removals(store: BlobStore, workers: int = 8) -> dict[str, Removal]:
     return found
 
 
-# A sweep deletes only within GC_RENEW of writing its intent (lifecycle.gc): an intent the server
-# stored less than GC_ACTIVE ago may belong to a sweep that is deleting now (the margin is for
-# skew between this host's clock and the server's); an older one, to a sweep that was stopped
-# (its completion writes a new one before it looks again).
-GC_RENEW = timedelta(minutes=2)
+# A sweep deletes only within GC_DELETES_FOR of writing its intent (lifecycle.gc): an intent the
+# server stored less than GC_ACTIVE ago may belong to a sweep that is deleting now (the margin
+# between them is for skew between this host's clock and the server's); an older one, to a
+# sweep that was stopped (its completion writes a new one before it looks again).
+GC_DELETES_FOR = timedelta(minutes=10)
 GC_ACTIVE = timedelta(minutes=15)
+Intents = dict[str, GcRecordV1]  # intents read (key -> record): named by their bytes, read once
 
 
-def being_collected(store: BlobStore, now: datetime, workers: int = 8) -> dict[str, Listing]:
+def being_collected(store: BlobStore, now: datetime, read: Intents) -> dict[str, Listing]:
     """Keys (relative) a gc sweep may be removing now -> its intent's listing: those an intent
     stored within GC_ACTIVE lists. Either a sweep wrote its intent before this read, or its
-    last look comes after it and sees every record written before."""
+    last look comes after it and sees every record written before. An intent gone since the
+    listing belongs to a sweep that ended; `read` keeps those read, for the next call."""
     recent = {
         parsed.key: item
         for item in store.list("gc-intents/")
@@ -315,11 +317,15 @@ def being_collected(store: BlobStore, now: datetime, workers: int = 8) -> dict[s
         and parsed.kind == "gc-intent"
         and now - item.modified < GC_ACTIVE
     }
-    read = pool_map(lambda key: read_as(store, GcRecordV1, key), recent, workers, "gc-records")
+    for key in recent.keys() - read.keys():
+        body = store.read(key)
+        if body is not None:  # None: dropped at its sweep's end
+            named_by_content(body, key, store.where(key))
+            read[key] = load_as(GcRecordV1, body, store.where(key))
     return {
         key: recent[gc_key]
-        for gc_key, record in zip(recent, read, strict=True)
-        for keys in record.removed.values()
+        for gc_key in recent.keys() & read.keys()
+        for keys in read[gc_key].removed.values()
         for key in keys
     }
 

@@ -95,7 +95,7 @@ class Converge:
         if remote is not None:
             collect = {"remove": [d.key for d in remote.remove], "bytes": remote.bytes}
             collect |= {"kept": remote.kept, "pinned": list(remote.pinned)}
-            collect |= {"unreadable": remote.unread}
+            collect |= {"unreadable": {f"{self.location}/{k}": w for k, w in remote.unread.items()}}
         return {
             "format": FORMAT,
             "location": self.location,

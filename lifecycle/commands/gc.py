@@ -63,7 +63,7 @@ class GcReport(Report):
                 "objects": [d.key for d in self.plan.remove],
                 "kept": self.plan.kept,
                 "pinned": list(self.plan.pinned),
-                "unreadable": self.plan.unread,
+                "unreadable": {f"{self.location}/{k}": why for k, why in self.plan.unread.items()},
             },
             "resumed": plain(self.resumed),
             "result": plain(self.result),

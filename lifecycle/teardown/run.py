@@ -236,7 +236,7 @@ def _settle(
         journal.step(cache.id, "intent", f"{cache.host_path} is gone")
         archive = archive_of(ledger, cache.id)
         # Its files are gone already: whether its results' records stand changes nothing here.
-        checked = verify(archive, results=False) if archive is not None else None
+        checked = None if archive is None else verify(archive, results=False, collecting=False)
         used_by = {u.boot_id for u in cache_uses(ledger, cache_id=cache.id)}
         record = checked.document if checked is not None and not checked.problems else None
         safe = record is not None and used_by <= record.boot_ids

@@ -16,7 +16,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.record import GC_ACTIVE, being_collected
+from lifecycle.archive.record import GC_ACTIVE, Intents, being_collected
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.store import BlobStore, S3Unavailable
 from lifecycle.archive.transfer import Progress
@@ -324,8 +324,13 @@ class ArchiveVerifier:
         self._results_for = results_for
         self._reachable: dict[str, str | None] = {}  # location url -> why not, or None
         self.unreachable: dict[str, str] = {}  # location url -> why its server is out of reach
+        self._intents: Intents = {}  # gc intents read (lifecycle.archive.record)
 
-    def __call__(self, archive: ArchiveRecord, *, results: bool = True) -> VerifiedRecord:
+    def __call__(
+        self, archive: ArchiveRecord, *, results: bool = True, collecting: bool = True
+    ) -> VerifiedRecord:
+        """With `collecting`, a cache about to be removed: what a gc may still remove of its
+        archive is a problem too (not for one whose files are gone already)."""
         location = ArchiveLocation.parse(archive.location)
         url = location.url()
         if self._client is None:
@@ -339,9 +344,9 @@ class ArchiveVerifier:
             rows = self._results_for(archive) if results else ()
             lost = [f"result {r.result_id}: {p}" for r in rows if (p := record_problem(store, r))]
             problems = checked.problems + tuple(lost)
-            if checked.document is not None and not problems:
+            if collecting and checked.document is not None and not problems:
                 relied = checked.relied | {store.relative(r.record_key) for r in rows}
-                problems = _being_collected(store, relied)
+                problems = _being_collected(store, relied, self._intents)
             return replace(checked, problems=problems)
         except S3Unavailable as exc:  # the server went away since the probe: ask it no more
             self._reachable[url] = self.unreachable[url] = str(exc)
@@ -375,19 +380,22 @@ class ArchiveVerifier:
         return None
 
 
-def _being_collected(store: BlobStore, relied: Iterable[str]) -> tuple[str, ...]:
-    """A problem when a gc sweep may still remove an object the archive relies on: a recent gc
-    record lists it and the object is older than that record (one sent again since is not the
-    one it planned). Read after the archive's own records were written, so a sweep whose record
-    is not here yet looks at the archive after them, and spares what they name."""
-    listed = being_collected(store, datetime.now(UTC))
+def _being_collected(store: BlobStore, relied: Iterable[str], read: Intents) -> tuple[str, ...]:
+    """A problem when a gc sweep may still remove an object the archive relies on: a recent
+    intent lists it and the object is older than that intent (one sent again since is not the
+    one it planned), or it went meanwhile. Read after the archive's own records were written,
+    so a sweep whose intent is not here yet looks at the archive after them, and spares what
+    they name."""
+    listed = being_collected(store, datetime.now(UTC), read)
     for key in sorted(set(relied) & listed.keys()):
         head = store.head(store.key(key), checksum=False)
-        if head is not None and head["LastModified"] < listed[key].modified:
+        intent = listed[key]
+        if head is None or head["LastModified"] < intent.modified:
+            state = "removed it" if head is None else "may be removing it"
             return (
-                f"{store.url(store.key(key))}: a gc at this location may be removing it (its"
-                f" record {listed[key].key}): kept; teardown again after"
-                f" {listed[key].modified + GC_ACTIVE:%H:%M} UTC",
+                f"{store.url(store.key(key))}: a gc at this location {state} (its intent"
+                f" {intent.key}): kept; teardown again after"
+                f" {intent.modified + GC_ACTIVE:%H:%M} UTC",
             )
     return ()
 
