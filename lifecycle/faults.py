@@ -32,7 +32,7 @@ CRASH_POINTS = (
 # `gc --remote`'s step boundaries (lifecycle.gc); `:N` picks the N-th batch deleted.
 GC_CRASH_POINTS = (
     "gc-planned",  # the plan journalled, nothing deleted yet
-    "gc-intent",  # the sweep's intent written, before its last look
+    "gc-looked",  # the sweep's intent written, its last look taken, nothing deleted yet
     "gc-after-batch",  # a batch of objects deleted and journalled as removed
 )
 # `apply`'s own: the policy's caches archived, nothing removed yet (then teardown's, gc's).

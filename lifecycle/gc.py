@@ -425,7 +425,6 @@ def sweep(
         planned = [item.key for item in pending]
         _record(store, run_id, policy, planned, clock, intent=True)
         written = time.monotonic()
-        checkpoint("gc-intent")
         snap = take_snapshot(store, snap)
         # Pins read again, not the plan's: a pin made since (here, or by another host) keeps
         # its result now as it would have kept it then. A record damaged since keeps what it
@@ -439,6 +438,7 @@ def sweep(
         going = [item for item in pending if item.key not in now_spared]
         if going:  # no object goes that gc's record in the archive does not account for
             _record(store, run_id, policy, [item.key for item in going], clock)
+        checkpoint("gc-looked")
         for batch in _batches(going):
             if time.monotonic() - written > GC_DELETES_FOR.total_seconds():
                 if batch[0] is going[0]:  # the look alone took that long: another would too

@@ -448,10 +448,11 @@ def test_a_cache_is_not_removed_while_another_hosts_sweep_may_delete_what_its_ar
     host_b = {"LIFECYCLE_HOME": str(tmp_path / "host-b")}
     gc = start(
         archive_project, "gc", "--remote", "--older-than", "0s", "--grace", "0s", "--yes",
-        "--json", env={"LIFECYCLE_TEST_DELAY": "gc-after-batch=60"},
+        "--json", env={"LIFECYCLE_TEST_DELAY": "gc-looked=45"},
     )  # fmt: skip
     try:
-        # gc's record is written after its last look: B's records come after that look.
+        # gc's record is written after its last look: B's records come after that look, and
+        # before its first deletion (it waits at gc-looked).
         wait_for("gc to look", lambda: bool(keys(s3_client, s3_bucket, f"{PREFIX}/gc/")), 60)
         assert keys(s3_client, s3_bucket, f"{PREFIX}/gc-intents/")
         _json(archive_project, "boot", "demo/0.2", "--cold", env=host_b)
