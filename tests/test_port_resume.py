@@ -533,7 +533,13 @@ def test_continue_after_a_cherry_pick_continued_by_hand_stops_where_git_did(
     _two_conflicts(up, project)
     worktree = Path(project.port("1.0", "2.0", "--json").report["worktree"])
     git(worktree, "checkout", "--theirs", "--", "pkg/serve.py")
-    # What a git user does next: git concludes mix.patch and stops at other.patch's conflict.
+    _cherry_pick_continued_by_hand(worktree)
+
+    _finished_at_the_next_conflict(project, worktree)
+
+
+def _cherry_pick_continued_by_hand(worktree: Path) -> None:
+    """What a git user does next: git concludes mix.patch and stops at the next conflict."""
     git(worktree, "add", "--all")
     by_hand = subprocess.run(
         ["git", "cherry-pick", "--continue"],
@@ -544,7 +550,62 @@ def test_continue_after_a_cherry_pick_continued_by_hand_stops_where_git_did(
     )
     assert by_hand.returncode == 1 and b"CONFLICT" in by_hand.stdout
 
-    _finished_at_the_next_conflict(project, worktree)
+
+def _write_data(content: bytes) -> Callable[[Upstream], None]:
+    def change(u: Upstream) -> None:
+        u.write("pkg/data.bin", content)
+
+    return change
+
+
+def _delete_other(u: Upstream) -> None:
+    git(u.path, "rm", "-q", "pkg/other.py")
+
+
+@pytest.mark.parametrize(
+    ("kind", "ours", "upstreams"),
+    [
+        ("binary", _write_data(b"\0ours" * 64), _write_data(b"\0upstream's" * 64)),
+        ("modify/delete", _edit_other("OTHER_5 = 5", "OTHER_5 = 55"), _delete_other),
+    ],
+)
+def test_a_conflict_with_no_markers_that_git_went_on_to_is_the_ports_stop(
+    up: Upstream,
+    project: Project,
+    kind: str,
+    ours: Callable[[Upstream], None],
+    upstreams: Callable[[Upstream], None],
+) -> None:
+    mix, second = up.patch("v1.0.0", change_mix("37")), up.patch("v1.0.0", ours)
+    project.manifest("1.0", [PatchSpec("mix.patch", mix), PatchSpec("second.patch", second)])
+    change_mix("41")(up)
+    upstreams(up)
+    up.commit("Upstream changes the mix and the second patch's file")
+    up.tag("2.0.0")
+    worktree = Path(project.port("1.0", "2.0", "--json").report["worktree"])
+    git(worktree, "checkout", "--theirs", "--", "pkg/serve.py")
+    _cherry_pick_continued_by_hand(worktree)  # stops at second.patch, leaving no marker
+
+    again = project.port("--continue", "--json")
+
+    # Reported, not committed with git's default side as if a person had resolved it.
+    assert again.exit_code == 1, again.stderr
+    assert again.outcomes() == {"patches/mix.patch": "RESOLVED", "patches/second.patch": "CONFLICT"}
+    assert again.report["patches"][1]["conflict"]["kind"] == kind
+    assert git(project.path, "branch", "--list", "port/*") == ""
+    git(
+        worktree,
+        "checkout",
+        "--theirs",
+        "--",
+        f"pkg/{'data.bin' if kind == 'binary' else 'other.py'}",
+    )
+
+    done = project.port("--continue", "--json")
+
+    assert done.exit_code == 0, done.stderr
+    assert done.outcomes() == {"patches/mix.patch": "RESOLVED", "patches/second.patch": "RESOLVED"}
+    assert done.report["patches"][1]["conflict"]["kind"] == kind
 
 
 def test_a_continue_killed_after_git_went_on_is_completed_by_the_next(

@@ -185,13 +185,19 @@ def resume(git: Git, by_commit: dict[str, int]) -> list[Stop]:
 
 
 def read_conflict(git: Git, output: str) -> Conflict:
-    """The unmerged files and their kinds, from the index stages and git's messages."""
+    """The unmerged files and their kinds, from the index stages and git's messages (`output`,
+    "" for a stop found in the worktree: then a binary file is told by its staged contents)."""
     stages: dict[str, set[int]] = {}
+    blobs: dict[str, list[str]] = {}
     for line in git.out("ls-files", "--unmerged", "-z").split("\0"):
         if line:
             info, path = line.split("\t", 1)
-            stages.setdefault(path, set()).add(int(info.split()[2]))
+            _, blob, stage = info.split()
+            stages.setdefault(path, set()).add(int(stage))
+            blobs.setdefault(path, []).append(blob)
     binary = set(_BINARY.findall(output))
+    if not output:
+        binary = {path for path, ids in blobs.items() if any(_is_binary(git, b) for b in ids)}
     renamed = {m.group(2) for m in _CONFLICT.finditer(output) if "rename" in m.group(1)}
     files = []
     for path, present in sorted(stages.items()):
@@ -200,6 +206,12 @@ def read_conflict(git: Git, output: str) -> Conflict:
         if "rename" in label and not files:
             files.append(ConflictedFile(message.split(" ", 1)[0], ConflictKind.RENAME))
     return Conflict(tuple(files))
+
+
+def _is_binary(git: Git, blob: str) -> bool:
+    # git's own test (the one that made it refuse to merge the file): a NUL in the first 8000 bytes
+    content = git.out("cat-file", "blob", blob).encode("utf-8", "surrogateescape")
+    return b"\0" in content[:8000]
 
 
 def _kind(path: str, stages: set[int], binary: set[str], renamed: set[str]) -> ConflictKind:

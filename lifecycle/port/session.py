@@ -154,12 +154,13 @@ def _resume(directory: Path, home: Home, checkpoint: Checkpoint) -> PortReport:
     at = _stop_in_worktree(git, plan, stop, by_commit)
     if at != stop:
         # git went past the saved stop (a person's `git cherry-pick --continue`, or a
-        # --continue killed before it saved): that one is resolved, and git's is the stop now.
-        resolved[stop.index], stop = stop.conflict, at
-        replayed = Replayed(old, _new_commits(git, plan), pre_dropped, resolved, [stop])
+        # --continue killed before it saved): that one is resolved, and git's is the port's
+        # stop now, reported as the --continue that got there would have. Never taken as
+        # resolved unseen: a binary or modify/delete conflict leaves no marker to refuse.
+        resolved[stop.index] = stop.conflict
+        replayed = Replayed(old, _new_commits(git, plan), pre_dropped, resolved, [at])
         _save(directory, plan, saved.base_commit, replayed, saved.picks)
-        if replay.markers_left(git):  # as the --continue that got there would have said
-            return replace(stopped(plan, git, replayed), worktree=str(git.cwd))
+        return replace(stopped(plan, git, replayed), worktree=str(git.cwd))
     stops = replay.resume(git, by_commit)
     checkpoint("port-continued")
     resolved[stop.index] = stop.conflict
