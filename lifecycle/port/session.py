@@ -16,7 +16,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from lifecycle.errors import AnswerNo, LifecycleError
+from lifecycle.errors import LifecycleError
 from lifecycle.faults import Checkpoint
 from lifecycle.home import Home
 from lifecycle.port import branch as port_branch
@@ -43,11 +43,8 @@ def start(request: PortRequest, checkpoint: Checkpoint = lambda point: None) -> 
             assert plan.repo is not None  # make_plan refuses a real port outside a repository
             directory = state.state_dir(request.home, plan.repo.root)
             this = f"{plan.old_label} -> {plan.new_label}"
-
-            def busy(holder: str) -> LifecycleError:
-                return LifecycleError(f"{holder}: wait for it to end (this run: {this})")
-
-            cleanup.enter_context(state.running(request.home, directory, f"the port {this}", busy))
+            wait = f"wait for it to end (this run: {this})"
+            cleanup.enter_context(state.running(request.home, directory, f"the port {this}", wait))
             state.claim(directory, this)
             cleanup.callback(_remove_unless_stopped, directory)
             checkpoint("port-claimed")
@@ -110,12 +107,8 @@ def _listed(ports: list[Path]) -> str:
 
 def resume(directory: Path, home: Home, checkpoint: Checkpoint = lambda point: None) -> PortReport:
     """`--continue`: the worktree is the resolution of the stopped patch; go on from there."""
-
-    def busy(holder: str) -> LifecycleError:
-        return LifecycleError(f"{holder}: wait for it to end")
-
     this = f"the `port --continue` of {state.describe(directory)}"
-    with state.running(home, directory, this, busy):
+    with state.running(home, directory, this, "wait for it to end"):
         return _resume(directory, home, checkpoint)
 
 
@@ -196,11 +189,8 @@ def _stop_in_worktree(git: Git, plan: PortPlan, saved: Stop, by_commit: dict[str
 def abort(directory: Path, home: Home) -> str:
     """`--abort`: forget the stopped port (nothing outside its state dir was written); refused
     while the port runs."""
-
-    def busy(holder: str) -> AnswerNo:
-        return AnswerNo(f"{holder}: --abort removes only a stopped or killed port")
-
-    with state.running(home, directory, "the `port --abort`", busy):
+    advice = "--abort removes only a stopped or killed port"
+    with state.running(home, directory, "the `port --abort`", advice):
         if not directory.is_dir():  # the port it waited on ended meanwhile
             raise LifecycleError(f"no port in progress (nothing in {directory})")
         if not (directory / "state.json").is_file():

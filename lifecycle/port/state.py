@@ -17,12 +17,12 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import AnswerNo, LifecycleError
 from lifecycle.home import Home
 from lifecycle.leases import exclusive_or
 from lifecycle.port.upstream import Release
@@ -94,16 +94,14 @@ def worktree(directory: Path) -> Path:
 
 
 @contextlib.contextmanager
-def running(
-    home: Home, directory: Path, what: str, refuse: Callable[[str], Exception]
-) -> Iterator[None]:
+def running(home: Home, directory: Path, what: str, advice: str) -> Iterator[None]:
     """Hold the lock of the port in `directory` for the block, as `what` (`the port 1.0 -> 2.0`);
-    without waiting: `refuse(holder)` is raised, `holder` naming the port that holds it."""
+    without waiting: AnswerNo (exit 1) names the port that holds it, then `advice`."""
     lock = home.port_lock(directory.name)
 
     def busy() -> Exception:
         holder = lock.read_text().strip() if lock.is_file() else ""
-        return refuse(f"{holder or 'a port'} is running in {directory}")
+        return AnswerNo(f"{holder or 'a port'} is running in {directory}: {advice}")
 
     with exclusive_or(lock, busy):
         lock.write_text(f"{what} (pid {os.getpid()})\n")  # for the refusals of others
