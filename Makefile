@@ -23,7 +23,7 @@ docs:
 # First the tests that must run alone (tests/conftest.py SERIAL), then the demo images made
 # once, then the rest two at a time, a test file per worker: most of them wait on dockerd, S3
 # and the engines' sleeps, not on the two cores.
-PYTEST = python3 -m pytest -p no:cacheprovider
+PYTEST = python3 -m pytest -p no:cacheprovider --durations=15  # the slowest, for the CI time budget
 test: setup
 	bash .ci/with-services sh -c '$(LINT) && $(DOCS) && $(PYTEST) -m serial \
 	  && python3 -m lifecycle.demo >/dev/null && $(PYTEST) -m "not serial" -n 2 --dist loadfile'
