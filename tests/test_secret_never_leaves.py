@@ -5,10 +5,12 @@ into a file of its FlashInfer cache, as a JIT log might."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ def test_the_secret_is_nowhere_but_the_engines_own_cache_file(
     # Not shaped like any known credential: only the value itself can find it.
     token = f"q{secrets.token_hex(20)}"
     env = {"HF_TOKEN": token}
+    started = int(time.time())
     booted = process(archive_project, "boot", "demo/0.2", "--profile", "leaky", "--json", env=env)
     assert booted.returncode == 0, booted.stderr
     assert "hello <redacted:HF_TOKEN>" in booted.stderr  # shown, redacted, as it streamed
@@ -57,7 +60,7 @@ def test_the_secret_is_nowhere_but_the_engines_own_cache_file(
     for path in home().rglob("*"):
         if path.is_file() and not path.is_relative_to(home() / "caches"):
             assert needle not in path.read_bytes(), path
-    for container in docker_client.containers.list(all=True, ignore_removed=True):
+    for container in _created_since(docker_client, started):
         try:
             attrs, logs = json.dumps(container.attrs).encode(), container.logs()
         except APIError as error:
@@ -330,6 +333,19 @@ def _sha(path: Path) -> str:
     import hashlib
 
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _created_since(docker_client: Any, started: int) -> list[Any]:
+    """Every container on the host created since `started` (unix seconds): only those can hold
+    this test's fresh token. Read from one listing; inspecting (and reading the logs of) every
+    container other tests left running took minutes under `make test`."""
+    listed = docker_client.api.containers(all=True)
+    fresh = [c["Id"] for c in listed if c["Created"] >= started - 1]
+    found = []
+    for container_id in fresh:
+        with contextlib.suppress(NotFound):
+            found.append(docker_client.containers.get(container_id))
+    return found
 
 
 def _objects(s3_client: Any, bucket: str) -> list[tuple[str, bytes]]:
