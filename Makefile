@@ -21,12 +21,12 @@ docs:
 	$(DOCS)
 
 # First the tests that must run alone (tests/conftest.py SERIAL), then the demo images made
-# once, then the rest two at a time, a test file per worker: most of them wait on dockerd, S3
-# and the engines' sleeps, not on the two cores.
+# once, then the rest three at a time, a test file per worker: most of them wait on dockerd,
+# S3 and the engines' sleeps, not on the two cores (docs/development.md has the figures).
 PYTEST = python3 -m pytest -p no:cacheprovider --durations=15  # the slowest, for the CI time budget
 test: setup
 	bash .ci/with-services sh -c '$(LINT) && $(DOCS) && $(PYTEST) -m serial \
-	  && python3 -m lifecycle.demo >/dev/null && $(PYTEST) -m "not serial" -n 2 --dist loadfile'
+	  && python3 -m lifecycle.demo >/dev/null && $(PYTEST) -m "not serial" -n 3 --dist loadfile'
 
 stress: setup
 	LIFECYCLE_TEST_ROUNDS=20 bash .ci/with-services sh -c 'python3 -m pytest tests/test_many_hosts.py'

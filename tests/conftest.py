@@ -15,7 +15,7 @@ pytest_plugins = ["tests.services"]
 
 REPO = Path(__file__).resolve().parent.parent
 
-# `make test` runs these (files, or FILE::TEST) first, one at a time, then the rest two at a
+# `make test` runs these (files, or FILE::TEST) first, one at a time, then the rest three at a
 # time (pytest-xdist, a file per worker): each here either removes engine images others boot
 # (the demo's), or holds its commands to a time or memory bound another test's load would break.
 SERIAL = {
