@@ -7,8 +7,6 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from lifecycle.port import export
 from tests.port_support import PatchSpec, Project, Upstream, change_mix, git
 
@@ -19,18 +17,6 @@ MESSAGE = (
     "Downstream-Ticket: OPS-1234\n"
     "Signed-off-by: Ada Patcher <ada@downstream.invalid>\n"
 )
-
-
-@pytest.fixture
-def up(tmp_path: Path) -> Upstream:
-    """An upstream at v1.0.0."""
-    return Upstream(tmp_path / "upstream")
-
-
-@pytest.fixture
-def project(tmp_path: Path, up: Upstream) -> Project:
-    """A repository holding manifests/."""
-    return Project(tmp_path / "project", up)
 
 
 def _neighbour(number: int, text: str) -> Callable[[Upstream], None]:

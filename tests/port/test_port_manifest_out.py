@@ -16,18 +16,6 @@ from lifecycle.manifest import load_manifest
 from tests.port_support import PatchSpec, Project, Upstream, change_mix, git
 
 
-@pytest.fixture
-def up(tmp_path: Path) -> Upstream:
-    """An upstream at v1.0.0."""
-    return Upstream(tmp_path / "upstream")
-
-
-@pytest.fixture
-def project(tmp_path: Path, up: Upstream) -> Project:
-    """A repository holding manifests/."""
-    return Project(tmp_path / "project", up)
-
-
 def _release(up: Upstream, version: str, line: int) -> None:
     up.edit("pkg/serve.py", lambda t: t.replace(f"VALUE_{line:02d} = {line}\n", "CHANGED = 1\n"))
     up.commit(f"Release {version}")

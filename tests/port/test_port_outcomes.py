@@ -6,23 +6,9 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from tests.port_support import SUBDIR, PatchSpec, Project, Upstream, change_mix, git
 from tests.test_gitbinary import git as git_bytes
 from tests.test_gitbinary import gitbinary
-
-
-@pytest.fixture
-def up(tmp_path: Path) -> Upstream:
-    """An upstream at v1.0.0; each test writes its own history up to v2.0.0."""
-    return Upstream(tmp_path / "upstream")
-
-
-@pytest.fixture
-def project(tmp_path: Path, up: Upstream) -> Project:
-    """A repository holding manifests/."""
-    return Project(tmp_path / "project", up)
 
 
 def _lines(change: dict[int, str]) -> Callable[[Upstream], None]:

@@ -26,18 +26,6 @@ OPTION = "--upload-pack=touch PWNED; echo x:y"
 TOKEN = "ghp_SeCrEtToKeN0123456789abcdefABCDEF0123"
 
 
-@pytest.fixture
-def up(tmp_path: Path) -> Upstream:
-    """An upstream at v1.0.0."""
-    return Upstream(tmp_path / "upstream")
-
-
-@pytest.fixture
-def project(tmp_path: Path, up: Upstream) -> Project:
-    """A repository holding manifests/."""
-    return Project(tmp_path / "project", up)
-
-
 def _manifest_from(project: Project, repository: str, patches: list[PatchSpec]) -> Path:
     """manifests/1.0 (committed) whose upstream.repository is `repository`, as YAML text."""
     directory = project.manifest("1.0", patches, commit=False)

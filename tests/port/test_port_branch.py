@@ -24,18 +24,6 @@ from lifecycle.port.upstream import (
 from tests.port_support import PatchSpec, Project, Upstream, change_mix, git
 
 
-@pytest.fixture
-def up(tmp_path: Path) -> Upstream:
-    """An upstream at v1.0.0."""
-    return Upstream(tmp_path / "upstream")
-
-
-@pytest.fixture
-def project(tmp_path: Path, up: Upstream) -> Project:
-    """A repository holding manifests/."""
-    return Project(tmp_path / "project", up)
-
-
 def _other(u: Upstream) -> None:
     u.edit("pkg/other.py", lambda t: t.replace("OTHER_5 = 5\n", "OTHER_5 = 55\n"))
 

@@ -29,18 +29,6 @@ from tests.port_support import (
 )
 
 
-@pytest.fixture
-def up(tmp_path: Path) -> Upstream:
-    """An upstream at v1.0.0."""
-    return Upstream(tmp_path / "upstream")
-
-
-@pytest.fixture
-def project(tmp_path: Path, up: Upstream) -> Project:
-    """A repository holding manifests/."""
-    return Project(tmp_path / "project", up)
-
-
 def _edit_other(old: str, new: str) -> Callable[[Upstream], None]:
     def change(u: Upstream) -> None:
         u.edit("pkg/other.py", lambda t: t.replace(f"{old}\n", f"{new}\n"))

@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
 from lifecycle.port.upstream import base_image_pin, release_candidates
 from tests.port_support import Project, Upstream, git
-
-
-@pytest.fixture
-def up(tmp_path: Path) -> Upstream:
-    """An upstream at v1.0.0."""
-    return Upstream(tmp_path / "upstream")
-
-
-@pytest.fixture
-def project(tmp_path: Path, up: Upstream) -> Project:
-    """A repository holding manifests/."""
-    return Project(tmp_path / "project", up)
 
 
 @pytest.mark.parametrize(
