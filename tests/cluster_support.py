@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,34 +135,14 @@ class Cluster:
 
     def raylet_of(self, node: Node) -> int:
         """The host pid of a node's raylet (it carries the node's LIFECYCLE_HOME)."""
-        for pid in _pids():
-            try:
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes()
-                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if (
-                b"raylet" in argv.split(b"\0")[0]
-                and f"LIFECYCLE_HOME={node.home}".encode() in environ
-            ):
-                return pid
-        raise AssertionError(f"no raylet of {node.name}")
+        found = _processes_of(node, lambda program: b"raylet" in program)
+        if not found:
+            raise AssertionError(f"no raylet of {node.name}")
+        return found[0]
 
     def workers_of(self, node: Node, task: str) -> list[int]:
         """The host pids of a node's Ray workers running `task` now (`ray::run`: a run)."""
-        found = []
-        for pid in _pids():
-            try:
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes()
-                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if (
-                argv.split(b"\0")[0] == f"ray::{task}".encode()
-                and f"LIFECYCLE_HOME={node.home}".encode() in environ
-            ):
-                found.append(pid)
-        return found
+        return _processes_of(node, lambda program: program == f"ray::{task}".encode())
 
     def pushed_demo(self, root: Path, registry: str) -> Path:
         """The demo project at `root`, both releases built in the driver's home beside it and
@@ -227,6 +208,21 @@ def _child_of(pid: int) -> int:
             return int(children[0])
         time.sleep(0.02)
     raise AssertionError("unshare started no process")
+
+
+def _processes_of(node: Node, program: Callable[[bytes], bool]) -> list[int]:
+    """The pids of the processes of `node` (they carry its LIFECYCLE_HOME) whose argv[0]
+    `program` accepts."""
+    found = []
+    for pid in _pids():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if program(argv.split(b"\0")[0]) and f"LIFECYCLE_HOME={node.home}".encode() in environ:
+            found.append(pid)
+    return found
 
 
 def _pids() -> list[int]:
