@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,21 @@ def _hung(cluster: Cluster, process: subprocess.Popen[str]) -> Iterator[list[int
             cluster.kill(process)
 
 
+def _runs_on(
+    cluster: Cluster, night: subprocess.Popen[str], which: Callable[[Iterable[bool]], bool]
+) -> Callable[[], bool]:
+    """Whether a run's worker is up on `which` (any, all) of the nodes; a night that ended
+    before is a failure with its own words, not a wait for runs that will never come."""
+
+    def running() -> bool:
+        if night.poll() is not None:
+            out, err = night.communicate()
+            raise AssertionError(f"the night ended (exit {night.returncode}): {out}\n{err}")
+        return which(bool(cluster.workers_of(node, "run")) for node in cluster.nodes)
+
+    return running
+
+
 def _ended(process: subprocess.Popen[str]) -> tuple[int, dict[str, Any], str, float]:
     """Exit code, the --json report, stderr and how long the night took, once it ended."""
     began = time.monotonic()
@@ -107,9 +122,7 @@ def test_a_hung_node_loses_its_run_at_the_limit_and_the_night_ends_elsewhere(
 ) -> None:
     process = _night(cluster, project, "hung", serve_s=3)
     with _hung(cluster, process) as stopped:
-        wait_for(
-            "a run on a node", lambda: any(cluster.workers_of(n, "run") for n in cluster.nodes)
-        )
+        wait_for("a run on a node", _runs_on(cluster, process, any))
         hung = next(n for n in cluster.nodes if cluster.workers_of(n, "run"))
         stopped += cluster.workers_of(hung, "run")
         for pid in stopped:
@@ -136,9 +149,7 @@ def test_a_night_with_no_node_left_stops_with_exit_3_and_its_report(
 ) -> None:
     process = _night(cluster, project, "no-node-left", serve_s=15)
     with _hung(cluster, process) as stopped:
-        wait_for(
-            "a run on each node", lambda: all(cluster.workers_of(n, "run") for n in cluster.nodes)
-        )
+        wait_for("a run on each node", _runs_on(cluster, process, all))
         for node in cluster.nodes:
             stopped += cluster.workers_of(node, "run")
         for pid in stopped:
