@@ -65,8 +65,9 @@ def _layer_file(docker_client: Any, image_id: str, cache_path: str) -> Path:
 
 
 def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_mounted(
-    archive_project: Path, docker_client: Any, isolated_home: Path, registry: str
-) -> None:
+    archive_project: Path, docker_client: Any, isolated_home: Path, registry: str,
+    s3_client: Any, s3_bucket: str,
+) -> None:  # fmt: skip
     home = isolated_home / "lifecycle"
     boot_demo(archive_project)  # cold: the caches are made
     code, refused = _bake(archive_project)
@@ -162,7 +163,14 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
     docker_client.images.remove(pushed["image_id"], force=True)
     assert _bakes_in_status(archive_project) == [("serve", pushed["image_id"], False)]
     elsewhere: dict[str, str | None] = {"LIFECYCLE_HOME": str(isolated_home / "elsewhere")}
-    far = boot_demo(archive_project, "--baked", "--pull", env=elsewhere)
+    # A damaged object among its image records (a half-written one) is left out and named.
+    damaged = f"test/images/{labels['lifecycle.manifest.digest']}/{'0' * 64}.json"
+    s3_client.put_object(Bucket=s3_bucket, Key=damaged, Body=b"{half")
+    left_out = f"left out: cannot read s3://{s3_bucket}/{damaged}: "
+    pulled = run_lifecycle(archive_project, "boot", "demo/0.2", "--baked", "--pull", "--json",
+                           env=elsewhere)  # fmt: skip
+    assert pulled.exit_code == 0 and left_out in pulled.stderr, pulled.output
+    far = json.loads(pulled.stdout)
     assert far["image_id"] == pushed["image_id"] and far["verdict"] == "warm-hit", far
     assert {u["cache_name"]: u["tree_digest"] for u in far["baked"]} == _trees(home)
     # A result there audits from S3 alone to the bake's trees, and to its provenance: an
@@ -190,6 +198,8 @@ def test_only_proven_caches_are_baked_and_the_image_boots_warm_with_nothing_moun
                               "--json")  # fmt: skip
     assert far_chain.exit_code == 0, far_chain.output
     assert json.loads(far_chain.stdout)["image"]["provenance"] == statement
+    assert [w for w in json.loads(far_chain.stdout)["warnings"] if w.startswith(left_out)]
+    s3_client.delete_object(Bucket=s3_bucket, Key=damaged)
 
     # A plain boot there runs the engine image, never the bake that carries its labels too.
     plain = boot_demo(archive_project, env=elsewhere)

@@ -6,8 +6,10 @@ and image), as two hosts would: two LIFECYCLE_HOMEs on one Docker engine."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import re
 import secrets
 import socket
 import sqlite3
@@ -17,13 +19,21 @@ from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.record import publish_image
+from lifecycle.archive.store import BlobStore
+from lifecycle.boot.engine import NotBuilt
 from lifecycle.build.engine import RegistryFailed, pull_image, push_image
 from lifecycle.build.plan import BASE_DIGEST_LABEL, DIGEST_LABEL
 from lifecycle.faults import Checkpoint
+from lifecycle.home import Home
+from lifecycle.ledger import Ledger
+from lifecycle.records import IMAGE_FORMAT, ImageRecordV1
 from tests.services import TEST_LABEL, demo_copy, run_lifecycle
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
@@ -173,6 +183,85 @@ def test_an_image_pushed_on_one_host_is_pulled_by_digest_on_another_and_boots_wa
     manifest.write_text(f"registry: {registry}\n" + manifest.read_text())
     third = _lifecycle(project, tmp_path / "host-c", "boot", "demo/0.2", "--json")
     assert third["image_id"] == image_id
+
+
+def _damaged_image_records(client: Any, bucket: str, prefix: str, digest: str) -> list[str]:
+    """Two objects among the manifest's image records that are not image records: bytes that
+    are not the ones their key names (a bit flip, a half-written object), and a JSON record of
+    another format named by its own bytes (hand-made); their s3:// URLs."""
+    where = f"{prefix}/images/{digest}"
+    other = json.dumps({"format": "lifecycle-pin/1", "target": "r-x", "reason": "crafted"}).encode()
+    objects = {
+        f"{where}/{hashlib.sha256(b'the bytes it had').hexdigest()}.json": b"\x00{half",
+        f"{where}/{hashlib.sha256(other).hexdigest()}.json": other,
+    }
+    for key, body in objects.items():
+        client.put_object(Bucket=bucket, Key=key, Body=body)
+    return [f"s3://{bucket}/{key}" for key in objects]
+
+
+def test_a_damaged_image_record_is_left_out_and_named_and_the_pushed_image_still_pulled(
+    own: Own, docker_client: Any, registry: str, s3_client: Any, s3_bucket: str, tmp_path: Path
+) -> None:
+    """One damaged record under a manifest's images/ made every host's `boot --pull` and
+    `restore --best` of it fail for good: it is left out, named, and the rest is used."""
+    project = own.project
+    pushed = _lifecycle(project, tmp_path / "host-a", "build", "demo/0.2", "--push", registry,
+                        "--json")  # fmt: skip
+    damaged = _damaged_image_records(s3_client, s3_bucket, "team", pushed["digest"])
+    docker_client.images.remove(pushed["image_id"], force=True)
+    host_b = {"LIFECYCLE_HOME": str(tmp_path / "host-b")}
+
+    best = run_lifecycle(project, "restore", "--best", "demo/0.2", "--json", env=host_b)
+    assert best.exit_code == 1, best.output  # nothing archived: every cache boots cold
+    answer = json.loads(best.stdout)
+    assert answer["image"] == f"{pushed['pushed_reference']} (as pushed)"
+    assert sorted(answer["unreadable"]) == sorted(damaged)
+    for url in damaged:
+        assert f"left out: cannot read {url}: " in best.stderr, best.stderr
+
+    pulling = run_lifecycle(project, "boot", "demo/0.2", "--pull", "--json", env=host_b)
+    assert pulling.exit_code == 0, pulling.output
+    assert json.loads(pulling.stdout)["image_id"] == pushed["image_id"]
+    assert f"pulled {pushed['pushed_reference']} (pushed, as s3://" in pulling.stderr
+    for url in damaged:
+        assert f"left out: cannot read {url}: " in pulling.stderr, pulling.stderr
+
+
+def test_a_cluster_night_resolves_and_pulls_past_a_damaged_image_record(
+    docker_client: Any, registry: str, s3_client: Any, s3_bucket: str, tmp_path: Path
+) -> None:
+    """The driver's pin and a node's pull read the same records: one damaged stops neither."""
+    from lifecycle.night import node
+    from lifecycle.night.cluster import RayEngine
+    from lifecycle.night.local import LocalEngine
+
+    store = BlobStore(s3_client, ArchiveLocation(s3_bucket, "team"))
+    digest = secrets.token_hex(32)  # a manifest no image here carries
+    reference = f"{registry}/lifecycle/nothing@sha256:{'e' * 64}"  # the registry lacks it
+    record = ImageRecordV1(
+        format=IMAGE_FORMAT, manifest_digest=digest, image_id="sha256:" + "ab" * 32,
+        reference=reference, tag=f"{registry}/lifecycle/nothing:v1", labels={}, host="a",
+        tool_version="0", pushed_at="2026-01-01T00:00:00+00:00",
+    )  # fmt: skip
+    publish_image(store, record)
+    damaged = _damaged_image_records(s3_client, s3_bucket, "team", digest)
+
+    said: list[str] = []
+    driver = SimpleNamespace(store=store, say=said.append, pins={})
+    pin = RayEngine.resolve(driver, "demo/0.2", None, digest)  # type: ignore[arg-type]
+    assert pin.image["id"] == record.image_id and pin.tag == record.tag
+    assert len(said) == 2, said  # a line for each record left out, naming it
+    for url in damaged:
+        assert any(line.startswith(f"left out: cannot read {url}: ") for line in said), said
+
+    ledger = Ledger.open(Home(tmp_path / "node"))
+    try:
+        engine = LocalEngine(docker_client, ledger, Home(tmp_path / "node"), {}, "unknown")
+        with pytest.raises(NotBuilt, match=re.escape(reference)):  # the readable one, tried
+            node._pin_here(node._Host(engine, store), pin)
+    finally:
+        ledger.close()
 
 
 def test_a_pulled_image_whose_labels_are_not_the_manifests_is_refused_and_removed(

@@ -250,6 +250,47 @@ def project(tmp_path_factory: pytest.TempPathFactory, demo_images: None) -> Path
     return root
 
 
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_team_pin_that_cannot_be_read_still_pins_its_result_and_unpin_removes_it(
+    project: Path, archive_target: ArchiveTarget
+) -> None:
+    """One damaged pin made `results --from` and `unpin` of its result fail for good: its key
+    still names the result it pins (as gc keeps it); only an unpin of the whole result, which
+    cannot match a reason it cannot read, removes it."""
+    env: dict[str, str | None] = {"LIFECYCLE_ARCHIVE": archive_target.url}
+    cold = boot_demo(project, "--cold")
+    result = _add(project, cold["id"], "--name", "kept", "--status", "pass", env=env)
+    run_lifecycle(project, "archive", "--all", env=env)
+    pinned = run_lifecycle(project, "pin", result["id"], "--reason", "the verdict", env=env)
+    assert pinned.exit_code == 0 and "pinned for the team at" in pinned.stdout, pinned.output
+    damaged = f"{archive_target.prefix}/pins/{result['id']}/{'0' * 64}.json"
+    archive_target.client.put_object(Bucket=archive_target.bucket, Key=damaged, Body=b"{half")
+    url = f"s3://{archive_target.bucket}/{damaged}"
+
+    listed = run_lifecycle(project, "results", "--from", archive_target.url, "--json", env=env)
+    assert listed.exit_code == 0, listed.output
+    [row] = json.loads(listed.stdout)["results"]
+    assert "the verdict" in row["pins"] and any(url in pin for pin in row["pins"]), row["pins"]
+    table = run_lifecycle(project, "results", "--from", archive_target.url, env=env)
+    assert f"{result['id']}: pinned by a pin that cannot be read: {url}: " in table.stdout
+
+    by_reason = run_lifecycle(project, "unpin", result["id"], "--reason", "the verdict", env=env)
+    assert by_reason.exit_code == 0, by_reason.output
+    assert f"unpinned for the team: {archive_target.url}: the verdict" in by_reason.stdout
+    assert f"still pinned for the team by a pin that cannot be read: {url}: " in by_reason.stdout
+    assert damaged in archive_target.objects()
+    answer = json.loads(
+        run_lifecycle(project, "results", "--from", archive_target.url, "--json", env=env).stdout
+    )
+    assert [pin for pin in answer["results"][0]["pins"] if url in pin], "it still pins"
+
+    whole = run_lifecycle(project, "unpin", result["id"], "--json", env=env)
+    assert whole.exit_code == 0, whole.output
+    assert any(url in line for line in json.loads(whole.stdout)["team"]), whole.stdout
+    assert damaged not in archive_target.objects()
+
+
 def _add(project: Path, boot_id: str, *args: str, env: dict[str, str | None] | None = None) -> Any:
     result = run_lifecycle(project, "result", "add", boot_id, "--json", *args, env=env)
     assert result.exit_code == 0, result.output

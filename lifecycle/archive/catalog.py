@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from lifecycle.archive.layout import Key, parse_key
-from lifecycle.archive.record import read_as
+from lifecycle.archive.record import Unread, read_as
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
 from lifecycle.parallel import pool_map
@@ -67,9 +67,6 @@ class ArchivedBoot:
     uses: tuple[CacheUse, ...]
     record: str  # s3:// URL of its record
     archived_by: str  # the host that archived it
-
-
-Unread = dict[str, str]  # s3:// URL of a record that could not be read -> why
 
 
 def archived_caches(

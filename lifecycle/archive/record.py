@@ -30,7 +30,7 @@ from lifecycle.archive.layout import (
 )
 from lifecycle.archive.objects import Listing, ObjectStore
 from lifecycle.archive.packs import Placed
-from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore
+from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, S3Unavailable
 from lifecycle.formats import GC_FORMAT
 from lifecycle.parallel import pool_map
 from lifecycle.records import (
@@ -186,17 +186,42 @@ def _boot_roles(
         roles.setdefault(ref.sha256, f"evidence {path} of boot {boot_id}")
 
 
+Unread = dict[str, str]  # a record that could not be read (its s3:// URL, or its key) -> why
+
+
+def readable(
+    store: BlobStore, model: type[Model], prefix: str, kind: str
+) -> tuple[dict[str, Model], Unread]:
+    """key -> record, of the records of `kind` under `prefix` that read as `model`; and key ->
+    why, of those that do not (damaged, hand-made, gone since the listing): one such record
+    hides no other. A server that does not answer is no record's fault: it stops the read."""
+    found: dict[str, Model] = {}
+    unread: Unread = {}
+    for item in store.list(prefix):
+        key = parse_key(item.key)
+        if key is None or key.kind != kind:
+            continue  # not ours: left alone
+        try:
+            found[key.key] = read_as(store, model, key.key)
+        except S3Unavailable:
+            raise
+        except ArchiveError as exc:  # its message names the record: callers name it once
+            unread[key.key] = str(exc).removeprefix(f"{store.where(key.key)}: ")
+    return found, unread
+
+
 def publish_image(store: BlobStore, record: ImageRecordV1) -> str:
     """Write the image's record (once); its key under the prefix."""
     return create_record(store, "images", record.manifest_digest, record)
 
 
-def pushed_images(store: BlobStore, manifest_digest: str) -> list[ImageRecordV1]:
+def pushed_images(store: BlobStore, manifest_digest: str) -> tuple[list[ImageRecordV1], Unread]:
     """Every image of the manifest pushed to a registry, as the archive records them, newest
-    first."""
-    keys = [item.key for item in store.list(records_of("images", manifest_digest))]
-    records = [read_as(store, ImageRecordV1, key) for key in keys]
-    return sorted(records, key=lambda r: (r.pushed_at, r.reference), reverse=True)
+    first; and the records that could not be read (s3:// URL -> why), left out: a damaged
+    record stops no host's pull, and its image is never taken."""
+    found, unread = readable(store, ImageRecordV1, records_of("images", manifest_digest), "image")
+    newest = sorted(found.values(), key=lambda r: (r.pushed_at, r.reference), reverse=True)
+    return newest, {store.where(key): why for key, why in unread.items()}
 
 
 def write_pin(store: BlobStore, pin: PinV1) -> str:
@@ -204,18 +229,33 @@ def write_pin(store: BlobStore, pin: PinV1) -> str:
     return create_record(store, "pins", pin.target, pin)
 
 
-def pins_at(store: BlobStore, target: str | None = None) -> dict[str, PinV1]:
-    """key -> pin, of one target or of all."""
-    prefix = records_of("pins", target) if target else "pins/"
-    keys = [k.key for item in store.list(prefix) if (k := parse_key(item.key)) and k.kind == "pin"]
-    return {key: read_as(store, PinV1, key) for key in keys}
+def pins_at(store: BlobStore, target: str | None = None) -> tuple[dict[str, PinV1], Unread]:
+    """key -> pin, of one target or of all; and key -> why, of the pins that could not be
+    read. Such a pin still pins the result its key names (pinned_by), as gc keeps it."""
+    return readable(store, PinV1, records_of("pins", target) if target else "pins/", "pin")
 
 
-def remove_pins(store: BlobStore, target: str, reason: str | None) -> list[str]:
-    """Delete the target's pins with that reason (every one when None); the reasons removed."""
-    gone = {key: pin for key, pin in pins_at(store, target).items() if reason in (None, pin.reason)}
+def pinned_by(key: str) -> str:
+    """The result a pin's key names (a pin that cannot be read means no less)."""
+    parsed = parse_key(key)
+    assert parsed is not None and parsed.kind == "pin", "pins_at lists pins' keys"
+    return parsed.id
+
+
+UNREAD_PIN = "a pin that cannot be read"
+
+
+def remove_pins(store: BlobStore, target: str, reason: str | None) -> tuple[list[str], Unread]:
+    """Delete the target's pins with that reason (every one when None): the reasons removed,
+    and the pins that cannot be read and stay (key -> why). A pin that cannot be read has no
+    reason to match: only unpinning the whole target removes it, by its key."""
+    pins, unread = pins_at(store, target)
+    gone = {key: pin.reason for key, pin in pins.items() if reason in (None, pin.reason)}
+    if reason is None:
+        gone |= {key: f"{UNREAD_PIN}: {store.where(key)}: {why}" for key, why in unread.items()}
+        unread = {}
     store.delete(sorted(gone))
-    return sorted(pin.reason for pin in gone.values())
+    return sorted(gone.values()), unread
 
 
 GC_PREFIX = "gc/"

@@ -54,6 +54,7 @@ class ChainFacts:
     manifest: ManifestSnapshot | None
     # A pushed bake's in-toto Statement (lifecycle.bake.provenance), as recorded with the push
     provenance: dict[str, Json] | None = None
+    left_out: tuple[str, ...] = ()  # records of the archive that could not be read, each a line
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,8 @@ def build_chain(facts: ChainFacts) -> Chain:
             if facts.manifest
             else None
         ),
-        # A tree behind the result that the archive cannot give back.
-        "warnings": [w for c in caches if (w := _not_restorable(c))],
+        # A tree behind the result that the archive cannot give back; a record left out.
+        "warnings": [w for c in caches if (w := _not_restorable(c))] + list(facts.left_out),
     }
 
 

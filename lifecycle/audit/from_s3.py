@@ -63,13 +63,12 @@ def result_facts(store: BlobStore, result_id: str) -> ChainFacts:
     facts = _chain(document, boot, caches, boot.image, boot.manifest)
     if not baked:
         return facts
-    # A pushed bake's Statement, from its image record (the newest that holds one).
-    pushed = [
-        r.provenance
-        for r in pushed_images(store, boot.boot.manifest_digest)
-        if r.image_id == boot.boot.image_id and r.provenance
-    ]
-    return replace(facts, provenance=pushed[0] if pushed else None)
+    # A pushed bake's Statement, from its image record (the newest that holds one); a record
+    # that cannot be read may have held it: a warning names it.
+    records, unread = pushed_images(store, boot.boot.manifest_digest)
+    pushed = [r.provenance for r in records if r.image_id == boot.boot.image_id and r.provenance]
+    left_out = tuple(f"left out: cannot read {url}: {why}" for url, why in unread.items())
+    return replace(facts, provenance=pushed[0] if pushed else None, left_out=left_out)
 
 
 def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -227,9 +228,11 @@ def _pull_bake(
     location = optional_location(None, ctx.environ, ctx.project)
     if location is None:
         return None, ""
+    pushed, unread = pushed_images(BlobStore(ctx.s3(), location), made.digest)
+    _left_out(ctx, unread)
     records = [
         r
-        for r in pushed_images(BlobStore(ctx.s3(), location), made.digest)
+        for r in pushed
         if BAKED_LABEL in r.labels
         and r.labels.get(PROFILE_LABEL) == profile
         and baked_arch(r.labels) == made.arch
@@ -258,6 +261,12 @@ def _pull_bake(
     if tried:
         raise AnswerNo("no bake could be pulled: " + "; ".join(tried))
     return None, ""
+
+
+def _left_out(ctx: Context, unread: Mapping[str, str]) -> None:
+    """A line for each image record a pull could not read: left out, the rest pulled."""
+    for url, why in unread.items():
+        ctx.note(f"left out: cannot read {url}: {why}")
 
 
 def run(ctx: Context, options: verbs.Boot) -> BootReport | BootSpecReport:
@@ -293,10 +302,11 @@ def _references(
     found = []
     location = optional_location(None, ctx.environ, ctx.project)
     if location is not None:
-        store = BlobStore(ctx.s3(), location)
+        pushed, unread = pushed_images(BlobStore(ctx.s3(), location), digest)
+        _left_out(ctx, unread)
         found += [
             (r.reference, f"pushed, as {location.url()} records")
-            for r in pushed_images(store, digest)
+            for r in pushed
             if BAKED_LABEL not in r.labels
         ]
     registry = loaded.manifest.registry

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import ClassVar
 
 from lifecycle.archive.config import optional_location
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.record import remove_pins, write_pin
+from lifecycle.archive.record import UNREAD_PIN, remove_pins, write_pin
 from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
@@ -55,6 +55,9 @@ class PinReport(Report):
     reasons: dict[str, list[str]]  # cache id -> every pin reason it carries now
     team: tuple[str, ...] = ()  # the result's pins in the archive written (pin) or removed
     not_here: str | None = None  # why nothing was pinned (unpinned) on this host, when so
+    # The result's pins in the archive that cannot be read (s3:// URL -> why), which an unpin
+    # with --reason cannot match: they stay, and still pin it
+    unreadable: dict[str, str] = field(default_factory=dict)
 
     def text(self) -> str:
         """A line per cache: pinned (with every reason), or unpinned (with what pins stay)."""
@@ -73,6 +76,11 @@ class PinReport(Report):
         if self.not_here:
             done = "pinned" if self.action == "pin" else "unpinned"
             lines.append(f"nothing {done} on this host: {self.not_here}")
+        lines += [
+            f"still pinned for the team by {UNREAD_PIN}: {url}: {why}; `unpin {self.target}`"
+            " with no --reason removes it"
+            for url, why in self.unreadable.items()
+        ]
         return "".join(f"{line}\n" for line in lines)
 
 
@@ -130,14 +138,18 @@ def unpin(ctx: Context, request: verbs.Unpin) -> PinReport:
     if where is None or not target.startswith("r-"):
         with ctx.ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
             return unpin_target(ledger, target, reason)
-    removed = remove_pins(BlobStore(ctx.s3(), where), target, reason)
+    store = BlobStore(ctx.s3(), where)
+    removed, kept = remove_pins(store, target, reason)
+    unreadable = {store.where(key): why for key, why in kept.items()}
     local = _here(ctx, lambda ledger: unpin_target(ledger, target, reason))
     if not removed and isinstance(local, str):
-        raise LifecycleError(f"{target} has no pin at {where.url()} nor on this host")
+        still = "".join(f"; still pinned by {UNREAD_PIN}: {u}: {w}" for u, w in unreadable.items())
+        still += f"; `unpin {target}` with no --reason removes it" if kept else ""
+        raise LifecycleError(f"{target} has no pin at {where.url()} nor on this host{still}")
     team = tuple(f"{where.url()}: {r}" for r in removed)
     if isinstance(local, str):
-        return PinReport("unpin", target, (), (), {}, team, not_here=local)
-    return replace(local, team=team)
+        return PinReport("unpin", target, (), (), {}, team, local, unreadable)
+    return replace(local, team=team, unreadable=unreadable)
 
 
 def _here(ctx: Context, act: Callable[[Ledger], PinReport]) -> PinReport | str:

@@ -4,7 +4,7 @@ newest complete version, archived by any host, of each cache a boot here would r
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -135,6 +135,9 @@ class RestoreBestReport(Report):
     restored: tuple[RestoreReport, ...]
     chosen: tuple[Best, ...]
     none_found: tuple[str, ...]  # cache names with no complete version of their key
+    # Records that could not be read (s3:// URL -> why): image records left out, versions
+    # passed over
+    unreadable: dict[str, str] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -174,7 +177,9 @@ def run_best(
     client = ctx.s3()
     store = BlobStore(client, location)
     with ctx.ledger() as ledger:
-        labels, image = _image_labels(ctx, ledger, store, digest, ref)
+        labels, image, left_out = _image_labels(ctx, ledger, store, digest, ref)
+        for url, why in left_out.items():
+            ctx.note(f"left out: cannot read {url}: {why}")
         wanted = [cache_name] if cache_name else names
         keys = {n: cache_key(key_factors(labels, n, digest, ctx.gpu_arch)) for n in wanted}
         chosen, unread = best_versions(store, keys)
@@ -195,22 +200,24 @@ def run_best(
     none = tuple(n for n in wanted if n not in chosen)
     return RestoreBestReport(
         loaded.manifest.name, digest, ctx.gpu_arch, image, keys, restored,
-        tuple(chosen.values()), none,
+        tuple(chosen.values()), none, left_out | unread,
     )  # fmt: skip
 
 
 def _image_labels(
     ctx: Context, ledger: Ledger, store: BlobStore, digest: str, ref: str
-) -> tuple[dict[str, str], str]:
+) -> tuple[dict[str, str], str, dict[str, str]]:
     """The labels of the image a boot here would run (built or pulled here), else of the newest
-    one the archive records as pushed (what `boot --pull` would pull); and which it was."""
+    one the archive records as pushed (what `boot --pull` would pull); which it was; and the
+    image records left out as they could not be read (s3:// URL -> why)."""
     built = find_built(ctx.docker(), ledger, digest)
     if built is not None:
-        return dict(built.labels or {}), f"{built.id} on this host"
-    pushed = pushed_images(store, digest)
+        return dict(built.labels or {}), f"{built.id} on this host", {}
+    pushed, unread = pushed_images(store, digest)
     if pushed:
-        return dict(pushed[0].labels), f"{pushed[0].reference} (as pushed)"
+        return dict(pushed[0].labels), f"{pushed[0].reference} (as pushed)", unread
+    unreadable = "".join(f"; cannot read {url}: {why}" for url, why in unread.items())
     raise LifecycleError(
         f"no image of {ref} on this host, and none recorded as pushed at"
-        f" {store.location.url()}: build it here, or `build --push` it on another host"
+        f" {store.location.url()}{unreadable}: build it here, or `build --push` it on another host"
     )

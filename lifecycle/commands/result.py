@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from lifecycle.archive.config import optional_location
 from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.record import UNREAD_PIN
 from lifecycle.archive.store import ArchiveError
 from lifecycle.commands import verbs
 from lifecycle.commands.boot import HookEntry
@@ -237,8 +238,15 @@ def run_archived(ctx: Context, source: str, filters: Filters) -> Listing:
     )
     return Listing(
         "lifecycle-archived-results/1", "results", tuple(map(ListedArchivedResult, kept)),
-        ARCHIVED_RESULT_COLUMNS, _archived_result_cells, store.location.url(),
+        ARCHIVED_RESULT_COLUMNS, _archived_result_cells, store.location.url(), _unread_pins,
     )  # fmt: skip
+
+
+def _unread_pins(listed: ListedArchivedResult) -> str | None:
+    """A line under the table for a result pinned by a pin that cannot be read."""
+    found = listed.result
+    unread = [pin for pin in found.pins if pin.startswith(UNREAD_PIN)]
+    return "\n".join(f"{found.result['id']}: pinned by {pin}" for pin in unread) or None
 
 
 def describe(ledger: Ledger, results: list[ResultRecord]) -> list[ResultView]:

@@ -156,7 +156,9 @@ class RayEngine:
 
     def resolve(self, ref: str, loaded: LoadedManifest, digest: str) -> Pin:
         """The pin as the bucket records its pushed image: what the nodes pull by digest."""
-        pushed = pushed_images(self.store, digest)
+        pushed, unread = pushed_images(self.store, digest)
+        for url, why in unread.items():  # the nodes read the same records: said once, here
+            self.say(f"left out: cannot read {url}: {why}")
         if not pushed:
             raise LifecycleError(
                 f"{ref} was never pushed (no image record of manifest digest {digest[:12]} at"

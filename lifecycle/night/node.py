@@ -152,10 +152,9 @@ def _pin_here(host: _Host, pin: Pin) -> Pin:
 
     def references() -> list[tuple[str, str]]:
         where = host.store.location.url()
-        return [
-            (r.reference, f"pushed, as {where} records")
-            for r in pushed_images(host.store, pin.digest)
-        ]
+        # A record it cannot read is left out: the driver's resolve said so, reading the same.
+        pushed, _ = pushed_images(host.store, pin.digest)
+        return [(r.reference, f"pushed, as {where} records") for r in pushed]
 
     try:
         image = engine_image(

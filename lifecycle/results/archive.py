@@ -31,7 +31,14 @@ from lifecycle.archive.layout import (
 )
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.plans import BlobSource, RecordPlan, file_blob, render_record
-from lifecycle.archive.record import load_as, named_by_content, pins_at, read_as
+from lifecycle.archive.record import (
+    UNREAD_PIN,
+    load_as,
+    named_by_content,
+    pinned_by,
+    pins_at,
+    read_as,
+)
 from lifecycle.archive.run import ArchiveReport, archive_boot, archive_caches
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.archive.transfer import Progress
@@ -363,8 +370,11 @@ def archived_results(store: BlobStore, *, workers: int = 8) -> list[ArchivedResu
     """Every result with a record in the archive, newest first."""
     ids = sorted({key.id for key in listed_keys(store, "results/")})
     pinned: dict[str, list[str]] = {}
-    for pin in pins_at(store).values():
+    pins, unread = pins_at(store)
+    for pin in pins.values():
         pinned.setdefault(pin.target, []).append(pin.reason)
+    for key, why in unread.items():  # it still pins the result its key names, as gc keeps it
+        pinned.setdefault(pinned_by(key), []).append(f"{UNREAD_PIN}: {store.where(key)}: {why}")
 
     def one(result_id: str) -> ArchivedResult:
         relative, document = read_result(store, result_id)
