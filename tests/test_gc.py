@@ -440,7 +440,7 @@ def test_a_cache_is_not_removed_while_another_hosts_sweep_may_delete_what_its_ar
     """Host A's sweep looked at the archive before host B archived the same cache, whose files
     were there already (A's, planned to go): B's teardown used to verify, remove the cache, and
     then A deleted them. B reads A's intent and keeps the cache, and once A took them its
-    teardown still keeps it: the archive no longer verifies."""
+    teardown still keeps it: the archive no longer verifies, until B archives again."""
     first = _json(archive_project, "boot", "demo/0.2", "--cold")
     _json(archive_project, "archive", "--all", "--with-content")
     _json(archive_project, "teardown", "--yes")  # A's caches now only in the archive
@@ -476,6 +476,16 @@ def test_a_cache_is_not_removed_while_another_hosts_sweep_may_delete_what_its_ar
     assert {c["state"] for c in _json(archive_project, "caches", env=host_b)["caches"]} == {
         "archived"
     }  # nothing lost: B holds every file its archive lacks
+    # Archived again, the archive is whole again: what the sweep took is sent or packed anew.
+    healed = cli(archive_project, "archive", "--all", "--with-content", env=host_b)
+    assert healed.exit_code == 0, healed.output
+    for cache in live:
+        verified = cli(archive_project, "verify", cache["id"], env=host_b)
+        assert verified.exit_code == 0, verified.output
+    torn = cli(archive_project, "teardown", "--yes", env=host_b)
+    assert torn.exit_code == 0, torn.output
+    restored = cli(archive_project, "restore", live[0]["id"], env=host_b)
+    assert restored.exit_code == 0, restored.output
 
 
 def test_a_sweep_whose_look_outlasts_its_intent_stops_having_removed_nothing(

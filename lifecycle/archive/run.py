@@ -193,6 +193,10 @@ def _archive(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) 
         for row in booted:
             record_boot_archive(ledger, row)
         _record(ledger, planned, version)
+        # A version of this tree that names what is gone for good would otherwise still be
+        # checked by `verify` (every version of the tree) and named by a result recorded later
+        # (the first version of a tree): the one just verified takes its place.
+        forget_versions(ledger, planned.relied.superseded)
     except ArchiveError as exc:
         raise exc.within(f"archive of {cache.id} to {url} failed") from exc
     except OSError as exc:  # reading the cache or the evidence
@@ -264,6 +268,12 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
     if relied.found:
         more = f" (and {len(relied.found) - 1} more)" if len(relied.found) > 1 else ""
         run.say(f"{cache.id}: damaged on the server, set aside: {relied.found[0]}{more}")
+    if relied.superseded:
+        stale = store.url(relied.superseded[0].record_key)
+        run.say(
+            f"{cache.id}: {stale} names objects gone or damaged that this host cannot make"
+            " again; a new version takes its place"
+        )
     if there:  # the packs the version there names stay named: looked for again at the end
         packed, pack_sizes = packed | placements(there[1]), pack_sizes | record_packs(there[1])
     report = ArchiveReport(

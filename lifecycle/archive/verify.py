@@ -91,6 +91,7 @@ class Relied:
     alone: dict[str, BlobSource] = field(default_factory=dict)  # blobs to send again
     rebuilt: dict[str, list[BlobSource]] = field(default_factory=dict)  # pack -> its blobs
     forget: list[VersionRow] = field(default_factory=list)  # versions whose record is set aside
+    superseded: list[VersionRow] = field(default_factory=list)  # not to be put right from here
 
     def damaged_record(self, found: Inspected) -> None:
         """A record that does not stand: named (by its last problem, the plainest), and set
@@ -137,7 +138,10 @@ def standing_version(
         sizes = {pack.sha256: pack.size for pack in document.packs}
         rebuilt = {sha: rebuild(document, sha, sizes[sha], sources) for sha in found.packs}
         if any(sha not in sources for sha in found.blobs) or None in rebuilt.values():
-            continue  # not all of it can be put right from here: a new version
+            # Not all of it can be put right from here (a pack that also held another host's
+            # blobs): a new version, and this one is forgotten once that is written.
+            relied.superseded.append(row)
+            continue
         relied.damaged_objects(found.blobs, found.packs)
         relied.alone |= {sha: sources[sha] for sha in found.blobs}
         relied.rebuilt |= {sha: blobs for sha, blobs in rebuilt.items() if blobs is not None}
