@@ -291,6 +291,59 @@ def test_a_team_pin_that_cannot_be_read_still_pins_its_result_and_unpin_removes_
     assert damaged not in archive_target.objects()
 
 
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_result_record_that_cannot_be_read_is_left_out_and_named_and_hides_no_other(
+    project: Path, archive_target: ArchiveTarget
+) -> None:
+    """One damaged or hand-made object under results/ made `results --from` fail for good, for
+    everybody, and an audit of a result beside it fail too: it is left out and named; only the
+    audit of a result none of whose records can be read fails, saying so in one line."""
+    env: dict[str, str | None] = {"LIFECYCLE_ARCHIVE": archive_target.url}
+    cold = boot_demo(project, "--cold")
+    result = _add(project, cold["id"], "--name", "kept", "--status", "pass", env=env)
+    run_lifecycle(project, "archive", "--all", env=env)
+    results = f"{archive_target.prefix}/results"
+    # Garbage under a well-formed key of a result of its own (a half-written object) ...
+    damaged_id = "r-20260101T000000-000000"
+    garbage = f"{results}/{damaged_id}/{'0' * 64}.json"
+    # ... and a record of another format, named by its own bytes, beside the real one's record.
+    pin = {"format": "lifecycle-pin/1", "target": result["id"], "reason": "crafted"}
+    body = json.dumps({**pin, "host": "elsewhere", "pinned_at": "2026-01-01T00:00:00+00:00"})
+    crafted = f"{results}/{result['id']}/{hashlib.sha256(body.encode()).hexdigest()}.json"
+    for key, data in ((garbage, b"{half"), (crafted, body.encode())):
+        archive_target.client.put_object(Bucket=archive_target.bucket, Key=key, Body=data)
+    urls = {f"s3://{archive_target.bucket}/{key}" for key in (garbage, crafted)}
+
+    listed = run_lifecycle(project, "results", "--from", archive_target.url, "--json", env=env)
+    assert listed.exit_code == 0, listed.output
+    answer = json.loads(listed.stdout)
+    assert [row["id"] for row in answer["results"]] == [result["id"]]
+    assert answer["unreadable"].keys() == urls, answer
+    table = run_lifecycle(project, "results", "--from", archive_target.url, env=env)
+    assert table.exit_code == 0 and result["id"] in table.stdout, table.output
+    assert damaged_id not in table.stdout and "crafted" not in table.stdout
+    for url in urls:
+        assert f"left out: cannot read {url}: " in table.stderr, table.stderr
+
+    chain = run_lifecycle(
+        project, "audit", "result", result["id"], "--from", archive_target.url, "--json", env=env
+    )
+    assert chain.exit_code == 0, chain.output
+    audited = json.loads(chain.stdout)
+    assert audited["result"]["id"] == result["id"] and "crafted" not in chain.stdout
+    [warning] = [w for w in audited["warnings"] if w.startswith("left out: cannot read")]
+    assert f"s3://{archive_target.bucket}/{crafted}: " in warning, audited["warnings"]
+
+    unreadable = run_lifecycle(
+        project, "audit", "result", damaged_id, "--from", archive_target.url, env=env
+    )
+    assert unreadable.exit_code == 1, unreadable.output
+    [line] = unreadable.stderr.strip().splitlines()
+    assert f"result {damaged_id}: its record cannot be read: s3://" in line, line
+    assert garbage in line and "sha256" in line, line
+
+
 def _add(project: Path, boot_id: str, *args: str, env: dict[str, str | None] | None = None) -> Any:
     result = run_lifecycle(project, "result", "add", boot_id, "--json", *args, env=env)
     assert result.exit_code == 0, result.output

@@ -33,8 +33,15 @@ from lifecycle.results.archive import read_result, results_on_cache
 
 
 def result_facts(store: BlobStore, result_id: str) -> ChainFacts:
-    """The chain's facts for one result, from its record and the records it names."""
-    _, document = read_result(store, result_id)
+    """The chain's facts for one result, from its record and the records it names; a record
+    of it that cannot be read beside the one that does is left out, and a warning names it."""
+    _, document, unread = read_result(store, result_id)
+    facts = _result_facts(store, document)
+    left_out = tuple(f"left out: cannot read {url}: {why}" for url, why in unread.items())
+    return replace(facts, left_out=left_out + facts.left_out)
+
+
+def _result_facts(store: BlobStore, document: ResultRecordV1 | ResultRecordV2) -> ChainFacts:
     if isinstance(document, ResultRecordV1):
         return _legacy_result_facts(store, document)
     boot = follow(store, BootRecordV1, document.boot)

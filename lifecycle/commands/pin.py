@@ -32,7 +32,7 @@ from lifecycle.ledger.boots import CacheRecord, all_caches, cache_by_id, cache_u
 from lifecycle.ledger.results import ResultRecord, all_results, result_by_id
 from lifecycle.records import PIN_FORMAT, PinV1
 from lifecycle.report import Report
-from lifecycle.results.archive import archived_result
+from lifecycle.results.archive import archived_result, unreadable_result
 from lifecycle.results.model import is_pin_of, pin_reason
 
 DEFAULT_REASON = "pinned by hand"
@@ -122,7 +122,10 @@ def _team_pin(
     if where is None or not target.startswith("r-"):
         return ()
     store = BlobStore(ctx.s3(), where)
-    if archived_result(store, target) is None:  # one that does not parse is said, not skipped
+    found, unread = archived_result(store, target)
+    if found is None and unread:  # said, not skipped
+        raise unreadable_result(target, unread)
+    if found is None:
         return ()  # not archived there (yet): this host's pin is all there is
     pin = PinV1(
         format=PIN_FORMAT, target=target, reason=reason, host=socket.gethostname(),

@@ -231,14 +231,16 @@ class ListedArchivedResult(Row):
 def run_archived(ctx: Context, source: str, filters: Filters) -> Listing:
     """Every result the archive at `source` holds, whichever host archived it."""
     store, now = open_archive(ctx, source, filters, STATUSES, "results")
+    found, unread = archived_results(store)
     kept = filters.select(
         now,
-        archived_results(store),
+        found,
         lambda r: Facts(r.manifest_name, r.arch, r.result["status"], r.result["created_at"]),
     )
     return Listing(
         "lifecycle-archived-results/1", "results", tuple(map(ListedArchivedResult, kept)),
         ARCHIVED_RESULT_COLUMNS, _archived_result_cells, store.location.url(), _unread_pins,
+        unread,
     )  # fmt: skip
 
 

@@ -33,11 +33,13 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.plans import BlobSource, RecordPlan, file_blob, render_record
 from lifecycle.archive.record import (
     UNREAD_PIN,
+    Unread,
     load_as,
     named_by_content,
     pinned_by,
     pins_at,
     read_as,
+    readable,
 )
 from lifecycle.archive.run import ArchiveReport, archive_boot, archive_caches
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
@@ -221,6 +223,9 @@ def lost_records(
     return [result for i in lost if (result := result_by_id(ledger, i)) is not None]
 
 
+ALTERED = "the result is not the one its digest names (altered)"
+
+
 def load_result_record(body: bytes, relative: str, where: str) -> ResultRecordV1 | ResultRecordV2:
     """A result record of either format, checked against its name and its format; refused when
     its result is not the one its digest names (altered)."""
@@ -232,37 +237,57 @@ def load_result_record(body: bytes, relative: str, where: str) -> ResultRecordV1
     else:
         document = load_as(ResultRecordV2, body, where)
     if result_digest(document.result) != document.digest:
-        raise ArchiveError(f"{where}: the result is not the one its digest names (altered)")
+        raise ArchiveError(f"{where}: {ALTERED}")
     return document
 
 
-def read_result(store: BlobStore, result_id: str) -> tuple[str, ResultRecordV1 | ResultRecordV2]:
-    """(key, record) of a result at this location, checked; an ArchiveError when there is none."""
-    found = archived_result(store, result_id)
+Document = ResultRecordV1 | ResultRecordV2
+Found = tuple[str, Document]  # a result's record: its key, what it says
+
+
+def read_result(store: BlobStore, result_id: str) -> tuple[str, Document, Unread]:
+    """(key, record) of a result at this location, checked, and those of its records left out
+    as they cannot be read (s3:// URL -> why); an ArchiveError when there is none, or when
+    none of its records can be read (each named, with why)."""
+    found, unread = archived_result(store, result_id)
+    if found is None and unread:
+        raise unreadable_result(result_id, unread)
     if found is None:
         where = store.where(records_of("results", result_id))
         raise ArchiveError(
             f"{where}: missing: no result {result_id!r} archived at {store.location.url()}"
         )
-    return found
+    return *found, unread
 
 
-def archived_result(
-    store: BlobStore, result_id: str
-) -> tuple[str, ResultRecordV1 | ResultRecordV2] | None:
-    """The first written of a result's records (a run stopped after writing one may write a
-    second, which says the same), else the previous release's `results/<result>.json`; None
-    when there is none. A record there that does not parse is an ArchiveError, not None."""
-    found = []
-    for item in store.list(records_of("results", result_id)):
-        body = store.read(item.key)
-        if body is not None:
-            found.append((item.key, load_result_record(body, item.key, store.where(item.key))))
+def unreadable_result(result_id: str, unread: Unread) -> ArchiveError:
+    """A result none of whose records can be read: that is the answer, in one line."""
+    named = "; ".join(f"{url}: {why}" for url, why in unread.items())
+    return ArchiveError(f"result {result_id}: its record cannot be read: {named}")
+
+
+def archived_result(store: BlobStore, result_id: str) -> tuple[Found | None, Unread]:
+    """The first written of a result's records that read (a run stopped after writing one may
+    write a second, which says the same), else the previous release's `results/<result>.json`;
+    None when none does. And those that cannot be read (s3:// URL -> why), left out: a damaged
+    or hand-made record beside it hides no other, and its content is never taken."""
+    found, unread = readable(store, ResultRecordV2, records_of("results", result_id), "result")
+    for key, document in list(found.items()):
+        if result_digest(document.result) != document.digest:
+            unread[key] = ALTERED
+            del found[key]
+    where = {store.where(key): why for key, why in unread.items()}
     if found:
-        return min(found, key=lambda pair: (pair[1].archived_at, pair[0]))
+        return min(found.items(), key=lambda pair: (pair[1].archived_at, pair[0])), where
     legacy = legacy_result_key(result_id)
     body = store.read(legacy)
-    return None if body is None else (legacy, load_result_record(body, legacy, store.where(legacy)))
+    if body is None:
+        return None, where
+    url = store.where(legacy)
+    try:
+        return (legacy, load_result_record(body, legacy, url)), where
+    except ArchiveError as exc:  # its bytes, read: not the server
+        return None, {**where, url: str(exc).removeprefix(f"{url}: ")}
 
 
 def results_on_cache(store: BlobStore, cache_id: str) -> list[ResultRecordV1 | ResultRecordV2]:
@@ -366,18 +391,22 @@ class ArchivedResult:
     pins: tuple[str, ...]  # the team pins' reasons
 
 
-def archived_results(store: BlobStore, *, workers: int = 8) -> list[ArchivedResult]:
-    """Every result with a record in the archive, newest first."""
+def archived_results(store: BlobStore, *, workers: int = 8) -> tuple[list[ArchivedResult], Unread]:
+    """Every result with a record in the archive that reads, newest first; and the records
+    that cannot be read (s3:// URL -> why), left out: one damaged record hides no other."""
     ids = sorted({key.id for key in listed_keys(store, "results/")})
     pinned: dict[str, list[str]] = {}
-    pins, unread = pins_at(store)
+    pins, unread_pins = pins_at(store)
     for pin in pins.values():
         pinned.setdefault(pin.target, []).append(pin.reason)
-    for key, why in unread.items():  # it still pins the result its key names, as gc keeps it
+    for key, why in unread_pins.items():  # it still pins the result its key names, as gc keeps it
         pinned.setdefault(pinned_by(key), []).append(f"{UNREAD_PIN}: {store.where(key)}: {why}")
 
-    def one(result_id: str) -> ArchivedResult:
-        relative, document = read_result(store, result_id)
+    def one(result_id: str) -> tuple[ArchivedResult | None, Unread]:
+        found, unread = archived_result(store, result_id)
+        if found is None:
+            return None, unread
+        relative, document = found
         if isinstance(document, ResultRecordV1):
             manifest, arch = document.boot.boot.manifest_name, "unknown"
         else:
@@ -385,10 +414,13 @@ def archived_results(store: BlobStore, *, workers: int = 8) -> list[ArchivedResu
         return ArchivedResult(
             document.result, document.digest, manifest, arch, document.host,
             store.where(relative), tuple(sorted(pinned.get(result_id, []))),
-        )  # fmt: skip
+        ), unread  # fmt: skip
 
-    found = pool_map(one, ids, workers, "catalog")
-    return sorted(found, key=lambda r: (r.result["created_at"], r.result["id"]), reverse=True)
+    read = pool_map(one, ids, workers, "catalog")
+    found = [result for result, _ in read if result is not None]
+    unread = {url: why for _, left_out in read for url, why in left_out.items()}
+    newest = sorted(found, key=lambda r: (r.result["created_at"], r.result["id"]), reverse=True)
+    return newest, unread
 
 
 def _version_ref(ledger: Ledger, store: BlobStore, use: CacheUse) -> dict[str, Any]:
