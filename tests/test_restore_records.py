@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -271,3 +272,28 @@ def test_a_record_larger_than_the_cap_is_one_line_naming_it_and_the_cap(
         " (a record, a fingerprint) may hold; not read"
     ]
     assert not (home / "caches").exists()
+
+
+def test_a_leftover_temp_name_that_is_a_link_is_unlinked_never_followed(
+    tmp_path: Path, archive_target: ArchiveTarget
+) -> None:
+    # What a killed restore leaves beside the cache dir goes before the next one; a link of
+    # that name (anyone who can write caches/ can make one) goes as a link: nothing under
+    # its target is touched, its modes least of all.
+    home = Path(os.environ["LIFECYCLE_HOME"])
+    _publish(
+        archive_target, CACHE_ID, asdict(_row(CACHE_ID, home)), _entries("x.so"), VERSION_FORMAT
+    )
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "sub").chmod(0o755)
+    (home / "caches").mkdir(parents=True)
+    leftover = home / "caches" / f".{CACHE_ID}.restore-zzz"
+    leftover.symlink_to(outside)
+
+    result = _restore(tmp_path, archive_target, CACHE_ID)
+
+    assert result.exit_code == 0, result.output
+    assert stat.S_IMODE((outside / "sub").stat().st_mode) == 0o755
+    assert not os.path.lexists(leftover) and (outside / "sub").is_dir()
+    assert (home / "caches" / CACHE_ID / "a" / "x.so").read_bytes() == CONTENT

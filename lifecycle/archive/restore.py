@@ -456,10 +456,16 @@ def _rebuild(
 
 
 def _remove(temp: Path) -> None:
-    """Remove a partial restore, read-only dirs included."""
-    for directory, _, _ in os.walk(temp):
-        Path(directory).chmod(0o700)
-    shutil.rmtree(temp, ignore_errors=True)
+    """Remove a partial restore, read-only dirs included, and never through a link: a
+    leftover name may be a link anyone who can write caches/ made, and chmod follows links."""
+    if temp.is_symlink() or not temp.is_dir():
+        temp.unlink(missing_ok=True)  # the link itself; what it points at is not ours
+        return
+    # By file descriptor, following no link (not even one swapped in since the check above):
+    # only the dirs under `temp` itself are made writable, to be emptied.
+    for _, _, _, fd in os.fwalk(temp, follow_symlinks=False):
+        os.fchmod(fd, 0o700)
+    shutil.rmtree(temp, ignore_errors=True)  # by descriptor too: it never follows a link
 
 
 def check_tree(tree: str | None) -> None:
