@@ -297,3 +297,40 @@ def test_a_leftover_temp_name_that_is_a_link_is_unlinked_never_followed(
     assert stat.S_IMODE((outside / "sub").stat().st_mode) == 0o755
     assert not os.path.lexists(leftover) and (outside / "sub").is_dir()
     assert (home / "caches" / CACHE_ID / "a" / "x.so").read_bytes() == CONTENT
+
+
+def _damaged_copy(target: ArchiveTarget) -> str:
+    """Beside the one version record, a truncated copy of it (damaged on the server), named by
+    its own bytes as a reader checks them: the same tree. Its s3:// URL."""
+    key = next(k for k in target.objects() if "/versions/" in k)
+    body = target.client.get_object(Bucket=target.bucket, Key=key)["Body"].read()
+    damaged = body[: len(body) // 2]
+    tree = key.rsplit("/", 1)[1].split(".")[0]
+    relative = version_key(CACHE_ID, tree, hashlib.sha256(damaged).hexdigest())
+    target.client.put_object(Bucket=target.bucket, Key=f"{target.prefix}/{relative}", Body=damaged)
+    return f"{target.url}/{relative}"
+
+
+@pytest.mark.parametrize("at_tree", [False, True])
+def test_a_damaged_record_of_the_same_tree_is_passed_over_and_named(
+    tmp_path: Path, archive_target: ArchiveTarget, at_tree: bool
+) -> None:
+    # `restore --best` names the tree (CACHE@TREE); plain `restore CACHE` takes the newest.
+    home = Path(os.environ["LIFECYCLE_HOME"])
+    entries = _entries("x.so")
+    _publish(archive_target, CACHE_ID, asdict(_row(CACHE_ID, home)), entries, VERSION_FORMAT)
+    damaged = _damaged_copy(archive_target)
+    tree = Fingerprint.of(entries).tree_digest
+    target = f"{CACHE_ID}@{tree}" if at_tree else CACHE_ID
+
+    result = run_lifecycle(
+        tmp_path, "restore", target, "--from", archive_target.url, "--json", env=archive_target.env
+    )
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["tree_digest"] == tree
+    notes = [line for line in result.stderr.splitlines() if not line.startswith("  | ")]
+    [line] = notes  # progress aside, one line names the record passed over
+    assert line.startswith(f"passed over: cannot read {damaged}: not a JSON record"), line
+    assert json.loads(result.stdout)["unreadable"].keys() == {damaged}
+    assert (home / "caches" / CACHE_ID / "a" / "x.so").read_bytes() == CONTENT

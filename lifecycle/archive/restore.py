@@ -13,7 +13,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
@@ -21,8 +21,14 @@ from typing import Any, BinaryIO, ClassVar
 from lifecycle.archive.layout import cache_prefix, parse_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.packs import Placed
-from lifecycle.archive.record import placements, read_as, read_legacy_cache
-from lifecycle.archive.store import RECORD_MAX, ArchiveError, BlobStore, os_problem
+from lifecycle.archive.record import Unread, placements, read_as, read_legacy_cache
+from lifecycle.archive.store import (
+    RECORD_MAX,
+    ArchiveError,
+    BlobStore,
+    S3Unavailable,
+    os_problem,
+)
 from lifecycle.archive.transfer import download_files, fetch_region, regions
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Entry, Fingerprint, scan
@@ -60,8 +66,14 @@ class RestoreReport(Report):
     withheld: tuple[str, ...] = ()  # files and links the archive left out (a secret's value)
     modes_masked: tuple[str, ...] = ()  # entries restored without setuid/setgid/sticky/o+w
     beside: bool = False  # --into: a dir of its own beside the cache; cache and ledger untouched
+    # Records of the cache's versions passed over as they could not be read (s3:// URL -> why)
+    unreadable: dict[str, str] = field(default_factory=dict)
 
     FORMAT: ClassVar[str] = "lifecycle-restore/1"
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return passed_over(self.unreadable)
 
     def text(self) -> str:
         """Where it was restored, what it holds, and what was withheld or masked."""
@@ -127,7 +139,7 @@ def _restore_held(
     location = store.location
     known = cache_by_id(ledger, cache_id)
     try:
-        relative, document = _version_with_files(store, cache_id, tree)
+        relative, document, unread = _version_with_files(store, cache_id, tree)
         if known is not None and known.in_use_by:
             raise ArchiveError(f"boot {known.in_use_by} is using the cache")
         target = Path(known.host_path) if known else home.cache_dir(cache_id)
@@ -169,6 +181,7 @@ def _restore_held(
         withheld=tuple(sorted(withheld)),
         modes_masked=tuple(e.path for e in archived.entries if e.mode != _safe_mode(e)),
         record=store.where(relative),
+        unreadable=unread,
     )
 
 
@@ -190,7 +203,7 @@ def restore_beside(
         raise LifecycleError(f"{into}: File exists (--into makes a new dir)")
     store = BlobStore(client, location)
     try:
-        relative, document = _version_with_files(store, cache_id, tree)
+        relative, document, unread = _version_with_files(store, cache_id, tree)
         archived = _fetch_fingerprint(store, document)
         withheld = _left_out(document, archived)
         wanted = restorable(archived, withheld)
@@ -211,20 +224,21 @@ def restore_beside(
         withheld=tuple(sorted(withheld)),
         modes_masked=tuple(e.path for e in archived.entries if e.mode != _safe_mode(e)),
         beside=True,
+        unreadable=unread,
     )
 
 
 def _version_with_files(
     store: BlobStore, cache_id: str, tree: str | None
-) -> tuple[str, CacheVersion | CacheRecordV1]:
+) -> tuple[str, CacheVersion | CacheRecordV1, Unread]:
     """`pick_version`'s choice, which must hold the cache's files."""
-    relative, document = pick_version(store, cache_id, tree)
+    relative, document, unread = pick_version(store, cache_id, tree)
     if not document.with_content:
         raise ArchiveError(
             "it was archived without --with-content: the record keeps its evidence,"
             " not its files, so there is nothing to restore"
         )
-    return relative, document
+    return relative, document, unread
 
 
 def _failed(
@@ -247,6 +261,7 @@ class FileRestored:
     sha256: str
     size: int
     record: str  # s3:// URL of the version record it came from
+    unreadable: dict[str, str] = field(default_factory=dict)  # passed over: s3:// URL -> why
 
 
 def restore_file(
@@ -264,7 +279,7 @@ def restore_file(
     check_cache_id(cache_id)
     store = BlobStore(client, location)
     try:
-        relative, document = pick_version(store, cache_id, tree)
+        relative, document, unread = pick_version(store, cache_id, tree)
         if not document.with_content:
             raise ArchiveError("it was archived without --with-content: no files to restore")
         wanted = restorable(_fetch_fingerprint(store, document), ())
@@ -281,22 +296,23 @@ def restore_file(
             store.download_blob(entry.sha256, sink)
     except ArchiveError as exc:
         raise exc.within(f"restore of {cache_id}:{path} from {location.url()} failed") from exc
-    return FileRestored(cache_id, path, entry.sha256, entry.size, store.where(relative))
+    return FileRestored(cache_id, path, entry.sha256, entry.size, store.where(relative), unread)
 
 
 def pick_version(
     store: BlobStore, cache_id: str, tree: str | None
-) -> tuple[str, CacheVersion | CacheRecordV1]:
+) -> tuple[str, CacheVersion | CacheRecordV1, Unread]:
     """(key, record) of the version to restore: of `tree` (a digest or a prefix of at least 8
     hex digits) if given, preferring one with the cache's files; else the newest with them. A
-    cache archived only by the previous release has its one record at `caches/<cache>.json`."""
+    cache archived only by the previous release has its one record at `caches/<cache>.json`.
+    And the records passed over as they could not be read (s3:// URL -> why)."""
     check_tree(tree)
     keys = [parse_key(item.key) for item in store.list(cache_prefix(cache_id, "versions/"))]
     found = [k for k in keys if k is not None and (tree is None or str(k.tree).startswith(tree))]
     if not found:
         legacy = read_legacy_cache(store, cache_id)
         if legacy is not None and legacy[2].fingerprint.tree_digest.startswith(tree or ""):
-            return legacy[0], legacy[2]
+            return legacy[0], legacy[2], {}
         what = f"version {tree} of cache {cache_id}" if tree else f"cache {cache_id}"
         raise ArchiveError(f"no {what} archived at {store.location.url()}")
     trees = {k.tree for k in found}
@@ -304,9 +320,36 @@ def pick_version(
         raise LifecycleError(
             f"{tree!r} names {len(trees)} versions of {cache_id}: give more digits"
         )
-    records = [(k.key, read_as(store, CacheVersion, k.key)) for k in found]
+    records, unread = _readable_versions(store, [k.key for k in found])
     records.sort(key=lambda pair: (pair[1].with_content, pair[1].archived_at, pair[0]))
-    return records[-1]
+    return *records[-1], unread
+
+
+def _readable_versions(
+    store: BlobStore, keys: list[str]
+) -> tuple[list[tuple[str, CacheVersion]], Unread]:
+    """(key, record) of each version record that reads, and s3:// URL -> why of each that does
+    not: a record damaged on the server is no candidate, and hides no good one (as the catalog
+    passes it over). With none readable, the first one's error: there is nothing to restore."""
+    records: list[tuple[str, CacheVersion]] = []
+    unread: Unread = {}
+    first: ArchiveError | None = None
+    for key in keys:
+        try:
+            records.append((key, read_as(store, CacheVersion, key)))
+        except S3Unavailable:
+            raise  # the server's fault, not the record's: nothing is passed over
+        except ArchiveError as exc:  # its message names the record
+            unread[store.where(key)] = str(exc).removeprefix(f"{store.where(key)}: ")
+            first = first or exc
+    if first is not None and not records:
+        raise first
+    return records, unread
+
+
+def passed_over(unread: Unread) -> tuple[str, ...]:
+    """A line for each version record passed over, for stderr."""
+    return tuple(f"passed over: cannot read {url}: {why}" for url, why in unread.items())
 
 
 def _remember_version(

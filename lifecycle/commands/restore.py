@@ -18,6 +18,7 @@ from lifecycle.archive.restore import (
     RestoreReport,
     check_cache_id,
     check_tree,
+    passed_over,
     restore_beside,
     restore_cache,
     restore_file,
@@ -90,6 +91,10 @@ class FileReport(Report):
 
     def to_json(self) -> dict[str, object]:
         return {"format": self.FORMAT, "output": self.output, **asdict(self.restored)}
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return passed_over(self.restored.unreadable)
 
     def text(self) -> str:
         """One line: what was written where."""
@@ -183,23 +188,22 @@ def run_best(
         wanted = [cache_name] if cache_name else names
         keys = {n: cache_key(key_factors(labels, n, digest, ctx.gpu_arch)) for n in wanted}
         chosen, unread = best_versions(store, keys)
-        for url, why in unread.items():
-            ctx.note(f"passed over: cannot read {url}: {why}")
-        restored = tuple(
-            restore_cache(
-                ledger,
-                ctx.home,
-                client,
-                location,
-                best.cache_id,
-                tree=best.tree_digest,
+        for line in passed_over(unread):
+            ctx.note(line)
+        restored = []
+        for best in chosen.values():
+            done = restore_cache(
+                ledger, ctx.home, client, location, best.cache_id, tree=best.tree_digest,
                 progress=ctx.say,
-            )
-            for best in chosen.values()
-        )
+            )  # fmt: skip
+            # The same damaged record is met again among the versions of the chosen tree.
+            for line in passed_over({u: w for u, w in done.unreadable.items() if u not in unread}):
+                ctx.note(line)
+            unread |= done.unreadable
+            restored.append(done)
     none = tuple(n for n in wanted if n not in chosen)
     return RestoreBestReport(
-        loaded.manifest.name, digest, ctx.gpu_arch, image, keys, restored,
+        loaded.manifest.name, digest, ctx.gpu_arch, image, keys, tuple(restored),
         tuple(chosen.values()), none, left_out | unread,
     )  # fmt: skip
 
