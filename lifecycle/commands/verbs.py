@@ -37,6 +37,16 @@ class Given(click.types.StringParamType):
 GIVEN = Given()  # every destructive verb's text options
 
 
+class GivenPath(click.Path):
+    """A path that names something: an empty one (an unset shell variable) is a usage error
+    naming the flag. Taken as is it means `.`, which has no name to write a new file by."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "":
+            self.fail("'' is empty; give a path", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class Param:
     """How one field of a request is given on the command line."""
 
@@ -351,11 +361,11 @@ class Restore(Request):
     cache_name: str | None = opt("--cache", metavar="NAME", help="With --best: only this cache.")
     file_path: str | None = opt("--file", metavar="PATH", help="Only this file of the cache...")
     output: Path | None = opt(
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=GivenPath(dir_okay=False, path_type=Path),
         help="...written to this new file (nothing else is downloaded; the ledger is untouched).",
     )
     into: Path | None = opt(
-        type=click.Path(file_okay=False, path_type=Path),
+        type=GivenPath(file_okay=False, path_type=Path),
         help="Rebuild CACHE[@TREE] in this new dir instead, beside the cache (which is untouched).",
     )
 
