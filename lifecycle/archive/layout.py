@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from lifecycle.errors import LifecycleError
+
 _SHA = "[0-9a-f]{64}"
 _ID = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _PATTERNS = {
@@ -32,6 +34,7 @@ _PATTERNS = {
     "legacy-marker": re.compile(rf"^results-by-cache/(?P<id>{_ID})/(?P<other>{_ID})$"),
 }
 KINDS = tuple(_PATTERNS)
+_OWNER = re.compile(rf"^{_ID}$")
 Records = Literal[
     "boots", "results", "images", "pins", "gc", "gc-intents"
 ]  # records listed by their owner
@@ -79,6 +82,15 @@ def short_key(key: str) -> str:
     """A key as a person reads it: each sha256 digest cut to 12 digits (a version's key holds
     two, 129 characters of a table's line)."""
     return re.sub(r"\b([0-9a-f]{12})[0-9a-f]{52}(\.[0-9a-f]{64})?\b", r"\1…", key)
+
+
+def check_id(ident: str, what: str) -> None:
+    """Refuse, before any request, an id no key of the layout holds (a `/`, a leading `.`,
+    `..`): it names nothing archived, and put into a key it points outside its place."""
+    if not _OWNER.match(ident):
+        raise LifecycleError(
+            f"{ident!r} is not a {what} id (letters, digits, '.', '_' and '-', as archived)"
+        )
 
 
 def cache_prefix(cache_id: str, part: str = "") -> str:

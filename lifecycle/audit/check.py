@@ -10,6 +10,7 @@ from pathlib import Path
 from lifecycle.archive.layout import (
     Key,
     cache_prefix,
+    check_id,
     legacy_cache_key,
     legacy_result_key,
     parse_key,
@@ -17,7 +18,7 @@ from lifecycle.archive.layout import (
 )
 from lifecycle.archive.objects import Listing
 from lifecycle.archive.record import read_as
-from lifecycle.archive.restore import check_tree
+from lifecycle.archive.restore import check_cache_id, check_tree
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.audit.verify import (
     BlobChecker,
@@ -204,9 +205,12 @@ def verify_archived(
     record and blob behind it; one no longer there, as what gc's records say they collected."""
     url = store.location.url()
     cache_id, at, tree = target.partition("@")
+    # The id becomes part of a key: its form is checked before any request (`../../etc`).
     if at:
+        check_cache_id(cache_id)
         found = _archived_cache(store, cache_id, checker, tree=tree, every=every)
         return VerifyReport(target, "cache", url, tuple(found))
+    check_id(target, "cache or result")
     keys = [item.key for item in store.list(records_of("results", target))]
     if not keys and store.head(store.key(legacy_result_key(target)), checksum=False):
         keys = [legacy_result_key(target)]

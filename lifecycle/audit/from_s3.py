@@ -12,11 +12,13 @@ from dataclasses import replace
 
 from lifecycle.archive.layout import (
     cache_prefix,
+    check_id,
     legacy_cache_key,
     parse_key,
     records_of,
 )
 from lifecycle.archive.record import follow, pushed_images, read_as, read_legacy_cache
+from lifecycle.archive.restore import check_cache_id
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.audit.chain import ArchiveFacts, CacheAuditFacts, CacheFacts, ChainFacts
 from lifecycle.records import (
@@ -35,6 +37,7 @@ from lifecycle.results.archive import read_result, results_on_cache
 def result_facts(store: BlobStore, result_id: str) -> ChainFacts:
     """The chain's facts for one result, from its record and the records it names; a record
     of it that cannot be read beside the one that does is left out, and a warning names it."""
+    check_id(result_id, "result")  # it becomes part of a key: checked before any request
     _, document, unread = read_result(store, result_id)
     facts = _result_facts(store, document)
     left_out = tuple(f"left out: cannot read {url}: {why}" for url, why in unread.items())
@@ -80,6 +83,7 @@ def _result_facts(store: BlobStore, document: ResultRecordV1 | ResultRecordV2) -
 
 def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
     """A cache, its versions, the boots that used it and the results standing on it."""
+    check_cache_id(cache_id)  # it becomes part of a key: checked before any request, as restore
     versions = _versions(store, cache_id)
     if not versions:
         return _legacy_cache_facts(store, cache_id)
