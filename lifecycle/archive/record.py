@@ -3,7 +3,8 @@ that name no blob (an image pushed, a team pin, what a gc removed) written once.
 
 A record's key ends in the sha256 of its bytes, so one altered or replaced in place (by hand,
 by another tool) is named as such, never believed; the previous release's records have no
-such name and are checked against their format only.
+such name and are checked against their format only. A key also names whose record it is (a
+result, a boot, a cache's tree...): another's record filed under it is refused the same way.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from lifecycle.archive.layout import (
 from lifecycle.archive.objects import Listing, ObjectStore
 from lifecycle.archive.packs import Placed
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, S3Unavailable
-from lifecycle.formats import GC_FORMAT
+from lifecycle.formats import GC_FORMAT, STORED_UNDER
 from lifecycle.parallel import pool_map
 from lifecycle.records import (
     BootRecordV1,
@@ -81,7 +82,7 @@ def read_legacy_cache(store: ObjectStore, cache_id: str) -> tuple[str, str, Cach
     return (
         relative,
         hashlib.sha256(body).hexdigest(),
-        load_as(CacheRecordV1, body, store.where(relative)),
+        load_named(CacheRecordV1, body, relative, store.where(relative)),
     )
 
 
@@ -104,6 +105,43 @@ def named_by_content(body: bytes, relative: str, where: str) -> None:
         raise ArchiveError(f"{where}: its bytes have sha256 {found}, not the one its key names")
 
 
+# What a key names of its record: (the record's field, what it holds, the key's part). The
+# sha256 in a key shows the bytes are not altered, not that they are this record's: another
+# record's bytes copied under the key are named by their content too, and, believed, would
+# answer for another result, boot, cache or tree (audit, verify, restore). The previous
+# release's keys (`caches/<cache>.json`, `results/<result>.json`) name theirs the same way.
+_NAMED: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "version": (("cache_id", "cache", "id"), ("tree_digest", "tree", "tree")),
+    "legacy-cache": (("cache_id", "cache", "id"),),
+    "boot": (("boot_id", "boot", "id"),),
+    "result": (("result_id", "result", "id"),),
+    "legacy-result": (("result_id", "result", "id"),),
+    "image": (("manifest_digest", "manifest", "id"),),
+    "pin": (("target", "a pin of result", "id"),),
+    "gc": (("run_id", "gc run", "id"),),
+    "gc-intent": (("run_id", "gc run", "id"),),
+}
+assert _NAMED.keys() >= STORED_UNDER, "every kind of key a record is stored under"
+
+
+def named_by_key(record: BaseModel, relative: str, where: str) -> None:
+    """Refuse a record that is not the one its key names (another's, filed under its key)."""
+    key = parse_key(relative)
+    for field, what, part in _NAMED.get(key.kind, ()) if key else ():
+        found, named = getattr(record, field), getattr(key, part)
+        if found != named:
+            raise ArchiveError(f"{where}: holds {what} {found}, not the {named} its key names")
+
+
+def load_named(model: type[Model], body: bytes, relative: str, where: str) -> Model:
+    """A record read at its key: the bytes its key names, of `model`'s format, and the record
+    its key names."""
+    named_by_content(body, relative, where)
+    record = load_as(model, body, where)
+    named_by_key(record, relative, where)
+    return record
+
+
 def read_as(store: ObjectStore, model: type[Model], relative: str) -> Model:
     """Read a record by its key (relative to the prefix), checked against its name and format;
     a missing one is an ArchiveError too."""
@@ -111,8 +149,7 @@ def read_as(store: ObjectStore, model: type[Model], relative: str) -> Model:
     body = store.read(relative)
     if body is None:
         raise ArchiveError(f"{where}: missing")
-    named_by_content(body, relative, where)
-    return load_as(model, body, where)
+    return load_named(model, body, relative, where)
 
 
 CacheOrBoot = CacheVersion | CacheRecordV1 | BootRecordV1
@@ -124,8 +161,7 @@ def load_by_key(body: bytes, relative: str, where: str) -> CacheOrBoot:
     key = parse_key(relative)
     if key is None or key.kind not in ("version", "legacy-cache", "boot"):
         raise ArchiveError(f"{where}: not the key of a cache's or a boot's record")
-    named_by_content(body, relative, where)
-    return load_as(cast(type[CacheOrBoot], stored_as(key.kind)), body, where)
+    return load_named(cast(type[CacheOrBoot], stored_as(key.kind)), body, relative, where)
 
 
 def follow(store: ObjectStore, model: type[Model], ref: RecordRef) -> Model:
@@ -360,8 +396,7 @@ def being_collected(store: BlobStore, now: datetime, read: Intents) -> dict[str,
     for key in recent.keys() - read.keys():
         body = store.read(key)
         if body is not None:  # None: dropped at its sweep's end
-            named_by_content(body, key, store.where(key))
-            read[key] = load_as(GcRecordV1, body, store.where(key))
+            read[key] = load_named(GcRecordV1, body, key, store.where(key))
     return {
         key: recent[gc_key]
         for gc_key in recent.keys() & read.keys()

@@ -34,8 +34,7 @@ from lifecycle.archive.plans import BlobSource, RecordPlan, file_blob, render_re
 from lifecycle.archive.record import (
     UNREAD_PIN,
     Unread,
-    load_as,
-    named_by_content,
+    load_named,
     pinned_by,
     pins_at,
     read_as,
@@ -229,13 +228,12 @@ ALTERED = "the result is not the one its digest names (altered)"
 def load_result_record(body: bytes, relative: str, where: str) -> ResultRecordV1 | ResultRecordV2:
     """A result record of either format, checked against its name and its format; refused when
     its result is not the one its digest names (altered)."""
-    named_by_content(body, relative, where)
     key = parse_key(relative)
     document: ResultRecordV1 | ResultRecordV2
     if key is not None and key.kind == "legacy-result":
-        document = load_as(ResultRecordV1, body, where)
+        document = load_named(ResultRecordV1, body, relative, where)
     else:
-        document = load_as(ResultRecordV2, body, where)
+        document = load_named(ResultRecordV2, body, relative, where)
     if result_digest(document.result) != document.digest:
         raise ArchiveError(f"{where}: {ALTERED}")
     return document
