@@ -50,6 +50,12 @@ class Report:
         return {"format": self.FORMAT, **fields}
 
 
+def unread_lines(unread: Mapping[str, str], done: str = "left out") -> tuple[str, ...]:
+    """A line for each archive record that could not be read (s3:// URL -> why), and what was
+    done with it (`left out`, `passed over`), for stderr or an audit's warnings."""
+    return tuple(f"{done}: cannot read {url}: {why}" for url, why in unread.items())
+
+
 @dataclass(frozen=True)
 class Listing(Report):
     """A listing verb's answer: rows, as a table or as JSON under `key` (`caches`, `boots`,
@@ -68,7 +74,7 @@ class Listing(Report):
 
     @property
     def notes(self) -> tuple[str, ...]:
-        return tuple(f"left out: cannot read {url}: {why}" for url, why in self.unreadable.items())
+        return unread_lines(self.unreadable)
 
     def to_json(self) -> dict[str, Any]:
         where = {} if self.location is None else {"location": self.location}

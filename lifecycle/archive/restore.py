@@ -39,7 +39,7 @@ from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version,
 from lifecycle.ledger.boots import CacheRecord, Scanned, cache_by_id, record_scan
 from lifecycle.records import CacheRecordV1, CacheVersion
 from lifecycle.redact import is_masked
-from lifecycle.report import Report
+from lifecycle.report import Report, unread_lines
 from lifecycle.table import human_bytes
 from lifecycle.withheld import masked_links
 
@@ -73,7 +73,7 @@ class RestoreReport(Report):
 
     @property
     def notes(self) -> tuple[str, ...]:
-        return passed_over(self.unreadable)
+        return unread_lines(self.unreadable, "passed over")
 
     def text(self) -> str:
         """Where it was restored, what it holds, and what was withheld or masked."""
@@ -345,11 +345,6 @@ def _readable_versions(
     if first is not None and not records:
         raise first
     return records, unread
-
-
-def passed_over(unread: Unread) -> tuple[str, ...]:
-    """A line for each version record passed over, for stderr."""
-    return tuple(f"passed over: cannot read {url}: {why}" for url, why in unread.items())
 
 
 def _remember_version(

@@ -31,6 +31,7 @@ from lifecycle.records import (
     ResultRecordV1,
     ResultRecordV2,
 )
+from lifecycle.report import unread_lines
 from lifecycle.results.archive import read_result, results_on_cache
 
 
@@ -40,8 +41,7 @@ def result_facts(store: BlobStore, result_id: str) -> ChainFacts:
     check_id(result_id, "result")  # it becomes part of a key: checked before any request
     _, document, unread = read_result(store, result_id)
     facts = _result_facts(store, document)
-    left_out = tuple(f"left out: cannot read {url}: {why}" for url, why in unread.items())
-    return replace(facts, left_out=left_out + facts.left_out)
+    return replace(facts, left_out=unread_lines(unread) + facts.left_out)
 
 
 def _result_facts(store: BlobStore, document: ResultRecordV1 | ResultRecordV2) -> ChainFacts:
@@ -77,8 +77,8 @@ def _result_facts(store: BlobStore, document: ResultRecordV1 | ResultRecordV2) -
     # that cannot be read may have held it: a warning names it.
     records, unread = pushed_images(store, boot.boot.manifest_digest)
     pushed = [r.provenance for r in records if r.image_id == boot.boot.image_id and r.provenance]
-    left_out = tuple(f"left out: cannot read {url}: {why}" for url, why in unread.items())
-    return replace(facts, provenance=pushed[0] if pushed else None, left_out=left_out)
+    provenance = pushed[0] if pushed else None
+    return replace(facts, provenance=provenance, left_out=unread_lines(unread))
 
 
 def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:

@@ -45,7 +45,7 @@ from lifecycle.ledger.builds import (
 )
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.manifest.load import manifest_digest
-from lifecycle.report import Report, plain
+from lifecycle.report import Report, plain, unread_lines
 
 
 @dataclass(frozen=True)
@@ -265,8 +265,8 @@ def _pull_bake(
 
 def _left_out(ctx: Context, unread: Mapping[str, str]) -> None:
     """A line for each image record a pull could not read: left out, the rest pulled."""
-    for url, why in unread.items():
-        ctx.note(f"left out: cannot read {url}: {why}")
+    for line in unread_lines(unread):
+        ctx.note(line)
 
 
 def run(ctx: Context, options: verbs.Boot) -> BootReport | BootSpecReport:

@@ -18,7 +18,6 @@ from lifecycle.archive.restore import (
     RestoreReport,
     check_cache_id,
     check_tree,
-    passed_over,
     restore_beside,
     restore_cache,
     restore_file,
@@ -32,7 +31,7 @@ from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.manifest import find_manifest, load_manifest
 from lifecycle.manifest.load import manifest_digest
-from lifecycle.report import Report
+from lifecycle.report import Report, unread_lines
 from lifecycle.table import human_bytes
 
 
@@ -94,7 +93,7 @@ class FileReport(Report):
 
     @property
     def notes(self) -> tuple[str, ...]:
-        return passed_over(self.restored.unreadable)
+        return unread_lines(self.restored.unreadable, "passed over")
 
     def text(self) -> str:
         """One line: what was written where."""
@@ -183,12 +182,12 @@ def run_best(
     store = BlobStore(client, location)
     with ctx.ledger() as ledger:
         labels, image, left_out = _image_labels(ctx, ledger, store, digest, ref)
-        for url, why in left_out.items():
-            ctx.note(f"left out: cannot read {url}: {why}")
+        for line in unread_lines(left_out):
+            ctx.note(line)
         wanted = [cache_name] if cache_name else names
         keys = {n: cache_key(key_factors(labels, n, digest, ctx.gpu_arch)) for n in wanted}
         chosen, unread = best_versions(store, keys)
-        for line in passed_over(unread):
+        for line in unread_lines(unread, "passed over"):
             ctx.note(line)
         restored = []
         for best in chosen.values():
@@ -197,7 +196,8 @@ def run_best(
                 progress=ctx.say,
             )  # fmt: skip
             # The same damaged record is met again among the versions of the chosen tree.
-            for line in passed_over({u: w for u, w in done.unreadable.items() if u not in unread}):
+            again = {u: w for u, w in done.unreadable.items() if u not in unread}
+            for line in unread_lines(again, "passed over"):
                 ctx.note(line)
             unread |= done.unreadable
             restored.append(done)

@@ -37,6 +37,7 @@ from lifecycle.manifest import LoadedManifest
 from lifecycle.night import node as on_node
 from lifecycle.night.engine import EndSummary, LostRun, Pin, RunOrder, RunSummary
 from lifecycle.night.plan import Gpu
+from lifecycle.report import unread_lines
 
 try:
     import ray
@@ -157,8 +158,8 @@ class RayEngine:
     def resolve(self, ref: str, loaded: LoadedManifest, digest: str) -> Pin:
         """The pin as the bucket records its pushed image: what the nodes pull by digest."""
         pushed, unread = pushed_images(self.store, digest)
-        for url, why in unread.items():  # the nodes read the same records: said once, here
-            self.say(f"left out: cannot read {url}: {why}")
+        for line in unread_lines(unread):  # the nodes read the same records: said once, here
+            self.say(line)
         if not pushed:
             raise LifecycleError(
                 f"{ref} was never pushed (no image record of manifest digest {digest[:12]} at"

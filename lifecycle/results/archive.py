@@ -234,9 +234,14 @@ def load_result_record(body: bytes, relative: str, where: str) -> ResultRecordV1
         document = load_named(ResultRecordV1, body, relative, where)
     else:
         document = load_named(ResultRecordV2, body, relative, where)
-    if result_digest(document.result) != document.digest:
+    if altered(document):
         raise ArchiveError(f"{where}: {ALTERED}")
     return document
+
+
+def altered(document: ResultRecordV1 | ResultRecordV2) -> bool:
+    """Whether the record's result is not the one its digest names."""
+    return result_digest(document.result) != document.digest
 
 
 Document = ResultRecordV1 | ResultRecordV2
@@ -271,7 +276,7 @@ def archived_result(store: BlobStore, result_id: str) -> tuple[Found | None, Unr
     or hand-made record beside it hides no other, and its content is never taken."""
     found, unread = readable(store, ResultRecordV2, records_of("results", result_id), "result")
     for key, document in list(found.items()):
-        if result_digest(document.result) != document.digest:
+        if altered(document):
             unread[key] = ALTERED
             del found[key]
     where = {store.where(key): why for key, why in unread.items()}
