@@ -15,9 +15,12 @@ from lifecycle.build.engine import RegistryFailed, find_built, pull_image
 from lifecycle.errors import AnswerNo, LifecycleError
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import DIED, dead_boots, ended_boots, settle_boot
 from lifecycle.ledger.builds import RegistryImage, record_registry_image
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.load import canonical_form, patch_digests
+
+BOOT_LABEL = "lifecycle.boot.id"  # on each boot's container: what dockerd runs for which boot
 
 # Where an image of the manifest may be pulled from, by digest, best first (asked only when
 # this host has none), each with where that reference was found.
@@ -155,3 +158,38 @@ def remove_container(container: Any) -> str | None:
     except APIError as exc:
         return f"container {container.id[:12]} not removed: {exc.explanation or exc}"
     return None
+
+
+def stop_orphans(client: Any, ledger: Ledger, home: Home, at: str) -> list[str]:
+    """Stop the engines whose lifecycle process died, then settle their boots; a line for each.
+
+    dockerd, not lifecycle, runs a boot's container: a boot SIGKILLed (the OOM killer, a CI
+    job's end, a lost cluster task) leaves its engine serving, holding its GPUs and writing its
+    caches, for ever; and its boot holding those caches, so every later boot went cold. A
+    running container of this ledger's boots is stopped when its boot has ended or its process
+    died (lifecycle.ledger.boots.dead_boots); only then are the dead boots settled, so no cache
+    is handed on while an engine still writes it. Other homes' boots are theirs."""
+    from lifecycle.dockerd import sdk_errors
+
+    try:
+        running = client.containers.list(filters={"label": BOOT_LABEL}, sparse=True)
+    except sdk_errors() as exc:  # the boot meets dockerd's problem at once; nothing settled
+        return [f"cannot ask dockerd for engines of dead boots: {exc}"]
+    dead = set(dead_boots(ledger, home))
+    by_boot = {(c.attrs.get("Labels") or {}).get(BOOT_LABEL, ""): c for c in running}
+    orphans = (by_boot.keys() & dead) | ended_boots(ledger, by_boot.keys())
+    said = []
+    for boot_id in sorted(orphans):
+        container = by_boot[boot_id]
+        name = str((container.attrs.get("Names") or [container.id[:12]])[0]).lstrip("/")
+        try:
+            client.api.stop(container.id, timeout=10)
+        except sdk_errors() as exc:
+            dead.discard(boot_id)  # its engine may write its caches: they stay held
+            said.append(f"boot {boot_id}: its engine {name} not stopped: {exc}")
+            continue
+        said.append(f"boot {boot_id}: its engine {name} ran on without it: stopped")
+    for boot_id in sorted(dead):
+        settle_boot(ledger, boot_id, at, DIED)
+        said.append(f"boot {boot_id}: {DIED}: now interrupted")
+    return said

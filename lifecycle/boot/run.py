@@ -19,7 +19,14 @@ from typing import Any
 
 from lifecycle.boot.baked import BakedCache, baked_writes, plan_baked
 from lifecycle.boot.caches import CachePlan, plan_caches
-from lifecycle.boot.engine import BootFailed, keep_provenance, remove_container, run_container
+from lifecycle.boot.engine import (
+    BOOT_LABEL,
+    BootFailed,
+    keep_provenance,
+    remove_container,
+    run_container,
+    stop_orphans,
+)
 from lifecycle.boot.judge import judge
 from lifecycle.boot.observe import AccessWatch, CacheAccess, NotObserved
 from lifecycle.boot.spec import (
@@ -150,6 +157,8 @@ def boot(
     secrets_by_name = {**secrets_on_host(ledger, host_env), **own}
     now = datetime.now(UTC)
     boot_id = f"b-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+    for line in stop_orphans(client, ledger, home, _stamp(now)):
+        on_line(line)  # before the caches are picked: a dead boot's are warm again
     if request.baked:
         attrs = client.images.get(request.image["id"]).attrs
         plan = plan_baked(attrs, manifest, list(request.baked))
@@ -196,7 +205,7 @@ def _spec(
     plugin of the production patches logs it, so a result can be matched to its build from
     the log), a cell's arguments and the hooks' engine environment."""
     labels = {
-        "lifecycle.boot.id": boot_id,
+        BOOT_LABEL: boot_id,
         "lifecycle.manifest.digest": request.digest,
         "lifecycle.manifest.name": request.loaded.manifest.name,
     }

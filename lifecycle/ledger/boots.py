@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import astuple, dataclass, fields
 
 from lifecycle.home import Home
@@ -172,19 +172,30 @@ _LAST_OUTCOME = (
 )
 
 
+# Whether the newest boot that used cache `c` died without its end-of-boot scan (settled as
+# `interrupted`): the cache's recorded tree is still the one the boot before it left.
+_LAST_DIED = (
+    "COALESCE((SELECT b.outcome = 'interrupted' AND u.tree_digest_after IS NULL"
+    " FROM boot_caches u JOIN boots b ON b.id = u.boot_id"
+    " WHERE u.cache_id = c.id ORDER BY b.started_at DESC, b.rowid DESC LIMIT 1), 0)"
+)
+
+
 def warm_candidates(ledger: Ledger, cache_key: str) -> list[CacheRecord]:
     """Caches a warm boot may reuse, newest first: this key, on disk as far as the ledger knows
     (live or archived), held by no boot, scanned, not found changed behind lifecycle's back,
-    and whose last boot here ended `ok`.
+    and whose last boot here ended `ok`, or died before its end-of-boot scan.
 
     A boot that failed or timed out may have left a half-built cache (a truncated `.so` crashes
-    the engine that loads it); a cache restored from another host has no boot here yet.
+    the engine that loads it); a cache restored from another host has no boot here yet. One
+    whose boot died is taken only if a scan finds the tree its last recorded scan saw (the
+    boot's caller scans each candidate before it mounts it): then the dead boot wrote nothing.
     """
     return ledger.records(
         CacheRecord,
         "SELECT c.* FROM caches c WHERE c.cache_key = ? AND c.state IN ('live', 'archived')"
         " AND c.in_use_by IS NULL AND c.tree_digest IS NOT NULL"
-        f" AND {_LAST_OUTCOME} = 'ok'"
+        f" AND ({_LAST_OUTCOME} = 'ok' OR {_LAST_DIED})"
         " AND NOT EXISTS (SELECT 1 FROM cache_damage d WHERE d.cache_id = c.id)"
         " ORDER BY c.created_at DESC, c.rowid DESC",
         (cache_key,),
@@ -196,6 +207,7 @@ def not_reusable(ledger: Ledger) -> dict[str, str]:
     why: dict[str, str] = {}
     rows = ledger.query(
         f"SELECT c.id, c.in_use_by, c.tree_digest, {_LAST_OUTCOME} AS outcome,"
+        f" {_LAST_DIED} AS died,"
         " (SELECT u.boot_id FROM boot_caches u JOIN boots b ON b.id = u.boot_id"
         "  WHERE u.cache_id = c.id ORDER BY b.started_at DESC, b.rowid DESC LIMIT 1) AS last"
         " FROM caches c WHERE c.state IN ('live', 'archived')"
@@ -203,7 +215,7 @@ def not_reusable(ledger: Ledger) -> dict[str, str]:
     for row in rows:
         if row["in_use_by"] is not None:
             why[row["id"]] = f"in use by {row['in_use_by']}"
-        elif row["outcome"] != "ok":
+        elif row["outcome"] != "ok" and not row["died"]:
             why[row["id"]] = (
                 f"its last boot {row['last']} ended {row['outcome']}: it may hold a half-built file"
             )
@@ -340,21 +352,38 @@ def settle_boot(ledger: Ledger, boot_id: str, at: str, why: str) -> None:
         conn.execute("UPDATE caches SET in_use_by = NULL WHERE in_use_by = ?", (boot_id,))
 
 
-def settle_dead_boots(ledger: Ledger, home: Home, at: str) -> list[str]:
+DIED = "its lifecycle process ended without recording an outcome"
+
+
+def dead_boots(ledger: Ledger, home: Home) -> list[str]:
     """Boots the ledger says hold caches whose leases nobody holds: their process died (the
-    kernel drops a lease with its holder, SIGKILL included) before recording an outcome. Each
-    ends as `interrupted` and lets its caches go; their ids, oldest first."""
+    kernel drops a lease with its holder, SIGKILL included) before recording an outcome; their
+    ids, oldest first. A boot that holds no cache cannot be told from a live one: not here."""
     holding: dict[str, list[str]] = {}
     for row in ledger.query("SELECT id, in_use_by FROM caches WHERE in_use_by IS NOT NULL"):
         holding.setdefault(row["in_use_by"], []).append(row["id"])
-    dead = [
+    return [
         boot_id
         for boot_id, cache_ids in sorted(holding.items())
         if not any(lease_held(home, cache_id) for cache_id in cache_ids)
     ]
+
+
+def settle_dead_boots(ledger: Ledger, home: Home, at: str) -> list[str]:
+    """Each dead boot (`dead_boots`) ends as `interrupted` and lets its caches go; their ids.
+    Its engine may still run: lifecycle.boot.engine.stop_orphans stops it first."""
+    dead = dead_boots(ledger, home)
     for boot_id in dead:
-        settle_boot(ledger, boot_id, at, "its lifecycle process ended without recording an outcome")
+        settle_boot(ledger, boot_id, at, DIED)
     return dead
+
+
+def ended_boots(ledger: Ledger, boot_ids: Collection[str]) -> set[str]:
+    """Those of `boot_ids` this ledger knows with an outcome: their engine is to have exited."""
+    ids = sorted(boot_ids)
+    marks = ", ".join("?" * len(ids))
+    sql = f"SELECT id FROM boots WHERE outcome != 'running' AND id IN ({marks})"
+    return {row["id"] for row in ledger.query(sql, tuple(ids))} if ids else set()
 
 
 def tainted_files(ledger: Ledger, cache_id: str) -> list[TaintedFile]:

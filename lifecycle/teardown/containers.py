@@ -14,10 +14,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from lifecycle.boot.engine import BOOT_LABEL
 from lifecycle.build.plan import DIGEST_LABEL
 from lifecycle.table import count_of, some_of
 
-BOOT_LABEL = "lifecycle.boot.id"
 NAME_LABEL = "lifecycle.manifest.name"
 
 
