@@ -6,6 +6,7 @@ were held by a boot nobody runs, and every later boot went cold)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docker.errors import NotFound
 
 from tests.services import _demo_root, boot_demo, run_lifecycle
-from tests.trust_support import boots, cache_ids, start
+from tests.trust_support import boots, cache_ids, caches, start
 
 pytestmark = [pytest.mark.docker]
 
@@ -108,3 +110,22 @@ def test_a_boot_leaves_alone_the_engine_of_a_boot_that_still_runs(
         alive.send_signal(signal.SIGINT)  # it stops its engine and records how it ended
         alive.wait(timeout=60)
         alive.kill()
+
+
+@pytest.mark.s3
+def test_teardown_stops_a_killed_boots_engine_then_removes_its_caches(
+    stays_project: Path, docker_client: Any, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
+    boot_demo(stays_project, "--cold")
+    dead, container = _orphan(stays_project, docker_client)
+    try:
+        result = run_lifecycle(stays_project, "teardown", "--archive", "--yes")
+        assert result.exit_code == 0, result.output
+        assert boots()[dead].outcome == "interrupted"
+        assert {c.state for c in caches().values()} == {"torn-down"}, result.output
+        # Stopped first, then removed with the other stopped containers of its caches' boots.
+        assert not docker_client.containers.list(all=True, filters={"id": container.id})
+    finally:
+        with contextlib.suppress(NotFound):
+            container.remove(force=True)

@@ -14,11 +14,14 @@ from typing import Any, ClassVar
 
 from lifecycle.archive.config import optional_location, resolve_location
 from lifecycle.archive.objects import s3_client
+from lifecycle.boot.engine import stop_orphans
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError
+from lifecycle.home import Home
 from lifecycle.hooks import select
-from lifecycle.ledger.boots import settle_dead_boots
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import DIED, settle_dead_boots
 from lifecycle.policy.model import parse_duration
 from lifecycle.report import Report
 from lifecycle.table import human_bytes
@@ -85,8 +88,8 @@ def run(ctx: Context, options: verbs.Teardown) -> TeardownReport:
     ):
         if not dry_run:  # a boot that died holding caches holds nothing: said first, whatever goes
             at = services.now().isoformat(timespec="seconds")
-            for boot_id in settle_dead_boots(ledger, ctx.home, at):
-                ctx.say(f"boot {boot_id}: its process ended without an outcome: now interrupted")
+            for line in _settle(services, ledger, ctx.home, at):
+                ctx.say(line)
         plan = make_plan(ledger, ctx.home, services, request, preview=dry_run)
         if not options.as_json:
             ctx.out(plan_text(plan, dry_run=dry_run))
@@ -98,6 +101,14 @@ def run(ctx: Context, options: verbs.Teardown) -> TeardownReport:
                 progress=ctx.say,
             )  # fmt: skip
     return TeardownReport(plan, result, options.dry_run)
+
+
+def _settle(services: Services, ledger: Ledger, home: Home, at: str) -> list[str]:
+    """Dead boots recorded `interrupted`, their engines stopped first where dockerd answers (a
+    cache a running engine mounts is kept: lifecycle.boot.engine.stop_orphans)."""
+    if services.docker is not None:
+        return stop_orphans(services.docker, ledger, home, at)
+    return [f"boot {b}: {DIED}: now interrupted" for b in settle_dead_boots(ledger, home, at)]
 
 
 def make_request(ctx: Context, options: verbs.Teardown) -> TeardownRequest:
