@@ -32,7 +32,7 @@ from lifecycle.results.model import (
     parse_metric,
     result_digest,
 )
-from tests.archive_support import read_json
+from tests.archive_support import damage, read_json
 from tests.services import ArchiveTarget, boot_demo, run_lifecycle
 
 NOW = datetime(2026, 10, 10, 9, 0, tzinfo=UTC)
@@ -342,6 +342,38 @@ def test_a_result_record_that_cannot_be_read_is_left_out_and_named_and_hides_no_
     [line] = unreadable.stderr.strip().splitlines()
     assert f"result {damaged_id}: its record cannot be read: s3://" in line, line
     assert garbage in line and "sha256" in line, line
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_archiving_again_writes_a_damaged_result_record_anew_past_a_damaged_one_beside_it(
+    project: Path, archive_target: ArchiveTarget
+) -> None:
+    """The archive that writes a lost result record again read every record of the result
+    there, to reuse one that says the same; one that could not be read stopped it, so the
+    damage could never be repaired by archiving again. It is passed over, named, and the
+    record is written anew: verify and audit from the archive pass after."""
+    env: dict[str, str | None] = {"LIFECYCLE_ARCHIVE": archive_target.url}
+    cold = boot_demo(project, "--cold")
+    result = _add(project, cold["id"], "--name", "healed", "--status", "pass", env=env)
+    [archived] = result["archives"]
+    damage(archive_target.client, archive_target.bucket, archived["record_key"])
+    # A second record of the result, damaged too (a stopped run wrote it, bit rot since).
+    stray = f"{archive_target.prefix}/results/{result['id']}/{'0' * 64}.json"
+    archive_target.client.put_object(Bucket=archive_target.bucket, Key=stray, Body=b"{half")
+
+    again = run_lifecycle(project, "archive", "--all", "--json", env=env)
+    assert again.exit_code == 0, again.output
+    assert f"set aside: cannot read s3://{archive_target.bucket}/{stray}: " in again.stderr
+    assert stray not in archive_target.objects()
+    assert all(r["results"] == [result["id"]] for r in json.loads(again.stdout)["caches"])
+    verified = run_lifecycle(project, "verify", result["id"], "--from", archive_target.url)
+    assert verified.exit_code == 0, verified.output
+    chain = run_lifecycle(
+        project, "audit", "result", result["id"], "--from", archive_target.url, "--json"
+    )
+    assert chain.exit_code == 0, chain.output
+    assert json.loads(chain.stdout)["result"]["id"] == result["id"]
 
 
 def _add(project: Path, boot_id: str, *args: str, env: dict[str, str | None] | None = None) -> Any:

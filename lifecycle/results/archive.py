@@ -37,7 +37,6 @@ from lifecycle.archive.record import (
     load_named,
     pinned_by,
     pins_at,
-    read_as,
     readable,
 )
 from lifecycle.archive.run import ArchiveReport, archive_boot, archive_caches
@@ -62,6 +61,7 @@ from lifecycle.ledger.results import (
 )
 from lifecycle.parallel import pool_map
 from lifecycle.records import RESULT_FORMAT_2, ResultRecordV1, ResultRecordV2
+from lifecycle.report import unread_lines
 from lifecycle.results.model import canonical_result, find_boot, result_digest
 
 Say = Callable[[str], None]
@@ -90,7 +90,13 @@ def chain_gaps(ledger: Ledger, boot_id: str, url: str) -> dict[str, str]:
 
 
 def archive_result(
-    ledger: Ledger, store: BlobStore, result: ResultRecord, *, host: str, tool_version: str
+    ledger: Ledger,
+    store: BlobStore,
+    result: ResultRecord,
+    say: Say,
+    *,
+    host: str,
+    tool_version: str,
 ) -> ResultArchiveRecord:
     """Upload the result's document, its markers, then its record; record it in the ledger."""
     boot = find_boot(ledger, result.boot_id)
@@ -129,7 +135,7 @@ def archive_result(
     for use in uses:
         said = marker_body(result.id)
         store.create(marker(use.cache_id, "results", result.id), said, "text/plain")
-    relative, body = _same_record_there(store, result.id, document)
+    relative, body = _same_record_there(store, result.id, document, say)
     if body is None:
         body = render_record(RecordPlan(document, sources), _stamp())
         relative = record_key("results", result.id, hashlib.sha256(body).hexdigest())
@@ -172,7 +178,7 @@ def archive_pending_results(
             first = next(iter(gaps.values()))
             say(f"result {result.id}: not archived yet: {first}; archive that cache again")
             continue
-        record = archive_result(ledger, store, result, host=host, tool_version=tool_version)
+        record = archive_result(ledger, store, result, say, host=host, tool_version=tool_version)
         say(f"result {result.id}: record {store.url(record.record_key)}")
         done[result.id] = tuple(sorted(caches))
     return done
@@ -371,7 +377,7 @@ def publish_result(
         if gaps:
             raise ArchiveError(next(iter(gaps.values())))
         return archive_result(
-            ledger, store, result, host=socket.gethostname(), tool_version=__version__
+            ledger, store, result, progress, host=socket.gethostname(), tool_version=__version__
         )
     except LifecycleError as exc:
         family = S3Unavailable if isinstance(exc, S3Unavailable) else ArchiveError
@@ -452,21 +458,40 @@ def _baked_refs(ledger: Ledger, store: BlobStore, boot: BootRecord) -> list[dict
 
 
 def _same_record_there(
-    store: BlobStore, result_id: str, document: dict[str, Any]
+    store: BlobStore, result_id: str, document: dict[str, Any], say: Say
 ) -> tuple[str, bytes | None]:
     """A record of this result already at the location that says what `document` says (a run
-    stopped after writing it): (its key, its bytes); else ("", None)."""
-    for item in store.list(records_of("results", result_id)):
-        existing = read_as(store, ResultRecordV2, item.key)
-        said = existing.model_dump(mode="json", exclude={"archived_at", "blobs"})
-        wanted = ResultRecordV2.model_validate(
-            {**document, "archived_at": "", "blobs": []}
-        ).model_dump(mode="json", exclude={"archived_at", "blobs"})
-        if said == wanted:
-            body = store.read(item.key)
+    stopped after writing it): (its key, its bytes); else ("", None). One that cannot be read
+    (damaged, hand-made) is not that record: it is named and set aside or passed over
+    (_unread_records), so archiving again writes the record anew instead of failing on the
+    very damage it is to repair."""
+    found, unread = readable(store, ResultRecordV2, records_of("results", result_id), "result")
+    _unread_records(store, unread, say)
+    wanted = ResultRecordV2.model_validate({**document, "archived_at": "", "blobs": []}).model_dump(
+        mode="json", exclude={"archived_at", "blobs"}
+    )
+    for key, existing in found.items():
+        if existing.model_dump(mode="json", exclude={"archived_at", "blobs"}) == wanted:
+            body = store.read(key)
             assert body is not None, "read a moment ago"
-            return item.key, body
+            return key, body
     return "", None
+
+
+def _unread_records(store: BlobStore, unread: Unread, say: Say) -> None:
+    """Set aside those of a result's records that cannot be read whose bytes are not the ones
+    their key names (nothing relies on them, docs/bucket.md: an archive does the same with a
+    version's record), else `verify --from` would find them for ever; pass over the rest
+    (hand-made, named by their bytes: not this host's to delete). One line each."""
+    named = {
+        key: parsed.sha256
+        for key in unread
+        if (parsed := parse_key(key)) is not None and parsed.sha256 is not None
+    }
+    gone = set(set_aside(store, named, workers=8))
+    for done, keys in (("set aside", gone), ("passed over", unread.keys() - gone)):
+        for line in unread_lines({store.where(key): unread[key] for key in sorted(keys)}, done):
+            say(line)
 
 
 def _on_disk(ledger: Ledger, cache_id: str) -> bool:
