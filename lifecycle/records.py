@@ -208,6 +208,15 @@ class _ResultRecord(_Part):
         """The result itself, checked."""
         return CanonicalResult.model_validate(self.result)
 
+    @model_validator(mode="after")
+    def _one_result(self) -> _ResultRecord:
+        # Its key names it by `result_id` (lifecycle.archive.record.named_by_key), its digest
+        # covers `result`: one whose two ids differ would answer for one result with another's.
+        if self.result.get("id") != self.result_id:
+            found = self.result.get("id")
+            raise ValueError(f"result.id {found} is not the record's result_id {self.result_id}")
+        return self
+
 
 class ResultRecordV1(_ResultRecord):
     """`lifecycle-result-record/1`: the result with its boot inlined (the previous release)."""

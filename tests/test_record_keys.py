@@ -7,13 +7,14 @@ someone with write access to the bucket could."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.archive_support import keys
+from tests.archive_support import keys, read_json
 from tests.services import boot_demo, run_lifecycle
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
@@ -73,6 +74,34 @@ def test_a_result_under_another_results_key_is_not_that_result(
     verify = run_lifecycle(archive_project, "verify", mine, "--from", url, "--json")
     assert verify.exit_code == 1, verify.output
     assert refused in json.loads(verify.stdout)["problems"], verify.stdout
+
+
+def test_a_result_record_holding_another_result_under_its_own_id_is_refused(
+    archive_project: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    """Another result's record with only its `result_id` changed to this one's (its result
+    and digest, so not altered, and its chain), named by its new bytes: believed, `audit`
+    answered for this result with the other's. It is not this result's record, as one filed
+    under another's key is not."""
+    url = f"s3://{s3_bucket}/test"
+    (_, mine), (_, theirs) = _archived(archive_project)
+    [own] = keys(s3_client, s3_bucket, f"test/results/{mine}/")
+    [their_key] = keys(s3_client, s3_bucket, f"test/results/{theirs}/")
+    body = json.dumps({**read_json(s3_client, s3_bucket, their_key), "result_id": mine}).encode()
+    crafted = f"test/results/{mine}/{hashlib.sha256(body).hexdigest()}.json"
+    s3_client.delete_object(Bucket=s3_bucket, Key=own)
+    s3_client.put_object(Bucket=s3_bucket, Key=crafted, Body=body)
+    refused = f"s3://{s3_bucket}/{crafted}: "
+
+    audit = run_lifecycle(archive_project, "audit", "result", mine, "--from", url, "--json")
+    assert audit.exit_code == 1 and audit.stdout == "", audit.output
+    assert f"result {mine}: its record cannot be read: {refused}" in audit.stderr, audit.stderr
+    assert f"result.id {theirs} is not the record's result_id {mine}" in audit.stderr, audit.stderr
+    listed = run_lifecycle(archive_project, "results", "--from", url, "--json")
+    assert listed.exit_code == 0, listed.output
+    report = json.loads(listed.stdout)
+    assert [row["id"] for row in report["results"]] == [theirs], report["results"]
+    assert list(report["unreadable"]) == [refused.removesuffix(": ")], report["unreadable"]
 
 
 def test_a_boot_under_another_boots_key_is_left_out_and_named(
