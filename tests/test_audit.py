@@ -195,6 +195,44 @@ def test_audit_cache_from_s3_lists_every_boot_and_result(night: Night) -> None:
         assert before["cache"]["state"] == "archived" and report["cache"]["state"] is None
 
 
+def test_audit_cache_from_s3_leaves_out_and_names_a_record_it_cannot_read(
+    night: Night, s3_client: Any
+) -> None:
+    """One damaged version record or boot record of a cache made its whole audit fail: it is
+    left out and named, and the audit answers from the rest; a cache none of whose versions
+    can be read is that answer, in one line naming each."""
+    cache_id = next(iter(night.cache_audits))
+    before = night.cache_audits[cache_id]
+    bucket, prefix = night.url.removeprefix("s3://").split("/", 1)
+    tree = before["archive"]["tree_digest"]
+    version = f"{prefix}/caches/{cache_id}/versions/{tree}.{'0' * 64}.json"
+    boot = f"{prefix}/boots/{night.boots['cold']['id']}/{'0' * 64}.json"
+    alone = f"{prefix}/caches/vllm-0123456789ab/versions/{tree}.{'0' * 64}.json"
+    try:
+        for key in (version, boot, alone):  # garbage, as a half-written object would be
+            s3_client.put_object(Bucket=bucket, Key=key, Body=b"{half")
+        after = _from_s3(night, "audit", "cache", cache_id, "--json")
+        assert after.exit_code == 0, after.output
+        report = json.loads(after.stdout)
+        assert report["boots"] == before["boots"] and report["versions"] == before["versions"]
+        unread = {f"s3://{bucket}/{key}" for key in (version, boot)}
+        assert report["unreadable"].keys() == unread, report
+        text = _from_s3(night, "audit", "cache", cache_id)
+        assert text.exit_code == 0, text.output
+        for url in unread:
+            assert f"left out: cannot read {url}: " in text.stderr, text.stderr
+
+        unreadable = _from_s3(night, "audit", "cache", "vllm-0123456789ab")
+        assert unreadable.exit_code == 1, unreadable.output
+        [line] = unreadable.stderr.strip().splitlines()
+        said = f"cache vllm-0123456789ab: no version of it can be read: s3://{bucket}/{alone}: "
+        assert said in line, line
+    finally:
+        s3_client.delete_objects(
+            Bucket=bucket, Delete={"Objects": [{"Key": k} for k in (version, boot, alone)]}
+        )
+
+
 def test_provenance_is_an_in_toto_statement_whose_digests_are_the_ledgers(night: Night) -> None:
     statement = night.provenance
     chain = json.loads(night.chains["warm"])

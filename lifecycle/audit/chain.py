@@ -9,7 +9,8 @@ ledger gave before it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from lifecycle.ledger.boots import BootRecord, CacheRow, CacheUse
@@ -67,6 +68,8 @@ class CacheAuditFacts:
     boots: list[tuple[BootRecord, CacheUse]]
     results: list[dict[str, Json]]  # canonical results, each with its digest
     versions: list[ArchiveFacts]  # every archived version, oldest first
+    # Records of the archive that could not be read (s3:// URL -> why): left out of the above
+    unreadable: Mapping[str, str] = field(default_factory=dict)
 
 
 # `lifecycle-audit-chain/1` (`audit result --json`) and `lifecycle-audit-cache/1` (`audit cache
@@ -155,7 +158,7 @@ def build_cache_audit(facts: CacheAuditFacts) -> CacheAudit:
             | {"metrics": _sorted(result["metrics"]), "digest": result["digest"]}
             for result in sorted(facts.results, key=lambda r: (r["created_at"], r["id"]))
         ],
-    }
+    } | ({"unreadable": dict(facts.unreadable)} if facts.unreadable else {})
 
 
 def _result(result: dict[str, Json], digest: str) -> dict[str, Json]:

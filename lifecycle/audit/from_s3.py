@@ -17,7 +17,13 @@ from lifecycle.archive.layout import (
     parse_key,
     records_of,
 )
-from lifecycle.archive.record import follow, pushed_images, read_as, read_legacy_cache
+from lifecycle.archive.record import (
+    Unread,
+    follow,
+    pushed_images,
+    read_legacy_cache,
+    readable,
+)
 from lifecycle.archive.restore import check_cache_id
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.audit.chain import ArchiveFacts, CacheAuditFacts, CacheFacts, ChainFacts
@@ -82,22 +88,28 @@ def _result_facts(store: BlobStore, document: ResultRecordV1 | ResultRecordV2) -
 
 
 def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
-    """A cache, its versions, the boots that used it and the results standing on it."""
+    """A cache, its versions, the boots that used it and the results standing on it; a
+    version's or a boot's record that cannot be read is left out and named (`unreadable`), as
+    every read of the archive does: one damaged record does not hide the rest."""
     check_cache_id(cache_id)  # it becomes part of a key: checked before any request, as restore
-    versions = _versions(store, cache_id)
+    versions, unread = _versions(store, cache_id)
+    if not versions and unread:
+        named = "; ".join(f"{url}: {why}" for url, why in unread.items())
+        raise ArchiveError(f"cache {cache_id}: no version of it can be read: {named}")
     if not versions:
         return _legacy_cache_facts(store, cache_id)
     boots = []
     index = cache_prefix(cache_id, "boots/")
     for boot_id in sorted(item.key[len(index) :] for item in store.list(index)):
-        record = _first_boot_record(store, boot_id)
+        record, unread_boot = _first_boot_record(store, boot_id)
+        unread |= unread_boot
         use = next((u for u in record.uses if u.cache_id == cache_id), None) if record else None
         if record is not None and use is not None:
             boots.append((record.boot, use))
     archives = [version_facts(store, key, _sha(key), version) for key, version in versions]
     newest = versions[-1][1]
     return CacheAuditFacts(
-        newest.cache, None, archives[-1], boots, _results(store, cache_id), archives
+        newest.cache, None, archives[-1], boots, _results(store, cache_id), archives, unread
     )
 
 
@@ -115,21 +127,21 @@ def version_facts(
     }
 
 
-def _versions(store: BlobStore, cache_id: str) -> list[tuple[str, CacheVersion]]:
-    """Every version record of the cache, oldest first."""
-    found = [
-        (item.key, read_as(store, CacheVersion, item.key))
-        for item in store.list(cache_prefix(cache_id, "versions/"))
-    ]
-    return sorted(found, key=lambda pair: (pair[1].archived_at, pair[0]))
+def _versions(store: BlobStore, cache_id: str) -> tuple[list[tuple[str, CacheVersion]], Unread]:
+    """Every version record of the cache that reads, oldest first; and those that do not
+    (s3:// URL -> why)."""
+    found, unread = readable(store, CacheVersion, cache_prefix(cache_id, "versions/"), "version")
+    versions = sorted(found.items(), key=lambda pair: (pair[1].archived_at, pair[0]))
+    return versions, {store.where(key): why for key, why in unread.items()}
 
 
-def _first_boot_record(store: BlobStore, boot_id: str) -> BootRecordV1 | None:
-    """A boot's record (the first written: any other says the same); None when its marker
-    was written and its record not (that archive did not finish)."""
-    keys = sorted(item.key for item in store.list(records_of("boots", boot_id)))
-    records = [read_as(store, BootRecordV1, key) for key in keys]
-    return min(records, key=lambda r: r.archived_at) if records else None
+def _first_boot_record(store: BlobStore, boot_id: str) -> tuple[BootRecordV1 | None, Unread]:
+    """A boot's record (the first written: any other says the same), and those of its records
+    that cannot be read (s3:// URL -> why); None when its marker was written and its record
+    not (that archive did not finish), or none of its records can be read."""
+    found, unread = readable(store, BootRecordV1, records_of("boots", boot_id), "boot")
+    first = min(found.values(), key=lambda r: r.archived_at) if found else None
+    return first, {store.where(key): why for key, why in unread.items()}
 
 
 def _results(store: BlobStore, cache_id: str) -> list[dict[str, object]]:

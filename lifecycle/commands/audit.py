@@ -32,7 +32,7 @@ from lifecycle.commands.context import Context
 from lifecycle.errors import LifecycleError
 from lifecycle.home import NoLedger
 from lifecycle.ledger import Ledger
-from lifecycle.report import Report
+from lifecycle.report import Report, unread_lines
 
 Facts = TypeVar("Facts")
 
@@ -105,6 +105,10 @@ class CacheAuditReport(Report):
     FORMAT: ClassVar[str] = CACHE_FORMAT
     audit: CacheAudit
     where: str
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return unread_lines(self.audit.get("unreadable", {}))
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.audit)
