@@ -52,6 +52,7 @@ from lifecycle.records import (
     stored_as,
 )
 from lifecycle.results.archive import load_result_record
+from lifecycle.results.model import pinned_result
 
 _RESULTS = ("result", "legacy-result")  # read with their digest checked (lifecycle.results)
 _READ = STORED_UNDER - {"gc"}  # gc's own records are not among what it plans
@@ -129,9 +130,7 @@ def pinned_results(ledger: Ledger, snap: Snapshot) -> set[str]:
     found = {record.target for record in snap.records.values() if isinstance(record, PinV1)}
     found |= {snap.keys[key].id for key in snap.unreadable if snap.keys[key].kind == "pin"}
     for reasons in pins(ledger).values():
-        for reason in reasons:
-            if reason.startswith("result "):  # `result <id>` or `result <id>: text`
-                found.add(reason.removeprefix("result ").split(":", 1)[0])
+        found |= {r for r in map(pinned_result, reasons) if r is not None}
     return found
 
 

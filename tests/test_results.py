@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from lifecycle.cli import cli
 from lifecycle.ledger import MIGRATIONS, Ledger
 from lifecycle.ledger.boots import BootRecord, CacheRecord, CacheUse, finish_boot, start_boot
 from lifecycle.ledger.results import result_by_id
@@ -54,8 +56,8 @@ def _boot(ledger: Ledger, boot_id: str = "b-1", **changes: Any) -> BootRecord:
     boot = BootRecord(**(fields | changes))
     cache = CacheRecord(
         f"flashinfer-{boot_id}", "k" * 64, "flashinfer", "demo", "d" * 64, "sha256:" + "e" * 64,
-        "unknown", f"/nonexistent/caches/{boot_id}", "/var/cache/flashinfer", "live", None,
-        boot.started_at,
+        "unknown", f"/nonexistent/caches/{boot_id}", "/var/cache/flashinfer",
+        created_at=boot.started_at,
     )  # fmt: skip
     use = CacheUse(boot.id, cache.id, "cold")
     start_boot(ledger, boot, [cache], [use])
@@ -207,6 +209,40 @@ def test_project_root_is_above_the_manifests_dir(tmp_path: Path) -> None:
     manifest = tmp_path / "p/manifests/0.31/manifest.yaml"
     assert project_root(manifest) == (tmp_path / "p").resolve()
     assert project_root(tmp_path / "elsewhere/m.yaml") == (tmp_path / "elsewhere").resolve()
+
+
+def test_a_pin_by_hand_cannot_pass_for_a_results_and_unpin_result_takes_only_its_own(
+    isolated_home: Path,
+) -> None:
+    ledger = Ledger.open(isolated_home / "lifecycle")
+    boot = _boot(ledger)
+    result = add_result(ledger, ResultRequest(boot.id, "smoke", "pass"), NOW)
+    ledger.close()
+    [cache] = [f"flashinfer-{boot.id}"]
+    home: dict[str, str | None] = {"LIFECYCLE_ARCHIVE": None}
+
+    def lifecycle(*args: str) -> Any:
+        return CliRunner().invoke(cli, list(args), env=home, catch_exceptions=False)
+
+    def pins() -> list[str]:
+        listed = json.loads(lifecycle("caches", "--json").stdout)["caches"]
+        return next(c["pins"] for c in listed if c["id"] == cache)
+
+    for reserved in (f"result {result.id}: keep for the bisect", f"result {result.id}"):
+        forged = lifecycle("pin", cache, "--reason", reserved)
+        assert forged.exit_code == 2, forged.output
+        assert forged.stdout == "" and len(forged.stderr.splitlines()) == 1, forged.stderr
+        assert f"--reason {reserved!r}: a reason starting 'result '" in forged.stderr
+    assert pins() == []
+    listed = json.loads(lifecycle("results", "--json").stdout)["results"]
+    assert [r["pinned"] for r in listed] == [[]]
+
+    assert lifecycle("pin", cache, "--reason", f"keep {result.id} for the bisect").exit_code == 0
+    assert lifecycle("pin", result.id, "--reason", "keep").exit_code == 0
+    assert pins() == [f"keep {result.id} for the bisect", f"result {result.id}: keep"]
+    unpinned = lifecycle("unpin", result.id)
+    assert unpinned.exit_code == 0, unpinned.output
+    assert pins() == [f"keep {result.id} for the bisect"]
 
 
 # ---- for real: the demo engine booted through the CLI, the S3 server ---------------------------

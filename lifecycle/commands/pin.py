@@ -3,7 +3,8 @@
 A pin target is resolved to the caches behind it by `resolve_target`: a cache id is that
 cache; a result id is every cache its boot used, so that keeping a result keeps what produced
 it. A result's pins carry `result <id>` as their reason (`result <id>: TEXT` with --reason),
-and `unpin RESULT` takes off exactly those, leaving any other pin on the same caches.
+and `unpin RESULT` takes off exactly those, leaving any other pin on the same caches: a pin
+made by hand may not have a reason of that shape, or it would be taken for the result's.
 
 With an archive location set (--to, LIFECYCLE_ARCHIVE, `archive:` in lifecycle.yaml), a result
 archived there is pinned there too, for the whole team (lifecycle.archive.record): `gc --remote`
@@ -33,9 +34,14 @@ from lifecycle.ledger.results import ResultRecord, all_results, result_by_id
 from lifecycle.records import PIN_FORMAT, PinV1
 from lifecycle.report import Report
 from lifecycle.results.archive import archived_result, unreadable_result
-from lifecycle.results.model import is_pin_of, pin_reason
+from lifecycle.results.model import RESULT_PIN, is_pin_of, pin_reason, pinned_result
 
 DEFAULT_REASON = "pinned by hand"
+
+
+class ReservedReason(LifecycleError):
+    """A hand-made pin may not read as a result's: gc, `results` and `unpin RESULT` would take
+    it for one, and `unpin RESULT` would remove a pin it did not make (exit 2)."""
 
 
 class NothingHere(LifecycleError):
@@ -173,6 +179,12 @@ def pin_target(ledger: Ledger, target: str, reason: str, now: datetime) -> PinRe
     result = _result(ledger, target)
     if result is not None:
         reason = pin_reason(result.id, None if reason == DEFAULT_REASON else reason)
+    elif pinned_result(reason) is not None:
+        raise ReservedReason(
+            f"--reason {reason!r}: a reason starting {RESULT_PIN!r} marks a pin `pin RESULT` made"
+            " (gc keeps that result, `unpin RESULT` takes it off); word it otherwise, or pin the"
+            " result: `lifecycle pin RESULT --reason TEXT`"
+        )
     live = [c for c in caches if c.state != "torn-down"]
     if not live:
         raise NothingHere(f"{target}: already torn down; nothing on this host to keep")

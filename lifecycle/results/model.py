@@ -124,9 +124,21 @@ def metrics_text(metrics: dict[str, Scalar], width: int | None) -> str:
     return text or "-"
 
 
+# Every pin reason starting so is a result's: `pin RESULT` writes it (pin_reason), gc and
+# `results` read the result from it, `unpin RESULT` takes it off. A hand-made pin may not.
+RESULT_PIN = "result "
+
+
 def pin_reason(result_id: str, text: str | None = None) -> str:
     """The reason of the pins a result puts on its caches: `result <id>` (`: text`)."""
-    return f"result {result_id}" + (f": {text}" if text else "")
+    return f"{RESULT_PIN}{result_id}" + (f": {text}" if text else "")
+
+
+def pinned_result(reason: str) -> str | None:
+    """The result a pin reason says put the pin there (`result <id>`, `result <id>: text`)."""
+    if not reason.startswith(RESULT_PIN):
+        return None
+    return reason.removeprefix(RESULT_PIN).split(":", 1)[0]
 
 
 def is_pin_of(reason: str, result_reason: str) -> bool:
