@@ -217,3 +217,33 @@ def test_a_version_whose_record_is_damaged_is_passed_over_by_restore_best_and_sa
     assert f"passed over: cannot read {newer['record']}" in done.stderr
     [(_, restored)] = [v for k, v in b.caches().items() if k.startswith("triton-")]
     assert scan(Path(restored)).tree_digest == older["tree_digest"]
+
+
+def test_restore_best_says_the_caches_it_restored_when_a_later_one_fails(
+    team: tuple[Host, Host, str],
+) -> None:
+    """A failed restore of one cache used to leave stdout empty: the caches restored before it
+    were live, and nothing said so."""
+    a, b, _ = team
+    cold = a.json("boot", "demo/0.2", "--cold")
+    a.run("archive", "--all", "--with-content")
+    blocked = max(u["cache_id"] for u in cold["caches"])  # a dir b holds that is not the tree
+    (b.home / "caches" / blocked).mkdir(parents=True)
+    (b.home / "caches" / blocked / "planted.so").write_text("not the archived tree\n")
+
+    done = b.run("restore", "--best", "demo/0.2", "--json", ok=(1,))
+    report = json.loads(done.stdout)
+    chosen = [c["cache_id"] for c in report["chosen"]]
+    before = chosen[: chosen.index(blocked)]
+    assert before, chosen  # the failure is a later cache's
+    assert [r["cache_id"] for r in report["restored"]] == before
+    failed = report["failed"]
+    assert failed["cache_id"] == blocked and "holds another tree" in failed["error"], failed
+    assert failed["exit_code"] == 1 and failed["error"] in done.stderr
+    assert all(b.caches()[cache_id][0] == "live" for cache_id in before)
+
+    again = b.run("restore", "--best", "demo/0.2", ok=(1,))
+    for cache_id in before:
+        assert f"  {cache_id}: already in place at " in again.stdout, again.stdout
+    assert "  not restored: its restore failed (stderr says why)\n" in again.stdout
+    assert failed["error"] in again.stderr

@@ -127,6 +127,16 @@ def run_restore_file(
 
 
 @dataclass(frozen=True)
+class BestFailed:
+    """The restore of a chosen version that failed; those after it were not tried."""
+
+    cache_name: str
+    cache_id: str
+    error: str  # its one line, as the CLI prints an error
+    exit_code: int  # its error's, which the command exits with
+
+
+@dataclass(frozen=True)
 class RestoreBestReport(Report):
     """`restore --best`: for each cache of a manifest, the version chosen and restored."""
 
@@ -142,23 +152,36 @@ class RestoreBestReport(Report):
     # Records that could not be read (s3:// URL -> why): image records left out, versions
     # passed over
     unreadable: dict[str, str] = field(default_factory=dict)
+    failed: BestFailed | None = None  # the restore that failed: the caches before it are live
 
     @property
     def exit_code(self) -> int:
+        if self.failed is not None:
+            return self.failed.exit_code
         return EXIT_NO if self.none_found else EXIT_OK
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return (self.failed.error,) if self.failed else ()
+
     def text(self) -> str:
-        """A paragraph per cache restored, then the names nothing matched."""
+        """A paragraph per cache restored (and per one not, after a failure), then the names
+        nothing matched."""
         lines = [
             f"best versions for {self.manifest} (sha256:{self.manifest_digest[:12]}…),"
             f" arch {self.arch}, image {self.image}:"
         ]
-        for best, done in zip(self.chosen, self.restored, strict=True):
+        for n, best in enumerate(self.chosen):
             lines.append(
                 f"{best.cache_name}: {best.cache_id}@{best.tree_digest[:12]} archived by"
                 f" {best.host} at {best.archived_at}"
             )
-            lines.append("  " + done.text().splitlines()[0])
+            if n < len(self.restored):
+                lines.append("  " + self.restored[n].text().splitlines()[0])
+            elif self.failed is not None and best.cache_name == self.failed.cache_name:
+                lines.append("  not restored: its restore failed (stderr says why)")
+            elif self.failed is not None:
+                lines.append(f"  not restored: not tried after {self.failed.cache_name} failed")
         lines += [
             f"{name}: no version of key {self.keys[name][:12]}… holds its files from a boot"
             " that ended ok (archive --with-content); boots cold"
@@ -189,12 +212,18 @@ def run_best(
         chosen, unread = best_versions(store, keys)
         for line in unread_lines(unread, "passed over"):
             ctx.note(line)
-        restored = []
+        restored, failed = [], None
         for best in chosen.values():
-            done = restore_cache(
-                ledger, ctx.home, client, location, best.cache_id, tree=best.tree_digest,
-                progress=ctx.say,
-            )  # fmt: skip
+            try:
+                done = restore_cache(
+                    ledger, ctx.home, client, location, best.cache_id, tree=best.tree_digest,
+                    progress=ctx.say,
+                )  # fmt: skip
+            except LifecycleError as exc:
+                # What was made live before it is said all the same; nothing after it is tried,
+                # as what failed (S3 gone silent, the ledger) would most likely fail it too.
+                failed = BestFailed(best.cache_name, best.cache_id, str(exc), exc.exit_code)
+                break
             # The same damaged record is met again among the versions of the chosen tree.
             again = {u: w for u, w in done.unreadable.items() if u not in unread}
             for line in unread_lines(again, "passed over"):
@@ -204,7 +233,7 @@ def run_best(
     none = tuple(n for n in wanted if n not in chosen)
     return RestoreBestReport(
         loaded.manifest.name, digest, ctx.gpu_arch, image, keys, tuple(restored),
-        tuple(chosen.values()), none, left_out | unread,
+        tuple(chosen.values()), none, left_out | unread, failed,
     )  # fmt: skip
 
 
