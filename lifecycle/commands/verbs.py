@@ -288,7 +288,7 @@ class Plan(Request, run="converge:plan"):
     out: Path | None = opt(
         "-o",
         "--out",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=GivenPath(dir_okay=False, path_type=Path),
         help="Save the plan, bound to the state it saw, for `apply FILE`.",
     )
 
@@ -299,7 +299,7 @@ class Apply(Request, run="converge:apply"):
     archived and verified, then collect the archive."""
 
     file: Path | None = arg(
-        metavar="[FILE]", default=None, type=click.Path(dir_okay=False, path_type=Path)
+        metavar="[FILE]", default=None, type=GivenPath(dir_okay=False, path_type=Path)
     )
     yes: bool = opt(help="Do not ask for confirmation.")
 
