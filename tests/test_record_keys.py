@@ -115,8 +115,9 @@ def test_a_boot_under_another_boots_key_is_left_out_and_named(
     assert listed.exit_code == 0, listed.output
     report = json.loads(listed.stdout)
     assert [row["id"] for row in report["boots"]] == [theirs], report["boots"]
-    refused = f"{crafted}: holds boot {theirs}, not the {mine} its key names"
+    refused = f"holds boot {theirs}, not the {mine} its key names"
     assert report["unreadable"] == {crafted: refused}, report["unreadable"]
+    assert f"\nleft out: cannot read {crafted}: {refused}\n" in f"\n{listed.stderr}", listed.stderr
 
 
 def test_a_version_under_another_trees_key_is_neither_verified_nor_restored(

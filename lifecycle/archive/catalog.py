@@ -134,8 +134,8 @@ def _readable(
         return key, read(store, key)
     except S3Unavailable:
         raise
-    except ArchiveError as exc:
-        return key, str(exc)
+    except ArchiveError as exc:  # its message names the record: callers name it once
+        return key, str(exc).removeprefix(f"{store.where(key.key)}: ")
 
 
 def _version(store: BlobStore, key: Key) -> tuple[CacheRow, ArchivedVersion, list[str]]:
