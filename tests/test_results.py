@@ -228,21 +228,27 @@ def test_a_pin_by_hand_cannot_pass_for_a_results_and_unpin_result_takes_only_its
         listed = json.loads(lifecycle("caches", "--json").stdout)["caches"]
         return next(c["pins"] for c in listed if c["id"] == cache)
 
-    for reserved in (f"result {result.id}: keep for the bisect", f"result {result.id}"):
+    reserved_shapes = (
+        f"result {result.id}: keep for the bisect", f"result {result.id}", f"result {result.id}:x"
+    )  # fmt: skip
+    for reserved in reserved_shapes:
         forged = lifecycle("pin", cache, "--reason", reserved)
         assert forged.exit_code == 2, forged.output
         assert forged.stdout == "" and len(forged.stderr.splitlines()) == 1, forged.stderr
-        assert f"--reason {reserved!r}: a reason starting 'result '" in forged.stderr
+        assert f"--reason {reserved!r}: `result <id>` marks a pin `pin RESULT` made" in (
+            forged.stderr
+        )
     assert pins() == []
     listed = json.loads(lifecycle("results", "--json").stdout)["results"]
     assert [r["pinned"] for r in listed] == [[]]
 
-    assert lifecycle("pin", cache, "--reason", f"keep {result.id} for the bisect").exit_code == 0
+    by_hand = f"result {result.id} (the bisect)"  # no result's id has a space: not its pin
+    assert lifecycle("pin", cache, "--reason", by_hand).exit_code == 0
     assert lifecycle("pin", result.id, "--reason", "keep").exit_code == 0
-    assert pins() == [f"keep {result.id} for the bisect", f"result {result.id}: keep"]
+    assert pins() == [by_hand, f"result {result.id}: keep"]
     unpinned = lifecycle("unpin", result.id)
     assert unpinned.exit_code == 0, unpinned.output
-    assert pins() == [f"keep {result.id} for the bisect"]
+    assert pins() == [by_hand]
 
 
 # ---- for real: the demo engine booted through the CLI, the S3 server ---------------------------

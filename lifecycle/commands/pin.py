@@ -181,9 +181,9 @@ def pin_target(ledger: Ledger, target: str, reason: str, now: datetime) -> PinRe
         reason = pin_reason(result.id, None if reason == DEFAULT_REASON else reason)
     elif pinned_result(reason) is not None:
         raise ReservedReason(
-            f"--reason {reason!r}: a reason starting {RESULT_PIN!r} marks a pin `pin RESULT` made"
-            " (gc keeps that result, `unpin RESULT` takes it off); word it otherwise, or pin the"
-            " result: `lifecycle pin RESULT --reason TEXT`"
+            f"--reason {reason!r}: `{RESULT_PIN}<id>` marks a pin `pin RESULT` made (gc keeps"
+            " that result, `unpin RESULT` takes it off); word it otherwise, or pin the result:"
+            " `lifecycle pin RESULT --reason TEXT`"
         )
     live = [c for c in caches if c.state != "torn-down"]
     if not live:

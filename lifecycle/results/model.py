@@ -124,8 +124,9 @@ def metrics_text(metrics: dict[str, Scalar], width: int | None) -> str:
     return text or "-"
 
 
-# Every pin reason starting so is a result's: `pin RESULT` writes it (pin_reason), gc and
-# `results` read the result from it, `unpin RESULT` takes it off. A hand-made pin may not.
+# A pin reason `result <id>` (`: text`) is a result's: `pin RESULT` writes it (pin_reason),
+# gc and `results` read the result from it, `unpin RESULT` takes it off. A hand-made pin may
+# not have one (`result r-42 (night)` is no such reason: no result id holds a space).
 RESULT_PIN = "result "
 
 
@@ -135,10 +136,11 @@ def pin_reason(result_id: str, text: str | None = None) -> str:
 
 
 def pinned_result(reason: str) -> str | None:
-    """The result a pin reason says put the pin there (`result <id>`, `result <id>: text`)."""
+    """The result a pin reason says put the pin there (`result <id>`, `result <id>:…`)."""
     if not reason.startswith(RESULT_PIN):
         return None
-    return reason.removeprefix(RESULT_PIN).split(":", 1)[0]
+    result_id = reason.removeprefix(RESULT_PIN).split(":", 1)[0]
+    return result_id if result_id and not any(c.isspace() for c in result_id) else None
 
 
 def is_pin_of(reason: str, result_reason: str) -> bool:
