@@ -141,3 +141,19 @@ def test_downtime_is_read_from_the_production_events_across_a_recovery() -> None
     events.append(event("production.up:done", "03:40:01.000"))
     up = production_view(events)
     assert up is not None and up.up and up.downtime_s == 9480.5 + 120.0
+
+
+def test_an_integer_argument_is_laddered_in_integers(tmp_path: Path) -> None:
+    # Rungs read as floats were refused by the integer check they then failed ("got 2.0").
+    from lifecycle.night.plan import ladder_plan
+
+    file = tmp_path / "ladder.yaml"
+    file.write_text(
+        "schema_version: 1\nargument: max_num_seqs\nrungs: [2, 4]\n"
+        "shape: {what: x, args: [--forced-prompts, '64'], path: {log: [x]}}\n"
+        "margin: m\nfloor_mib: 40\n"
+    )
+    [ladder] = ladder_plan(file, "demo/0.2").plan.ladders
+    assert ladder.rungs == [2, 4] and all(type(rung) is int for rung in ladder.rungs)
+    fractions = plan().ladders[0].rungs
+    assert fractions == [0.9, 0.91, 0.92] and all(type(r) is float for r in fractions)

@@ -6,12 +6,12 @@ argument set twice, where JIT caches are mounted and which env vars point the en
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from itertools import combinations
 from pathlib import PurePosixPath
 from typing import Any
 
-from lifecycle.manifest.model import JitCache, Manifest, engine_flag
+from lifecycle.manifest.model import JitCache, LadderMethod, Manifest, engine_flag
 from lifecycle.manifest.source import KeyPath
 
 # Each env var moves one cache root off the container's ephemeral home into a mount we track.
@@ -84,16 +84,26 @@ def check_tuned(manifest: Manifest) -> Iterator[Finding]:
         if problem:
             yield ("tuned", name, "value"), problem
         if tuned.measure is not None:
-            yield from check_rungs(("tuned", name, "measure", "rungs"), name, tuned.measure.rungs)
+            yield from check_ladder(("tuned", name, "measure"), name, tuned.measure)
 
 
-def check_rungs(where: KeyPath, argument: str, rungs: Sequence[object]) -> Iterator[Finding]:
+def check_ladder(where: KeyPath, argument: str, ladder: LadderMethod) -> Iterator[Finding]:
     """Each rung of a ladder on an argument whose range we know, checked as its value would
-    be: a rung out of range would run its boots and be refused only when written."""
+    be (a rung out of range would run its boots and be refused only when written); and its
+    shape's args, which may not set the argument themselves: the engine would get the flag
+    twice, the last one (the shape's) would win, and every rung would measure that value
+    while the ladder wrote its own as validated."""
     check = KNOWN_TUNED.get(argument)
-    for index, rung in enumerate(rungs):
+    for index, rung in enumerate(ladder.rungs):
         if check is not None and (problem := check(rung)):
-            yield (*where, index), problem
+            yield (*where, "rungs", index), problem
+    flag = engine_flag(argument)
+    for index, arg in enumerate(ladder.shape.args):
+        if arg.partition("=")[0] == flag:
+            yield (
+                (*where, "shape", "args", index),
+                f"{flag} is the argument this ladder sets at each rung; the shape may not set it",
+            )
 
 
 def check_profiles(manifest: Manifest) -> Iterator[Finding]:

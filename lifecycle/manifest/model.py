@@ -126,7 +126,8 @@ class LadderMethod(Strict):
     """A ladder of one tuned value, each rung run cold and warm at a forced shape; the value
     is the highest rung whose margin clears the floor in both cache states."""
 
-    rungs: Annotated[list[float], Field(min_length=1)]
+    # An integer argument's rungs stay integers (max_num_seqs: [128, 256]).
+    rungs: Annotated[list[int | float], Field(min_length=1)]
     shape: Shape
     margin: MetricName = Field(description="The metric (MiB) the engine reports at the shape.")
     floor_mib: Annotated[float, Field(ge=0)]

@@ -20,7 +20,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest import LoadedManifest
-from lifecycle.manifest.checks import check_rungs
+from lifecycle.manifest.checks import check_ladder
 from lifecycle.manifest.load import Finding, load_validated
 from lifecycle.manifest.model import CacheState, Evidence, LadderMethod, Slug, Text, version_text
 from lifecycle.manifest.source import KeyPath
@@ -217,7 +217,7 @@ def cross_checks(plan: Plan) -> Iterator[Finding]:
     for index, ladder in enumerate(plan.ladders):
         where = ("ladders", index)
         yield from listed_twice((*where, "rungs"), ladder.rungs)
-        yield from check_rungs((*where, "rungs"), ladder.argument, ladder.rungs)
+        yield from check_ladder(where, ladder.argument, ladder)
         for pin in ladder.pins or ():
             if pin not in plan.pins:
                 yield (*where, "pins"), f"{pin!r} is not one of the plan's pins"
@@ -307,7 +307,7 @@ def revalidation_plan(version: str, loaded: LoadedManifest) -> LoadedPlan:
 
 def _ladder_checks(ladder: LadderFile) -> Iterator[Finding]:
     yield from listed_twice(("rungs",), ladder.rungs)
-    yield from check_rungs(("rungs",), ladder.argument, ladder.rungs)
+    yield from check_ladder((), ladder.argument, ladder)
     if not ladder.shape.path.items():
         yield ("shape", "path"), "say what shows the shape was forced"
     for rung in ladder.predictions:
