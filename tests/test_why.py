@@ -237,3 +237,27 @@ def test_a_boot_killed_mid_run_leaves_its_caches_not_reusable(
             label = f"lifecycle.boot.id={mine['id']}"
             for container in docker_client.containers.list(all=True, filters={"label": label}):
                 container.remove(force=True)
+
+
+def test_why_says_a_boot_whose_engine_never_ran_has_nothing_to_explain(project: Path) -> None:
+    # A pre-boot hook that refuses: the boot is recorded `aborted`, no container was made. `why`
+    # explained it as "no JIT output: its caches hold no file" and listed vLLM's hashes as
+    # changed to "(unset)" against a later boot, never saying the engine did not run.
+    hook = project / "hooks" / "refuse"
+    hook.write_text('#!/bin/sh\n[ "$1" = pre-boot ] && exit 1\nexit 0\n')
+    hook.chmod(0o755)
+    refused = run_lifecycle(project, "boot", "demo/0.2", "--hook", "refuse")
+    assert refused.exit_code != 0, refused.output
+    ran = _boot(project, "serve")
+    [aborted] = [b for b in _boots(project) if b["outcome"] == "aborted"]
+    for args in ((aborted["id"],), (ran["id"], "--against", aborted["id"])):
+        result = run_lifecycle(project, "why", *args)
+        assert result.exit_code == 2, result.output
+        assert f"boot {aborted['id']} ended aborted before its engine ran" in result.stderr
+
+
+def _boots(project: Path) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = json.loads(run_lifecycle(project, "boots", "--json").stdout)[
+        "boots"
+    ]
+    return listed

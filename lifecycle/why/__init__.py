@@ -81,9 +81,9 @@ class Explanation(Report):
 
 def explain(ledger: Ledger, boot_id: str, against: str | None = None) -> Explanation:
     """Compare boot `boot_id` with `against`, or with the best candidate warm boot."""
-    now = boot_facts(ledger, _boot(ledger, boot_id))
+    now = boot_facts(ledger, _ran(_boot(ledger, boot_id)))
     if against is not None:
-        then, chosen = boot_facts(ledger, _boot(ledger, against)), "as asked (--against)"
+        then, chosen = boot_facts(ledger, _ran(_boot(ledger, against))), "as asked (--against)"
     else:
         then, chosen = _candidate(ledger, now)
     changes, same = compare(now, then)
@@ -126,6 +126,18 @@ def _boot(ledger: Ledger, boot_id: str) -> BootRecord:
     if result is not None:
         raise LifecycleError(f"{boot_id} is a result: `lifecycle why {result.boot_id}` (its boot)")
     raise LifecycleError(f"no boot {boot_id!r} in this host's ledger (see `lifecycle boots`)")
+
+
+def _ran(boot: BootRecord) -> BootRecord:
+    """A boot whose engine ran: one that ended before dockerd made its container (a pre-boot
+    hook refused it, dockerd did) has no caches' use, log or hashes to explain or compare."""
+    if boot.container_id is None and boot.outcome != "running":
+        why = f": {boot.error}" if boot.error else ""
+        raise LifecycleError(
+            f"boot {boot.id} ended {boot.outcome} before its engine ran{why}; nothing of it was"
+            " warm or cold (`lifecycle boots` lists it)"
+        )
+    return boot
 
 
 def _candidate(ledger: Ledger, now: BootFacts) -> tuple[BootFacts, str]:
