@@ -27,6 +27,8 @@ _PROFILES = (
     "  spills:\n    command: [sh, -c, 'd=/tmp/torchinductor_root/precompiled_headers;"
     " mkdir -p $d && head -c 2000000 /dev/zero > $d/c4x.h.gch;"
     ' exec python3 -m demollm.serve "$@"\', sh]\n    network: none\n'
+    # Runs no engine and logs nothing: no compile dir, no hashes to compare.
+    "  silent:\n    command: [sh, -c, 'true']\n    engine: false\n    network: none\n"
 )
 
 
@@ -261,3 +263,15 @@ def _boots(project: Path) -> list[dict[str, Any]]:
         "boots"
     ]
     return listed
+
+
+def test_why_never_calls_the_same_what_neither_boot_showed(project: Path) -> None:
+    # Two boots of a program that logs no compile dir nor hashes: `why` listed "the same: vLLM
+    # compile dir, env hash, config hash, compiler hash, code hash", facts it never saw.
+    _boot(project, "silent")
+    second = _boot(project, "silent")
+    result = run_lifecycle(project, "why", second["id"], "--json")
+    assert result.exit_code == 0, result.output
+    same = json.loads(result.stdout)["same"]
+    assert "vLLM compile dir" not in same and not [s for s in same if s.endswith(" hash")], same
+    assert "profile" in same and "image" in same  # what both boots have is still compared

@@ -77,6 +77,8 @@ def _all(now: BootFacts, then: BootFacts) -> Iterator[tuple[Change | None, str]]
         ),
     ]
     for label, kind, name, before, after, note in rows:
+        if before is None and after is None:
+            continue  # seen in neither boot (an engine that logs no compile dir): not "the same"
         yield _differs(kind, name, before, after, note), label
     yield from _factor_changes(then, now)
     yield from _env_changes(then, now)
