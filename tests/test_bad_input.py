@@ -157,6 +157,12 @@ def _manifests_with_broken_links(cwd: Path, home: Path) -> None:
     (cwd / "manifests" / "loop" / "again.yaml").symlink_to("manifest.yaml")
 
 
+@setup("manifest-is-a-fifo")
+def _manifest_is_a_fifo(cwd: Path, home: Path) -> None:
+    (cwd / "manifests" / "0.31").mkdir(parents=True)
+    os.mkfifo(cwd / "manifests" / "0.31" / "manifest.yaml")
+
+
 @setup("too-many-nodes")
 def _too_many_nodes(cwd: Path, home: Path) -> None:
     patches = "".join(f"  - {{file: p{i}.patch, reason: r}}\n" for i in range(10_000))

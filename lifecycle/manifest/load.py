@@ -131,6 +131,8 @@ def find_manifest(manifests_dir: Path, ref: str) -> Path:
         return as_path / MANIFEST_NAME
     if candidate.is_file():
         return candidate
+    if os.path.lexists(candidate):  # a dir, a FIFO, a device, a dangling link: there, not a file
+        raise LifecycleError(f"no manifest for {quoted(ref)}: {clip(str(candidate))} is not a file")
     # Refs are a release (`0.31`) or a name and its release (`demo/0.2`): one or two dirs deep.
     found = [*manifests_dir.glob(f"*/{MANIFEST_NAME}"), *manifests_dir.glob(f"*/*/{MANIFEST_NAME}")]
     known = sorted(p.parent.relative_to(manifests_dir).as_posix() for p in found)
