@@ -227,7 +227,8 @@ def test_restore_best_says_the_caches_it_restored_when_a_later_one_fails(
     a, b, _ = team
     cold = a.json("boot", "demo/0.2", "--cold")
     a.run("archive", "--all", "--with-content")
-    blocked = max(u["cache_id"] for u in cold["caches"])  # a dir b holds that is not the tree
+    # A dir b holds that is not the tree, for the cache restored last (the manifest's order).
+    blocked = cold["caches"][-1]["cache_id"]
     (b.home / "caches" / blocked).mkdir(parents=True)
     (b.home / "caches" / blocked / "planted.so").write_text("not the archived tree\n")
 

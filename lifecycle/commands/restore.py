@@ -209,7 +209,8 @@ def run_best(
             ctx.note(line)
         wanted = [cache_name] if cache_name else names
         keys = {n: cache_key(key_factors(labels, n, digest, ctx.gpu_arch)) for n in wanted}
-        chosen, unread = best_versions(store, keys)
+        found, unread = best_versions(store, keys)
+        chosen = {n: found[n] for n in wanted if n in found}  # the manifest's order, every time
         for line in unread_lines(unread, "passed over"):
             ctx.note(line)
         restored, failed = [], None
