@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import selectors
 import signal
 import subprocess
 import threading
@@ -29,6 +30,9 @@ OBSERVING_MARKER = "lifecycle: observing"
 MARKER_LINES = 20
 DEFAULT_TIMEOUT_S = 300.0
 KILL_GRACE_S = 5.0
+# Once the hook exited, what its children still write is read this long, then no longer.
+OUTPUT_AFTER_EXIT_S = 0.2
+EXIT_POLL_S = 0.05  # how often a hook whose output is still open is checked for its exit
 TAIL_LINES = 20
 TAIL_CHARS = 4000
 
@@ -201,8 +205,11 @@ def _why_not(hooks_dir: Path, name: str, available: Mapping[str, Hook]) -> str:
 def run_hook_process(argv: Sequence[str], stdin: str, cwd: Path, timeout_s: float) -> HookExit:
     """Run a hook in its own process group: a timeout kills everything it started.
 
-    Its own session also keeps the terminal's Ctrl-C away from it: the interrupt is ours to
-    handle, and an on-exit hook restoring production must not be cut short by it.
+    The outcome is the hook's own exit within `timeout_s`, not the end of its output: a hook
+    that starts a service in the background and exits 0 has succeeded, and the service (which
+    still holds the hook's stdout and stderr) lives on. Its own session also keeps the
+    terminal's Ctrl-C away from it: the interrupt is ours to handle, and an on-exit hook
+    restoring production must not be cut short by it.
     """
     try:
         proc = subprocess.Popen(
@@ -215,32 +222,127 @@ def run_hook_process(argv: Sequence[str], stdin: str, cwd: Path, timeout_s: floa
         )
     except OSError as exc:
         return HookExit(126 if isinstance(exc, PermissionError) else 127, "", str(exc))
+    pipes = _HookPipes(proc, stdin.encode())
     try:
-        try:
-            out, err = proc.communicate(stdin.encode(), timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            out, err = _stop(proc)
-            return HookExit(None, _text(out), _text(err))
-    except BaseException:  # interrupted: leave nothing of the hook running behind us
-        _signal_group(proc, signal.SIGKILL)
-        proc.wait()
+        if pipes.pump_until_exit(time.monotonic() + timeout_s) is None:
+            _stop(proc, pipes)
+            return HookExit(None, pipes.text("out"), pipes.text("err"))
+        pipes.pump_until_eof(time.monotonic() + OUTPUT_AFTER_EXIT_S)
+    except BaseException:  # interrupted: leave nothing of a running hook behind us
+        if proc.returncode is None:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
         raise
-    return HookExit(proc.returncode, _text(out), _text(err))
+    finally:
+        pipes.close()
+    return HookExit(proc.returncode, pipes.text("out"), pipes.text("err"))
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
-    """SIGTERM the group, SIGKILL it after a grace period; whatever output there was."""
+class _HookPipes:
+    """The hook's stdin, stdout and stderr, pumped without ever blocking on them.
+
+    Waiting for EOF on stdout and stderr, as `communicate` does, would wait for every process
+    that inherited them; a background child of the hook may hold them for hours.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes) -> None:
+        assert proc.stdin and proc.stdout and proc.stderr  # all three are pipes
+        self.proc = proc
+        self.pending = memoryview(stdin)
+        self.chunks: dict[str, list[bytes]] = {"out": [], "err": []}
+        self.selector = selectors.DefaultSelector()
+        os.set_blocking(proc.stdin.fileno(), False)
+        self.selector.register(proc.stdin, selectors.EVENT_WRITE)
+        self.selector.register(proc.stdout, selectors.EVENT_READ, "out")
+        self.selector.register(proc.stderr, selectors.EVENT_READ, "err")
+        if not self.pending:
+            self._close_stdin()
+
+    def pump_until_exit(self, deadline: float) -> int | None:
+        """The hook's exit code once it exits before `deadline`; None if it has not."""
+        while self.proc.poll() is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            if not self.reading():  # nothing left to pump: just wait for the exit
+                with suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(remaining)
+                continue
+            self._pump(min(remaining, EXIT_POLL_S))
+        return self.proc.returncode
+
+    def pump_until_eof(self, deadline: float) -> None:
+        """Read until stdout and stderr end or `deadline`, whichever comes first."""
+        self._close_stdin()
+        while self.reading() and (remaining := deadline - time.monotonic()) > 0:
+            self._pump(remaining)
+
+    def text(self, stream: str) -> str:
+        return _text(b"".join(self.chunks[stream]))
+
+    def close(self) -> None:
+        """Stop pumping; a child still writing to the hook's output gets EPIPE from now on."""
+        self._close_stdin()
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                with suppress(KeyError):
+                    self.selector.unregister(pipe)
+                pipe.close()
+        self.selector.close()
+
+    def reading(self) -> bool:
+        """Whether stdout or stderr is still open: something of the hook may still write."""
+        return any(key.data for key in self.selector.get_map().values())
+
+    def _pump(self, timeout_s: float) -> None:
+        for key, _ in self.selector.select(timeout_s):
+            if key.data is None:
+                self._write_stdin()
+                continue
+            data = os.read(key.fd, 64 * 1024)
+            if data:
+                self.chunks[key.data].append(data)
+            else:  # EOF: nothing holds this pipe any more
+                self.selector.unregister(key.fileobj)
+
+    def _write_stdin(self) -> None:
+        assert self.proc.stdin
+        try:
+            written = os.write(self.proc.stdin.fileno(), self.pending)
+        except BlockingIOError:
+            return
+        except BrokenPipeError:  # a hook need not read its context
+            written = len(self.pending)
+        self.pending = self.pending[written:]
+        if not self.pending:
+            self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        stdin = self.proc.stdin
+        if stdin is None or stdin.closed:
+            return
+        with suppress(KeyError):
+            self.selector.unregister(stdin)
+        with suppress(BrokenPipeError):
+            stdin.close()
+
+
+def _stop(proc: subprocess.Popen[bytes], pipes: _HookPipes) -> None:
+    """SIGTERM the group, SIGKILL it after a grace period, keeping whatever output there was.
+
+    The grace ends early once the hook has exited and nothing holds its output any more, i.e.
+    what it started has gone too.
+    """
     _signal_group(proc, signal.SIGTERM)
-    try:
-        return proc.communicate(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
+    if pipes.pump_until_exit(time.monotonic() + KILL_GRACE_S) is not None:
+        pipes.pump_until_eof(time.monotonic() + KILL_GRACE_S)
+    if proc.returncode is None or pipes.reading():
         _signal_group(proc, signal.SIGKILL)
-    try:
-        return proc.communicate(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:  # a daemonized grandchild still holds the pipes
-        proc.kill()
+    if pipes.pump_until_exit(time.monotonic() + KILL_GRACE_S) is None:
+        proc.kill()  # left its group; it is ours to end all the same
         proc.wait()
-        return b"", b""
+    # a grandchild that daemonized into a session of its own may hold the pipes: not waited for
+    pipes.pump_until_eof(time.monotonic() + OUTPUT_AFTER_EXIT_S)
 
 
 def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -248,6 +249,58 @@ def test_a_hook_past_its_timeout_is_killed_with_what_it_started(tmp_path: Path) 
             time.sleep(0.05)
         with pytest.raises(HookFailed, match=r"'stuck' timed out after .* and was killed"):
             session.fire("pre-teardown")
+
+
+def test_a_hook_that_exits_at_once_leaving_a_child_running_succeeds_and_the_child_lives(
+    tmp_path: Path,
+) -> None:
+    # A production-up hook starting a service in the background: the service holds the hook's
+    # stdout and stderr, and the outcome is still the hook's own exit, not the pipes' end.
+    write_hook(
+        tmp_path / "hooks",
+        "bg",
+        '[ "$1" = pre-boot ] || exit 0\nsleep 30 &\necho $! > sleeper.pid\necho "helper started"\n'
+        "exit 0\n",
+    )
+    hooks = select(tmp_path / "hooks", ["bg"])
+    taken = False
+    try:
+        with hook_session(hooks, "boot", {}, timeout_s=3) as session:
+            (run,) = session.fire("pre-boot")
+            taken = True
+        assert taken and run.ok and not run.timed_out
+        assert run.duration_s < 2.5
+        assert run.stdout_tail == "helper started"
+        assert running(int((tmp_path / "sleeper.pid").read_text()))
+    finally:
+        pid_file = tmp_path / "sleeper.pid"
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_what_a_child_writes_after_the_hook_exited_is_not_waited_for(tmp_path: Path) -> None:
+    script = (
+        "(while :; do echo tick; echo tock >&2; sleep 0.05; done) &\n"
+        "echo $! > writer.pid\necho done\nexit 5\n"
+    )
+    write_hook(tmp_path / "hooks", "chatty", script)
+    started = time.monotonic()
+    try:
+        done = run_hook_process([str(tmp_path / "hooks" / "chatty")], "{}", tmp_path, 5)
+        assert done.rc == 5
+        assert time.monotonic() - started < 3
+        assert done.out.splitlines()[0] == "done"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int((tmp_path / "writer.pid").read_text()), signal.SIGKILL)
+
+
+def test_a_hook_that_never_reads_its_stdin_is_not_waited_on(tmp_path: Path) -> None:
+    write_hook(tmp_path / "hooks", "deaf", "sleep 0.2\necho ignored stdin\n")
+    big = json.dumps({"blob": "x" * 1_000_000})
+    done = run_hook_process([str(tmp_path / "hooks" / "deaf")], big, tmp_path, 5)
+    assert (done.rc, done.out) == (0, "ignored stdin\n")
 
 
 # --- on-exit ----------------------------------------------------------------------------------
