@@ -287,10 +287,10 @@ def test_what_a_child_writes_after_the_hook_exited_is_not_waited_for(tmp_path: P
     write_hook(tmp_path / "hooks", "chatty", script)
     started = time.monotonic()
     try:
-        done = run_hook_process([str(tmp_path / "hooks" / "chatty")], "{}", tmp_path, 5)
+        done = run_hook_process([str(tmp_path / "hooks" / "chatty")], "{}", tmp_path, 10)
         assert done.rc == 5
-        assert time.monotonic() - started < 3
-        assert done.out.splitlines()[0] == "done"
+        assert time.monotonic() - started < 4  # unfixed, it ran into the 10 s timeout
+        assert "done" in done.out.splitlines()  # the child's ticks may come first
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(int((tmp_path / "writer.pid").read_text()), signal.SIGKILL)
