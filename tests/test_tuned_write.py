@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from lifecycle.errors import LifecycleError
+from lifecycle.ledger import Ledger
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.model import Evidence, LadderMethod, Shape, TunedValue, Validity
-from lifecycle.night.settle import write_tuned
+from lifecycle.night.engine import Pin, RunSummary
+from lifecycle.night.journal import BUILDS, NightJournal
+from lifecycle.night.ladder import climb
+from lifecycle.night.plan import LoadedPlan, Plan
+from lifecycle.night.prepare import prepare
+from lifecycle.night.settle import Decision, settle, write_tuned
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -87,3 +96,94 @@ def test_a_flow_style_block_or_an_invalid_result_leaves_the_file_untouched(
         write_tuned(file, "gpu_memory_utilization", broken)
     assert file.read_text() == text
     assert [p.name for p in file.parent.iterdir() if p.name.startswith(".")] == []
+
+
+# A tune night of demo/0.2 whose rungs all ran: 0.91 clears the floor cold and warm, 0.92 does not.
+TUNE = Plan.model_validate(
+    {
+        "schema_version": 1,
+        "name": "tune-demo-0.2-gpu_memory_utilization",
+        "pins": ["demo/0.2"],
+        "ladders": [
+            {
+                "argument": "gpu_memory_utilization",
+                "rungs": [0.91, 0.92],
+                "shape": {
+                    "what": "one request carrying 64 prompts",
+                    "args": ["--forced-prompts", "64"],
+                    "path": {"log": ["step 1: requests=1 prompts=64 "]},
+                },
+                "margin": "demo:forced_step_margin_mib",
+                "floor_mib": 40,
+            }
+        ],
+    }
+)
+MARGINS = {0.91: 789.4, 0.92: -29.8}
+
+
+def _pin(manifests: Path, image_id: str) -> Pin:
+    """demo/0.2 as `prepare` finds it now, with the image a night would have resolved."""
+    pin = prepare(TUNE, manifests.parent, REPO, None).pins["demo/0.2"]
+    return replace(pin, image={"id": image_id, "tags": [pin.tag], "labels": {}})
+
+
+def _begun(tmp_path: Path, pin: Pin) -> NightJournal:
+    stamp = lambda: datetime.now(UTC).isoformat(timespec="milliseconds")  # noqa: E731
+    ledger = Ledger.open(tmp_path / "home")
+    journal = NightJournal.begin(
+        ledger, LoadedPlan(tmp_path / "ladder.yaml", TUNE), "tune", REPO, stamp
+    )
+    journal.event(BUILDS, json.dumps({pin.ref: pin.digest}))
+    return journal
+
+
+def _settled(journal: NightJournal, pin: Pin) -> Decision:
+    """The night's settle once every rung ran cold and warm."""
+    ordered = list(prepare(TUNE, pin.loaded.file.parent.parent.parent, REPO, None).cells)
+    runs = {
+        (c.id, 1): RunSummary(
+            cell=c.id, run=1, attempt=1, boot_id=f"b-{c.id}", host="h", outcome="ok",
+            exit_code=0, instrumented=False, hooks=[], args=[],
+            verdict="pass" if MARGINS[c.rung.value] >= 40 else "fail",
+            checks=[], margin_mib=MARGINS[c.rung.value],
+        )
+        for c in ordered if c.rung is not None
+    }  # fmt: skip
+    ladder = TUNE.ladders[0]
+    climbed = climb(ladder, pin.ref, ordered, runs, {})
+    return settle(journal, ladder, climbed, pin, revalidate=False, archive=None)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "what"),
+    [
+        (
+            "drop_when: never; this is the demo's own patch",
+            "drop_when: when upstream takes it",
+            "patches",
+        ),
+        (
+            "    status: carried\n",
+            "    status: carried\n    note: 0.91 measured by hand\n",
+            "tuned.gpu_memory_utilization",
+        ),
+    ],
+    ids=["patch-metadata", "the-tuned-block-by-hand"],
+)
+def test_a_manifest_edited_while_the_rungs_ran_is_not_written_into(
+    manifests: Path, tmp_path: Path, old: str, new: str, what: str
+) -> None:
+    pin = _pin(manifests, "sha256:measured")
+    journal = _begun(tmp_path, pin)
+    file = manifests / "0.2/manifest.yaml"
+    file.write_text(file.read_text().replace(old, new))  # someone edits it mid-night
+    edited = file.read_text()
+    decision = _settled(journal, pin)
+    assert file.read_text() == edited  # their edit stands; nothing the rungs did not measure
+    assert (decision.action, decision.value) == ("proposed", 0.91)
+    assert f"changed since the night measured it ({what}: sha256:{pin.digest[:12]}, now" in (
+        decision.detail
+    )
+    assert "0.91 is proposed, not written" in decision.detail
+    assert "\n" not in decision.detail

@@ -3,6 +3,9 @@
 Once per pin and argument (journalled), whatever resumes ask. Only the value's own block under
 `tuned:` is rewritten, so the diff a reviewer reads is the measurement; the file is replaced only
 once the result loads as a valid manifest. `--revalidate` proposes instead of overwriting.
+
+The value is written only into the manifest the rungs measured: one whose digest moved since the
+night began (edited while it ran) gets the value proposed, not written.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lifecycle.errors import LifecycleError
-from lifecycle.manifest import load_manifest
+from lifecycle.manifest import LoadedManifest, load_manifest
+from lifecycle.manifest.load import canonical_form, manifest_digest
 from lifecycle.manifest.model import TunedValue, Validity
 from lifecycle.manifest.source import read_yaml
 from lifecycle.night.engine import Pin
@@ -54,6 +59,8 @@ def settle(
     done = _journalled(journal, pin.ref, name)
     if done is not None:
         return done
+    measured = journal.builds().get(pin.ref, pin.digest)
+    now = load_manifest(pin.loaded.file)
     current = pin.loaded.manifest.tuned.get(name)
     target = climbed.chosen
     if revalidate and current is not None:
@@ -70,6 +77,13 @@ def settle(
         target = carried
     if target is None:
         return Decision(pin.ref, name, "none", None, climbed.why)
+    if (moved := _moved(pin, now, measured)) is not None:
+        detail = (
+            f"{now.file} changed since the night measured it ({moved}); {target:g} is proposed,"
+            f" not written: write it by hand, or `lifecycle build {pin.ref}` and tune again to"
+            " measure the manifest as it is now"
+        )
+        return _journal(journal, Decision(pin.ref, name, "proposed", target, detail))
     value = validated(ladder, climbed, pin, target, journal, archive)
     write_tuned(pin.loaded.file, name, value)
     detail = f"{target:g} validated: {value.margin}"
@@ -120,6 +134,26 @@ def validated(
             archive=archive,
         ),
     )
+
+
+def _moved(pin: Pin, now: LoadedManifest, measured: str) -> str | None:
+    """What changed in the manifest since the night measured it (`measured`, its digest at the
+    night's start), in words; None when it is still the manifest the rungs booted."""
+    digest = manifest_digest(now)
+    if digest == measured and pin.digest == measured:
+        return None
+    moved = f"sha256:{measured[:12]}, now {digest[:12]}"
+    if pin.digest != measured:  # this resume loaded it after the change: no before to compare
+        return moved
+    before, after = canonical_form(pin.loaded), canonical_form(now)
+    tuned = _changed(before.get("tuned", {}), after.get("tuned", {}))
+    changed = [k for k in _changed(before, after) if k != "tuned"] + [f"tuned.{t}" for t in tuned]
+    return f"{', '.join(changed) or 'a patch file'}: {moved}"
+
+
+def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The keys whose values differ, either side."""
+    return [k for k in sorted(before.keys() | after.keys()) if before.get(k) != after.get(k)]
 
 
 def _journalled(journal: NightJournal, pin: str, argument: str) -> Decision | None:
