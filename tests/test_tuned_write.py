@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
+import lifecycle.night.settle as settling
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.model import Evidence, LadderMethod, Shape, TunedValue, Validity
 from lifecycle.night.engine import Pin, RunSummary
 from lifecycle.night.journal import BUILDS, NightJournal
-from lifecycle.night.ladder import climb
+from lifecycle.night.ladder import WRITTEN, climb
 from lifecycle.night.plan import LoadedPlan, Plan
 from lifecycle.night.prepare import prepare
 from lifecycle.night.settle import Decision, settle, write_tuned
@@ -187,3 +188,33 @@ def test_a_manifest_edited_while_the_rungs_ran_is_not_written_into(
     )
     assert "0.91 is proposed, not written" in decision.detail
     assert "\n" not in decision.detail
+
+
+def test_a_tune_killed_between_its_write_and_its_journal_keeps_the_provenance_it_measured(
+    manifests: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = manifests / "0.2/manifest.yaml"
+    pin = _pin(manifests, "sha256:measured")
+    journal = _begun(tmp_path, pin)
+
+    class Killed(BaseException):
+        """kill -9 right after the manifest was replaced, before the write is journalled."""
+
+    def write_then_die(*args: object) -> None:
+        write_tuned(*args)  # type: ignore[arg-type]
+        raise Killed
+
+    monkeypatch.setattr(settling, "write_tuned", write_then_die)
+    with pytest.raises(Killed):
+        _settled(journal, pin)
+    monkeypatch.undo()
+    written = file.read_text()
+    validity = load_manifest(file).manifest.tuned["gpu_memory_utilization"].validity
+    assert validity is not None and validity.manifest_digest == pin.digest
+    # The resume: the manifest its write changed is another build, which no rung booted.
+    resumed = _pin(manifests, "sha256:rebuilt")
+    assert resumed.digest != pin.digest
+    decision = _settled(journal, resumed)
+    assert (decision.action, decision.value) == ("written", 0.91)
+    assert file.read_text() == written  # image, digest and time of what the rungs measured
+    assert [e.event for e in journal.events()].count(WRITTEN) == 1

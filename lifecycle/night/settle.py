@@ -5,7 +5,9 @@ Once per pin and argument (journalled), whatever resumes ask. Only the value's o
 once the result loads as a valid manifest. `--revalidate` proposes instead of overwriting.
 
 The value is written only into the manifest the rungs measured: one whose digest moved since the
-night began (edited while it ran) gets the value proposed, not written.
+night began (edited while it ran) gets the value proposed, not written. A night killed between
+its write and its journal finds its own block on resume and journals it, never writes it again
+with the provenance of the rewritten manifest's build, which no rung booted.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ def settle(
         return done
     measured = journal.builds().get(pin.ref, pin.digest)
     now = load_manifest(pin.loaded.file)
+    if (ours := _written_by(journal, now, name, measured)) is not None:
+        return _journal(journal, Decision(pin.ref, name, "written", *ours, str(now.file)))
     current = pin.loaded.manifest.tuned.get(name)
     target = climbed.chosen
     if revalidate and current is not None:
@@ -134,6 +138,21 @@ def validated(
             archive=archive,
         ),
     )
+
+
+def _written_by(
+    journal: NightJournal, now: LoadedManifest, name: str, measured: str
+) -> tuple[float | None, str] | None:
+    """(value, detail) of the block this night already wrote (killed before journalling it):
+    its validity names this night and the digest it measured."""
+    tuned = now.manifest.tuned.get(name)
+    validity = tuned.validity if tuned is not None else None
+    if tuned is None or validity is None:
+        return None
+    if (validity.night, validity.manifest_digest) != (journal.night.id, measured):
+        return None
+    value = float(tuned.value) if isinstance(tuned.value, int | float) else None
+    return value, f"{tuned.value} validated: {tuned.margin}"
 
 
 def _moved(pin: Pin, now: LoadedManifest, measured: str) -> str | None:
