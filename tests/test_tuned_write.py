@@ -218,3 +218,25 @@ def test_a_tune_killed_between_its_write_and_its_journal_keeps_the_provenance_it
     assert (decision.action, decision.value) == ("written", 0.91)
     assert file.read_text() == written  # image, digest and time of what the rungs measured
     assert [e.event for e in journal.events()].count(WRITTEN) == 1
+
+
+@pytest.mark.parametrize("ours", [True, False], ids=["this-night", "another-night"])
+def test_this_nights_own_write_into_the_manifest_this_one_extends_is_no_edit(
+    manifests: Path, tmp_path: Path, ours: bool
+) -> None:
+    # demo/0.2 extends demo/0.1: the night writes 0.1's value first, which moves 0.2's digest
+    # (the merged block takes 0.1's validity). Taken for an edit, 0.2's value was only proposed;
+    # a block another night wrote there meanwhile is an edit all the same.
+    pin = _pin(manifests, "sha256:measured")
+    journal = _begun(tmp_path, pin)
+    parent = manifests / "0.1/manifest.yaml"
+    block = load_manifest(parent).manifest.tuned["gpu_memory_utilization"]
+    validity = Validity(
+        measured_at="t", night=journal.night.id if ours else "n-another",
+        image_id="sha256:parent", manifest_digest="d", cache_states=["cold", "warm"],
+        observers=[], floor_mib=40, measured_mib={"cold": 46.0, "warm": 50.0},
+    )  # fmt: skip
+    write_tuned(parent, "gpu_memory_utilization", block.model_copy(update={"validity": validity}))
+    decision = _settled(journal, pin)
+    expected = ("written", 0.91) if ours else ("proposed", 0.91)
+    assert (decision.action, decision.value) == expected, decision.detail

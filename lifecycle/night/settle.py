@@ -81,7 +81,7 @@ def settle(
         target = carried
     if target is None:
         return Decision(pin.ref, name, "none", None, climbed.why)
-    if (moved := _moved(pin, now, measured)) is not None:
+    if (moved := _moved(pin, now, measured, journal.night.id)) is not None:
         detail = (
             f"{now.file} changed since the night measured it ({moved}); {target:g} is proposed,"
             f" not written: write it by hand, or `lifecycle build {pin.ref}` and tune again to"
@@ -155,9 +155,10 @@ def _written_by(
     return value, f"{tuned.value} validated: {tuned.margin}"
 
 
-def _moved(pin: Pin, now: LoadedManifest, measured: str) -> str | None:
+def _moved(pin: Pin, now: LoadedManifest, measured: str, night: str) -> str | None:
     """What changed in the manifest since the night measured it (`measured`, its digest at the
-    night's start), in words; None when it is still the manifest the rungs booted."""
+    night's start), in words; None when it is still the manifest the rungs booted, or only
+    `night`'s own writes moved it."""
     digest = manifest_digest(now)
     if digest == measured and pin.digest == measured:
         return None
@@ -165,9 +166,22 @@ def _moved(pin: Pin, now: LoadedManifest, measured: str) -> str | None:
     if pin.digest != measured:  # this resume loaded it after the change: no before to compare
         return moved
     before, after = canonical_form(pin.loaded), canonical_form(now)
-    tuned = _changed(before.get("tuned", {}), after.get("tuned", {}))
+    tuned_now = after.get("tuned", {})
+    tuned = _changed(before.get("tuned", {}), tuned_now)
     changed = [k for k in _changed(before, after) if k != "tuned"] + [f"tuned.{t}" for t in tuned]
+    # This night's own writes: a value it wrote into the manifest this one extends (0.2 of 0.1,
+    # written first) moves this digest too; that is no edit behind the rungs' back.
+    ours = [t for t in tuned if _night_of(tuned_now.get(t)) == night]
+    if changed and len(ours) == len(changed):
+        return None
     return f"{', '.join(changed) or 'a patch file'}: {moved}"
+
+
+def _night_of(tuned: dict[str, Any] | None) -> str | None:
+    """The night a tuned block's validity names (as canonical_form has it), if any."""
+    validity = (tuned or {}).get("validity") or {}
+    night = validity.get("night")
+    return night if isinstance(night, str) else None
 
 
 def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
