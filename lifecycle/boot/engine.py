@@ -160,6 +160,12 @@ def remove_container(container: Any) -> str | None:
     return None
 
 
+def container_name(container: Any) -> str:
+    """The name of a sparse-listed container (the list API gives `Names`, with a slash)."""
+    names = container.attrs.get("Names") or [container.id[:12]]
+    return str(names[0]).lstrip("/")
+
+
 def stop_orphans(client: Any, ledger: Ledger, home: Home, at: str) -> list[str]:
     """Stop the engines whose lifecycle process died, then settle their boots; a line for each.
 
@@ -181,7 +187,7 @@ def stop_orphans(client: Any, ledger: Ledger, home: Home, at: str) -> list[str]:
     said = []
     for boot_id in sorted(orphans):
         container = by_boot[boot_id]
-        name = str((container.attrs.get("Names") or [container.id[:12]])[0]).lstrip("/")
+        name = container_name(container)
         try:
             client.api.stop(container.id, timeout=10)
         except sdk_errors() as exc:

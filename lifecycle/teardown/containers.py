@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from lifecycle.boot.engine import BOOT_LABEL
+from lifecycle.boot.engine import BOOT_LABEL, container_name
 from lifecycle.build.plan import DIGEST_LABEL
 from lifecycle.table import count_of, some_of
 
@@ -58,7 +58,7 @@ def running_mounts(listed: Iterable[Any]) -> dict[str, list[str]]:
             continue  # a stopped one holds nothing
         for mount in container.attrs.get("Mounts") or []:
             if mount.get("Source"):
-                found.setdefault(mount["Source"], []).append(_name(container))
+                found.setdefault(mount["Source"], []).append(container_name(container))
     return found
 
 
@@ -79,7 +79,8 @@ def stopped_boot_containers(listed: Iterable[Any]) -> list[BootContainer]:
     for c in listed:
         state, boot_id = c.attrs.get("State"), (c.attrs.get("Labels") or {}).get(BOOT_LABEL)
         if state in ("exited", "dead") and boot_id:
-            found.append(BootContainer(c.id, _name(c), boot_id, state, c.attrs.get("ImageID", "")))
+            image_id = c.attrs.get("ImageID", "")
+            found.append(BootContainer(c.id, container_name(c), boot_id, state, image_id))
     return sorted(found, key=lambda c: c.name)
 
 
@@ -107,7 +108,7 @@ def plan_images(
     for container in listed:
         if container.id not in removed_containers:
             users.setdefault(container.attrs.get("ImageID", ""), []).append(
-                f"{_name(container)} ({container.attrs.get('State')})"
+                f"{container_name(container)} ({container.attrs.get('State')})"
             )
     decisions = []
     # dockerd's list as it gives it: the SDK's images.list inspects each image it lists, a
@@ -135,12 +136,6 @@ def plan_images(
             removes, why = True, "no remaining cache refers to it"
         decisions.append(ImageDecision(image_id, tags, name, removes, why))
     return sorted(decisions, key=lambda d: (d.manifest_name, d.id not in baked_from, d.tags, d.id))
-
-
-def _name(container: Any) -> str:
-    """The name of a sparse-listed container (the list API gives `Names`, with a slash)."""
-    names = container.attrs.get("Names") or [container.id[:12]]
-    return str(names[0]).lstrip("/")
 
 
 def remove_image(client: Any, image: ImageDecision) -> str | None:
