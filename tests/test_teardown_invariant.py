@@ -4,11 +4,13 @@ holds, with the files when they were asked for, and no boot used it since the re
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
 import signal
 import time
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,35 @@ def test_a_file_written_after_archiving_keeps_the_cache_until_it_is_archived_aga
     restored = cli(archive_project, "restore", target)
     assert restored.exit_code == 0, restored.output
     assert late.read_bytes()[:4] == b"\x7fELF" and len(late.read_bytes()) == 2004
+
+
+def test_of_versions_archived_within_one_second_the_last_is_the_one_restored(
+    archive_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Archiving, a teardown's archive and the next archive of one cache can fall in one second
+    # (they did on CI): "the newest" among them was then the one with the larger key, by chance.
+    target = cache_ids(boot(archive_project, "--cold"))[0]
+    second = datetime.now(UTC).replace(microsecond=0)
+    ticks = itertools.count()
+
+    class OneSecond(datetime):  # each stamp a millisecond after the last, all in one second
+        @classmethod
+        def now(cls, tz: tzinfo | None = None) -> OneSecond:
+            return cls.fromtimestamp((second + timedelta(milliseconds=next(ticks))).timestamp(), tz)
+
+    monkeypatch.setattr("lifecycle.archive.run.datetime", OneSecond)
+    cache = Path(caches()[target].host_path)
+    for n in range(6):
+        (cache / f"late-{n}.so").write_bytes(os.urandom(64))
+        archived = cli(archive_project, "archive", target, "--with-content")
+        assert archived.exit_code == 0, archived.output
+    done = cli(archive_project, "teardown", target, "--yes")
+    assert done.exit_code == 0, done.output
+    assert gone(caches()[target])
+
+    restored = cli(archive_project, "restore", target)
+    assert restored.exit_code == 0, restored.output
+    assert all((cache / f"late-{n}.so").is_file() for n in range(6)), sorted(os.listdir(cache))
 
 
 def test_content_asked_for_archives_again_a_cache_archived_without_it(

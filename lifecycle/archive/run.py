@@ -493,4 +493,7 @@ def _record(ledger: Ledger, planned: _Planned, version: VersionRow) -> None:
 
 
 def _stamp() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    # Milliseconds: an archive, a change and the next archive of one cache fit in one second,
+    # and "the newest version" (what a restore takes) is told by this stamp; its damage mark
+    # and scan evidence are named by it too.
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
