@@ -66,6 +66,26 @@ def test_child_patch_series_replaces_parent(tmp_path: Path, repo_root: Path) -> 
     assert loaded.patch_files == (tmp_path / "mine.patch",)
 
 
+def test_a_child_that_declares_a_tuned_value_replaces_its_provenance_whole(
+    tmp_path: Path, repo_root: Path
+) -> None:
+    # 0.30's block says what was measured on 0.30 (its note; a night's `validity`): merged key
+    # by key into a child that carries the value, it read as the child's own provenance.
+    child = tmp_path / "m.yaml"
+    child.write_text(
+        f"extends: {repo_root}/manifests/0.30/manifest.yaml\n"
+        "tuned:\n  gpu_memory_utilization:\n    value: 0.94\n    status: carried\n"
+        "    carried_from: '0.30'\n    measured_on: vllm 0.30.0\n    method: the 0.30 ladder\n"
+        "    margin: 232 MiB on 0.30\n"
+    )
+    tuned = load_manifest(child).manifest.tuned["gpu_memory_utilization"]
+    assert tuned.status == "carried" and tuned.margin == "232 MiB on 0.30"
+    assert tuned.note is None and tuned.validity is None
+    # A child that leaves the value alone inherits the parent's block as it is.
+    child.write_text(f"extends: {repo_root}/manifests/0.30/manifest.yaml\n")
+    assert load_manifest(child).manifest.tuned["gpu_memory_utilization"].note
+
+
 def test_error_in_parent_names_the_parent_file(tmp_path: Path) -> None:
     parent = tmp_path / "parent.yaml"
     parent.write_text("schema_version: 1\nname: Bad Name\n")

@@ -224,9 +224,12 @@ def test_a_tune_killed_between_its_write_and_its_journal_keeps_the_provenance_it
 def test_this_nights_own_write_into_the_manifest_this_one_extends_is_no_edit(
     manifests: Path, tmp_path: Path, ours: bool
 ) -> None:
-    # demo/0.2 extends demo/0.1: the night writes 0.1's value first, which moves 0.2's digest
-    # (the merged block takes 0.1's validity). Taken for an edit, 0.2's value was only proposed;
-    # a block another night wrote there meanwhile is an edit all the same.
+    # demo/0.2 extends demo/0.1; made to inherit 0.1's block here, 0.2's digest moves when the
+    # night writes 0.1's value first. Taken for an edit, 0.2's value was only proposed; a block
+    # another night wrote there meanwhile is an edit all the same.
+    child = manifests / "0.2/manifest.yaml"
+    text = child.read_text()
+    child.write_text(text[: text.index("tuned:")])
     pin = _pin(manifests, "sha256:measured")
     journal = _begun(tmp_path, pin)
     parent = manifests / "0.1/manifest.yaml"
@@ -240,3 +243,24 @@ def test_this_nights_own_write_into_the_manifest_this_one_extends_is_no_edit(
     decision = _settled(journal, pin)
     expected = ("written", 0.91) if ours else ("proposed", 0.91)
     assert (decision.action, decision.value) == expected, decision.detail
+
+
+def test_a_write_into_the_parent_is_no_edit_of_a_child_that_declares_the_value(
+    manifests: Path, tmp_path: Path
+) -> None:
+    # demo/0.2 declares its own block (carried): 0.1's new validity is 0.1's alone.
+    pin = _pin(manifests, "sha256:measured")
+    journal = _begun(tmp_path, pin)
+    parent = manifests / "0.1/manifest.yaml"
+    block = load_manifest(parent).manifest.tuned["gpu_memory_utilization"]
+    assert MEASURED.validity is not None
+    validity = MEASURED.validity.model_copy(update={"night": "n-another"})
+    write_tuned(parent, "gpu_memory_utilization", block.model_copy(update={"validity": validity}))
+    assert (
+        load_manifest(manifests / "0.2/manifest.yaml")
+        .manifest.tuned["gpu_memory_utilization"]
+        .validity
+        is None
+    )
+    decision = _settled(journal, pin)
+    assert (decision.action, decision.value) == ("written", 0.91), decision.detail

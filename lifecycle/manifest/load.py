@@ -222,15 +222,23 @@ def deep_merge(base: Any, over: Any) -> Any:
 
 
 def merge_located(base: Located, over: Located) -> Located:
-    """Merge data, keeping for every surviving value the mark of the file it came from."""
+    """Merge data, keeping for every surviving value the mark of the file it came from. A
+    tuned value's block is one account of where the value came from: a file that declares the
+    value replaces its parent's block whole (the parent's note or `validity`, merged key by
+    key, would read as the child's own measurement)."""
     values = {p: m for p, m in base.values.items() if _survives(p, over)}
     keys = {p: m for p, m in base.keys.items() if _survives(p, over)}
-    return Located(deep_merge(base.data, over.data), values | over.values, keys | over.keys)
+    data = deep_merge(base.data, over.data)
+    declared = over.data.get("tuned") if isinstance(over.data, dict) else None
+    if isinstance(declared, dict) and isinstance(data.get("tuned"), dict):
+        data["tuned"].update(declared)
+    return Located(data, values | over.values, keys | over.keys)
 
 
 def _survives(path: KeyPath, over: Located) -> bool:
-    """A base value survives unless `over` sets it, or replaces a non-mapping above it."""
-    if path in over.values:
+    """A base value survives unless `over` sets it, replaces a non-mapping above it, or
+    declares the tuned value it belongs to."""
+    if path in over.values or (path[:1] == ("tuned",) and path[:2] in over.keys):
         return False
     for end in range(1, len(path)):
         prefix = path[:end]
