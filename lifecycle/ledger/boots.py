@@ -164,21 +164,21 @@ class CacheDamage:
         return "; ".join(parts) or "its tree digest differs"
 
 
-# The outcome of the newest boot that used cache `c`; 'ok' for one no boot here used yet (a
-# restored cache).
-_LAST_OUTCOME = (
-    "COALESCE((SELECT b.outcome FROM boot_caches u JOIN boots b ON b.id = u.boot_id"
-    " WHERE u.cache_id = c.id ORDER BY b.started_at DESC, b.rowid DESC LIMIT 1), 'ok')"
-)
+def _last_use(column: str, otherwise: str) -> str:
+    """SQL for `column` of the newest boot that used cache `c` (`b`: the boot, `u`: its use of
+    the cache), or `otherwise` when no boot here used it yet."""
+    return (
+        f"COALESCE((SELECT {column} FROM boot_caches u JOIN boots b ON b.id = u.boot_id"
+        f" WHERE u.cache_id = c.id ORDER BY b.started_at DESC, b.rowid DESC LIMIT 1), {otherwise})"
+    )
 
 
-# Whether the newest boot that used cache `c` died without its end-of-boot scan (settled as
-# `interrupted`): the cache's recorded tree is still the one the boot before it left.
-_LAST_DIED = (
-    "COALESCE((SELECT b.outcome = 'interrupted' AND u.tree_digest_after IS NULL"
-    " FROM boot_caches u JOIN boots b ON b.id = u.boot_id"
-    " WHERE u.cache_id = c.id ORDER BY b.started_at DESC, b.rowid DESC LIMIT 1), 0)"
-)
+# Its outcome; 'ok' for a cache no boot here used yet (a restored one).
+_LAST_OUTCOME = _last_use("b.outcome", "'ok'")
+# Whether it died without its end-of-boot scan (settled as `interrupted`): the cache's recorded
+# tree is still the one the boot before it left.
+_LAST_DIED = _last_use("b.outcome = 'interrupted' AND u.tree_digest_after IS NULL", "0")
+_LAST_BOOT = _last_use("u.boot_id", "NULL")
 
 
 def warm_candidates(ledger: Ledger, cache_key: str) -> list[CacheRecord]:
@@ -207,9 +207,7 @@ def not_reusable(ledger: Ledger) -> dict[str, str]:
     why: dict[str, str] = {}
     rows = ledger.query(
         f"SELECT c.id, c.in_use_by, c.tree_digest, {_LAST_OUTCOME} AS outcome,"
-        f" {_LAST_DIED} AS died,"
-        " (SELECT u.boot_id FROM boot_caches u JOIN boots b ON b.id = u.boot_id"
-        "  WHERE u.cache_id = c.id ORDER BY b.started_at DESC, b.rowid DESC LIMIT 1) AS last"
+        f" {_LAST_DIED} AS died, {_LAST_BOOT} AS last"
         " FROM caches c WHERE c.state IN ('live', 'archived')"
     )
     for row in rows:
