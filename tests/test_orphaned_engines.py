@@ -129,3 +129,25 @@ def test_teardown_stops_a_killed_boots_engine_then_removes_its_caches(
     finally:
         with contextlib.suppress(NotFound):
             container.remove(force=True)
+
+
+@pytest.mark.s3
+def test_archive_stops_a_killed_boots_engine_before_it_archives_its_caches(
+    stays_project: Path, docker_client: Any, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Settled in the ledger only, the caches went to S3 while the engine still wrote them: a
+    # half-written kernel archived as the cache's newest version, restored warm later.
+    monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
+    boot_demo(stays_project, "--cold")
+    dead, container = _orphan(stays_project, docker_client)
+    try:
+        result = run_lifecycle(stays_project, "archive", "--all", "--with-content")
+        assert result.exit_code == 0, result.output
+        container.reload()
+        assert container.status != "running", "archived while the dead boot's engine ran"
+        assert f"boot {dead}" in result.stderr and "stopped" in result.stderr
+        assert boots()[dead].outcome == "interrupted"
+        assert {c.state for c in caches().values()} == {"archived"}, result.output
+    finally:
+        with contextlib.suppress(NotFound):
+            container.remove(force=True)

@@ -11,9 +11,10 @@ from lifecycle.archive.config import resolve_location
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
+from lifecycle.commands.teardown import docker_if_it_answers, settle_dead
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import all_caches
+from lifecycle.ledger.boots import all_caches, dead_boots
 from lifecycle.report import Report
 from lifecycle.results.archive import with_results
 from lifecycle.table import human_bytes
@@ -102,6 +103,12 @@ def run(ctx: Context, request: verbs.Archive) -> ArchiveRunReport | None:
     if not ctx.recorded(f"unknown cache {names[0]!r}" if names else None):
         return None
     with ctx.ledger(create=False) as ledger:
+        if not dry_run and dead_boots(ledger, ctx.home):
+            # Their engines may run on, writing the caches this would archive: stopped first.
+            docker, _ = docker_if_it_answers(ctx.environ)
+            at = ctx.now().isoformat(timespec="seconds")
+            for line in settle_dead(docker, ledger, ctx.home, at):
+                ctx.say(line)
         cache_ids, skipped = select_caches(ledger, names, every)
         archived = archive_caches(
             ledger, ctx.home, client, location, cache_ids, host_env=ctx.environ,

@@ -28,7 +28,7 @@ from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.gc import completed_line
-from lifecycle.commands.teardown import connect_services
+from lifecycle.commands.teardown import connect_services, settle_dead
 from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.gc import (
     GcPlan,
@@ -235,6 +235,10 @@ def apply(ctx: Context, options: verbs.Apply) -> ApplyReport:
         if made.empty:
             return ApplyReport(made, resumed=resumed)
         ctx.agree("carry out this plan?", options, made.to_json)
+        # A dead boot's engine may run on, writing caches: stopped before anything is archived.
+        at = ctx.now().isoformat(timespec="seconds")
+        for line in settle_dead(services.docker, ledger, ctx.home, at):
+            ctx.say(line)
         checkpoint("apply-planned")
         archived: tuple[str, ...] = ()
         busy: tuple[str, ...] = ()

@@ -88,7 +88,7 @@ def run(ctx: Context, options: verbs.Teardown) -> TeardownReport:
     ):
         if not dry_run:  # a boot that died holding caches holds nothing: said first, whatever goes
             at = services.now().isoformat(timespec="seconds")
-            for line in _settle(services, ledger, ctx.home, at):
+            for line in settle_dead(services.docker, ledger, ctx.home, at):
                 ctx.say(line)
         plan = make_plan(ledger, ctx.home, services, request, preview=dry_run)
         if not options.as_json:
@@ -103,11 +103,11 @@ def run(ctx: Context, options: verbs.Teardown) -> TeardownReport:
     return TeardownReport(plan, result, options.dry_run)
 
 
-def _settle(services: Services, ledger: Ledger, home: Home, at: str) -> list[str]:
+def settle_dead(docker: Any | None, ledger: Ledger, home: Home, at: str) -> list[str]:
     """Dead boots recorded `interrupted`, their engines stopped first where dockerd answers (a
-    cache a running engine mounts is kept: lifecycle.boot.engine.stop_orphans)."""
-    if services.docker is not None:
-        return stop_orphans(services.docker, ledger, home, at)
+    cache a running engine mounts is kept: lifecycle.boot.engine.stop_orphans); a line each."""
+    if docker is not None:
+        return stop_orphans(docker, ledger, home, at)
     return [f"boot {b}: {DIED}: now interrupted" for b in settle_dead_boots(ledger, home, at)]
 
 
@@ -139,10 +139,15 @@ def connect_services(
 ) -> Services:
     """dockerd and S3 where the environment points. dockerd not answering keeps every cache
     (nobody can say which containers mount it) instead of failing the command."""
+    docker, problem = docker_if_it_answers(environ)
+    return Services(docker, s3_client(environ, on_slow), environ, docker_problem=problem)
+
+
+def docker_if_it_answers(environ: Mapping[str, str]) -> tuple[Any | None, str | None]:
+    """(dockerd's client, None), or (None, why not) when it does not answer."""
     from lifecycle.dockerd import DockerUnavailable, connect
 
     try:
-        docker, problem = connect(environ), None
+        return connect(environ), None
     except DockerUnavailable as exc:
-        docker, problem = None, str(exc)
-    return Services(docker, s3_client(environ, on_slow), environ, docker_problem=problem)
+        return None, str(exc)
