@@ -3,9 +3,13 @@ pushed to or pulled from a registry, by digest; the images it baked warm caches 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 
-from lifecycle.ledger.core import Ledger, insert
+from lifecycle.home import Home
+from lifecycle.leases import exclusive, held
+from lifecycle.ledger.core import Ledger, insert, update
 
 
 @dataclass(frozen=True)
@@ -19,9 +23,9 @@ class BuildRecord:
     manifest_digest: str
     tag: str
     image_id: str | None
-    outcome: str
+    outcome: str  # running | built | up-to-date | failed | interrupted
     error: str | None
-    log_path: str | None
+    log_path: str | None  # None while running, and for an interrupted build
     # The base image's id (`sha256:…`, its config digest: the same on every host that has
     # it) the image was built on; None for builds recorded before it was kept.
     base_digest: str | None = None
@@ -86,6 +90,51 @@ def record_build(ledger: Ledger, record: BuildRecord) -> int:
         return int(conn.execute("SELECT last_insert_rowid()").fetchone()[0])
 
 
+@contextmanager
+def build_attempt(ledger: Ledger, home: Home, record: BuildRecord) -> Iterator[int]:
+    """Record a build `running` (its id given to the block) and hold its lock until the block
+    ends, which records its outcome (`finish_build`): a `running` row whose lock nobody holds
+    is a build whose process died. The lock is taken before the row is committed, so no one
+    reads the row running and unlocked while its build goes on."""
+    with ExitStack() as holding:
+        with ledger.transaction() as conn:
+            insert(conn, "builds", record, skip=("id",))
+            build_id = int(conn.execute("SELECT last_insert_rowid()").fetchone()[0])
+            lock = home.build_lock(build_id)
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            holding.enter_context(exclusive(lock))
+        yield build_id
+        # Its outcome recorded: no one waits on this lock again (a `held` check finds none).
+        lock.unlink(missing_ok=True)
+
+
+def finish_build(ledger: Ledger, build_id: int, record: BuildRecord) -> None:
+    """Record the outcome of a running build."""
+    with ledger.transaction() as conn:
+        update(conn, "builds", replace(record, id=build_id), key="id")
+
+
+def dead_builds(ledger: Ledger, home: Home) -> list[BuildRecord]:
+    """Builds the ledger says run whose lock nobody holds: their process ended (SIGKILL too:
+    the kernel drops a lock with its holder) before recording an outcome; oldest first."""
+    sql = "SELECT * FROM builds WHERE outcome = 'running' ORDER BY id"
+    running = ledger.records(BuildRecord, sql)
+    return [b for b in running if b.id is not None and not held(home.build_lock(b.id))]
+
+
+def settle_build(ledger: Ledger, home: Home, build_id: int, image_id: str | None, why: str) -> bool:
+    """A build whose process died: `interrupted`, with the image dockerd finished for it;
+    False if it was not running any more (it recorded its outcome meanwhile)."""
+    with ledger.transaction() as conn:
+        settled = conn.execute(
+            "UPDATE builds SET outcome = 'interrupted', image_id = ?, error = ?"
+            " WHERE id = ? AND outcome = 'running'",
+            (image_id, why, build_id),
+        ).rowcount
+    home.build_lock(build_id).unlink(missing_ok=True)
+    return settled == 1
+
+
 def all_builds(ledger: Ledger) -> list[BuildRecord]:
     """Every build, oldest first."""
     return ledger.records(BuildRecord, "SELECT * FROM builds ORDER BY id")
@@ -105,10 +154,11 @@ def registry_images(ledger: Ledger, image_id: str) -> list[RegistryImage]:
 
 def images_of(ledger: Ledger, manifest_digest: str) -> list[str]:
     """The image ids this host built (or found up to date) or pulled for a manifest digest,
-    newest first, each once: the order in which `boot` prefers them."""
+    newest first, each once: the order in which `boot` prefers them. An interrupted build's
+    image is one dockerd finished (and tagged): complete, as a build's."""
     rows = ledger.query(
         "SELECT image_id, started_at AS at, id AS seq FROM builds WHERE manifest_digest = ?"
-        " AND image_id IS NOT NULL AND outcome IN ('built', 'up-to-date')"
+        " AND image_id IS NOT NULL AND outcome IN ('built', 'up-to-date', 'interrupted')"
         " UNION ALL SELECT image_id, at, rowid AS seq FROM registry_images"
         " WHERE manifest_digest = ? AND how = 'pulled'"
         " ORDER BY at DESC, seq DESC",

@@ -51,11 +51,12 @@ def caches_on_host(ledger: Ledger) -> list[CacheOnHost]:
 
 
 def releases_built(ledger: Ledger) -> list[tuple[str, str, str, str]]:
-    """(manifest name, manifest file, manifest digest, image id) of each image built here,
-    newest first."""
+    """(manifest name, manifest file, manifest digest, image id) of each image built here
+    (an interrupted build's, dockerd finished, too), newest first."""
     rows = ledger.query(
         "SELECT manifest_name, manifest_file, manifest_digest, image_id, MAX(started_at) AS at"
-        " FROM builds WHERE image_id IS NOT NULL AND outcome IN ('built', 'up-to-date')"
+        " FROM builds WHERE image_id IS NOT NULL"
+        " AND outcome IN ('built', 'up-to-date', 'interrupted')"
         " GROUP BY manifest_name, manifest_digest, image_id ORDER BY at DESC"
     )
     return [

@@ -371,4 +371,28 @@ MIGRATIONS: tuple[str, ...] = (
     DROP TABLE tainted_files;
     ALTER TABLE tainted_files_v14 RENAME TO tainted_files;
     """,
+    # 15: a build is recorded `running` before dockerd is asked, so that one whose process was
+    # killed is `interrupted` (settled by the next build), not missing (the table rebuilt, as 6
+    # did the caches').
+    """
+    CREATE TABLE builds_v15 (
+        id INTEGER PRIMARY KEY,
+        started_at TEXT NOT NULL,
+        duration_s REAL NOT NULL,
+        manifest_name TEXT NOT NULL,
+        manifest_file TEXT NOT NULL,
+        manifest_digest TEXT NOT NULL,
+        tag TEXT NOT NULL,
+        image_id TEXT,
+        outcome TEXT NOT NULL
+            CHECK (outcome IN ('running', 'built', 'up-to-date', 'failed', 'interrupted')),
+        error TEXT,
+        log_path TEXT,
+        base_digest TEXT
+    );
+    INSERT INTO builds_v15 SELECT * FROM builds;
+    DROP TABLE builds;
+    ALTER TABLE builds_v15 RENAME TO builds;
+    CREATE INDEX builds_digest ON builds (manifest_digest);
+    """,
 )
