@@ -40,6 +40,9 @@ APPLY_CRASH_POINTS = ("apply-archived",)
 # `bake`'s: its image built and checked, not recorded; recorded, not pushed; pushed and its
 # image record written, its provenance not kept in the home.
 BAKE_CRASH_POINTS = ("bake-built", "bake-recorded", "bake-pushed")
+# `build`'s: its attempt recorded as running, nothing sent to dockerd; dockerd's image built and
+# tagged, its outcome not recorded; with --push, the image tagged for the registry, not pushed.
+BUILD_CRASH_POINTS = ("build-started", "build-tagged", "push-tagged")
 # A night's (and tune's): its ladders' values written into the manifests, its end not begun.
 NIGHT_CRASH_POINTS = ("night-settled",)
 # A port's: it holds its lock and state dir, nothing replayed yet; a `--continue`'s: git's
@@ -84,7 +87,7 @@ def _crash_at(wanted: str) -> tuple[str, int] | None:
     point, _, nth = wanted.partition(":")
     known = (
         *CRASH_POINTS, *GC_CRASH_POINTS, *APPLY_CRASH_POINTS, *BAKE_CRASH_POINTS,
-        *NIGHT_CRASH_POINTS, *PORT_CRASH_POINTS,
+        *BUILD_CRASH_POINTS, *NIGHT_CRASH_POINTS, *PORT_CRASH_POINTS,
     )  # fmt: skip
     if point not in known or not (nth or "1").isdigit():
         points = ", ".join(known)

@@ -8,25 +8,32 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from lifecycle.build.engine import find_built
+from lifecycle.build.plan import DIGEST_LABEL
 from lifecycle.cli import cli
+from lifecycle.faults import CRASH_ENV
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.builds import all_builds
+from lifecycle.ledger.builds import all_builds, registry_images
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.load import manifest_digest, patch_digests
 from tests.test_gitbinary import git
+from tests.trust_support import process, start
 
 pytestmark = pytest.mark.docker
+_DEMO = "demo/0.2/manifest.yaml"
 
 
 @pytest.fixture
@@ -236,3 +243,68 @@ def test_push_to_a_registry(manifests: Path, registry: str, docker_client: Any) 
     with urllib.request.urlopen(f"http://{registry}/v2/{repository}/tags/list") as answer:
         assert tag in json.load(answer)["tags"]
     docker_client.images.remove(pushed[1])
+
+
+def test_a_build_killed_at_any_point_is_recorded_and_the_next_completes(
+    manifests: Path, registry: str, docker_client: Any
+) -> None:
+    """SIGKILL before dockerd is asked, during its build, once it has tagged the image (the
+    outcome not recorded yet), and while pushing: each time the next build completes, every
+    image of the manifest dockerd holds is one the ledger records, and the tag names the image
+    the build reports (and a boot runs)."""
+    project, digest = manifests.parent, manifest_digest(load_manifest(manifests / _DEMO))
+    home = Path(os.environ["LIFECYCLE_HOME"])
+    try:
+        assert process(project, "build", "demo/0.2").returncode == 0
+        for point in ("build-started", "build-tagged"):
+            killed = process(project, "build", "--force", "demo/0.2", env={CRASH_ENV: point})
+            assert killed.returncode == -signal.SIGKILL, (point, killed.stderr)
+            _next_build_completes(project, home, docker_client, digest, point)
+        running = start(project, "build", "--force", "demo/0.2")
+        assert running.stderr is not None
+        for line in running.stderr:  # dockerd's build under way: kill it mid-series
+            if "Step 4/" in line:
+                running.send_signal(signal.SIGKILL)
+                break
+        assert running.wait(timeout=60) == -signal.SIGKILL
+        _next_build_completes(project, home, docker_client, digest, "during dockerd's build")
+        pushing = ("build", "demo/0.2", "--push", registry)
+        killed = process(project, *pushing, env={CRASH_ENV: "push-tagged"})
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        pushed = process(project, *pushing, "--json")
+        assert pushed.returncode == 0, pushed.stderr
+        image_id = json.loads(pushed.stdout)["image_id"]
+        with _ledger(home) as ledger:
+            assert [i.image_id for i in registry_images(ledger, image_id)] == [image_id]
+            outcomes = [b.outcome for b in all_builds(ledger)]
+        assert outcomes.count("interrupted") == 3 and "running" not in outcomes, outcomes
+    finally:
+        for image in docker_client.images.list(filters={"label": f"{DIGEST_LABEL}={digest}"}):
+            docker_client.images.remove(image.id, force=True)
+
+
+def _next_build_completes(
+    project: Path, home: Path, docker_client: Any, digest: str, point: str
+) -> None:
+    done = process(project, "build", "demo/0.2", "--json")
+    assert done.returncode == 0, (point, done.stderr)
+    reported = json.loads(done.stdout)
+    assert docker_client.images.get(reported["tag"]).id == reported["image_id"], point
+    with _ledger(home) as ledger:
+        builds = all_builds(ledger)
+        booted = find_built(docker_client, ledger, digest)  # the image a boot runs
+    assert booted is not None and booted.id == reported["image_id"], point
+    assert builds[-2].outcome == "interrupted", (point, builds[-2])
+    assert "running" not in [b.outcome for b in builds], point
+    recorded = {b.image_id for b in builds}
+    made = docker_client.images.list(filters={"label": f"{DIGEST_LABEL}={digest}"})
+    assert {image.id for image in made} <= recorded, (point, "an image only dockerd knows")
+
+
+@contextmanager
+def _ledger(home: Path) -> Iterator[Ledger]:
+    ledger = Ledger.open(home)
+    try:
+        yield ledger
+    finally:
+        ledger.close()

@@ -10,7 +10,7 @@ import tarfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from lifecycle.build.plan import (
@@ -22,8 +22,18 @@ from lifecycle.build.plan import (
 )
 from lifecycle.errors import AnswerNo, EnvironmentFailure
 from lifecycle.faults import Checkpoint
+from lifecycle.home import Home
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.builds import BuildRecord, images_of, record_build
+from lifecycle.ledger.boots import DIED
+from lifecycle.ledger.builds import (
+    BuildRecord,
+    build_attempt,
+    dead_builds,
+    finish_build,
+    images_of,
+    record_build,
+    settle_build,
+)
 
 FAIL_MARKERS = (
     "lifecycle: PATCH FAILED:",
@@ -103,19 +113,47 @@ def build_image(
     client: Any,
     plan: BuildPlan,
     ledger: Ledger,
+    home: Home,
     *,
     force: bool = False,
     on_line: Callable[[str], None] = lambda line: None,
+    checkpoint: Checkpoint = lambda point: None,
 ) -> BuildResult:
     """Build unless an image of this digest on this very base exists (or `force`); record
-    every attempt. An image built on what the base tag named before it moved is not it."""
-    started = datetime.now(UTC)
+    every attempt, as `running` before dockerd is asked (what a killed one left is ended by
+    `settle_interrupted`). An image built on what the base tag named before it moved is not
+    it."""
+    # Started when its plan was made, as its image's created label says: that label tells the
+    # image of a build killed after dockerd tagged it from any other (settle_interrupted).
+    started = datetime.fromisoformat(plan.labels[CREATED_LABEL])
     clock = time.monotonic()
     base = plan.labels.get(BASE_DIGEST_LABEL)
     existing = None if force else find_built(client, ledger, plan.digest, base_digest=base)
     if existing is not None:
         record = _record(plan, started, time.monotonic() - clock, "up-to-date", existing.id)
         return _result(record_build(ledger, record), record, None)
+    with build_attempt(ledger, home, _record(plan, started, 0.0, "running", None)) as build_id:
+        checkpoint("build-started")
+        record = _send(client, plan, ledger, force=force, on_line=on_line, started=started)
+        checkpoint("build-tagged")
+        finish_build(ledger, build_id, record)
+    if record.outcome == "failed":
+        where = f"full log: {record.log_path}"
+        raise AnswerNo(f"build of {plan.manifest_file} failed: {record.error}\n{where}")
+    return _result(build_id, record, record.log_path)
+
+
+def _send(
+    client: Any,
+    plan: BuildPlan,
+    ledger: Ledger,
+    *,
+    force: bool,
+    on_line: Callable[[str], None],
+    started: datetime,
+) -> BuildRecord:
+    """dockerd's build of the plan, its log kept: the record of what it did (built, failed)."""
+    clock = time.monotonic()
     log_lines: list[str] = []
 
     def logged(line: str) -> None:
@@ -129,15 +167,43 @@ def build_image(
         log_lines.append(f"ERROR: {error}")
     log = "\n".join(log_lines) + "\n"
     log_name = f"{started:%Y%m%dT%H%M%S}-{plan.digest[:12]}.log"
-    log_path = ledger.keep_evidence("builds", log_name, log.encode())
+    log_path = str(ledger.keep_evidence("builds", log_name, log.encode()))
     duration = time.monotonic() - clock
     if error or image_id is None:
         reason = _explain_failure(log_lines, error or "dockerd returned no image id")
-        failed = _record(plan, started, duration, "failed", None, reason, str(log_path))
-        record_build(ledger, failed)
-        raise AnswerNo(f"build of {plan.manifest_file} failed: {reason}\nfull log: {log_path}")
-    record = _record(plan, started, duration, "built", image_id, None, str(log_path))
-    return _result(record_build(ledger, record), record, str(log_path))
+        return _record(plan, started, duration, "failed", None, reason, log_path)
+    return _record(plan, started, duration, "built", image_id, None, log_path)
+
+
+def settle_interrupted(
+    client: Any, ledger: Ledger, home: Home, note: Callable[[str], None]
+) -> None:
+    """End each build whose process died before recording an outcome as `interrupted`, with
+    the image dockerd finished and tagged for it, if any: else that image would be no one's,
+    the tag's image the ledger never names (never used, never removed by a teardown)."""
+    for build in dead_builds(ledger, home):
+        image_id = _finished_image(client, build)
+        done = f"; dockerd had finished its image {image_id[:19]}" if image_id else ""
+        if settle_build(ledger, home, build.id or 0, image_id, DIED + done):
+            note(f"build {build.id} of {build.tag}, started {build.started_at}: interrupted{done}")
+
+
+def _finished_image(client: Any, build: BuildRecord) -> str | None:
+    """The image dockerd built and tagged for `build`: under its tag, labelled with its
+    manifest digest, base and start (the created label); None when dockerd never finished."""
+    from docker.errors import ImageNotFound
+
+    try:
+        image = client.images.get(build.tag)
+    except ImageNotFound:
+        return None
+    found = image.labels or {}
+    wanted = {
+        DIGEST_LABEL: build.manifest_digest,
+        BASE_DIGEST_LABEL: build.base_digest,
+        CREATED_LABEL: build.started_at,
+    }
+    return str(image.id) if all(found.get(k) == v for k, v in wanted.items()) else None
 
 
 def send_build(

@@ -15,7 +15,14 @@ from lifecycle.archive.config import optional_location
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.record import publish_image
 from lifecycle.archive.store import ArchiveError, BlobStore
-from lifecycle.build.engine import BuildResult, Pushed, base_image_digest, build_image, push_image
+from lifecycle.build.engine import (
+    BuildResult,
+    Pushed,
+    base_image_digest,
+    build_image,
+    push_image,
+    settle_interrupted,
+)
 from lifecycle.build.plan import BuildPlan, SourceInfo, plan_build
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
@@ -116,8 +123,15 @@ def run(ctx: Context, request: verbs.Build) -> BuildReport | BuildPlanReport:
     base = base_image_digest(client, loaded.manifest.engine.base_image)
     build_plan = plan(ctx, loaded, base)
     with ctx.ledger() as ledger:
+        settle_interrupted(client, ledger, ctx.home, ctx.note)  # what a killed build left
         result: BuildResult = build_image(
-            client, build_plan, ledger, force=request.force, on_line=ctx.say
+            client,
+            build_plan,
+            ledger,
+            ctx.home,
+            force=request.force,
+            on_line=ctx.say,
+            checkpoint=ctx.checkpoint(),
         )
         if not push:
             return BuildReport(result)
