@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -121,6 +122,7 @@ TUNE = Plan.model_validate(
     }
 )
 MARGINS = {0.91: 789.4, 0.92: -29.8}
+RUNGS = [f"demo/0.2:gpu_memory_utilization={v}:{s}" for s in ("cold", "warm") for v in MARGINS]
 
 
 def _pin(manifests: Path, image_id: str) -> Pin:
@@ -139,14 +141,18 @@ def _begun(tmp_path: Path, pin: Pin) -> NightJournal:
     return journal
 
 
-def _settled(journal: NightJournal, pin: Pin) -> Decision:
-    """The night's settle once every rung ran cold and warm."""
+def _settled(
+    journal: NightJournal, pin: Pin, booted: Mapping[str, str | None] | None = None
+) -> Decision:
+    """The night's settle once every rung ran cold and warm, each on the pin's image unless
+    `booted` (cell id -> image id) says another."""
     ordered = list(prepare(TUNE, pin.loaded.file.parent.parent.parent, REPO, None).cells)
+    booted = booted or {}
     runs = {
         (c.id, 1): RunSummary(
             cell=c.id, run=1, attempt=1, boot_id=f"b-{c.id}", host="h", outcome="ok",
-            exit_code=0, instrumented=False, hooks=[], args=[],
-            verdict="pass" if MARGINS[c.rung.value] >= 40 else "fail",
+            image_id=booted.get(c.id, pin.image["id"]), exit_code=0, instrumented=False,
+            hooks=[], args=[], verdict="pass" if MARGINS[c.rung.value] >= 40 else "fail",
             checks=[], margin_mib=MARGINS[c.rung.value],
         )
         for c in ordered if c.rung is not None
@@ -214,7 +220,7 @@ def test_a_tune_killed_between_its_write_and_its_journal_keeps_the_provenance_it
     # The resume: the manifest its write changed is another build, which no rung booted.
     resumed = _pin(manifests, "sha256:rebuilt")
     assert resumed.digest != pin.digest
-    decision = _settled(journal, resumed)
+    decision = _settled(journal, resumed, dict.fromkeys(RUNGS, "sha256:measured"))
     assert (decision.action, decision.value) == ("written", 0.91)
     assert file.read_text() == written  # image, digest and time of what the rungs measured
     assert [e.event for e in journal.events()].count(WRITTEN) == 1
@@ -264,3 +270,38 @@ def test_a_write_into_the_parent_is_no_edit_of_a_child_that_declares_the_value(
     )
     decision = _settled(journal, pin)
     assert (decision.action, decision.value) == ("written", 0.91), decision.detail
+
+
+def test_the_validity_names_the_image_the_rungs_booted_not_the_one_the_tag_names_now(
+    manifests: Path, tmp_path: Path
+) -> None:
+    # Every rung booted sha256:measured; then a rebuild retagged demo/0.2 (same manifest, new
+    # image) and the night settled in a resume, whose pin resolves to the rebuilt image.
+    pin = _pin(manifests, "sha256:rebuilt")
+    journal = _begun(tmp_path, pin)
+    decision = _settled(journal, pin, dict.fromkeys(RUNGS, "sha256:measured"))
+    assert (decision.action, decision.value) == ("written", 0.91), decision.detail
+    file = manifests / "0.2/manifest.yaml"
+    validity = load_manifest(file).manifest.tuned["gpu_memory_utilization"].validity
+    assert validity is not None and validity.image_id == "sha256:measured"
+
+
+@pytest.mark.parametrize(
+    "last", ["sha256:rebuilt", None], ids=["another-image", "no-record-of-its-image"]
+)
+def test_rungs_that_did_not_boot_one_recorded_image_propose_their_value(
+    manifests: Path, tmp_path: Path, last: str | None
+) -> None:
+    # Killed in the last rung, rebuilt, resumed: that rung booted the new image (or its
+    # summary and the ledger name none). The value was measured on no one build.
+    pin = _pin(manifests, "sha256:measured")
+    journal = _begun(tmp_path, pin)
+    file = manifests / "0.2/manifest.yaml"
+    before = file.read_text()
+    decision = _settled(journal, pin, {RUNGS[-1]: last})
+    assert (decision.action, decision.value) == ("proposed", 0.91)
+    assert file.read_text() == before
+    booted = f"{last or 'no recorded image'}: 0.92 warm"
+    assert f"sha256:measured: 0.91 cold, 0.91 warm, 0.92 cold; {booted}" in decision.detail
+    assert "0.91 is proposed, not written" in decision.detail
+    assert "\n" not in decision.detail

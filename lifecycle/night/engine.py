@@ -61,6 +61,7 @@ class RunSummary(Frozen):
     boot_id: str | None
     host: str | None
     outcome: str  # the boot's: ok | failed | interrupted | aborted
+    image_id: str | None = None  # the image the boot ran, as its record has it (None: no boot)
     exit_code: int | None
     error: str | None = None
     instrumented: bool

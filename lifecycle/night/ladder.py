@@ -34,6 +34,7 @@ class MeasuredView(Frozen):
     margin_mib: float | None  # None: not measured (the shape's path never ran)
     verdict: str  # the rung's check: pass (clears the floor), fail, inconclusive
     boot_id: str | None
+    image_id: str | None = None  # the image that boot ran (None: its summary does not say)
     result_id: str | None
     under_prediction_mib: float | None  # predicted less measured
 
@@ -101,7 +102,7 @@ def climb(
             result = run.checks[0].result_id if run.checks else None
             measured[cell.state] = MeasuredView(
                 margin_mib=run.margin_mib, verdict=run.verdict, boot_id=run.boot_id,
-                result_id=result, under_prediction_mib=under,
+                image_id=run.image_id, result_id=result, under_prediction_mib=under,
             )  # fmt: skip
         clears = all(
             (m := measured.get(state)) is not None

@@ -168,6 +168,7 @@ class LocalEngine:
             "boot_id": record.id,
             "host": record.host,
             "outcome": record.outcome,
+            "image_id": record.image_id,
             "exit_code": record.exit_code,
             "error": record.error,
             "cache_modes": modes,

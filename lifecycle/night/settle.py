@@ -8,6 +8,10 @@ The value is written only into the manifest the rungs measured: one whose digest
 night began (edited while it ran) gets the value proposed, not written. A night killed between
 its write and its journal finds its own block on resume and journals it, never writes it again
 with the provenance of the rewritten manifest's build, which no rung booted.
+
+The image a value is valid for is the one its rungs' boots recorded, not the one the pin's tag
+names when the night settles: a rebuild retags it, and a resumed night boots the new image. Rungs
+that booted different images measured no single build: their value is proposed, not written.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle.errors import LifecycleError
+from lifecycle.ledger.boots import boot_by_id
 from lifecycle.manifest import LoadedManifest, load_manifest
 from lifecycle.manifest.load import canonical_form, manifest_digest
 from lifecycle.manifest.model import TunedValue, Validity
@@ -81,6 +86,13 @@ def settle(
         target = carried
     if target is None:
         return Decision(pin.ref, name, "none", None, climbed.why)
+    image, booted = _booted_image(journal, climbed)
+    if image is None:
+        detail = (
+            f"the rungs of {pin.ref} did not all boot one recorded image ({booted}); {target:g}"
+            " is proposed, not written: tune again with --new to measure every rung on one image"
+        )
+        return _journal(journal, Decision(pin.ref, name, "proposed", target, detail))
     if (moved := _moved(pin, now, measured, journal.night.id)) is not None:
         detail = (
             f"{now.file} changed since the night measured it ({moved}); {target:g} is proposed,"
@@ -88,7 +100,7 @@ def settle(
             " measure the manifest as it is now"
         )
         return _journal(journal, Decision(pin.ref, name, "proposed", target, detail))
-    value = validated(ladder, climbed, pin, target, journal, archive)
+    value = validated(ladder, climbed, pin, target, journal, archive, image)
     write_tuned(pin.loaded.file, name, value)
     detail = f"{target:g} validated: {value.margin}"
     return _journal(
@@ -103,8 +115,10 @@ def validated(
     value: float,
     journal: NightJournal,
     archive: str | None,
+    image_id: str,
 ) -> TunedValue:
-    """The tuned value as the manifest records it: measured, and valid for what it saw."""
+    """The tuned value as the manifest records it: measured, and valid for what it saw (the
+    image `image_id`, which its rungs booted)."""
     rung = climbed.rung(value)
     assert rung is not None and rung.clears, "only a clearing rung is written"
     margins = {s: m.margin_mib for s in STATES if (m := rung.measured[s]).margin_mib is not None}
@@ -128,7 +142,7 @@ def validated(
         validity=Validity(
             measured_at=journal.stamp(),
             night=journal.night.id,
-            image_id=pin.image["id"],
+            image_id=image_id,
             manifest_digest=pin.digest,
             cache_states=["cold", "warm"],
             observers=[],
@@ -138,6 +152,35 @@ def validated(
             archive=archive,
         ),
     )
+
+
+def _booted_image(journal: NightJournal, climbed: PinLadderView) -> tuple[str | None, str]:
+    """The image every boot of the climb ran, as the boots recorded it (None when they ran
+    several, or one is not recorded), and which image booted which rungs, in words."""
+    booted: dict[str, list[str]] = {}
+    for rung in climbed.rungs:
+        for state, measured in rung.measured.items():
+            if measured.boot_id is None:  # nothing booted (a pre-boot hook said no)
+                continue
+            image = measured.image_id or _recorded_image(journal, measured.boot_id)
+            booted.setdefault(image, []).append(f"{rung.value:g} {state}")
+    said = "; ".join(f"{_short(image)}: {', '.join(rungs)}" for image, rungs in booted.items())
+    one = len(booted) == 1 and UNRECORDED not in booted
+    return next(iter(booted)) if one else None, said
+
+
+UNRECORDED = "no recorded image"
+
+
+def _recorded_image(journal: NightJournal, boot_id: str) -> str:
+    """The image the boot's ledger row names: a summary journalled before summaries carried it
+    (a night resumed across an upgrade). On a cluster the row is on the node: unrecorded."""
+    record = boot_by_id(journal.ledger, boot_id)
+    return record.image_id if record is not None else UNRECORDED
+
+
+def _short(image: str) -> str:
+    return image[: len("sha256:") + 12] if image.startswith("sha256:") else image
 
 
 def _written_by(
