@@ -364,6 +364,12 @@ def test_revalidate_proposes_a_new_value_when_the_carried_one_does_not_clear(pro
     assert (decision["action"], decision["value"]) == ("proposed", 0.91)
     assert "carried 0.92 does not clear 40 MiB" in decision["detail"]
     assert (project / "manifests/demo/0.2/manifest.yaml").read_text() == before
+    # The morning screen says a proposal waits, and why (it showed the pin `untested` only).
+    code, out, err = finish(lifecycle(project, "status"))
+    assert f"\n  demo/0.2 gpu_memory_utilization: proposed: {decision['detail']}\n" in out, err
+    code, out, err = finish(lifecycle(project, "status", "--json"))
+    [proposed] = json.loads(out)["night"]["proposed"]
+    assert proposed == {k: decision[k] for k in ("pin", "argument", "value", "detail")}, err
     # A carried value that clears on this release becomes validated as it is.
     manifest = project / "manifests/demo/0.2/manifest.yaml"
     manifest.write_text(before.replace("value: 0.92", "value: 0.91"))
@@ -373,6 +379,8 @@ def test_revalidate_proposes_a_new_value_when_the_carried_one_does_not_clear(pro
     [decision] = json.loads(out)["decisions"]
     assert code == 0 and (decision["action"], decision["value"]) == ("written", 0.91), err
     assert "value: 0.91\n    status: validated" in manifest.read_text()
+    code, out, err = finish(lifecycle(project, "status", "--json"))
+    assert json.loads(out)["night"]["proposed"] == [], err  # the last night wrote its value
     # demo/0.1's value is validated, not carried: nothing to revalidate.
     code, _, err = finish(lifecycle(project, "tune", "demo/0.1", "--revalidate"))
     assert code == 2 and "no tuned value is carried" in err

@@ -1,7 +1,8 @@
 """`lifecycle status`: the one screen a release engineer reads in the morning. This host's
 caches per manifest (how many, how big, how many a warm boot would take), the newest bake of
 each manifest and profile, what the policy would do now (lifecycle.commands.converge), whether
-a night left production down, and the last night with its verdicts (from its report)."""
+a night left production down, and the last night with its verdicts (from its report) and the
+tuned values it proposed instead of writing (from its journal)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from lifecycle.commands.context import Context
 from lifecycle.commands.converge import Converge, converge
 from lifecycle.commands.teardown import connect_services
 from lifecycle.errors import LifecycleError
+from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_caches, not_reusable
 from lifecycle.ledger.builds import all_bakes
-from lifecycle.ledger.nights import newest_night, production_left_down
+from lifecycle.ledger.nights import events, newest_night, production_left_down
+from lifecycle.night.settle import PROPOSED
 from lifecycle.policy.model import read_policy
 from lifecycle.report import Report
 from lifecycle.table import human_bytes, render
@@ -97,6 +100,9 @@ class StatusReport(Report):
         else:
             lines.append(f"last night: {night['id']} ({night['plan']}, {night['state']})")
             lines += [f"  pin {pin}: {verdict}" for pin, verdict in night["pins"].items()]
+            lines += [
+                f"  {p['pin']} {p['argument']}: proposed: {p['detail']}" for p in night["proposed"]
+            ]
         return "\n".join(lines) + "\n"
 
 
@@ -139,9 +145,10 @@ def run(ctx: Context, options: verbs.Status) -> StatusReport:
         down = production_left_down(ledger)
         production = f"down since {down[-1].at} (night {down[-1].night_id})" if down else "up"
         night = newest_night(ledger)
+        proposed = _proposed(ledger, night.id) if night else []
     return StatusReport(
         sorted(per.values(), key=lambda m: m.manifest), counts, problem, production,
-        _night(ctx, night.id, night.plan_name) if night else None, bakes,
+        _night(ctx, night.id, night.plan_name, proposed) if night else None, bakes,
     )  # fmt: skip
 
 
@@ -154,12 +161,25 @@ def _counted(made: Converge) -> dict[str, int]:
     }
 
 
-def _night(ctx: Context, night_id: str, plan: str) -> dict[str, Any]:
-    """The night's state and each pin's verdict, as its newest report says."""
+def _night(
+    ctx: Context, night_id: str, plan: str, proposed: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The night's state and each pin's verdict, as its newest report says; what it proposed."""
     report = ctx.home.night_dir(night_id) / "report.json"
     try:
         view: Mapping[str, Any] = json.loads(report.read_text())
     except (OSError, ValueError):
-        return {"id": night_id, "plan": plan, "state": "no report yet", "pins": {}}
+        view = {"state": "no report yet"}
     pins = {p["pin"]: p["verdict"] for p in view.get("pins", [])}
-    return {"id": night_id, "plan": plan, "state": view.get("state", "?"), "pins": pins}
+    state = view.get("state", "?")
+    return {"id": night_id, "plan": plan, "state": state, "pins": pins, "proposed": proposed}
+
+
+def _proposed(ledger: Ledger, night_id: str) -> list[dict[str, Any]]:
+    """The tuned values the night proposed instead of writing (a revalidation whose carried
+    value no longer clears, a manifest edited under the rungs), as its journal has them: the
+    report's ladders show what was written, not what waits for a hand."""
+    proposed = [
+        json.loads(e.detail) for e in events(ledger, night_id) if e.event == PROPOSED and e.detail
+    ]
+    return [{k: d[k] for k in ("pin", "argument", "value", "detail")} for d in proposed]
