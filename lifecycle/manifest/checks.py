@@ -13,6 +13,7 @@ from typing import Any
 
 from lifecycle.manifest.model import JitCache, LadderMethod, Manifest, engine_flag
 from lifecycle.manifest.source import KeyPath
+from lifecycle.redact import is_sensitive_key, redact
 
 # Each env var moves one cache root off the container's ephemeral home into a mount we track.
 # FlashInfer nests `.cache/flashinfer/<version>/<arch>/` under its base; the others use the
@@ -73,6 +74,22 @@ _ARG_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL", re.I)
 
 
+def _credential_args(args: list[str]) -> Iterator[tuple[int, str]]:
+    """(index, flag) of each arg holding a credential: the value of a flag named for one
+    (`--api-key KEY`, `--api-key=KEY`), or anything shaped like one (`hf_…`, a URL's
+    `user:token@`); flag is '' when no flag names it."""
+    for index, arg in enumerate(args):
+        flag, equals, _ = arg.partition("=")
+        before = args[index - 1] if index else ""
+        flag_before = before.startswith("-") and "=" not in before and not arg.startswith("-")
+        if flag_before and is_sensitive_key(before):
+            yield index, before
+        elif flag.startswith("-") and equals and is_sensitive_key(flag):
+            yield index, flag
+        elif redact(arg, {}) != arg:
+            yield index, ""
+
+
 def check_tuned(manifest: Manifest) -> Iterator[Finding]:
     """Range-check the tuned values whose meaning we know."""
     for name, tuned in manifest.tuned.items():
@@ -116,6 +133,14 @@ def check_profiles(manifest: Manifest) -> Iterator[Finding]:
                     ("profiles", profile_name, "env", key),
                     f"looks like a secret; list {key!r} under secrets: so it is passed "
                     "by name from the host environment and never stored",
+                )
+        for part in ("command", "args"):
+            for index, flag in _credential_args(getattr(profile, part)):
+                yield (
+                    ("profiles", profile_name, part, index),
+                    f"a credential written into {flag or 'the command'}: stored with every "
+                    "boot's record and archive; pass it from the host environment (list its "
+                    "variable under secrets:; vLLM reads --api-key from VLLM_API_KEY)",
                 )
         for index, name in enumerate(profile.from_host):
             where = ("profiles", profile_name, "from_host", index)
