@@ -74,6 +74,21 @@ _ARG_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL", re.I)
 
 
+def check_args(where: KeyPath, args: list[str]) -> Iterator[Finding]:
+    """Refuse a credential in the arguments of a boot (a profile's, a night's, a ladder
+    shape's): every boot's record and archive keep them as written (its spec, the manifest's
+    snapshot); only the log is redacted."""
+    for index, flag in _credential_args(args):
+        # Worded so that stderr's redaction (a word after a credential flag) leaves it whole.
+        what = f"a credential as the value of {flag}" if flag else "looks like a credential"
+        yield (
+            (*where, index),
+            f"{what}, stored with every boot's record and archive; pass it from the host "
+            "environment (list its variable under secrets:; vLLM reads VLLM_API_KEY for "
+            "--api-key)",
+        )
+
+
 def _credential_args(args: list[str]) -> Iterator[tuple[int, str]]:
     """(index, flag) of each arg holding a credential: the value of a flag named for one
     (`--api-key KEY`, `--api-key=KEY`), or anything shaped like one (`hf_…`, a URL's
@@ -114,6 +129,7 @@ def check_ladder(where: KeyPath, argument: str, ladder: LadderMethod) -> Iterato
     for index, rung in enumerate(ladder.rungs):
         if check is not None and (problem := check(rung)):
             yield (*where, "rungs", index), problem
+    yield from check_args((*where, "shape", "args"), ladder.shape.args)
     flag = engine_flag(argument)
     for index, arg in enumerate(ladder.shape.args):
         if arg.partition("=")[0] == flag:
@@ -134,14 +150,8 @@ def check_profiles(manifest: Manifest) -> Iterator[Finding]:
                     f"looks like a secret; list {key!r} under secrets: so it is passed "
                     "by name from the host environment and never stored",
                 )
-        for part in ("command", "args"):
-            for index, flag in _credential_args(getattr(profile, part)):
-                yield (
-                    ("profiles", profile_name, part, index),
-                    f"a credential written into {flag or 'the command'}: stored with every "
-                    "boot's record and archive; pass it from the host environment (list its "
-                    "variable under secrets:; vLLM reads --api-key from VLLM_API_KEY)",
-                )
+        yield from check_args(("profiles", profile_name, "command"), profile.command)
+        yield from check_args(("profiles", profile_name, "args"), profile.args)
         for index, name in enumerate(profile.from_host):
             where = ("profiles", profile_name, "from_host", index)
             if _SECRET_NAME.search(name):

@@ -20,7 +20,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from lifecycle.errors import LifecycleError
 from lifecycle.manifest import LoadedManifest
-from lifecycle.manifest.checks import check_ladder
+from lifecycle.manifest.checks import check_args, check_ladder
 from lifecycle.manifest.load import Finding, load_validated
 from lifecycle.manifest.model import CacheState, Evidence, LadderMethod, Slug, Text, version_text
 from lifecycle.manifest.source import KeyPath
@@ -205,8 +205,11 @@ def cross_checks(plan: Plan) -> Iterator[Finding]:
         yield ("end", "teardown"), "teardown removes only what is archived: set archive: true"
     for name, profile in plan.profiles.items():
         yield from listed_twice(("profiles", name, "checks"), [c.name for c in profile.checks])
+        yield from check_args(("profiles", name, "args"), profile.args)
         for index, check in enumerate(profile.checks):
             where: KeyPath = ("profiles", name, "checks", index)
+            for made, created in enumerate(check.creates):
+                yield from check_args((*where, "creates", made, "args"), created.args)
             if not check.path.items():
                 yield (*where, "path"), "say what must be observed for this check's path to run"
             if not check.pass_when.items():
