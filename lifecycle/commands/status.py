@@ -170,7 +170,8 @@ def _night(
         view: Mapping[str, Any] = json.loads(report.read_text())
     except (OSError, ValueError):
         view = {"state": "no report yet"}
-    pins = {p["pin"]: p["verdict"] for p in view.get("pins", [])}
+    # A pin with no matrix cell (a tune's, ladders only) has no verdict to read in the morning.
+    pins = {p["pin"]: p["verdict"] for p in view.get("pins", []) if p.get("cells")}
     state = view.get("state", "?")
     return {"id": night_id, "plan": plan, "state": state, "pins": pins, "proposed": proposed}
 
