@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -112,42 +113,45 @@ def test_a_boot_leaves_alone_the_engine_of_a_boot_that_still_runs(
         alive.kill()
 
 
-@pytest.mark.s3
-def test_teardown_stops_a_killed_boots_engine_then_removes_its_caches(
+@pytest.fixture
+def archived_orphan(
     stays_project: Path, docker_client: Any, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> Iterator[tuple[str, Any]]:
+    """A cold boot's caches, then a killed boot's engine running on: (dead boot, container)."""
     monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
     boot_demo(stays_project, "--cold")
     dead, container = _orphan(stays_project, docker_client)
     try:
-        result = run_lifecycle(stays_project, "teardown", "--archive", "--yes")
-        assert result.exit_code == 0, result.output
-        assert boots()[dead].outcome == "interrupted"
-        assert {c.state for c in caches().values()} == {"torn-down"}, result.output
-        # Stopped first, then removed with the other stopped containers of its caches' boots.
-        assert not docker_client.containers.list(all=True, filters={"id": container.id})
+        yield dead, container
     finally:
         with contextlib.suppress(NotFound):
             container.remove(force=True)
+
+
+@pytest.mark.s3
+def test_teardown_stops_a_killed_boots_engine_then_removes_its_caches(
+    stays_project: Path, docker_client: Any, archived_orphan: tuple[str, Any]
+) -> None:
+    dead, container = archived_orphan
+    result = run_lifecycle(stays_project, "teardown", "--archive", "--yes")
+    assert result.exit_code == 0, result.output
+    assert boots()[dead].outcome == "interrupted"
+    assert {c.state for c in caches().values()} == {"torn-down"}, result.output
+    # Stopped first, then removed with the other stopped containers of its caches' boots.
+    assert not docker_client.containers.list(all=True, filters={"id": container.id})
 
 
 @pytest.mark.s3
 def test_archive_stops_a_killed_boots_engine_before_it_archives_its_caches(
-    stays_project: Path, docker_client: Any, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+    stays_project: Path, archived_orphan: tuple[str, Any]
 ) -> None:
     # Settled in the ledger only, the caches went to S3 while the engine still wrote them: a
     # half-written kernel archived as the cache's newest version, restored warm later.
-    monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
-    boot_demo(stays_project, "--cold")
-    dead, container = _orphan(stays_project, docker_client)
-    try:
-        result = run_lifecycle(stays_project, "archive", "--all", "--with-content")
-        assert result.exit_code == 0, result.output
-        container.reload()
-        assert container.status != "running", "archived while the dead boot's engine ran"
-        assert f"boot {dead}" in result.stderr and "stopped" in result.stderr
-        assert boots()[dead].outcome == "interrupted"
-        assert {c.state for c in caches().values()} == {"archived"}, result.output
-    finally:
-        with contextlib.suppress(NotFound):
-            container.remove(force=True)
+    dead, container = archived_orphan
+    result = run_lifecycle(stays_project, "archive", "--all", "--with-content")
+    assert result.exit_code == 0, result.output
+    container.reload()
+    assert container.status != "running", "archived while the dead boot's engine ran"
+    assert f"boot {dead}" in result.stderr and "stopped" in result.stderr
+    assert boots()[dead].outcome == "interrupted"
+    assert {c.state for c in caches().values()} == {"archived"}, result.output
