@@ -8,6 +8,7 @@ caches/.trash-<cache id>/       a cache dir a teardown has moved out of the way
 locks/cache-<cache id>.lock     the cache's lease (lifecycle.leases)
 locks/port-<port key>.lock      held by a port (or its --continue, --abort) while it runs
 locks/build-<build id>.lock     held by a build while its ledger row says `running`
+locks/boot-<boot id>.lock       held by a boot while its ledger row says `running`
 evidence/builds/                build logs
 evidence/boots/<boot id>.log    a boot's redacted log; evidence/boots/<boot id>/ its bundle
 evidence/scans/<cache id>/      the fingerprints kept of a cache, one per scan
@@ -71,6 +72,10 @@ class Home:
     def cache_lock(self, cache_id: str) -> Path:
         """The file a cache's lease locks."""
         return self.root / "locks" / f"cache-{cache_id}.lock"
+
+    def boot_lock(self, boot_id: str) -> Path:
+        """The file a boot locks from its intent to its outcome: its process lives."""
+        return self.root / "locks" / f"boot-{boot_id}.lock"
 
     def build_lock(self, build_id: int) -> Path:
         """The file a build locks while the ledger says it is running."""

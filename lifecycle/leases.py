@@ -69,6 +69,19 @@ def exclusive_or(path: Path, busy: Callable[[], Exception]) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@contextmanager
+def while_alive(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on a file of its own for the block, made for it and removed at
+    its end: `held(path)` says the holder lives, and the kernel drops the lock with a killed
+    holder, where the file stays to say it died."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(path):
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
+
+
 def held(path: Path) -> bool:
     """Whether a live process holds an exclusive flock on `path`; nothing is created."""
     try:

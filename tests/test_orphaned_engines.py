@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from docker.errors import NotFound
 
+from lifecycle.manifest.checks import DEFAULT_CACHES
 from tests.services import _demo_root, boot_demo, run_lifecycle
 from tests.trust_support import boots, cache_ids, caches, start
 
@@ -111,6 +112,29 @@ def test_a_boot_leaves_alone_the_engine_of_a_boot_that_still_runs(
         alive.send_signal(signal.SIGINT)  # it stops its engine and records how it ended
         alive.wait(timeout=60)
         alive.kill()
+
+
+def test_a_killed_boot_that_holds_no_cache_is_told_dead_and_its_engine_stopped(
+    stays_project: Path, docker_client: Any
+) -> None:
+    # A boot that mounts no cache (a baked image's boot; here every cache switched off) left
+    # no lease to tell that it died: its row said `running` and its engine served for ever.
+    manifest = stays_project / "manifests/demo/0.2/manifest.yaml"
+    off = "".join(f"  {name}: {{enabled: false}}\n" for name in DEFAULT_CACHES)
+    manifest.write_text(manifest.read_text() + "caches:\n" + off)
+    built = run_lifecycle(stays_project, "build", "demo/0.2")
+    assert built.exit_code == 0, built.output
+    dead, container = _orphan(stays_project, docker_client)
+    try:
+        result = run_lifecycle(stays_project, "boot", "demo/0.2", "--json")
+        assert result.exit_code == 0, result.output
+        container.reload()
+        assert container.status != "running", "the dead boot's engine still runs"
+        assert boots()[dead].outcome == "interrupted", result.stderr
+        assert not caches()  # it held none, as a baked boot holds none
+    finally:
+        with contextlib.suppress(NotFound):
+            container.remove(force=True)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from lifecycle.build.engine import RegistryFailed, find_built, pull_image
 from lifecycle.errors import AnswerNo, LifecycleError
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import DIED, dead_boots, ended_boots, settle_boot
+from lifecycle.ledger.boots import DIED, dead_boots, ended_boots, settle_dead_boot
 from lifecycle.ledger.builds import RegistryImage, record_registry_image
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.load import canonical_form, patch_digests
@@ -196,6 +196,6 @@ def stop_orphans(client: Any, ledger: Ledger, home: Home, at: str) -> list[str]:
             continue
         said.append(f"boot {boot_id}: its engine {name} ran on without it: stopped")
     for boot_id in sorted(dead):
-        settle_boot(ledger, boot_id, at, DIED)
+        settle_dead_boot(ledger, home, boot_id, at)
         said.append(f"boot {boot_id}: {DIED}: now interrupted")
     return said

@@ -44,6 +44,7 @@ from lifecycle.faults import Checkpoint
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.home import Home
 from lifecycle.hooks import Hook, HookFailed, HookSession, engine_env, hook_session, instrumented
+from lifecycle.leases import while_alive
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
     BakedUse,
@@ -176,20 +177,25 @@ def boot(
             now=_stamp(now),
             secret_values=secrets_by_name,
         )
-    try:
-        checkpoint("boot-caches-picked")
-        spec = _spec(request, profile, request.image["id"], plan.mounts, host_env, boot_id)
-        record = _intent(request, profile, boot_id, now, spec)
-        keep_provenance(ledger, home, request.loaded, request.digest, request.image)
-        start_boot(ledger, record, plan.new_caches, plan.uses)
-    except BaseException:
-        plan.release()
-        raise
-    try:
-        checkpoint("boot-recorded")
-        record = _run(client, ledger, home, request, record, plan, spec, secrets_by_name, on_line)
-    finally:
-        plan.release()  # only once the end-of-boot scan is recorded (or failed to be)
+    # Held from before the intent is recorded until the outcome is: a `running` boot whose
+    # lock nobody holds died (dead_boots), caches or none (a baked boot holds none).
+    with while_alive(home.boot_lock(boot_id)):
+        try:
+            checkpoint("boot-caches-picked")
+            spec = _spec(request, profile, request.image["id"], plan.mounts, host_env, boot_id)
+            record = _intent(request, profile, boot_id, now, spec)
+            keep_provenance(ledger, home, request.loaded, request.digest, request.image)
+            start_boot(ledger, record, plan.new_caches, plan.uses)
+        except BaseException:
+            plan.release()
+            raise
+        try:
+            checkpoint("boot-recorded")
+            record = _run(
+                client, ledger, home, request, record, plan, spec, secrets_by_name, on_line
+            )
+        finally:
+            plan.release()  # only once the end-of-boot scan is recorded (or failed to be)
     return record
 
 

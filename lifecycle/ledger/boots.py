@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import astuple, dataclass, fields
 
 from lifecycle.home import Home
-from lifecycle.leases import lease_held
+from lifecycle.leases import held, lease_held
 from lifecycle.ledger.core import Ledger, insert, update
 
 
@@ -354,16 +354,19 @@ DIED = "its lifecycle process ended without recording an outcome"
 
 
 def dead_boots(ledger: Ledger, home: Home) -> list[str]:
-    """Boots the ledger says hold caches whose leases nobody holds: their process died (the
-    kernel drops a lease with its holder, SIGKILL included) before recording an outcome; their
-    ids, oldest first. A boot that holds no cache cannot be told from a live one: not here."""
+    """Boots the ledger says run whose process died (the kernel drops a lock with its holder,
+    SIGKILL included) before recording an outcome: nobody holds the boot's own lock (held from
+    its intent to its outcome; a baked boot holds no cache) nor the lease of a cache it holds
+    (all a boot recorded before boots had their own lock holds); their ids, oldest first."""
     holding: dict[str, list[str]] = {}
     for row in ledger.query("SELECT id, in_use_by FROM caches WHERE in_use_by IS NOT NULL"):
         holding.setdefault(row["in_use_by"], []).append(row["id"])
+    running = ledger.query("SELECT id FROM boots WHERE outcome = 'running' ORDER BY id")
     return [
-        boot_id
-        for boot_id, cache_ids in sorted(holding.items())
-        if not any(lease_held(home, cache_id) for cache_id in cache_ids)
+        row["id"]
+        for row in running
+        if not held(home.boot_lock(row["id"]))
+        and not any(lease_held(home, cache_id) for cache_id in holding.get(row["id"], ()))
     ]
 
 
@@ -372,8 +375,14 @@ def settle_dead_boots(ledger: Ledger, home: Home, at: str) -> list[str]:
     Its engine may still run: lifecycle.boot.engine.stop_orphans stops it first."""
     dead = dead_boots(ledger, home)
     for boot_id in dead:
-        settle_boot(ledger, boot_id, at, DIED)
+        settle_dead_boot(ledger, home, boot_id, at)
     return dead
+
+
+def settle_dead_boot(ledger: Ledger, home: Home, boot_id: str, at: str) -> None:
+    """A dead boot `interrupted`, its caches let go, its lock file gone."""
+    settle_boot(ledger, boot_id, at, DIED)
+    home.boot_lock(boot_id).unlink(missing_ok=True)
 
 
 def ended_boots(ledger: Ledger, boot_ids: Collection[str]) -> set[str]:
