@@ -94,3 +94,13 @@ def test_a_profile_that_runs_another_program_may_use_a_tuned_flag(tmp_path: Path
     )
     profiles = load_manifest(file).manifest.profiles
     assert profiles["serve"].engine and not profiles["bench"].engine
+
+
+def test_a_credential_named_by_its_variable_is_no_credential_written(tmp_path: Path) -> None:
+    # The value comes from the environment (`secrets:`), where it belongs.
+    _load(
+        tmp_path,
+        "profiles:\n  serve:\n    command: [sh, -c, 'echo token=$HF_TOKEN; exec vllm serve']\n"
+        "    args: [--api-key, $VLLM_API_KEY, '--hf-token=${HF_TOKEN}', --tokenizer, t5]\n"
+        "    secrets: [HF_TOKEN, VLLM_API_KEY]\n",
+    )

@@ -89,19 +89,26 @@ def check_args(where: KeyPath, args: list[str]) -> Iterator[Finding]:
         )
 
 
+# A shell's reference to a variable (`$HF_TOKEN`, `${HF_TOKEN}`) in a `sh -c` command: its
+# value comes from the environment, where a secret belongs; no credential is written here.
+_VARIABLE = re.compile(r"\$(\{[A-Za-z_]\w*\}|[A-Za-z_]\w*)")
+
+
 def _credential_args(args: list[str]) -> Iterator[tuple[int, str]]:
     """(index, flag) of each arg holding a credential: the value of a flag named for one
     (`--api-key KEY`, `--api-key=KEY`), or anything shaped like one (`hf_…`, a URL's
     `user:token@`); flag is '' when no flag names it."""
     for index, arg in enumerate(args):
-        flag, equals, _ = arg.partition("=")
+        # Each reference read as `null`, a word the redaction knows is never a credential.
+        literal = _VARIABLE.sub("null", arg)
+        flag, equals, value = literal.partition("=")
         before = args[index - 1] if index else ""
         flag_before = before.startswith("-") and "=" not in before and not arg.startswith("-")
-        if flag_before and is_sensitive_key(before):
+        if flag_before and literal != "null" and is_sensitive_key(before):
             yield index, before
-        elif flag.startswith("-") and equals and is_sensitive_key(flag):
+        elif flag.startswith("-") and equals and value != "null" and is_sensitive_key(flag):
             yield index, flag
-        elif redact(arg, {}) != arg:
+        elif redact(literal, {}) != literal:
             yield index, ""
 
 
