@@ -527,3 +527,57 @@ def test_a_pulled_bake_that_is_not_the_image_its_record_names_is_refused_in_one_
     with _ledger(isolated_home / "elsewhere") as conn:
         assert conn.execute("SELECT COUNT(*) FROM bakes").fetchone()[0] == 0
     assert docker_client.images.get(engine.id).tags, "the engine image stays, with its tags"
+
+
+# Writes the secret where a JIT's writer leaves its file before renaming it, and into a lock
+# file: both transient, in no tree digest, no archive and no scan for a secret's value.
+_LEAKY_TRANSIENT = (
+    "  leaky-tmp:\n    command: [sh, -c, 'w=$FLASHINFER_WORKSPACE_BASE; mkdir -p $w/locks;"
+    ' echo "$HF_TOKEN" > $w/.hub.1.2.tmp; echo "$HF_TOKEN" > $w/locks/hub.lock;'
+    ' exec python3 -m demollm.serve "$@"\', sh]\n    secrets: [HF_TOKEN]\n    network: none\n'
+)
+
+
+def _own_release(
+    tmp_path: Path, s3_bucket: str, monkeypatch: pytest.MonkeyPatch, profiles: str
+) -> Path:
+    """A project whose demo/0.2 is a release of its own (a profile variable apart, `profiles`
+    added), built, archiving to `s3_bucket`: removing its images touches no other test's."""
+    project = demo_copy(tmp_path / "project")
+    child = project / "manifests/demo/0.2/manifest.yaml"
+    token = secrets.token_hex(4)
+    child.write_text(
+        child.read_text() + "profiles:\n  serve:\n    command: [python3, -m, demollm.serve]\n"
+        f"    env: {{LIFECYCLE_TEST_PROJECT: '{token}'}}\n    network: none\n" + profiles
+    )
+    monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
+    monkeypatch.chdir(project)
+    assert run_lifecycle(project, "build", "demo/0.2").exit_code == 0
+    return project
+
+
+def _layers_holding(docker_client: Any, image_id: str, needle: bytes) -> list[str]:
+    """The files under /var/cache/lifecycle in the image's layers whose bytes hold `needle`."""
+    data = docker_client.images.get(image_id).attrs["GraphDriver"]["Data"]
+    found = []
+    for layer in [data["UpperDir"], *data["LowerDir"].split(":")]:
+        caches = Path(layer, "var/cache/lifecycle")
+        found += [str(p) for p in caches.rglob("*") if p.is_file() and needle in p.read_bytes()]
+    return found
+
+
+def test_a_transient_file_holding_a_secret_is_never_baked(
+    tmp_path: Path, demo_images: None, docker_client: Any, s3_bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    project = _own_release(tmp_path, s3_bucket, monkeypatch, _LEAKY_TRANSIENT)
+    value = f"hf_{secrets.token_hex(16)}"
+    boot_demo(project, "--profile", "leaky-tmp", env={"HF_TOKEN": value})
+    assert run_lifecycle(project, "archive", "--all").exit_code == 0
+    code, baked = _bake(project, "--profile", "leaky-tmp")
+    try:
+        assert code == 0, baked
+        # What the layers hold is the tree their labels name: no file the tree leaves out.
+        assert _layers_holding(docker_client, baked["image_id"], value.encode()) == []
+    finally:
+        assert run_lifecycle(project, "teardown", "--images", "--yes").exit_code == 0

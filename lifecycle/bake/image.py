@@ -30,6 +30,7 @@ from lifecycle.boot.baked import (
 from lifecycle.build.engine import send_build
 from lifecycle.build.plan import BAKED_LABEL, CREATED_LABEL
 from lifecycle.errors import AnswerNo
+from lifecycle.fingerprint import is_transient
 
 CHUNK = 1 << 20
 
@@ -92,6 +93,13 @@ def build_baked(
     return str(image_id)
 
 
+def _in_tree(entry: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """The entry, unless it is a file a JIT makes and deletes on its own (a lock file, a
+    writer's `.tmp`): no tree digest, archive or secret scan covers those, so none is baked."""
+    parent, _, name = entry.name.rpartition("/")
+    return None if not entry.isdir() and is_transient(name, parent.rpartition("/")[2]) else entry
+
+
 def _context(text: str, trees: Mapping[str, Path]) -> Iterator[bytes]:
     """The build context as a tar stream: the Dockerfile, then `caches/NAME/…` per tree."""
     read_end, write_end = os.pipe()
@@ -105,7 +113,7 @@ def _context(text: str, trees: Mapping[str, Path]) -> Iterator[bytes]:
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
                 for name, root in trees.items():
-                    tar.add(root, arcname=f"caches/{name}", recursive=True)
+                    tar.add(root, arcname=f"caches/{name}", recursive=True, filter=_in_tree)
         except BaseException as exc:  # told to the reader, who raises it on the build's thread
             failed.append(exc)
 
