@@ -11,6 +11,7 @@ Only click is imported here: `lifecycle --help` reads these classes.
 from __future__ import annotations
 
 import inspect
+import re
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn, dataclass_transform
 
@@ -35,6 +36,27 @@ class Given(click.types.StringParamType):
 
 
 GIVEN = Given()  # every destructive verb's text options
+
+
+class Registry(click.types.StringParamType):
+    """A registry to push to, as docker names one: HOST[:PORT][/NAMESPACE…] (`127.0.0.1:5000`,
+    `ghcr.io/team`). Refused before anything is built: dockerd refuses the tag only once the
+    image is built, and no scheme (`http://`) or upper-case path is a name it takes."""
+
+    SHAPE = re.compile(
+        r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+        r"(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*/?"
+    )
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = super().convert(value, param, ctx)
+        if not self.SHAPE.fullmatch(text):
+            shape = "HOST[:PORT][/NAMESPACE], as docker names one"
+            self.fail(f"{text!r} is not a registry: {shape}", param, ctx)
+        return text
+
+
+REGISTRY = Registry()
 
 
 class GivenPath(click.Path):
@@ -147,7 +169,9 @@ class Build(Request):
     version: str = arg()
     dry_run: bool = opt(help="Print the plan (Dockerfile, context, tag, labels).")
     force: bool = opt(help="Build even if an image of this digest exists.")
-    push: str | None = opt(metavar="REGISTRY", help="Tag and push the image to REGISTRY.")
+    push: str | None = opt(
+        metavar="REGISTRY", type=REGISTRY, help="Tag and push the image to REGISTRY."
+    )
 
 
 class Boot(Request):
@@ -175,7 +199,9 @@ class Bake(Request):
     version: str = arg()
     profile: str | None = opt(help="The profile it boots (default: the only one, else 'serve').")
     push: str | None = opt(
-        metavar="REGISTRY", help="Push it to REGISTRY; its digest is recorded in the archive."
+        metavar="REGISTRY",
+        type=REGISTRY,
+        help="Push it to REGISTRY; its digest is recorded in the archive.",
     )
     dry_run: bool = opt(help="Show which cache of each name would be baked; build nothing.")
     format: str = opt(
