@@ -81,6 +81,10 @@ class Home:
         """The file a build locks while the ledger says it is running."""
         return self.root / "locks" / f"build-{build_id}.lock"
 
+    def bake_lock(self, attempt_id: int) -> Path:
+        """The file a bake locks while the ledger holds its attempt."""
+        return self.root / "locks" / f"bake-{attempt_id}.lock"
+
     def port_lock(self, key: str) -> Path:
         """The file a running port of the state dir `port/<key>` locks."""
         return self.root / "locks" / f"port-{key}.lock"

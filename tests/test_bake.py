@@ -9,6 +9,7 @@ import os
 import secrets
 import signal
 import sqlite3
+import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -581,3 +582,32 @@ def test_a_transient_file_holding_a_secret_is_never_baked(
         assert _layers_holding(docker_client, baked["image_id"], value.encode()) == []
     finally:
         assert run_lifecycle(project, "teardown", "--images", "--yes").exit_code == 0
+
+
+def test_an_image_a_killed_bake_left_is_recorded_by_the_next_and_torn_down_with_its_engine(
+    tmp_path: Path, demo_images: None, docker_client: Any, s3_bucket: str,
+    monkeypatch: pytest.MonkeyPatch, isolated_home: Path,
+) -> None:  # fmt: skip
+    project = _own_release(tmp_path, s3_bucket, monkeypatch, "")
+    home = isolated_home / "lifecycle"
+    boot_demo(project)
+    assert run_lifecycle(project, "archive", "--all").exit_code == 0
+    # Killed once dockerd has built, tagged and checked its image, before the ledger knew it.
+    tag = _bake(project, "--dry-run")[1]["tag"]
+    crash = {"LIFECYCLE_HOME": str(home), "LIFECYCLE_TEST_CRASH_AT": "bake-built"}
+    code, _, err = finish(lifecycle(project, "bake", "demo/0.2", env=crash))
+    assert code == -signal.SIGKILL, err
+    killed = docker_client.images.get(tag)
+    time.sleep(1)  # the next bake is another image: created a second later
+    code, baked = _bake(project)
+    assert code == 0 and baked["image_id"] != killed.id, baked
+    with _ledger(home) as conn:  # and it recorded the one the killed bake left
+        recorded = {row[0] for row in conn.execute("SELECT image_id FROM bakes")}
+    assert recorded == {killed.id, baked["image_id"]}
+    assert boot_demo(project, "--baked")["image_id"] == baked["image_id"], "the newest bake"
+    # Both bakes go before their engine image, which goes too: no child of it is left behind.
+    done = run_lifecycle(project, "teardown", "--images", "--yes")
+    assert done.exit_code == 0, done.output
+    for image_id in (killed.id, baked["image_id"], baked["engine_image_id"]):
+        with pytest.raises(ImageNotFound):
+            docker_client.images.get(image_id)

@@ -13,7 +13,7 @@ import os
 import tarfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,21 @@ from lifecycle.boot.baked import (
     BakedUnreadable,
     check_layer,
     layer_dirs,
+    parse_baked,
 )
 from lifecycle.build.engine import send_build
 from lifecycle.build.plan import BAKED_LABEL, CREATED_LABEL
 from lifecycle.errors import AnswerNo
 from lifecycle.fingerprint import is_transient
+from lifecycle.home import Home
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.builds import (
+    BakeRecord,
+    bake_of_image,
+    dead_bake_attempts,
+    end_bake_attempt,
+    record_bake,
+)
 
 CHUNK = 1 << 20
 
@@ -91,6 +101,46 @@ def build_baked(
         client.images.remove(image_id, force=True)
         raise
     return str(image_id)
+
+
+def settle_killed_bakes(
+    client: Any, ledger: Ledger, home: Home, note: Callable[[str], None]
+) -> None:
+    """End the attempt of each bake whose process died once dockerd was asked. The image
+    dockerd finished for it (tagged, or left untagged by a build cut short) is recorded as the
+    bake it is once each layer holds the tree its label names, else removed: otherwise it would
+    be no one's, a child of its engine image that keeps that image on dockerd after a teardown
+    says it removed it."""
+    for attempt_id, bake in dead_bake_attempts(ledger, home):
+        image = _finished_bake(client, bake)
+        if image is not None and bake_of_image(ledger, image.id) is None:
+            killed = f"bake {bake.tag} of {bake.baked_at} was killed"
+            try:
+                layers = layer_dirs(image.attrs)
+                for cache in parse_baked(bake.caches):
+                    check_layer(layers, cache)
+            except BakedUnreadable as exc:
+                client.images.remove(image.id, force=True)
+                note(f"{killed}; its image {image.id[:19]} removed: {exc}")
+            else:
+                record_bake(ledger, replace(bake, image_id=image.id))
+                note(f"{killed}; dockerd had finished its image {image.id[:19]}: recorded")
+        end_bake_attempt(ledger, home, attempt_id)
+
+
+def _finished_bake(client: Any, bake: BakeRecord) -> Any | None:
+    """The image dockerd built for `bake`: FROM its engine, created when it was, holding its
+    very caches (no other home's bake does); None when dockerd never finished it."""
+    from docker.errors import ImageNotFound
+
+    wanted = [f"{CREATED_LABEL}={bake.baked_at}", f"{ENGINE_LABEL}={bake.engine_image_id}"]
+    for listed in client.api.images(all=True, filters={"label": wanted}):
+        if (listed.get("Labels") or {}).get(BAKED_LABEL) == bake.caches:
+            try:
+                return client.images.get(listed["Id"])
+            except ImageNotFound:  # removed meanwhile: nothing left to record
+                return None
+    return None
 
 
 def _in_tree(entry: tarfile.TarInfo) -> tarfile.TarInfo | None:

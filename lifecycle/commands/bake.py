@@ -11,7 +11,7 @@ from lifecycle.archive.config import optional_location
 from lifecycle.archive.layout import short_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.bake.choose import Chosen, Refused, choose, release
-from lifecycle.bake.image import bake_labels, build_baked, dockerfile
+from lifecycle.bake.image import bake_labels, build_baked, dockerfile, settle_killed_bakes
 from lifecycle.bake.mcv import KINDS, build_mcv
 from lifecycle.bake.provenance import measured_on, statement
 from lifecycle.boot.engine import engine_image
@@ -25,7 +25,7 @@ from lifecycle.commands.teardown import connect_services
 from lifecycle.dockerd import DockerUnavailable
 from lifecycle.errors import EXIT_NO, EXIT_OK
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.builds import BakeRecord, record_bake
+from lifecycle.ledger.builds import BakeRecord, bake_attempt, record_bake
 from lifecycle.manifest import find_manifest, load_manifest
 from lifecycle.manifest.load import manifest_digest
 from lifecycle.report import Report, plain
@@ -122,6 +122,8 @@ def run(ctx: Context, request: verbs.Bake) -> BakeReport:
         raise DockerUnavailable(services.docker_problem or "no Docker engine")
     client = services.docker
     with ctx.ledger() as ledger:
+        if not request.dry_run:
+            settle_killed_bakes(client, ledger, ctx.home, ctx.note)  # what a killed bake left
         engine = engine_image(client, ledger, digest, request.version, pull_from=None)
         verify = ArchiveVerifier(services.s3, services.s3_problem, archived_boots(ledger))
         choices = choose(
@@ -156,13 +158,17 @@ def _bake(
     labels = bake_labels(baked, engine_id, report.profile, at, factors)
     trees = {c.baked.name: c.host_path for c in chosen}
     checkpoint = ctx.checkpoint()
-    image_id = build_baked(client, tag, dockerfile(engine_id, baked, labels), trees, baked, ctx.say)
-    checkpoint("bake-built")
     bake = BakeRecord(
-        image_id, tag, engine_labels["lifecycle.manifest.name"], digest, engine_id,
-        report.profile, ctx.gpu_arch, labels[BAKED_LABEL], at,
+        "", tag, engine_labels["lifecycle.manifest.name"], digest, engine_id, report.profile,
+        ctx.gpu_arch, labels[BAKED_LABEL], at,
     )  # fmt: skip
-    record_bake(ledger, bake)
+    # Attempted before dockerd is asked: a bake killed from here on left an image the next
+    # bake records (or removes), never one no ledger knows.
+    with bake_attempt(ledger, ctx.home, bake):
+        text = dockerfile(engine_id, baked, labels)
+        image_id = build_baked(client, tag, text, trees, baked, ctx.say)
+        checkpoint("bake-built")
+        record_bake(ledger, replace(bake, image_id=image_id))
     checkpoint("bake-recorded")
     mcv = tuple(
         _mcv(ctx, client, c, tag, labels)

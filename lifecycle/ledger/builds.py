@@ -64,6 +64,38 @@ def record_bake(ledger: Ledger, bake: BakeRecord) -> None:
         insert(conn, "bakes", bake, on_conflict="REPLACE")
 
 
+@contextmanager
+def bake_attempt(ledger: Ledger, home: Home, bake: BakeRecord) -> Iterator[None]:
+    """Record `bake` (its image id not known yet) as attempted and hold its lock until the block
+    ends, which records the bake or refuses it; then the attempt ends. An attempt whose lock
+    nobody holds is a bake whose process died once dockerd was asked (`dead_bake_attempts`)."""
+    with ExitStack() as holding:
+        with ledger.transaction() as conn:
+            insert(conn, "bake_attempts", bake, skip=("image_id",))
+            attempt_id = int(conn.execute("SELECT last_insert_rowid()").fetchone()[0])
+            lock = home.bake_lock(attempt_id)
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            holding.enter_context(exclusive(lock))
+        try:
+            yield
+        finally:
+            end_bake_attempt(ledger, home, attempt_id)
+
+
+def dead_bake_attempts(ledger: Ledger, home: Home) -> list[tuple[int, BakeRecord]]:
+    """(attempt id, its bake, image id '') of each bake whose process died before ending its
+    attempt (SIGKILL too: the kernel drops a lock with its holder), oldest first."""
+    rows = ledger.query("SELECT * FROM bake_attempts ORDER BY id")
+    attempts = [(int(row.pop("id")), BakeRecord(image_id="", **row)) for row in map(dict, rows)]
+    return [(i, bake) for i, bake in attempts if not held(home.bake_lock(i))]
+
+
+def end_bake_attempt(ledger: Ledger, home: Home, attempt_id: int) -> None:
+    with ledger.transaction() as conn:
+        conn.execute("DELETE FROM bake_attempts WHERE id = ?", (attempt_id,))
+    home.bake_lock(attempt_id).unlink(missing_ok=True)
+
+
 def bakes_of(ledger: Ledger, manifest_digest: str, profile: str) -> list[BakeRecord]:
     """The bakes of one manifest digest and profile, newest first."""
     sql = (

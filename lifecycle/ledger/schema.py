@@ -395,4 +395,21 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE builds_v15 RENAME TO builds;
     CREATE INDEX builds_digest ON builds (manifest_digest);
     """,
+    # 16: a bake's attempt (its bake, but for the image id dockerd has not given yet), recorded
+    # before dockerd is asked and ended once the bake is recorded or refused: one whose lock
+    # nobody holds is a bake whose process died, its image perhaps finished by dockerd
+    # (lifecycle.bake.image.settle_killed_bakes).
+    """
+    CREATE TABLE bake_attempts (
+        id INTEGER PRIMARY KEY,
+        tag TEXT NOT NULL,
+        manifest_name TEXT NOT NULL,
+        manifest_digest TEXT NOT NULL,
+        engine_image_id TEXT NOT NULL,
+        profile TEXT NOT NULL,
+        arch TEXT NOT NULL,
+        caches TEXT NOT NULL,
+        baked_at TEXT NOT NULL
+    );
+    """,
 )
