@@ -965,6 +965,52 @@ def test_images_this_home_built_go_unless_a_cache_or_container_uses_them(
                 docker_client.images.remove(tag, force=True)
 
 
+def test_an_image_dockerd_only_untags_is_said_kept_not_removed(docker_client: Any) -> None:
+    # dockerd keeps an image another is built on (a bake, a user's own): removing its tag
+    # untags it and says nothing; teardown said "removed image" of an image still there.
+    import io
+
+    from docker.errors import ImageNotFound
+
+    from lifecycle.build.plan import DIGEST_LABEL
+    from lifecycle.demo.images import engine_image
+    from lifecycle.demo.setup import ensure_demo
+    from lifecycle.ledger import BuildRecord
+    from lifecycle.teardown.containers import NAME_LABEL
+    from tests.services import TEST_LABEL
+
+    ensure_demo(docker_client)
+    name = f"teardown-test-{secrets.token_hex(4)}"
+    tag, child = f"lifecycle-test/{name}:engine", f"lifecycle-test/{name}:built-on-it"
+    labels = {DIGEST_LABEL: secrets.token_hex(32), NAME_LABEL: name, TEST_LABEL: "teardown"}
+    dockerfile = f"FROM {engine_image('0.2.0')}\nLABEL tag={tag}\n"
+    image, _ = docker_client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=labels, rm=True
+    )
+    docker_client.images.build(
+        fileobj=io.BytesIO(f"FROM {image.id}\nLABEL child=1\n".encode()), tag=child, rm=True
+    )
+    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
+    built = BuildRecord(
+        started_at="2026-10-10T06:00:00+00:00", duration_s=1.0, manifest_name=name,
+        manifest_file="manifest.yaml", manifest_digest=labels[DIGEST_LABEL], tag=tag,
+        image_id=image.id, outcome="built", error=None, log_path=None,
+    )  # fmt: skip
+    record_build(ledger, built)
+    ledger.close()
+    try:
+        result = CliRunner().invoke(
+            cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
+        )
+        assert f"removed image {tag}" not in result.stdout
+        assert "dockerd keeps it: an image built on it is still there" in result.stdout
+        docker_client.images.get(image.id)  # still there, untagged
+    finally:
+        for reference in (child, image.id):
+            with contextlib.suppress(ImageNotFound):
+                docker_client.images.remove(reference, force=True)
+
+
 def test_a_finished_removal_commits_nothing_after_a_restore(tmp_path: Path) -> None:
     """Found by the SIGKILL loop: a cache removed (done), restored, then given a new file, then
     a teardown killed after `intent`. The next run took the old run's `deleted` for its own,

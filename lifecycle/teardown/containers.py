@@ -140,14 +140,18 @@ def plan_images(
 
 def remove_image(client: Any, image: ImageDecision) -> str | None:
     """Untag and delete an image without force; dockerd's refusal (a container started on it
-    meanwhile) comes back as the problem instead of being forced through."""
+    meanwhile), or its keeping the image untagged, comes back as the problem instead of being
+    forced through."""
     from docker.errors import APIError, ImageNotFound
 
     try:
         for reference in image.tags or (image.id,):
             client.images.remove(reference)
+        # Untagged is not removed: dockerd keeps an image another is built on (a bake), and
+        # says nothing of it.
+        client.images.get(image.id)
     except ImageNotFound:
         return None
     except APIError as exc:
         return str(exc.explanation or exc)
-    return None
+    return "untagged, but dockerd keeps it: an image built on it is still there"
