@@ -94,6 +94,22 @@ def test_build_labels_then_up_to_date(manifests: Path, docker_client: Any) -> No
     assert builds[0].log_path and "pin ok: demollm" in Path(builds[0].log_path).read_text()
 
 
+def test_an_image_up_to_date_gets_its_tag_back(manifests: Path, docker_client: Any) -> None:
+    # An image untagged since it was built (dockerd keeps it untagged while another is built
+    # on it) was "up to date" without its tag: `docker images` showed <none>.
+    code, out, err, _ = _build(manifests)
+    assert code == 0, err
+    tag = re.search(r"built (\S+)", out)
+    assert tag, out
+    image = docker_client.images.get(tag[1])
+    image.tag(tag[1] + "-kept")  # so removing the tag only untags
+    docker_client.images.remove(tag[1])
+    code, out, err, _ = _build(manifests)
+    assert code == 0 and f"{tag[1]} is up to date" in out, err
+    assert docker_client.images.get(tag[1]).id == image.id
+    docker_client.images.remove(tag[1] + "-kept")
+
+
 def test_built_image_runs_the_patched_engine(manifests: Path, docker_client: Any) -> None:
     code, out, err, _ = _build(manifests)
     assert code == 0, err

@@ -130,6 +130,8 @@ def build_image(
     base = plan.labels.get(BASE_DIGEST_LABEL)
     existing = None if force else find_built(client, ledger, plan.digest, base_digest=base)
     if existing is not None:
+        if plan.tag not in existing.tags:  # untagged since (a teardown, another home's build)
+            existing.tag(plan.tag)
         record = _record(plan, started, time.monotonic() - clock, "up-to-date", existing.id)
         return _result(record_build(ledger, record), record, None)
     with build_attempt(ledger, home, _record(plan, started, 0.0, "running", None)) as build_id:
