@@ -268,6 +268,8 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
     if relied.found:
         more = f" (and {len(relied.found) - 1} more)" if len(relied.found) > 1 else ""
         run.say(f"{cache.id}: damaged on the server, set aside: {relied.found[0]}{more}")
+    for why in relied.passed_over:
+        run.say(f"{cache.id}: passed over: {why}")
     if relied.superseded:
         stale = store.url(relied.superseded[0].record_key)
         run.say(

@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from lifecycle.archive import packs
+from lifecycle.archive import packs, transfer
 from lifecycle.archive.layout import blob_key, pack_key, parse_key
 from lifecycle.archive.plans import BlobSource, RecordPlan, plan_boot_record
 from lifecycle.archive.record import (
@@ -92,6 +92,7 @@ class Relied:
     rebuilt: dict[str, list[BlobSource]] = field(default_factory=dict)  # pack -> its blobs
     forget: list[VersionRow] = field(default_factory=list)  # versions whose record is set aside
     superseded: list[VersionRow] = field(default_factory=list)  # not to be put right from here
+    passed_over: list[str] = field(default_factory=list)  # packs whose index lies, one line each
 
     def damaged_record(self, found: Inspected) -> None:
         """A record that does not stand: named (by its last problem, the plainest), and set
@@ -195,7 +196,36 @@ def packed_already(
     bad = {sha: p for sha, p in store.check_packs(sizes | unreadable, workers).items() if p}
     relied.damaged_objects({}, bad)
     placed = {sha: p for sha, p in placed.items() if p.pack not in bad}
-    return placed, {pack: size for pack, size in sizes.items() if pack not in bad}
+    # A pack whose bytes are its name can still hold other bytes where its index places a
+    # blob (another host wrote it so): no record of ours names a blob there unhashed.
+    lying = lying_packs(store, placed, workers)
+    for sha, why in lying.items():
+        indexes[sha] = None  # it offers no blob for the rest of the run
+        relied.passed_over.append(why)
+    placed = {sha: p for sha, p in placed.items() if p.pack not in lying}
+    unused = bad.keys() | lying.keys()
+    return placed, {pack: size for pack, size in sizes.items() if pack not in unused}
+
+
+def lying_packs(
+    store: BlobStore, placed: Mapping[str, packs.Placed], workers: int
+) -> dict[str, str]:
+    """The packs (sha256 -> why, one line) whose bytes where their index places one of these
+    blobs are not that blob: each region fetched and every blob in it hashed, as a restore
+    would; a pack gone meanwhile is passed over too (the blobs are packed anew)."""
+
+    def judge(region: transfer.Region) -> tuple[str, str | None]:
+        try:
+            for _ in transfer.fetch_region(store, region):
+                pass
+        except S3Unavailable:
+            raise
+        except ArchiveError as exc:
+            return region.pack, f"{exc}: its index is not relied on"
+        return region.pack, None
+
+    judged = pool_map(judge, transfer.regions(placed), workers, "pack-check")
+    return {pack: why for pack, why in judged if why is not None}
 
 
 def boots_to_write(
