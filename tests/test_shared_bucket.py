@@ -1,5 +1,5 @@
 """Two homes on one real bucket, each attacking what the other relies on: objects another host
-wrote that are named by their bytes and still lie."""
+wrote that are named by their bytes and still lie, and a pin racing another host's gc."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import pytest
 
 from lifecycle.archive import packs
 from lifecycle.fingerprint import scan
+from tests.archive_support import keys
+from tests.night_support import wait_for
 from tests.services import _GROWS, demo_copy, run_lifecycle
-from tests.trust_support import PREFIX, boot, caches, cli
+from tests.trust_support import PREFIX, boot, caches, cli, process, start
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 
@@ -73,3 +75,32 @@ def test_a_pack_whose_index_lies_is_never_relied_on_and_the_cache_comes_back_els
     assert scan(tmp_path / f"host-b/caches/{triton}").tree_digest == tree
     # The lying pack is not lifecycle's to delete: its bytes are the ones its name says.
     assert s3_client.head_object(Bucket=s3_bucket, Key=lying)["ContentLength"] > 0
+
+
+def test_a_pin_made_while_another_hosts_gc_deletes_says_so_instead_of_pinned(
+    project: Path, s3_bucket: str, s3_client: Any, tmp_path: Path
+) -> None:
+    # Host A records a result; host B boots on from A's caches, archives a newer version of
+    # each, then runs a routine gc that collects A's result. A pins it after B's gc took its
+    # last look, before it deletes: the pin cannot keep it then, and must not say it did.
+    booted = boot(project, "--cold")
+    _json(project, "archive", "--all", "--with-content")
+    result = _json(project, "result", "add", booted["id"], "--name", "n0", "--status", "pass")
+    host_b = {"LIFECYCLE_HOME": str(tmp_path / "host-b")}
+    assert cli(project, "restore", "--best", "demo/0.2", env=host_b).exit_code == 0
+    _json(project, "boot", "demo/0.2", "--profile", "grows", env=host_b)
+    _json(project, "archive", "--all", "--with-content", env=host_b)
+    gc = start(
+        project, "gc", "--remote", "--keep-last", "1", "--older-than", "0s", "--grace", "0s",
+        "--yes", env={**host_b, "LIFECYCLE_TEST_DELAY": "gc-looked=8"},
+    )  # fmt: skip
+    # gc's record is written after its last look, just before it deletes.
+    wait_for("gc's record", lambda: keys(s3_client, s3_bucket, f"{PREFIX}/gc/") != [], 30)
+    pinned = process(project, "pin", result["id"])
+    _, err = gc.communicate(timeout=60)
+    assert gc.returncode == 0, err
+    url = f"s3://{s3_bucket}/{PREFIX}"
+    assert _json(project, "results", "--from", url)["results"] == []  # it went all the same
+    assert pinned.returncode == 1, pinned.stdout + pinned.stderr
+    assert "a gc at this location may be removing" in pinned.stderr, pinned.stderr
+    assert "Traceback" not in pinned.stderr and "pinned for the team" not in pinned.stdout

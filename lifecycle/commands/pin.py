@@ -17,12 +17,19 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import ClassVar
 
 from lifecycle.archive.config import optional_location
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.record import UNREAD_PIN, remove_pins, write_pin
+from lifecycle.archive.record import (
+    GC_ACTIVE,
+    UNREAD_PIN,
+    being_collected,
+    names_of,
+    remove_pins,
+    write_pin,
+)
 from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
@@ -137,7 +144,33 @@ def _team_pin(
         format=PIN_FORMAT, target=target, reason=reason, host=socket.gethostname(),
         pinned_at=ctx.now().isoformat(timespec="seconds"),
     )  # fmt: skip
-    return (store.where(write_pin(store, pin)),)
+    written = store.where(write_pin(store, pin))
+    relative, record = found
+    _not_being_collected(store, target, {relative} | names_of(record), written)
+    return (written,)
+
+
+class PinTooLate(LifecycleError):
+    """A gc sweep that looked at the archive before the pin was written may be deleting what
+    the pin is for: it cannot spare it, so the pin says so instead of "pinned" (exit 1)."""
+
+    exit_code = 1
+
+
+def _not_being_collected(store: BlobStore, target: str, chain: set[str], written: str) -> None:
+    """Read after the pin is written: a sweep whose intent is not here yet looks at the
+    archive after the pin, and spares all it holds (lifecycle.gc); one whose intent lists
+    part of the result's chain may be deleting it now."""
+    listed = being_collected(store, datetime.now(UTC), {})
+    racing = sorted(chain & listed.keys())
+    if racing:
+        key, intent = racing[0], listed[racing[0]]
+        raise PinTooLate(
+            f"result {target}: {store.where(key)}: a gc at this location may be removing it"
+            f" (its intent {intent.key}); pinned for the team at {written}, too late to keep"
+            f" it: `lifecycle verify {target} --from {store.location.url()}` after"
+            f" {intent.modified + GC_ACTIVE:%H:%M} UTC says what is left"
+        )
 
 
 def unpin(ctx: Context, request: verbs.Unpin) -> PinReport:
