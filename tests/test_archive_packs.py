@@ -22,6 +22,7 @@ from lifecycle.archive.restore import restore_cache, restore_file
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.store import ArchiveError, BlobStore
 from lifecycle.archive.transfer import regions
+from lifecycle.archive.verify import lying_packs
 from lifecycle.fingerprint import scan
 from lifecycle.formats import VERSION_FORMAT
 from lifecycle.home import Home
@@ -134,6 +135,75 @@ def test_a_second_cache_names_the_packs_already_there(
     old, new = _version(archive_target, one), _version(archive_target, second)
     assert {p.sha256 for p in old.packs} < {p.sha256 for p in new.packs}
     assert len(new.packs) == 2
+
+
+def _pack_gets(client: Any) -> list[tuple[str, int]]:
+    """(pack sha256, end of the range asked) of each ranged GET of a pack `client` sends from
+    now on."""
+    sent: list[tuple[str, int]] = []
+
+    def seen(request: Any, **_: Any) -> None:
+        asked = request.headers.get("Range")
+        if request.method == "GET" and "/packs/" in request.url and asked:
+            text = asked.decode() if isinstance(asked, bytes) else asked
+            sent.append((request.url.rsplit("/", 1)[1], int(text.rsplit("-", 1)[1]) + 1))
+
+    client.meta.events.register("before-send.s3", seen)
+    return sent
+
+
+def _blobs_fetched(target: ArchiveTarget, gets: list[tuple[str, int]]) -> list[str]:
+    """The packs whose blobs were fetched: reading an index takes a pack's tail, to its last
+    byte; a GET that stops short of it reads blobs."""
+    sizes = {key.rsplit("/", 1)[1]: size for key, size in target.objects().items()}
+    return [pack for pack, end in gets if end < sizes[pack]]
+
+
+def _known_by(home: Path, pack: str) -> str | None:
+    ledger = Ledger.open(home)
+    rows = ledger.query("SELECT known_by FROM honest_packs WHERE sha256 = ?", (pack,))
+    ledger.close()
+    return rows[0][0] if rows else None
+
+
+def test_a_pack_another_host_wrote_is_hashed_once_then_relied_on_without_a_fetch(
+    archive_target: ArchiveTarget, tmp_path: Path, first: tuple[Path, ArchiveReport]
+) -> None:
+    tree, one = first
+    [pack] = _version(archive_target, one).packs
+    assert _known_by(tmp_path / "home", pack.sha256) == "written"
+    gets = _pack_gets(archive_target.client)
+    # Host B archives the same files as a cache of its own: it relies on A's pack once every
+    # blob its index places is hashed (one ranged GET), and remembers it honest.
+    host_b = tmp_path / "host-b"
+    _register(host_b, "packs-000000000002", tree)
+    second = _archive(host_b, archive_target, "packs-000000000002")
+    assert pack.sha256 in {p.sha256 for p in _version(archive_target, second).packs}
+    assert _blobs_fetched(archive_target, gets) == [pack.sha256]
+    assert _known_by(host_b, pack.sha256) == "hashed"
+
+    # The next boot's cache on either host, three files changed (packed anew by that host):
+    # it relies on the same pack, and fetches none of its blobs.
+    for home, cache_id in (
+        (host_b, "packs-000000000003"),
+        (tmp_path / "home", "packs-000000000004"),
+    ):
+        for n in (3, 50, 51):
+            (tree / f"triton/{n % 7:02}/kernel-{n:03}.json").write_bytes(os.urandom(99))
+        gets.clear()
+        _register(home, cache_id, tree)
+        again = _archive(home, archive_target, cache_id)
+        assert pack.sha256 in {p.sha256 for p in _version(archive_target, again).packs}
+        assert gets and _blobs_fetched(archive_target, gets) == []  # its index only, as ever
+
+
+def test_an_index_placing_a_blob_no_pack_holds_is_passed_over_unread(
+    archive_target: ArchiveTarget,
+) -> None:
+    sent = _count_requests(archive_target.client)
+    huge = {"b" * 64: packs.Placed("a" * 64, 0, packs.PACK_BLOB_MAX + 1)}
+    assert list(lying_packs(_store(archive_target), {"a" * 64: huge}, 2)) == ["a" * 64]
+    assert sent == []  # never read into memory
 
 
 def test_an_interrupted_archive_writes_no_record_and_the_rerun_sends_only_the_rest(

@@ -46,6 +46,7 @@ from lifecycle.ledger.archives import (
     forget_versions,
     record_boot_archive,
     record_version,
+    remember_honest_packs,
     versions_of,
 )
 from lifecycle.ledger.boots import (
@@ -183,9 +184,13 @@ def _archive(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) 
         )
         if run.dry_run:
             return report
+        # A pack's name is its bytes: one hashed honest here, or written here, stays honest,
+        # and no later archive on this host fetches it again to know so.
+        remember_honest_packs(ledger, planned.relied.hashed, "hashed", _stamp())
         _set_aside(ledger, run, planned.relied)
         # The rest were verified on the server by the survey a moment ago, in this same run.
         uploaded = _send(run, cache.id, planned.todo, planned.relied)
+        remember_honest_packs(ledger, uploaded.packs.keys(), "written", _stamp())
         booted = [_write_boot(store, boot, plan) for boot, plan in planned.boots]
         run.checked_boots.update(boot.id for boot, _ in planned.boots)
         version, written = _write_version(store, planned, uploaded)
@@ -250,7 +255,7 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
             sources.setdefault(sha, source)
     singles = [BlobRef(sha, s.size) for sha, s in sources.items() if not packs.packable(s)]
     found = store.check_blobs(singles, workers)
-    packed, pack_sizes = verify.packed_already(store, sources, run.indexes, relied, workers)
+    packed, pack_sizes = verify.packed_already(ledger, store, sources, run.indexes, relied, workers)
     unpacked = {sha for sha, source in sources.items() if packs.packable(source)} - packed.keys()
     missing = unpacked | {sha for sha, problem in found.items() if problem}
     # In the order of `sources` (a cache's path order), which packs follow.

@@ -23,7 +23,13 @@ from lifecycle.archive.record import (
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, S3Unavailable
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import ArchiveRecord, BootArchiveRow, VersionRow, boot_archive
+from lifecycle.ledger.archives import (
+    ArchiveRecord,
+    BootArchiveRow,
+    VersionRow,
+    boot_archive,
+    honest_packs,
+)
 from lifecycle.ledger.boots import BootRecord, boot_by_id, cache_uses
 from lifecycle.parallel import pool_map
 from lifecycle.records import BootRecordV1, CacheRecordV1, CacheVersion
@@ -93,6 +99,7 @@ class Relied:
     forget: list[VersionRow] = field(default_factory=list)  # versions whose record is set aside
     superseded: list[VersionRow] = field(default_factory=list)  # not to be put right from here
     passed_over: list[str] = field(default_factory=list)  # packs whose index lies, one line each
+    hashed: set[str] = field(default_factory=set)  # packs whose every blob was hashed true
 
     def damaged_record(self, found: Inspected) -> None:
         """A record that does not stand: named (by its last problem, the plainest), and set
@@ -173,14 +180,16 @@ def rebuild(
 
 
 def packed_already(
+    ledger: Ledger,
     store: BlobStore,
     sources: Mapping[str, BlobSource],
     indexes: dict[str, packs.Index],
     relied: Relied,
     workers: int,
 ) -> tuple[dict[str, packs.Placed], dict[str, int]]:
-    """The packable blobs some intact pack at the location already holds (whichever cache or
-    host wrote it), and the sizes of those packs. `indexes`: those read before in the run."""
+    """The packable blobs some intact, honest pack at the location already holds (whichever
+    cache or host wrote it), and the sizes of those packs. `indexes`: those read before in the
+    run. The packs hashed and found honest here are left in `relied.hashed`, to remember."""
     wanted = {sha for sha, source in sources.items() if packs.packable(source)}
     if not wanted:
         return {}, {}
@@ -197,22 +206,32 @@ def packed_already(
     relied.damaged_objects({}, bad)
     placed = {sha: p for sha, p in placed.items() if p.pack not in bad}
     # A pack whose bytes are its name can still hold other bytes where its index places a
-    # blob (another host wrote it so): no record of ours names a blob there unhashed.
-    lying = lying_packs(store, placed, workers)
+    # blob (another host wrote it so): no record of ours names a blob there unhashed. Its
+    # bytes never change (they are its name), so one this host wrote or hashed before is
+    # not hashed again: a re-archive pays nothing for the packs it shares.
+    relied_on = {p.pack for p in placed.values()}
+    unknown: dict[str, dict[str, packs.Placed]] = {}
+    for sha in relied_on - honest_packs(ledger, relied_on):
+        index = indexes[sha]
+        assert index is not None, "a pack that places a blob has an index"
+        unknown[sha] = index
+    lying = lying_packs(store, unknown, workers)
     for sha, why in lying.items():
         indexes[sha] = None  # it offers no blob for the rest of the run
         relied.passed_over.append(why)
+    relied.hashed |= unknown.keys() - lying.keys()
     placed = {sha: p for sha, p in placed.items() if p.pack not in lying}
     unused = bad.keys() | lying.keys()
     return placed, {pack: size for pack, size in sizes.items() if pack not in unused}
 
 
 def lying_packs(
-    store: BlobStore, placed: Mapping[str, packs.Placed], workers: int
+    store: BlobStore, unknown: Mapping[str, Mapping[str, packs.Placed]], workers: int
 ) -> dict[str, str]:
-    """The packs (sha256 -> why, one line) whose bytes where their index places one of these
-    blobs are not that blob: each region fetched and every blob in it hashed, as a restore
-    would; a pack gone meanwhile is passed over too (the blobs are packed anew)."""
+    """The packs (sha256 -> why, one line) among `unknown` (each with its index) whose bytes
+    where their index places a blob are not that blob: every blob of the index fetched and
+    hashed, as a restore would, so one found honest is honest for whatever record names it
+    later; a pack gone meanwhile is passed over too (the blobs are packed anew)."""
 
     def judge(region: transfer.Region) -> tuple[str, str | None]:
         try:
@@ -224,8 +243,23 @@ def lying_packs(
             return region.pack, f"{exc}: its index is not relied on"
         return region.pack, None
 
-    judged = pool_map(judge, transfer.regions(placed), workers, "pack-check")
-    return {pack: why for pack, why in judged if why is not None}
+    # No pack of lifecycle's holds a blob over PACK_BLOB_MAX: an index that places one lies,
+    # and is not read (a region is held in memory whole while it is hashed).
+    too_big = {
+        pack: f"{store.url(store.pack_key(pack))} at {p.offset}: {p.size} bytes, more than a"
+        " packed blob holds: its index is not relied on"
+        for pack, index in unknown.items()
+        for p in index.values()
+        if p.size > packs.PACK_BLOB_MAX
+    }
+    regions = [
+        region
+        for pack, index in unknown.items()
+        if pack not in too_big
+        for region in transfer.regions(index)
+    ]
+    judged = pool_map(judge, regions, workers, "pack-check")
+    return too_big | {pack: why for pack, why in judged if why is not None}
 
 
 def boots_to_write(

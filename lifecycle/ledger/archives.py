@@ -1,5 +1,5 @@
 """Archives in the ledger: the versions of each cache and the boots this host archived (or
-restored from), and the newest version of each cache.
+restored from), the newest version of each cache, and the packs this host knows honest.
 
 Every record these rows name is immutable in S3 (its key holds its sha256), so what a row
 says can be verified again at any time, whatever other hosts archived since.
@@ -7,10 +7,13 @@ says can be verified again at any time, whatever other hosts archived since.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from lifecycle.ledger.core import Ledger, insert
+
+_ASKED_AT_ONCE = 500  # packs looked up in one statement: below SQLite's limit on its values
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,32 @@ def version_of(ledger: Ledger, cache_id: str, tree_digest: str, location: str) -
         " ORDER BY archived_at, rowid LIMIT 1"
     )
     return ledger.record(VersionRow, sql, (cache_id, tree_digest, location))
+
+
+def honest_packs(ledger: Ledger, packs: Collection[str]) -> set[str]:
+    """Those of these packs (by sha256) this host knows honest: written here, or every blob
+    their index places hashed here (a pack's name is its bytes, so that holds for ever)."""
+    found: set[str] = set()
+    ordered = sorted(packs)
+    for at in range(0, len(ordered), _ASKED_AT_ONCE):
+        some = ordered[at : at + _ASKED_AT_ONCE]
+        marks = ", ".join("?" for _ in some)
+        sql = f"SELECT sha256 FROM honest_packs WHERE sha256 IN ({marks})"
+        found.update(row["sha256"] for row in ledger.query(sql, tuple(some)))
+    return found
+
+
+def remember_honest_packs(
+    ledger: Ledger, packs: Collection[str], known_by: Literal["written", "hashed"], at: str
+) -> None:
+    """These packs are honest, known so since `at` (the first time a pack is known counts)."""
+    if not packs:
+        return
+    with ledger.transaction() as conn:
+        conn.executemany(
+            "INSERT OR IGNORE INTO honest_packs (sha256, known_by, known_at) VALUES (?, ?, ?)",
+            [(sha, known_by, at) for sha in sorted(packs)],
+        )
 
 
 def record_boot_archive(ledger: Ledger, row: BootArchiveRow) -> None:

@@ -412,4 +412,15 @@ MIGRATIONS: tuple[str, ...] = (
         baked_at TEXT NOT NULL
     );
     """,
+    # 17: the packs this host knows hold, wherever their index places a blob, that blob's
+    # bytes: written here, or every blob of their index hashed here. A pack is named by the
+    # sha256 of its bytes, so that holds for ever, at any location: an archive hashes each
+    # pack another host wrote once, not on every archive that relies on it.
+    """
+    CREATE TABLE honest_packs (
+        sha256 TEXT PRIMARY KEY,
+        known_by TEXT NOT NULL CHECK (known_by IN ('written', 'hashed')),
+        known_at TEXT NOT NULL
+    );
+    """,
 )
