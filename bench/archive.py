@@ -187,7 +187,7 @@ def child(tool: str, kw: dict[str, Any]) -> None:
     bucket, _, prefix = kw["to"].removeprefix("s3://").partition("/")
     if tool == "crt":
         return crt_upload(env, Path(kw["tree"]), bucket, prefix)
-    from lifecycle.archive import run, store
+    from lifecycle.archive import run, store, verify
     from lifecycle.archive.location import ArchiveLocation
     from lifecycle.archive.objects import s3_client as lifecycle_client
     from lifecycle.archive.restore import restore_cache, restore_file
@@ -219,17 +219,25 @@ def child(tool: str, kw: dict[str, Any]) -> None:
     # peak RSS (VmHWM, MiB) when it returns; "start" is after the imports.
     phases: dict[str, list[float]] = {"start": [0.0, _vm_hwm_mib()]}
     for owner, name in ((run, "scan"), (store.BlobStore, "survey"),
-                        (run, "_packed_already"), (store.BlobStore, "check_blobs"),
+                        (verify, "packed_already"), (store.BlobStore, "check_blobs"),
                         (run, "upload_all"), (run, "_write_version")):  # fmt: skip
         if hasattr(owner, name):  # names as run.py imports them: a renamed one is not shown
             setattr(owner, name, _clocked(getattr(owner, name), name, phases))
+    # What the archive reads back from the server: pack indexes, records, and any blob it
+    # hashes before relying on it (the size of each GET's body, as the server sent it).
+    client, got = lifecycle_client(env), []
+    client.meta.events.register(
+        "after-call.s3.GetObject", lambda parsed, **_: got.append(parsed.get("ContentLength", 0))
+    )
     ledger = Ledger.open(Path(kw["home"]))
     reports = run.archive_caches(  # the client `lifecycle archive` builds, from the environment
-        ledger, Home(Path(kw["home"])), lifecycle_client(env), ArchiveLocation(bucket, prefix),
+        ledger, Home(Path(kw["home"])), client, ArchiveLocation(bucket, prefix),
         [kw["cache"]], host_env=env,
         with_content=True, dry_run=False, progress=None, workers=kw["workers"],
     )  # fmt: skip
-    print(json.dumps({"reports": [asdict(r) for r in reports], "phases": phases}, default=str))
+    downloaded = {"gets": len(got), "bytes": sum(got)}
+    found = {"reports": [asdict(r) for r in reports], "phases": phases, "downloaded": downloaded}
+    print(json.dumps(found, default=str))
 
 
 def _clocked(function: Any, name: str, phases: dict[str, list[float]]) -> Any:
@@ -571,6 +579,8 @@ def print_table(results: dict[str, Any]) -> None:
             if "phases" in row:
                 phases = (f"{k} {s:.1f} s/{m:.0f}" for k, (s, m) in row["phases"].items())
                 print("    in (s/peak MiB after):", ", ".join(phases))
+                got = row["downloaded"]
+                print(f"    read back: {got['gets']} GETs, {got['bytes'] / 2**20:.1f} MiB")
     print("medians, first upload:")
     for tool, found in results["medians"].items():
         print(
