@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar, cast
@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from lifecycle import __version__
 from lifecycle.archive.layout import (
+    Key,
     Records,
     blob_key,
     legacy_cache_key,
@@ -370,6 +371,38 @@ def removals(store: BlobStore, workers: int = 8) -> dict[str, Removal]:
             for key in keys:
                 found.setdefault(key, removal)
     return found
+
+
+class GcRecords:
+    """What gc's records at each location say a gc removed, read (`removals`) once per location
+    and only once a record is found missing there: how verify, audit, restore and teardown tell
+    a record a gc collected by rule from one that was lost."""
+
+    def __init__(self) -> None:
+        self.read: dict[str, dict[str, Removal]] = {}  # location -> key (relative) -> …
+
+    def removal(self, store: BlobStore, relative: str) -> Removal | None:
+        """What a gc's record says of a key it removed at this location; None if it says nothing."""
+        return self.removed(store).get(relative)
+
+    def removed(self, store: BlobStore) -> dict[str, Removal]:
+        """Every key gc's records at this location say a gc removed (relative) -> what they say."""
+        url = store.location.url()
+        if url not in self.read:
+            try:
+                self.read[url] = removals(store)
+            except S3Unavailable:  # the environment, not the archive: exit 3
+                raise
+            except ArchiveError as exc:
+                raise ArchiveError(f"missing, and gc's records cannot be read: {exc}") from exc
+        return self.read[url]
+
+    def of(self, store: BlobStore, target: str, kinds: Set[str]) -> dict[Key, Removal]:
+        """The records of `target` (a cache, result or boot id) of these kinds that a gc removed,
+        by their keys: found in gc's records, not by listing the whole archive."""
+        removed = self.removed(store)
+        keys = [parsed for key in sorted(removed) if (parsed := parse_key(key)) is not None]
+        return {key: removed[key.key] for key in keys if key.id == target and key.kind in kinds}
 
 
 # A sweep deletes only within GC_DELETES_FOR of writing its intent (lifecycle.gc): an intent the

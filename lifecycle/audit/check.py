@@ -275,15 +275,9 @@ def _collected(
     """The records of `target` of these kinds that gc's records say a gc removed, each as
     collected: what the ledger's view says of them too. Read from gc's own records (listed and
     read once per location), not from a listing of the whole archive."""
-    removed = checker.removed(store)
-    gone = {
-        parsed: removed[key]
-        for key in sorted(removed)
-        if (parsed := parse_key(key)) is not None and parsed.id == target and parsed.kind in kinds
-    }
     return {
         key: Finding(store.where(key.key), None, removal.describe(), "collected")
-        for key, removal in gone.items()
+        for key, removal in checker.gc.of(store, target, kinds).items()
     }
 
 

@@ -17,12 +17,11 @@ from typing import BinaryIO, cast
 
 from lifecycle.archive.layout import legacy_cache_key
 from lifecycle.archive.record import (
-    Removal,
+    GcRecords,
     blob_roles,
     load_by_key,
     record_blobs,
     record_packs,
-    removals,
 )
 from lifecycle.archive.store import RECORD_MAX, ArchiveError, BlobStore, S3Unavailable
 from lifecycle.errors import LifecycleError
@@ -203,7 +202,7 @@ def _read(
     url = store.where(relative)
     body = store.read(relative)
     if body is None:
-        removal = checker.removal(store, relative)
+        removal = checker.gc.removal(store, relative)
         if removal is not None:
             findings.append(Finding(url, None, removal.describe(), "collected"))
         else:
@@ -287,23 +286,7 @@ class BlobChecker:
 
     workers: int = 8
     seen: dict[tuple[str, str], tuple[str, str] | None] = field(default_factory=dict)
-    collected: dict[str, dict[str, Removal]] = field(default_factory=dict)  # location -> key
-
-    def removal(self, store: BlobStore, relative: str) -> Removal | None:
-        """What a gc's record says of a key it removed at this location; None if it says nothing."""
-        return self.removed(store).get(relative)
-
-    def removed(self, store: BlobStore) -> dict[str, Removal]:
-        """Every key gc's records at this location say a gc removed (relative) -> what they say."""
-        url = store.location.url()
-        if url not in self.collected:
-            try:
-                self.collected[url] = removals(store)
-            except S3Unavailable:  # the environment, not the archive: exit 3
-                raise
-            except ArchiveError as exc:
-                raise ArchiveError(f"missing, and gc's records cannot be read: {exc}") from exc
-        return self.collected[url]
+    gc: GcRecords = field(default_factory=GcRecords)
 
     def check(self, store: BlobStore, claims: Sequence[BlobClaim]) -> list[tuple[str, str]]:
         """(object, what differs) for each claimed blob not on the server with those bytes."""
