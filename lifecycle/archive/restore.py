@@ -18,10 +18,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
-from lifecycle.archive.layout import cache_prefix, parse_key
+from lifecycle.archive.layout import Key, cache_prefix, parse_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.packs import Placed
-from lifecycle.archive.record import Unread, placements, read_as, read_legacy_cache
+from lifecycle.archive.record import (
+    GcRecords,
+    Unread,
+    placements,
+    read_as,
+    read_legacy_cache,
+)
 from lifecycle.archive.store import (
     RECORD_MAX,
     ArchiveError,
@@ -307,13 +313,22 @@ def pick_version(
     cache archived only by the previous release has its one record at `caches/<cache>.json`.
     And the records passed over as they could not be read (s3:// URL -> why)."""
     check_tree(tree)
+
+    def wanted(key: Key) -> bool:
+        return tree is None or str(key.tree).startswith(tree)
+
     keys = [parse_key(item.key) for item in store.list(cache_prefix(cache_id, "versions/"))]
-    found = [k for k in keys if k is not None and (tree is None or str(k.tree).startswith(tree))]
+    found = [k for k in keys if k is not None and wanted(k)]
     if not found:
         legacy = read_legacy_cache(store, cache_id)
         if legacy is not None and legacy[2].fingerprint.tree_digest.startswith(tree or ""):
             return legacy[0], legacy[2], {}
         what = f"version {tree} of cache {cache_id}" if tree else f"cache {cache_id}"
+        # Gone by a gc's rule, not lost: said as verify says it, from gc's own records.
+        gone = GcRecords().of(store, cache_id, {"version", "legacy-cache"})
+        removal = next((removal for key, removal in gone.items() if wanted(key)), None)
+        if removal is not None:
+            raise ArchiveError(f"nothing to restore: {what} was {removal.describe()}")
         raise ArchiveError(f"no {what} archived at {store.location.url()}")
     trees = {k.tree for k in found}
     if tree is not None and len(trees) > 1:
