@@ -4,6 +4,7 @@ of it is still missing. Two homes on one bucket, the demo engine and the real S3
 
 from __future__ import annotations
 
+import json
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,35 @@ def _lose(s3_client: Any, s3_bucket: str, prefix: str) -> None:
     """Delete by hand, with no gc record of it, every object under `prefix`: a real loss."""
     [key] = keys(s3_client, s3_bucket, f"{PREFIX}/{prefix}")
     s3_client.delete_object(Bucket=s3_bucket, Key=key)
+
+
+def test_audit_result_from_the_archive_says_the_chain_ends_where_a_gc_collected_it(
+    archive_project: Path, s3_bucket: str, s3_client: Any, tmp_path: Path
+) -> None:
+    swept = _swept(archive_project, tmp_path, s3_bucket)
+    collected, kept = (r["id"] for r in swept.results)
+    text = cli(archive_project, "audit", "result", collected, "--from", swept.url)
+    assert text.exit_code == 0, text.output  # as verify: collected by rule is no difference
+    lines = text.stdout.splitlines()
+    assert lines[0] == f"# audit of result {collected}, from {swept.url}"
+    assert lines[1].startswith(f"result {collected}: {swept.url}/results/{collected}/"), lines
+    assert f": {swept.collected}" in lines[1] and f"({' '.join(POLICY)}: a result " in lines[1]
+    assert lines[1].endswith(": the chain ends there"), lines
+    report = json.loads(
+        cli(archive_project, "audit", "result", collected, "--from", swept.url, "--json").stdout
+    )
+    assert (report["format"], report["target"], report["kind"]) == (
+        "lifecycle-audit-collected/1", collected, "result",
+    )  # fmt: skip
+    [(record, note)] = report["collected"].items()
+    assert record.startswith(f"{swept.url}/results/{collected}/") and note.startswith(
+        swept.collected
+    )
+
+    _lose(s3_client, s3_bucket, f"results/{kept}/")  # lost: no gc record names it
+    lost = cli(archive_project, "audit", "result", kept, "--from", swept.url)
+    assert lost.exit_code == 1 and "missing: no result" in lost.stderr, lost.output
+    assert "collected" not in lost.output
 
 
 def test_restore_of_a_tree_a_gc_collected_names_the_run_and_restores_nothing(

@@ -34,6 +34,10 @@ _PATTERNS = {
     "legacy-marker": re.compile(rf"^results-by-cache/(?P<id>{_ID})/(?P<other>{_ID})$"),
 }
 KINDS = tuple(_PATTERNS)
+# A result's records and a cache's versions, as the layout names them (the previous release's
+# too): what a result or a cache given by its id can be, there or in what a gc collected.
+RESULT_KINDS = frozenset({"result", "legacy-result"})
+CACHE_KINDS = frozenset({"version", "legacy-cache"})
 _OWNER = re.compile(rf"^{_ID}$")
 Records = Literal[
     "boots", "results", "images", "pins", "gc", "gc-intents"

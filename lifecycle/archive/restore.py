@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
-from lifecycle.archive.layout import Key, cache_prefix, parse_key
+from lifecycle.archive.layout import CACHE_KINDS, Key, cache_prefix, parse_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.packs import Placed
 from lifecycle.archive.record import (
@@ -325,7 +325,7 @@ def pick_version(
             return legacy[0], legacy[2], {}
         what = f"version {tree} of cache {cache_id}" if tree else f"cache {cache_id}"
         # Gone by a gc's rule, not lost: said as verify says it, from gc's own records.
-        gone = GcRecords().of(store, cache_id, {"version", "legacy-cache"})
+        gone = GcRecords().of(store, cache_id, CACHE_KINDS)
         removal = next((removal for key, removal in gone.items() if wanted(key)), None)
         if removal is not None:
             raise ArchiveError(f"nothing to restore: {what} was {removal.describe()}")

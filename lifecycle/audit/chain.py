@@ -18,6 +18,7 @@ from lifecycle.records import FileBlob, HookRun, ImageSnapshot, ManifestSnapshot
 
 CHAIN_FORMAT = "lifecycle-audit-chain/1"
 CACHE_FORMAT = "lifecycle-audit-cache/1"
+COLLECTED_FORMAT = "lifecycle-audit-collected/1"
 Json = Any  # values as JSON has them (metrics, labels, the canonical manifest's parts)
 
 
@@ -70,6 +71,16 @@ class CacheAuditFacts:
     versions: list[ArchiveFacts]  # every archived version, oldest first
     # Records of the archive that could not be read (s3:// URL -> why): left out of the above
     unreadable: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Collected:
+    """A target none of whose records the archive holds, as gc's records there say a gc
+    removed them by rule: the chain ends there (what `verify` calls collected)."""
+
+    target: str
+    kind: str  # result
+    records: dict[str, str]  # s3:// URL of each record -> `collected by gc g-… on HOST …`
 
 
 # `lifecycle-audit-chain/1` (`audit result --json`) and `lifecycle-audit-cache/1` (`audit cache

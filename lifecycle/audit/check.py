@@ -8,6 +8,8 @@ from datetime import datetime
 from pathlib import Path
 
 from lifecycle.archive.layout import (
+    CACHE_KINDS,
+    RESULT_KINDS,
     Key,
     cache_prefix,
     check_id,
@@ -50,10 +52,6 @@ _NOT_CHECKED = "not checked (--all-versions checks it)"
 _SUPERSEDED = f"history: superseded, and no result here stands on it; {_NOT_CHECKED}"
 _UNNEEDED_BOOT = f"history: a boot that touched no version needed now; {_NOT_CHECKED}"
 _SUPERSEDED_THERE = f"history: superseded, and no result there stands on it; {_NOT_CHECKED}"
-# A result's records and a cache's, as the archive's layout names them (the previous release's
-# too): what a target given by its id can be, there or in what a gc collected.
-_RESULT_KINDS = frozenset({"result", "legacy-result"})
-_CACHE_KINDS = frozenset({"version", "legacy-cache"})
 
 
 @dataclass(frozen=True)
@@ -222,12 +220,12 @@ def verify_archived(
     found = _archived_cache(store, target, checker, every=every)
     if found:
         return VerifyReport(target, "cache", url, tuple(found))
-    gone = _collected(store, checker, target, _RESULT_KINDS | _CACHE_KINDS)
+    gone = _collected(store, checker, target, RESULT_KINDS | CACHE_KINDS)
     if not gone:
         raise LifecycleError(
             f"no cache or result {target!r} at {url}: none archived there, none collected by a gc"
         )
-    kind = "result" if any(key.kind in _RESULT_KINDS for key in gone) else "cache"
+    kind = "result" if any(key.kind in RESULT_KINDS for key in gone) else "cache"
     return VerifyReport(target, kind, url, tuple(gone.values()))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from lifecycle.archive.layout import (
+    RESULT_KINDS,
     cache_prefix,
     check_id,
     legacy_cache_key,
@@ -18,6 +19,7 @@ from lifecycle.archive.layout import (
     records_of,
 )
 from lifecycle.archive.record import (
+    GcRecords,
     Unread,
     follow,
     pushed_images,
@@ -26,7 +28,13 @@ from lifecycle.archive.record import (
 )
 from lifecycle.archive.restore import check_cache_id
 from lifecycle.archive.store import ArchiveError, BlobStore
-from lifecycle.audit.chain import ArchiveFacts, CacheAuditFacts, CacheFacts, ChainFacts
+from lifecycle.audit.chain import (
+    ArchiveFacts,
+    CacheAuditFacts,
+    CacheFacts,
+    ChainFacts,
+    Collected,
+)
 from lifecycle.records import (
     BootRecordV1,
     CacheRecordV1,
@@ -38,15 +46,23 @@ from lifecycle.records import (
     ResultRecordV2,
 )
 from lifecycle.report import unread_lines
-from lifecycle.results.archive import read_result, results_on_cache
+from lifecycle.results.archive import archived_result, no_result, results_on_cache
 
 
-def result_facts(store: BlobStore, result_id: str) -> ChainFacts:
+def result_facts(store: BlobStore, result_id: str) -> ChainFacts | Collected:
     """The chain's facts for one result, from its record and the records it names; a record
-    of it that cannot be read beside the one that does is left out, and a warning names it."""
+    of it that cannot be read beside the one that does is left out, and a warning names it.
+    A result whose records a gc removed by rule (gc's records say so) is collected."""
     check_id(result_id, "result")  # it becomes part of a key: checked before any request
-    _, document, unread = read_result(store, result_id)
-    facts = _result_facts(store, document)
+    found, unread = archived_result(store, result_id)
+    if found is None:
+        # Only when no record of it is there at all: one that cannot be read is not collected.
+        gone = {} if unread else GcRecords().of(store, result_id, RESULT_KINDS)
+        if not gone:
+            raise no_result(store, result_id, unread)
+        records = {store.where(key.key): removal.describe() for key, removal in gone.items()}
+        return Collected(result_id, "result", records)
+    facts = _result_facts(store, found[1])
     return replace(facts, left_out=unread_lines(unread) + facts.left_out)
 
 

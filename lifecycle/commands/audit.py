@@ -20,9 +20,11 @@ from lifecycle.audit import from_ledger, from_s3
 from lifecycle.audit.chain import (
     CACHE_FORMAT,
     CHAIN_FORMAT,
+    COLLECTED_FORMAT,
     CacheAudit,
     Chain,
     ChainFacts,
+    Collected,
     build_cache_audit,
     build_chain,
 )
@@ -118,8 +120,41 @@ class CacheAuditReport(Report):
         return cache_text(self.audit, self.where)
 
 
-def result(ctx: Context, request: verbs.AuditResult) -> ChainReport:
-    """The chain of one result; with --provenance, also written there as an in-toto Statement."""
+@dataclass(frozen=True)
+class CollectedReport(Report):
+    """A target whose records a gc removed by rule (`lifecycle-audit-collected/1`): no chain to
+    follow, and nothing lost, so exit 0 as `verify` says of it."""
+
+    FORMAT: ClassVar[str] = COLLECTED_FORMAT
+    collected: Collected
+    where: str
+    provenance: Path | None = None
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        if self.provenance is None:
+            return ()
+        return (f"--provenance {self.provenance}: not written: there is no chain to state",)
+
+    def to_json(self) -> dict[str, Any]:
+        gone = self.collected
+        return {"format": self.FORMAT, "target": gone.target, "kind": gone.kind,
+                "source": self.where, "collected": gone.records}  # fmt: skip
+
+    def text(self) -> str:
+        """A line per record gone: what gc's record says of it, and that the chain ends there."""
+        gone = self.collected
+        lines = [f"# audit of {gone.kind} {gone.target}, from {self.where}"]
+        lines += [
+            f"{gone.kind} {gone.target}: {url}: {note}: the chain ends there"
+            for url, note in gone.records.items()
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def result(ctx: Context, request: verbs.AuditResult) -> ChainReport | CollectedReport:
+    """The chain of one result; with --provenance, also written there as an in-toto Statement.
+    A result the archive no longer holds as a gc collected it: which gc, and no chain."""
     result_id, source, provenance = request.result_id, request.source, request.provenance
     if provenance is not None:
         check_output_file(provenance, "--provenance")
@@ -129,6 +164,8 @@ def result(ctx: Context, request: verbs.AuditResult) -> ChainReport:
 
     with reading(ctx, source) as read:
         facts = read.facts(from_s3.result_facts, of_ledger, result_id)
+    if isinstance(facts, Collected):
+        return CollectedReport(facts, read.where, provenance)
     chain = build_chain(facts)
     if provenance is not None:
         write_provenance(chain, provenance)

@@ -259,14 +259,19 @@ def read_result(store: BlobStore, result_id: str) -> tuple[str, Document, Unread
     as they cannot be read (s3:// URL -> why); an ArchiveError when there is none, or when
     none of its records can be read (each named, with why)."""
     found, unread = archived_result(store, result_id)
-    if found is None and unread:
-        raise unreadable_result(result_id, unread)
     if found is None:
-        where = store.where(records_of("results", result_id))
-        raise ArchiveError(
-            f"{where}: missing: no result {result_id!r} archived at {store.location.url()}"
-        )
+        raise no_result(store, result_id, unread)
     return *found, unread
+
+
+def no_result(store: BlobStore, result_id: str, unread: Unread) -> ArchiveError:
+    """Why a result has no record to read: none of them can be read, or none is there."""
+    if unread:
+        return unreadable_result(result_id, unread)
+    where = store.where(records_of("results", result_id))
+    return ArchiveError(
+        f"{where}: missing: no result {result_id!r} archived at {store.location.url()}"
+    )
 
 
 def unreadable_result(result_id: str, unread: Unread) -> ArchiveError:
