@@ -95,3 +95,26 @@ def test_restore_of_a_tree_a_gc_collected_names_the_run_and_restores_nothing(
     lost = cli(archive_project, "restore", f"{cache_id}@{newest['tree_digest_after'][:12]}")
     assert lost.exit_code == 1 and "no version" in lost.stderr and "archived at" in lost.stderr
     assert "collected" not in lost.output, lost.output
+
+
+def test_teardown_keeps_a_cache_whose_evidence_a_gc_collected_and_says_so_not_missing(
+    archive_project: Path, s3_bucket: str, s3_client: Any, tmp_path: Path
+) -> None:
+    swept = _swept(archive_project, tmp_path, s3_bucket)
+    done = cli(archive_project, "teardown", "--yes", "--json")
+    assert done.exit_code == 0, done.output  # kept by policy, as a cache not archived is
+    caches = json.loads(done.stdout)["plan"]["caches"]
+    assert len(caches) == 4 and {c["action"] for c in caches} == {"keep"}, caches
+    for cache in caches:
+        why = "; ".join(cache["why"])
+        assert (cache["archive_state"], cache["problem"]) == ("collected", False), cache
+        assert "missing" not in why and swept.collected in why, why
+        assert f"/results/{swept.results[0]['id']}/" in why  # the record of night 0's result
+        assert why.endswith("(--archive archives it first)"), why
+
+    kept = swept.results[1]["id"]
+    _lose(s3_client, s3_bucket, f"results/{kept}/")  # lost: no gc record names it
+    lost = cli(archive_project, "teardown", "--yes")
+    assert lost.exit_code == 1, lost.output
+    assert f"result {kept}: {swept.url}/results/{kept}/" in lost.stdout
+    assert ".json: missing" in lost.stdout

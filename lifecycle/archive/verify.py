@@ -15,6 +15,7 @@ from lifecycle.archive.layout import blob_key, pack_key, parse_key
 from lifecycle.archive.plans import BlobSource, RecordPlan, plan_boot_record
 from lifecycle.archive.record import (
     CacheOrBoot,
+    GcRecords,
     load_by_key,
     names_of,
     record_blobs,
@@ -45,6 +46,7 @@ class Inspected:
     blobs: dict[str, str]  # sha256 of a single blob -> its problem
     packs: dict[str, str]  # sha256 of a pack -> its problem
     wrong_bytes: bool  # there, but not the bytes its name says
+    gone: bool = False  # not there at all: lost, or collected by a gc (GcRecords tells)
 
     def lines(self) -> list[str]:
         """Every problem, one line each naming its object."""
@@ -69,7 +71,8 @@ def read_record(store: BlobStore, relative: str, expected_sha256: str | None) ->
     where = store.where(relative)
     body = store.read(relative)
     if body is None:
-        return Inspected(relative, (f"{where}: missing",), None, {}, {}, wrong_bytes=False)
+        missing = (f"{where}: missing",)
+        return Inspected(relative, missing, None, {}, {}, wrong_bytes=False, gone=True)
     problems = []
     found = hashlib.sha256(body).hexdigest()
     if expected_sha256 and found != expected_sha256:
@@ -368,6 +371,9 @@ class VerifiedRecord:
     document: Covered | None  # what it covers, when there is a record that parses
     answered: bool = True  # False: the server could not be asked, so nothing is known
     relied: frozenset[str] = frozenset()  # the keys (relative) checked: records, blobs, packs
+    # Records gone that gc's records say a gc removed by rule, a line each (`s3://…: collected
+    # by gc g-… on HOST …`): no damage, but no evidence there either.
+    collected: tuple[str, ...] = ()
 
 
 def fetch_verified(
@@ -375,16 +381,27 @@ def fetch_verified(
     archive: ArchiveRecord,
     boots: Sequence[BootArchiveRow] = (),
     *,
+    gc: GcRecords | None = None,
     workers: int = 8,
 ) -> VerifiedRecord:
     """Read the cache's archived record (and the records of `boots` at the same location) and
-    check them and every blob they name against the server."""
+    check them and every blob they name against the server. With `gc`, a record gone that
+    gc's records say a gc removed by rule is collected, not a problem."""
     relative = store.relative(archive.record_key)
+    collected: list[str] = []
+
+    def problems_of(found: Inspected) -> list[str]:
+        removal = gc.removal(store, found.relative) if gc is not None and found.gone else None
+        if removal is None:
+            return found.lines()
+        collected.append(f"{store.where(found.relative)}: {removal.describe()}")
+        return []
+
     try:
         found = inspect_record(store, relative, archive.record_sha256, workers)
-        problems, document = found.lines(), found.document
+        problems, document = problems_of(found), found.document
         if document is None:
-            return VerifiedRecord(tuple(problems), None)
+            return VerifiedRecord(tuple(problems), None, collected=tuple(collected))
         if isinstance(document, BootRecordV1):
             raise ArchiveError(f"{archive.record_key} is a boot's record, not a cache's")
         verified: set[str] = set()
@@ -393,7 +410,7 @@ def fetch_verified(
             verified, boots = document.boot_ids(), ()
         for row in boots:
             boot = inspect_record(store, store.relative(row.record_key), row.record_sha256)
-            problems += boot.lines()
+            problems += problems_of(boot)
             relied.add(store.relative(row.record_key))
             if boot.document is not None:
                 relied |= names_of(boot.document)
@@ -404,4 +421,4 @@ def fetch_verified(
     except ArchiveError as exc:
         return VerifiedRecord((f"{store.url(archive.record_key)}: cannot verify: {exc}",), None)
     covered = Covered(document.fingerprint.tree_digest, document.with_content, frozenset(verified))
-    return VerifiedRecord(tuple(problems), covered, relied=frozenset(relied))
+    return VerifiedRecord(tuple(problems), covered, True, frozenset(relied), tuple(collected))

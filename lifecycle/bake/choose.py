@@ -136,6 +136,8 @@ def _unproven(
     if archive is None or archive.tree_digest != cache.tree_digest:
         return "its tree is not archived: `lifecycle archive` it first"
     checked = verify(archive)
+    if checked.collected and not checked.problems:  # by a gc's rule: no evidence, no loss
+        return f"{'; '.join(checked.collected)}: `lifecycle archive` it again"
     if checked.problems or checked.document is None:
         return f"its archive does not verify: {'; '.join(checked.problems) or 'no record'}"
     if scan(Path(cache.host_path), previous, secrets=secrets).tree_digest != cache.tree_digest:

@@ -33,6 +33,8 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.plans import BlobSource, RecordPlan, file_blob, render_record
 from lifecycle.archive.record import (
     UNREAD_PIN,
+    GcRecords,
+    Removal,
     Unread,
     load_named,
     pinned_by,
@@ -184,16 +186,20 @@ def archive_pending_results(
     return done
 
 
-def record_problem(store: BlobStore, row: ResultArchiveRecord) -> str | None:
+def record_problem(
+    store: BlobStore, row: ResultArchiveRecord, gc: GcRecords | None = None
+) -> str | Removal | None:
     """Why the result's record is not, at the store's location, the one this host wrote there
     (missing, other bytes than the ledger's sha256, not a result record); None when it is. One
-    GET: the blobs it names are not asked for."""
+    GET: the blobs it names are not asked for. With `gc`, a record gone that gc's records say
+    a gc removed by rule is that Removal: collected, not missing."""
     relative = store.relative(row.record_key)
     where = store.where(relative)
     try:
         body = store.read(relative)
         if body is None:
-            return f"{where}: missing"
+            removal = gc.removal(store, relative) if gc is not None else None
+            return removal or f"{where}: missing"
         found = hashlib.sha256(body).hexdigest()
         if found != row.record_sha256:
             return f"{where}: sha256 {found}, not the {row.record_sha256} recorded"

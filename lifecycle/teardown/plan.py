@@ -120,7 +120,8 @@ class CacheDecision:
     action: Action
     why: tuple[str, ...]  # the reasons, a line each as the plan shows them
     archive: ArchiveRecord | None
-    archive_state: str  # not archived | verified | does not verify | archived (not checked)
+    # not archived | verified | does not verify | collected (by a gc) | archived (not checked)
+    archive_state: str
     problem: bool = False  # kept because its archive did not verify or could not be checked
     resumes: Unfinished | None = None
     # Its archive must hold its files before it goes (--with-content, or the policy's
@@ -231,6 +232,10 @@ def decide(
         # cache behind a result goes only once the result's own record is in S3 too.
         return archive_first_then_remove(f"result {', '.join(results)} on it not archived yet")
     checked = verify(archive)
+    if checked.collected and not checked.problems:
+        # Evidence a gc took by its rule (another host's, maybe): no damage, and no longer
+        # evidence either; as for a cache not archived, archiving again puts it back.
+        return archive_first_then_remove("; ".join(checked.collected), archive_state="collected")
     if checked.problems or checked.document is None:
         refused = tuple(f"archive does not verify: {p}" for p in checked.problems)
         if checked.answered and archive_first and not facts.archive_to_problem:

@@ -198,6 +198,7 @@ def _carry_out(
             problems.append(f"result {', '.join(results)} on it not archived at {archive.location}")
         checked = verify(archive)
         problems += [f"archive does not verify: {p}" for p in checked.problems]
+        problems += checked.collected  # by a gc's rule since the plan: kept, and said so
         if problems or checked.document is None:
             return Verdict(problems or ["archive does not verify"])
         tree = None if where is None else scan_now(current, where)

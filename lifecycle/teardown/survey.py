@@ -16,7 +16,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.record import GC_ACTIVE, Intents, being_collected
+from lifecycle.archive.record import GC_ACTIVE, GcRecords, Intents, Removal, being_collected
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.store import BlobStore, S3Unavailable
 from lifecycle.archive.transfer import Progress
@@ -325,6 +325,7 @@ class ArchiveVerifier:
         self._reachable: dict[str, str | None] = {}  # location url -> why not, or None
         self.unreachable: dict[str, str] = {}  # location url -> why its server is out of reach
         self._intents: Intents = {}  # gc intents read (lifecycle.archive.record)
+        self._gc = GcRecords()  # gc's records of what it removed, read once per location
 
     def __call__(
         self, archive: ArchiveRecord, *, results: bool = True, collecting: bool = True
@@ -340,14 +341,21 @@ class ArchiveVerifier:
             return _unverified(unreachable)
         try:
             store = BlobStore(self._client, location)
-            checked = fetch_verified(store, archive, self._boots_for(archive))
+            checked = fetch_verified(store, archive, self._boots_for(archive), gc=self._gc)
             rows = self._results_for(archive) if results else ()
-            lost = [f"result {r.result_id}: {p}" for r in rows if (p := record_problem(store, r))]
-            problems = checked.problems + tuple(lost)
-            if collecting and checked.document is not None and not problems:
+            lost, collected = list(checked.problems), list(checked.collected)
+            for row in rows:
+                found = record_problem(store, row, self._gc)
+                if isinstance(found, Removal):  # by a gc's rule: said so, never "missing"
+                    where = store.url(row.record_key)
+                    collected.append(f"result {row.result_id}: {where}: {found.describe()}")
+                elif found is not None:
+                    lost.append(f"result {row.result_id}: {found}")
+            problems = tuple(lost)
+            if collecting and checked.document is not None and not problems and not collected:
                 relied = checked.relied | {store.relative(r.record_key) for r in rows}
                 problems = _being_collected(store, relied, self._intents)
-            return replace(checked, problems=problems)
+            return replace(checked, problems=problems, collected=tuple(collected))
         except S3Unavailable as exc:  # the server went away since the probe: ask it no more
             self._reachable[url] = self.unreachable[url] = str(exc)
             return _unverified(str(exc))
