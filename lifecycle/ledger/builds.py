@@ -3,9 +3,11 @@ pushed to or pulled from a registry, by digest; the images it baked warm caches 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
 from lifecycle.home import Home
 from lifecycle.leases import exclusive, held
@@ -69,13 +71,7 @@ def bake_attempt(ledger: Ledger, home: Home, bake: BakeRecord) -> Iterator[None]
     """Record `bake` (its image id not known yet) as attempted and hold its lock until the block
     ends, which records the bake or refuses it; then the attempt ends. An attempt whose lock
     nobody holds is a bake whose process died once dockerd was asked (`dead_bake_attempts`)."""
-    with ExitStack() as holding:
-        with ledger.transaction() as conn:
-            insert(conn, "bake_attempts", bake, skip=("image_id",))
-            attempt_id = int(conn.execute("SELECT last_insert_rowid()").fetchone()[0])
-            lock = home.bake_lock(attempt_id)
-            lock.parent.mkdir(parents=True, exist_ok=True)
-            holding.enter_context(exclusive(lock))
+    with _locked_row(ledger, "bake_attempts", bake, ("image_id",), home.bake_lock) as attempt_id:
         try:
             yield
         finally:
@@ -126,18 +122,28 @@ def record_build(ledger: Ledger, record: BuildRecord) -> int:
 def build_attempt(ledger: Ledger, home: Home, record: BuildRecord) -> Iterator[int]:
     """Record a build `running` (its id given to the block) and hold its lock until the block
     ends, which records its outcome (`finish_build`): a `running` row whose lock nobody holds
-    is a build whose process died. The lock is taken before the row is committed, so no one
-    reads the row running and unlocked while its build goes on."""
+    is a build whose process died."""
+    with _locked_row(ledger, "builds", record, ("id",), home.build_lock) as build_id:
+        yield build_id
+    # Its outcome recorded: no one waits on this lock again (a `held` check finds none).
+    home.build_lock(build_id).unlink(missing_ok=True)
+
+
+@contextmanager
+def _locked_row(
+    ledger: Ledger, table: str, row: Any, skip: tuple[str, ...], lock_of: Callable[[int], Path]
+) -> Iterator[int]:
+    """Insert `row` and hold the lock `lock_of(its id)` names until the block ends, taken before
+    the row is committed: no one reads the row without its lock held while its process lives,
+    and the kernel drops the lock with a killed one."""
     with ExitStack() as holding:
         with ledger.transaction() as conn:
-            insert(conn, "builds", record, skip=("id",))
-            build_id = int(conn.execute("SELECT last_insert_rowid()").fetchone()[0])
-            lock = home.build_lock(build_id)
+            insert(conn, table, row, skip=skip)
+            row_id = int(conn.execute("SELECT last_insert_rowid()").fetchone()[0])
+            lock = lock_of(row_id)
             lock.parent.mkdir(parents=True, exist_ok=True)
             holding.enter_context(exclusive(lock))
-        yield build_id
-        # Its outcome recorded: no one waits on this lock again (a `held` check finds none).
-        lock.unlink(missing_ok=True)
+        yield row_id
 
 
 def finish_build(ledger: Ledger, build_id: int, record: BuildRecord) -> None:
