@@ -62,16 +62,22 @@ def _orphan(stays_project: Path, docker_client: Any) -> tuple[str, Any]:
     return running[0], container
 
 
+def _next_boot_stops(stays_project: Path, container: Any) -> Any:
+    """The next boot's result, once it has stopped the dead boot's engine."""
+    result = run_lifecycle(stays_project, "boot", "demo/0.2", "--json")
+    assert result.exit_code == 0, result.output
+    container.reload()
+    assert container.status != "running", "the dead boot's engine still runs"
+    return result
+
+
 def test_the_next_boot_stops_a_killed_boots_engine_and_reuses_its_caches_warm(
     stays_project: Path, docker_client: Any
 ) -> None:
     first = boot_demo(stays_project, "--cold")
     dead, container = _orphan(stays_project, docker_client)
     try:
-        result = run_lifecycle(stays_project, "boot", "demo/0.2", "--json")
-        assert result.exit_code == 0, result.output
-        container.reload()
-        assert container.status != "running", "the dead boot's engine still runs"
+        result = _next_boot_stops(stays_project, container)
         assert f"boot {dead}" in result.stderr and "stopped" in result.stderr
         settled = boots()[dead]
         assert settled.outcome == "interrupted", settled
@@ -126,10 +132,7 @@ def test_a_killed_boot_that_holds_no_cache_is_told_dead_and_its_engine_stopped(
     assert built.exit_code == 0, built.output
     dead, container = _orphan(stays_project, docker_client)
     try:
-        result = run_lifecycle(stays_project, "boot", "demo/0.2", "--json")
-        assert result.exit_code == 0, result.output
-        container.reload()
-        assert container.status != "running", "the dead boot's engine still runs"
+        result = _next_boot_stops(stays_project, container)
         assert boots()[dead].outcome == "interrupted", result.stderr
         assert not caches()  # it held none, as a baked boot holds none
     finally:
