@@ -81,9 +81,13 @@ def test_a_child_that_declares_a_tuned_value_replaces_its_provenance_whole(
     tuned = load_manifest(child).manifest.tuned["gpu_memory_utilization"]
     assert tuned.status == "carried" and tuned.margin == "232 MiB on 0.30"
     assert tuned.note is None and tuned.validity is None
-    # A child that leaves the value alone inherits the parent's block as it is.
-    child.write_text(f"extends: {repo_root}/manifests/0.30/manifest.yaml\n")
-    assert load_manifest(child).manifest.tuned["gpu_memory_utilization"].note
+    # A child that does not write the value keeps it, and what the parent says of it.
+    child.write_text(
+        f"extends: {repo_root}/manifests/0.30/manifest.yaml\n"
+        "tuned:\n  gpu_memory_utilization: {status: carried, carried_from: '0.30'}\n"
+    )
+    kept = load_manifest(child).manifest.tuned["gpu_memory_utilization"]
+    assert (kept.value, kept.status) == (0.94, "carried") and kept.note
 
 
 def test_error_in_parent_names_the_parent_file(tmp_path: Path) -> None:

@@ -223,22 +223,29 @@ def deep_merge(base: Any, over: Any) -> Any:
 
 def merge_located(base: Located, over: Located) -> Located:
     """Merge data, keeping for every surviving value the mark of the file it came from. A
-    tuned value's block is one account of where the value came from: a file that declares the
-    value replaces its parent's block whole (the parent's note or `validity`, merged key by
-    key, would read as the child's own measurement)."""
+    tuned value's block is one account of where its value came from: a file that writes the
+    `value` replaces its parent's block whole (the parent's note or `validity`, merged key by
+    key, would read as the measurement of another value); one that does not (`status:
+    carried`) keeps the parent's value and what it says of it."""
     values = {p: m for p, m in base.values.items() if _survives(p, over)}
     keys = {p: m for p, m in base.keys.items() if _survives(p, over)}
     data = deep_merge(base.data, over.data)
     declared = over.data.get("tuned") if isinstance(over.data, dict) else None
     if isinstance(declared, dict) and isinstance(data.get("tuned"), dict):
-        data["tuned"].update(declared)
+        data["tuned"].update(
+            {name: block for name, block in declared.items() if _writes_value(block)}
+        )
     return Located(data, values | over.values, keys | over.keys)
+
+
+def _writes_value(block: Any) -> bool:
+    return isinstance(block, dict) and "value" in block
 
 
 def _survives(path: KeyPath, over: Located) -> bool:
     """A base value survives unless `over` sets it, replaces a non-mapping above it, or
-    declares the tuned value it belongs to."""
-    if path in over.values or (path[:1] == ("tuned",) and path[:2] in over.keys):
+    writes the value of the tuned value it belongs to."""
+    if path in over.values or (path[:1] == ("tuned",) and (*path[:2], "value") in over.keys):
         return False
     for end in range(1, len(path)):
         prefix = path[:end]
