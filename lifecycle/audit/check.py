@@ -281,8 +281,8 @@ def _collected(
 
 def _newest(store: BlobStore, versions: dict[str, Key], listed: dict[str, Listing]) -> str | None:
     """The tree of the version archived last, as its record says (one that cannot be read, as
-    the server stored it: its check names what is wrong with it). Times are to the second, so
-    two archives in one second are told apart by lineage: a version another grew from is older."""
+    the server stored it: its check names what is wrong with it). Two archives of one time are
+    told apart by lineage: a version another grew from is older."""
 
     def read(key: str) -> CacheVersion | None:
         try:
@@ -298,9 +298,15 @@ def _newest(store: BlobStore, versions: dict[str, Key], listed: dict[str, Listin
     def archived(key: str) -> datetime:
         record = records[key]
         try:
-            return datetime.fromisoformat(record.archived_at) if record else listed[key].modified
+            return datetime.fromisoformat(record.archived_at) if record else stored(key)
         except ValueError:  # no time in `archived_at`
-            return listed[key].modified
+            return stored(key)
+
+    def stored(key: str) -> datetime:
+        # S3 lists times to the second: within it, a record it stored may be the last written
+        # (an archive's stamp has milliseconds), and one that cannot be read is checked, never
+        # passed over as history by a rounding.
+        return listed[key].modified.replace(microsecond=999_999)
 
     order = {key: (archived(key), versions[key].tree not in parents, key) for key in versions}
     return versions[max(versions, key=order.__getitem__)].tree
