@@ -40,6 +40,8 @@ APPLY_CRASH_POINTS = ("apply-archived",)
 # `bake`'s: its image built and checked, not recorded; recorded, not pushed; pushed and its
 # image record written, its provenance not kept in the home.
 BAKE_CRASH_POINTS = ("bake-built", "bake-recorded", "bake-pushed")
+# `bake --format mcv`'s: an MCV image built and checked, not recorded (`:N`: the N-th).
+MCV_CRASH_POINTS = ("bake-mcv-built",)
 # `build`'s: its attempt recorded as running, nothing sent to dockerd; dockerd's image built and
 # tagged, its outcome not recorded; with --push, the image tagged for the registry, not pushed.
 BUILD_CRASH_POINTS = ("build-started", "build-tagged", "push-tagged")
@@ -87,7 +89,7 @@ def _crash_at(wanted: str) -> tuple[str, int] | None:
     point, _, nth = wanted.partition(":")
     known = (
         *CRASH_POINTS, *GC_CRASH_POINTS, *APPLY_CRASH_POINTS, *BAKE_CRASH_POINTS,
-        *BUILD_CRASH_POINTS, *NIGHT_CRASH_POINTS, *PORT_CRASH_POINTS,
+        *MCV_CRASH_POINTS, *BUILD_CRASH_POINTS, *NIGHT_CRASH_POINTS, *PORT_CRASH_POINTS,
     )  # fmt: skip
     if point not in known or not (nth or "1").isdigit():
         points = ", ".join(known)

@@ -30,6 +30,7 @@ from lifecycle.boot.baked import (
 )
 from lifecycle.build.engine import send_build
 from lifecycle.build.plan import BAKED_LABEL, CREATED_LABEL
+from lifecycle.dockerd import sdk_errors
 from lifecycle.errors import AnswerNo
 from lifecycle.fingerprint import is_transient
 from lifecycle.home import Home
@@ -39,10 +40,12 @@ from lifecycle.ledger.builds import (
     bake_of_image,
     dead_bake_attempts,
     end_bake_attempt,
+    mcv_images,
     record_bake,
 )
 
 CHUNK = 1 << 20
+MCV_LABEL = "lifecycle.bake.mcv"  # on a bake's MCV image (--format mcv): its cache's name
 
 
 def bake_labels(
@@ -110,37 +113,68 @@ def settle_killed_bakes(
     dockerd finished for it (tagged, or left untagged by a build cut short) is recorded as the
     bake it is once each layer holds the tree its label names, else removed: otherwise it would
     be no one's, a child of its engine image that keeps that image on dockerd after a teardown
-    says it removed it."""
+    says it removed it. An MCV image it built but did not record is removed (the next `bake
+    --format mcv` builds it again). An image dockerd does not remove keeps the attempt: the
+    next bake tries again."""
     for attempt_id, bake in dead_bake_attempts(ledger, home):
-        image = _finished_bake(client, bake)
+        killed = f"bake {bake.tag} of {bake.baked_at} was killed"
+        made = _made_for(client, bake)
+        image = _finished_bake(client, [i for i in made if MCV_LABEL not in i["Labels"]])
+        settled = True
         if image is not None and bake_of_image(ledger, image.id) is None:
-            killed = f"bake {bake.tag} of {bake.baked_at} was killed"
             try:
                 layers = layer_dirs(image.attrs)
                 for cache in parse_baked(bake.caches):
                     check_layer(layers, cache)
             except BakedUnreadable as exc:
-                client.images.remove(image.id, force=True)
-                note(f"{killed}; its image {image.id[:19]} removed: {exc}")
+                settled = _removed(client, image.id, f"{killed}; its image", str(exc), note)
             else:
                 record_bake(ledger, replace(bake, image_id=image.id))
                 note(f"{killed}; dockerd had finished its image {image.id[:19]}: recorded")
-        end_bake_attempt(ledger, home, attempt_id)
+        known = {m.image_id for m in mcv_images(ledger)}
+        for mcv in (i for i in made if MCV_LABEL in i["Labels"] and i["Id"] not in known):
+            what = f"{killed}; its MCV image of {mcv['Labels'][MCV_LABEL]}"
+            settled &= _removed(client, mcv["Id"], what, "not recorded", note)
+        if settled:
+            end_bake_attempt(ledger, home, attempt_id)
 
 
-def _finished_bake(client: Any, bake: BakeRecord) -> Any | None:
-    """The image dockerd built for `bake`: FROM its engine, created when it was, holding its
-    very caches (no other home's bake does); None when dockerd never finished it."""
+def _removed(client: Any, image_id: str, what: str, why: str, note: Callable[[str], None]) -> bool:
+    """Remove a killed bake's image and say so; False, said in one line, when dockerd does not."""
     from docker.errors import ImageNotFound
 
+    try:
+        client.images.remove(image_id, force=True)
+    except ImageNotFound:
+        return True  # removed meanwhile
+    except sdk_errors() as exc:
+        said = getattr(exc, "explanation", None) or exc
+        note(f"{what} {image_id[:19]} ({why}) not removed: dockerd: {said}; the next bake tries")
+        return False
+    note(f"{what} {image_id[:19]} removed: {why}")
+    return True
+
+
+def _made_for(client: Any, bake: BakeRecord) -> list[dict[str, Any]]:
+    """dockerd's images built for `bake` (its engine image and its MCV images, as dockerd lists
+    them): created when it was, FROM its engine, holding its very caches (no other home's bake
+    does)."""
     wanted = [f"{CREATED_LABEL}={bake.baked_at}", f"{ENGINE_LABEL}={bake.engine_image_id}"]
-    for listed in client.api.images(all=True, filters={"label": wanted}):
-        if (listed.get("Labels") or {}).get(BAKED_LABEL) == bake.caches:
-            try:
-                return client.images.get(listed["Id"])
-            except ImageNotFound:  # removed meanwhile: nothing left to record
-                return None
-    return None
+    listed = client.api.images(all=True, filters={"label": wanted})
+    found = [{**i, "Labels": i.get("Labels") or {}} for i in listed]
+    return [i for i in found if i["Labels"].get(BAKED_LABEL) == bake.caches]
+
+
+def _finished_bake(client: Any, made: list[dict[str, Any]]) -> Any | None:
+    """The engine image dockerd finished of those `made` for a bake; None when it never did."""
+    from docker.errors import ImageNotFound
+
+    if not made:
+        return None
+    try:
+        return client.images.get(made[0]["Id"])
+    except ImageNotFound:  # removed meanwhile: nothing left to record
+        return None
 
 
 def _in_tree(entry: tarfile.TarInfo) -> tarfile.TarInfo | None:

@@ -11,24 +11,38 @@ from lifecycle.archive.config import optional_location
 from lifecycle.archive.layout import short_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.bake.choose import Chosen, Refused, choose, release
-from lifecycle.bake.image import bake_labels, build_baked, dockerfile, settle_killed_bakes
+from lifecycle.bake.image import (
+    MCV_LABEL,
+    bake_labels,
+    build_baked,
+    dockerfile,
+    settle_killed_bakes,
+)
 from lifecycle.bake.mcv import KINDS, build_mcv
 from lifecycle.bake.provenance import measured_on, statement
 from lifecycle.boot.engine import engine_image
 from lifecycle.boot.spec import pick_profile
 from lifecycle.build.engine import Pushed
-from lifecycle.build.plan import BAKED_LABEL, image_tag, key_factors
+from lifecycle.build.plan import BAKED_LABEL, DIGEST_LABEL, image_tag, key_factors
 from lifecycle.commands import verbs
 from lifecycle.commands.build import publish
 from lifecycle.commands.context import Context
 from lifecycle.commands.teardown import connect_services
 from lifecycle.dockerd import DockerUnavailable
 from lifecycle.errors import EXIT_NO, EXIT_OK
+from lifecycle.faults import Checkpoint
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.builds import BakeRecord, bake_attempt, record_bake
+from lifecycle.ledger.builds import (
+    BakeRecord,
+    McvRecord,
+    bake_attempt,
+    record_bake,
+    record_mcv_image,
+)
 from lifecycle.manifest import find_manifest, load_manifest
 from lifecycle.manifest.load import manifest_digest
 from lifecycle.report import Report, plain
+from lifecycle.teardown.containers import NAME_LABEL
 from lifecycle.teardown.survey import ArchiveVerifier, archived_boots
 from lifecycle.withheld import secrets_on_host
 
@@ -162,19 +176,23 @@ def _bake(
         "", tag, engine_labels["lifecycle.manifest.name"], digest, engine_id, report.profile,
         ctx.gpu_arch, labels[BAKED_LABEL], at,
     )  # fmt: skip
-    # Attempted before dockerd is asked: a bake killed from here on left an image the next
-    # bake records (or removes), never one no ledger knows.
+    # Attempted before dockerd is asked: a bake killed from here on left images the next
+    # bake records (or removes), never one no ledger knows; its MCV images too.
     with bake_attempt(ledger, ctx.home, bake):
         text = dockerfile(engine_id, baked, labels)
         image_id = build_baked(client, tag, text, trees, baked, ctx.say)
         checkpoint("bake-built")
-        record_bake(ledger, replace(bake, image_id=image_id))
+        recorded = replace(bake, image_id=image_id)
+        record_bake(ledger, recorded)
+        # And the manifest's labels an engine image, and so a bake, carries: teardown --images
+        # lists images by them.
+        manifest_labels = {key: engine_labels[key] for key in (DIGEST_LABEL, NAME_LABEL)}
+        mcv = tuple(
+            _mcv(ctx, client, ledger, recorded, c, labels | manifest_labels, checkpoint)
+            for c in chosen
+            if request.format == "mcv" and c.baked.name in KINDS
+        )
     checkpoint("bake-recorded")
-    mcv = tuple(
-        _mcv(ctx, client, c, tag, labels)
-        for c in chosen
-        if request.format == "mcv" and c.baked.name in KINDS
-    )
     measured = measured_on(ledger, baked)
     image_labels = dict(client.images.get(image_id).labels or {})
 
@@ -203,14 +221,22 @@ def _bake(
 
 
 def _mcv(
-    ctx: Context, client: Any, chosen: Chosen, tag: str, labels: dict[str, str]
+    ctx: Context,
+    client: Any,
+    ledger: Ledger,
+    bake: BakeRecord,
+    chosen: Chosen,
+    labels: dict[str, str],
+    checkpoint: Checkpoint,
 ) -> tuple[str, str, str]:
-    """One cache's MCV image (cache name, tag, id), its target this host's GPU as MCV spells a
-    CUDA arch (digits: `90a` is `90`)."""
-    name = chosen.baked.name
+    """One cache's MCV image (cache name, tag, id), recorded with its bake; its target this
+    host's GPU as MCV spells a CUDA arch (digits: `90a` is `90`)."""
+    name, tag = chosen.baked.name, f"{bake.tag}-mcv-{chosen.baked.name}"
     arch = "".join(ch for ch in ctx.gpu_arch if ch.isdigit()) or ctx.gpu_arch
     image_id = build_mcv(
-        client, f"{tag}-mcv-{name}", chosen.baked, chosen.host_path, backend="cuda", arch=arch,
-        warp_size=32, labels_extra=labels, on_line=ctx.say,
+        client, tag, chosen.baked, chosen.host_path, backend="cuda", arch=arch, warp_size=32,
+        labels_extra={**labels, MCV_LABEL: name}, on_line=ctx.say,
     )  # fmt: skip
-    return name, f"{tag}-mcv-{name}", image_id
+    checkpoint("bake-mcv-built")
+    record_mcv_image(ledger, McvRecord(image_id, bake.image_id, name, tag))
+    return name, tag, image_id

@@ -1,5 +1,6 @@
 """Builds in the ledger: every attempt and where its full log is kept; the images this host
-pushed to or pulled from a registry, by digest; the images it baked warm caches into."""
+pushed to or pulled from a registry, by digest; the images it baked warm caches into, and
+their MCV images."""
 
 from __future__ import annotations
 
@@ -109,6 +110,37 @@ def all_bakes(ledger: Ledger) -> list[BakeRecord]:
 def bake_of_image(ledger: Ledger, image_id: str) -> BakeRecord | None:
     """The bake recorded for an image, or None."""
     return ledger.record(BakeRecord, "SELECT * FROM bakes WHERE image_id = ?", (image_id,))
+
+
+@dataclass(frozen=True)
+class McvRecord:
+    """A cache-only image in MCV's layout of one cache of a bake (`bake --format mcv`): it goes
+    with its bake."""
+
+    image_id: str
+    bake_image_id: str
+    cache_name: str
+    tag: str
+    removed_at: str | None = None  # when a teardown (or apply) removed it
+
+
+def record_mcv_image(ledger: Ledger, image: McvRecord) -> None:
+    """Record an MCV image (one built again is the same image: replaced, on dockerd again)."""
+    with ledger.transaction() as conn:
+        insert(conn, "mcv_images", image, on_conflict="REPLACE")
+
+
+def mcv_images(ledger: Ledger, bake_image_id: str | None = None) -> list[McvRecord]:
+    """The MCV images this host made (of one bake, when given), oldest first."""
+    sql = "SELECT * FROM mcv_images WHERE ? IS NULL OR bake_image_id = ? ORDER BY rowid"
+    return ledger.records(McvRecord, sql, (bake_image_id, bake_image_id))
+
+
+def mcv_image_removed(ledger: Ledger, image_id: str, at: str) -> None:
+    """An MCV image went from dockerd (no other image's id matches: nothing else changes)."""
+    with ledger.transaction() as conn:
+        sql = "UPDATE mcv_images SET removed_at = ? WHERE image_id = ? AND removed_at IS NULL"
+        conn.execute(sql, (at, image_id))
 
 
 def record_build(ledger: Ledger, record: BuildRecord) -> int:

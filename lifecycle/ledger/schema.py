@@ -423,4 +423,15 @@ MIGRATIONS: tuple[str, ...] = (
         known_at TEXT NOT NULL
     );
     """,
+    # 18: the MCV images of a bake (`bake --format mcv`), one per cache MCV has a layout for:
+    # each goes with the bake it was made with (teardown --images, apply), recorded when it went.
+    """
+    CREATE TABLE mcv_images (
+        image_id TEXT PRIMARY KEY,
+        bake_image_id TEXT NOT NULL,
+        cache_name TEXT NOT NULL,
+        tag TEXT NOT NULL,
+        removed_at TEXT
+    );
+    """,
 )
