@@ -19,7 +19,7 @@ from lifecycle.commands.teardown import connect_services
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_caches, not_reusable
-from lifecycle.ledger.builds import all_bakes
+from lifecycle.ledger.builds import all_bakes, mcv_images
 from lifecycle.ledger.nights import events, newest_night, production_left_down
 from lifecycle.night.settle import PROPOSED
 from lifecycle.policy.model import read_policy
@@ -44,6 +44,8 @@ class NewestBake:
     tag: str
     baked_at: str
     on_dockerd: bool | None  # None: dockerd was not asked (it did not answer)
+    # Its MCV images (bake --format mcv): cache, tag, image_id, removed_at, on_dockerd each.
+    mcv: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,12 @@ class StatusReport(Report):
                 f"bake {bake.manifest} {bake.profile}: {bake.tag} ({bake.image_id[:19]}),"
                 f" baked {bake.baked_at}{where}"
             )
+            for mcv in bake.mcv:
+                gone = f"; removed {mcv['removed_at']}" if mcv["removed_at"] else ""
+                gone = gone or ("; no longer on dockerd" if mcv["on_dockerd"] is False else "")
+                lines.append(
+                    f"  mcv image of {mcv['cache']}: {mcv['tag']} ({mcv['image_id'][:19]}){gone}"
+                )
         if self.policy is not None:
             done = ", ".join(f"{n} {what}" for what, n in self.policy.items() if n)
             if self.policy_problem:  # what dockerd or S3 guards was kept, not found in order
@@ -131,17 +139,21 @@ def run(ctx: Context, options: verbs.Status) -> StatusReport:
         except LifecycleError as exc:
             problem = str(exc)
         newest = {(b.manifest_name, b.profile): b for b in all_bakes(ledger)}  # oldest first
+
+        def on_dockerd(image_id: str) -> bool | None:
+            return None if images is None else image_id in images
+
         bakes = [
             NewestBake(
-                b.manifest_name,
-                b.profile,
-                b.image_id,
-                b.tag,
-                b.baked_at,
-                on_dockerd=None if images is None else b.image_id in images,
+                b.manifest_name, b.profile, b.image_id, b.tag, b.baked_at, on_dockerd(b.image_id),
+                [
+                    {"cache": m.cache_name, "tag": m.tag, "image_id": m.image_id,
+                     "removed_at": m.removed_at, "on_dockerd": on_dockerd(m.image_id)}
+                    for m in mcv_images(ledger, b.image_id)
+                ],
             )
             for _, b in sorted(newest.items())
-        ]
+        ]  # fmt: skip
         down = production_left_down(ledger)
         production = f"down since {down[-1].at} (night {down[-1].night_id})" if down else "up"
         night = newest_night(ledger)

@@ -94,11 +94,13 @@ def plan_images(
     removed_containers: Collection[str] = (),
     keeps: Mapping[str, str] = MappingProxyType({}),
     baked_from: Mapping[str, str] = MappingProxyType({}),
+    mcv_of: Mapping[str, str] = MappingProxyType({}),
 ) -> list[ImageDecision]:
     """Engine images (of `manifest` if given): removed when this home built them (`built_here`,
     the ledger's build image ids) and no remaining cache or container refers to them, nor a
     policy keeps them (`keeps`: image id -> why). A bake (`baked_from`: its image id -> the
-    engine image's) stays while its engine image does, and goes before it (a child first).
+    engine image's) stays while its engine image does, and goes before it (a child first); its
+    MCV images (`mcv_of`: image id -> the bake's) stay and go with it.
     `listed`: every container (they hold their images); `removed_containers`, the ids of those
     that go before the images do.
 
@@ -110,10 +112,12 @@ def plan_images(
             users.setdefault(container.attrs.get("ImageID", ""), []).append(
                 f"{container_name(container)} ({container.attrs.get('State')})"
             )
-    decisions = []
+    decisions: dict[str, ImageDecision] = {}
     # dockerd's list as it gives it: the SDK's images.list inspects each image it lists, a
-    # request apiece (180 images on a shared CI host: 0.8 s of a 2 s plan).
-    for image in client.api.images(filters={"label": DIGEST_LABEL}):
+    # request apiece (180 images on a shared CI host: 0.8 s of a 2 s plan). MCV images last:
+    # each is decided as its bake was.
+    listed_images = client.api.images(filters={"label": DIGEST_LABEL})
+    for image in sorted(listed_images, key=lambda image: image["Id"] in mcv_of):
         image_id, labels = image["Id"], image.get("Labels") or {}
         tags = tuple(tag for tag in image.get("RepoTags") or () if tag != "<none>:<none>")
         name = labels.get(NAME_LABEL, "?")
@@ -130,12 +134,25 @@ def plan_images(
             held = users[image_id]
             many = f"{count_of(len(held), 'container')}: " if len(held) > 1 else "container "
             removes, why = False, f"used by {many}{some_of(held)}"
+        elif image_id in mcv_of:
+            removes, why = _with_its_bake(decisions.get(mcv_of[image_id]))
         elif (engine := baked_from.get(image_id, "")) in kept_image_ids or engine in keeps:
             removes, why = False, f"baked from engine image {engine[:19]}, which stays"
         else:
             removes, why = True, "no remaining cache refers to it"
-        decisions.append(ImageDecision(image_id, tags, name, removes, why))
-    return sorted(decisions, key=lambda d: (d.manifest_name, d.id not in baked_from, d.tags, d.id))
+        decisions[image_id] = ImageDecision(image_id, tags, name, removes, why)
+    children = baked_from.keys() | mcv_of.keys()
+    return sorted(
+        decisions.values(), key=lambda d: (d.manifest_name, d.id not in children, d.tags, d.id)
+    )
+
+
+def _with_its_bake(bake: ImageDecision | None) -> tuple[bool, str]:
+    """Whether an MCV image goes, and why: as the bake it was made with (gone: it goes)."""
+    if bake is None:
+        return True, "an MCV image of a bake no longer on dockerd"
+    named, fate = bake.tags[0] if bake.tags else bake.id[:19], "goes" if bake.removes else "stays"
+    return bake.removes, f"an MCV image of bake {named}, which {fate}"
 
 
 def remove_image(client: Any, image: ImageDecision) -> str | None:

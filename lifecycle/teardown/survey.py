@@ -35,7 +35,7 @@ from lifecycle.ledger.boots import (
     tainted_files,
     used_pairs,
 )
-from lifecycle.ledger.builds import all_bakes, all_builds
+from lifecycle.ledger.builds import all_bakes, all_builds, mcv_images
 from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import (
     ResultArchiveRecord,
@@ -275,17 +275,21 @@ def images_going(
     request: TeardownRequest,
     containers: Sequence[BootContainer],
 ) -> list[ImageDecision]:
-    """With --images: engine images (of --manifest, if given) and whether each goes."""
+    """With --images: engine images, bakes and their MCV images (of --manifest, if given) and
+    whether each goes."""
     baked_from = {bake.image_id: bake.engine_image_id for bake in all_bakes(ledger)}
+    mcv_of = {mcv.image_id: mcv.bake_image_id for mcv in mcv_images(ledger)}
+    built = {b.image_id for b in all_builds(ledger) if b.image_id}
     return plan_images(
         docker,
         listed,
-        built_here={b.image_id for b in all_builds(ledger) if b.image_id} | baked_from.keys(),
+        built_here=built | baked_from.keys() | mcv_of.keys(),
         kept_image_ids=kept,
         manifest=request.selection.manifest,
         removed_containers={c.id for c in containers},
         keeps=request.image_keeps,
         baked_from=baked_from,
+        mcv_of=mcv_of,
     )
 
 
