@@ -12,8 +12,12 @@ from typing import Any
 
 import pytest
 
-from tests.archive_support import keys
-from tests.test_gc import POLICY, _json, _nights
+from lifecycle.archive.layout import blob_key
+from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.record import record_removal
+from lifecycle.archive.store import BlobStore
+from tests.archive_support import keys, read_json
+from tests.test_gc import POLICY, _grow_and_boot, _json, _nights
 from tests.trust_support import PREFIX, cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
@@ -118,3 +122,81 @@ def test_teardown_keeps_a_cache_whose_evidence_a_gc_collected_and_says_so_not_mi
     assert lost.exit_code == 1, lost.output
     assert f"result {kept}: {swept.url}/results/{kept}/" in lost.stdout
     assert ".json: missing" in lost.stdout
+
+
+EVERY = ("--older-than", "0s", "--grace", "0s")  # no version kept: every one of them goes
+
+
+def test_audit_cache_from_the_archive_says_each_version_a_gc_collected_and_a_loss_missing(
+    archive_project: Path, s3_bucket: str, s3_client: Any, tmp_path: Path
+) -> None:
+    [(booted, _)] = _nights(archive_project, 1)
+    host_b = {"LIFECYCLE_HOME": str(tmp_path / "host-b")}
+    run_id = _json(archive_project, "gc", "--remote", *EVERY, "--yes", env=host_b)["result"][
+        "run_id"
+    ]
+    url, cache_id = f"s3://{s3_bucket}/{PREFIX}", booted["caches"][0]["cache_id"]
+    text = cli(archive_project, "audit", "cache", cache_id, "--from", url)
+    assert text.exit_code == 0, text.output  # as verify and audit result --from say of it
+    [title, *lines] = text.stdout.splitlines()
+    assert title == f"# audit of cache {cache_id}, from {url}" and lines, text.stdout
+    for line in lines:
+        assert line.startswith(f"cache {cache_id}: {url}/caches/{cache_id}/versions/"), line
+        assert f": collected by gc {run_id} on {socket.gethostname()} at " in line, line
+        assert f"({' '.join(EVERY)}: a version the policy did not keep" in line, line
+    report = _json(archive_project, "audit", "cache", cache_id, "--from", url)
+    assert (report["format"], report["kind"]) == ("lifecycle-audit-collected/1", "cache")
+    assert len(report["collected"]) == len(lines)
+
+    # A later night archives a new version and a result on it; that version is then lost by
+    # hand: every version is gone again, but one a result there stands on was no gc's to take.
+    _grow_and_boot(archive_project, "n1")
+    _lose(s3_client, s3_bucket, f"caches/{cache_id}/versions/")
+    lost = cli(archive_project, "audit", "cache", cache_id, "--from", url)
+    assert lost.exit_code == 1 and "missing" in lost.stderr, lost.output
+    assert "collected" not in lost.output
+
+
+def _store(s3_client: Any, s3_bucket: str) -> BlobStore:
+    return BlobStore(s3_client, ArchiveLocation(s3_bucket, PREFIX))
+
+
+def test_a_gc_record_that_lies_never_makes_a_loss_behind_a_record_still_there_collected(
+    archive_project: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    [(_, result)] = _nights(archive_project, 1)
+    url, store = f"s3://{s3_bucket}/{PREFIX}", _store(s3_client, s3_bucket)
+    [result_key] = keys(s3_client, s3_bucket, f"{PREFIX}/results/{result['id']}/")
+    named = read_json(s3_client, s3_bucket, result_key)
+    boot = named["boot"]["key"]  # the records the result's record names, there still
+    [one, other, *_] = [ref for ref in named["caches"] if ref["record"]]
+    version = one["record"]["key"]
+    fingerprint = read_json(s3_client, s3_bucket, f"{PREFIX}/{other['record']['key']}")
+    blob = blob_key(fingerprint["fingerprint"]["sha256"])  # named by the other version
+    # A gc record written as gc writes one, well named, that says it removed all three. No gc
+    # did (each is named by a record there, which a gc removes first); they are lost by hand.
+    lie = {kind: f"{kind}: said by a record no gc wrote" for kind in ("boot", "version", "blob")}
+    run_id = "g-20260101T000000-abcdef"
+    record_removal(store, run_id, "--older-than 0s", [boot, version, blob], lie, "2026-01-01")
+    for key in (boot, version, blob):
+        s3_client.delete_object(Bucket=s3_bucket, Key=f"{PREFIX}/{key}")
+
+    for source in ((), ("--from", url)):
+        checked = cli(archive_project, "verify", result["id"], *source, "--json")
+        assert checked.exit_code == 1, checked.output
+        problems = json.loads(checked.stdout)["problems"]
+        for key in (boot, version, blob):
+            assert any(key in p and "missing" in p for p in problems), (key, problems)
+        assert run_id not in checked.stdout
+    cache_id, tree = one["cache_id"], one["tree_digest"]
+    for target in (cache_id, f"{cache_id}@{tree[:12]}"):  # no version of it is there now
+        checked = cli(archive_project, "verify", target, "--from", url)
+        assert checked.exit_code == 1 and f"missing: result {result['id']} there" in (
+            checked.stdout
+        ), checked.output
+        assert run_id not in checked.output
+    audited = cli(archive_project, "audit", "cache", cache_id, "--from", url)
+    assert audited.exit_code == 1 and f"{version}: missing: result " in audited.stderr
+    restored = cli(archive_project, "restore", f"{cache_id}@{tree[:12]}")
+    assert restored.exit_code == 1 and "no version" in restored.stderr, restored.output
+    assert run_id not in audited.output + restored.output

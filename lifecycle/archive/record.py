@@ -21,10 +21,14 @@ from pydantic import BaseModel
 
 from lifecycle import __version__
 from lifecycle.archive.layout import (
+    CACHE_KINDS,
     Key,
     Records,
     blob_key,
+    cache_prefix,
     legacy_cache_key,
+    legacy_marker_prefix,
+    legacy_result_key,
     pack_key,
     parse_key,
     record_key,
@@ -381,9 +385,17 @@ class GcRecords:
     def __init__(self) -> None:
         self.read: dict[str, dict[str, Removal]] = {}  # location -> key (relative) -> …
 
-    def removal(self, store: BlobStore, relative: str) -> Removal | None:
-        """What a gc's record says of a key it removed at this location; None if it says nothing."""
-        return self.removed(store).get(relative)
+    def removal(
+        self, store: BlobStore, relative: str, named_by: str | None = None
+    ) -> Removal | None:
+        """What a gc's record says of a key it removed at this location; None if it says
+        nothing, or if `named_by`, a record that names the key, is there now: a gc removes a
+        record before what it names, so what a record still there names was lost, whatever a
+        gc's record says of it (one may lie, as one written by hand)."""
+        removal = self.removed(store).get(relative)
+        if removal is None or named_by is None:
+            return removal
+        return removal if store.head(store.key(named_by), checksum=False) is None else None
 
     def removed(self, store: BlobStore) -> dict[str, Removal]:
         """Every key gc's records at this location say a gc removed (relative) -> what they say."""
@@ -403,6 +415,27 @@ class GcRecords:
         removed = self.removed(store)
         keys = [parsed for key in sorted(removed) if (parsed := parse_key(key)) is not None]
         return {key: removed[key.key] for key in keys if key.id == target and key.kind in kinds}
+
+
+def stood_on(store: BlobStore, cache_id: str) -> dict[str, str]:
+    """The key of each record of the cache's versions that a result there (by its markers)
+    names -> that result: a gc keeps what every result it keeps names, so one of these gone
+    was lost, whatever a gc's record says of it (one may lie, as one written by hand)."""
+    ids = {
+        item.key.rpartition("/")[2]
+        for prefix in (cache_prefix(cache_id, "results/"), legacy_marker_prefix(cache_id))
+        for item in store.list(prefix)
+    }
+    found: dict[str, str] = {}
+    for result_id in sorted(ids):
+        current, _ = readable(store, ResultRecordV2, records_of("results", result_id), "result")
+        legacy, _ = readable(store, ResultRecordV1, legacy_result_key(result_id), "legacy-result")
+        documents: list[Record] = [*current.values(), *legacy.values()]
+        for key in sorted({key for document in documents for key in names_of(document)}):
+            parsed = parse_key(key)
+            if parsed is not None and parsed.kind in CACHE_KINDS and parsed.id == cache_id:
+                found.setdefault(key, result_id)
+    return found
 
 
 # A sweep deletes only within GC_DELETES_FOR of writing its intent (lifecycle.gc): an intent the

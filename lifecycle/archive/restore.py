@@ -27,6 +27,7 @@ from lifecycle.archive.record import (
     placements,
     read_as,
     read_legacy_cache,
+    stood_on,
 )
 from lifecycle.archive.store import (
     RECORD_MAX,
@@ -326,7 +327,8 @@ def pick_version(
         what = f"version {tree} of cache {cache_id}" if tree else f"cache {cache_id}"
         # Gone by a gc's rule, not lost: said as verify says it, from gc's own records.
         gone = GcRecords().of(store, cache_id, CACHE_KINDS)
-        removal = next((removal for key, removal in gone.items() if wanted(key)), None)
+        stood = stood_on(store, cache_id)  # a version a result there names was lost
+        removal = next((r for key, r in gone.items() if wanted(key) and key.key not in stood), None)
         if removal is not None:
             raise ArchiveError(f"nothing to restore: {what} was {removal.describe()}")
         raise ArchiveError(f"no {what} archived at {store.location.url()}")

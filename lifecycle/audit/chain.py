@@ -79,7 +79,7 @@ class Collected:
     removed them by rule: the chain ends there (what `verify` calls collected)."""
 
     target: str
-    kind: str  # result
+    kind: str  # result | cache
     records: dict[str, str]  # s3:// URL of each record -> `collected by gc g-… on HOST …`
 
 

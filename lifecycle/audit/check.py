@@ -19,7 +19,7 @@ from lifecycle.archive.layout import (
     records_of,
 )
 from lifecycle.archive.objects import Listing
-from lifecycle.archive.record import read_as
+from lifecycle.archive.record import read_as, stood_on
 from lifecycle.archive.restore import check_cache_id, check_tree
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.audit.verify import (
@@ -272,10 +272,18 @@ def _collected(
 ) -> dict[Key, Finding]:
     """The records of `target` of these kinds that gc's records say a gc removed, each as
     collected: what the ledger's view says of them too. Read from gc's own records (listed and
-    read once per location), not from a listing of the whole archive."""
-    return {
+    read once per location), not from a listing of the whole archive. None is there: one a
+    result there stands on is missing, whatever they say (`stood_on`)."""
+    stood = stood_on(store, target) if kinds & CACHE_KINDS else {}
+    lost = {
+        key: Finding(store.where(key.key), f"missing: result {stood[key.key]} there stands on it")
+        for key in map(parse_key, stood)
+        if key is not None and key.kind in kinds
+    }
+    return lost | {
         key: Finding(store.where(key.key), None, removal.describe(), "collected")
         for key, removal in checker.gc.of(store, target, kinds).items()
+        if key.key not in stood
     }
 
 

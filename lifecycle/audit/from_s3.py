@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from lifecycle.archive.layout import (
+    CACHE_KINDS,
     RESULT_KINDS,
     cache_prefix,
     check_id,
@@ -25,6 +26,7 @@ from lifecycle.archive.record import (
     pushed_images,
     read_legacy_cache,
     readable,
+    stood_on,
 )
 from lifecycle.archive.restore import check_cache_id
 from lifecycle.archive.store import ArchiveError, BlobStore
@@ -103,17 +105,20 @@ def _result_facts(store: BlobStore, document: ResultRecordV1 | ResultRecordV2) -
     return replace(facts, provenance=provenance, left_out=unread_lines(unread))
 
 
-def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
+def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts | Collected:
     """A cache, its versions, the boots that used it and the results standing on it; a
     version's or a boot's record that cannot be read is left out and named (`unreadable`), as
-    every read of the archive does: one damaged record does not hide the rest."""
+    every read of the archive does: one damaged record does not hide the rest. A cache none
+    of whose versions the archive holds, as gc's records say a gc removed them by rule, is
+    collected."""
     check_cache_id(cache_id)  # it becomes part of a key: checked before any request, as restore
     versions, unread = _versions(store, cache_id)
     if not versions and unread:
         named = "; ".join(f"{url}: {why}" for url, why in unread.items())
         raise ArchiveError(f"cache {cache_id}: no version of it can be read: {named}")
     if not versions:
-        return _legacy_cache_facts(store, cache_id)
+        legacy = read_legacy_cache(store, cache_id)
+        return _legacy_cache_facts(store, legacy) if legacy else _collected_cache(store, cache_id)
     boots = []
     index = cache_prefix(cache_id, "boots/")
     for boot_id in sorted(item.key[len(index) :] for item in store.list(index)):
@@ -127,6 +132,19 @@ def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
     return CacheAuditFacts(
         newest.cache, None, archives[-1], boots, _results(store, cache_id), archives, unread
     )
+
+
+def _collected_cache(store: BlobStore, cache_id: str) -> Collected:
+    """Each version of a cache the archive no longer holds that gc's records say a gc removed;
+    missing when they name none, or when a result there stands on one (`stood_on`)."""
+    if stood := stood_on(store, cache_id):
+        key, result_id = min(stood.items())
+        raise ArchiveError(f"{store.where(key)}: missing: result {result_id} there stands on it")
+    gone = GcRecords().of(store, cache_id, CACHE_KINDS)
+    if not gone:
+        raise _no_cache(store, cache_id)
+    records = {store.where(key.key): removal.describe() for key, removal in gone.items()}
+    return Collected(cache_id, "cache", records)
 
 
 def version_facts(
@@ -177,9 +195,13 @@ def _legacy_cache(store: BlobStore, cache_id: str) -> tuple[str, CacheRecordV1]:
     """(sha256 of its bytes, record) of the cache's one record; missing is an error here."""
     found = read_legacy_cache(store, cache_id)
     if found is None:
-        where = store.where(legacy_cache_key(cache_id))
-        raise ArchiveError(f"{where}: missing: no cache {cache_id!r} archived there")
+        raise _no_cache(store, cache_id)
     return found[1], found[2]
+
+
+def _no_cache(store: BlobStore, cache_id: str) -> ArchiveError:
+    where = store.where(legacy_cache_key(cache_id))
+    return ArchiveError(f"{where}: missing: no cache {cache_id!r} archived there")
 
 
 def _legacy_result_facts(store: BlobStore, document: ResultRecordV1) -> ChainFacts:
@@ -216,8 +238,9 @@ def _chain(
     )
 
 
-def _legacy_cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts:
-    sha, record = _legacy_cache(store, cache_id)
+def _legacy_cache_facts(store: BlobStore, found: tuple[str, str, CacheRecordV1]) -> CacheAuditFacts:
+    _, sha, record = found
+    cache_id = record.cache_id
     boots = [(entry.boot, entry.use) for entry in record.boots]
     archive = version_facts(store, legacy_cache_key(cache_id), sha, record)
     return CacheAuditFacts(record.cache, None, archive, boots, _results(store, cache_id), [archive])

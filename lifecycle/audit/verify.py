@@ -20,6 +20,7 @@ from lifecycle.archive.record import (
     GcRecords,
     blob_roles,
     load_by_key,
+    names_of,
     record_blobs,
     record_packs,
 )
@@ -156,6 +157,7 @@ def result_record(
             BlobClaim(b.sha256, b.size, _result_role(document, b.sha256)) for b in document.blobs
         ]
         problems = checker.check(store, claims)
+        checker.named_by(store, relative, document)
     except S3Unavailable:  # the environment, not the archive: exit 3
         raise
     except ArchiveError as exc:  # unreadable, altered, or the server did not answer
@@ -198,11 +200,11 @@ def _read(
 ) -> bytes | None:
     """A record's bytes, noting in `findings` what differs from the sha256 recorded for it;
     None (and a finding) when it is not there: collected, when a gc's record says it removed
-    it, else missing."""
+    it and no record read here that names it is there still, else missing."""
     url = store.where(relative)
     body = store.read(relative)
     if body is None:
-        removal = checker.gc.removal(store, relative)
+        removal = checker.gc.removal(store, relative, checker.named.get(url))
         if removal is not None:
             findings.append(Finding(url, None, removal.describe(), "collected"))
         else:
@@ -287,6 +289,15 @@ class BlobChecker:
     workers: int = 8
     seen: dict[tuple[str, str], tuple[str, str] | None] = field(default_factory=dict)
     gc: GcRecords = field(default_factory=GcRecords)
+    # s3:// URL of a record -> the key of a result's record read here that names it: one gone
+    # that such a record still names was lost, not collected (GcRecords.removal).
+    named: dict[str, str] = field(default_factory=dict)
+
+    def named_by(
+        self, store: BlobStore, relative: str, document: ResultRecordV1 | ResultRecordV2
+    ) -> None:
+        """Remember the records a result's record read here names."""
+        self.named |= {store.where(key): relative for key in names_of(document)}
 
     def check(self, store: BlobStore, claims: Sequence[BlobClaim]) -> list[tuple[str, str]]:
         """(object, what differs) for each claimed blob not on the server with those bytes."""

@@ -172,11 +172,14 @@ def result(ctx: Context, request: verbs.AuditResult) -> ChainReport | CollectedR
     return ChainReport(chain, read.where, provenance)
 
 
-def cache(ctx: Context, request: verbs.AuditCache) -> CacheAuditReport:
-    """A cache, its boots and its results."""
+def cache(ctx: Context, request: verbs.AuditCache) -> CacheAuditReport | CollectedReport:
+    """A cache, its boots and its results; one none of whose versions the archive holds as a
+    gc collected them: which gc, and nothing more."""
     cache_id, source = request.cache_id, request.source
     with reading(ctx, source) as read:
         facts = read.facts(from_s3.cache_facts, from_ledger.cache_facts, cache_id)
+    if isinstance(facts, Collected):
+        return CollectedReport(facts, read.where)
     return CacheAuditReport(build_cache_audit(facts), read.where)
 
 
