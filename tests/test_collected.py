@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,11 @@ import pytest
 
 from lifecycle.archive.layout import blob_key
 from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.record import record_removal
+from lifecycle.archive.record import GcRecords, record_removal
 from lifecycle.archive.store import BlobStore
+from lifecycle.archive.verify import fetch_verified
+from lifecycle.audit.verify import BlobChecker, archived_record
+from lifecycle.ledger.archives import ArchiveRecord
 from tests.archive_support import keys, read_json
 from tests.test_gc import POLICY, _grow_and_boot, _json, _nights
 from tests.trust_support import PREFIX, cli
@@ -200,3 +204,73 @@ def test_a_gc_record_that_lies_never_makes_a_loss_behind_a_record_still_there_co
     restored = cli(archive_project, "restore", f"{cache_id}@{tree[:12]}")
     assert restored.exit_code == 1 and "no version" in restored.stderr, restored.output
     assert run_id not in audited.output + restored.output
+
+
+class _SweptMeanwhile(BlobChecker):
+    """A verify that has read a record, and host B's gc sweeps before it checks the blobs."""
+
+    def __init__(self, sweep: Callable[[], None]) -> None:
+        super().__init__()
+        self.sweep = sweep
+
+    def check(self, store: BlobStore, claims: Any) -> Any:
+        self.sweep()
+        return super().check(store, claims)
+
+
+class _SweepsBeforeBlobs(BlobStore):
+    """A teardown's check that has read a record, and host B's gc sweeps before the blobs."""
+
+    sweep: Callable[[], None]
+
+    def check_blobs(self, blobs: Any, workers: int) -> Any:
+        self.sweep()
+        return super().check_blobs(blobs, workers)
+
+
+def _sweep_once(project: Path, tmp_path: Path) -> tuple[Callable[[], None], list[str]]:
+    """Host B's gc, every version going, run at the first call; the run's id, once it ran."""
+    host_b = {"LIFECYCLE_HOME": str(tmp_path / "host-b")}
+    swept: list[str] = []
+
+    def sweep() -> None:
+        if not swept:
+            done = _json(project, "gc", "--remote", *EVERY, "--yes", env=host_b)
+            swept.append(done["result"]["run_id"])
+
+    return sweep, swept
+
+
+def test_a_blob_a_gc_removed_with_the_record_verify_had_just_read_is_collected_not_missing(
+    archive_project: Path, s3_bucket: str, s3_client: Any, tmp_path: Path
+) -> None:
+    [(booted, _)] = _nights(archive_project, 1)
+    cache_id = booted["caches"][0]["cache_id"]
+    [version] = keys(s3_client, s3_bucket, f"{PREFIX}/caches/{cache_id}/versions/")
+    sweep, swept = _sweep_once(archive_project, tmp_path)
+    store = _store(s3_client, s3_bucket)
+    relative = store.relative(version)
+    found = archived_record(store, relative, None, _SweptMeanwhile(sweep))
+    assert swept and not keys(s3_client, s3_bucket, version), "the record went meanwhile"
+    assert [f.problem for f in found if f.problem] == [], found
+    [collected] = found
+    assert (collected.subject, collected.status) == (store.where(relative), "collected")
+    assert collected.note is not None and collected.note.startswith(f"collected by gc {swept[0]} ")
+
+
+def test_teardowns_check_of_a_record_swept_with_its_blobs_meanwhile_says_collected(
+    archive_project: Path, s3_bucket: str, s3_client: Any, tmp_path: Path
+) -> None:
+    [(booted, _)] = _nights(archive_project, 1)
+    use = booted["caches"][0]
+    [version] = keys(s3_client, s3_bucket, f"{PREFIX}/caches/{use['cache_id']}/versions/")
+    store = _SweepsBeforeBlobs(s3_client, ArchiveLocation(s3_bucket, PREFIX))
+    store.sweep, swept = _sweep_once(archive_project, tmp_path)
+    sha = version.rsplit(".", 2)[1]  # its key names the sha256 of its bytes
+    url = f"s3://{s3_bucket}/{PREFIX}"
+    archive = ArchiveRecord(use["cache_id"], url, version, sha, True, 0, 0, "", None)
+    checked = fetch_verified(store, archive, gc=GcRecords())
+    assert swept and not keys(s3_client, s3_bucket, version), "the record went meanwhile"
+    assert checked.problems == (), checked.problems
+    [collected] = checked.collected
+    assert collected.startswith(f"s3://{s3_bucket}/{version}: collected by gc {swept[0]} ")

@@ -397,6 +397,14 @@ class GcRecords:
             return removal
         return removal if store.head(store.key(named_by), checksum=False) is None else None
 
+    def swept_since(self, store: BlobStore, relative: str) -> Removal | None:
+        """A record read a moment ago, some object it names now gone: what gc's records say of
+        the record once it is gone too (a sweep removed it, then what only it named); None
+        while it is there, as what it names was then lost."""
+        if store.head(store.key(relative), checksum=False) is not None:
+            return None
+        return self.removal(store, relative)
+
     def removed(self, store: BlobStore) -> dict[str, Removal]:
         """Every key gc's records at this location say a gc removed (relative) -> what they say."""
         url = store.location.url()

@@ -391,7 +391,11 @@ def fetch_verified(
     collected: list[str] = []
 
     def problems_of(found: Inspected) -> list[str]:
-        removal = gc.removal(store, found.relative) if gc is not None and found.gone else None
+        removal = None
+        if gc is not None and found.gone:
+            removal = gc.removal(store, found.relative)
+        elif gc is not None and (found.blobs or found.packs):  # swept with them since it was read?
+            removal = gc.swept_since(store, found.relative)
         if removal is None:
             return found.lines()
         collected.append(f"{store.where(found.relative)}: {removal.describe()}")

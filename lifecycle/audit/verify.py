@@ -111,6 +111,8 @@ def archived_record(
             for sha, size in record_packs(record).items()
         ]
         problems = checker.check(store, claims)
+        if swept := checker.swept(store, relative, problems):
+            return [swept]
     except S3Unavailable:  # the environment, not the archive: exit 3
         raise
     except ArchiveError as exc:  # unreadable, not a record, or the server did not answer
@@ -157,6 +159,8 @@ def result_record(
             BlobClaim(b.sha256, b.size, _result_role(document, b.sha256)) for b in document.blobs
         ]
         problems = checker.check(store, claims)
+        if swept := checker.swept(store, relative, problems):
+            return [swept]
         checker.named_by(store, relative, document)
     except S3Unavailable:  # the environment, not the archive: exit 3
         raise
@@ -298,6 +302,19 @@ class BlobChecker:
     ) -> None:
         """Remember the records a result's record read here names."""
         self.named |= {store.where(key): relative for key in names_of(document)}
+
+    def swept(
+        self, store: BlobStore, relative: str, problems: Sequence[tuple[str, str]]
+    ) -> Finding | None:
+        """A record read a moment ago some of whose blobs are missing now: collected, when it
+        is gone too and gc's records say a gc removed it (its sweep ran meanwhile); else None,
+        and its blobs are missing, whatever a gc's record says of them."""
+        if not any(problem == "missing" for _, problem in problems):
+            return None
+        removal = self.gc.swept_since(store, relative)
+        if removal is None:
+            return None
+        return Finding(store.where(relative), None, removal.describe(), "collected")
 
     def check(self, store: BlobStore, claims: Sequence[BlobClaim]) -> list[tuple[str, str]]:
         """(object, what differs) for each claimed blob not on the server with those bytes."""
