@@ -63,11 +63,24 @@ class _Group(click.Group):
             click.echo(f"lifecycle: {exc or 'interrupted'}; what was done is recorded", err=True)
             ctx.exit(getattr(exc, "exit_code", 130))
         except Exception as exc:  # the last resort: a bug, told in one line and a file
+            if isinstance(exc, OSError) and not ctx.params.get("debug"):
+                _if_disk_full(ctx, exc)
             if ctx.params.get("debug"):
                 _print_traceback()
                 ctx.exit(EXIT_INTERNAL)
             _unexpected(exc, (ctx.obj or {}).get("home"))
             ctx.exit(EXIT_INTERNAL)
+
+
+def _if_disk_full(ctx: click.Context, exc: OSError) -> None:
+    """A write no code before here expected to find the disk full: the host's state, not a bug
+    (and a traceback file would not fit): one line, exit 3."""
+    from lifecycle.errors import DiskFull, no_room
+
+    if no_room(exc):
+        full = DiskFull(exc.filename or "a file system this command writes to")
+        _stderr(str(full))
+        ctx.exit(full.exit_code)
 
 
 def _print_traceback() -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
@@ -59,6 +60,32 @@ class EnvironmentFailure(LifecycleError):
     """Something the tool needs is not there or does not answer in time (exit 3)."""
 
     exit_code = EXIT_ENVIRONMENT
+
+
+# The errnos of a write that found no room: the file system is full, or the user's quota is.
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+
+
+def no_room(exc: OSError) -> bool:
+    """Whether `exc` is a write that found its file system (or the user's quota) full."""
+    return exc.errno in _NO_ROOM
+
+
+class DiskFull(EnvironmentFailure):
+    """A write found no room where it writes (ENOSPC, EDQUOT; SQLite's SQLITE_FULL): exit 3,
+    not a bug. What was half written is gone or set aside for the next run: once space is
+    freed, running the command again completes it."""
+
+    def __init__(self, path: Path | str, context: str = "") -> None:
+        self.path, self.context = path, context
+        where = f"{context}: {path}" if context else str(path)
+        super().__init__(
+            f"{where}: no space left on device (the disk is full); free space and run it again"
+        )
+
+    def within(self, context: str) -> DiskFull:
+        """The same error with its context first (what was being done when the disk filled)."""
+        return DiskFull(self.path, f"{context}: {self.context}" if self.context else context)
 
 
 class Problem(NamedTuple):

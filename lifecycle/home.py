@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from lifecycle.errors import EnvironmentFailure, LifecycleError
+from lifecycle.errors import DiskFull, EnvironmentFailure, LifecycleError, no_room
 
 
 class HomeUnusable(EnvironmentFailure):
@@ -144,15 +144,26 @@ def check_writable(home: Path) -> None:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write a file whole or not at all: a temp file beside it, synced, renamed over it. A
-    crash leaves the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    crash leaves the old file or the new one, never half of one; a full disk, neither temp
+    file nor a traceback: DiskFull, naming the file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        if no_room(exc):
+            raise DiskFull(path) from exc
+        raise
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
         Path(temp).replace(path)
+    except OSError as exc:
+        Path(temp).unlink(missing_ok=True)
+        if no_room(exc):
+            raise DiskFull(path) from exc
+        raise
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise

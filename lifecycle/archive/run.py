@@ -33,7 +33,7 @@ from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, os_problem
 from lifecycle.archive.transfer import Progress, Sent, upload_all
 from lifecycle.archive.verify import Relied
 from lifecycle.boot.caches import damage
-from lifecycle.errors import LifecycleError, did_you_mean
+from lifecycle.errors import DiskFull, LifecycleError, did_you_mean
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.home import Home
 from lifecycle.leases import lease_held
@@ -202,7 +202,7 @@ def _archive(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) 
         # checked by `verify` (every version of the tree) and named by a result recorded later
         # (the first version of a tree): the one just verified takes its place.
         forget_versions(ledger, planned.relied.superseded)
-    except ArchiveError as exc:
+    except (ArchiveError, DiskFull) as exc:
         raise exc.within(f"archive of {cache.id} to {url} failed") from exc
     except OSError as exc:  # reading the cache or the evidence
         raise ArchiveError(f"archive of {cache.id} to {url} failed: {os_problem(exc)}") from exc

@@ -15,6 +15,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from lifecycle.errors import DiskFull
 from lifecycle.home import (
     Home,
     HomeUnusable,
@@ -79,6 +80,9 @@ def from_row(cls: type[Record], row: sqlite3.Row) -> Record:
 
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+# SQLite's codes for a full disk: a page that would not fit, or the WAL's shared-memory file
+# that could not grow when it was opened (SQLite documents that as most likely no space left).
+_NO_ROOM = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR_SHMSIZE)
 
 
 class Ledger:
@@ -114,7 +118,11 @@ class Ledger:
             ledger = cls(home, conn)
             ledger._migrate()
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        except (sqlite3.Error, OSError) as exc:
+        except sqlite3.Error as exc:
+            if exc.sqlite_errorcode in _NO_ROOM:
+                raise DiskFull(path) from None
+            raise HomeUnusable(f"the ledger {path} cannot be used: {exc}") from None
+        except OSError as exc:
             raise HomeUnusable(f"the ledger {path} cannot be used: {exc}") from None
         return ledger
 
@@ -131,10 +139,22 @@ class Ledger:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
+                self._conn.execute("COMMIT")  # a full disk can fail it: rolled back below
+            except sqlite3.OperationalError as exc:
+                self._rollback()
+                if exc.sqlite_errorcode in _NO_ROOM:
+                    # Nothing of the transaction was kept; the ledger is as it was before it.
+                    raise DiskFull(self._home.ledger_file) from exc
                 raise
-            self._conn.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+
+    def _rollback(self) -> None:
+        # SQLite may have rolled a failed transaction back itself (SQLITE_FULL can): then
+        # there is none to roll back, and ROLLBACK would raise over the error that matters.
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
 
     def query(self, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
         """Rows of a read-only query."""
