@@ -37,7 +37,7 @@ from lifecycle.archive.store import (
     os_problem,
 )
 from lifecycle.archive.transfer import download_files, fetch_region, regions
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import DiskFull, LifecycleError, no_room
 from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.home import Home
 from lifecycle.leases import try_lease
@@ -167,15 +167,16 @@ def _restore_held(
         restored = present or _rebuild(store, wanted, placements(document), target, workers, say)
     except (LifecycleError, OSError) as exc:
         raise _failed(exc, cache_id, location) from exc
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    name = f"restore-{now.replace(':', '')}.json"
-    kept = ledger.keep_evidence(f"scans/{cache_id}", name, restored.to_json().encode())
-    facts = Scanned(restored.tree_digest, restored.files, restored.bytes, str(kept), now)
-    record_scan(ledger, cache_id, facts, live=True, new_row=new_row)
-    if isinstance(document, CacheVersion):
-        _remember_version(ledger, store, relative, document)
-    else:
-        _remember_legacy(ledger, store, cache_id)
+    try:
+        _record_restored(ledger, store, cache_id, restored, new_row, relative, document)
+    except DiskFull as exc:
+        # The tree is whole and verified in place. Until the scan is recorded the ledger says
+        # what it said before (no boot takes a torn-down cache as warm); the next restore
+        # finds the tree there and records it.
+        raise exc.within(
+            f"restore of {cache_id} from {location.url()}: its files are in place at"
+            f" {target}, the ledger not brought up to date"
+        ) from exc
     return RestoreReport(
         cache_id=cache_id,
         location=location.url(),
@@ -190,6 +191,27 @@ def _restore_held(
         record=store.where(relative),
         unreadable=unread,
     )
+
+
+def _record_restored(
+    ledger: Ledger,
+    store: BlobStore,
+    cache_id: str,
+    restored: Fingerprint,
+    new_row: CacheRecord | None,
+    relative: str,
+    document: CacheVersion | CacheRecordV1,
+) -> None:
+    """The restored tree's scan, the cache live again, and the version it came from."""
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    name = f"restore-{now.replace(':', '')}.json"
+    kept = ledger.keep_evidence(f"scans/{cache_id}", name, restored.to_json().encode())
+    facts = Scanned(restored.tree_digest, restored.files, restored.bytes, str(kept), now)
+    record_scan(ledger, cache_id, facts, live=True, new_row=new_row)
+    if isinstance(document, CacheVersion):
+        _remember_version(ledger, store, relative, document)
+    else:
+        _remember_legacy(ledger, store, cache_id)
 
 
 def restore_beside(
@@ -250,10 +272,10 @@ def _version_with_files(
 
 def _failed(
     exc: LifecycleError | OSError, cache_id: str, location: ArchiveLocation
-) -> ArchiveError:
+) -> ArchiveError | DiskFull:
     """A restore's failure in one line, of the error's family (so its exit code)."""
     failed = f"restore of {cache_id} from {location.url()} failed"
-    if isinstance(exc, ArchiveError):
+    if isinstance(exc, ArchiveError | DiskFull):
         return exc.within(failed)
     why = os_problem(exc) if isinstance(exc, OSError) else exc
     return ArchiveError(f"{failed}: {why}")
@@ -504,6 +526,11 @@ def _rebuild(
                 f" {wanted.tree_digest}"
             )
         temp.rename(target)  # atomic; fails rather than replace a dir that appeared meanwhile
+    except OSError as exc:
+        _remove(temp)  # nothing half restored stays: the space it took is free again
+        if no_room(exc):  # a write's error names no file: the dir it was filling is named
+            raise DiskFull(target) from exc
+        raise
     except BaseException:
         _remove(temp)
         raise
