@@ -38,7 +38,7 @@ from lifecycle.boot.spec import (
     pick_profile,
 )
 from lifecycle.boot.untracked import read_untracked
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import DiskFull, LifecycleError
 from lifecycle.evidence import collect_evidence
 from lifecycle.faults import Checkpoint
 from lifecycle.fingerprint import Fingerprint, scan
@@ -273,7 +273,6 @@ def _run(
     evidence_dir = home.boot_bundle(record.id)
     # The spec as recorded (secrets named, never valued): `why` compares two boots' env.
     spec_json = json.dumps(spec.describe(), indent=1, sort_keys=True).encode()
-    ledger.keep_evidence(f"boots/{record.id}", SPEC_JSON, spec_json)
     context = {
         "boot_id": record.id,
         "manifest": record.manifest_name,
@@ -285,6 +284,8 @@ def _run(
     progress = _Progress()
     container = None
     try:
+        # In the try: a full disk here is the boot's failure, its outcome recorded as any.
+        ledger.keep_evidence(f"boots/{record.id}", SPEC_JSON, spec_json)
         with hook_session(request.hooks, "boot", context) as session:
             progress.session = session
             session.fire("pre-boot", {})
@@ -386,8 +387,12 @@ def _finish(
     error that brought us here, so the boot row always reaches a final state.
     """
     log_text = redact("\n".join(progress.log) + "\n", secrets_by_name)
-    log_path = ledger.keep_evidence("boots", f"{record.id}.log", log_text.encode())
     problems = [progress.error] if progress.error else []
+    log_path: Path | None = None
+    try:
+        log_path = ledger.keep_evidence("boots", f"{record.id}.log", log_text.encode())
+    except (LifecycleError, OSError) as exc:  # a full disk: the outcome is recorded without it
+        problems.append(f"log not kept: {exc}")
     uses, scanned, tainted, scans = [], [], [], {}
     mounted = [m for m in plan.mounts if m.mode != BAKED]
     for mount, use in zip(mounted, plan.uses, strict=True):
@@ -446,7 +451,7 @@ def _finish(
         outcome="failed" if problems and progress.outcome() == "ok" else progress.outcome(),
         error=redact("; ".join(problems), secrets_by_name) if problems else None,
         container_id=progress.container_id,
-        log_path=str(log_path),
+        log_path=str(log_path) if log_path else None,
         evidence_path=str(evidence_dir),
     )
     runs = [
@@ -454,7 +459,13 @@ def _finish(
         for run in (progress.session.runs if progress.session else [])
     ]
     uses, in_layers = _baked_apart(uses, baked, plan, scans)
-    finish_boot(ledger, final, uses, scanned, runs, tainted, untracked, in_layers)
+    try:
+        finish_boot(ledger, final, uses, scanned, runs, tainted, untracked, in_layers)
+    except DiskFull as exc:
+        # The row stays `running` with nobody holding its lock: the next boot, archive or
+        # teardown settles it as interrupted, and lets its caches go.
+        ended = f"exit {progress.exit_code}" if progress.exit_code is not None else final.outcome
+        raise exc.within(f"boot {record.id} ended ({ended}), its outcome not recorded") from exc
     return final
 
 
