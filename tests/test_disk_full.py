@@ -147,6 +147,24 @@ def test_a_boot_that_fills_the_disk_after_its_engine_ran_is_settled_by_the_next(
     assert all(c.in_use_by is None for c in caches().values())
 
 
+def test_a_boot_whose_log_does_not_fit_is_recorded_failed_saying_why(
+    archive_project: Path, small_disks: list[SmallDisk]
+) -> None:
+    boot(archive_project, "--cold")
+    boots_dir = home() / "evidence/boots"
+    disk = _small_disk(small_disks, boots_dir)
+    disk.fill(leave=4096)  # the boot's spec fits (one page of tmpfs), its log no longer
+
+    full = process(archive_project, "boot", "demo/0.2")
+    assert full.returncode == 1, full.stderr  # the answer is no: not an ok boot
+    assert "Traceback" not in full.stderr and not list(home().glob("crashes/*")), full.stderr
+    [failed] = [b for b in boots().values() if b.outcome == "failed"]
+    assert failed.exit_code == 0 and failed.log_path is None
+    assert failed.error is not None and f"log not kept: {boots_dir}/{failed.id}.log" in failed.error
+    assert f"boot {failed.id}: failed (exit 0) (log not kept: " in full.stdout
+    assert all(c.in_use_by is None for c in caches().values())
+
+
 def test_a_teardown_on_a_full_disk_removes_nothing_unjournalled_and_completes_once_there_is_room(
     archive_project: Path, small_disks: list[SmallDisk]
 ) -> None:

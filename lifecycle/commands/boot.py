@@ -114,7 +114,10 @@ class BootReport(Report):
             + [f"{u.cache_name} baked {u.verdict}" for u in self.baked]
         )
         flag = " [instrumented]" if boot.instrumented else ""
-        why = f" ({boot.error})" if boot.outcome == "timeout" and boot.error else ""
+        # A timeout, or a boot failed though its engine exited 0 (its log or a scan not kept
+        # on a full disk): the exit code does not say why.
+        told = boot.outcome == "timeout" or (boot.outcome == "failed" and boot.exit_code == 0)
+        why = f" ({boot.error})" if told and boot.error else ""
         passed = [
             f"  passed over {d.cache_id}: changed behind lifecycle's back since its last scan"
             f" ({d.described}); marked, not mounted\n"
