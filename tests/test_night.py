@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -333,27 +334,49 @@ def test_tune_registers_predictions_first_and_writes_the_value_with_its_validity
     assert validity["predicted_mib"] == 840.0 and validity["night"] == report["id"]
 
 
-def test_a_tune_killed_after_its_value_was_written_resumes_to_its_end(project: Path) -> None:
-    # Its write moved the manifest's digest: the runs it measured are of the build before it,
-    # and none is left to run, so what remains (the end, the report) mixes nothing.
+def tuned_and_journalled(project: Path) -> tuple[str, list[Any]]:
+    """The manifest as the tune left it (its stamp and night id aside), and the ledger's night
+    as steps: nights, their events and run steps in order, boots."""
+    written = (project / "manifests/demo/0.2/manifest.yaml").read_text()
+    written = re.sub(r"(measured_at|night): .*", r"\1: *", written)
+    assert written.count("status: validated") == 1, written
+    ledger = [
+        journal(home(), "SELECT kind FROM nights"),
+        journal(home(), "SELECT event FROM night_events ORDER BY id"),
+        journal(home(), "SELECT cell, run, attempt, step FROM night_runs ORDER BY id"),
+        journal(home(), "SELECT count(*) FROM boots"),
+    ]
+    return written, ledger
+
+
+@pytest.mark.parametrize("point", ["night-settled"])
+def test_a_tune_killed_at_each_step_resumes_to_the_end_an_unkilled_one_reaches(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str
+) -> None:
+    # Resumed without a build: a value written moved the manifest's digest, a build nobody made
+    # (nor needs: no rung is left to boot), and the resume boots nothing again.
+    unkilled = tmp_path / "unkilled"
+    shutil.copytree(project, unkilled, symlinks=True)
     ladder = project / "ladder.yaml"
     ladder.write_text(json.dumps({k: v for k, v in LADDER.items() if k != "predictions"}))
     killed = lifecycle(
-        project, "tune", "demo/0.2", str(ladder), env={"LIFECYCLE_TEST_CRASH_AT": "night-settled"}
+        project, "tune", "demo/0.2", str(ladder), env={"LIFECYCLE_TEST_CRASH_AT": point}
     )
     code, _, err = finish(killed)
     assert code == -signal.SIGKILL, err
-    assert (
-        "value: 0.91\n    status: validated"
-        in (project / "manifests/demo/0.2/manifest.yaml").read_text()
-    )
-    # The written value is a new build to run (`prepare` asks for it), though none is left.
-    assert finish(lifecycle(project, "build", "demo/0.2"))[0] == 0
     code, out, err = finish(lifecycle(project, "tune", "demo/0.2", str(ladder), "--json"))
+    assert code == 0, err
     report = json.loads(out)
-    assert code == 0 and "finishing night" in err, err
     assert report["ran"] == 0 and report["state"] == "finished"
     assert [d["action"] for d in report["decisions"]] == ["written"]
+    resumed = tuned_and_journalled(project)
+
+    monkeypatch.setenv("LIFECYCLE_HOME", str(tmp_path / "unkilled-home"))
+    ladder = unkilled / "ladder.yaml"
+    ladder.write_text(json.dumps({k: v for k, v in LADDER.items() if k != "predictions"}))
+    code, _, err = finish(lifecycle(unkilled, "tune", "demo/0.2", str(ladder)))
+    assert code == 0, err
+    assert resumed == tuned_and_journalled(unkilled)
 
 
 def test_revalidate_proposes_a_new_value_when_the_carried_one_does_not_clear(project: Path) -> None:

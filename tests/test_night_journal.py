@@ -16,7 +16,7 @@ from lifecycle.night.engine import Engine, RunSummary
 from lifecycle.night.journal import FINISHED, RERUN, NightJournal
 from lifecycle.night.plan import load_plan
 from lifecycle.night.prepare import prepare
-from lifecycle.night.run import Night, NightRequest, _journal
+from lifecycle.night.run import Night, NightRequest, _begin, _journal
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,8 @@ def _chosen(
 ) -> tuple[NightJournal, str | None]:
     """The night `run_night` would run, its plan prepared as a dry run prepares it."""
     prepared = prepare(request.loaded.plan, REPO / "manifests", REPO, None)
-    return _journal(night, request, builds, prepared)
+    resumed, note = _journal(night, request, builds, prepared)
+    return resumed or _begin(night, request, builds), note
 
 
 def test_a_plan_resumes_its_unfinished_night_and_refuses_one_of_other_builds(night: Night) -> None:

@@ -41,8 +41,9 @@ class Prepared:
 
 
 def prepare(plan: Plan, manifests_dir: Path, project: Path, resolve: Resolve | None) -> Prepared:
-    """Check the plan against the manifests and hooks; `resolve` finds each pin's image (None
-    in a dry run: the image is named by its tag, not looked up)."""
+    """Check the plan against the manifests and hooks; `resolve` finds each pin's image (None:
+    the image is named by its tag, not looked up, as in a dry run or before a night's journal
+    says which pins boot again)."""
     ordered = cells(plan)
     pins = {}
     for ref in plan.pins:
@@ -58,7 +59,7 @@ def prepare(plan: Plan, manifests_dir: Path, project: Path, resolve: Resolve | N
 
 def _unresolved(ref: str, loaded: LoadedManifest, digest: str) -> Pin:
     tag = image_tag(loaded.manifest.name, loaded.manifest.engine.vllm, digest)
-    image = {"id": "(not looked up in a dry run)", "tags": [tag], "labels": {}}
+    image = {"id": "(not looked up)", "tags": [tag], "labels": {}}
     return Pin(ref, loaded, digest, image, tag)
 
 

@@ -14,7 +14,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
@@ -187,13 +187,15 @@ class NightOutcome(Report):
 def run_night(night: Night, request: NightRequest) -> NightOutcome:
     """Run (or resume) the plan's night; see the module's docstring for the order."""
     plan = request.loaded.plan
-    prepared = prepare(plan, night.manifests_dir, night.project, night.engine.resolve)
+    checked = prepare(plan, night.manifests_dir, night.project, None)
     with night_lock(night.home):
         recovered = tuple(recover(night.ledger, night.stamp, night.say, night.runner))
         if any(not r.up for r in recovered):
             raise ProductionStillDown(recovered)
-        builds = {ref: pin.digest for ref, pin in prepared.pins.items()}
-        journal, note = _journal(night, request, builds, prepared)
+        builds = {ref: pin.digest for ref, pin in checked.pins.items()}
+        resumed, note = _journal(night, request, builds, checked)
+        prepared = _resolved(night.engine, checked, resumed.builds() if resumed else builds)
+        journal = resumed or _begin(night, request, builds)
         _ask_again(journal, prepared, request.rerun)
         registered = register(journal, plan, night.store)
         ran, stopped = 0, None
@@ -270,12 +272,12 @@ def night_running(home: Home) -> bool:
 
 def _journal(
     night: Night, request: NightRequest, builds: dict[str, str], prepared: Prepared
-) -> tuple[NightJournal, str | None]:
+) -> tuple[NightJournal | None, str | None]:
     """This plan's night to run: the last one, unless it finished (or --new) or its pins are
-    other builds now (`builds`: pin -> manifest digest); else a new one. A night whose runs so
-    far measured other builds is never resumed: its measurements would mix two builds. One
-    whose every run is done is: only its end is left, and its ladders' writes into the
-    manifests it measured are what changed them."""
+    other builds now (`builds`: pin -> manifest digest); else None, for a new one. A night
+    whose runs so far measured other builds is never resumed: its measurements would mix two
+    builds. One whose every run is done is: only its end is left, and its ladders' writes into
+    the manifests it measured are what changed them."""
     loaded = request.loaded
     latest = NightJournal.latest(night.ledger, loaded.plan.name, night.stamp)
     if latest is not None and not request.new:
@@ -304,9 +306,27 @@ def _journal(
                 f"night {latest.night.id} of this plan finished; nothing to run (--rerun CELL"
                 " runs cells again, --new starts a new night)"
             )
+    return None, None
+
+
+def _begin(night: Night, request: NightRequest, builds: dict[str, str]) -> NightJournal:
+    """A new night of the plan, measuring `builds` (pin -> manifest digest)."""
+    loaded = request.loaded
     journal = NightJournal.begin(night.ledger, loaded, request.kind, night.project, night.stamp)
     journal.event(BUILDS, json.dumps(builds, sort_keys=True))
-    return journal, None
+    return journal
+
+
+def _resolved(engine: Engine, checked: Prepared, measured: dict[str, str]) -> Prepared:
+    """`checked` with the built image of each pin whose manifest is still the build the night
+    measures (`measured`: pin -> digest). Only those boot again: a night is resumed past a
+    moved manifest only once none of its runs is left, and the manifest its own ladder
+    rewrote is a build nobody made, so looking its image up would ask for a needless build."""
+    pins = {
+        ref: engine.resolve(ref, pin.loaded, pin.digest) if measured.get(ref) == pin.digest else pin
+        for ref, pin in checked.pins.items()
+    }
+    return replace(checked, pins=pins)
 
 
 def _ask_again(journal: NightJournal, prepared: Prepared, patterns: tuple[str, ...]) -> None:
