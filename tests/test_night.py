@@ -349,12 +349,13 @@ def tuned_and_journalled(project: Path) -> tuple[str, list[Any]]:
     return written, ledger
 
 
-@pytest.mark.parametrize("point", ["night-settled"])
+@pytest.mark.parametrize("point", ["night-written", "night-settled", "night-ended"])
 def test_a_tune_killed_at_each_step_resumes_to_the_end_an_unkilled_one_reaches(
     project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str
 ) -> None:
-    # Resumed without a build: a value written moved the manifest's digest, a build nobody made
-    # (nor needs: no rung is left to boot), and the resume boots nothing again.
+    # Resumed without a build: the value written moved the manifest's digest, a build nobody
+    # made (nor needs: no rung is left to boot). The resume boots nothing, takes no end action
+    # twice and writes the report; manifest and ledger end as an unkilled tune leaves them.
     unkilled = tmp_path / "unkilled"
     shutil.copytree(project, unkilled, symlinks=True)
     ladder = project / "ladder.yaml"
@@ -369,6 +370,7 @@ def test_a_tune_killed_at_each_step_resumes_to_the_end_an_unkilled_one_reaches(
     report = json.loads(out)
     assert report["ran"] == 0 and report["state"] == "finished"
     assert [d["action"] for d in report["decisions"]] == ["written"]
+    assert Path(report["report"]["json_file"]).is_file()
     resumed = tuned_and_journalled(project)
 
     monkeypatch.setenv("LIFECYCLE_HOME", str(tmp_path / "unkilled-home"))

@@ -126,6 +126,14 @@ class NightJournal:
         found = [e.detail for e in self.events() if e.event == BUILDS and e.detail]
         return dict(json.loads(found[0])) if found else {}
 
+    def ended(self) -> set[str]:
+        """The end actions (archive, teardown) taken since a cell was last asked to run again."""
+        events = self.events()
+        opened = max((i for i, e in enumerate(events) if e.event == RERUN), default=-1)
+        return {
+            e.event.removeprefix("end:") for e in events[opened + 1 :] if e.event.startswith("end:")
+        }
+
     @property
     def finished(self) -> bool:
         """Whether the night ran to its end (every run, the end actions)."""

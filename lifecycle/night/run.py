@@ -215,6 +215,7 @@ def run_night(night: Night, request: NightRequest) -> NightOutcome:
             night.checkpoint("night-settled")
             if ran or not journal.finished:
                 _end(night, journal, plan)
+                night.checkpoint("night-ended")
                 journal.event(FINISHED)
         cells = list(prepared.cells)
         view = night_view(journal, plan, cells, night.engine.where, registered, archive)
@@ -457,20 +458,24 @@ def _settle(
             predicted = ladder.predictions.get(ref, {})
             climbed = climb(ladder, ref, list(prepared.cells), runs, predicted)
             pin = prepared.pins[ref]
-            decision = settle(journal, ladder, climbed, pin, revalidate=revalidate, archive=archive)
+            decision = settle(
+                journal, ladder, climbed, pin, revalidate=revalidate, archive=archive,
+                checkpoint=night.checkpoint,
+            )  # fmt: skip
             decisions.append(decision)
             night.say(f"{ref} {ladder.argument}: {decision.action}: {decision.detail}")
     return decisions
 
 
 def _end(night: Night, journal: NightJournal, plan: Plan) -> None:
-    """The end actions, each journalled with what it did."""
-    boots = journal.boot_ids()
-    if plan.end.archive:
+    """The end actions not taken yet (a night killed after them takes none twice), each
+    journalled with what it did."""
+    boots, taken = journal.boot_ids(), journal.ended()
+    if plan.end.archive and "archive" not in taken:
         done = night.engine.archive(boots)
         journal.event("end:archive", done.model_dump_json())
         night.say(f"archive: {done.detail}")
-    if plan.end.teardown:
+    if plan.end.teardown and "teardown" not in taken:
         done = night.engine.teardown(boots)
         journal.event("end:teardown", done.model_dump_json())
         night.say(f"teardown: {done.detail}")

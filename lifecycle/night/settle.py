@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle.errors import LifecycleError
+from lifecycle.faults import Checkpoint
 from lifecycle.ledger.boots import boot_by_id
 from lifecycle.manifest import LoadedManifest, load_manifest
 from lifecycle.manifest.load import canonical_form, manifest_digest
@@ -58,6 +59,7 @@ def settle(
     *,
     revalidate: bool,
     archive: str | None,
+    checkpoint: Checkpoint = lambda point: None,
 ) -> Decision:
     """Write (or propose) the pin's value; once per pin and argument, however often it is asked."""
     name = ladder.argument
@@ -102,6 +104,7 @@ def settle(
         return _journal(journal, Decision(pin.ref, name, "proposed", target, detail))
     value = validated(ladder, climbed, pin, target, journal, archive, image)
     write_tuned(pin.loaded.file, name, value)
+    checkpoint("night-written")
     detail = f"{target:g} validated: {value.margin}"
     return _journal(
         journal, Decision(pin.ref, name, "written", target, detail, str(pin.loaded.file))
