@@ -47,8 +47,8 @@ MCV_CRASH_POINTS = ("bake-mcv-built",)
 BUILD_CRASH_POINTS = ("build-started", "build-tagged", "push-tagged")
 # A night's (and tune's): a ladder's value written into its manifest, not journalled; every
 # value written and journalled, the end not begun; the end actions taken and journalled, the
-# night not finished.
-NIGHT_CRASH_POINTS = ("night-written", "night-settled", "night-ended")
+# night not finished; finished, its report not written.
+NIGHT_CRASH_POINTS = ("night-written", "night-settled", "night-ended", "night-finished")
 # A port's: it holds its lock and state dir, nothing replayed yet; a `--continue`'s: git's
 # `cherry-pick --continue` returned (git may have stopped at the next patch), nothing saved yet.
 PORT_CRASH_POINTS = ("port-claimed", "port-continued")

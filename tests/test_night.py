@@ -349,7 +349,9 @@ def tuned_and_journalled(project: Path) -> tuple[str, list[Any]]:
     return written, ledger
 
 
-@pytest.mark.parametrize("point", ["night-written", "night-settled", "night-ended"])
+@pytest.mark.parametrize(
+    "point", ["night-written", "night-settled", "night-ended", "night-finished"]
+)
 def test_a_tune_killed_at_each_step_resumes_to_the_end_an_unkilled_one_reaches(
     project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast
@@ -75,6 +76,20 @@ def test_a_finished_night_is_shown_not_rerun_unless_asked_or_its_builds_changed(
     first.event(FINISHED)
     rebuilt, _ = _chosen(night, request, {**builds, "demo/0.2": "c" * 64})
     assert rebuilt.night.id != first.night.id  # another build: another night
+
+
+def test_a_finished_night_run_again_on_what_its_ladders_wrote_is_shown_not_begun_again(
+    night: Night,
+) -> None:
+    request = NightRequest(load_plan(REPO / "nights/demo.yaml"))
+    measured = {"demo/0.1": "a" * 64, "demo/0.2": "b" * 64}
+    first, _ = _chosen(night, request, measured)
+    written = {**measured, "demo/0.2": "c" * 64}  # its ladder's value moved demo/0.2's digest
+    first.event(FINISHED, json.dumps(written))
+    shown, note = _chosen(night, request, written)
+    assert shown.night.id == first.night.id and note is not None and "nothing to run" in note
+    edited = {**measured, "demo/0.2": "d" * 64}
+    assert _chosen(night, request, edited)[0].night.id != first.night.id  # another build
 
 
 def test_a_rerun_supersedes_the_runs_of_the_attempt_before(night: Night) -> None:

@@ -30,7 +30,8 @@ from lifecycle.ledger.nights import (
 from lifecycle.night.engine import RunSummary
 from lifecycle.night.plan import LoadedPlan
 
-FINISHED = "finished"  # the event that closes a night: every run done, the end actions taken
+FINISHED = "finished"  # closes a night: every run done, the end actions taken; detail: pin ->
+# the manifest digest the night left (JSON), its ladders' writes included
 RERUN = "rerun"  # detail: the cell's id; its next attempt starts
 BUILDS = "builds"  # detail: pin -> the manifest digest the night measures (JSON), at its start
 LOST = "lost"  # detail: a lost attempt (JSON: cell, run, attempt, node, error); never counted
@@ -125,6 +126,12 @@ class NightJournal:
         """pin -> the manifest digest of the build this night measures."""
         found = [e.detail for e in self.events() if e.event == BUILDS and e.detail]
         return dict(json.loads(found[0])) if found else {}
+
+    def left(self) -> dict[str, str]:
+        """pin -> the manifest digest the night left when it finished, its ladders' writes
+        included (a night finished before this was journalled: the builds it measured)."""
+        found = [e.detail for e in self.events() if e.event == FINISHED and e.detail]
+        return dict(json.loads(found[-1])) if found else self.builds()
 
     def ended(self) -> set[str]:
         """The end actions (archive, teardown) taken since a cell was last asked to run again."""

@@ -27,6 +27,8 @@ from lifecycle.hooks import HookRunner, HookSelectionError, run_hook_process, se
 from lifecycle.leases import exclusive_or, held
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.nights import production_left_down
+from lifecycle.manifest import load_manifest
+from lifecycle.manifest.load import manifest_digest
 from lifecycle.night.cells import Cell, is_warm_up, matching, warm_up
 from lifecycle.night.engine import Engine, LostRun, RunOrder
 from lifecycle.night.journal import BUILDS, FINISHED, LOST, RERUN, NightJournal
@@ -216,9 +218,10 @@ def run_night(night: Night, request: NightRequest) -> NightOutcome:
             if ran or not journal.finished:
                 _end(night, journal, plan)
                 night.checkpoint("night-ended")
-                journal.event(FINISHED)
+                journal.event(FINISHED, json.dumps(_left(prepared), sort_keys=True))
         cells = list(prepared.cells)
         view = night_view(journal, plan, cells, night.engine.where, registered, archive)
+        night.checkpoint("night-finished")
         view = publish(view, night.home, night.store)
     return NightOutcome(view, ran, recovered, tuple(decisions), note, stopped)
 
@@ -299,10 +302,9 @@ def _journal(
                 f"night {latest.night.id} measured other builds of {', '.join(changed)} (their"
                 " manifests changed since it started): pass --new for a night of these"
             )
-        if same_plan and not changed:
-            if request.rerun or not latest.finished:
-                note = None if latest.finished else f"resuming night {latest.night.id}"
-                return latest, note
+        if same_plan and not changed and (request.rerun or not latest.finished):
+            return latest, None if latest.finished else f"resuming night {latest.night.id}"
+        if same_plan and latest.finished and not request.rerun and builds == latest.left():
             return latest, (
                 f"night {latest.night.id} of this plan finished; nothing to run (--rerun CELL"
                 " runs cells again, --new starts a new night)"
@@ -465,6 +467,12 @@ def _settle(
             decisions.append(decision)
             night.say(f"{ref} {ladder.argument}: {decision.action}: {decision.detail}")
     return decisions
+
+
+def _left(prepared: Prepared) -> dict[str, str]:
+    """pin -> its manifest's digest now, its ladders' writes included: run again on these, the
+    finished night is shown, not begun anew (its own writes are no other build)."""
+    return {ref: manifest_digest(load_manifest(p.loaded.file)) for ref, p in prepared.pins.items()}
 
 
 def _end(night: Night, journal: NightJournal, plan: Plan) -> None:
