@@ -68,6 +68,7 @@ def test_a_finished_night_is_shown_not_rerun_unless_asked_or_its_builds_changed(
     first.event(FINISHED)
     shown, note = _chosen(night, request, builds)
     assert shown.night.id == first.night.id and note is not None and "nothing to run" in note
+    assert "--rerun" in note  # its builds stand: a cell may run again
     rerun = NightRequest(request.loaded, rerun=("demo/0.2:forced:*",))
     reopened, _ = _chosen(night, rerun, builds)
     assert reopened.night.id == first.night.id
@@ -88,6 +89,9 @@ def test_a_finished_night_run_again_on_what_its_ladders_wrote_is_shown_not_begun
     first.event(FINISHED, json.dumps(written))
     shown, note = _chosen(night, request, written)
     assert shown.night.id == first.night.id and note is not None and "nothing to run" in note
+    assert "--rerun" not in note and "--new" in note  # --rerun is refused over its writes
+    with pytest.raises(LifecycleError, match="pass --new"):
+        _chosen(night, NightRequest(request.loaded, rerun=("demo/0.2:*",)), written)
     edited = {**measured, "demo/0.2": "d" * 64}
     assert _chosen(night, request, edited)[0].night.id != first.night.id  # another build
 

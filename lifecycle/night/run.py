@@ -305,9 +305,11 @@ def _journal(
         if same_plan and not changed and (request.rerun or not latest.finished):
             return latest, None if latest.finished else f"resuming night {latest.night.id}"
         if same_plan and latest.finished and not request.rerun and builds == latest.left():
+            # --rerun only while the night's builds stand: its ladders' writes made new ones.
+            again = "" if changed else "--rerun CELL runs cells again, "
             return latest, (
-                f"night {latest.night.id} of this plan finished; nothing to run (--rerun CELL"
-                " runs cells again, --new starts a new night)"
+                f"night {latest.night.id} of this plan finished; nothing to run ({again}--new"
+                " starts a new night)"
             )
     return None, None
 
