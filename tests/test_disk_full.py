@@ -106,11 +106,13 @@ def test_a_restore_into_a_full_disk_leaves_no_cache_and_completes_once_there_is_
 ) -> None:
     ids = cache_ids(boot(archive_project, "--cold"))
     digests = {cache_id: caches()[cache_id].tree_digest for cache_id in ids}
+    cache_id = max(ids, key=lambda i: caches()[i].files or 0)  # the one of the most files
+    target = Path(caches()[cache_id].host_path)
+    files = [f for f in target.rglob("*") if f.is_file()]
+    largest = max(files, key=lambda f: f.stat().st_size).relative_to(target).as_posix()
     assert cli(archive_project, "archive", "--all", "--with-content").exit_code == 0
     torn = cli(archive_project, "teardown", "--yes")
     assert torn.exit_code == 0, torn.output
-    cache_id = max(ids, key=lambda i: caches()[i].files or 0)  # the one of the most files
-    target = Path(caches()[cache_id].host_path)
     disk = _small_disk(small_disks, target.parent)
     disk.fill(leave=4096)  # room for a file or so of the cache: it fills halfway
 
@@ -119,6 +121,12 @@ def test_a_restore_into_a_full_disk_leaves_no_cache_and_completes_once_there_is_
     # Nothing a boot could take for the cache: no dir at its place, no half beside it.
     assert sorted(p.name for p in target.parent.iterdir()) == [disk.filler.name]
     assert caches()[cache_id].state == "torn-down"
+    disk.fill()  # and one file of it, to a new file there: no room for a byte of it
+    one = process(
+        archive_project, "restore", cache_id, "--file", largest, "--output", str(target) + ".one"
+    )
+    _one_clear_line(one, str(target) + ".one")
+    assert sorted(p.name for p in target.parent.iterdir()) == [disk.filler.name]
 
     disk.free()
     again = process(archive_project, "restore", cache_id)

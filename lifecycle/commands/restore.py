@@ -27,7 +27,7 @@ from lifecycle.build.engine import find_built
 from lifecycle.build.plan import cache_key, key_factors
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
+from lifecycle.errors import EXIT_NO, EXIT_OK, DiskFull, LifecycleError, no_room
 from lifecycle.ledger import Ledger
 from lifecycle.manifest import find_manifest, load_manifest
 from lifecycle.manifest.load import manifest_digest
@@ -120,6 +120,8 @@ def run_restore_file(
         # A link, not a rename: it fails rather than replace a file there (FILE must be new).
         os.link(partial, output)
     except OSError as exc:
+        if no_room(exc):  # the host's state, not a bad --output: exit 3
+            raise DiskFull(output) from exc
         raise LifecycleError(f"{output}: {exc.strerror}") from exc
     finally:
         partial.unlink(missing_ok=True)
