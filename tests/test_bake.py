@@ -557,6 +557,14 @@ def _own_release(
     return project
 
 
+def _archived_release(tmp_path: Path, s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`_own_release` with the caches of a cold boot archived: what a bake takes."""
+    project = _own_release(tmp_path, s3_bucket, monkeypatch, "")
+    boot_demo(project)
+    assert run_lifecycle(project, "archive", "--all").exit_code == 0
+    return project
+
+
 def _layers_holding(docker_client: Any, image_id: str, needle: bytes) -> list[str]:
     """The files under /var/cache/lifecycle in the image's layers whose bytes hold `needle`."""
     data = docker_client.images.get(image_id).attrs["GraphDriver"]["Data"]
@@ -588,10 +596,8 @@ def test_an_image_a_killed_bake_left_is_recorded_by_the_next_and_torn_down_with_
     tmp_path: Path, demo_images: None, docker_client: Any, s3_bucket: str,
     monkeypatch: pytest.MonkeyPatch, isolated_home: Path,
 ) -> None:  # fmt: skip
-    project = _own_release(tmp_path, s3_bucket, monkeypatch, "")
+    project = _archived_release(tmp_path, s3_bucket, monkeypatch)
     home = isolated_home / "lifecycle"
-    boot_demo(project)
-    assert run_lifecycle(project, "archive", "--all").exit_code == 0
     # Killed once dockerd has built, tagged and checked its image, before the ledger knew it.
     tag = _bake(project, "--dry-run")[1]["tag"]
     crash = {"LIFECYCLE_HOME": str(home), "LIFECYCLE_TEST_CRASH_AT": "bake-built"}

@@ -21,8 +21,8 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.builds import BakeRecord, dead_bake_attempts
 from lifecycle.ledger.core import insert
 from tests.night_support import finish, lifecycle
-from tests.services import boot_demo, run_lifecycle
-from tests.test_bake import _bake, _ledger, _own_release
+from tests.services import run_lifecycle
+from tests.test_bake import _archived_release, _bake, _ledger
 
 
 def _recorded(home: Path) -> dict[str, tuple[str, str, str, str | None]]:
@@ -47,10 +47,8 @@ def test_mcv_images_are_recorded_listed_and_torn_down_with_their_bake(
     tmp_path: Path, demo_images: None, docker_client: Any, s3_bucket: str,
     monkeypatch: pytest.MonkeyPatch, isolated_home: Path,
 ) -> None:  # fmt: skip
-    project = _own_release(tmp_path, s3_bucket, monkeypatch, "")
+    project = _archived_release(tmp_path, s3_bucket, monkeypatch)
     home = isolated_home / "lifecycle"
-    boot_demo(project)
-    assert run_lifecycle(project, "archive", "--all").exit_code == 0
     code, first = _bake(project, "--format", "mcv")
     assert code == 0, first
     assert _recorded(home) == {
@@ -107,10 +105,8 @@ def test_a_bake_killed_once_an_mcv_image_was_built_leaves_no_image_unknown(
     tmp_path: Path, demo_images: None, docker_client: Any, s3_bucket: str,
     monkeypatch: pytest.MonkeyPatch, isolated_home: Path,
 ) -> None:  # fmt: skip
-    project = _own_release(tmp_path, s3_bucket, monkeypatch, "")
+    project = _archived_release(tmp_path, s3_bucket, monkeypatch)
     home = isolated_home / "lifecycle"
-    boot_demo(project)
-    assert run_lifecycle(project, "archive", "--all").exit_code == 0
     tag = _bake(project, "--dry-run")[1]["tag"]
     # Killed once dockerd has built and the bake checked its first MCV image, unrecorded.
     crash = {"LIFECYCLE_HOME": str(home), "LIFECYCLE_TEST_CRASH_AT": "bake-mcv-built"}
