@@ -565,6 +565,15 @@ def _archived_release(tmp_path: Path, s3_bucket: str, monkeypatch: pytest.Monkey
     return project
 
 
+def _bake_killed_at(point: str, project: Path, home: Path, *args: str) -> str:
+    """The tag of demo/0.2's bake (with `args`), that bake SIGKILLed at crash point `point`."""
+    tag: str = _bake(project, "--dry-run")[1]["tag"]
+    crash = {"LIFECYCLE_HOME": str(home), "LIFECYCLE_TEST_CRASH_AT": point}
+    code, _, err = finish(lifecycle(project, "bake", "demo/0.2", *args, env=crash))
+    assert code == -signal.SIGKILL, err
+    return tag
+
+
 def _layers_holding(docker_client: Any, image_id: str, needle: bytes) -> list[str]:
     """The files under /var/cache/lifecycle in the image's layers whose bytes hold `needle`."""
     data = docker_client.images.get(image_id).attrs["GraphDriver"]["Data"]
@@ -599,10 +608,7 @@ def test_an_image_a_killed_bake_left_is_recorded_by_the_next_and_torn_down_with_
     project = _archived_release(tmp_path, s3_bucket, monkeypatch)
     home = isolated_home / "lifecycle"
     # Killed once dockerd has built, tagged and checked its image, before the ledger knew it.
-    tag = _bake(project, "--dry-run")[1]["tag"]
-    crash = {"LIFECYCLE_HOME": str(home), "LIFECYCLE_TEST_CRASH_AT": "bake-built"}
-    code, _, err = finish(lifecycle(project, "bake", "demo/0.2", env=crash))
-    assert code == -signal.SIGKILL, err
+    tag = _bake_killed_at("bake-built", project, home)
     killed = docker_client.images.get(tag)
     time.sleep(1)  # the next bake is another image: created a second later
     code, baked = _bake(project)

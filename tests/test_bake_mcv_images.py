@@ -5,7 +5,6 @@ through the plan a dry run shows; a bake killed once one was built leaves none u
 from __future__ import annotations
 
 import json
-import signal
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,7 +21,7 @@ from lifecycle.ledger.builds import BakeRecord, dead_bake_attempts
 from lifecycle.ledger.core import insert
 from tests.night_support import finish, lifecycle
 from tests.services import run_lifecycle
-from tests.test_bake import _archived_release, _bake, _ledger
+from tests.test_bake import _archived_release, _bake, _bake_killed_at, _ledger
 
 
 def _recorded(home: Path) -> dict[str, tuple[str, str, str, str | None]]:
@@ -107,12 +106,8 @@ def test_a_bake_killed_once_an_mcv_image_was_built_leaves_no_image_unknown(
 ) -> None:  # fmt: skip
     project = _archived_release(tmp_path, s3_bucket, monkeypatch)
     home = isolated_home / "lifecycle"
-    tag = _bake(project, "--dry-run")[1]["tag"]
     # Killed once dockerd has built and the bake checked its first MCV image, unrecorded.
-    crash = {"LIFECYCLE_HOME": str(home), "LIFECYCLE_TEST_CRASH_AT": "bake-mcv-built"}
-    killed = lifecycle(project, "bake", "demo/0.2", "--format", "mcv", env=crash)
-    code, _, err = finish(killed)
-    assert code == -signal.SIGKILL, err
+    tag = _bake_killed_at("bake-mcv-built", project, home, "--format", "mcv")
     left = docker_client.images.get(f"{tag}-mcv-vllm")
     assert left.id not in _recorded(home)
 
