@@ -17,7 +17,9 @@ node dead only when its raylet stops heartbeating, so a hung host (a worker stuc
 kernel, stopped) would hold the night, production down, for ever. The driver gives each run
 its cell's `timeout_s` plus `margin_s` (the task's image pull, cache restore and archive);
 past that the task is cancelled and the attempt lost. A survey or an end action gets
-`margin_s`.
+`margin_s`. End actions: each goes to the node that ran each boot as the journal names it (a
+run's summary carries its node), so a driver that resumed a killed night ends the boots made
+before it too; a node lost, or not in the cluster now, is named with its boots as not done.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import redirect_stdout
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,6 +92,14 @@ TASK_MARGIN_S = 600.0
 
 # What a lost node's end says: what it ran is safe, what it holds is out of reach.
 LOST_NODE = "lost during the night: each run it finished had archived its caches and results"
+# What the end says of a node that ran boots of the night and is not in the cluster now (it
+# left, or restarted under another Ray node id, while the night's driver was down).
+GONE_NODE = (
+    "not in the cluster now: each run it finished had archived its caches and results; what"
+    " it holds is out of reach"
+)
+# A boot whose run's summary names no node: no engine of this cluster ran it.
+UNPLACED = ("boots of no node", "their runs name no node of a cluster; nothing to send them to")
 
 
 def needs(gpu: Gpu | None) -> dict[str, float]:
@@ -132,7 +142,6 @@ class RayEngine:
         }
         self.pins: dict[str, Pin] = {}
         self.running: dict[Any, tuple[RunOrder, _Node, float]] = {}  # by task: when sent
-        self.boots: dict[str, _Node] = {}  # boot id -> the node it ran on
         self._run = ray.remote(max_retries=0, num_cpus=0)(on_node.run)
         self._survey = ray.remote(max_retries=0, num_cpus=0)(on_node.survey)
         self._end = ray.remote(max_retries=0, num_cpus=0)(on_node.end)
@@ -224,8 +233,6 @@ class RayEngine:
                 continue
             wall = time.monotonic() - sent  # what Ray added: all but the task's own time
             summary = done.summary.model_copy(update={"scheduling_s": round(wall - done.task_s, 3)})
-            if summary.boot_id is not None:
-                self.boots[summary.boot_id] = node
             node.remember(order.pin.ref, done.warm)
             ended.append(summary)
         return ended + self._overdue()
@@ -268,28 +275,40 @@ class RayEngine:
         self.say(f"{node.name}: {why}; no more runs go there")
         return LostRun(order, node.name, why)
 
-    def archive(self, boot_ids: Sequence[str]) -> EndSummary:
-        return self._end_action("archive", boot_ids)
+    def archive(self, boots: Mapping[str, str | None]) -> EndSummary:
+        return self._end_action("archive", boots)
 
-    def teardown(self, boot_ids: Sequence[str]) -> EndSummary:
-        return self._end_action("teardown", boot_ids)
+    def teardown(self, boots: Mapping[str, str | None]) -> EndSummary:
+        return self._end_action("teardown", boots)
 
-    def _end_action(self, action: str, boot_ids: Sequence[str]) -> EndSummary:
-        """The action on every node that ran this night's boots, each as a task pinned there."""
-        by_node: dict[str, list[str]] = {}
-        for boot_id in boot_ids:
-            if (node := self.boots.get(boot_id)) is not None:
-                by_node.setdefault(node.id, []).append(boot_id)
+    def _end_action(self, action: str, boots: Mapping[str, str | None]) -> EndSummary:
+        """The action on every node that ran this night's boots, each as a task pinned there.
+        Where a boot ran is what the journal says (its run's summary names the node): a driver
+        that resumed a killed night ran none of the boots before it. A boot whose node is
+        lost, or no longer in the cluster, is named as not done."""
+        by_node, gone = self._where(boots)
         done = [  # a node is lost only while it runs a run: it ran cells this night
-            EndSummary(action=action, ok=False, detail=f"{node.name}: {LOST_NODE}")
+            EndSummary(
+                action=action,
+                ok=False,
+                detail=_not_done(node.name, LOST_NODE, by_node.get(node.id, [])),
+            )
             for node in self.nodes.values()
             if node.lost
         ]
+        done += [
+            EndSummary(
+                action=action,
+                ok=False,
+                detail=_not_done(name, GONE_NODE, mine) if name else _not_done(*UNPLACED, mine),
+            )
+            for name, mine in gone.items()
+        ]
         asked = {
             self._end.options(scheduling_strategy=self._on(self.nodes[nid])).remote(
-                self.nodes[nid].name, self.store.location.url(), action, boots
+                self.nodes[nid].name, self.store.location.url(), action, mine
             ): self.nodes[nid]
-            for nid, boots in by_node.items()
+            for nid, mine in by_node.items()
             if not self.nodes[nid].lost
         }
         deadline = time.monotonic() + self.margin_s
@@ -310,6 +329,22 @@ class RayEngine:
             caches=sum(d.caches for d in done),
             bytes=sum(d.bytes for d in done),
         )
+
+    def _where(
+        self, boots: Mapping[str, str | None]
+    ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """The boots by the id of the node in the cluster now that ran them, and those whose
+        node is not in it by the name the journal has (a node restarted since has a new id,
+        so another name; "": the journal names none), each in the night's order."""
+        by_name = {node.name: node for node in self.nodes.values()}
+        by_node: dict[str, list[str]] = {}
+        gone: dict[str, list[str]] = {}
+        for boot_id, name in boots.items():
+            if name is not None and (node := by_name.get(name)) is not None:
+                by_node.setdefault(node.id, []).append(boot_id)
+            else:
+                gone.setdefault(name or "", []).append(boot_id)
+        return by_node, gone
 
     def _survey_all(self) -> None:
         """Ask each node not yet asked whether it can run cells, and where its warm caches
@@ -357,3 +392,10 @@ def _why_out(exc: RayError) -> str:
             return str(cause)
         return f"{type(cause).__name__}: {cause}".splitlines()[0]
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'lost'}"
+
+
+def _not_done(node: str, why: str, boots: Sequence[str]) -> str:
+    """An end action not done on a node: why, and the night's boots it leaves there."""
+    if not boots:
+        return f"{node}: {why}"
+    return f"{node}: {why}; not done for its boots {', '.join(boots)}"

@@ -9,7 +9,7 @@ for as many as its GPUs (lifecycle.night.cluster).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -128,11 +128,12 @@ class Engine(Protocol):
         """Wait until a started run ends; every run that ended since the last call."""
         ...
 
-    def archive(self, boot_ids: Sequence[str]) -> EndSummary:
-        """Archive the caches those boots used and the results standing on them."""
+    def archive(self, boots: Mapping[str, str | None]) -> EndSummary:
+        """Archive the caches those boots used and the results standing on them (`boots`:
+        boot id -> the node that ran it, as the journal has it; None: this host)."""
         ...
 
-    def teardown(self, boot_ids: Sequence[str]) -> EndSummary:
+    def teardown(self, boots: Mapping[str, str | None]) -> EndSummary:
         """Remove the caches those boots used, once their evidence is archived."""
         ...
 

@@ -119,8 +119,18 @@ class NightJournal:
 
     def boot_ids(self) -> list[str]:
         """Every boot this night made, superseded attempts and warm-ups included."""
-        steps = run_steps(self.ledger, self.night.id)
-        return list(dict.fromkeys(s.boot_id for s in steps if s.boot_id))
+        return list(self.boot_nodes())
+
+    def boot_nodes(self) -> dict[str, str | None]:
+        """Every boot this night made (`boot_ids`) -> the node that ran it, as its run's
+        summary was journalled (None: this host's engine ran it). A night resumed by another
+        driver finds here where the boots before it ran: their end actions go there."""
+        found: dict[str, str | None] = {}
+        for step in run_steps(self.ledger, self.night.id):
+            if step.boot_id and step.boot_id not in found:
+                summary = RunSummary.model_validate_json(step.summary) if step.summary else None
+                found[step.boot_id] = summary.node if summary else None
+        return found
 
     def builds(self) -> dict[str, str]:
         """pin -> the manifest digest of the build this night measures."""

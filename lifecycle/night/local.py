@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -183,10 +183,12 @@ class LocalEngine:
         }
         return pending.model_copy(update=done)
 
-    def archive(self, boot_ids: Sequence[str]) -> EndSummary:
+    def archive(self, boots: Iterable[str]) -> EndSummary:
+        """The caches those boots used and the results on them, archived (`boots`: their ids,
+        or the night's boot -> node: on this host, the node is moot)."""
         if self.s3 is None or self.location is None:
             return EndSummary(action="archive", ok=False, detail="no archive location is set")
-        cache_ids = self._caches_of(boot_ids)
+        cache_ids = self._caches_of(boots)
         reports = archive_caches(
             self.ledger, self.home, self.s3, self.location, cache_ids, host_env=self.host_env,
             with_content=self.with_content,
@@ -200,8 +202,8 @@ class LocalEngine:
             caches=len(reports), bytes=sent,
         )  # fmt: skip
 
-    def teardown(self, boot_ids: Sequence[str]) -> EndSummary:
-        cache_ids = self._caches_of(boot_ids)
+    def teardown(self, boots: Iterable[str]) -> EndSummary:
+        cache_ids = self._caches_of(boots)
         if not cache_ids:
             return EndSummary(action="teardown", ok=True, detail="no cache of this night is left")
         services = Services(self.docker, self.s3, self.host_env)
@@ -219,7 +221,7 @@ class LocalEngine:
             caches=len(result.removed), bytes=freed,
         )  # fmt: skip
 
-    def _caches_of(self, boot_ids: Sequence[str]) -> list[str]:
+    def _caches_of(self, boot_ids: Iterable[str]) -> list[str]:
         """The caches those boots used that are still on this host."""
         found: dict[str, None] = {}
         for boot_id in boot_ids:

@@ -478,9 +478,10 @@ def _left(prepared: Prepared) -> dict[str, str]:
 
 
 def _end(night: Night, journal: NightJournal, plan: Plan) -> None:
-    """The end actions not taken yet (a night killed after them takes none twice), each
-    journalled with what it did."""
-    boots, taken = journal.boot_ids(), journal.ended()
+    """The end actions not taken yet (a night killed after them takes none twice), each on
+    every boot of the night where the journal says it ran (a resumed driver ran none of the
+    boots before it), each journalled with what it did."""
+    boots, taken = journal.boot_nodes(), journal.ended()
     if plan.end.archive and "archive" not in taken:
         done = night.engine.archive(boots)
         journal.event("end:archive", done.model_dump_json())
