@@ -20,7 +20,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -75,6 +76,32 @@ def test_help_and_the_local_engine_do_not_import_ray() -> None:
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     assert done.stdout.strip() == "False"
+
+
+def test_the_end_names_each_boot_whose_node_is_lost_or_gone_as_not_done() -> None:
+    """The end action as the driver takes it, no cluster needed: no task can reach a node lost
+    during the night, nor one the journal names that is not in the cluster now (it left, or
+    restarted under another Ray node id while a killed driver was down)."""
+    from lifecycle.archive.location import ArchiveLocation
+    from lifecycle.night.cluster import RayEngine, _Node
+
+    engine = object.__new__(RayEngine)  # the nodes as a driver found them; no Ray reached
+    lost = _Node("a" * 56, "gpu-1/aaaaaaaa", {"GPU": 1.0}, lost=True, out="died")
+    engine.nodes, engine.margin_s = {lost.id: lost}, 1.0
+    engine.store = cast(Any, SimpleNamespace(location=ArchiveLocation.parse(ARCHIVE)))
+    boots: dict[str, str | None] = {
+        "b-1": "gpu-1/aaaaaaaa", "b-2": "gpu-2/bbbbbbbb", "b-3": "gpu-2/bbbbbbbb", "b-4": None
+    }  # fmt: skip
+    for action in ("archive", "teardown"):
+        done = getattr(engine, action)(boots)
+        assert not done.ok, done
+        assert "gpu-1/aaaaaaaa: lost during the night" in done.detail, done
+        assert "not done for its boots b-1" in done.detail, done
+        assert "gpu-2/bbbbbbbb: not in the cluster now" in done.detail, done
+        assert "not done for its boots b-2, b-3" in done.detail, done
+        assert "boots of no node: " in done.detail and done.detail.endswith("boots b-4"), done
+    engine.nodes = {}
+    assert engine.archive({}).detail == "no node of this night has boots"
 
 
 @pytest.fixture(scope="module")
@@ -316,6 +343,61 @@ def test_a_sigkilled_driver_resumes_at_the_unfinished_runs_on_the_cluster(
     assert sorted(runs) == [("demo/0.1:slow:cold", n) for n in (1, 2, 3, 4)], after
     assert set(before) <= set(after)  # what finished before the kill was not run again
     assert (project / "prod.state").read_text().strip() == "up"
+
+
+def test_a_driver_killed_after_its_runs_ends_the_night_on_the_nodes_that_ran_them(
+    cluster: Cluster, project: Path
+) -> None:
+    """The driver SIGKILLed once every run is done, before the end: the one that resumes ran no
+    boot, yet archives and tears down on the node that ran each, as the journal names it."""
+    h200 = cluster.nodes[0]
+    plan = _plan(project, "ended", pins=["demo/0.1"], cache_states=["cold"], profiles=FORCED,
+                 gpu={"demo/0.1": "H200"}, end={"archive": True, "teardown": True})  # fmt: skip
+    driver = project.parent / "driver"
+    killed = cluster.popen(
+        sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), "night",
+        str(plan), "--engine", "ray", "--address", HEAD,
+        env={**driver_env(driver), "LIFECYCLE_TEST_CRASH_AT": "night-settled"},
+    )  # fmt: skip
+    _, err = killed.communicate(timeout=600)
+    assert killed.returncode == -signal.SIGKILL, err
+    ((_, _, boot_id),) = _done_runs(driver, "ended")
+    assert not [e for e, _ in _events(driver) if e.startswith("end:")], "killed before its end"
+    left = _caches_of(h200.home, boot_id)  # archived by the run's task, still on its node
+    assert left and left <= {"live", "archived"}, left
+
+    report, err = _night(cluster, project, plan)
+    assert report["state"] == "finished" and report["ran"] == 0, err
+    (run,) = _runs(report)
+    assert run["boot_id"] == boot_id and boot_id in _boots(h200.home)
+    end = {e["action"]: e for e in report["end"]}
+    for action in ("archive", "teardown"):
+        assert end[action]["ok"], end
+        assert end[action]["detail"].startswith(f"{run['node']}: "), end
+        assert "no node of this night has boots" not in end[action]["detail"], end
+    assert _caches_of(h200.home, boot_id) == {"torn-down"}, end  # archived, verified, removed
+    archived = cluster.python(
+        "import boto3, json\n"
+        "keys = [o['Key'] for p in boto3.client('s3').get_paginator('list_objects_v2')"
+        ".paginate(Bucket='night', Prefix='lc/') for o in p.get('Contents', [])]\n"
+        "print(json.dumps(keys))"
+    )
+    assert any(f"/{boot_id}/" in key for key in archived), boot_id
+    assert (project / "prod.state").read_text().strip() == "up"
+
+
+def _caches_of(home: Path, boot_id: str) -> set[str]:
+    """The states of the caches a boot used, in its node's own ledger; a cache whose state is
+    torn-down has no dir left."""
+    file = home / "ledger.sqlite3"
+    with closing(sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True, timeout=5)) as conn:
+        rows = conn.execute(
+            "SELECT c.state, c.host_path FROM boot_caches b JOIN caches c ON c.id = b.cache_id"
+            " WHERE b.boot_id = ?",
+            (boot_id,),
+        ).fetchall()
+    assert all(Path(where).is_dir() == (state != "torn-down") for state, where in rows), rows
+    return {state for state, _ in rows}
 
 
 def test_a_node_killed_mid_run_loses_the_attempt_and_the_night_finishes_elsewhere(

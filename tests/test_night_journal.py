@@ -111,3 +111,21 @@ def test_a_rerun_supersedes_the_runs_of_the_attempt_before(night: Night) -> None
     journal.started(summary.cell, 1, 2)
     last = run_steps(night.ledger, journal.night.id)[-1]
     assert (last.step, last.attempt) == ("started", 2)  # never done: the night resumes there
+
+
+def test_the_journal_says_which_node_ran_each_boot_for_a_driver_that_resumes(
+    night: Night,
+) -> None:
+    """A resumed cluster night sends its end actions where the boots before it ran."""
+    request = NightRequest(load_plan(REPO / "nights/demo.yaml"))
+    journal, _ = _chosen(night, request, {})
+    for run, node in ((1, "gpu-1/0123abcd"), (2, None)):  # on a cluster; on this host
+        summary = RunSummary(
+            cell="demo/0.2:forced:cold", run=run, attempt=1, boot_id=f"b-{run}", host="h",
+            outcome="ok", exit_code=0, instrumented=False, hooks=[], args=[], verdict="pass",
+            checks=[], node=node,
+        )  # fmt: skip
+        journal.started(summary.cell, run, 1)
+        journal.done(summary)
+    journal.started("demo/0.2:forced:cold", 3, 1)  # under way: no boot journalled yet
+    assert journal.boot_nodes() == {"b-1": "gpu-1/0123abcd", "b-2": None}
