@@ -362,7 +362,7 @@ def test_a_driver_killed_after_its_runs_ends_the_night_on_the_nodes_that_ran_the
     _, err = killed.communicate(timeout=600)
     assert killed.returncode == -signal.SIGKILL, err
     ((_, _, boot_id),) = _done_runs(driver, "ended")
-    assert not [e for e, _ in _events(driver) if e.startswith("end:")], "killed before its end"
+    assert not _ended(driver, "ended"), "killed before its end"
     left = _caches_of(h200.home, boot_id)  # archived by the run's task, still on its node
     assert left and left <= {"live", "archived"}, left
 
@@ -375,6 +375,7 @@ def test_a_driver_killed_after_its_runs_ends_the_night_on_the_nodes_that_ran_the
         assert end[action]["ok"], end
         assert end[action]["detail"].startswith(f"{run['node']}: "), end
         assert "no node of this night has boots" not in end[action]["detail"], end
+    assert sorted(_ended(driver, "ended")) == ["end:archive", "end:teardown"]  # each once
     assert _caches_of(h200.home, boot_id) == {"torn-down"}, end  # archived, verified, removed
     archived = cluster.python(
         "import boto3, json\n"
@@ -384,6 +385,18 @@ def test_a_driver_killed_after_its_runs_ends_the_night_on_the_nodes_that_ran_the
     )
     assert any(f"/{boot_id}/" in key for key in archived), boot_id
     assert (project / "prod.state").read_text().strip() == "up"
+
+
+def _ended(home: Path, plan: str) -> list[str]:
+    """The end actions the nights of one plan journalled, from the driver's journal."""
+    file = home / "ledger.sqlite3"
+    with closing(sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True, timeout=5)) as conn:
+        rows = conn.execute(
+            "SELECT e.event FROM night_events e JOIN nights n ON n.id = e.night_id"
+            " WHERE n.plan_name = ? AND e.event LIKE 'end:%'",
+            (plan,),
+        ).fetchall()
+    return [row[0] for row in rows]
 
 
 def _caches_of(home: Path, boot_id: str) -> set[str]:
