@@ -15,6 +15,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.nights import run_steps
 from lifecycle.night.engine import Engine, RunSummary
 from lifecycle.night.journal import FINISHED, RERUN, NightJournal
+from lifecycle.night.local import LocalEngine
 from lifecycle.night.plan import load_plan
 from lifecycle.night.prepare import prepare
 from lifecycle.night.run import Night, NightRequest, _begin, _journal
@@ -129,3 +130,16 @@ def test_the_journal_says_which_node_ran_each_boot_for_a_driver_that_resumes(
         journal.done(summary)
     journal.started("demo/0.2:forced:cold", 3, 1)  # under way: no boot journalled yet
     assert journal.boot_nodes() == {"b-1": "gpu-1/0123abcd", "b-2": None}
+
+
+def test_this_host_ends_its_own_boots_and_says_it_did_not_end_a_cluster_nodes(
+    night: Night,
+) -> None:
+    """A night begun with `--engine ray`, resumed with the local engine: the boots a node
+    ran are out of this host's reach, and the end says so rather than ok."""
+    engine = LocalEngine(None, night.ledger, night.home, {}, "unknown")
+    mine = engine.teardown({"b-2": None})
+    assert mine.ok and mine.detail == "no cache of this night is left"
+    mixed = engine.teardown({"b-1": "gpu-1/0123abcd", "b-2": None})
+    assert not mixed.ok and "not done on gpu-1/0123abcd" in mixed.detail, mixed
+    assert "--engine ray" in mixed.detail

@@ -183,27 +183,35 @@ class LocalEngine:
         }
         return pending.model_copy(update=done)
 
-    def archive(self, boots: Iterable[str]) -> EndSummary:
-        """The caches those boots used and the results on them, archived (`boots`: their ids,
-        or the night's boot -> node: on this host, the node is moot)."""
+    def archive(self, boots: Mapping[str, str | None]) -> EndSummary:
+        """The caches those boots used and the results on them, archived (`boots`: boot id ->
+        the cluster node that ran it, None for this host)."""
         if self.s3 is None or self.location is None:
             return EndSummary(action="archive", ok=False, detail="no archive location is set")
-        cache_ids = self._caches_of(boots)
+        here = [boot_id for boot_id, node in boots.items() if node is None]
+        return _not_here(boots, self._archive(here, self.location))
+
+    def _archive(self, boot_ids: list[str], location: ArchiveLocation) -> EndSummary:
+        cache_ids = self._caches_of(boot_ids)
         reports = archive_caches(
-            self.ledger, self.home, self.s3, self.location, cache_ids, host_env=self.host_env,
+            self.ledger, self.home, self.s3, location, cache_ids, host_env=self.host_env,
             with_content=self.with_content,
             dry_run=False, progress=None,
         )  # fmt: skip
-        reports = with_results(self.ledger, self.s3, self.location, reports, None)
+        reports = with_results(self.ledger, self.s3, location, reports, None)
         sent = sum(r.bytes_uploaded for r in reports)
         detail = f"{len(reports)} caches and the results standing on them, verified"
         return EndSummary(
-            action="archive", ok=True, detail=detail, location=self.location.url(),
+            action="archive", ok=True, detail=detail, location=location.url(),
             caches=len(reports), bytes=sent,
         )  # fmt: skip
 
-    def teardown(self, boots: Iterable[str]) -> EndSummary:
-        cache_ids = self._caches_of(boots)
+    def teardown(self, boots: Mapping[str, str | None]) -> EndSummary:
+        here = [boot_id for boot_id, node in boots.items() if node is None]
+        return _not_here(boots, self._teardown(here))
+
+    def _teardown(self, boot_ids: list[str]) -> EndSummary:
+        cache_ids = self._caches_of(boot_ids)
         if not cache_ids:
             return EndSummary(action="teardown", ok=True, detail="no cache of this night is left")
         services = Services(self.docker, self.s3, self.host_env)
@@ -255,3 +263,13 @@ def _state_condition(state: str, modes: dict[str, str]) -> Finding:
     other = sorted(name for name, mode in modes.items() if mode != state)
     seen = f"{', '.join(other)} started {'cold' if state == 'warm' else 'warm'}" if other else None
     return Finding(kind="condition", what=f"every cache {state}", observed=not other, seen=seen)
+
+
+def _not_here(boots: Mapping[str, str | None], done: EndSummary) -> EndSummary:
+    """`done` on this host's boots, not done for the boots a cluster node ran (a night begun
+    with `--engine ray`, resumed here): their caches are on those nodes, out of this reach."""
+    elsewhere = sorted({node for node in boots.values() if node is not None})
+    if not elsewhere:
+        return done
+    detail = f"{done.detail}; not done on {', '.join(elsewhere)}, which ran boots of this night"
+    return done.model_copy(update={"ok": False, "detail": detail + ": resume it with --engine ray"})

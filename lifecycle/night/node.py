@@ -85,7 +85,7 @@ def run(node: str, url: str, order: RunOrder) -> NodeRun:
             cache_from = "local" if state == "local" else "restored"
         summary = host.engine.run(order)
         if summary.boot_id is not None:
-            host.engine.archive([summary.boot_id])
+            host.engine.archive({summary.boot_id: None})
         summary = summary.model_copy(update={"node": node, "cache_from": cache_from})
         return NodeRun(summary, _warm_state(host, pin), time.monotonic() - began)
 
@@ -97,9 +97,9 @@ def end(node: str, url: str, action: str, boot_ids: Sequence[str]) -> EndSummary
     with _host(url) as host:
         engine = host.engine
         if action == "teardown":
-            done = engine.teardown(boot_ids)
+            done = engine.teardown(dict.fromkeys(boot_ids))
         elif missing := [b for b in boot_ids if boot_archive(engine.ledger, b, url) is None]:
-            done = engine.archive(missing)
+            done = engine.archive(dict.fromkeys(missing))
         else:
             done = EndSummary(action=action, ok=True, detail="each run's task archived its boot")
         return done.model_copy(update={"detail": f"{node}: {done.detail}"})
