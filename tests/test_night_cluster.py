@@ -14,11 +14,9 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -27,7 +25,7 @@ import pytest
 import yaml
 
 from tests.cluster_support import ARCHIVE, HEAD, Cluster, Node, driver_env
-from tests.night_support import CHECK_FORCED, finish, lifecycle, wait_for
+from tests.night_support import CHECK_FORCED, finish, journal, lifecycle, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 REPO = Path(__file__).resolve().parent.parent
@@ -150,11 +148,7 @@ def _night(
 
 def _boots(home: Path) -> set[str]:
     """The boots recorded in a node's own ledger."""
-    file = home / "ledger.sqlite3"
-    if not file.exists():
-        return set()
-    with closing(sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True)) as conn:
-        return {row[0] for row in conn.execute("SELECT id FROM boots")}
+    return {row[0] for row in journal(home, "SELECT id FROM boots")}
 
 
 def _runs(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -162,10 +156,10 @@ def _runs(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _registry_images(home: Path, how: str) -> set[str]:
-    file = home / "ledger.sqlite3"
-    with closing(sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True, timeout=5)) as conn:
-        rows = conn.execute("SELECT image_id FROM registry_images WHERE how = ?", (how,))
-        return {row[0] for row in rows}
+    return {
+        row[0]
+        for row in journal(home, "SELECT image_id FROM registry_images WHERE how = ?", (how,))
+    }
 
 
 def test_runs_go_to_the_gpu_their_pin_needs_warm_where_the_cache_is_and_end_on_each_node(
@@ -307,13 +301,12 @@ def _children(pid: int) -> list[int]:
 
 def _done_runs(home: Path, plan: str) -> list[tuple[str, int, str]]:
     """The done runs of the nights of one plan, from the driver's journal."""
-    file = home / "ledger.sqlite3"
-    with closing(sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True, timeout=5)) as conn:
-        return conn.execute(
-            "SELECT r.cell, r.run, r.boot_id FROM night_runs r JOIN nights n ON n.id = r.night_id"
-            " WHERE r.step = 'done' AND n.plan_name = ?",
-            (plan,),
-        ).fetchall()
+    return journal(
+        home,
+        "SELECT r.cell, r.run, r.boot_id FROM night_runs r JOIN nights n ON n.id = r.night_id"
+        " WHERE r.step = 'done' AND n.plan_name = ?",
+        (plan,),
+    )
 
 
 SLOW = {"slow": {"args": ["--serve-seconds", "3"], "repeats": 4, "checks": [CHECK_FORCED]}}
@@ -389,26 +382,24 @@ def test_a_driver_killed_after_its_runs_ends_the_night_on_the_nodes_that_ran_the
 
 def _ended(home: Path, plan: str) -> list[str]:
     """The end actions the nights of one plan journalled, from the driver's journal."""
-    file = home / "ledger.sqlite3"
-    with closing(sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True, timeout=5)) as conn:
-        rows = conn.execute(
-            "SELECT e.event FROM night_events e JOIN nights n ON n.id = e.night_id"
-            " WHERE n.plan_name = ? AND e.event LIKE 'end:%'",
-            (plan,),
-        ).fetchall()
+    rows = journal(
+        home,
+        "SELECT e.event FROM night_events e JOIN nights n ON n.id = e.night_id"
+        " WHERE n.plan_name = ? AND e.event LIKE 'end:%'",
+        (plan,),
+    )
     return [row[0] for row in rows]
 
 
 def _caches_of(home: Path, boot_id: str) -> set[str]:
     """The states of the caches a boot used, in its node's own ledger; a cache whose state is
     torn-down has no dir left."""
-    file = home / "ledger.sqlite3"
-    with closing(sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True, timeout=5)) as conn:
-        rows = conn.execute(
-            "SELECT c.state, c.host_path FROM boot_caches b JOIN caches c ON c.id = b.cache_id"
-            " WHERE b.boot_id = ?",
-            (boot_id,),
-        ).fetchall()
+    rows = journal(
+        home,
+        "SELECT c.state, c.host_path FROM boot_caches b JOIN caches c ON c.id = b.cache_id"
+        " WHERE b.boot_id = ?",
+        (boot_id,),
+    )
     assert all(Path(where).is_dir() == (state != "torn-down") for state, where in rows), rows
     return {state for state, _ in rows}
 
@@ -470,6 +461,6 @@ def test_a_node_killed_mid_run_loses_the_attempt_and_the_night_finishes_elsewher
 
 
 def _events(home: Path) -> list[tuple[str, str]]:
-    file = home / "ledger.sqlite3"
-    with closing(sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True, timeout=5)) as conn:
-        return conn.execute("SELECT event, detail FROM night_events").fetchall()
+    return [
+        (event, detail) for event, detail in journal(home, "SELECT event, detail FROM night_events")
+    ]
