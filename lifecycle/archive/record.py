@@ -425,17 +425,20 @@ class GcRecords:
         return {key: removed[key.key] for key in keys if key.id == target and key.kind in kinds}
 
 
+def marked_results(store: BlobStore, cache_id: str) -> list[str]:
+    """The ids of the results marked as standing on the cache (either release's markers)."""
+    found: set[str] = set()
+    for prefix in (cache_prefix(cache_id, "results/"), legacy_marker_prefix(cache_id)):
+        found |= {item.key[len(prefix) :] for item in store.list(prefix)}
+    return sorted(name for name in found if name and "/" not in name)
+
+
 def stood_on(store: BlobStore, cache_id: str) -> dict[str, str]:
     """The key of each record of the cache's versions that a result there (by its markers)
     names -> that result: a gc keeps what every result it keeps names, so one of these gone
     was lost, whatever a gc's record says of it (one may lie, as one written by hand)."""
-    ids = {
-        item.key.rpartition("/")[2]
-        for prefix in (cache_prefix(cache_id, "results/"), legacy_marker_prefix(cache_id))
-        for item in store.list(prefix)
-    }
     found: dict[str, str] = {}
-    for result_id in sorted(ids):
+    for result_id in marked_results(store, cache_id):
         current, _ = readable(store, ResultRecordV2, records_of("results", result_id), "result")
         legacy, _ = readable(store, ResultRecordV1, legacy_result_key(result_id), "legacy-result")
         documents: list[Record] = [*current.values(), *legacy.values()]

@@ -20,8 +20,6 @@ from typing import Any
 from lifecycle import __version__
 from lifecycle.archive.catalog import listed_keys
 from lifecycle.archive.layout import (
-    cache_prefix,
-    legacy_marker_prefix,
     legacy_result_key,
     marker,
     marker_body,
@@ -37,6 +35,7 @@ from lifecycle.archive.record import (
     Removal,
     Unread,
     load_named,
+    marked_results,
     pinned_by,
     pins_at,
     readable,
@@ -314,11 +313,8 @@ def results_on_cache(store: BlobStore, cache_id: str) -> list[ResultRecordV1 | R
     """The records of the results marked as standing on the cache (either release's markers),
     less those that cannot be read: a marker whose record was never written (that archive did
     not finish), or one unreadable or altered (`verify RESULT` names it)."""
-    found = set()
-    for prefix in (cache_prefix(cache_id, "results/"), legacy_marker_prefix(cache_id)):
-        found |= {item.key[len(prefix) :] for item in store.list(prefix)}
     records = []
-    for result_id in sorted(name for name in found if name and "/" not in name):
+    for result_id in marked_results(store, cache_id):
         try:
             records.append(read_result(store, result_id)[1])
         except S3Unavailable:  # the environment, not the archive: exit 3
