@@ -66,10 +66,11 @@ class Snapshot:
     keys: dict[str, Key]  # the objects of our layout, read as the layout names them
     records: dict[str, Record]  # key -> the record it holds
     unreadable: dict[str, str]  # key -> why it could not be read
+    listed_at: datetime  # the server's clock when it listed them (this host's may run ahead)
 
-    def age(self, key: str, now: datetime) -> float:
-        """Seconds since the server stored the object."""
-        return (now - self.objects[key].modified).total_seconds()
+    def age(self, key: str) -> float:
+        """Seconds between the server storing the object and listing it, on its own clock."""
+        return (self.listed_at - self.objects[key].modified).total_seconds()
 
 
 def take_snapshot(
@@ -79,6 +80,7 @@ def take_snapshot(
     named by their bytes: one read once is that record forever; a store with copies reads it
     from S3 once per host, lifecycle.archive.copies)."""
     objects = {item.key: item for item in store.list()}
+    listed_at = store.server_now()
     if store.copies is not None:
         store.copies.keep_only(objects)
     keys = {key: parsed for key in objects if (parsed := parse_key(key)) is not None}
@@ -97,7 +99,7 @@ def take_snapshot(
     found = pool_map(read, wanted, workers, "gc-read")
     unreadable = {key: why for key, why in found if isinstance(why, str)}
     records |= {key: record for key, record in found if not isinstance(record, str)}
-    return Snapshot(objects, keys, records, unreadable)
+    return Snapshot(objects, keys, records, unreadable, listed_at)
 
 
 # A marker's kind -> the kinds its record may have (a result's: either release's).
@@ -325,7 +327,7 @@ class _Marking:
     def __init__(self, snap: Snapshot, policy: Policy, now: datetime) -> None:
         self.snap, self.policy = snap, policy
         grace = policy.grace.total_seconds()
-        self.young = {key for key in snap.objects if snap.age(key, now) < grace}
+        self.young = {key for key in snap.objects if snap.age(key) < grace}
         self.cutoff = now - policy.older_than if policy.older_than is not None else None
 
     def recent(self, at: str) -> bool:

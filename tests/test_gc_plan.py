@@ -110,7 +110,7 @@ class Archive:
 
     def snapshot(self) -> Snapshot:
         keys = {k: parsed for k in self.objects if (parsed := parse_key(k)) is not None}
-        return Snapshot(dict(self.objects), keys, dict(self.records), {})
+        return Snapshot(dict(self.objects), keys, dict(self.records), {}, NOW)
 
 
 def _sha(text: str) -> str:

@@ -13,8 +13,10 @@ import io
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any, BinaryIO
 
 from botocore.exceptions import (
@@ -96,6 +98,7 @@ class ObjectStore:
         self.copies = copies  # for readers of every record: lifecycle.archive.copies
         self.endpoint = str(getattr(getattr(client, "meta", None), "endpoint_url", "") or "S3")
         self.conditional = True  # False once the server said it has no conditional writes
+        self._server_clock: tuple[datetime, float] | None = None  # (its Date, our monotonic)
 
     def key(self, relative: str) -> str:
         """The full key of a key of the layout (lifecycle.archive.layout)."""
@@ -246,6 +249,7 @@ class ObjectStore:
                 PaginationConfig={"PageSize": self.list_page},
             )
             for page in pages:
+                self._heard(page)
                 for item in page.get("Contents", []):
                     yield Listing(
                         self.relative(item["Key"]),
@@ -255,6 +259,23 @@ class ObjectStore:
                     )
         except (BotoCoreError, ClientError) as exc:
             raise self.error(exc, prefix) from exc
+
+    def server_now(self) -> datetime:
+        """The server's clock now: the Date of its last LIST answer, moved on by the time passed
+        since. Ages of objects (their LastModified is the server's) are read on it, never on
+        this host's clock: a host minutes ahead (S3 takes requests signed up to 15 minutes off)
+        took a sweep's fresh intent for one long stopped, and objects stored within gc's grace
+        for old. The header is to the second, so an age reads up to a second young: the safe
+        side. This host's clock before any listing, or from a server that sends no Date."""
+        if self._server_clock is None:
+            return datetime.now(UTC)
+        said, at = self._server_clock
+        return said + timedelta(seconds=time.monotonic() - at)
+
+    def _heard(self, answer: Mapping[str, Any]) -> None:
+        date = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+        with suppress(ValueError):  # no Date, or not one: the clock heard before stands
+            self._server_clock = (parsedate_to_datetime(date), time.monotonic())
 
     def delete(self, relatives: Sequence[str]) -> None:
         """Delete these objects (an absent one is no error), a thousand per request."""

@@ -14,7 +14,7 @@ import json
 import socket
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TypeVar, cast
 
 from pydantic import BaseModel
@@ -458,14 +458,17 @@ GC_ACTIVE = timedelta(minutes=15)
 Intents = dict[str, GcRecordV1]  # intents read (key -> record): named by their bytes, read once
 
 
-def being_collected(store: BlobStore, now: datetime, read: Intents) -> dict[str, Listing]:
+def being_collected(store: BlobStore, read: Intents) -> dict[str, Listing]:
     """Keys (relative) a gc sweep may be removing now -> its intent's listing: those an intent
-    stored within GC_ACTIVE lists. Either a sweep wrote its intent before this read, or its
-    last look comes after it and sees every record written before. An intent gone since the
-    listing belongs to a sweep that ended; `read` keeps those read, for the next call."""
+    stored within GC_ACTIVE lists, on the server's clock (this host's may run ahead). Either a
+    sweep wrote its intent before this read, or its last look comes after it and sees every
+    record written before. An intent gone since the listing belongs to a sweep that ended;
+    `read` keeps those read, for the next call."""
+    listed = list(store.list("gc-intents/"))
+    now = store.server_now()
     recent = {
         parsed.key: item
-        for item in store.list("gc-intents/")
+        for item in listed
         if (parsed := parse_key(item.key)) is not None
         and parsed.kind == "gc-intent"
         and now - item.modified < GC_ACTIVE

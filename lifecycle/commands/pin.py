@@ -17,7 +17,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import ClassVar
 
 from lifecycle.archive.config import optional_location
@@ -161,7 +161,7 @@ def _not_being_collected(store: BlobStore, target: str, chain: set[str], written
     """Read after the pin is written: a sweep whose intent is not here yet looks at the
     archive after the pin, and spares all it holds (lifecycle.gc); one whose intent lists
     part of the result's chain may be deleting it now."""
-    listed = being_collected(store, datetime.now(UTC), {})
+    listed = being_collected(store, {})
     racing = sorted(chain & listed.keys())
     if racing:
         key, intent = racing[0], listed[racing[0]]

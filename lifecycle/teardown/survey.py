@@ -398,7 +398,7 @@ def _being_collected(store: BlobStore, relied: Iterable[str], read: Intents) -> 
     one it planned), or it went meanwhile. Read after the archive's own records were written,
     so a sweep whose intent is not here yet looks at the archive after them, and spares what
     they name."""
-    listed = being_collected(store, datetime.now(UTC), read)
+    listed = being_collected(store, read)
     for key in sorted(set(relied) & listed.keys()):
         head = store.head(store.key(key), checksum=False)
         intent = listed[key]
