@@ -319,6 +319,41 @@ def _nowhere_outside_caches(token: str, s3_client: Any, bucket: str) -> None:
             assert not path.is_file() or needle not in path.read_bytes(), path
 
 
+def test_a_result_given_a_secret_is_refused_and_the_secret_goes_nowhere(
+    archive_project: Path, s3_client: Any, s3_bucket: str, tmp_path: Path
+) -> None:
+    """A result is kept and archived as given: a note pasted from a log, a metric, a
+    benchmark's JSON holding the token's value reached S3 verbatim. Refused at its flag (exit
+    2), naming the secret and where; no byte of it is kept or sent."""
+    token = f"q{secrets.token_hex(20)}"
+    env = {"HF_TOKEN": token}
+    booted = process(archive_project, "boot", "demo/0.2", "--json", env=env)
+    assert booted.returncode == 0, booted.stderr
+    boot_id = json.loads(booted.stdout)["id"]
+    document = tmp_path / "bench.json"
+    document.write_text(json.dumps({"metrics": {"tps": 1.0}, "env": {"auth": f"Bearer {token}"}}))
+    given = {
+        "--note": ["--note", f"curl -H 'x-token: {token}' failed"],
+        "--metric token": ["--metric", f"token={token}"],
+        f"{document}": ["--file", str(document)],
+    }
+    for where, flags in given.items():
+        add = ["result", "add", boot_id, "--name", "leak", "--status", "pass", *flags]
+        refused = process(archive_project, *add, env=env)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert f"{where}: holds the value of secret HF_TOKEN" in refused.stderr, refused.stderr
+        assert token not in refused.stdout + refused.stderr
+    clean = process(archive_project, "result", "add", boot_id, "--name", "ok", "--status",
+                    "pass", "--note", "fine", env=env)  # fmt: skip
+    assert clean.returncode == 0, clean.stderr
+    needle = token.encode()
+    for key, body in _objects(s3_client, s3_bucket):
+        assert needle not in body, key
+    for path in home().rglob("*"):
+        if path.is_file():
+            assert needle not in path.read_bytes(), path
+
+
 def _result_id() -> str:
     import sqlite3
 

@@ -44,7 +44,9 @@ from lifecycle.results.model import (
     parse_metric,
     pin_reason,
     read_document,
+    refuse_secrets,
 )
+from lifecycle.withheld import secrets_on_host
 
 METRICS_WIDTH = 40  # characters of `k=v, …` in the table; --json has them all
 MAX_DOCUMENT_BYTES = 16 * 2**20  # a result document is metrics and notes, not data
@@ -147,6 +149,7 @@ def add(ctx: Context, asked: verbs.ResultAdd) -> ResultAddReport:
     )
     where = optional_location(asked.to, ctx.environ, ctx.project)
     with ctx.ledger(create=False, missing=f"unknown boot {request.boot_id!r}") as ledger:
+        refuse_secrets(request, secrets_on_host(ledger, ctx.environ))
         result = add_result(ledger, request, ctx.now())
         problem = None
         if where is not None:

@@ -12,6 +12,7 @@ import json
 import math
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -20,6 +21,7 @@ from lifecycle.errors import LifecycleError, did_you_mean
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, boot_by_id, boot_ids
 from lifecycle.ledger.results import ResultRecord, insert_result, result_named
+from lifecycle.redact import redact_values
 
 STATUSES = ("pass", "fail", "inconclusive")
 SOURCES = ("manual", "acceptance")
@@ -160,6 +162,23 @@ class ResultRequest:
     document: bytes | None = None  # a JSON object: its `metrics` and `note` are taken too
     document_where: str = "result document"  # for messages: the file it came from
     source: str = "manual"
+
+
+def refuse_secrets(request: ResultRequest, secrets: Mapping[str, str]) -> None:
+    """A result is kept and archived as given: one whose name, note, a metric or document
+    holds a secret's value (in any spelling the redaction knows) is refused at what holds it,
+    naming the secret, never showing it."""
+    given = {"--name": request.name, "--note": request.note or ""}
+    given |= {f"--metric {key}": f"{key}={value}" for key, value in request.metrics.items()}
+    if request.document is not None:
+        given[request.document_where] = request.document.decode(errors="replace")
+    for where, text in given.items():
+        for name, value in sorted(secrets.items()):
+            if redact_values(text, {name: value}) != text:
+                raise ResultError(
+                    f"{redact_values(where, secrets)}: holds the value of secret {name} (from"
+                    " the host environment); a result is archived as given: leave it out"
+                )
 
 
 def find_boot(ledger: Ledger, boot_id: str) -> BootRecord:
