@@ -45,10 +45,13 @@ MCV_CRASH_POINTS = ("bake-mcv-built",)
 # `build`'s: its attempt recorded as running, nothing sent to dockerd; dockerd's image built and
 # tagged, its outcome not recorded; with --push, the image tagged for the registry, not pushed.
 BUILD_CRASH_POINTS = ("build-started", "build-tagged", "push-tagged")
-# A night's (and tune's): a ladder's value written into its manifest, not journalled; every
-# value written and journalled, the end not begun; the end actions taken and journalled, the
-# night not finished; finished, its report not written.
-NIGHT_CRASH_POINTS = ("night-written", "night-settled", "night-ended", "night-finished")
+# A night's (and tune's): a run's summary journalled as done (`:N`: the N-th), the runs started
+# beside it still under way (on a cluster: their boots on other nodes); a ladder's value written
+# into its manifest, not journalled; every value written and journalled, the end not begun; the
+# end actions taken and journalled, the night not finished; finished, its report not written.
+NIGHT_CRASH_POINTS = (
+    "night-run-done", "night-written", "night-settled", "night-ended", "night-finished",
+)  # fmt: skip
 # A port's: it holds its lock and state dir, nothing replayed yet; a `--continue`'s: git's
 # `cherry-pick --continue` returned (git may have stopped at the next patch), nothing saved yet.
 PORT_CRASH_POINTS = ("port-claimed", "port-continued")

@@ -404,6 +404,99 @@ def _caches_of(home: Path, boot_id: str) -> set[str]:
     return {state for state, _ in rows}
 
 
+# Two cells of one pin start at once, one on each healthy node: `fast` ends first, while `slow`
+# still serves on the other node when the driver is killed.
+RACED = {
+    "fast": {"checks": [CHECK_FORCED]},
+    "slow": {"args": ["--serve-seconds", "15"], "checks": [CHECK_FORCED]},
+}
+
+
+def test_a_driver_killed_while_a_node_boots_resumes_with_every_boot_ended_and_counted_once(
+    cluster: Cluster, project: Path, docker_client: Any
+) -> None:
+    """The driver SIGKILLed as it journals the first run done, the other node mid-boot: Ray
+    ends that task, whose engine dockerd runs on. The night run again finishes, and leaves no
+    boot `running` on any node, no engine serving for an ended boot, no cache removed that was
+    not archived, each run's results once, and the run done before the kill not run again."""
+    plan = _plan(project, "raced", pins=["demo/0.1"], cache_states=["cold"], profiles=RACED,
+                 end={"archive": True, "teardown": True})  # fmt: skip
+    driver = project.parent / "driver"
+    nodes = cluster.nodes[:2]  # h200 and a100: the others get no run
+    before = {node.name: _boots(node.home) for node in nodes}
+    killed = cluster.popen(
+        sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), "night",
+        str(plan), "--engine", "ray", "--address", HEAD,
+        env={**driver_env(driver), "LIFECYCLE_TEST_CRASH_AT": "night-run-done"},
+    )  # fmt: skip
+    _, err = killed.communicate(timeout=300)
+    assert killed.returncode == -signal.SIGKILL, err
+    ((cell, _, fast_boot),) = _done_runs(driver, "raced")
+    assert cell == "demo/0.1:fast:cold"
+    orphans = {n.name: _boots(n.home) - before[n.name] - {fast_boot} for n in nodes}
+    assert any(orphans.values()), f"the slow run had not booted when the driver died: {err}"
+
+    report, err = _night(cluster, project, plan)
+
+    assert report["state"] == "finished" and report["ran"] == 1, err
+    runs = {r["cell"]: r for r in _runs(report)}
+    assert runs["demo/0.1:fast:cold"]["boot_id"] == fast_boot  # done before the kill: kept
+    assert sorted(_done_runs(driver, "raced"))[0][2] == fast_boot
+    made = {n.name: _boots(n.home) - before[n.name] for n in nodes}
+    states = {b: _outcome(n.home, b) for n in nodes for b in made[n.name]}
+    assert "running" not in states.values(), (states, orphans, err)
+    for orphan in {b for found in orphans.values() for b in found}:  # ended, and said so
+        assert states[orphan] == "interrupted" and f"boot {orphan}: " in err, (orphan, err)
+    serving = _serving(docker_client, set(states))
+    assert not serving, f"engines serve for boots that ended: {serving}"
+    for node in nodes:
+        _archived_before_removed(cluster, node.home)
+    # Each run's checks recorded once among the boots the night counts; an orphan's are its own.
+    counted = {r["boot_id"] for r in runs.values()}
+    results = [(b, n) for node in nodes for b, n in _results(node.home) if b in counted]
+    assert sorted(results) == sorted((b, "forced-64") for b in counted), results
+    end = {e["action"]: e for e in report["end"]}
+    assert end["archive"]["ok"] and end["teardown"]["ok"], end
+    assert (project / "prod.state").read_text().strip() == "up"
+
+
+def _outcome(home: Path, boot_id: str) -> str:
+    ((outcome,),) = journal(home, "SELECT outcome FROM boots WHERE id = ?", (boot_id,))
+    return str(outcome)
+
+
+def _results(home: Path) -> list[tuple[str, str]]:
+    return [(b, n) for b, n in journal(home, "SELECT boot_id, name FROM results")]
+
+
+def _serving(docker_client: Any, boot_ids: set[str]) -> dict[str, str]:
+    """The engines dockerd runs now for those boots, by boot."""
+    running = docker_client.containers.list(filters={"label": "lifecycle.boot.id"})
+    by_boot = {c.labels["lifecycle.boot.id"]: c.name for c in running}
+    return {boot: name for boot, name in by_boot.items() if boot in boot_ids}
+
+
+def _archived_before_removed(cluster: Cluster, home: Path) -> None:
+    """Every cache a node tore down has an archive verified, and each archive its ledger records
+    is in the bucket."""
+    rows = journal(
+        home,
+        "SELECT c.id, c.state, a.record_key, a.verified_at FROM caches c"
+        " LEFT JOIN archives a ON a.cache_id = c.id",
+    )
+    for cache_id, state, _, verified in rows:
+        assert state != "torn-down" or verified, f"{cache_id} removed, never archived"
+    keys = sorted({key for _, _, key, _ in rows if key})  # the full key, prefix included
+    missing = cluster.python(
+        "import boto3, json\n"
+        f"keys = {keys!r}\n"
+        "s3 = boto3.client('s3')\n"
+        "print(json.dumps([k for k in keys"
+        " if not s3.list_objects_v2(Bucket='night', Prefix=k).get('KeyCount')]))"
+    )
+    assert not missing, f"archived in the ledger, not in the bucket: {missing}"
+
+
 def test_a_node_killed_mid_run_loses_the_attempt_and_the_night_finishes_elsewhere(
     cluster: Cluster, project: Path
 ) -> None:

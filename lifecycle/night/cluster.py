@@ -145,11 +145,12 @@ class RayEngine:
         self._run = ray.remote(max_retries=0, num_cpus=0)(on_node.run)
         self._survey = ray.remote(max_retries=0, num_cpus=0)(on_node.survey)
         self._end = ray.remote(max_retries=0, num_cpus=0)(on_node.end)
+        self._ready = ray.remote(max_retries=0, num_cpus=0)(on_node.ready)
         # A node's first task starts a worker process and imports lifecycle there (seconds):
         # started now, while the driver resolves the pins, the survey finds it ready.
         self._started = [
-            self._survey.options(scheduling_strategy=self._on(n)).remote(
-                n.name, store.location.url(), []
+            self._ready.options(scheduling_strategy=self._on(n)).remote(
+                n.name, store.location.url()
             )
             for n in self.nodes.values()
         ]
@@ -365,6 +366,8 @@ class RayEngine:
                 self.say(f"{node.name}: {node.out}; no run goes there")
                 continue
             node.arch, node.warm = state.arch, dict(state.warm)
+            for line in state.settled:  # a killed driver's boots, ended where they ran
+                self.say(f"{node.name}: {line}")
 
     def _answer(self, ref: Any, deadline: float) -> Any:
         """A survey's or end action's result; past `deadline` its task is force-cancelled and

@@ -7,6 +7,11 @@ cell's caches restored from the bucket (`restore --best`) when the host holds no
 before the task returns, the boot's caches (their files too, for the next node's restore),
 evidence and results archived. The driver receives only the run's summary. Nothing here
 imports Ray: a task is a plain function of its arguments and the host's environment.
+
+A task Ray ended (its driver was killed, or cancelled it) leaves its boot `running` here and its
+engine, which dockerd runs, serving on: the survey each night begins with, and each end action,
+stop such engines and record their boots `interrupted` first, as a boot does before it picks
+its caches, so a node the resumed night sends no run still has its dead boots ended.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from lifecycle.archive.catalog import Best, best_versions
@@ -25,7 +31,7 @@ from lifecycle.archive.objects import s3_client
 from lifecycle.archive.record import pushed_images
 from lifecycle.archive.restore import restore_cache
 from lifecycle.archive.store import BlobStore
-from lifecycle.boot.engine import engine_image, existing_tag
+from lifecycle.boot.engine import engine_image, existing_tag, stop_orphans
 from lifecycle.build.plan import cache_key, image_tag, key_factors
 from lifecycle.dockerd import connect, sdk_errors
 from lifecycle.errors import LifecycleError
@@ -52,6 +58,7 @@ class NodeState:
     node: str  # the host's name and the first digits of its Ray node id
     arch: str  # LIFECYCLE_GPU_ARCH there: part of its caches' keys
     warm: dict[str, str]  # pin -> `local` (a good cache here) or `bucket` (one to restore)
+    settled: list[str] = field(default_factory=list)  # dead boots ended here first, a line each
 
 
 @dataclass(frozen=True)
@@ -65,10 +72,19 @@ class NodeRun:
 
 def survey(node: str, url: str, pins: Sequence[Pin]) -> NodeState:
     """Whether this host can run cells at all (else NodeUnfit), and where each pin's good
-    caches are for it."""
+    caches are for it; its dead boots ended first (a dead boot holds its caches)."""
     with _host(url) as host:
+        settled = _end_dead_boots(host)
         warm = {pin.ref: state for pin in pins if (state := _warm_state(host, pin))}
-        return NodeState(node, host.engine.arch, warm)
+        return NodeState(node, host.engine.arch, warm, settled)
+
+
+def ready(node: str, url: str) -> str:
+    """Only this host's engine, ledger and bucket opened: the worker the survey then runs in is
+    started, lifecycle imported, its S3 client made. Nothing is ended here: the survey ends
+    the dead boots, and the driver reads its answer and says what it did."""
+    with _host(url):
+        return node
 
 
 def run(node: str, url: str, order: RunOrder) -> NodeRun:
@@ -95,6 +111,9 @@ def end(node: str, url: str, action: str, boot_ids: Sequence[str]) -> EndSummary
     archived its boot before returning: the archive is asked only of a boot it has no record of
     at this location (the teardown verifies every archive again as each cache goes)."""
     with _host(url) as host:
+        # Archive and teardown record dead boots `interrupted` without asking dockerd: their
+        # engines are stopped first, so none serves on for a boot the ledger says ended.
+        settled = _end_dead_boots(host)
         engine = host.engine
         if action == "teardown":
             done = engine.teardown(dict.fromkeys(boot_ids))
@@ -102,7 +121,7 @@ def end(node: str, url: str, action: str, boot_ids: Sequence[str]) -> EndSummary
             done = engine.archive(dict.fromkeys(missing))
         else:
             done = EndSummary(action=action, ok=True, detail="each run's task archived its boot")
-        return done.model_copy(update={"detail": f"{node}: {done.detail}"})
+        return done.model_copy(update={"detail": "; ".join([f"{node}: {done.detail}", *settled])})
 
 
 @dataclass(frozen=True)
@@ -135,6 +154,14 @@ def _host(url: str) -> Iterator[_Host]:
     finally:
         ledger.close()
         docker.close()
+
+
+def _end_dead_boots(host: _Host) -> list[str]:
+    """This host's boots whose process died (a task Ray ended with its driver), their engines
+    stopped, then recorded `interrupted` (lifecycle.boot.engine.stop_orphans); a line each."""
+    engine = host.engine
+    at = datetime.now(UTC).isoformat(timespec="seconds")  # as a boot stamps its own end
+    return stop_orphans(engine.docker, engine.ledger, engine.home, at)
 
 
 @functools.cache

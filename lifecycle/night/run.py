@@ -408,6 +408,7 @@ def _run(
                 continue
             started.pop((ended.cell, ended.run, ended.attempt))
             journal.done(ended)
+            night.checkpoint("night-run-done")
             boots += 1
             checks = ", ".join(f"{o.verdict.check} {o.verdict.status}" for o in ended.checks)
             where = f" on {ended.node}" if ended.node else ""
