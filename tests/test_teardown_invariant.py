@@ -187,6 +187,37 @@ def test_a_teardown_holding_a_cache_makes_a_warm_boot_start_that_one_cold(
     assert all(c.state == "torn-down" for c in caches().values())
 
 
+def test_a_file_written_between_the_check_and_the_removal_keeps_its_cache(
+    archive_project: Path,
+) -> None:
+    """The archive was verified against the tree as it was; a writer outside lifecycle (an
+    engine run by hand with the dir mounted, a JIT pointed at it) adds a file before the dir
+    goes: that file was removed, in no archive. The dir is checked again where it was moved,
+    and goes back when it is not the tree verified."""
+    ids = cache_ids(boot(archive_project, "--cold"))
+    assert cli(archive_project, "archive", "--all", "--with-content").exit_code == 0
+    teardown = start(
+        archive_project, "teardown", ids[0], "--yes",
+        env={"LIFECYCLE_TEST_DELAY": "after-verified=4"},
+    )  # fmt: skip
+    try:
+        _wait_for_step(ids[:1], "verified")
+        late = Path(caches()[ids[0]].host_path) / "compiled-late.so"
+        late.write_bytes(b"a kernel no archive holds")
+        out, err = teardown.communicate(timeout=120)
+    finally:
+        teardown.kill()
+    assert teardown.returncode == 1, (out, err)
+    assert "changed between its check and its removal" in out, (out, err)
+    assert late.read_bytes() == b"a kernel no archive holds"
+    assert caches()[ids[0]].state == "archived"
+    assert [s.step for s in journal(ids[0])][-1] == "refused"
+    # Archived again, with the new file, it goes.
+    assert cli(archive_project, "archive", ids[0], "--with-content").exit_code == 0
+    assert cli(archive_project, "teardown", ids[0], "--yes").exit_code == 0
+    assert gone(caches()[ids[0]])
+
+
 def _wait_for_step(cache_ids: list[str], step: str) -> str:
     """The first of the caches whose journal reaches `step`."""
     deadline = time.monotonic() + 60

@@ -233,6 +233,7 @@ class Verdict:
 
     problems: list[str]  # [] when the cache may go
     proof: str = ""  # what was verified, for the journal
+    tree_digest: str | None = None  # the tree it verified (None: the dir was not scanned)
 
 
 def remove_cache(
@@ -269,6 +270,13 @@ def remove_cache(
             # One rename: the cache is in place or in the trash, never half moved. If the
             # rename is lost to a power cut, the next run finds the dir in place again.
             host.rename(trash)
+            # A writer outside lifecycle (an engine run by hand on the dir, a JIT pointed at
+            # it) may have added a file since the check: in no archive, it would go with the
+            # dir. Scanned again where it now is (cheap: nothing else changed), it goes back
+            # unless it is the tree verified.
+            changed = _changed_since(cache, trash, verdict.tree_digest)
+            if changed:
+                return refuse(journal, cache, resumes, [changed])
     checkpoint("after-rename")
     freed = _measured(trash, resumes)
     journal.step(cache.id, "deleted", str(trash), freed)
@@ -283,6 +291,19 @@ def remove_cache(
     checkpoint("after-rmtree")
     journal.step(cache.id, "done", None, freed, cache_state="torn-down")
     return CacheOutcome(cache.id, removed=True, bytes_freed=freed)
+
+
+def _changed_since(cache: CacheRecord, trash: Path, verified: str | None) -> str | None:
+    """Why the dir moved to `trash` is not the tree `verified`; None when it is (or none was)."""
+    if verified is None:
+        return None
+    now = scan_now(cache, trash)
+    if now.fingerprint is not None and now.fingerprint.tree_digest == verified:
+        return None
+    return (
+        f"it changed between its check and its removal ({now.problem or 'another tree'}:"
+        " something outside lifecycle writes it): kept; archive it again"
+    )
 
 
 def refuse(

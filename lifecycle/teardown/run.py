@@ -215,7 +215,8 @@ def _carry_out(
         mark_verified(ledger, cache.id, _stamp(services.now()))
         digest = checked.document.tree_digest
         proof = f"{archive.location.rstrip('/')} {archive.record_key}"
-        return Verdict([], f"{proof} sha256:{archive.record_sha256} tree:{digest}")
+        scanned = tree.fingerprint.tree_digest if tree and tree.fingerprint else None
+        return Verdict([], f"{proof} sha256:{archive.record_sha256} tree:{digest}", scanned)
 
     return remove_cache(
         journal,
