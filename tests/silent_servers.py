@@ -39,10 +39,15 @@ class SilentRelay:
     """`127.0.0.1:PORT` relaying to `upstream` until a request whose first line matches
     `freeze_at` (a regex, or None: from the start) arrives. From then on nothing more is
     relayed either way, every connection is held open unread, and new ones are accepted and
-    never answered."""
+    never answered. With `trickle` (seconds), it relays on instead, but every answer after its
+    first KiB (the head of a response) one byte per `trickle` seconds: a server that never
+    stops answering, and never finishes."""
 
-    def __init__(self, upstream: tuple[str, int] | None, freeze_at: str | None) -> None:
+    def __init__(
+        self, upstream: tuple[str, int] | None, freeze_at: str | None, trickle: float | None = None
+    ) -> None:
         self.upstream = upstream
+        self.trickle = trickle
         self.freeze_at = re.compile(freeze_at.encode()) if freeze_at else None
         self.frozen = threading.Event()
         if upstream is None or freeze_at is None:
@@ -75,7 +80,7 @@ class SilentRelay:
             except OSError:
                 return
             self.held.append(client)
-            if self.frozen.is_set() or self.upstream is None:
+            if self.upstream is None or (self.frozen.is_set() and self.trickle is None):
                 continue  # accepted, never read, never answered
             upstream = socket.create_connection(self.upstream)
             self.held.append(upstream)
@@ -84,6 +89,7 @@ class SilentRelay:
                 pump.start()
 
     def _pump(self, source: socket.socket, sink: socket.socket, asks: bool) -> None:
+        sent = 0  # bytes of answers sent on this connection since it began to trickle
         while not self.stop.is_set():
             try:
                 data = source.recv(1 << 16)
@@ -97,13 +103,30 @@ class SilentRelay:
                     self.frozen.set()
                 elif not self.frozen.is_set():
                     self.relayed.append(line)
-            if self.frozen.is_set():
+            if self.frozen.is_set() and self.trickle is None:
                 self.stop.wait()  # held: neither read nor answered any more
                 return
+            if self.frozen.is_set() and not asks:
+                sent = self._dribble(sink, data, sent)
+                continue
             try:
                 sink.sendall(data)
             except OSError:
                 return
+
+    def _dribble(self, sink: socket.socket, data: bytes, sent: int) -> int:
+        """Send `data`: what is left of the first KiB at once, the rest a byte at a time."""
+        assert self.trickle is not None
+        for at in range(len(data)):
+            if self.stop.is_set():
+                break
+            if sent + at >= 1024:
+                self.stop.wait(self.trickle)
+            try:
+                sink.sendall(data[at : at + 1])
+            except OSError:
+                break
+        return sent + len(data)
 
     def close(self) -> None:
         """Let go of every connection."""
@@ -125,10 +148,12 @@ def silent_listener() -> Iterator[SilentRelay]:
 
 
 @contextmanager
-def silent_relay(upstream_url: str, freeze_at: str) -> Iterator[SilentRelay]:
+def silent_relay(
+    upstream_url: str, freeze_at: str, trickle: float | None = None
+) -> Iterator[SilentRelay]:
     """A SilentRelay to the server at `upstream_url` (http://HOST:PORT), closed afterwards."""
     host, _, port = upstream_url.removeprefix("http://").rstrip("/").partition(":")
-    relay = SilentRelay((host, int(port)), freeze_at)
+    relay = SilentRelay((host, int(port)), freeze_at, trickle)
     try:
         yield relay
     finally:

@@ -231,3 +231,38 @@ def test_a_server_falling_silent_mid_command_ends_it_within_the_bound(
             assert relay.frozen.is_set() and relay.relayed, ran  # it fell silent mid-command
             _assert_bounded([ran], relay.endpoint)
     _unchanged(before, s3_client, s3_bucket)
+
+
+def test_a_server_answering_a_byte_at_a_time_ends_every_command_within_the_bound(
+    archive_project: Path, s3_client: Any, s3_bucket: str
+) -> None:
+    """Each read of an answer waits at most LIFECYCLE_S3_TIMEOUT, but a server (or a proxy)
+    that sends a byte a second never lets one run out: a listing, a record and a blob's body
+    trickled in held a command for hours. The whole answer (a body: each MiB of it) gets the
+    limit."""
+    archived = _archive_something(archive_project, f"s3://{s3_bucket}/test")
+    ids, url = archived.caches, archived.url
+    grown = Path(caches()[ids[0]].host_path)
+    for n in range(2):  # blobs of their own (not packed): their bodies are streamed
+        (grown / f"late-{n}.cubin").write_bytes(os.urandom(2 << 20))
+    assert cli(archive_project, "archive", ids[0], "--with-content").exit_code == 0
+    before = _objects(s3_client, s3_bucket), _caches()
+    listing = rf"^GET /{s3_bucket}\?list-type=2"
+    blob = rf"^GET /{s3_bucket}/test/blobs/"
+    at = [
+        (["caches", "--from", url], listing),  # the answer's head, then its body, trickled
+        (["gc", "--remote", "--dry-run"], listing),
+        (["verify", ids[0]], blob),  # a blob's body trickled, its head whole
+    ]
+    upstream = os.environ["AWS_ENDPOINT_URL"]
+    with ExitStack() as stack:
+        relays = [stack.enter_context(silent_relay(upstream, p, trickle=1.0)) for _, p in at]
+        commands = [
+            (argv, {"AWS_ENDPOINT_URL": relay.endpoint})
+            for (argv, _), relay in zip(at, relays, strict=True)
+        ]
+        results = side_by_side(archive_project, commands)
+    for ran, relay in zip(results, relays, strict=True):
+        assert relay.frozen.is_set(), ran  # it began to trickle mid-command
+        assert_failed_within([ran], S3_LIMIT_S, relay.endpoint)
+    _unchanged(before, s3_client, s3_bucket)

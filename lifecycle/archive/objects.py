@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -17,6 +18,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
+from functools import partial
 from typing import Any, BinaryIO
 
 from botocore.exceptions import (
@@ -32,6 +34,9 @@ from lifecycle.archive.location import ArchiveLocation, endpoint_problem
 from lifecycle.errors import EXIT_ENVIRONMENT, AnswerNo, LifecycleError
 
 READ_CHUNK = 1 << 20
+# The slowest a request's body may go out (bytes/s) before its attempt counts as waited out:
+# a 64 MiB pack gets 256 s on top of the limit.
+SLOWEST_SEND = 256 << 10
 # Records and fingerprints are read whole into memory, so never past this. A cache version's
 # record lists each file's blob (~240 bytes a file) as its fingerprint lists each entry (~180),
 # so 64 MiB holds some 250,000 files, ten times the largest JIT cache measured (20,000): a
@@ -197,7 +202,7 @@ class ObjectStore:
         digest, size = hashlib.sha256(), 0
         try:
             response = self.client.get_object(Bucket=self.location.bucket, Key=key)
-            for chunk in response["Body"].iter_chunks(READ_CHUNK):
+            for chunk in self._chunks(response["Body"]):
                 size += len(chunk)
                 if cap is not None and max(size, response.get("ContentLength", 0)) > cap:
                     response["Body"].close()  # the rest is never read
@@ -214,6 +219,30 @@ class ObjectStore:
             raise self.error(exc, key) from exc
         return digest.hexdigest()
 
+    def _chunks(self, body: Any) -> Iterator[bytes]:
+        """A streamed body, READ_CHUNK at a time, each within the time limit: a server that
+        sends a byte at a time never lets one read run out, so a chunk that takes longer is
+        ended under its reader (its body closed): slower than 1 MiB per LIFECYCLE_S3_TIMEOUT,
+        a server is taken for one that stopped."""
+        limit = self.client.meta.config.read_timeout
+        while True:
+            fired = threading.Event()
+            timer = threading.Timer(limit, _cut, (fired, body))
+            timer.daemon = True
+            timer.start()
+            try:
+                chunk = body.read(READ_CHUNK)
+            except (BotoCoreError, ValueError, OSError):  # what a read of a closed body meets
+                if not fired.is_set():
+                    raise
+            finally:
+                timer.cancel()
+            if fired.is_set():
+                raise ReadTimeoutError(endpoint_url=self.endpoint)
+            if not chunk:
+                return
+            yield chunk
+
     def read_range(self, key: str, start: int, length: int) -> Iterator[bytes]:
         """The bytes `start` to `start + length` of an object (a full key), as they arrive."""
         if length <= 0:
@@ -223,7 +252,7 @@ class ObjectStore:
             response = self.client.get_object(
                 Bucket=self.location.bucket, Key=key, Range=f"bytes={start}-{start + length - 1}"
             )
-            for chunk in response["Body"].iter_chunks(READ_CHUNK):
+            for chunk in self._chunks(response["Body"]):
                 got += len(chunk)
                 if got > length:  # a server ignoring the range: refused before it is held
                     response["Body"].close()
@@ -407,10 +436,13 @@ class Patience:
         self.gave_up_at: float | None = None
 
     def watch(self, client: Any) -> None:
-        """Refuse to send while patience is out, and never retry an attempt that waited out
-        (ahead of botocore's own retry handler: the first answer that is not None wins)."""
+        """Refuse to send while patience is out, never retry an attempt that waited out
+        (ahead of botocore's own retry handler: the first answer that is not None wins), and
+        send each request with a limit on the whole answer (last: after the slow-teller)."""
         client.meta.events.register("before-send.s3", self._before_send)
         client.meta.events.register_first("needs-retry.s3", self._needs_retry)
+        sender = client._endpoint.http_session  # what botocore sends with when no one else did
+        client.meta.events.register_last("before-send.s3", partial(self._send_within, sender))
 
     def out(self) -> bool:
         """Whether requests are refused now."""
@@ -420,6 +452,22 @@ class Patience:
         if self.out():
             raise NotAskedAgain(endpoint_url=self.endpoint, limit=self.limit)
 
+    def _send_within(self, sender: Any, request: Any, **_: Any) -> Any:
+        """Send as botocore would, in a thread of its own, and wait for the whole answer (a
+        streamed body's head) the limit, and for a body sent its size at SLOWEST_SEND: each
+        read of it waits at most the limit, but a server that answers a byte at a time never
+        lets one run out. Past that the attempt waited out, its thread left to its connection."""
+        size = int(request.headers.get("Content-Length") or 0)
+        answer: list[Any] = []
+        thread = threading.Thread(target=_send, args=(sender, request, answer), daemon=True)
+        thread.start()
+        thread.join(self.limit + size / SLOWEST_SEND)
+        if not answer:
+            raise ReadTimeoutError(endpoint_url=self.endpoint)
+        if isinstance(answer[0], BotoCoreError):
+            raise answer[0]
+        return answer[0]
+
     def _needs_retry(self, caught_exception: BaseException | None = None, **_: Any) -> bool | None:
         if isinstance(caught_exception, NotAskedAgain):
             return False
@@ -427,6 +475,25 @@ class Patience:
             self.gave_up_at = self.clock()
             return False
         return None  # botocore's handler decides
+
+
+def _cut(fired: threading.Event, body: Any) -> None:
+    """End a read that ran out of time: its socket shut down under it (closing the body would
+    wait for the read, which holds the body's lock), so the read ends short and fails."""
+    fired.set()
+    stream = getattr(body, "_raw_stream", None)  # urllib3's response under botocore's body
+    sock = getattr(getattr(stream, "connection", None), "sock", None)
+    if sock is not None:
+        with suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def _send(sender: Any, request: Any, answer: list[Any]) -> None:
+    # What the sender raises is botocore's (it wraps urllib3's and the socket's): handed over.
+    try:
+        answer.append(sender.send(request))
+    except BotoCoreError as exc:
+        answer.append(exc)
 
 
 def tell_when_slow(client: Any, on_slow: Callable[[str], None], limit: float) -> None:
