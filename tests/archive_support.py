@@ -4,6 +4,8 @@ records of a boot, and verification of one record by its key."""
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
 from lifecycle.archive.store import BlobStore
@@ -55,3 +57,24 @@ def damage(client: Any, bucket: str, key: str, *, truncate: int | None = None) -
     body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
     other = body[:truncate] if truncate is not None else bytes([body[0] ^ 0x01]) + body[1:]
     client.put_object(Bucket=bucket, Key=key, Body=other)
+
+
+def sweep_waiting(project: Path, client: Any, bucket: str, seconds: int) -> subprocess.Popen[str]:
+    """`gc --remote` collecting everything, held `seconds` after its last look (its intent and
+    record written, nothing deleted yet): returned once it looked."""
+    from tests.night_support import wait_for
+    from tests.trust_support import PREFIX, start
+
+    gc = start(
+        project, "gc", "--remote", "--older-than", "0s", "--grace", "0s", "--yes", "--json",
+        env={"LIFECYCLE_TEST_DELAY": f"gc-looked={seconds}"},
+    )  # fmt: skip
+
+    # gc's record is written after its last look: what comes after this, before its first
+    # deletion (it waits at gc-looked).
+    def looked() -> bool:
+        assert gc.poll() is None, gc.communicate()
+        return bool(keys(client, bucket, f"{PREFIX}/gc/"))
+
+    wait_for("gc to look", looked, 120)
+    return gc

@@ -103,8 +103,9 @@ class _Body:
     def __init__(self, data: bytes) -> None:
         self.data = data
 
-    def iter_chunks(self, size: int) -> list[bytes]:
-        return [self.data]
+    def read(self, size: int) -> bytes:
+        chunk, self.data = self.data[:size], self.data[size:]
+        return chunk
 
     def close(self) -> None:
         pass

@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.archive_support import keys
-from tests.night_support import wait_for
-from tests.trust_support import PREFIX, cli, process, start
+from tests.archive_support import keys, sweep_waiting
+from tests.trust_support import PREFIX, cli, process
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 
@@ -56,17 +55,8 @@ def test_a_host_ahead_of_the_server_still_sees_a_sweep_deleting_what_its_archive
     _json(archive_project, "archive", "--all", "--with-content")
     _json(archive_project, "teardown", "--yes")  # A's caches now only in the archive
     host_b = {"LIFECYCLE_HOME": str(tmp_path / "host-b")}
-    gc = start(
-        archive_project, "gc", "--remote", "--older-than", "0s", "--grace", "0s", "--yes",
-        "--json", env={"LIFECYCLE_TEST_DELAY": "gc-looked=120"},
-    )  # fmt: skip
+    gc = sweep_waiting(archive_project, s3_client, s3_bucket, 120)
     try:
-
-        def looked() -> bool:
-            assert gc.poll() is None, gc.communicate()
-            return bool(keys(s3_client, s3_bucket, f"{PREFIX}/gc/"))
-
-        wait_for("gc to look", looked, 120)
         intent = keys(s3_client, s3_bucket, f"{PREFIX}/gc-intents/")[0]
         _json(archive_project, "boot", "demo/0.2", "--cold", env=host_b)
         _json(archive_project, "archive", "--all", "--with-content", env=host_b)

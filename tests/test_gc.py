@@ -22,7 +22,7 @@ from lifecycle.archive.store import BlobStore
 from lifecycle.fingerprint import scan
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.removal import unfinished_gc
-from tests.archive_support import keys, read_json
+from tests.archive_support import keys, read_json, sweep_waiting
 from tests.night_support import wait_for
 from tests.trust_support import PREFIX, cli, home, process, start
 
@@ -447,18 +447,8 @@ def test_a_cache_is_not_removed_while_another_hosts_sweep_may_delete_what_its_ar
     _json(archive_project, "archive", "--all", "--with-content")
     _json(archive_project, "teardown", "--yes")  # A's caches now only in the archive
     host_b = {"LIFECYCLE_HOME": str(tmp_path / "host-b")}
-    gc = start(
-        archive_project, "gc", "--remote", "--older-than", "0s", "--grace", "0s", "--yes",
-        "--json", env={"LIFECYCLE_TEST_DELAY": "gc-looked=45"},
-    )  # fmt: skip
+    gc = sweep_waiting(archive_project, s3_client, s3_bucket, 45)
     try:
-        # gc's record is written after its last look: B's records come after that look, and
-        # before its first deletion (it waits at gc-looked).
-        def looked() -> bool:
-            assert gc.poll() is None, gc.communicate()
-            return bool(keys(s3_client, s3_bucket, f"{PREFIX}/gc/"))
-
-        wait_for("gc to look", looked, 120)
         assert keys(s3_client, s3_bucket, f"{PREFIX}/gc-intents/")
         _json(archive_project, "boot", "demo/0.2", "--cold", env=host_b)
         _json(archive_project, "archive", "--all", "--with-content", env=host_b)

@@ -103,6 +103,9 @@ class ObjectStore:
         self.copies = copies  # for readers of every record: lifecycle.archive.copies
         self.endpoint = str(getattr(getattr(client, "meta", None), "endpoint_url", "") or "S3")
         self.conditional = True  # False once the server said it has no conditional writes
+        # Each MiB of a streamed body is waited for this long (_chunks): the client's limit.
+        config = getattr(getattr(client, "meta", None), "config", None)
+        self.read_limit = float(getattr(config, "read_timeout", None) or S3_READ_TIMEOUT_S)
         self._server_clock: tuple[datetime, float] | None = None  # (its Date, our monotonic)
 
     def key(self, relative: str) -> str:
@@ -224,7 +227,7 @@ class ObjectStore:
         sends a byte at a time never lets one read run out, so a chunk that takes longer is
         ended under its reader (its body closed): slower than 1 MiB per LIFECYCLE_S3_TIMEOUT,
         a server is taken for one that stopped."""
-        limit = self.client.meta.config.read_timeout
+        limit = self.read_limit
         while True:
             fired = threading.Event()
             timer = threading.Timer(limit, _cut, (fired, body))
