@@ -225,8 +225,8 @@ class ObjectStore:
     def _chunks(self, body: Any) -> Iterator[bytes]:
         """A streamed body, READ_CHUNK at a time, each within the time limit: a server that
         sends a byte at a time never lets one read run out, so a chunk that takes longer is
-        ended under its reader (its body closed): slower than 1 MiB per LIFECYCLE_S3_TIMEOUT,
-        a server is taken for one that stopped."""
+        ended under its reader (its socket shut down: _cut): slower than 1 MiB per
+        LIFECYCLE_S3_TIMEOUT, a server is taken for one that stopped."""
         limit = self.read_limit
         while True:
             fired = threading.Event()
