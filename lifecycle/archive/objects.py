@@ -8,8 +8,10 @@ docs/time-limits.md.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import io
+import itertools
 import socket
 import threading
 import time
@@ -105,7 +107,7 @@ class ObjectStore:
         self.conditional = True  # False once the server said it has no conditional writes
         # Each MiB of a streamed body is waited for this long (_chunks): the client's limit.
         config = getattr(getattr(client, "meta", None), "config", None)
-        self.read_limit = float(getattr(config, "read_timeout", None) or S3_READ_TIMEOUT_S)
+        self._watchdog = _watchdog(float(getattr(config, "read_timeout", None) or 0))
         self._server_clock: tuple[datetime, float] | None = None  # (its Date, our monotonic)
 
     def key(self, relative: str) -> str:
@@ -227,19 +229,16 @@ class ObjectStore:
         sends a byte at a time never lets one read run out, so a chunk that takes longer is
         ended under its reader (its socket shut down: _cut): slower than 1 MiB per
         LIFECYCLE_S3_TIMEOUT, a server is taken for one that stopped."""
-        limit = self.read_limit
         while True:
             fired = threading.Event()
-            timer = threading.Timer(limit, _cut, (fired, body))
-            timer.daemon = True
-            timer.start()
+            watch = self._watchdog.arm(fired, body)
             try:
                 chunk = body.read(READ_CHUNK)
             except (BotoCoreError, ValueError, OSError):  # what a read of a closed body meets
                 if not fired.is_set():
                     raise
             finally:
-                timer.cancel()
+                self._watchdog.disarm(watch)
             if fired.is_set():
                 raise ReadTimeoutError(endpoint_url=self.endpoint)
             if not chunk:
@@ -478,6 +477,53 @@ class Patience:
             self.gave_up_at = self.clock()
             return False
         return None  # botocore's handler decides
+
+
+class _Watchdog:
+    """One thread that ends the reads armed with it once they run `limit` seconds (a Timer a
+    read made every small record's read 25-50 % slower: a thread started for each). Reads are
+    armed with one limit, so in the order they are due."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self._due: dict[int, tuple[float, threading.Event, Any]] = {}
+        self._count = itertools.count()
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, fired: threading.Event, body: Any) -> int:
+        """Watch a read of `body` from now: past the limit, `fired` is set and it is cut."""
+        with self._changed:
+            token = next(self._count)
+            self._due[token] = (time.monotonic() + self.limit, fired, body)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, daemon=True, name="s3-reads")
+                self._thread.start()
+            elif len(self._due) == 1:
+                self._changed.notify()  # it was waiting for a read to be armed
+        return token
+
+    def disarm(self, token: int) -> None:
+        with self._changed:
+            self._due.pop(token, None)
+
+    def _watch(self) -> None:
+        with self._changed:
+            while True:
+                now = time.monotonic()
+                while self._due:
+                    token, (due, fired, body) = next(iter(self._due.items()))
+                    if due > now:
+                        break
+                    del self._due[token]
+                    _cut(fired, body)
+                self._changed.wait(due - now if self._due else None)
+
+
+@functools.cache
+def _watchdog(limit: float) -> _Watchdog:
+    """The process's watchdog for reads of this limit (0: the default): every store shares it."""
+    return _Watchdog(limit or S3_READ_TIMEOUT_S)
 
 
 def _cut(fired: threading.Event, body: Any) -> None:
