@@ -338,6 +338,21 @@ def test_a_sigkilled_driver_resumes_at_the_unfinished_runs_on_the_cluster(
     assert (project / "prod.state").read_text().strip() == "up"
 
 
+def _driver_killed_at(
+    cluster: Cluster, project: Path, plan: Path, point: str, *, timeout: float
+) -> str:
+    """The night's driver run with its home `project/../driver`, SIGKILLed at the crash point
+    `point`; its stderr."""
+    killed = cluster.popen(
+        sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), "night",
+        str(plan), "--engine", "ray", "--address", HEAD,
+        env={**driver_env(project.parent / "driver"), "LIFECYCLE_TEST_CRASH_AT": point},
+    )  # fmt: skip
+    _, err = killed.communicate(timeout=timeout)
+    assert killed.returncode == -signal.SIGKILL, err
+    return str(err)
+
+
 def test_a_driver_killed_after_its_runs_ends_the_night_on_the_nodes_that_ran_them(
     cluster: Cluster, project: Path
 ) -> None:
@@ -347,13 +362,7 @@ def test_a_driver_killed_after_its_runs_ends_the_night_on_the_nodes_that_ran_the
     plan = _plan(project, "ended", pins=["demo/0.1"], cache_states=["cold"], profiles=FORCED,
                  gpu={"demo/0.1": "H200"}, end={"archive": True, "teardown": True})  # fmt: skip
     driver = project.parent / "driver"
-    killed = cluster.popen(
-        sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), "night",
-        str(plan), "--engine", "ray", "--address", HEAD,
-        env={**driver_env(driver), "LIFECYCLE_TEST_CRASH_AT": "night-settled"},
-    )  # fmt: skip
-    _, err = killed.communicate(timeout=600)
-    assert killed.returncode == -signal.SIGKILL, err
+    _driver_killed_at(cluster, project, plan, "night-settled", timeout=600)
     ((_, _, boot_id),) = _done_runs(driver, "ended")
     assert not _ended(driver, "ended"), "killed before its end"
     left = _caches_of(h200.home, boot_id)  # archived by the run's task, still on its node
@@ -424,13 +433,7 @@ def test_a_driver_killed_while_a_node_boots_resumes_with_every_boot_ended_and_co
     driver = project.parent / "driver"
     nodes = cluster.nodes[:2]  # h200 and a100: the others get no run
     before = {node.name: _boots(node.home) for node in nodes}
-    killed = cluster.popen(
-        sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), "night",
-        str(plan), "--engine", "ray", "--address", HEAD,
-        env={**driver_env(driver), "LIFECYCLE_TEST_CRASH_AT": "night-run-done"},
-    )  # fmt: skip
-    _, err = killed.communicate(timeout=300)
-    assert killed.returncode == -signal.SIGKILL, err
+    err = _driver_killed_at(cluster, project, plan, "night-run-done", timeout=300)
     ((cell, _, fast_boot),) = _done_runs(driver, "raced")
     assert cell == "demo/0.1:fast:cold"
     orphans = {n.name: _boots(n.home) - before[n.name] - {fast_boot} for n in nodes}
