@@ -26,6 +26,8 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from docker.errors import DockerException
 
+from lifecycle.archive.objects import no_continue_without_body
+
 # Labels every test image, so leftovers of an interrupted run can be found with a label filter.
 TEST_LABEL = "lifecycle-test"
 
@@ -72,6 +74,8 @@ def s3_client() -> Any:
     # server should fail the session in seconds, not after boto3's back-off.
     config = Config(s3={"addressing_style": "path"}, connect_timeout=5, retries={"max_attempts": 2})
     client = boto3.client("s3", endpoint_url=endpoint, config=config)
+    # as lifecycle's own client: an empty PUT would stall the next request on its connection
+    client.meta.events.register("before-send.s3", no_continue_without_body)
     try:
         client.list_buckets()
     except (BotoCoreError, ClientError) as exc:
@@ -181,6 +185,7 @@ def archive_target(request: pytest.FixtureRequest) -> Iterator[ArchiveTarget]:
         yield ArchiveTarget(client, request.getfixturevalue("s3_bucket"), "archive", {})
         return
     client = boto3.client("s3", config=Config(retries={"max_attempts": 3}))
+    client.meta.events.register("before-send.s3", no_continue_without_body)
     target = ArchiveTarget(client, bucket, f"lifecycle-test/{secrets.token_hex(6)}", {})
     try:
         client.head_bucket(Bucket=bucket)
