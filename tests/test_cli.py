@@ -152,6 +152,19 @@ def test_validate_takes_a_manifest_dir_as_show_does(repo_root: Path) -> None:
     assert nested.stdout.count("ok manifests/demo/") == 2
 
 
+def test_validate_takes_a_ref_as_build_does(repo_root: Path) -> None:
+    # `lifecycle validate demo/0.2` named "demo/0.2:1:1: (file): no such file", though every
+    # other verb takes that ref; a path that is there still wins over a ref.
+    ref = _run("lifecycle", "validate", "demo/0.2", "0.31", cwd=repo_root)
+    assert ref.returncode == 0, ref.stderr
+    demo, release = ref.stdout.splitlines()
+    assert demo.startswith(f"ok {repo_root}/manifests/demo/0.2/manifest.yaml sha256:"), demo
+    assert release.startswith(f"ok {repo_root}/manifests/0.31/manifest.yaml sha256:"), release
+    unknown = _run("lifecycle", "validate", "demo/9.9", cwd=repo_root)
+    assert unknown.returncode == 2
+    assert "demo/9.9" in unknown.stderr and "no such file" in unknown.stderr
+
+
 @pytest.mark.parametrize("args", [["verify", "c-nope"], ["audit", "result", "r-nope"]])
 def test_an_unknown_id_names_the_home_by_its_path(
     args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch

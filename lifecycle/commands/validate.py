@@ -68,7 +68,7 @@ class ValidateReport(Report):
 def run(ctx: Context, request: verbs.Validate) -> ValidateReport:
     """Validate each file independently (default: every manifest under the manifests dir, nested
     ones such as `demo/0.2` included), so one broken manifest does not hide another."""
-    files = [file for path in request.paths for file in _manifests_in(path)]
+    files = [file for path in request.paths for file in _manifests_in(path, ctx.manifests_dir)]
     files = files or _manifests_under(ctx.manifests_dir)
     if not files:
         raise LifecycleError(f"no manifests found under {ctx.manifests_dir}")
@@ -87,10 +87,14 @@ def run(ctx: Context, request: verbs.Validate) -> ValidateReport:
     return ValidateReport(tuple(found))
 
 
-def _manifests_in(path: Path) -> list[Path]:
+def _manifests_in(path: Path, manifests_dir: Path) -> list[Path]:
     """A file as it is; a dir, as `show` takes it: its manifest.yaml, else every one under it
-    (none: the dir is reported as the file it is, a problem). A path nothing can be read at
-    is a file that cannot be read, reported as such."""
+    (none: the dir is reported as the file it is, a problem); a ref that is no path
+    (`demo/0.2`), as build takes it. A path nothing can be read at is a file that cannot be
+    read, reported as such."""
+    as_ref = manifests_dir / path / MANIFEST_NAME
+    if not os.path.lexists(path) and not path_fault(as_ref) and as_ref.is_file():
+        return [as_ref]
     if path_fault(path) or not path.is_dir():
         return [path]
     if (path / MANIFEST_NAME).is_file():

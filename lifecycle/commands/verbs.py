@@ -152,7 +152,7 @@ ADDRESS = "The Ray cluster's head (default: RAY_ADDRESS, else the cluster this h
 
 
 class Validate(Request):
-    """Validate manifests (default: every manifest.yaml under the manifests dir)."""
+    """Validate manifests: files, dirs or refs (default: every manifest under the manifests dir)."""
 
     paths: tuple[Path, ...] = arg(type=click.Path(path_type=Path))
 
