@@ -118,6 +118,7 @@ class RayEngine:
         store: BlobStore,
         say: Callable[[str], None],
         margin_s: float = TASK_MARGIN_S,
+        task_env: Mapping[str, str] | None = None,
     ) -> None:
         self.address = address or "auto"
         self.store = store
@@ -127,8 +128,14 @@ class RayEngine:
         # `--json` writes its report: while connected, what Ray prints goes to stderr.
         self._quiet = redirect_stdout(sys.stderr)
         self._quiet.__enter__()
+        # `task_env`: what the night's tasks get in their environment besides their node's (the
+        # test-only fault settings, lifecycle.faults); none, and the workers are Ray's own.
+        runtime_env = {"env_vars": dict(task_env)} if task_env else None
         try:
-            ray.init(address=self.address, logging_level=logging.ERROR, log_to_driver=False)
+            ray.init(
+                address=self.address, logging_level=logging.ERROR, log_to_driver=False,
+                runtime_env=runtime_env,
+            )  # fmt: skip
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise EnvironmentFailure(
                 f"cannot reach the Ray cluster at {self.address}: {exc}"

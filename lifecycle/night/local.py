@@ -22,6 +22,7 @@ from lifecycle.boot.run import BootRequest, Watch
 from lifecycle.build.engine import find_built
 from lifecycle.build.plan import cache_key, image_tag, key_factors
 from lifecycle.errors import LifecycleError
+from lifecycle.faults import Checkpoint
 from lifecycle.flows import boot_then_accept
 from lifecycle.home import Home
 from lifecycle.hooks import HookFailed
@@ -60,6 +61,7 @@ class LocalEngine:
     s3: Any | None = None
     location: ArchiveLocation | None = None
     with_content: bool = False  # whether the end's archive sends the caches' files too
+    checkpoint: Checkpoint = lambda point: None  # test-only fault injection (lifecycle.faults)
     _next: list[RunOrder] = field(default_factory=list)  # the one run started, not yet run
 
     @property
@@ -123,7 +125,9 @@ class LocalEngine:
         except HookFailed as exc:  # recorded as aborted by the boot; no engine ran to judge
             why = f"a pre-boot hook said no: {exc.run.name} exited {exc.run.exit_code}"
             return pending.model_copy(update={"error": why})
-        return self._judge(order, record, pending)
+        summary = self._judge(order, record, pending)
+        self.checkpoint("night-run-recorded")
+        return summary
 
     def _judge(self, order: RunOrder, record: BootRecord, pending: RunSummary) -> RunSummary:
         cell = order.cell

@@ -35,6 +35,7 @@ from lifecycle.boot.engine import engine_image, existing_tag, stop_orphans
 from lifecycle.build.plan import cache_key, image_tag, key_factors
 from lifecycle.dockerd import connect, sdk_errors
 from lifecycle.errors import LifecycleError
+from lifecycle.faults import crash_checkpoint
 from lifecycle.home import Home, default_home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import boot_archive
@@ -149,7 +150,10 @@ def _host(url: str) -> Iterator[_Host]:
     ledger = Ledger.open(home)
     try:
         arch = environ.get("LIFECYCLE_GPU_ARCH", "unknown")
-        engine = LocalEngine(docker, ledger, home, environ, arch, s3, location, with_content=True)
+        engine = LocalEngine(
+            docker, ledger, home, environ, arch, s3, location, with_content=True,
+            checkpoint=crash_checkpoint(environ),
+        )  # fmt: skip
         yield _Host(engine, store)
     finally:
         ledger.close()
