@@ -8,6 +8,10 @@ before the task returns, the boot's caches (their files too, for the next node's
 evidence and results archived. The driver receives only the run's summary. Nothing here
 imports Ray: a task is a plain function of its arguments and the host's environment.
 
+A task Ray ended after its boot recorded the run's results (its driver was killed as the task
+archived the boot) leaves a run the journal has only `started`: the resumed night asks each
+node for such runs (`recorded`) and counts them, not running them again (lifecycle.night.adopt).
+
 A task Ray ended (its driver was killed, or cancelled it) leaves its boot `running` here and its
 engine, which dockerd runs, serving on: the survey each night begins with, and each end action,
 stop such engines and record their boots `interrupted` first, as a boot does before it picks
@@ -105,6 +109,25 @@ def run(node: str, url: str, order: RunOrder) -> NodeRun:
             host.engine.archive({summary.boot_id: None})
         summary = summary.model_copy(update={"node": node, "cache_from": cache_from})
         return NodeRun(summary, _warm_state(host, pin), time.monotonic() - began)
+
+
+def recorded(node: str, url: str, orders: Sequence[RunOrder]) -> list[NodeRun]:
+    """Those runs whose boot here recorded their results though their task never returned
+    (its driver was killed first; lifecycle.night.adopt): each archived as its task would have
+    archived it, its summary, and where its pin's good caches are now."""
+    began = time.monotonic()
+    with _host(url) as host:
+        by_run = {(o.cell.id, o.run, o.attempt): o for o in orders}
+        found = []
+        for summary in host.engine.recorded(orders):
+            assert summary.boot_id is not None, "a recorded run has its boot"
+            host.engine.archive({summary.boot_id: None})
+            order = by_run[(summary.cell, summary.run, summary.attempt)]
+            # Where a warm run's caches came from went with its task; a cold run's made them.
+            cache_from = "cold" if order.cell.state == "cold" else None
+            summary = summary.model_copy(update={"node": node, "cache_from": cache_from})
+            found.append(NodeRun(summary, _warm_state(host, order.pin), time.monotonic() - began))
+        return found
 
 
 def end(node: str, url: str, action: str, boot_ids: Sequence[str]) -> EndSummary:
