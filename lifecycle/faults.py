@@ -45,12 +45,16 @@ MCV_CRASH_POINTS = ("bake-mcv-built",)
 # `build`'s: its attempt recorded as running, nothing sent to dockerd; dockerd's image built and
 # tagged, its outcome not recorded; with --push, the image tagged for the registry, not pushed.
 BUILD_CRASH_POINTS = ("build-started", "build-tagged", "push-tagged")
-# A night's (and tune's): a run's summary journalled as done (`:N`: the N-th), the runs started
-# beside it still under way (on a cluster: their boots on other nodes); a ladder's value written
-# into its manifest, not journalled; every value written and journalled, the end not begun; the
-# end actions taken and journalled, the night not finished; finished, its report not written.
+# A night's (and tune's): a run's results recorded where its boot ran, its summary not yet back
+# with the night (reached where the boot runs: on a cluster, in the run's task on its node, which
+# the driver hands these settings); a run's summary journalled as done (`:N`: the N-th), the runs
+# started beside it still under way (on a cluster: their boots on other nodes); a ladder's value
+# written into its manifest, not journalled; every value written and journalled, the end not
+# begun; the end actions taken and journalled, the night not finished; finished, its report not
+# written.
 NIGHT_CRASH_POINTS = (
-    "night-run-done", "night-written", "night-settled", "night-ended", "night-finished",
+    "night-run-recorded", "night-run-done", "night-written", "night-settled", "night-ended",
+    "night-finished",
 )  # fmt: skip
 # A port's: it holds its lock and state dir, nothing replayed yet; a `--continue`'s: git's
 # `cherry-pick --continue` returned (git may have stopped at the next patch), nothing saved yet.
@@ -64,6 +68,7 @@ DELAY_POINTS = (
     "boot-recorded",  # a boot's intent is recorded; its container is not created yet
     "port-claimed",  # a port holds its lock and state dir; nothing replayed yet
     "push-tagged",  # a push's image is tagged for the registry; dockerd not asked to push yet
+    "night-run-recorded",  # a run's results are recorded; its summary is not back with the night
 )
 
 Checkpoint = Callable[[str], None]
@@ -86,6 +91,12 @@ def crash_checkpoint(environ: Mapping[str, str]) -> Checkpoint:
                 os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no finally: a real crash
 
     return checkpoint
+
+
+def fault_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The fault settings `environ` holds, for the processes a verb has run elsewhere (a cluster
+    night's tasks, on its nodes), so a test reaches the points there too."""
+    return {name: environ[name] for name in (CRASH_ENV, DELAY_ENV) if environ.get(name)}
 
 
 def _crash_at(wanted: str) -> tuple[str, int] | None:

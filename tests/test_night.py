@@ -162,6 +162,37 @@ def test_sigkill_mid_cell_resumes_at_the_killed_run_and_never_reruns_a_finished_
     assert state(project) == "up"
 
 
+def test_a_night_killed_once_a_run_is_recorded_counts_that_run_once_when_resumed(
+    project: Path,
+) -> None:
+    """SIGKILLed with the run's result recorded and its summary not journalled: the night run
+    again counts that boot's result, boots the run no second time, and ends its caches."""
+    plan = write_plan(project, "recorded", pins=["demo/0.2"], cache_states=["cold"],
+                      profiles={"forced": {"checks": [CHECK_FORCED]}})  # fmt: skip
+    crash = {"LIFECYCLE_TEST_CRASH_AT": "night-run-recorded"}
+    code, _, err = finish(lifecycle(project, "night", str(plan), env=crash))
+    assert code == -signal.SIGKILL, err
+    ((boot_id,),) = journal(home(), "SELECT id FROM boots")
+    assert runs("demo/0.2:forced:cold", "done") == []
+
+    code, out, err = finish(lifecycle(project, "night", str(plan), "--json"))
+    assert code == 1, err  # finished: 0.2's forced step does not fit, as unkilled
+    report = json.loads(out)
+    assert report["state"] == "finished" and report["ran"] == 0, err
+    assert f"boot {boot_id} recorded its results (fail)" in err
+    assert runs("demo/0.2:forced:cold", "done") == [(1, 1, boot_id)]
+    assert journal(home(), "SELECT boot_id, name FROM results") == [(boot_id, "forced-64")]
+    assert [p["verdict"] for p in report["pins"]] == ["fail"]
+    assert {e["action"]: e["ok"] for e in report["end"]} == {"archive": True, "teardown": True}
+    caches = journal(
+        home(),
+        "SELECT c.state FROM boot_caches u JOIN caches c ON c.id = u.cache_id WHERE u.boot_id = ?",
+        (boot_id,),
+    )
+    assert caches and {row[0] for row in caches} == {"torn-down"}
+    assert state(project) == "up"
+
+
 def _running_boots() -> list[str]:
     started = journal(home(), "SELECT boot_id FROM night_runs WHERE step = 'done'")
     boots = journal(home(), "SELECT id FROM boots WHERE outcome = 'running'")

@@ -16,7 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -338,16 +338,44 @@ def test_a_sigkilled_driver_resumes_at_the_unfinished_runs_on_the_cluster(
     assert (project / "prod.state").read_text().strip() == "up"
 
 
+# How long a task is held at a point its node reaches: far longer than the test waits for it.
+HELD_S = 600
+
+
 def _driver_killed_at(
-    cluster: Cluster, project: Path, plan: Path, point: str, *, timeout: float
+    cluster: Cluster,
+    project: Path,
+    plan: Path,
+    point: str,
+    *,
+    timeout: float,
+    reached: Callable[[], bool] | None = None,
 ) -> str:
     """The night's driver run with its home `project/../driver`, SIGKILLed at the crash point
-    `point`; its stderr."""
+    `point`; its stderr. With `reached`, `point` is one a run's task reaches on its node: the
+    driver hands its tasks LIFECYCLE_TEST_DELAY, which holds them there, and is SIGKILLed once
+    `reached()` sees a node got there (a crash point there would kill the task, not the
+    driver)."""
+    fault = (
+        {"LIFECYCLE_TEST_CRASH_AT": point}
+        if reached is None
+        else {"LIFECYCLE_TEST_DELAY": f"{point}={HELD_S}"}
+    )
     killed = cluster.popen(
         sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), "night",
         str(plan), "--engine", "ray", "--address", HEAD,
-        env={**driver_env(project.parent / "driver"), "LIFECYCLE_TEST_CRASH_AT": point},
+        env={**driver_env(project.parent / "driver"), **fault},
     )  # fmt: skip
+    if reached is not None:
+        python = _python_of(killed)
+
+        def there() -> bool:
+            if killed.poll() is not None:
+                raise AssertionError(f"the driver ended first: {killed.communicate()[1]}")
+            return reached()
+
+        wait_for(f"a node at {point}", there, timeout=timeout)
+        os.kill(python, signal.SIGKILL)
     _, err = killed.communicate(timeout=timeout)
     assert killed.returncode == -signal.SIGKILL, err
     return str(err)
@@ -498,6 +526,68 @@ def _archived_before_removed(cluster: Cluster, home: Path) -> None:
         " if not s3.list_objects_v2(Bucket='night', Prefix=k).get('KeyCount')]))"
     )
     assert not missing, f"archived in the ledger, not in the bucket: {missing}"
+
+
+def test_a_driver_killed_after_a_node_recorded_a_run_counts_that_run_once_and_ends_its_boot(
+    cluster: Cluster, project: Path, docker_client: Any
+) -> None:
+    """The driver SIGKILLed while a run's task holds at night-run-recorded: its boot ended and
+    its result is in its node's ledger, its caches not archived yet, its summary never back;
+    Ray ends the task. The night run again leaves one result per run of the night on every
+    node (that boot's, counted; no second boot of the run), that boot archived and torn down
+    as the plan says, nothing removed that was not archived, and the night's verdict."""
+    h200, a100 = cluster.nodes[:2]
+    plan = _plan(project, "orphaned", pins=["demo/0.1"], cache_states=["cold"], profiles=FORCED,
+                 gpu={"demo/0.1": "H200"}, end={"archive": True, "teardown": True})  # fmt: skip
+    driver = project.parent / "driver"
+    before = {node.name: _boots(node.home) for node in (h200, a100)}
+
+    def recorded() -> bool:
+        return any(b not in before[h200.name] for b, _ in _results(h200.home))
+
+    _driver_killed_at(cluster, project, plan, "night-run-recorded", timeout=300, reached=recorded)
+    (orphan,) = _boots(h200.home) - before[h200.name]
+    assert _outcome(h200.home, orphan) in ("ok", "failed")  # ended, its result recorded
+    assert not _done_runs(driver, "orphaned"), "its summary never reached the journal"
+    wait_for("Ray to end the held task", lambda: not cluster.workers_of(h200, "run"), timeout=60)
+    assert _caches_of(h200.home, orphan) == {"live"}, "its task had not archived it yet"
+
+    report, err = _night(cluster, project, plan)
+
+    assert report["state"] == "finished", err
+    for node in (h200, a100):  # one result per check of each run: the boot's it was recorded by
+        recorded_runs = _night_results(node.home, report["id"])
+        assert all(n == 1 for n in recorded_runs.values()), (node.name, recorded_runs, err)
+    assert _night_results(h200.home, report["id"]) == {
+        ("demo/0.1:forced:cold", 1, 1, "forced-64"): 1
+    }
+    (run,) = _runs(report)
+    assert run["boot_id"] == orphan and report["ran"] == 0, (run, err)
+    assert f"boot {orphan}" in err and "not run again" in err, err
+    assert {n.name: _boots(n.home) - before[n.name] for n in (h200, a100)} == {
+        h200.name: {orphan},
+        a100.name: set(),
+    }
+    assert _caches_of(h200.home, orphan) == {"torn-down"}  # archived, verified, removed
+    for node in (h200, a100):
+        _archived_before_removed(cluster, node.home)
+    assert not _serving(docker_client, {orphan})
+    end = {e["action"]: e for e in report["end"]}
+    assert end["archive"]["ok"] and end["teardown"]["ok"], end
+    assert [p["verdict"] for p in report["pins"]] == ["pass"], report["pins"]
+    assert (project / "prod.state").read_text().strip() == "up"
+
+
+def _night_results(home: Path, night: str) -> dict[tuple[str, int, int, str], int]:
+    """How many results a node's ledger holds for each (cell, run, attempt, check) of a night,
+    as their documents name them."""
+    found: dict[tuple[str, int, int, str], int] = {}
+    for name, where in journal(home, "SELECT name, document_path FROM results"):
+        document = json.loads(Path(where).read_text()) if where else {}
+        if document.get("night") == night:
+            key = (document["cell"], document["run"], document["attempt"], name)
+            found[key] = found.get(key, 0) + 1
+    return found
 
 
 def test_a_node_killed_mid_run_loses_the_attempt_and_the_night_finishes_elsewhere(

@@ -17,6 +17,7 @@ from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
+from lifecycle.faults import fault_env
 from lifecycle.hooks import run_hook_process
 from lifecycle.night.engine import Engine
 from lifecycle.night.local import LocalEngine
@@ -90,15 +91,20 @@ def run_plan(
         margin_s = seconds_from(ctx.environ, "LIFECYCLE_RAY_TASK_MARGIN", TASK_MARGIN_S)
     s3 = ctx.s3() if location is not None else None
     store = BlobStore(s3, location) if s3 is not None and location is not None else None
+    checkpoint = ctx.checkpoint()
     with ctx.ledger() as ledger, ExitStack() as stack:
         if on_ray:
             assert store is not None, "a cluster night always has its archive location"
-            cluster = RayEngine(options.address, store, ctx.say, margin_s)
+            faults = fault_env(ctx.environ)  # its points on the nodes: reached in its tasks
+            cluster = RayEngine(options.address, store, ctx.say, margin_s, faults)
             stack.callback(cluster.close)
             engine: Engine = cluster
         else:
             arch = ctx.environ.get("LIFECYCLE_GPU_ARCH", "unknown")
-            engine = LocalEngine(ctx.docker(), ledger, ctx.home, ctx.environ, arch, s3, location)
+            engine = LocalEngine(
+                ctx.docker(), ledger, ctx.home, ctx.environ, arch, s3, location,
+                checkpoint=checkpoint,
+            )  # fmt: skip
         night = Night(
             ledger=ledger,
             home=ctx.home,
@@ -108,7 +114,7 @@ def run_plan(
             store=store,
             say=ctx.say,
             now=ctx.now,
-            checkpoint=ctx.checkpoint(),
+            checkpoint=checkpoint,
         )
         return run_night(night, request)
 

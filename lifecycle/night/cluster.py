@@ -20,6 +20,9 @@ past that the task is cancelled and the attempt lost. A survey or an end action 
 `margin_s`. End actions: each goes to the node that ran each boot as the journal names it (a
 run's summary carries its node), so a driver that resumed a killed night ends the boots made
 before it too; a node lost, or not in the cluster now, is named with its boots as not done.
+Such a driver first asks every node for the runs its killed one never heard back from whose
+boots recorded them there (`recorded`, lifecycle.night.adopt): journalled with their node,
+they are counted once, not run again, and ended like the rest.
 """
 
 from __future__ import annotations
@@ -118,6 +121,7 @@ class RayEngine:
         store: BlobStore,
         say: Callable[[str], None],
         margin_s: float = TASK_MARGIN_S,
+        task_env: Mapping[str, str] | None = None,
     ) -> None:
         self.address = address or "auto"
         self.store = store
@@ -127,8 +131,14 @@ class RayEngine:
         # `--json` writes its report: while connected, what Ray prints goes to stderr.
         self._quiet = redirect_stdout(sys.stderr)
         self._quiet.__enter__()
+        # `task_env`: what the night's tasks get in their environment besides their node's (the
+        # test-only fault settings, lifecycle.faults); none, and the workers are Ray's own.
+        runtime_env = {"env_vars": dict(task_env)} if task_env else None
         try:
-            ray.init(address=self.address, logging_level=logging.ERROR, log_to_driver=False)
+            ray.init(
+                address=self.address, logging_level=logging.ERROR, log_to_driver=False,
+                runtime_env=runtime_env,
+            )  # fmt: skip
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise EnvironmentFailure(
                 f"cannot reach the Ray cluster at {self.address}: {exc}"
@@ -145,6 +155,7 @@ class RayEngine:
         self._run = ray.remote(max_retries=0, num_cpus=0)(on_node.run)
         self._survey = ray.remote(max_retries=0, num_cpus=0)(on_node.survey)
         self._end = ray.remote(max_retries=0, num_cpus=0)(on_node.end)
+        self._recorded = ray.remote(max_retries=0, num_cpus=0)(on_node.recorded)
         self._ready = ray.remote(max_retries=0, num_cpus=0)(on_node.ready)
         # A node's first task starts a worker process and imports lifecycle there (seconds):
         # started now, while the driver resolves the pins, the survey finds it ready.
@@ -275,6 +286,34 @@ class RayEngine:
         node.out, node.lost = why, dead
         self.say(f"{node.name}: {why}; no more runs go there")
         return LostRun(order, node.name, why)
+
+    def recorded(self, orders: Sequence[RunOrder]) -> list[RunSummary]:
+        """Asked of every node that can run cells: a run a killed driver left may have been
+        recorded on any of them. A node that cannot answer gets no run (as in a survey); the
+        runs it holds are run again elsewhere."""
+        self._survey_all()
+        asked = {
+            self._recorded.options(scheduling_strategy=self._on(n)).remote(
+                n.name, self.store.location.url(), list(orders)
+            ): n
+            for n in self.nodes.values()
+            if n.arch is not None and n.out is None
+        }
+        pins = {(o.cell.id, o.run, o.attempt): o.pin.ref for o in orders}
+        deadline = time.monotonic() + self.margin_s
+        found: list[RunSummary] = []
+        for ref, node in asked.items():
+            try:
+                answers: list[on_node.NodeRun] = self._answer(ref, deadline)
+            except RayError as exc:
+                node.out = _why_out(exc)
+                self.say(f"{node.name}: {node.out}; no run goes there")
+                continue
+            for done in answers:
+                summary = done.summary
+                node.remember(pins[(summary.cell, summary.run, summary.attempt)], done.warm)
+                found.append(summary)
+        return found
 
     def archive(self, boots: Mapping[str, str | None]) -> EndSummary:
         return self._end_action("archive", boots)

@@ -128,6 +128,13 @@ class Engine(Protocol):
         """Wait until a started run ends; every run that ended since the last call."""
         ...
 
+    def recorded(self, orders: Sequence[RunOrder]) -> list[RunSummary]:
+        """The summaries of those runs (journalled started, never done) whose boot recorded
+        their results where it ran, though no summary of them reached the night (its driver
+        was killed first): each judged from its boot, its recorded results reused, and on a
+        cluster archived as its task would have (lifecycle.night.adopt)."""
+        ...
+
     def archive(self, boots: Mapping[str, str | None]) -> EndSummary:
         """Archive the caches those boots used and the results standing on them (`boots`:
         boot id -> the node that ran it, as the journal has it; None: this host)."""

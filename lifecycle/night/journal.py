@@ -117,6 +117,19 @@ class NightJournal:
                 found[(step.cell, step.run)] = RunSummary.model_validate_json(step.summary)
         return found
 
+    def unfinished(self) -> list[tuple[str, int, int]]:
+        """(cell, run, attempt) of each run journalled `started` and never `done`, of any
+        attempt, in the order they started: its driver was killed while it ran, or it was lost."""
+        started: dict[tuple[str, int, int], str] = {}
+        done = set()
+        for step in run_steps(self.ledger, self.night.id):
+            key = (step.cell, step.run, step.attempt)
+            if step.step == "done":
+                done.add(key)
+            else:
+                started.setdefault(key, step.step)
+        return [key for key in started if key not in done]
+
     def boot_ids(self) -> list[str]:
         """Every boot this night made, superseded attempts and warm-ups included."""
         return list(self.boot_nodes())

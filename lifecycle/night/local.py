@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import archive_caches
@@ -22,14 +24,22 @@ from lifecycle.boot.run import BootRequest, Watch
 from lifecycle.build.engine import find_built
 from lifecycle.build.plan import cache_key, image_tag, key_factors
 from lifecycle.errors import LifecycleError
+from lifecycle.faults import Checkpoint
 from lifecycle.flows import boot_then_accept
 from lifecycle.home import Home
 from lifecycle.hooks import HookFailed
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import BootRecord, cache_by_id, cache_uses, warm_candidates
+from lifecycle.ledger.boots import (
+    BootRecord,
+    boot_by_id,
+    cache_by_id,
+    cache_uses,
+    warm_candidates,
+)
+from lifecycle.ledger.results import ResultRecord, all_results, result_named
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.model import engine_flag
-from lifecycle.night.checks import Finding, judge, metrics_in
+from lifecycle.night.checks import CheckVerdict, Finding, judge, metrics_in
 from lifecycle.night.engine import (
     CheckOutcome,
     EndSummary,
@@ -60,6 +70,7 @@ class LocalEngine:
     s3: Any | None = None
     location: ArchiveLocation | None = None
     with_content: bool = False  # whether the end's archive sends the caches' files too
+    checkpoint: Checkpoint = lambda point: None  # test-only fault injection (lifecycle.faults)
     _next: list[RunOrder] = field(default_factory=list)  # the one run started, not yet run
 
     @property
@@ -102,28 +113,39 @@ class LocalEngine:
 
     def run(self, order: RunOrder) -> RunSummary:
         cell = order.cell
-        loaded, args = order.pin.loaded, cell.args_of_run(order.run)
-        if cell.rung is not None:  # the rung's value, not the manifest's
-            tuned = {k: v for k, v in loaded.manifest.tuned.items() if k != cell.rung.argument}
-            loaded = replace(loaded, manifest=loaded.manifest.model_copy(update={"tuned": tuned}))
-            args = (engine_flag(cell.rung.argument), f"{cell.rung.value:g}", *args)
+        loaded, args = _as_run(order)
         request = BootRequest(
             loaded, order.pin.digest, order.pin.image, order.pin.tag, cell.boot_profile,
             cell.state == "cold", order.hooks, self.arch, self.home, cell.timeout_s, args,
         )  # fmt: skip
-        # What is known before the boot; the boot and its checks fill in the rest.
-        pending = RunSummary(
-            cell=cell.id, run=order.run, attempt=order.attempt, boot_id=None,
-            host=socket.gethostname(), outcome="aborted", exit_code=None,
-            instrumented=cell.instrumented, hooks=[h.name for h in order.hooks],
-            args=list(args), verdict="inconclusive", checks=[],
-        )  # fmt: skip
+        pending = _pending(order, args)
         try:
             record = boot_then_accept(self.docker, self.ledger, request, self.host_env, Watch())
         except HookFailed as exc:  # recorded as aborted by the boot; no engine ran to judge
             why = f"a pre-boot hook said no: {exc.run.name} exited {exc.run.exit_code}"
             return pending.model_copy(update={"error": why})
-        return self._judge(order, record, pending)
+        summary = self._judge(order, record, pending)
+        self.checkpoint("night-run-recorded")
+        return summary
+
+    def recorded(self, orders: Sequence[RunOrder]) -> list[RunSummary]:
+        """Those runs whose boot here recorded their results, though no summary of them reached
+        the night (lifecycle.night.adopt): each one's summary, its recorded results reused.
+        Found by the documents of this host's acceptance results, which name their night, cell,
+        run and attempt; a run two boots recorded is its first one's."""
+        wanted = {(o.night_id, o.cell.id, o.run, o.attempt): o for o in orders}
+        found: dict[tuple[str, str, int, int], str] = {}
+        for result in reversed(all_results(self.ledger)):  # oldest first
+            document = _document(result) if result.source == "acceptance" else None
+            run = _run_named(document) if document is not None else None
+            if run in wanted:
+                found.setdefault(run, result.boot_id)
+        summaries = []
+        for run, boot_id in found.items():
+            order, record = wanted[run], boot_by_id(self.ledger, boot_id)
+            assert record is not None, "a result's boot is in the ledger"
+            summaries.append(self._judge(order, record, _pending(order, _as_run(order)[1])))
+        return summaries
 
     def _judge(self, order: RunOrder, record: BootRecord, pending: RunSummary) -> RunSummary:
         cell = order.cell
@@ -148,6 +170,12 @@ class LocalEngine:
             }
         outcomes = []
         for check in cell.checks:
+            # A check's result recorded already (its run adopted: its driver was killed before
+            # the summary reached the night) is its verdict: results are never recorded twice.
+            earlier = result_named(self.ledger, record.id, check.name)
+            if earlier is not None and (verdict := _recorded_verdict(earlier)) is not None:
+                outcomes.append(CheckOutcome(verdict=verdict, result_id=earlier.id))
+                continue
             # Each verdict is a result of the boot; its findings are the result's document.
             verdict = judge(check, seen, [condition])
             document = {
@@ -162,7 +190,7 @@ class LocalEngine:
                 document=json.dumps(document, indent=1, sort_keys=True).encode(),
                 document_where=f"the verdict of check {verdict.check}", source="acceptance",
             )  # fmt: skip
-            result = add_result(self.ledger, request, datetime.now(UTC))
+            result = earlier or add_result(self.ledger, request, datetime.now(UTC))
             outcomes.append(CheckOutcome(verdict=verdict, result_id=result.id))
         done = {
             "boot_id": record.id,
@@ -242,6 +270,56 @@ class LocalEngine:
                 ):
                     found[cache.id] = None
         return list(found)
+
+
+def _as_run(order: RunOrder) -> tuple[LoadedManifest, tuple[str, ...]]:
+    """The manifest and engine args the run boots with: a rung's at its value, not the
+    manifest's."""
+    cell = order.cell
+    loaded, args = order.pin.loaded, cell.args_of_run(order.run)
+    if cell.rung is not None:
+        tuned = {k: v for k, v in loaded.manifest.tuned.items() if k != cell.rung.argument}
+        loaded = replace(loaded, manifest=loaded.manifest.model_copy(update={"tuned": tuned}))
+        args = (engine_flag(cell.rung.argument), f"{cell.rung.value:g}", *args)
+    return loaded, args
+
+
+def _pending(order: RunOrder, args: tuple[str, ...]) -> RunSummary:
+    """The run's summary as known before its boot; the boot and its checks fill in the rest."""
+    cell = order.cell
+    return RunSummary(
+        cell=cell.id, run=order.run, attempt=order.attempt, boot_id=None,
+        host=socket.gethostname(), outcome="aborted", exit_code=None,
+        instrumented=cell.instrumented, hooks=[h.name for h in order.hooks],
+        args=list(args), verdict="inconclusive", checks=[],
+    )  # fmt: skip
+
+
+def _document(result: ResultRecord) -> dict[str, Any] | None:
+    """The JSON object a result's document holds (a night's: its run and verdict), if readable."""
+    try:
+        document = json.loads(Path(result.document_path or "").read_bytes())
+    except (OSError, ValueError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _run_named(document: dict[str, Any]) -> tuple[str, str, int, int] | None:
+    """(night, cell, run, attempt) a night's result document names; None: no night's."""
+    try:
+        night, cell = str(document["night"]), str(document["cell"])
+        return night, cell, int(document["run"]), int(document["attempt"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _recorded_verdict(result: ResultRecord) -> CheckVerdict | None:
+    """The verdict a night's result was recorded with (its document's); None if unreadable."""
+    document = _document(result)
+    try:
+        return CheckVerdict.model_validate(document["verdict"]) if document else None
+    except (KeyError, ValidationError):
+        return None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,10 @@ before the task returns, the boot's caches (their files too, for the next node's
 evidence and results archived. The driver receives only the run's summary. Nothing here
 imports Ray: a task is a plain function of its arguments and the host's environment.
 
+A task Ray ended after its boot recorded the run's results (its driver was killed as the task
+archived the boot) leaves a run the journal has only `started`: the resumed night asks each
+node for such runs (`recorded`) and counts them, not running them again (lifecycle.night.adopt).
+
 A task Ray ended (its driver was killed, or cancelled it) leaves its boot `running` here and its
 engine, which dockerd runs, serving on: the survey each night begins with, and each end action,
 stop such engines and record their boots `interrupted` first, as a boot does before it picks
@@ -35,6 +39,7 @@ from lifecycle.boot.engine import engine_image, existing_tag, stop_orphans
 from lifecycle.build.plan import cache_key, image_tag, key_factors
 from lifecycle.dockerd import connect, sdk_errors
 from lifecycle.errors import LifecycleError
+from lifecycle.faults import crash_checkpoint
 from lifecycle.home import Home, default_home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import boot_archive
@@ -106,6 +111,25 @@ def run(node: str, url: str, order: RunOrder) -> NodeRun:
         return NodeRun(summary, _warm_state(host, pin), time.monotonic() - began)
 
 
+def recorded(node: str, url: str, orders: Sequence[RunOrder]) -> list[NodeRun]:
+    """Those runs whose boot here recorded their results though their task never returned
+    (its driver was killed first; lifecycle.night.adopt): each archived as its task would have
+    archived it, its summary, and where its pin's good caches are now."""
+    began = time.monotonic()
+    with _host(url) as host:
+        by_run = {(o.cell.id, o.run, o.attempt): o for o in orders}
+        found = []
+        for summary in host.engine.recorded(orders):
+            assert summary.boot_id is not None, "a recorded run has its boot"
+            host.engine.archive({summary.boot_id: None})
+            order = by_run[(summary.cell, summary.run, summary.attempt)]
+            # Where a warm run's caches came from went with its task; a cold run's made them.
+            cache_from = "cold" if order.cell.state == "cold" else None
+            summary = summary.model_copy(update={"node": node, "cache_from": cache_from})
+            found.append(NodeRun(summary, _warm_state(host, order.pin), time.monotonic() - began))
+        return found
+
+
 def end(node: str, url: str, action: str, boot_ids: Sequence[str]) -> EndSummary:
     """An end action (archive | teardown) on the boots this host made. Each run's task
     archived its boot before returning: the archive is asked only of a boot it has no record of
@@ -149,7 +173,10 @@ def _host(url: str) -> Iterator[_Host]:
     ledger = Ledger.open(home)
     try:
         arch = environ.get("LIFECYCLE_GPU_ARCH", "unknown")
-        engine = LocalEngine(docker, ledger, home, environ, arch, s3, location, with_content=True)
+        engine = LocalEngine(
+            docker, ledger, home, environ, arch, s3, location, with_content=True,
+            checkpoint=crash_checkpoint(environ),
+        )  # fmt: skip
         yield _Host(engine, store)
     finally:
         ledger.close()

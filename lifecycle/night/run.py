@@ -2,7 +2,8 @@
 
 `run_night` reads in order: everything checked (lifecycle.night.prepare); one night per host,
 production an earlier night left down brought back first; this plan's unfinished night resumed
-(or a new one); predictions registered; production down around every pending run, each
+(or a new one), each run whose boot recorded it before a driver was killed adopted
+(lifecycle.night.adopt); predictions registered; production down around every pending run, each
 journalled; ladder values settled; the end actions; the report. A night its engine cannot
 carry on (no node left with room for a run, a run lost MAX_LOST times) stops after production
 came back, unfinished (it resumes), and still writes its report: exit 3, the environment.
@@ -29,6 +30,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.nights import production_left_down
 from lifecycle.manifest import load_manifest
 from lifecycle.manifest.load import manifest_digest
+from lifecycle.night.adopt import adopt
 from lifecycle.night.cells import Cell, is_warm_up, matching, warm_up
 from lifecycle.night.engine import Engine, LostRun, RunOrder
 from lifecycle.night.journal import BUILDS, FINISHED, LOST, RERUN, NightJournal
@@ -199,6 +201,7 @@ def run_night(night: Night, request: NightRequest) -> NightOutcome:
         prepared = _resolved(night.engine, checked, resumed.builds() if resumed else builds)
         journal = resumed or _begin(night, request, builds)
         _ask_again(journal, prepared, request.rerun)
+        adopt(night.engine, journal, prepared, night.say)
         registered = register(journal, plan, night.store)
         ran, stopped = 0, None
         pending = _pending(journal, prepared)
