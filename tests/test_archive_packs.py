@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +184,7 @@ def test_a_pack_another_host_wrote_is_hashed_once_then_relied_on_without_a_fetch
     assert _known_by(host_b, pack.sha256) == "hashed"
 
     # The next boot's cache on either host, three files changed (packed anew by that host):
-    # it relies on the same pack, and fetches none of its blobs.
+    # it relies on the same pack, and fetches nothing of it, not even its index (kept).
     for home, cache_id in (
         (host_b, "packs-000000000003"),
         (tmp_path / "home", "packs-000000000004"),
@@ -194,7 +195,8 @@ def test_a_pack_another_host_wrote_is_hashed_once_then_relied_on_without_a_fetch
         _register(home, cache_id, tree)
         again = _archive(home, archive_target, cache_id)
         assert pack.sha256 in {p.sha256 for p in _version(archive_target, again).packs}
-        assert gets and _blobs_fetched(archive_target, gets) == []  # its index only, as ever
+        assert _blobs_fetched(archive_target, gets) == []
+        assert pack.sha256 not in {sha for sha, _ in gets}
 
 
 def test_an_index_placing_a_blob_no_pack_holds_is_passed_over_unread(
@@ -276,8 +278,11 @@ def test_a_pack_with_wrong_bytes_fails_no_other_archive_and_is_built_again_byte_
     archive_target.client.put_object(  # no index at its end any more
         Bucket=archive_target.bucket, Key=key, Body=b"x" * pack.size
     )
-    _register(home, "packs-000000000002", _tree(tmp_path / "two", small=5))
-    other = _archive(home, archive_target, "packs-000000000002")  # reads every pack's index
+    # Another host's archive reads every pack's index (this host keeps the index of the pack
+    # it wrote, and finds the damage once a record relies on it: below).
+    host_b = tmp_path / "host-b"
+    _register(host_b, "packs-000000000002", _tree(tmp_path / "two", small=5))
+    other = _archive(host_b, archive_target, "packs-000000000002")
     assert _whole(archive_target, other)
     assert other.repaired == (f"{store.url(key)}: content has sha256"
                               f" {hashlib.sha256(b'x' * pack.size).hexdigest()}",)  # fmt: skip
@@ -441,3 +446,80 @@ def test_restore_file_writes_a_new_file_and_never_replaces_one(
     assert not (tmp_path / "none").exists()
     assert restore("--file", path).exit_code == 2  # --file goes with --output
     assert sorted(p.name for p in tmp_path.iterdir() if ".restore-" in p.name) == []
+
+
+def _kept(home: Path) -> dict[str, tuple[int, bytes]]:
+    """The pack indexes the ledger at `home` keeps: sha256 -> (the pack's size, its text)."""
+    ledger = Ledger.open(home)
+    rows = ledger.query("SELECT sha256, size, body FROM pack_indexes")
+    ledger.close()
+    return {row["sha256"]: (row["size"], row["body"]) for row in rows}
+
+
+def _index_reads(target: ArchiveTarget, gets: list[tuple[str, int]]) -> list[str]:
+    """The packs whose index was read: a ranged GET to the pack's last byte."""
+    sizes = {key.rsplit("/", 1)[1]: size for key, size in target.objects().items()}
+    return sorted(pack for pack, end in gets if end == sizes.get(pack))
+
+
+def _packs_written(home: Path, target: ArchiveTarget, cache_id: str, tree: Path) -> list[str]:
+    """The packs named by the version an archive of `tree` as a new cache at `home` writes."""
+    _register(home, cache_id, tree)
+    return [p.sha256 for p in _version(target, _archive(home, target, cache_id)).packs]
+
+
+def test_a_later_archive_reads_no_index_it_wrote_or_hashed_and_keeps_none_merely_read(
+    archive_target: ArchiveTarget, tmp_path: Path
+) -> None:
+    host_a, host_b, store = tmp_path / "home", tmp_path / "host-b", _store(archive_target)
+    one, shared = _tree(tmp_path / "one", small=20), _tree(tmp_path / "shared", small=20)
+    [written] = _packs_written(host_a, archive_target, "packs-000000000001", one)
+    # Host B writes two packs: one host A will rely on (hashing it first), one it never will.
+    [hashed] = _packs_written(host_b, archive_target, "packs-000000000002", shared)
+    other = _tree(tmp_path / "other", small=20)
+    [unknown] = _packs_written(host_b, archive_target, "packs-000000000003", other)
+    copy = shutil.copytree(shared, tmp_path / "copy", symlinks=True)
+    assert hashed in _packs_written(host_a, archive_target, "packs-000000000004", copy)
+    # Kept: the index of each pack host A wrote or hashed, as the pack's own tail reads;
+    # not the one it only read (another host's pack, never checked: it may say anything).
+    kept = _kept(host_a)
+    assert sorted(kept) == sorted([written, hashed])
+    for sha, (size, text) in kept.items():
+        assert packs.parse_index(text, sha, size) == packs.read_index(store, sha, size)
+
+    # The next archive (a new run: nothing of the last one in memory) reads only the index of
+    # the pack host A does not know honest, again.
+    gets = _pack_gets(archive_target.client)
+    (copy / "triton/03/kernel-003.json").write_bytes(os.urandom(99))
+    assert hashed in _packs_written(host_a, archive_target, "packs-000000000005", copy)
+    assert _index_reads(archive_target, gets) == [unknown]
+    assert unknown not in _kept(host_a)
+
+
+def test_the_index_of_a_pack_a_remote_gc_collected_goes_at_the_next_listing(
+    archive_target: ArchiveTarget, tmp_path: Path
+) -> None:
+    home, tree = tmp_path / "home", _tree(tmp_path / "cache", small=20)
+    _register(home, "packs-000000000001", tree)
+    [old] = _version(archive_target, _archive(home, archive_target, "packs-000000000001")).packs
+    for path in (tree / "triton").rglob("*.json"):  # every small file anew: a new pack
+        path.write_bytes(os.urandom(300))
+    _archive(home, archive_target, "packs-000000000001")
+    assert old.sha256 in _kept(home)
+    (tmp_path / "manifests").mkdir()
+    swept = run_lifecycle(
+        tmp_path, "gc", "--remote", "--from", archive_target.url, "--keep-last", "1",
+        "--older-than", "0s", "--grace", "0s", "--yes",
+        env={**archive_target.env, "LIFECYCLE_HOME": str(home)},
+    )  # fmt: skip
+    assert swept.exit_code == 0, swept.output
+    store = _store(archive_target)
+    assert store.head(store.pack_key(old.sha256), checksum=False) is None  # collected
+
+    (tree / "new.json").write_bytes(os.urandom(999))  # the next archive lists the packs
+    _archive(home, archive_target, "packs-000000000001")
+    assert old.sha256 not in _kept(home)
+    ledger = Ledger.open(home)
+    seen = ledger.query("SELECT sha256 FROM packs_seen WHERE sha256 = ?", (old.sha256,))
+    ledger.close()
+    assert seen == []

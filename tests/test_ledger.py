@@ -17,7 +17,14 @@ from lifecycle.ledger import (
     default_home,
     has_ledger,
 )
-from lifecycle.ledger.archives import archive_of, versions_of
+from lifecycle.ledger.archives import (
+    archive_of,
+    honest_packs,
+    keep_pack_indexes,
+    pack_indexes,
+    prune_pack_indexes,
+    versions_of,
+)
 from lifecycle.ledger.builds import all_builds, record_build
 
 BUILT = BuildRecord(
@@ -254,5 +261,32 @@ def test_schema_9_reads_an_older_hosts_archives_as_the_previous_format(tmp_path:
     assert versions_of(ledger, "vllm-1") == []
     [row] = ledger.query("SELECT image_id, base_digest FROM builds")
     assert tuple(row) == ("sha256:i", None)
+    assert ledger.query("PRAGMA foreign_key_check") == []
+    ledger.close()
+
+
+def test_schema_19_keeps_the_honest_packs_and_prunes_indexes_to_each_listing(
+    tmp_path: Path,
+) -> None:
+    conn = _ledger_at_schema(tmp_path, 18)
+    _insert(conn, "honest_packs", ("a" * 64, "written", "2026-10-10T00:00:00"))
+    conn.close()
+
+    ledger = Ledger.open(tmp_path)
+    assert ledger.query("PRAGMA user_version")[0][0] == len(MIGRATIONS) >= 19
+    assert honest_packs(ledger, ["a" * 64, "b" * 64]) == {"a" * 64}
+    assert pack_indexes(ledger, ["a" * 64]) == {}  # read from the pack once, then kept
+    text = f"{'c' * 64} 0 10\n".encode()
+    keep_pack_indexes(ledger, "s3://one/p", {"a" * 64: (100, text), "b" * 64: (200, text)})
+    keep_pack_indexes(ledger, "s3://two/p", {"a" * 64: (100, text)})
+    assert pack_indexes(ledger, ["a" * 64, "b" * 64, "d" * 64]) == {
+        "a" * 64: (100, text), "b" * 64: (200, text)
+    }  # fmt: skip
+    # Gone from one location's listing: an index stays while another location holds its pack.
+    prune_pack_indexes(ledger, "s3://one/p", {"e" * 64})
+    assert set(pack_indexes(ledger, ["a" * 64, "b" * 64])) == {"a" * 64}
+    prune_pack_indexes(ledger, "s3://two/p", set())
+    assert pack_indexes(ledger, ["a" * 64]) == {}
+    assert ledger.query("SELECT * FROM packs_seen") == []
     assert ledger.query("PRAGMA foreign_key_check") == []
     ledger.close()

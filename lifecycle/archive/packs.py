@@ -2,7 +2,8 @@
 cost tens of PUTs (a PUT costs the same few milliseconds whatever its size, and S3 bills per
 request). Blobs stay the unit: each is hashed as its pack is built and checked on restore.
 The layout (blobs, index, trailer): docs/formats.md; the index at the end lets a later archive,
-of any cache on any host, name a blob already packed instead of sending it (`known_blobs`).
+of any cache on any host, name a blob already packed instead of sending it (`known_blobs`); the
+ledger keeps the indexes of the packs its host knows honest (`index_text`, `parse_index`).
 """
 
 from __future__ import annotations
@@ -158,26 +159,38 @@ def read_index(store: BlobStore, sha256: str, size: int) -> dict[str, Placed]:
         tail = head + tail
         start = index_start
     text = tail[index_start - start : len(tail) - _TRAILER.size]
-    placed: dict[str, Placed] = {}
     try:
-        for line in text.decode().splitlines():
-            sha, offset, length = line.split(" ")
-            at, count = int(offset), int(length)
-            if len(sha) != 64 or at < 0 or count < 0 or at + count > index_start:
-                raise ValueError(line)
-            placed[sha] = Placed(sha256, at, count)
+        return parse_index(text, sha256, size)
     except ValueError as exc:
         raise ArchiveError(f"{store.url(key)}: damaged pack index ({exc})") from None
+
+
+def parse_index(text: bytes, sha256: str, size: int) -> dict[str, Placed]:
+    """The blobs an index's text places in the pack `sha256` of `size` bytes, each before the
+    index; ValueError naming the first line that does not say so."""
+    index_start = size - _TRAILER.size - len(text)
+    placed: dict[str, Placed] = {}
+    for line in text.decode().splitlines():
+        sha, offset, length = line.split(" ")
+        at, count = int(offset), int(length)
+        if len(sha) != 64 or at < 0 or count < 0 or at + count > index_start:
+            raise ValueError(line)
+        placed[sha] = Placed(sha256, at, count)
     return placed
+
+
+def index_text(blobs: Mapping[str, Placed]) -> bytes:
+    """The text of the index of these blobs, as a pack's tail holds it (`parse_index` reads it)."""
+    return "".join(_line(sha, p.offset, p.size) for sha, p in blobs.items()).encode()
 
 
 def known_blobs(
     store: BlobStore, packs: Mapping[str, Listed], workers: int, cache: dict[str, Index]
 ) -> dict[str, Placed]:
     """Every blob the listed packs hold, by sha256. `cache` keeps indexes read before (a pack
-    never changes), so a second archive in one run reads only the new ones. A pack whose index
-    cannot be read is kept there as None: it offers no blob, and fails no archive (whether its
-    bytes are damaged, its checksum says: lifecycle.archive.verify)."""
+    never changes), in the run or kept by the ledger, so only the new ones are read. A pack
+    whose index cannot be read is kept there as None: it offers no blob, and fails no archive
+    (whether its bytes are damaged, its checksum says: lifecycle.archive.verify)."""
     todo = [sha for sha in packs if sha not in cache]
     read = pool_map(lambda sha: _index(store, sha, packs[sha][0]), todo, workers, "pack-index")
     cache.update(zip(todo, read, strict=True))

@@ -44,6 +44,8 @@ from lifecycle.ledger.archives import (
     VersionRow,
     archive_of,
     forget_versions,
+    keep_pack_indexes,
+    prune_pack_indexes,
     record_boot_archive,
     record_version,
     remember_honest_packs,
@@ -185,12 +187,17 @@ def _archive(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) 
         if run.dry_run:
             return report
         # A pack's name is its bytes: one hashed honest here, or written here, stays honest,
-        # and no later archive on this host fetches it again to know so.
-        remember_honest_packs(ledger, planned.relied.hashed, "hashed", _stamp())
-        _set_aside(ledger, run, planned.relied)
+        # and no later archive on this host fetches it again to know so, nor reads its index.
+        relied = planned.relied
+        remember_honest_packs(ledger, relied.hashed, "hashed", _stamp())
+        if relied.listed is not None:
+            prune_pack_indexes(ledger, url, relied.listed)
+        keep_pack_indexes(ledger, url, relied.indexes)
+        _set_aside(ledger, run, relied)
         # The rest were verified on the server by the survey a moment ago, in this same run.
-        uploaded = _send(run, cache.id, planned.todo, planned.relied)
+        uploaded = _send(run, cache.id, planned.todo, relied)
         remember_honest_packs(ledger, uploaded.packs.keys(), "written", _stamp())
+        keep_pack_indexes(ledger, url, uploaded.indexes)
         booted = [_write_boot(store, boot, plan) for boot, plan in planned.boots]
         run.checked_boots.update(boot.id for boot, _ in planned.boots)
         version, written = _write_version(store, planned, uploaded)
@@ -201,7 +208,7 @@ def _archive(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) 
         # A version of this tree that names what is gone for good would otherwise still be
         # checked by `verify` (every version of the tree) and named by a result recorded later
         # (the first version of a tree): the one just verified takes its place.
-        forget_versions(ledger, planned.relied.superseded)
+        forget_versions(ledger, relied.superseded)
     except (ArchiveError, DiskFull) as exc:
         raise exc.within(f"archive of {cache.id} to {url} failed") from exc
     except OSError as exc:  # reading the cache or the evidence

@@ -40,11 +40,12 @@ PROGRESS_EVERY = 1000  # restored files between two progress lines
 @dataclass
 class Sent:
     """What an upload put on the server: each single blob (sha256 -> size), where each packed
-    one went, and the packs themselves (sha256 -> size)."""
+    one went, the packs themselves (sha256 -> size), and their indexes (sha256 -> size, text)."""
 
     singles: dict[str, int] = field(default_factory=dict)
     placed: dict[str, packs.Placed] = field(default_factory=dict)
     packs: dict[str, int] = field(default_factory=dict)
+    indexes: dict[str, tuple[int, bytes]] = field(default_factory=dict)
 
 
 # Plain threads keep up with the wire: packs make a 20,000-file cache a few hundred PUTs, so
@@ -107,6 +108,7 @@ def upload_all(
         else:
             sent.placed |= pack.blobs
             sent.packs[sha] = pack.size
+            sent.indexes[sha] = (pack.size, packs.index_text(pack.blobs))
         done += size
         if time.monotonic() - last >= TICK_S:  # at most every TICK_S; a last line at the end
             last = time.monotonic()

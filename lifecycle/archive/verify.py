@@ -21,7 +21,7 @@ from lifecycle.archive.record import (
     record_blobs,
     record_packs,
 )
-from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, S3Unavailable
+from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, Listed, S3Unavailable
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import (
@@ -30,6 +30,7 @@ from lifecycle.ledger.archives import (
     VersionRow,
     boot_archive,
     honest_packs,
+    pack_indexes,
 )
 from lifecycle.ledger.boots import BootRecord, boot_by_id, cache_uses
 from lifecycle.parallel import pool_map
@@ -103,6 +104,9 @@ class Relied:
     superseded: list[VersionRow] = field(default_factory=list)  # not to be put right from here
     passed_over: list[str] = field(default_factory=list)  # packs whose index lies, one line each
     hashed: set[str] = field(default_factory=set)  # packs whose every blob was hashed true
+    listed: set[str] | None = None  # every pack at the location, when they were listed
+    # Indexes read from the server of packs known honest, checked whole: sha -> (size, text).
+    indexes: dict[str, tuple[int, bytes]] = field(default_factory=dict)
 
     def damaged_record(self, found: Inspected) -> None:
         """A record that does not stand: named (by its last problem, the plainest), and set
@@ -192,20 +196,28 @@ def packed_already(
 ) -> tuple[dict[str, packs.Placed], dict[str, int]]:
     """The packable blobs some intact, honest pack at the location already holds (whichever
     cache or host wrote it), and the sizes of those packs. `indexes`: those read before in the
-    run. The packs hashed and found honest here are left in `relied.hashed`, to remember."""
+    run. Left in `relied` to remember: the packs hashed and found honest here, the indexes of
+    honest packs read from the server, and the listing (what the ledger's indexes are pruned to)."""
     wanted = {sha for sha, source in sources.items() if packs.packable(source)}
     if not wanted:
         return {}, {}
     listing = store.list_packs()
+    relied.listed = set(listing)
+    fresh = _kept_indexes(ledger, listing, indexes)
     known = packs.known_blobs(store, listing, workers, indexes)
     placed = {sha: known[sha] for sha in wanted if sha in known}
     sizes = {pack: listing[pack][0] for pack in {p.pack for p in placed.values()}}
+    read = {sha for sha in fresh if indexes.get(sha) is not None}
+    honest = honest_packs(ledger, sizes.keys() | read)
     # A pack is checked whole (its ChecksumSHA256): one that is not what its name says holds
     # none of the blobs its index claims; they are packed again, and it is set aside (the
     # same blobs packed again may make the same pack). So is one with no index to read whose
-    # bytes are not its name either: else every archive here would read it again.
+    # bytes are not its name either: else every archive here would read it again. An honest
+    # pack's index just read is checked so too: then it is the pack's own, and kept.
     unreadable = {sha: listing[sha][0] for sha in listing if indexes.get(sha) is None}
-    bad = {sha: p for sha, p in store.check_packs(sizes | unreadable, workers).items() if p}
+    to_keep = {sha: listing[sha][0] for sha in read & honest}
+    checked = store.check_packs(sizes | unreadable | to_keep, workers)
+    bad = {sha: p for sha, p in checked.items() if p}
     relied.damaged_objects({}, bad)
     placed = {sha: p for sha, p in placed.items() if p.pack not in bad}
     # A pack whose bytes are its name can still hold other bytes where its index places a
@@ -214,7 +226,7 @@ def packed_already(
     # not hashed again: a re-archive pays nothing for the packs it shares.
     relied_on = {p.pack for p in placed.values()}
     unknown: dict[str, dict[str, packs.Placed]] = {}
-    for sha in relied_on - honest_packs(ledger, relied_on):
+    for sha in relied_on - honest:
         index = indexes[sha]
         assert index is not None, "a pack that places a blob has an index"
         unknown[sha] = index
@@ -223,9 +235,26 @@ def packed_already(
         indexes[sha] = None  # it offers no blob for the rest of the run
         relied.passed_over.append(why)
     relied.hashed |= unknown.keys() - lying.keys()
+    for sha in (to_keep.keys() - bad.keys()) | (unknown.keys() - lying.keys()):
+        index = indexes[sha]
+        assert index is not None, "an honest pack has an index"
+        relied.indexes[sha] = (listing[sha][0], packs.index_text(index))
     placed = {sha: p for sha, p in placed.items() if p.pack not in lying}
     unused = bad.keys() | lying.keys()
     return placed, {pack: size for pack, size in sizes.items() if pack not in unused}
+
+
+def _kept_indexes(
+    ledger: Ledger, listing: Mapping[str, Listed], indexes: dict[str, packs.Index]
+) -> set[str]:
+    """Into `indexes`, the ledger's of the listed packs not in it yet; the rest of those, whose
+    index is read from the server. One listed at another size than its pack's is not that
+    pack's bytes: it is read, and checked, as any other."""
+    asked = [sha for sha in listing if sha not in indexes]
+    for sha, (size, text) in pack_indexes(ledger, asked).items():
+        if listing[sha][0] == size:
+            indexes[sha] = packs.parse_index(text, sha, size)
+    return {sha for sha in asked if sha not in indexes}
 
 
 def lying_packs(

@@ -1,5 +1,6 @@
 """Archives in the ledger: the versions of each cache and the boots this host archived (or
-restored from), the newest version of each cache, and the packs this host knows honest.
+restored from), the newest version of each cache, the packs this host knows honest, and
+their indexes.
 
 Every record these rows name is immutable in S3 (its key holds its sha256), so what a row
 says can be verified again at any time, whatever other hosts archived since.
@@ -7,7 +8,8 @@ says can be verified again at any time, whatever other hosts archived since.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import sqlite3
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -112,13 +114,20 @@ def version_of(ledger: Ledger, cache_id: str, tree_digest: str, location: str) -
 def honest_packs(ledger: Ledger, packs: Collection[str]) -> set[str]:
     """Those of these packs (by sha256) this host knows honest: written here, or every blob
     their index places hashed here (a pack's name is its bytes, so that holds for ever)."""
-    found: set[str] = set()
+    return {row["sha256"] for row in _rows_of_packs(ledger, "honest_packs", "sha256", packs)}
+
+
+def _rows_of_packs(
+    ledger: Ledger, table: str, columns: str, packs: Collection[str]
+) -> list[sqlite3.Row]:
+    """`columns` of the rows of `table` whose sha256 is one of `packs`."""
+    found: list[sqlite3.Row] = []
     ordered = sorted(packs)
     for at in range(0, len(ordered), _ASKED_AT_ONCE):
         some = ordered[at : at + _ASKED_AT_ONCE]
         marks = ", ".join("?" for _ in some)
-        sql = f"SELECT sha256 FROM honest_packs WHERE sha256 IN ({marks})"
-        found.update(row["sha256"] for row in ledger.query(sql, tuple(some)))
+        sql = f"SELECT {columns} FROM {table} WHERE sha256 IN ({marks})"
+        found += ledger.query(sql, tuple(some))
     return found
 
 
@@ -133,6 +142,45 @@ def remember_honest_packs(
             "INSERT OR IGNORE INTO honest_packs (sha256, known_by, known_at) VALUES (?, ?, ?)",
             [(sha, known_by, at) for sha in sorted(packs)],
         )
+
+
+def pack_indexes(ledger: Ledger, packs: Collection[str]) -> dict[str, tuple[int, bytes]]:
+    """The indexes kept of these packs (by sha256): each pack's size and its index's text."""
+    rows = _rows_of_packs(ledger, "pack_indexes", "sha256, size, body", packs)
+    return {row["sha256"]: (row["size"], row["body"]) for row in rows}
+
+
+def keep_pack_indexes(
+    ledger: Ledger, location: str, indexes: Mapping[str, tuple[int, bytes]]
+) -> None:
+    """Keep these indexes (sha256 -> the pack's size, its index's text) of honest packs seen
+    at `location`: only an index the pack's own bytes were checked to hold, never one merely
+    read (another host's pack, or a damaged object, may hold any index)."""
+    if not indexes:
+        return
+    with ledger.transaction() as conn:
+        conn.executemany(
+            "INSERT OR IGNORE INTO pack_indexes (sha256, size, body) VALUES (?, ?, ?)",
+            [(sha, size, body) for sha, (size, body) in sorted(indexes.items())],
+        )
+        conn.executemany(
+            "INSERT OR IGNORE INTO packs_seen (location, sha256) VALUES (?, ?)",
+            [(location, sha) for sha in sorted(indexes)],
+        )
+
+
+def prune_pack_indexes(ledger: Ledger, location: str, listed: Collection[str]) -> None:
+    """`location` holds only the packs `listed` now: the others are no longer seen there, and
+    an index no location holds the pack of any more goes (a `gc --remote` collected it).
+    A pack another process wrote since `listed` was taken loses its index too: the next
+    archive reads it again from the pack, checked, and keeps it again."""
+    rows = ledger.query("SELECT sha256 FROM packs_seen WHERE location = ?", (location,))
+    gone = [(location, row["sha256"]) for row in rows if row["sha256"] not in listed]
+    if not gone:
+        return
+    with ledger.transaction() as conn:
+        conn.executemany("DELETE FROM packs_seen WHERE location = ? AND sha256 = ?", gone)
+        conn.execute("DELETE FROM pack_indexes WHERE sha256 NOT IN (SELECT sha256 FROM packs_seen)")
 
 
 def record_boot_archive(ledger: Ledger, row: BootArchiveRow) -> None:

@@ -434,4 +434,21 @@ MIGRATIONS: tuple[str, ...] = (
         removed_at TEXT
     );
     """,
+    # 19: the index of each pack this host knows honest (honest_packs), as its text, so an
+    # archive reads it from here and not from the pack's tail on every run; and the locations
+    # whose listing last showed each such pack, so an index goes once no location holds its
+    # pack (a `gc --remote` collected it). A pack never changes: its index is kept whole.
+    """
+    CREATE TABLE pack_indexes (
+        sha256 TEXT PRIMARY KEY,
+        size INTEGER NOT NULL,
+        body BLOB NOT NULL
+    );
+    CREATE TABLE packs_seen (
+        location TEXT NOT NULL,
+        sha256 TEXT NOT NULL REFERENCES pack_indexes (sha256),
+        PRIMARY KEY (location, sha256)
+    ) WITHOUT ROWID;
+    CREATE INDEX packs_seen_by_pack ON packs_seen (sha256);
+    """,
 )
