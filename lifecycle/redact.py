@@ -183,27 +183,27 @@ def _placeholder(value: str, *, quoted_key: bool) -> str:
 def secrets_in_file(path: Path, secret_values: Mapping[str, str]) -> list[str]:
     """The names of the secrets whose value (in any spelling `redact` knows) is in the file.
 
-    For cache files, which are uploaded as they are or not at all: a JIT log that echoed a
-    token must not leave the host. Read through a memory map, so a large `.so` costs a scan
-    of its pages and no copy.
+    For files that are uploaded as they are or not at all (a cache's, a boot's patches): a JIT
+    log that echoed a token must not leave the host. Read through a memory map, so a large
+    `.so` costs a scan of its pages and no copy.
     """
-    needles = [
-        (spelling.encode(), holder)
-        for spelling, holder in _spellings(secret_values)
-        if holder.startswith("<redacted:")
-    ]
-    if not needles:
+    if not secret_values:
         return []
     with path.open("rb") as handle:
         if os.fstat(handle.fileno()).st_size == 0:
             return []
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            found = {
-                holder[len("<redacted:") : -1]
-                for needle, holder in needles
-                if data.find(needle) >= 0
-            }
-    return sorted(found)
+            return secrets_in_bytes(data, secret_values)
+
+
+def secrets_in_bytes(data: bytes | mmap.mmap, secret_values: Mapping[str, str]) -> list[str]:
+    """The names of the secrets whose value (in any spelling `redact` knows) is in `data`."""
+    needles = {
+        spelling.encode(): holder[len(_MARK) : -1]
+        for spelling, holder in _spellings(secret_values)
+        if holder.startswith(_MARK)
+    }
+    return sorted({name for needle, name in needles.items() if data.find(needle) >= 0})
 
 
 _MARK = "<redacted:"

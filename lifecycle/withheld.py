@@ -7,7 +7,8 @@ a boot's own secrets, as boots of any profile share a cache. Kept in the ledger 
 secret's name, never its value, with the file's sha256: an archive with content leaves out
 every file with those bytes, whatever its path now (a later boot may have moved or copied
 it), and says why (`withheld_files`); no bake takes them; a teardown removes a cache holding
-them only when told so.
+them only when told so. Nor does a manifest or patch holding one get built or booted
+(`refuse_secrets_in`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,17 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lifecycle.crash import SECRET_ENV
+from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Fingerprint
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import TaintedFile, secret_names
 from lifecycle.redact import is_masked, secrets_in_file, secrets_in_path
+
+if TYPE_CHECKING:  # the manifest's models (pydantic) are not loaded for what only scans
+    from lifecycle.manifest import LoadedManifest
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,26 @@ def secrets_on_host(ledger: Ledger, host_env: Mapping[str, str]) -> dict[str, st
     # a path-shaped value such as SSH_AUTH_SOCK's would mask plain names (`tmp`) in every tree.
     names = secret_names(ledger) | set(SECRET_ENV)
     return {name: host_env[name] for name in sorted(names) if host_env.get(name)}
+
+
+def provenance_files(loaded: LoadedManifest) -> list[Path]:
+    """The files the image and every boot's archive keep as written: the manifest's chain and
+    its patches."""
+    return [*loaded.chain, *loaded.patch_files]
+
+
+def refuse_secrets_in(files: Iterable[Path], secrets: Mapping[str, str]) -> None:
+    """A file of the manifest's (`provenance_files`) holding a secret's value is refused before
+    anything is built or kept: the image holds the patches (a pushed one is anyone's who can
+    pull it), and every archive of a boot carries the manifest and patches."""
+    for file in files:
+        names = secrets_in_file(file, secrets)
+        if names:
+            raise LifecycleError(
+                f"{file}: holds the value of secret {names[0]} (from the host environment); the"
+                " image and every boot's archive keep the manifest and its patches as written:"
+                " pass the value by name (`secrets:`), never in their text"
+            )
 
 
 def secrets_in_cache(

@@ -354,6 +354,72 @@ def test_a_result_given_a_secret_is_refused_and_the_secret_goes_nowhere(
             assert needle not in path.read_bytes(), path
 
 
+def test_a_secret_written_into_the_manifest_or_a_patch_is_refused_at_build_and_boot(
+    archive_project: Path, s3_client: Any, s3_bucket: str
+) -> None:
+    """The image holds the patches as written (a pushed one is anyone's who can pull it), and a
+    boot keeps its manifest and patches, which every archive carries: a command line pasted
+    into a tuned value's `method`, or a token in a patch's header, reached S3 in the boot's
+    record. Refused at the file (exit 2): by `build`, and by a boot of an image built before
+    the value was a secret, before anything is kept."""
+    token = f"q{secrets.token_hex(20)}"
+    env = {"HF_TOKEN": token}
+    manifest = archive_project / "manifests/demo/0.2/manifest.yaml"
+    patch = archive_project / "manifests/demo/0.2/patches/kernel-mix.patch"
+    clean_manifest, clean_patch = manifest.read_text(), patch.read_text()
+    pasted = f"method: >-\n      measured as HF_TOKEN={token} vllm serve,\n"
+    in_manifest = clean_manifest.replace("method: >-\n", pasted, 1)
+    in_patch = f"From: ci <ci@example.com>\nX-Token: {token}\n\n{clean_patch}"
+    edits = [(manifest, clean_manifest, in_manifest), (patch, clean_patch, in_patch)]
+    for file, undo, text in edits:
+        file.write_text(text)
+        build = process(archive_project, "build", "demo/0.2", env=env)
+        assert build.returncode == 2, build.stdout + build.stderr
+        assert f"{file}: holds the value of secret HF_TOKEN" in build.stderr, build.stderr
+        built = process(archive_project, "build", "demo/0.2")  # no secret by that value yet
+        assert built.returncode == 0, built.stderr  # (`patch` skips a patch's header)
+        boot = process(archive_project, "boot", "demo/0.2", "--profile", "with-token", env=env)
+        assert boot.returncode == 2, boot.stdout + boot.stderr
+        assert f"{file}: holds the value of secret HF_TOKEN" in boot.stderr, boot.stderr
+        for done in (build, boot):
+            assert token not in done.stdout + done.stderr
+        file.write_text(undo)
+    assert not caches()  # refused before any cache dir was made
+    needle = token.encode()
+    for path in home().rglob("*"):
+        if path.is_file():
+            assert needle not in path.read_bytes(), path
+
+
+def test_a_record_holding_a_secret_known_since_its_boot_is_never_sent(
+    archive_project: Path, s3_client: Any, s3_bucket: str
+) -> None:
+    """What a boot kept was checked for the secrets known then; a value that became one since
+    (set on the host after the boot, or a boot by an earlier lifecycle) is found in the record
+    at the archive, which sends nothing of that cache and names where the value is."""
+    token = f"q{secrets.token_hex(20)}"
+    manifest = archive_project / "manifests/demo/0.2/manifest.yaml"
+    text = manifest.read_text().replace("method: >-\n", f"method: >-\n      run {token},\n", 1)
+    manifest.write_text(text)
+    assert process(archive_project, "build", "demo/0.2").returncode == 0
+    booted = process(archive_project, "boot", "demo/0.2")  # the value is no secret yet
+    assert booted.returncode == 0, booted.stderr
+    env = {"HF_TOKEN": token}
+    refused = process(archive_project, "archive", "--all", env=env)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    said = refused.stdout + refused.stderr
+    assert "its manifest holds the value of secret HF_TOKEN" in said, said
+    assert "nothing of this cache is sent" in said and token not in said
+    listed = s3_client.list_objects_v2(Bucket=s3_bucket).get("Contents", [])
+    needle = token.encode()
+    for item in listed:
+        body = s3_client.get_object(Bucket=s3_bucket, Key=item["Key"])["Body"].read()
+        assert needle not in body, item["Key"]
+    assert all(c.state == "live" for c in caches().values())  # kept: not archived
+    # No secret by that value on the host (rotated): the record is the boot's as it was.
+    assert process(archive_project, "archive", "--all").returncode == 0
+
+
 def _result_id() -> str:
     import sqlite3
 

@@ -36,6 +36,7 @@ from lifecycle.ledger.boots import (
     tainted_files,
 )
 from lifecycle.ledger.builds import registry_images
+from lifecycle.redact import secrets_in_bytes, secrets_in_file
 from lifecycle.withheld import withheld_files
 
 _LOCAL_ONLY = ("state", "in_use_by")  # this host's bookkeeping, not facts about the cache
@@ -69,6 +70,30 @@ class RecordPlan:
 
     document: dict[str, Any]
     sources: dict[str, BlobSource]
+
+    def secrets_carried(self, secrets: Mapping[str, str]) -> list[tuple[str, str]]:
+        """(where, secret name) for each part of the record that would carry a secret's value
+        to the server: a field of its document (a manifest's text, an image's labels), or a
+        blob that is no cache file (a log, evidence, a patch; a cache file holding one is
+        withheld by its scan). What a boot kept was redacted of the secrets known then: one
+        known since, or a value written into a manifest or patch, is found here."""
+        found = [
+            (f"its {key}", name)
+            for key, value in sorted(self.document.items())
+            for name in secrets_in_bytes(json.dumps(value, sort_keys=True).encode(), secrets)
+        ]
+        for source in self.sources.values():
+            if source.entry is not None:
+                continue
+            names = (
+                secrets_in_bytes(source.data, secrets)
+                if source.data is not None
+                else secrets_in_file(source.path, secrets)
+                if source.path is not None
+                else []
+            )
+            found += [(source.what, name) for name in names]
+        return found
 
 
 def render_record(

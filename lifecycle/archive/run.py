@@ -244,6 +244,8 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
         (boot, plan_boot_record(ledger, run.home, boot, host=host, tool_version=__version__))
         for boot in due
     ]
+    for boot, planned in boots:
+        _refuse_secrets(f"the record of boot {boot.id}", planned, run.secrets)
     rows = versions_of(ledger, cache.id)
     parent = _parent(rows, tree) or _legacy_parent(store, previous, tree)
 
@@ -256,6 +258,8 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
 
     there = verify.standing_version(store, rows, tree, with_content, plan, relied, workers)
     standing, version = (there[0], None) if there else (None, plan())
+    if version is not None:
+        _refuse_secrets(f"the version record of {cache.id}", version, run.secrets)
     sources: dict[str, BlobSource] = {}
     for each in [*(planned for _, planned in boots), *([version] if version else [])]:
         for sha, source in each.sources.items():
@@ -309,6 +313,19 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
         repaired=tuple(relied.found),
     )
     return _Planned(cache, tree, boots, version, standing, packed, pack_sizes, todo, relied, report)
+
+
+def _refuse_secrets(what: str, plan: RecordPlan, secrets: Mapping[str, str]) -> None:
+    """No record carries a secret's value to the server: the cache's archive is refused,
+    naming where the value is (never the value), before anything of it is sent."""
+    carried = plan.secrets_carried(secrets)
+    if carried:
+        where, name = carried[0]
+        raise ArchiveError(
+            f"{what}: {where} holds the value of secret {name} (from the host environment):"
+            " nothing of this cache is sent; a secret's value never leaves this host (rotate"
+            " the secret, or take it out of where the boot read it)"
+        )
 
 
 def _parent(rows: Sequence[VersionRow], tree: str) -> str | None:
