@@ -218,6 +218,40 @@ def test_a_file_written_between_the_check_and_the_removal_keeps_its_cache(
     assert gone(caches()[ids[0]])
 
 
+def test_a_cache_dir_moved_to_another_disk_and_linked_back_is_kept_as_it_is(
+    archive_project: Path, tmp_path: Path
+) -> None:
+    """A full disk: the cache's dir moved elsewhere, a symbolic link left in its place. The
+    teardown renamed the link into the trash, then could not remove it, every run after saying
+    "the next teardown finishes it", the cache shown missing. Kept, named, nothing
+    moved; a link an earlier teardown left in the trash goes back in place."""
+    ids = cache_ids(boot(archive_project, "--cold"))
+    assert cli(archive_project, "archive", "--all", "--with-content").exit_code == 0
+    host = Path(caches()[ids[0]].host_path)
+    moved = tmp_path / "big-disk" / host.name
+    moved.parent.mkdir()
+    shutil.move(host, moved)
+    host.symlink_to(moved)
+    files = sorted(p.relative_to(moved) for p in moved.rglob("*"))
+    for _ in range(2):
+        kept = cli(archive_project, "teardown", ids[0], "--yes")
+        assert kept.exit_code == 1, kept.output
+        assert f"{host} is a symbolic link to {moved}" in kept.output, kept.output
+        assert host.is_symlink() and sorted(p.relative_to(moved) for p in moved.rglob("*")) == files
+        assert caches()[ids[0]].state == "archived"
+    # As an earlier teardown left it: the link in the trash, the dir missing from its place.
+    trash = host.parent / f".trash-{host.name}"
+    host.rename(trash)
+    again = cli(archive_project, "teardown", ids[0], "--yes")
+    assert again.exit_code == 1 and "is a symbolic link" in again.output, again.output
+    assert host.is_symlink() and not os.path.lexists(trash)
+    assert sorted(p.relative_to(moved) for p in moved.rglob("*")) == files
+    host.unlink()
+    shutil.move(moved, host)  # moved back: it goes
+    assert cli(archive_project, "teardown", ids[0], "--yes").exit_code == 0
+    assert gone(caches()[ids[0]])
+
+
 def _wait_for_step(cache_ids: list[str], step: str) -> str:
     """The first of the caches whose journal reaches `step`."""
     deadline = time.monotonic() + 60

@@ -258,6 +258,9 @@ def remove_cache(
     if held is None:
         return refuse(journal, cache, resumes, ["a boot holds it (its lease is taken)"])
     with held:
+        linked = _linked(host, trash)
+        if linked:
+            return refuse(journal, cache, resumes, [linked])
         verdict = check(where_now(cache, resumes))
         if verdict.problems:
             return refuse(journal, cache, resumes, verdict.problems)
@@ -291,6 +294,22 @@ def remove_cache(
     checkpoint("after-rmtree")
     journal.step(cache.id, "done", None, freed, cache_state="torn-down")
     return CacheOutcome(cache.id, removed=True, bytes_freed=freed)
+
+
+def _linked(host: Path, trash: Path) -> str | None:
+    """Why a cache whose dir is a symbolic link (moved to a bigger disk, linked back) is kept:
+    the rename would move the link and the removal cannot follow it, so every teardown after
+    would fail there, the dir gone from its place. A link an earlier teardown moved to the
+    trash so goes back in place first."""
+    if trash.is_symlink() and not os.path.lexists(host):
+        trash.rename(host)
+    if not host.is_symlink():
+        return None
+    return (
+        f"{host} is a symbolic link to {host.readlink()}: teardown removes a cache's own dir,"
+        " never what a link points at; move the dir back in its place, or remove both by hand"
+        " and `teardown` records it gone"
+    )
 
 
 def _changed_since(cache: CacheRecord, trash: Path, verified: str | None) -> str | None:
