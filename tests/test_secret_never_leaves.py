@@ -349,9 +349,7 @@ def test_a_result_given_a_secret_is_refused_and_the_secret_goes_nowhere(
     needle = token.encode()
     for key, body in _objects(s3_client, s3_bucket):
         assert needle not in body, key
-    for path in home().rglob("*"):
-        if path.is_file():
-            assert needle not in path.read_bytes(), path
+    _nowhere_in_home(needle)
 
 
 def test_a_secret_written_into_the_manifest_or_a_patch_is_refused_at_build_and_boot(
@@ -386,9 +384,7 @@ def test_a_secret_written_into_the_manifest_or_a_patch_is_refused_at_build_and_b
         file.write_text(undo)
     assert not caches()  # refused before any cache dir was made
     needle = token.encode()
-    for path in home().rglob("*"):
-        if path.is_file():
-            assert needle not in path.read_bytes(), path
+    _nowhere_in_home(needle)
 
 
 def test_a_record_holding_a_secret_known_since_its_boot_is_never_sent(
@@ -418,6 +414,12 @@ def test_a_record_holding_a_secret_known_since_its_boot_is_never_sent(
     assert all(c.state == "live" for c in caches().values())  # kept: not archived
     # No secret by that value on the host (rotated): the record is the boot's as it was.
     assert process(archive_project, "archive", "--all").returncode == 0
+
+
+def _nowhere_in_home(needle: bytes) -> None:
+    for path in home().rglob("*"):
+        if path.is_file():
+            assert needle not in path.read_bytes(), path
 
 
 def _result_id() -> str:
