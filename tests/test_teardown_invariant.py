@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
@@ -248,6 +249,35 @@ def test_a_cache_dir_moved_to_another_disk_and_linked_back_is_kept_as_it_is(
     assert sorted(p.relative_to(moved) for p in moved.rglob("*")) == files
     host.unlink()
     shutil.move(moved, host)  # moved back: it goes
+    assert cli(archive_project, "teardown", ids[0], "--yes").exit_code == 0
+    assert gone(caches()[ids[0]])
+
+
+def test_a_file_teardown_may_not_remove_is_named_with_the_way_out_not_left_to_a_rerun(
+    archive_project: Path,
+) -> None:
+    """An engine runs as its image's user, often root: a user in the docker group may not
+    remove what it wrote. Every teardown after said "the next teardown finishes it", which
+    none could. (Here root is held back by the immutable attribute instead.) The way out is
+    named; once the trash is removed by hand, the next teardown records the cache gone."""
+    ids = cache_ids(boot(archive_project, "--cold"))
+    assert cli(archive_project, "archive", "--all", "--with-content").exit_code == 0
+    host = Path(caches()[ids[0]].host_path)
+    pinned = next(p for p in sorted(host.rglob("*")) if p.is_file())
+    if subprocess.run(["chattr", "+i", str(pinned)], capture_output=True).returncode:
+        pytest.skip("chattr +i is not supported on this file system")
+    trash = host.parent / f".trash-{host.name}"
+    try:
+        for _ in range(2):
+            kept = cli(archive_project, "teardown", ids[0], "--yes")
+            assert kept.exit_code == 1, kept.output
+            assert f"cannot remove {trash}: Operation not permitted" in kept.output, kept.output
+            assert f"remove {trash} as its owner" in kept.output
+            assert "the next teardown" not in kept.output
+    finally:
+        held = trash / pinned.relative_to(host)
+        subprocess.run(["chattr", "-i", str(held if held.exists() else pinned)], check=True)
+    shutil.rmtree(trash)  # by hand, as its owner would
     assert cli(archive_project, "teardown", ids[0], "--yes").exit_code == 0
     assert gone(caches()[ids[0]])
 

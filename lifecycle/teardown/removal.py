@@ -287,9 +287,19 @@ def remove_cache(
     try:
         shutil.rmtree(trash)
     except FileNotFoundError:
-        pass  # removed by the run that crashed before `done`
+        pass  # removed by the run that crashed before `done`, or by hand
+    except PermissionError as exc:
+        # An engine runs as its image's user, often root: a user in the docker group cannot
+        # remove what it wrote, and no later run can either. Removed by hand, the trash is
+        # gone, and the next teardown of the cache records it so.
+        problem = (
+            f"cannot remove {trash}: {exc.strerror}: {exc.filename} (a container may have"
+            f" written it as another user); remove {trash} as its owner (sudo rm -rf), then"
+            f" `lifecycle teardown {cache.id}` records it gone"
+        )
+        return CacheOutcome(cache.id, removed=False, problem=problem)
     except OSError as exc:
-        problem = f"cannot remove {trash}: {exc}; the next teardown finishes it"
+        problem = f"cannot remove {trash}: {exc}; the next teardown tries again"
         return CacheOutcome(cache.id, removed=False, problem=problem)
     checkpoint("after-rmtree")
     journal.step(cache.id, "done", None, freed, cache_state="torn-down")
