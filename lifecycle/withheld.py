@@ -8,7 +8,7 @@ secret's name, never its value, with the file's sha256: an archive with content 
 every file with those bytes, whatever its path now (a later boot may have moved or copied
 it), and says why (`withheld_files`); no bake takes them; a teardown removes a cache holding
 them only when told so. Nor does a manifest or patch holding one get built or booted
-(`refuse_secrets_in`).
+(`refuse_secrets_in_manifest`).
 """
 
 from __future__ import annotations
@@ -48,17 +48,11 @@ def secrets_on_host(ledger: Ledger, host_env: Mapping[str, str]) -> dict[str, st
     return {name: host_env[name] for name in sorted(names) if host_env.get(name)}
 
 
-def provenance_files(loaded: LoadedManifest) -> list[Path]:
-    """The files the image and every boot's archive keep as written: the manifest's chain and
-    its patches."""
-    return [*loaded.chain, *loaded.patch_files]
-
-
-def refuse_secrets_in(files: Iterable[Path], secrets: Mapping[str, str]) -> None:
-    """A file of the manifest's (`provenance_files`) holding a secret's value is refused before
+def refuse_secrets_in_manifest(loaded: LoadedManifest, secrets: Mapping[str, str]) -> None:
+    """A file of the manifest's chain or a patch holding a secret's value is refused before
     anything is built or kept: the image holds the patches (a pushed one is anyone's who can
-    pull it), and every archive of a boot carries the manifest and patches."""
-    for file in files:
+    pull it), and every archive of a boot carries the manifest and patches as written."""
+    for file in (*loaded.chain, *loaded.patch_files):
         names = secrets_in_file(file, secrets)
         if names:
             raise LifecycleError(

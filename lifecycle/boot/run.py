@@ -60,12 +60,7 @@ from lifecycle.ledger.boots import (
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.checks import BOOT_ENV
 from lifecycle.redact import redact, redact_values
-from lifecycle.withheld import (
-    provenance_files,
-    refuse_secrets_in,
-    secrets_in_cache,
-    secrets_on_host,
-)
+from lifecycle.withheld import refuse_secrets_in_manifest, secrets_in_cache, secrets_on_host
 
 SPEC_JSON = "spec.json"  # in the boot's evidence dir: the container spec as `describe` shows it
 
@@ -161,7 +156,7 @@ def boot(
     # a boot given no secret may move, copy or rewrite a file another boot wrote one into.
     own = {name: host_env[name] for name in manifest.profiles[profile].secrets}
     secrets_by_name = {**secrets_on_host(ledger, host_env), **own}
-    refuse_secrets_in(provenance_files(request.loaded), secrets_by_name)
+    refuse_secrets_in_manifest(request.loaded, secrets_by_name)
     now = datetime.now(UTC)
     boot_id = f"b-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
     for line in stop_orphans(client, ledger, home, _stamp(now)):

@@ -32,7 +32,7 @@ from lifecycle.ledger.builds import RegistryImage, record_registry_image
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.records import IMAGE_FORMAT, ImageRecordV1
 from lifecycle.report import Report, plain
-from lifecycle.withheld import provenance_files, refuse_secrets_in, secrets_on_host
+from lifecycle.withheld import refuse_secrets_in_manifest, secrets_on_host
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def run(ctx: Context, request: verbs.Build) -> BuildReport | BuildPlanReport:
     base = base_image_digest(client, loaded.manifest.engine.base_image)
     build_plan = plan(ctx, loaded, base)
     with ctx.ledger() as ledger:
-        refuse_secrets_in(provenance_files(loaded), secrets_on_host(ledger, ctx.environ))
+        refuse_secrets_in_manifest(loaded, secrets_on_host(ledger, ctx.environ))
         settle_interrupted(client, ledger, ctx.home, ctx.note)  # what a killed build left
         result: BuildResult = build_image(
             client,
