@@ -416,6 +416,34 @@ def test_a_record_holding_a_secret_known_since_its_boot_is_never_sent(
     assert process(archive_project, "archive", "--all").returncode == 0
 
 
+def test_a_result_holding_a_secret_known_since_it_was_added_is_never_sent(
+    archive_project: Path, s3_client: Any, s3_bucket: str
+) -> None:
+    """`result add` checks a result for the secrets known then; one added with no archive set
+    goes with a later `archive`, by when its value may be a secret. Its record is refused there,
+    naming the result and where the value is; the caches' own archive goes on."""
+    token = f"q{secrets.token_hex(20)}"
+    booted = process(archive_project, "boot", "demo/0.2", "--json")
+    assert booted.returncode == 0, booted.stderr
+    boot_id = json.loads(booted.stdout)["id"]
+    unset = {"LIFECYCLE_ARCHIVE": ""}  # recorded only: archived by the next `archive`
+    add = ["result", "add", boot_id, "--name", "n", "--status", "pass", "--note", f"ran {token}"]
+    added = process(archive_project, *add, env=unset)
+    assert added.returncode == 0, added.stdout + added.stderr
+    refused = process(archive_project, "archive", "--all", env={"HF_TOKEN": token})
+    said = refused.stdout + refused.stderr
+    assert refused.returncode == 1, said
+    assert f"result {_result_id()}: its note holds the value of secret HF_TOKEN" in said, said
+    assert token not in said
+    needle = token.encode()
+    for key, body in _objects(s3_client, s3_bucket):
+        assert needle not in body, key
+    assert all(c.state == "archived" for c in caches().values())  # they carry no secret
+    # No secret by that value on the host (rotated): the result goes as it was given.
+    assert process(archive_project, "archive", "--all").returncode == 0
+    assert any(needle in body for _, body in _objects(s3_client, s3_bucket))
+
+
 def _nowhere_in_home(needle: bytes) -> None:
     for path in home().rglob("*"):
         if path.is_file():

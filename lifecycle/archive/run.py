@@ -315,16 +315,28 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
     return _Planned(cache, tree, boots, version, standing, packed, pack_sizes, todo, relied, report)
 
 
+class SecretCarried(ArchiveError):
+    """A record would carry a secret's value to the server: it is not sent (exit 1)."""
+
+
 def _refuse_secrets(what: str, plan: RecordPlan, secrets: Mapping[str, str]) -> None:
-    """No record carries a secret's value to the server: the cache's archive is refused,
-    naming where the value is (never the value), before anything of it is sent."""
+    refuse_secrets_carried(
+        what, plan, secrets, withheld="nothing of this cache is sent",
+        way_out="rotate the secret, or take it out of where the boot read it",
+    )  # fmt: skip
+
+
+def refuse_secrets_carried(
+    what: str, plan: RecordPlan, secrets: Mapping[str, str], *, withheld: str, way_out: str
+) -> None:
+    """No record carries a secret's value to the server: refused before anything of it is sent,
+    naming where the value is (never the value); `withheld` says what is not sent."""
     carried = plan.secrets_carried(secrets)
     if carried:
         where, name = carried[0]
-        raise ArchiveError(
+        raise SecretCarried(
             f"{what}: {where} holds the value of secret {name} (from the host environment):"
-            " nothing of this cache is sent; a secret's value never leaves this host (rotate"
-            " the secret, or take it out of where the boot read it)"
+            f" {withheld}; a secret's value never leaves this host ({way_out})"
         )
 
 

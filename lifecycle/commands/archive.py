@@ -114,5 +114,5 @@ def run(ctx: Context, request: verbs.Archive) -> ArchiveRunReport | None:
             ledger, ctx.home, client, location, cache_ids, host_env=ctx.environ,
             with_content=request.with_content, dry_run=dry_run, progress=ctx.say,
         )  # fmt: skip
-        reports = with_results(ledger, client, location, archived, ctx.say)
+        reports = with_results(ledger, client, location, archived, ctx.say, ctx.environ)
     return ArchiveRunReport(location.url(), dry_run, tuple(reports), tuple(skipped))

@@ -226,7 +226,7 @@ class LocalEngine:
             with_content=self.with_content,
             dry_run=False, progress=None,
         )  # fmt: skip
-        reports = with_results(self.ledger, self.s3, location, reports, None)
+        reports = with_results(self.ledger, self.s3, location, reports, None, self.host_env)
         sent = sum(r.bytes_uploaded for r in reports)
         detail = f"{len(reports)} caches and the results standing on them, verified"
         return EndSummary(

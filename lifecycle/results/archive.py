@@ -40,7 +40,13 @@ from lifecycle.archive.record import (
     pins_at,
     readable,
 )
-from lifecycle.archive.run import ArchiveReport, archive_boot, archive_caches
+from lifecycle.archive.run import (
+    ArchiveReport,
+    SecretCarried,
+    archive_boot,
+    archive_caches,
+    refuse_secrets_carried,
+)
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.archive.transfer import Progress
 from lifecycle.archive.verify import set_aside
@@ -64,6 +70,7 @@ from lifecycle.parallel import pool_map
 from lifecycle.records import RESULT_FORMAT_2, ResultRecordV1, ResultRecordV2
 from lifecycle.report import unread_lines
 from lifecycle.results.model import canonical_result, find_boot, result_digest
+from lifecycle.withheld import secrets_on_host
 
 Say = Callable[[str], None]
 
@@ -98,8 +105,10 @@ def archive_result(
     *,
     host: str,
     tool_version: str,
+    secrets: Mapping[str, str],
 ) -> ResultArchiveRecord:
-    """Upload the result's document, its markers, then its record; record it in the ledger."""
+    """Upload the result's document, its markers, then its record; record it in the ledger.
+    `result add` refused a secret's value known then; one known since is refused here."""
     boot = find_boot(ledger, result.boot_id)
     url = store.location.url()
     boot_row = boot_archive(ledger, boot.id, url)
@@ -112,6 +121,11 @@ def archive_result(
         if ref["sha256"] != result.document_sha256:
             raise ArchiveError(f"{result.document_path}: changed since result {result.id} took it")
     canonical = canonical_result(result)
+    refuse_secrets_carried(
+        f"result {result.id}", RecordPlan(canonical, sources), secrets,
+        withheld="its record is not sent (it stays recorded here)",
+        way_out="rotate the secret, and the next archive sends it",
+    )  # fmt: skip
     arches = {c.arch for u in uses if (c := cache_by_id(ledger, u.cache_id)) is not None}
     document = {
         "format": RESULT_FORMAT_2,
@@ -156,6 +170,7 @@ def archive_pending_results(
     *,
     host: str,
     tool_version: str,
+    secrets: Mapping[str, str],
     again: Sequence[ResultRecord] = (),
 ) -> dict[str, tuple[str, ...]]:
     """Archive every result not yet here, and those `again` (their record here was lost),
@@ -163,10 +178,13 @@ def archive_pending_results(
 
     Results whose caches were never archived here are left alone without a word (they may go
     elsewhere); one whose chain is not whole here yet is named with what it waits for.
-    Returns result id -> the caches behind it, for each result archived.
+    Returns result id -> the caches behind it, for each result archived. One holding a secret's
+    value is not sent, nor does it stop the others: it is named in the SecretCarried raised
+    once they went.
     """
     url = store.location.url()
     done: dict[str, tuple[str, ...]] = {}
+    refused: list[str] = []
     for result in [*unarchived_results(ledger, url), *again]:
         if boot_archive(ledger, result.boot_id, url) is None and baked_uses(ledger, result.boot_id):
             continue  # a boot of a baked image: `result add` archives its record and its results
@@ -179,9 +197,17 @@ def archive_pending_results(
             first = next(iter(gaps.values()))
             say(f"result {result.id}: not archived yet: {first}; archive that cache again")
             continue
-        record = archive_result(ledger, store, result, say, host=host, tool_version=tool_version)
+        try:
+            record = archive_result(
+                ledger, store, result, say, host=host, tool_version=tool_version, secrets=secrets
+            )
+        except SecretCarried as exc:
+            refused.append(str(exc))
+            continue
         say(f"result {result.id}: record {store.url(record.record_key)}")
         done[result.id] = tuple(sorted(caches))
+    if refused:
+        raise SecretCarried("; ".join(refused))
     return done
 
 
@@ -330,6 +356,7 @@ def with_results(
     location: ArchiveLocation,
     reports: list[ArchiveReport],
     progress: Progress | None,
+    host_env: Mapping[str, str],
 ) -> list[ArchiveReport]:
     """After an archive of caches: archive every result whose caches' records there now list
     its boot (a result added after its caches were archived goes with the next archive), and
@@ -342,8 +369,9 @@ def with_results(
     # written again, as a boot's record is (teardown relies on each being there).
     again = lost_records(ledger, store, [r.cache_id for r in reports], say)
     done = archive_pending_results(
-        ledger, store, say, host=socket.gethostname(), tool_version=__version__, again=again
-    )
+        ledger, store, say, host=socket.gethostname(), tool_version=__version__,
+        secrets=secrets_on_host(ledger, host_env), again=again,
+    )  # fmt: skip
     return [
         replace(r, results=tuple(sorted(i for i, behind in done.items() if r.cache_id in behind)))
         for r in reports
@@ -376,7 +404,7 @@ def publish_result(
                 ledger, home, client, location, stale, host_env=host_env, with_content=False,
                 dry_run=False, progress=progress,
             )  # fmt: skip
-            with_results(ledger, client, location, archived, progress)
+            with_results(ledger, client, location, archived, progress, host_env)
         for done in result_archives(ledger, result.id):
             if done.location == url:
                 return done
@@ -384,8 +412,9 @@ def publish_result(
         if gaps:
             raise ArchiveError(next(iter(gaps.values())))
         return archive_result(
-            ledger, store, result, progress, host=socket.gethostname(), tool_version=__version__
-        )
+            ledger, store, result, progress, host=socket.gethostname(), tool_version=__version__,
+            secrets=secrets_on_host(ledger, host_env),
+        )  # fmt: skip
     except LifecycleError as exc:
         family = S3Unavailable if isinstance(exc, S3Unavailable) else ArchiveError
         raise family(

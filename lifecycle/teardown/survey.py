@@ -198,7 +198,9 @@ def archive_one(
         dry_run=dry_run,
         progress=progress,
     )
-    (report,) = with_results(ledger, services.s3, request.archive_to, archived, progress)
+    (report,) = with_results(
+        ledger, services.s3, request.archive_to, archived, progress, services.host_env
+    )
     return report
 
 
