@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import errno
+import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
@@ -140,6 +142,25 @@ def path_fault(path: Path) -> str | None:
     except OSError as exc:
         return exc.strerror or str(exc)
     return None
+
+
+def read_given(path: Path, where: str, cap: int) -> bytes:
+    """The bytes of a file the user named (`where` names it in messages): a regular file of at
+    most `cap` bytes, else one line saying which it is not. A FIFO would block the read for
+    ever and /dev/zero never end it (the memory would run out first)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: no wait
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise LifecycleError(f"{where}: not a regular file")
+            data = handle.read(cap + 1)
+    except ValueError:
+        raise LifecycleError(f"cannot read {where}: a path cannot hold a NUL byte") from None
+    except OSError as exc:
+        raise LifecycleError(f"cannot read {where}: {exc.strerror or exc}") from None
+    if len(data) > cap:
+        raise LifecycleError(f"{where}: larger than {cap // 2**20} MiB")
+    return data
 
 
 class ManifestError(LifecycleError):

@@ -163,6 +163,11 @@ def _manifest_is_a_fifo(cwd: Path, home: Path) -> None:
     os.mkfifo(cwd / "manifests" / "0.31" / "manifest.yaml")
 
 
+@setup("plan-is-a-fifo")
+def _plan_is_a_fifo(cwd: Path, home: Path) -> None:
+    os.mkfifo(cwd / "plan.json")
+
+
 @setup("too-many-nodes")
 def _too_many_nodes(cwd: Path, home: Path) -> None:
     patches = "".join(f"  - {{file: p{i}.patch, reason: r}}\n" for i in range(10_000))

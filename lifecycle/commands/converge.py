@@ -29,7 +29,7 @@ from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.gc import completed_line
 from lifecycle.commands.teardown import connect_services, settle_dead
-from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError
+from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError, read_given
 from lifecycle.gc import (
     GcPlan,
     Swept,
@@ -340,12 +340,12 @@ _STATE_NAMES = {
 }
 
 
+MAX_PLAN_BYTES = 256 * 2**20  # a plan naming a million archive objects is ~150 MiB
+
+
 def _saved(file: Path) -> tuple[Path, dict[str, Any]]:
     """A plan `plan -o` saved; read before anything is asked of dockerd or S3."""
-    try:
-        text = file.read_text()
-    except OSError as exc:
-        raise LifecycleError(f"cannot read the plan {file}: {exc.strerror}") from None
+    text = read_given(file, f"the plan {file}", MAX_PLAN_BYTES)
     try:
         saved: Any = json.loads(text)
     except ValueError:

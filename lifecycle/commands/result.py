@@ -21,7 +21,7 @@ from lifecycle.commands import verbs
 from lifecycle.commands.boot import HookEntry
 from lifecycle.commands.context import Context
 from lifecycle.commands.filters import Facts, Filters, open_archive
-from lifecycle.errors import EXIT_OK, LifecycleError
+from lifecycle.errors import EXIT_OK, read_given
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_boots, boot_arches, cache_uses
 from lifecycle.ledger.removal import pins
@@ -56,14 +56,7 @@ def read_result_file(path: Path) -> bytes:
     """`--file`'s bytes, checked as a result document before the ledger is opened: a regular
     file (not /dev/zero or a FIFO, which would never end) of at most 16 MiB, one JSON object."""
     where = f"--file {path}"
-    try:
-        if not path.is_file():
-            raise LifecycleError(f"{where}: not a regular file")
-        if path.stat().st_size > MAX_DOCUMENT_BYTES:
-            raise LifecycleError(f"{where}: larger than {MAX_DOCUMENT_BYTES // 2**20} MiB")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise LifecycleError(f"{where}: {exc.strerror or exc}") from None
+    data = read_given(path, where, MAX_DOCUMENT_BYTES)
     read_document(data, where)
     return data
 
