@@ -63,8 +63,8 @@ class _Group(click.Group):
             click.echo(f"lifecycle: {exc or 'interrupted'}; what was done is recorded", err=True)
             ctx.exit(getattr(exc, "exit_code", 130))
         except Exception as exc:  # the last resort: a bug, told in one line and a file
-            if isinstance(exc, OSError) and not ctx.params.get("debug"):
-                _if_disk_full(ctx, exc)
+            if not ctx.params.get("debug"):
+                _if_environment(ctx, exc)
             if ctx.params.get("debug"):
                 _print_traceback()
                 ctx.exit(EXIT_INTERNAL)
@@ -72,15 +72,21 @@ class _Group(click.Group):
             ctx.exit(EXIT_INTERNAL)
 
 
-def _if_disk_full(ctx: click.Context, exc: OSError) -> None:
-    """A write no code before here expected to find the disk full: the host's state, not a bug
-    (and a traceback file would not fit): one line, exit 3."""
-    from lifecycle.errors import DiskFull, no_room
+def _if_environment(ctx: click.Context, exc: Exception) -> None:
+    """The host's state, not a bug, though no code before here expected it: a write finding the
+    disk full (a traceback file would not fit either), dockerd no longer answering mid-command
+    (a read timed out, the connection broke). One line, exit 3."""
+    from lifecycle.dockerd import stopped_answering
+    from lifecycle.errors import EXIT_ENVIRONMENT, DiskFull, no_room
 
-    if no_room(exc):
+    if isinstance(exc, OSError) and no_room(exc):
         full = DiskFull(exc.filename or "a file system this command writes to")
         _stderr(str(full))
         ctx.exit(full.exit_code)
+    said = stopped_answering(exc, os.environ)
+    if said:
+        _stderr(f"lifecycle: {said}")
+        ctx.exit(EXIT_ENVIRONMENT)
 
 
 def _print_traceback() -> None:

@@ -4,6 +4,7 @@ engine that accepts connections and never answers costs seconds, not the SDK's m
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,11 +30,40 @@ def sdk_errors() -> tuple[type[Exception], ...]:
     """What the docker SDK raises when the engine is not there, does not answer or refuses."""
     # Its own errors (APIError, NotFound, TLSParameterError, and DockerException wrapping a
     # failed first contact), and requests' (ConnectionError, ReadTimeout...), which its calls
-    # let through unwrapped; requests wraps urllib3's and the socket's.
+    # let through unwrapped; requests wraps urllib3's and the socket's, but a stream the SDK
+    # reads itself (a push's progress) lets urllib3's through.
     from docker.errors import DockerException
     from requests.exceptions import RequestException
+    from urllib3.exceptions import HTTPError
 
-    return (DockerException, RequestException)
+    return (DockerException, RequestException, HTTPError)
+
+
+def transport_errors() -> tuple[type[Exception], ...]:
+    """What the docker SDK raises when dockerd stopped answering or the connection to it
+    broke mid-command: the environment, whatever the call (dockerd's refusals are not)."""
+    from requests import exceptions as http
+    from urllib3.exceptions import HTTPError
+
+    return (http.ConnectionError, http.Timeout, HTTPError)
+
+
+def stopped_answering(exc: BaseException, environ: Mapping[str, str]) -> str | None:
+    """One line when `exc` is dockerd no longer answering a command it answered at first
+    contact (`transport_errors`); None for anything else, and when the SDK was never loaded."""
+    if "docker" not in sys.modules or not isinstance(exc, transport_errors()):
+        return None
+    _, later = timeouts(environ)
+    why = " ".join(str(exc).split())[:200]
+    return (
+        f"the Docker engine at {where_docker(environ)} stopped answering: {why} (each call"
+        f" waits at most {later:g} s, LIFECYCLE_DOCKER_TIMEOUT)"
+    )
+
+
+def where_docker(environ: Mapping[str, str]) -> str:
+    """The endpoint the SDK talks to, as the docker CLI would."""
+    return environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
 def connect(environ: Mapping[str, str]) -> Any:
@@ -42,7 +72,7 @@ def connect(environ: Mapping[str, str]) -> Any:
     import docker  # the SDK costs ~0.3 s to import; only verbs that talk to dockerd pay it
 
     first, later = timeouts(environ)
-    where = environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    where = where_docker(environ)
     try:
         client = docker.from_env(environment=dict(environ), timeout=first)
         client.ping()

@@ -6,6 +6,7 @@ costs some 20 s. An S3 server's: tests/test_bounded_s3.py."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import threading
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.trust_support import boot, cache_ids, caches, cli, lifecycle_argv
+from tests.trust_support import boot, boots, cache_ids, caches, cli, lifecycle_argv
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 LIMITS = {"LIFECYCLE_DOCKER_CONNECT_TIMEOUT": "5", "LIFECYCLE_DOCKER_TIMEOUT": "20"}
@@ -48,6 +49,50 @@ def hung() -> Iterator[str]:
     server.close()
     for connection in held:
         connection.close()
+
+
+@pytest.fixture
+def falls_silent(tmp_path: Path) -> Iterator[str]:
+    """`unix://…` of a relay to this host's dockerd that passes everything until a request to
+    create a container, then passes nothing more on that connection (dockerd hung mid-command:
+    it answered the first contact)."""
+    path = str(tmp_path / "docker.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(16)
+    server.settimeout(0.2)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def pipe(source: socket.socket, sink: socket.socket, watch: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if watch and b"/containers/create" in data:
+                    return  # held open, never answered
+                sink.sendall(data)
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                client = server.accept()[0]
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            engine = socket.socket(socket.AF_UNIX)
+            engine.connect("/var/run/docker.sock")
+            held.extend((client, engine))
+            for args in ((client, engine, True), (engine, client, False)):
+                threading.Thread(target=pipe, args=args, daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"unix://{path}"
+    stop.set()
+    thread.join()
+    server.close()
+    for each in held:
+        each.close()
 
 
 def _run_all(project: Path, commands: list[list[str]], env: dict[str, str]) -> list[Any]:
@@ -121,3 +166,40 @@ def test_a_hung_docker_engine_fails_every_command_in_bounded_time(
         assert f"incomplete: not asked: cannot reach the Docker engine at tcp://{hung}" in out
     _assert_failed_fast([r for r in results if r not in planned], f"tcp://{hung}")
     assert _state(s3_client, s3_bucket) == before  # nothing removed, nothing archived
+
+
+def test_a_registry_that_never_answers_a_push_fails_it_in_bounded_time(
+    archive_project: Path, hung: str
+) -> None:
+    """dockerd pushes to a registry that accepts and never answers, and says nothing until its
+    own limit (~25 s here): lifecycle's wait for dockerd (LIFECYCLE_DOCKER_TIMEOUT) ends
+    first. That is the environment (exit 3, one line naming the registry), not a bug (exit 4
+    and a traceback file, as the SDK's stream let urllib3's timeout through unwrapped)."""
+    limits = {"LIFECYCLE_DOCKER_TIMEOUT": "4"}
+    ((_, rc, out, err, seconds),) = _run_all(
+        archive_project, [["build", "demo/0.2", "--push", hung]], limits
+    )
+    said = f"rc {rc} after {seconds:.1f} s\n{out}\n{err}"
+    assert rc == 3 and seconds < 15, said
+    assert "unexpected error" not in err and "Traceback" not in err, said
+    last = err.strip().splitlines()[-1]
+    assert f"push of {hung}/lifecycle/demo:" in last and "LIFECYCLE_DOCKER_TIMEOUT" in last, said
+
+
+def test_a_docker_engine_falling_silent_mid_boot_is_the_environment_and_the_boot_is_recorded(
+    archive_project: Path, falls_silent: str
+) -> None:
+    """dockerd answered the boot's first contact, its image lookup and its listing, then never
+    answered the create: exit 3 in one line naming the engine and the limit (the SDK's read
+    timeout was a bug's exit 4, with a traceback file), and the boot row ends `failed`."""
+    env = {"DOCKER_HOST": falls_silent, "LIFECYCLE_DOCKER_TIMEOUT": "3"}
+    ((_, rc, out, err, seconds),) = _run_all(archive_project, [["boot", "demo/0.2"]], env)
+    said = f"rc {rc} after {seconds:.1f} s\n{out}\n{err}"
+    assert rc == 3 and seconds < 15, said
+    assert "unexpected error" not in err and "Traceback" not in err, said
+    last = err.strip().splitlines()[-1]
+    assert f"the Docker engine at {falls_silent} stopped answering" in last, said
+    assert "LIFECYCLE_DOCKER_TIMEOUT" in last, said
+    (row,) = boots().values()
+    assert row.outcome == "failed" and row.ended_at is not None, row
+    assert not any(c.in_use_by for c in caches().values())  # every lease given back

@@ -343,11 +343,19 @@ def push_image(
 
 def _push(client: Any, image_id: str, target: str, tag: str) -> str:
     """Push target:tag; the digest the registry holds it under."""
+    from lifecycle.dockerd import transport_errors
+
     digest = None
-    for chunk in _calling(lambda: client.api.push(target, tag, stream=True, decode=True)):
-        if "error" in chunk:
-            raise _refusal(f"push of {target}:{tag} failed: {chunk['error']}")
-        digest = (chunk.get("aux") or {}).get("Digest") or digest
+    try:
+        for chunk in _calling(lambda: client.api.push(target, tag, stream=True, decode=True)):
+            if "error" in chunk:
+                raise _refusal(f"push of {target}:{tag} failed: {chunk['error']}")
+            digest = (chunk.get("aux") or {}).get("Digest") or digest
+    except transport_errors() as exc:  # dockerd waits on the registry, and said nothing
+        raise EnvironmentFailure(
+            f"push of {target}:{tag}: no word from dockerd, which pushes to the registry:"
+            f" {' '.join(str(exc).split())} (LIFECYCLE_DOCKER_TIMEOUT: {client.api.timeout:g} s)"
+        ) from None
     if digest is None:  # an engine that does not say: what it now knows the image by
         found = client.images.get(image_id).attrs.get("RepoDigests") or []
         digest = next((d.partition("@")[2] for d in found if d.startswith(f"{target}@")), None)
