@@ -22,9 +22,12 @@ under `engine.unconfirmed` so that `build` refuses it until a person checks it.
 from __future__ import annotations
 
 import hashlib
+import math
+import os
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -33,6 +36,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from lifecycle.dockerd import seconds_from
 from lifecycle.errors import LifecycleError
 from lifecycle.home import Home
 from lifecycle.leases import exclusive
@@ -95,16 +99,20 @@ def ensure_mirror(home: Home, source: str) -> Mirror:
     with exclusive(path.with_suffix(".lock")):
         if not (path / "HEAD").is_file():
             _init_bare(path)
-        fetched = Git.user(path).run(
-            "fetch",
-            "--quiet",
-            "--force",
-            "--prune",
-            "--tags",
-            "--",  # the source is never an option, whatever a manifest says (model refuses too)
-            source,
-            "+refs/heads/*:refs/heads/*",
-            check=False,
+        fetched = (
+            Git.user(path)
+            .with_env(**_silence_limit(os.environ))
+            .run(
+                "fetch",
+                "--quiet",
+                "--force",
+                "--prune",
+                "--tags",
+                "--",  # the source is never an option, whatever a manifest says (model refuses too)
+                source,
+                "+refs/heads/*:refs/heads/*",
+                check=False,
+            )
         )
     if fetched.rc != 0:
         reason = (fetched.err or fetched.out).strip().splitlines()
@@ -115,6 +123,18 @@ def ensure_mirror(home: Home, source: str) -> Mirror:
             "using the mirror as last fetched",
         )
     return Mirror(path, source)
+
+
+GIT_TIMEOUT_S = 60.0
+
+
+def _silence_limit(environ: Mapping[str, str]) -> dict[str, str]:
+    """git's own limit on an HTTP(S) upstream: a fetch that receives no byte for
+    LIFECYCLE_GIT_TIMEOUT seconds fails, and the port goes on from the mirror as last fetched.
+    git has none by default: a server that accepts and never answers hung the port for ever.
+    (An ssh:// upstream is bounded by the user's ssh settings: ServerAliveInterval.)"""
+    seconds = seconds_from(environ, "LIFECYCLE_GIT_TIMEOUT", GIT_TIMEOUT_S)
+    return {"GIT_HTTP_LOW_SPEED_LIMIT": "1", "GIT_HTTP_LOW_SPEED_TIME": str(math.ceil(seconds))}
 
 
 def _init_bare(path: Path) -> None:

@@ -4,9 +4,12 @@ command, and a token in the URL reaches git and nothing else."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
+import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -157,3 +160,45 @@ def test_a_token_in_the_upstream_url_reaches_git_and_nothing_else(
     assert grep.stdout.split() == ["port/2.0:manifests/1.0/manifest.yaml"]
     assert TOKEN not in git(project.path, "log", "--format=%B", "main..port/2.0")
     assert _holding(isolated_home, TOKEN) == []
+
+
+def test_an_upstream_that_accepts_and_never_answers_fails_the_fetch_in_bounded_time(
+    tmp_path: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """git has no limit of its own on an HTTP server that sends nothing: a fetch from one hung
+    the port for ever. It now fails after LIFECYCLE_GIT_TIMEOUT seconds without a byte, and
+    the port goes on from the mirror as last fetched, saying so."""
+    monkeypatch.setenv("LIFECYCLE_GIT_TIMEOUT", "2")
+    with _silent_server() as address:
+        started = time.monotonic()
+        mirror = ensure_mirror(Home(tmp_path / "home"), f"http://{address}/up.git")
+        took = time.monotonic() - started
+
+    assert took < 10, took
+    assert mirror.warning is not None and "failed" in mirror.warning, mirror.warning
+    assert "too slow" in mirror.warning, mirror.warning
+
+
+@contextmanager
+def _silent_server() -> Iterator[str]:
+    """`127.0.0.1:PORT` of a listener that accepts every connection and never says a word."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+        for connection in held:
+            connection.close()
