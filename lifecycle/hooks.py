@@ -202,8 +202,15 @@ def _why_not(hooks_dir: Path, name: str, available: Mapping[str, Hook]) -> str:
     return f"unknown hook {name!r}{hint} (in {hooks_dir}: {', '.join(available)})"
 
 
-def run_hook_process(argv: Sequence[str], stdin: str, cwd: Path, timeout_s: float) -> HookExit:
-    """Run a hook in its own process group: a timeout kills everything it started.
+def run_hook_process(
+    argv: Sequence[str],
+    stdin: str,
+    cwd: Path,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+) -> HookExit:
+    """Run a hook (or an acceptance: `env` its whole environment) in its own process group: a
+    timeout kills everything it started.
 
     The outcome is the hook's own exit within `timeout_s`, not the end of its output: a hook
     that starts a service in the background and exits 0 has succeeded, and the service (which
@@ -219,6 +226,7 @@ def run_hook_process(argv: Sequence[str], stdin: str, cwd: Path, timeout_s: floa
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            env=dict(env) if env is not None else None,
         )
     except OSError as exc:
         return HookExit(126 if isinstance(exc, PermissionError) else 127, "", str(exc))

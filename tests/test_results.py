@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sqlite3
+import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +26,7 @@ from lifecycle.ledger import MIGRATIONS, Ledger
 from lifecycle.ledger.boots import BootRecord, CacheRecord, CacheUse, finish_boot, start_boot
 from lifecycle.ledger.results import result_by_id
 from lifecycle.manifest.model import Acceptance
-from lifecycle.results.acceptance import CommandRun, accept, project_root
+from lifecycle.results.acceptance import CommandRun, accept, project_root, run_command
 from lifecycle.results.model import (
     ResultError,
     ResultRequest,
@@ -186,6 +188,41 @@ def test_acceptance_that_fails_or_cannot_decide(
 ) -> None:
     result, _ = _accept(tmp_path, run)
     assert result.status == status and note in (result.note or "")
+
+
+def test_an_acceptance_past_its_timeout_leaves_nothing_it_started_running(tmp_path: Path) -> None:
+    """A load generator the acceptance started in the background ran on after its timeout,
+    into the next cell of a night: everything it started is killed with it."""
+    pid_file = tmp_path / "child.pid"
+    script = f"sleep 300 & echo $! > {pid_file}; sleep 300"
+    done = run_command(["sh", "-c", script], tmp_path, "", dict(os.environ), 1.0)
+    assert done.rc is None  # killed for its timeout
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), f"pid {child} outlived its acceptance"
+
+
+def test_an_acceptance_is_judged_by_its_exit_not_by_the_end_of_its_output(
+    tmp_path: Path,
+) -> None:
+    """One that exits 0 while a child it started still holds its output was waited for until
+    its timeout, then called timed out: an acceptance that passed read as inconclusive."""
+    script = 'sleep 30 & echo \'{"note": "ok"}\''
+    started = time.monotonic()
+    done = run_command(["sh", "-c", script], tmp_path, "", dict(os.environ), 10.0)
+    assert done.rc == 0 and '"ok"' in done.out, done
+    assert time.monotonic() - started < 5
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat").read_text()  # a zombie has ended, only not reaped yet
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_a_failed_boot_fails_its_acceptance_without_running_it(tmp_path: Path) -> None:

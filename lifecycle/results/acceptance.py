@@ -7,12 +7,12 @@ it is given: docs/verbs/results.md, "Acceptance".
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from lifecycle.hooks import run_hook_process
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, cache_by_id, cache_uses
 from lifecycle.ledger.results import ResultRecord
@@ -38,24 +38,11 @@ Runner = Callable[[Sequence[str], Path, str, Mapping[str, str], float], CommandR
 def run_command(
     command: Sequence[str], cwd: Path, stdin: str, env: Mapping[str, str], timeout_s: float
 ) -> CommandRun:
-    """The real runner: a subprocess, killed at its timeout."""
-    try:
-        proc = subprocess.run(
-            list(command),
-            cwd=cwd,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            env=dict(env),
-            timeout=timeout_s,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        return CommandRun(None, _text(exc.stdout), _text(exc.stderr))
-    except OSError as exc:  # not there, not executable
-        return CommandRun(127, "", f"cannot run {command[0]}: {exc.strerror}")
-    return CommandRun(proc.returncode, proc.stdout, proc.stderr)
+    """The real runner, as a hook runs: in a process group of its own, judged by its own exit
+    within `timeout_s` (a child it leaves holding its output is not waited for), and a timeout
+    kills everything it started (a load generator left running would load the next cell)."""
+    done = run_hook_process(command, stdin, cwd, timeout_s, env)
+    return CommandRun(done.rc, done.out, done.err)
 
 
 def project_root(manifest_file: Path) -> Path:
@@ -164,9 +151,3 @@ def _without_values(text: str, secrets: Mapping[str, str]) -> str:
         if len(value) >= MIN_SECRET_LEN:
             text = text.replace(value, f"<redacted:{name}>")
     return text
-
-
-def _text(data: str | bytes | None) -> str:
-    if data is None:
-        return ""
-    return data.decode(errors="replace") if isinstance(data, bytes) else data
