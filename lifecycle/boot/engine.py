@@ -126,16 +126,20 @@ def run_container(
     if timer:
         timer.start()
     try:
-        pending = b""
+        # The line begun and not ended yet, in pieces: a progress bar redrawn with \r sends
+        # megabytes without a newline, and joining each frame onto all before it was quadratic.
+        pending: list[bytes] = []
         for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                text = line.decode(errors="replace")
+            *ended, rest = chunk.split(b"\n")
+            for line in ended:
+                text = b"".join([*pending, line]).decode(errors="replace")
+                pending = []
                 keep(text)
                 show(text)
+            if rest:
+                pending.append(rest)
         if pending:
-            keep(pending.decode(errors="replace"))
+            keep(b"".join(pending).decode(errors="replace"))
         code = int(container.wait()["StatusCode"])
         return code, fired.is_set()
     except BaseException:
