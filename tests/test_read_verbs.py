@@ -1,5 +1,6 @@
-"""The verbs that only read the ledger (`boots`, `caches`, `status`, `why`, `audit`, `plan`, …)
-read it beside a writer and change nothing in the home, on a home made by real builds and boots."""
+"""The verbs that only read (`boots`, `caches`, `status`, `why`, `audit`, `plan`, …) read the
+ledger beside a writer, read a kept record only up to a record's bound, and change nothing in
+the home, on a home made by real builds and boots."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -101,3 +103,23 @@ def test_a_read_verb_writes_no_file_of_the_home(project: Path) -> None:
         read = _lifecycle(project, *verb, "--json")
         assert read.returncode == 0, read.stderr
         assert _home_files(home) == before, verb
+
+
+def test_audit_names_a_snapshot_grown_past_a_records_bound_without_reading_it(
+    project: Path,
+) -> None:
+    boot = boot_demo(project)
+    added = _lifecycle(project, "result", "add", boot["id"], "--name", "smoke", "--status", "pass")
+    assert added.returncode == 0, added.stderr
+    result = added.stdout.split()[1]
+    home = Path(os.environ["LIFECYCLE_HOME"])
+    snapshot = home / "evidence" / "manifests" / f"{boot['manifest_digest']}.json"
+    with snapshot.open("r+b") as grown:
+        grown.truncate(2 * 2**30)  # sparse: no disk, 2 GiB to whoever reads it whole
+    started = time.monotonic()
+    audit = _lifecycle(project, "audit", "result", result, "--json")
+    assert time.monotonic() - started < READ_SECONDS / 2, "the snapshot was read whole"
+    assert audit.returncode == 1 and audit.stdout == "", audit.stdout
+    assert (
+        audit.stderr == f"{snapshot}: damaged snapshot: larger than 16 MiB; not a record of ours\n"
+    )
