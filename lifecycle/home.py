@@ -23,12 +23,19 @@ crashes/                        tracebacks of unexpected errors
 
 from __future__ import annotations
 
+import json
 import os
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from lifecycle.errors import DiskFull, EnvironmentFailure, LifecycleError, no_room
+
+# What a boot keeps as JSON (its spec, its evidence summary, a manifest's or image's snapshot)
+# is KiBs: a file far larger was not written as one, and is not read whole to find that out.
+MAX_RECORD_BYTES = 16 * 2**20
 
 
 class HomeUnusable(EnvironmentFailure):
@@ -167,3 +174,20 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+def read_record(path: Path) -> Any:
+    """The JSON of a record kept in the home, or None when there is none (nothing there, or no
+    regular file: a FIFO is not waited on, a link to /dev/zero not read). ValueError when it
+    is larger than MAX_RECORD_BYTES or not JSON."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        raw = handle.read(MAX_RECORD_BYTES + 1)
+    if len(raw) > MAX_RECORD_BYTES:
+        raise ValueError(f"larger than {MAX_RECORD_BYTES // 2**20} MiB; not a record of ours")
+    return json.loads(raw)

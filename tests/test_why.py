@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +193,29 @@ def test_why_refuses_what_it_cannot_explain(project: Path) -> None:
     chosen = "the newest boot of demo / serve that ended ok (none was warm)"
     assert f"compared with {only['id']}: cold ({chosen})" in why, why
     assert os.environ["LIFECYCLE_HOME"]
+
+
+def test_damaged_evidence_is_named_in_one_line_read_within_a_bound(project: Path) -> None:
+    """A boot's spec.json or evidence.json cut short, or grown to 2 GiB (sparse): `why` names
+    the file (exit 2, a record that does not parse), reads no more than a record's bound of it,
+    and writes nothing into the home (no crash file: it is no bug)."""
+    cold = _boot(project, "serve")
+    warm = _boot(project, "serve")
+    home = Path(os.environ["LIFECYCLE_HOME"])
+    spec = Path(warm["evidence_path"]) / "spec.json"
+    spec.write_bytes(spec.read_bytes()[: spec.stat().st_size // 2])
+    summary = Path(cold["evidence_path"]) / "bundle" / "evidence.json"
+    with summary.open("r+b") as grown:
+        grown.truncate(2 * 2**30)
+    for damaged, boot in ((spec, warm), (summary, cold)):
+        started = time.monotonic()
+        result = run_lifecycle(project, "why", boot["id"], "--against", cold["id"], "--json")
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith(f"{damaged}: damaged evidence of boot"), result.stderr
+        assert len(result.stderr.splitlines()) == 1 and result.stdout == ""
+        assert time.monotonic() - started < 5, f"{damaged} was read whole"
+        spec.write_bytes(b"{}")  # the next one, on its own
+    assert not (home / "crashes").exists()
 
 
 def test_a_boot_killed_mid_run_leaves_its_caches_not_reusable(

@@ -21,7 +21,7 @@ from lifecycle.archive.store import READ_CHUNK, ArchiveError, open_regular
 from lifecycle.build.plan import key_factors
 from lifecycle.fingerprint import Entry, Fingerprint
 from lifecycle.formats import BOOT_FORMAT, VERSION_FORMAT
-from lifecycle.home import Home
+from lifecycle.home import Home, read_record
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
     BootRecord,
@@ -152,11 +152,9 @@ def regular_files(top: Path) -> list[Path]:
 
 def read_snapshot(path: Path) -> Any:
     """A provenance snapshot a boot kept (the image's, the manifest's), or None if none."""
-    if not path.is_file():
-        return None
     try:
-        return json.loads(path.read_text())
-    except ValueError as exc:
+        return read_record(path)
+    except (OSError, ValueError) as exc:
         raise ArchiveError(f"{path}: damaged snapshot: {exc}") from exc
 
 

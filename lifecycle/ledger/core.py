@@ -170,14 +170,17 @@ class Ledger:
         return from_row(cls, rows[0]) if rows else None
 
     def _migrate(self) -> None:
+        # Look, lock, look again: a ledger already of this schema is only read, so that a verb
+        # that reads neither waits for a writer mid-transaction (WAL reads beside it) nor takes,
+        # or makes, the writers' lock file.
+        if self._schema() == len(MIGRATIONS):
+            return
         # A migration that rebuilds a table needs foreign keys off while it runs, which SQLite
         # takes only outside a transaction; they are checked before the migration commits.
         self._conn.execute("PRAGMA foreign_keys=OFF")
         try:
             with self.transaction() as conn:
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version > len(MIGRATIONS):
-                    raise HomeUnusable(_newer(self._home.ledger_file, version))
+                version = self._schema()
                 for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
                     for statement in filter(str.strip, script.split(";")):
                         conn.execute(statement)
@@ -187,6 +190,13 @@ class Ledger:
                     raise RuntimeError(f"ledger migration left broken references: {broken[:3]}")
         finally:
             self._conn.execute("PRAGMA foreign_keys=ON")
+
+    def _schema(self) -> int:
+        """The ledger's schema number; HomeUnusable when a newer lifecycle wrote it."""
+        version: int = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > len(MIGRATIONS):
+            raise HomeUnusable(_newer(self._home.ledger_file, version))
+        return version
 
     def keep_evidence(self, kind: str, name: str, content: bytes) -> Path:
         """Write an evidence file atomically under evidence/<kind>/ and return its path."""

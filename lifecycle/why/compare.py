@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lifecycle.errors import LifecycleError
 from lifecycle.evidence.layout import UntrackedSummary, summarize
 from lifecycle.evidence.verdict import RecordedUse, recorded_uses, recorded_warmth
+from lifecycle.home import read_record
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
     BootRecord,
@@ -320,10 +322,16 @@ def boot_facts(ledger: Ledger, boot: BootRecord) -> BootFacts:
 
 
 def _read_json(evidence: Path | None, name: str) -> dict[str, Any] | None:
-    path = evidence / name if evidence else None
-    if path is None or not path.is_file():
+    """A record of the boot's evidence dir, None when it has none; a damaged one is named."""
+    if evidence is None:
         return None
-    data: dict[str, Any] = json.loads(path.read_text())
+    path = evidence / name
+    try:
+        data = read_record(path)
+        if data is not None and not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        raise LifecycleError(f"{path}: damaged evidence of boot {evidence.name}: {exc}") from None
     return data
 
 
