@@ -144,22 +144,31 @@ def path_fault(path: Path) -> str | None:
     return None
 
 
+def read_regular(path: Path, cap: int) -> bytes | None:
+    """The bytes of the regular file at `path`; None when what is there is no regular file (a
+    FIFO is not waited on, /dev/zero not read: neither would ever end). ValueError when it
+    holds more than `cap` bytes (or the path a NUL byte); OSError as the system says."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: no wait
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = handle.read(cap + 1)
+    if len(data) > cap:
+        raise ValueError(f"larger than {cap // 2**20} MiB")
+    return data
+
+
 def read_given(path: Path, where: str, cap: int) -> bytes:
     """The bytes of a file the user named (`where` names it in messages): a regular file of at
-    most `cap` bytes, else one line saying which it is not. A FIFO would block the read for
-    ever and /dev/zero never end it (the memory would run out first)."""
+    most `cap` bytes, else one line saying which it is not."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: no wait
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise LifecycleError(f"{where}: not a regular file")
-            data = handle.read(cap + 1)
-    except ValueError:
-        raise LifecycleError(f"cannot read {where}: a path cannot hold a NUL byte") from None
+        data = read_regular(path, cap)
     except OSError as exc:
         raise LifecycleError(f"cannot read {where}: {exc.strerror or exc}") from None
-    if len(data) > cap:
-        raise LifecycleError(f"{where}: larger than {cap // 2**20} MiB")
+    except ValueError as exc:
+        raise LifecycleError(f"{where}: {exc}") from None
+    if data is None:
+        raise LifecycleError(f"{where}: not a regular file")
     return data
 
 

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lifecycle.errors import DiskFull, EnvironmentFailure, LifecycleError, no_room
+from lifecycle.errors import DiskFull, EnvironmentFailure, LifecycleError, no_room, read_regular
 
 # What a boot keeps as JSON (its spec, its evidence summary, a manifest's or image's snapshot)
 # is KiBs: a file far larger was not written as one, and is not read whole to find that out.
@@ -178,16 +177,11 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 def read_record(path: Path) -> Any:
     """The JSON of a record kept in the home, or None when there is none (nothing there, or no
-    regular file: a FIFO is not waited on, a link to /dev/zero not read). ValueError when it
-    is larger than MAX_RECORD_BYTES or not JSON."""
+    regular file). ValueError when it is larger than MAX_RECORD_BYTES or not JSON."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        raw = read_regular(path, MAX_RECORD_BYTES)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        raw = handle.read(MAX_RECORD_BYTES + 1)
-    if len(raw) > MAX_RECORD_BYTES:
-        raise ValueError(f"larger than {MAX_RECORD_BYTES // 2**20} MiB; not a record of ours")
-    return json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; not a record of ours") from None
+    return None if raw is None else json.loads(raw)
