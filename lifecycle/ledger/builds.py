@@ -62,6 +62,11 @@ class BakeRecord:
     removed_at: str | None = None  # when a teardown (or apply) removed its image
 
 
+# What a bake's attempt does not know yet (`bake_attempts` has no column for it): dockerd has
+# not given its image, so nothing removed it either.
+NOT_YET_ATTEMPTED = ("image_id", "removed_at")
+
+
 def record_bake(ledger: Ledger, bake: BakeRecord) -> None:
     """Record a bake (a bake of the same content again, or pulled again, is the same image,
     on dockerd again: replaced)."""
@@ -74,8 +79,9 @@ def bake_attempt(ledger: Ledger, home: Home, bake: BakeRecord) -> Iterator[None]
     """Record `bake` (its image id not known yet) as attempted and hold its lock until the block
     ends, which records the bake or refuses it; then the attempt ends. An attempt whose lock
     nobody holds is a bake whose process died once dockerd was asked (`dead_bake_attempts`)."""
-    skip = ("image_id", "removed_at")  # not known until dockerd built it; nor removed then
-    with _locked_row(ledger, "bake_attempts", bake, skip, home.bake_lock) as attempt_id:
+    with _locked_row(
+        ledger, "bake_attempts", bake, NOT_YET_ATTEMPTED, home.bake_lock
+    ) as attempt_id:
         try:
             yield
         finally:
