@@ -663,3 +663,26 @@ def test_a_bake_removed_is_recorded_and_no_verb_calls_a_gone_bake_there(
         assert f"; removed {removed[new['image_id']]}" in text, text
     gone = run_lifecycle(project, "verify", new["tag"])
     assert gone.exit_code == 1 and f"removed {removed[new['image_id']]}" in gone.output, gone.output
+
+
+def test_a_baked_boot_says_so_when_the_newest_bake_is_gone_and_an_older_one_runs(
+    tmp_path: Path, demo_images: None, docker_client: Any, s3_bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    project = _archived_release(tmp_path, s3_bucket, monkeypatch)
+    code, old = _bake(project)
+    assert code == 0, old
+    time.sleep(1)  # another image under the same tag: created a second later
+    code, new = _bake(project)
+    assert code == 0, new
+    try:
+        docker_client.images.remove(new["image_id"])  # behind lifecycle's back
+        done = run_lifecycle(project, "boot", "demo/0.2", "--baked", "--json")
+        assert done.exit_code == 0, done.output
+        assert json.loads(done.stdout)["image_id"] == old["image_id"]
+        said = [line for line in done.stderr.splitlines() if new["image_id"][:19] in line]
+        assert len(said) == 1, done.stderr
+        assert "is not on this Docker engine (removed behind lifecycle's back)" in said[0]
+        assert "booting the bake of 20" in said[0] and f"({old['image_id'][:19]})" in said[0]
+    finally:
+        assert run_lifecycle(project, "teardown", "--images", "--yes").exit_code == 0

@@ -124,9 +124,7 @@ def _verify_bake(docker: Any, s3: Any, bake: BakeRecord, target: str) -> VerifyR
         attrs = docker.images.get(bake.image_id).attrs
         caches, layers = baked_caches(attrs["Config"]["Labels"] or {}), layer_dirs(attrs)
     except ImageNotFound:
-        how = f"removed {bake.removed_at} by teardown --images or apply" if bake.removed_at else ""
-        how = how or "removed behind lifecycle's back"
-        missing = Finding(bake.image_id, f"is not on this Docker engine ({how})")
+        missing = Finding(bake.image_id, f"is not on this Docker engine ({bake.gone})")
         return VerifyReport(target, "baked image", "dockerd", (missing,))
     except BakedUnreadable as exc:
         return VerifyReport(target, "baked image", "dockerd", (Finding(bake.image_id, str(exc)),))

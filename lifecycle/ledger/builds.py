@@ -61,6 +61,13 @@ class BakeRecord:
     baked_at: str
     removed_at: str | None = None  # when a teardown (or apply) removed its image
 
+    @property
+    def gone(self) -> str:
+        """How its image left dockerd, as far as this ledger knows (asked once it is gone)."""
+        if self.removed_at:
+            return f"removed {self.removed_at} by teardown --images or apply"
+        return "removed behind lifecycle's back"
+
 
 # What a bake's attempt does not know yet (`bake_attempts` has no column for it): dockerd has
 # not given its image, so nothing removed it either.
