@@ -682,7 +682,7 @@ def test_a_baked_boot_says_so_when_the_newest_bake_is_gone_and_an_older_one_runs
         assert json.loads(done.stdout)["image_id"] == old["image_id"]
         said = [line for line in done.stderr.splitlines() if new["image_id"][:19] in line]
         assert len(said) == 1, done.stderr
-        assert "is not on this Docker engine (removed behind lifecycle's back)" in said[0]
+        assert "is not on this Docker engine (removed with no record here: by hand" in said[0]
         assert "booting the bake of 20" in said[0] and f"({old['image_id'][:19]})" in said[0]
     finally:
         assert run_lifecycle(project, "teardown", "--images", "--yes").exit_code == 0

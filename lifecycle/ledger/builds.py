@@ -66,7 +66,7 @@ class BakeRecord:
         """How its image left dockerd, as far as this ledger knows (asked once it is gone)."""
         if self.removed_at:
             return f"removed {self.removed_at} by teardown --images or apply"
-        return "removed behind lifecycle's back"
+        return "removed with no record here: by hand, or before lifecycle recorded it"
 
 
 # What a bake's attempt does not know yet (`bake_attempts` has no column for it): dockerd has
