@@ -623,3 +623,66 @@ def test_an_image_a_killed_bake_left_is_recorded_by_the_next_and_torn_down_with_
     for image_id in (killed.id, baked["image_id"], baked["engine_image_id"]):
         with pytest.raises(ImageNotFound):
             docker_client.images.get(image_id)
+
+
+def test_a_bake_removed_is_recorded_and_no_verb_calls_a_gone_bake_there(
+    tmp_path: Path, demo_images: None, docker_client: Any, s3_bucket: str,
+    monkeypatch: pytest.MonkeyPatch, isolated_home: Path,
+) -> None:  # fmt: skip
+    project = _archived_release(tmp_path, s3_bucket, monkeypatch)
+    home = isolated_home / "lifecycle"
+    code, old = _bake(project)
+    assert code == 0, old
+    time.sleep(1)  # the next bake is another image under the same tag: created a second later
+    code, new = _bake(project)
+    assert code == 0 and new["image_id"] != old["image_id"] and new["tag"] == old["tag"], new
+
+    # The older bake removed behind lifecycle's back: the tag names the newer one, which is
+    # verified; the older one is said gone in one line, never as a difference dockerd dumped.
+    docker_client.images.remove(old["image_id"])
+    by_tag = run_lifecycle(project, "verify", new["tag"])
+    assert by_tag.exit_code == 0 and "as recorded" in by_tag.output, by_tag.output
+    gone = run_lifecycle(project, "verify", old["image_id"])
+    assert gone.exit_code == 1, gone.output
+    said = [line for line in gone.output.splitlines() if "DIFFERS" in line]
+    assert len(said) == 1 and "is not on this Docker engine" in said[0], gone.output
+    assert "Client Error" not in gone.output, gone.output
+
+    # Torn down by lifecycle: the ledger records when, and every verb says so, with dockerd
+    # answering or not; the older bake lifecycle did not remove is not said removed.
+    done = run_lifecycle(project, "teardown", "--images", "--yes")
+    assert done.exit_code == 0, done.output
+    with _ledger(home) as conn:
+        removed = dict(conn.execute("SELECT image_id, removed_at FROM bakes").fetchall())
+    assert removed[old["image_id"]] is None and removed[new["image_id"]], removed
+    for env in ({}, {"DOCKER_HOST": f"unix://{tmp_path}/no-dockerd.sock"}):
+        shown = json.loads(run_lifecycle(project, "status", "--json", env=env).stdout)
+        (bake,) = shown["bakes"]
+        assert (bake["image_id"], bake["removed_at"]) == (new["image_id"], removed[new["image_id"]])
+        text = run_lifecycle(project, "status", env=env).stdout
+        assert f"; removed {removed[new['image_id']]}" in text, text
+    gone = run_lifecycle(project, "verify", new["tag"])
+    assert gone.exit_code == 1 and f"removed {removed[new['image_id']]}" in gone.output, gone.output
+
+
+def test_a_baked_boot_says_so_when_the_newest_bake_is_gone_and_an_older_one_runs(
+    tmp_path: Path, demo_images: None, docker_client: Any, s3_bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    project = _archived_release(tmp_path, s3_bucket, monkeypatch)
+    code, old = _bake(project)
+    assert code == 0, old
+    time.sleep(1)  # another image under the same tag: created a second later
+    code, new = _bake(project)
+    assert code == 0, new
+    try:
+        docker_client.images.remove(new["image_id"])  # behind lifecycle's back
+        done = run_lifecycle(project, "boot", "demo/0.2", "--baked", "--json")
+        assert done.exit_code == 0, done.output
+        assert json.loads(done.stdout)["image_id"] == old["image_id"]
+        said = [line for line in done.stderr.splitlines() if new["image_id"][:19] in line]
+        assert len(said) == 1, done.stderr
+        assert "is not on this Docker engine (removed with no record here: by hand" in said[0]
+        assert "booting the bake of 20" in said[0] and f"({old['image_id'][:19]})" in said[0]
+    finally:
+        assert run_lifecycle(project, "teardown", "--images", "--yes").exit_code == 0

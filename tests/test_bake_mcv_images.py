@@ -17,7 +17,7 @@ from lifecycle.bake.image import settle_killed_bakes
 from lifecycle.build.plan import BAKED_LABEL
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.builds import BakeRecord, dead_bake_attempts
+from lifecycle.ledger.builds import NOT_YET_ATTEMPTED, BakeRecord, dead_bake_attempts
 from lifecycle.ledger.core import insert
 from tests.night_support import finish, lifecycle
 from tests.services import run_lifecycle
@@ -147,7 +147,7 @@ def test_a_killed_bakes_image_dockerd_will_not_remove_is_said_in_one_line(
     bake = BakeRecord("", "lifecycle/demo:x-baked", "demo", "d" * 64, "sha256:e", "serve", "90",
                       "[]", "2026-01-01T00:00:00+00:00")  # fmt: skip
     with ledger.transaction() as conn:  # attempted by a process that died: no lock held
-        insert(conn, "bake_attempts", bake, skip=("image_id",))
+        insert(conn, "bake_attempts", bake, skip=NOT_YET_ATTEMPTED)
     said: list[str] = []
     try:
         settle_killed_bakes(_Refusing("[]"), ledger, home, said.append)

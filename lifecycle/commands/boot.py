@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -182,15 +182,17 @@ def _baked(
     from docker.errors import ImageNotFound  # the SDK is loaded: client is its client
 
     # Its caches were compiled for the GPU arch its label names: on another, never booted.
-    found, tag, other_archs = None, "", set()
+    found, tag, other_archs, gone = None, "", set(), []
     for bake in bakes_of(ledger, made.digest, profile):
         try:
             image = client.images.get(bake.image_id)
         except ImageNotFound:
+            gone.append(bake)
             continue
         arch = baked_arch(image.labels or {})
         if arch == made.arch:
             found, tag = image, bake.tag
+            _older_than(ctx, gone, bake)
             break
         other_archs.add(str(arch))
     if found is None and pull:
@@ -205,6 +207,18 @@ def _baked(
     image = _described(found)
     baked = tuple(baked_caches(image["labels"]))
     return replace(made, image=image, image_tag=tag, profile=profile, baked=baked)
+
+
+def _older_than(ctx: Context, gone: Sequence[BakeRecord], booted: BakeRecord) -> None:
+    """One line when a newer bake than the one booted is gone from dockerd: the boot is not of
+    the newest bake, which is what `--baked` says it runs."""
+    if gone:
+        newest = gone[0]
+        ctx.note(
+            f"the newest bake {newest.tag} ({newest.image_id[:19]}, baked {newest.baked_at}) is"
+            f" not on this Docker engine ({newest.gone}): booting the bake of {booted.baked_at}"
+            f" ({booted.image_id[:19]})"
+        )
 
 
 def _described(image: Any) -> dict[str, Any]:

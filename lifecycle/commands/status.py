@@ -43,6 +43,7 @@ class NewestBake:
     image_id: str
     tag: str
     baked_at: str
+    removed_at: str | None  # when a teardown (or apply) removed its image, as recorded
     on_dockerd: bool | None  # None: dockerd was not asked (it did not answer)
     # Its MCV images (bake --format mcv): cache, tag, image_id, removed_at, on_dockerd each.
     mcv: list[dict[str, Any]] = field(default_factory=list)
@@ -77,7 +78,8 @@ class StatusReport(Report):
         header = ["MANIFEST", "CACHES", "SIZE", "WARM-READY"]
         lines = [render(header, rows, empty=NO_CACHES).rstrip("\n")]
         for bake in self.bakes:
-            where = "; no longer on dockerd" if bake.on_dockerd is False else ""
+            where = f"; removed {bake.removed_at}" if bake.removed_at else ""
+            where = where or ("; no longer on dockerd" if bake.on_dockerd is False else "")
             lines.append(
                 f"bake {bake.manifest} {bake.profile}: {bake.tag} ({bake.image_id[:19]}),"
                 f" baked {bake.baked_at}{where}"
@@ -145,7 +147,8 @@ def run(ctx: Context, options: verbs.Status) -> StatusReport:
 
         bakes = [
             NewestBake(
-                b.manifest_name, b.profile, b.image_id, b.tag, b.baked_at, on_dockerd(b.image_id),
+                b.manifest_name, b.profile, b.image_id, b.tag, b.baked_at, b.removed_at,
+                on_dockerd(b.image_id),
                 [
                     {"cache": m.cache_name, "tag": m.tag, "image_id": m.image_id,
                      "removed_at": m.removed_at, "on_dockerd": on_dockerd(m.image_id)}

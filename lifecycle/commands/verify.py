@@ -106,9 +106,9 @@ def run(ctx: Context, request: verbs.Verify) -> VerifyRunReport:
 
 def _bake_named(ledger: Ledger, target: str) -> BakeRecord | None:
     """The bake `target` names: its image id (with or without `sha256:`, or 12+ digits of
-    it) or its tag; None when it names none."""
+    it) or its tag (every bake again moves it: the newest under it); None when it names none."""
     digits = target.removeprefix("sha256:")
-    for bake in all_bakes(ledger):
+    for bake in reversed(all_bakes(ledger)):
         if target == bake.tag or (len(digits) >= 12 and bake.image_id[7:].startswith(digits)):
             return bake
     return None
@@ -123,9 +123,11 @@ def _verify_bake(docker: Any, s3: Any, bake: BakeRecord, target: str) -> VerifyR
     try:
         attrs = docker.images.get(bake.image_id).attrs
         caches, layers = baked_caches(attrs["Config"]["Labels"] or {}), layer_dirs(attrs)
-    except (ImageNotFound, BakedUnreadable) as exc:
-        missing = Finding(bake.image_id, str(exc))
+    except ImageNotFound:
+        missing = Finding(bake.image_id, f"is not on this Docker engine ({bake.gone})")
         return VerifyReport(target, "baked image", "dockerd", (missing,))
+    except BakedUnreadable as exc:
+        return VerifyReport(target, "baked image", "dockerd", (Finding(bake.image_id, str(exc)),))
     for cache in caches:
         subject = f"layer of baked cache {cache.name} at {cache.path}"
         try:

@@ -59,10 +59,24 @@ class BakeRecord:
     arch: str
     caches: str  # JSON list, as the image's `lifecycle.bake.caches` label holds it
     baked_at: str
+    removed_at: str | None = None  # when a teardown (or apply) removed its image
+
+    @property
+    def gone(self) -> str:
+        """How its image left dockerd, as far as this ledger knows (asked once it is gone)."""
+        if self.removed_at:
+            return f"removed {self.removed_at} by teardown --images or apply"
+        return "removed with no record here: by hand, or before lifecycle recorded it"
+
+
+# What a bake's attempt does not know yet (`bake_attempts` has no column for it): dockerd has
+# not given its image, so nothing removed it either.
+NOT_YET_ATTEMPTED = ("image_id", "removed_at")
 
 
 def record_bake(ledger: Ledger, bake: BakeRecord) -> None:
-    """Record a bake (a bake of the same content again is the same image: replaced)."""
+    """Record a bake (a bake of the same content again, or pulled again, is the same image,
+    on dockerd again: replaced)."""
     with ledger.transaction() as conn:
         insert(conn, "bakes", bake, on_conflict="REPLACE")
 
@@ -72,7 +86,9 @@ def bake_attempt(ledger: Ledger, home: Home, bake: BakeRecord) -> Iterator[None]
     """Record `bake` (its image id not known yet) as attempted and hold its lock until the block
     ends, which records the bake or refuses it; then the attempt ends. An attempt whose lock
     nobody holds is a bake whose process died once dockerd was asked (`dead_bake_attempts`)."""
-    with _locked_row(ledger, "bake_attempts", bake, ("image_id",), home.bake_lock) as attempt_id:
+    with _locked_row(
+        ledger, "bake_attempts", bake, NOT_YET_ATTEMPTED, home.bake_lock
+    ) as attempt_id:
         try:
             yield
         finally:
@@ -136,11 +152,13 @@ def mcv_images(ledger: Ledger, bake_image_id: str | None = None) -> list[McvReco
     return ledger.records(McvRecord, sql, (bake_image_id, bake_image_id))
 
 
-def mcv_image_removed(ledger: Ledger, image_id: str, at: str) -> None:
-    """An MCV image went from dockerd (no other image's id matches: nothing else changes)."""
+def image_removed(ledger: Ledger, image_id: str, at: str) -> None:
+    """An image a teardown (or apply) removed from dockerd: recorded when it is a bake or a
+    bake's MCV image (no other image's id matches: nothing else changes)."""
     with ledger.transaction() as conn:
-        sql = "UPDATE mcv_images SET removed_at = ? WHERE image_id = ? AND removed_at IS NULL"
-        conn.execute(sql, (at, image_id))
+        for table in ("bakes", "mcv_images"):
+            sql = f"UPDATE {table} SET removed_at = ? WHERE image_id = ? AND removed_at IS NULL"
+            conn.execute(sql, (at, image_id))
 
 
 def record_build(ledger: Ledger, record: BuildRecord) -> int:

@@ -451,4 +451,9 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     CREATE INDEX packs_seen_by_pack ON packs_seen (sha256);
     """,
+    # 20: when a teardown (or apply) removed a bake's image, as 18 records its MCV images': a
+    # bake's row is its provenance, kept after its image went (results and boots name it), so
+    # the row stays and says the image went. NULL: no teardown recorded removing it (one
+    # before this migration may have).
+    "ALTER TABLE bakes ADD COLUMN removed_at TEXT;",
 )

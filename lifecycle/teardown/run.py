@@ -33,7 +33,7 @@ from lifecycle.ledger.boots import (
     tainted_files,
     used_pairs,
 )
-from lifecycle.ledger.builds import mcv_image_removed
+from lifecycle.ledger.builds import image_removed
 from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import results_not_archived_on
 from lifecycle.table import count_of, human_bytes
@@ -316,8 +316,8 @@ def _clean_docker(
                 remove(with_their_images(with_image, [image]))  # before the image they hold
                 problem = remove_image(client, image) if image.removes else None
                 images.append(replace(image, removes=False, why=problem) if problem else image)
-                if image.removes and not problem:  # recorded, if it is a bake's MCV image
-                    mcv_image_removed(ledger, image.id, _stamp(services.now()))
+                if image.removes and not problem:  # recorded, if it is a bake or its MCV's
+                    image_removed(ledger, image.id, _stamp(services.now()))
     except sdk_errors() as exc:
         return (f"dockerd: {exc}",)
     return ()
