@@ -123,3 +123,40 @@ def test_audit_names_a_snapshot_grown_past_a_records_bound_without_reading_it(
     assert (
         audit.stderr == f"{snapshot}: damaged snapshot: larger than 16 MiB; not a record of ours\n"
     )
+
+
+def test_audit_hashes_a_huge_boot_log_without_holding_it(project: Path, tmp_path: Path) -> None:
+    """A chatty engine's log runs to gigabytes; `audit result` names it by its sha256, which it
+    read whole into memory to take (2 GiB: 2.1 GB resident)."""
+    boot = boot_demo(project)
+    added = _lifecycle(project, "result", "add", boot["id"], "--name", "smoke", "--status", "pass")
+    assert added.returncode == 0, added.stderr
+    result = added.stdout.split()[1]
+    log = Path(boot["log_path"])
+    with log.open("r+b") as grown:
+        grown.truncate(2 * 2**30)  # sparse: no disk
+    peak = tmp_path / "peak"
+    audit = _lifecycle_measured(project, peak, "audit", "result", result, "--json")
+    assert audit.returncode == 0, audit.stderr
+    assert json.loads(audit.stdout)["boot"]["log"]["size"] == 2 * 2**30
+    assert int(peak.read_text()) < 400 * 1024  # KiB: the interpreter and the SDKs, no log
+
+
+def _lifecycle_measured(project: Path, peak: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`_lifecycle`, its peak resident size (KiB) written to `peak` as it exits."""
+    program = (
+        "import atexit, resource, sys\n"
+        f"atexit.register(lambda: open({str(peak)!r}, 'w').write("
+        "str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))\n"
+        "from lifecycle.cli import main\n"
+        "sys.argv[0] = 'lifecycle'\n"
+        "main()\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", program, "--manifests", str(project / "manifests"), *args],
+        cwd=project,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 from lifecycle.archive.location import ArchiveLocation
@@ -134,5 +135,6 @@ def _file_digest(path: Path) -> FileBlob | None:
     """A kept evidence file as the archive names its blob."""
     if not path.is_file():
         return None
-    data = path.read_bytes()  # a boot's log: small enough to read whole
-    return FileBlob(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+    with path.open("rb") as log:  # in chunks: a chatty engine's log runs to gigabytes
+        sha256 = hashlib.file_digest(log, "sha256").hexdigest()
+        return FileBlob(sha256=sha256, size=os.fstat(log.fileno()).st_size)

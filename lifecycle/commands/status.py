@@ -17,6 +17,7 @@ from lifecycle.commands.context import Context
 from lifecycle.commands.converge import Converge, converge
 from lifecycle.commands.teardown import connect_services
 from lifecycle.errors import LifecycleError
+from lifecycle.home import read_record
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_caches, not_reusable
 from lifecycle.ledger.builds import all_bakes, mcv_images
@@ -182,9 +183,11 @@ def _night(
     """The night's state and each pin's verdict, as its newest report says; what it proposed."""
     report = ctx.home.night_dir(night_id) / "report.json"
     try:
-        view: Mapping[str, Any] = json.loads(report.read_text())
-    except (OSError, ValueError):
-        view = {"state": "no report yet"}
+        # Bounded, and never waiting on a FIFO: `status` is read in the morning, and must answer.
+        found = read_record(report)
+    except (OSError, ValueError) as exc:
+        found = {"state": f"its report {report} cannot be read: {exc}"}
+    view: Mapping[str, Any] = found if isinstance(found, dict) else {"state": "no report yet"}
     # A pin with no matrix cell (a tune's, ladders only) has no verdict to read in the morning.
     pins = {p["pin"]: p["verdict"] for p in view.get("pins", []) if p.get("cells")}
     state = view.get("state", "?")

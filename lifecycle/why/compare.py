@@ -8,7 +8,6 @@ hashes, their raw factors, the rest of the env (unhashed), then writes outside t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -346,7 +345,9 @@ def _factors(evidence: Path | None, summary: dict[str, Any]) -> dict[str, dict[s
                 continue
             copy = evidence / "bundle" / name / entry["path"]
             try:
-                found[str(Path(entry["path"]).parent)] = json.loads(copy.read_text())
+                factors = read_record(copy)  # bounded: a copy may be anything by now
             except (OSError, ValueError):
                 continue  # a copy that is not JSON (redacted, cut) says nothing comparable
+            if isinstance(factors, dict):
+                found[str(Path(entry["path"]).parent)] = factors
     return found
