@@ -160,3 +160,20 @@ def _lifecycle_measured(project: Path, peak: Path, *args: str) -> subprocess.Com
         text=True,
         timeout=60,
     )
+
+
+def test_status_in_a_home_where_nothing_is_recorded_makes_no_ledger(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`status` was the one listing that opened the ledger to write: an empty home (a new host,
+    a typo in LIFECYCLE_HOME) got a ledger and its lock."""
+    home = tmp_path / "new-host"
+    home.mkdir()
+    monkeypatch.setenv("LIFECYCLE_HOME", str(home))
+    before = sorted(home.iterdir())
+    for args in (["status"], ["status", "--json"]):
+        read = _lifecycle(project, *args)
+        assert read.returncode == 0, read.stderr
+        assert "nothing is recorded on this host" in read.stderr
+    assert json.loads(read.stdout)["policy_problem"] == "nothing is recorded on this host yet"
+    assert sorted(home.iterdir()) == before

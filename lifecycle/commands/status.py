@@ -117,11 +117,17 @@ class StatusReport(Report):
         return "\n".join(lines) + "\n"
 
 
+NOTHING_RECORDED = "nothing is recorded on this host yet"
+
+
 def run(ctx: Context, options: verbs.Status) -> StatusReport:
-    """Read the ledger, the policy's plan (dockerd and S3 if they answer) and the last report."""
+    """Read the ledger, the policy's plan (dockerd and S3 if they answer) and the last report;
+    in a home where nothing is recorded yet, that (and a note), making no ledger."""
     policy = read_policy(ctx.project / CONFIG_FILE)
     location = optional_location(None, ctx.environ, ctx.project)
-    with ctx.ledger() as ledger:
+    if not ctx.recorded():
+        return StatusReport([], None, NOTHING_RECORDED, "up")
+    with ctx.ledger(create=False) as ledger:
         every = all_caches(ledger)
         caches = [c for c in every if c.state in ("live", "archived")]
         passed_over = not_reusable(ledger)
