@@ -36,7 +36,8 @@ class Ran:
 
 
 class SilentRelay:
-    """`127.0.0.1:PORT` relaying to `upstream` until a request whose first line matches
+    """`127.0.0.1:PORT` relaying to `upstream` (HOST, PORT, or a unix socket's path: dockerd's)
+    until a request whose first line matches
     `freeze_at` (a regex, or None: from the start) arrives. From then on nothing more is
     relayed either way, every connection is held open unread, and new ones are accepted and
     never answered. With `trickle` (seconds), it relays on instead, but every answer after its
@@ -44,7 +45,10 @@ class SilentRelay:
     stops answering, and never finishes."""
 
     def __init__(
-        self, upstream: tuple[str, int] | None, freeze_at: str | None, trickle: float | None = None
+        self,
+        upstream: tuple[str, int] | str | None,
+        freeze_at: str | None,
+        trickle: float | None = None,
     ) -> None:
         self.upstream = upstream
         self.trickle = trickle
@@ -82,7 +86,7 @@ class SilentRelay:
             self.held.append(client)
             if self.upstream is None or (self.frozen.is_set() and self.trickle is None):
                 continue  # accepted, never read, never answered
-            upstream = socket.create_connection(self.upstream)
+            upstream = _connect(self.upstream)
             self.held.append(upstream)
             for source, sink, asks in ((client, upstream, True), (upstream, client, False)):
                 pump = threading.Thread(target=self._pump, args=(source, sink, asks), daemon=True)
@@ -135,6 +139,14 @@ class SilentRelay:
         self.thread.join()
         for held in self.held:
             held.close()
+
+
+def _connect(upstream: tuple[str, int] | str) -> socket.socket:
+    if isinstance(upstream, tuple):
+        return socket.create_connection(upstream)
+    connection = socket.socket(socket.AF_UNIX)
+    connection.connect(upstream)
+    return connection
 
 
 @contextmanager

@@ -6,10 +6,7 @@ costs some 20 s. An S3 server's: tests/test_bounded_s3.py."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.silent_servers import SilentRelay, silent_listener
 from tests.trust_support import boot, boots, cache_ids, caches, cli, lifecycle_argv
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
@@ -27,72 +25,20 @@ LIMIT_S = 20.0
 @pytest.fixture
 def hung() -> Iterator[str]:
     """`127.0.0.1:PORT` of a listener that accepts every connection and never says a word."""
-    server = socket.create_server(("127.0.0.1", 0), backlog=128)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.getsockname()[1]}"
-    stop.set()
-    thread.join()
-    server.close()
-    for connection in held:
-        connection.close()
+    with silent_listener() as listener:
+        yield listener.address
 
 
 @pytest.fixture
-def falls_silent(tmp_path: Path) -> Iterator[str]:
-    """`unix://…` of a relay to this host's dockerd that passes everything until a request to
-    create a container, then passes nothing more on that connection (dockerd hung mid-command:
-    it answered the first contact)."""
-    path = str(tmp_path / "docker.sock")
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(path)
-    server.listen(16)
-    server.settimeout(0.2)
-    stop = threading.Event()
-    held: list[socket.socket] = []
-
-    def pipe(source: socket.socket, sink: socket.socket, watch: bool) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                if watch and b"/containers/create" in data:
-                    return  # held open, never answered
-                sink.sendall(data)
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                client = server.accept()[0]
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            engine = socket.socket(socket.AF_UNIX)
-            engine.connect("/var/run/docker.sock")
-            held.extend((client, engine))
-            for args in ((client, engine, True), (engine, client, False)):
-                threading.Thread(target=pipe, args=args, daemon=True).start()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield f"unix://{path}"
-    stop.set()
-    thread.join()
-    server.close()
-    for each in held:
-        each.close()
+def falls_silent() -> Iterator[str]:
+    """`tcp://127.0.0.1:PORT` of a relay to this host's dockerd that passes everything until a
+    request to create a container, then nothing more (dockerd hung mid-command: it answered
+    the first contact)."""
+    relay = SilentRelay("/var/run/docker.sock", r"/containers/create")
+    try:
+        yield f"tcp://{relay.address}"
+    finally:
+        relay.close()
 
 
 def _run_all(project: Path, commands: list[list[str]], env: dict[str, str]) -> list[Any]:

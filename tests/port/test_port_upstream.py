@@ -4,9 +4,7 @@ command, and a token in the URL reaches git and nothing else."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import functools
-import socket
 import subprocess
 import threading
 import time
@@ -23,6 +21,7 @@ from lifecycle.cli import cli
 from lifecycle.home import Home
 from lifecycle.port.upstream import ensure_mirror
 from tests.port_support import PatchSpec, PortRun, Project, Upstream, change_mix, git
+from tests.silent_servers import silent_listener
 
 # Quoted as YAML: `--upload-pack` runs its value through the shell on the fetching side.
 OPTION = "--upload-pack=touch PWNED; echo x:y"
@@ -169,36 +168,11 @@ def test_an_upstream_that_accepts_and_never_answers_fails_the_fetch_in_bounded_t
     the port for ever. It now fails after LIFECYCLE_GIT_TIMEOUT seconds without a byte, and
     the port goes on from the mirror as last fetched, saying so."""
     monkeypatch.setenv("LIFECYCLE_GIT_TIMEOUT", "2")
-    with _silent_server() as address:
+    with silent_listener() as listener:
         started = time.monotonic()
-        mirror = ensure_mirror(Home(tmp_path / "home"), f"http://{address}/up.git")
+        mirror = ensure_mirror(Home(tmp_path / "home"), f"http://{listener.address}/up.git")
         took = time.monotonic() - started
 
     assert took < 10, took
     assert mirror.warning is not None and "failed" in mirror.warning, mirror.warning
     assert "too slow" in mirror.warning, mirror.warning
-
-
-@contextmanager
-def _silent_server() -> Iterator[str]:
-    """`127.0.0.1:PORT` of a listener that accepts every connection and never says a word."""
-    server = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                held.append(server.accept()[0])
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
-        for connection in held:
-            connection.close()
