@@ -1,7 +1,8 @@
 """Servers that stop answering, and commands run side by side against them, for the tests of
-lifecycle's time limits: a listener that accepts every connection and never says a word, and
-a relay to the real S3 server that falls silent at a request of the test's choosing, the way a
-server does when it is stopped (SIGSTOP) in the middle of a command."""
+lifecycle's time limits: a listener that accepts every connection and never says a word, a
+relay to the real S3 server (or dockerd) that falls silent at a request of the test's choosing,
+the way a server does when it is stopped (SIGSTOP) in the middle of a command, and an S3
+server that answers every request 503 SlowDown."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tests.trust_support import lifecycle_argv
@@ -170,6 +172,43 @@ def silent_relay(
         yield relay
     finally:
         relay.close()
+
+
+class _SlowDown(BaseHTTPRequestHandler):
+    """Answers every request 503 SlowDown, as an S3 server shedding load does."""
+
+    BODY = (
+        b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+        b"<Message>Please reduce your request rate.</Message></Error>"
+    )
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(503)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(self.BODY)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(self.BODY)
+
+    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _answer
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def failing_server() -> Iterator[str]:
+    """The endpoint (http://127.0.0.1:PORT) of an S3 server answering every request 503."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowDown)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 def side_by_side(

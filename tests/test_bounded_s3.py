@@ -22,6 +22,7 @@ from tests.services import WeedServer
 from tests.silent_servers import (
     Ran,
     assert_failed_within,
+    failing_server,
     side_by_side,
     silent_listener,
     silent_relay,
@@ -162,6 +163,24 @@ def test_a_silent_s3_server_ends_every_command_within_the_bound(
         env = {"AWS_ENDPOINT_URL": silent.endpoint}
         results = _run(_every_command(archived), archive_project, env)
     _assert_bounded(results, silent.endpoint)
+    _unchanged(before, s3_client, s3_bucket)
+
+
+def test_a_failing_s3_server_is_the_environment_not_a_verdict(
+    archive_project: Path, s3_client: Any, s3_bucket: str
+) -> None:
+    """A server shedding load answers 503 SlowDown: `verify` called every object it asked for
+    DIFFERS (111 of them, after 48 s of retries), `archive` and `gc` ended exit 1 as if
+    refused. It is the environment, like a server that does not answer: exit 3, one line
+    naming it, nothing judged, nothing removed."""
+    archived = _archive_something(archive_project, f"s3://{s3_bucket}/test")
+    before = _objects(s3_client, s3_bucket), _caches()
+    with failing_server() as endpoint:
+        results = _run(_every_command(archived), archive_project, {"AWS_ENDPOINT_URL": endpoint})
+    assert_failed_within(results, S3_LIMIT_S, endpoint)
+    for ran in results:
+        assert "DIFFERS" not in ran.stdout and "missing" not in ran.stdout, ran
+        assert "is failing" in ran.stderr.splitlines()[-1], ran
     _unchanged(before, s3_client, s3_bucket)
 
 

@@ -381,6 +381,11 @@ class ObjectStore:
             return S3Unavailable(
                 f"{where}: access denied ({code}); check the credentials and the bucket policy"
             )
+        if server_failing(exc):  # not an answer about the object: never "differs" or "missing"
+            return S3Unavailable(
+                f"the S3 server {self.endpoint} is failing: {code or name}: {_message(exc)}"
+                f" (HTTP {_status(exc)})"
+            )
         if code == "BadDigest":
             return ArchiveError(
                 f"{where}: the bytes sent are not the ones hashed (changed or corrupted)"
@@ -392,6 +397,19 @@ def _code(exc: BaseException) -> str:
     if isinstance(exc, ClientError):
         return str(exc.response.get("Error", {}).get("Code", ""))
     return ""
+
+
+def _status(exc: BaseException) -> int:
+    if isinstance(exc, ClientError):
+        return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    return 0
+
+
+def server_failing(exc: BaseException) -> bool:
+    """An answer of a server that is failing (5xx: SlowDown, InternalError, ServiceUnavailable),
+    the environment's state like one that does not answer; 501 (a request it does not
+    implement) is an answer."""
+    return _status(exc) >= 500 and _code(exc) not in _UNSUPPORTED
 
 
 def _message(exc: BaseException) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.location import ArchiveLocation
+from lifecycle.archive.objects import server_failing
 from lifecycle.archive.record import GC_ACTIVE, GcRecords, Intents, Removal, being_collected
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.store import BlobStore, S3Unavailable
@@ -386,12 +387,17 @@ class ArchiveVerifier:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code in _ANSWERED:
                 return None
-            return f"S3 bucket of {location.url()} not usable: {exc}"
+            if not server_failing(exc):
+                return f"S3 bucket of {location.url()} not usable: {exc}"
+            return self._unreachable(location, exc)
         except BotoCoreError as exc:
-            why = BlobStore(self._client, location).error(exc, "")
-            self.unreachable[location.url()] = str(why)
-            return f"cannot reach S3 for {location.url()}: {why}"
+            return self._unreachable(location, exc)
         return None
+
+    def _unreachable(self, location: ArchiveLocation, exc: Exception) -> str:
+        why = BlobStore(self._client, location).error(exc, "")
+        self.unreachable[location.url()] = str(why)
+        return f"cannot reach S3 for {location.url()}: {why}"
 
 
 def _being_collected(store: BlobStore, relied: Iterable[str], read: Intents) -> tuple[str, ...]:
