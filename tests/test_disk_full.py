@@ -19,6 +19,7 @@ from tests.trust_support import boot, boots, cache_ids, caches, cli, home, proce
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 
+REPO = Path(__file__).resolve().parent.parent
 FULL = "no space left on device (the disk is full)"
 
 
@@ -190,3 +191,27 @@ def test_a_teardown_on_a_full_disk_removes_nothing_unjournalled_and_completes_on
     assert again.returncode == 0, again.stderr
     assert {caches()[i].state for i in ids} == {"torn-down"}
     assert not [p for p in Path(caches()[ids[0]].host_path).parent.iterdir()]
+
+
+def test_a_tuned_value_that_does_not_fit_leaves_the_manifest_and_its_dir_as_they_were(
+    tmp_path: Path, small_disks: list[SmallDisk]
+) -> None:
+    """A night or tune writes a measured value into its manifest through a file beside it,
+    renamed over it once it loads: one whose write found the disk full was left beside the
+    manifest (an untracked file in the user's repository)."""
+    from lifecycle.night.settle import write_tuned
+    from tests.test_tuned_write import MEASURED
+
+    for version in ("0.1", "0.2"):
+        shutil.copytree(REPO / f"manifests/demo/{version}", tmp_path / f"demo/{version}")
+    disk = SmallDisk(tmp_path / "demo/0.2")
+    small_disks.append(disk)
+    disk.mount()
+    file = tmp_path / "demo/0.2/manifest.yaml"
+    before = {path.name: path.read_bytes() for path in file.parent.iterdir() if path.is_file()}
+    disk.fill()
+    with pytest.raises(OSError, match="No space left"):
+        write_tuned(file, "gpu_memory_utilization", MEASURED)
+    disk.free()
+    after = {path.name: path.read_bytes() for path in file.parent.iterdir() if path.is_file()}
+    assert after == before

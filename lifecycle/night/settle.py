@@ -312,9 +312,11 @@ def _refuse_flow(value_mark: object, key_line: int, file: Path) -> None:
 
 def _replace(file: Path, text: str) -> None:
     fd, temp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".yaml")
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
     try:
+        with os.fdopen(fd, "w") as out:  # a full disk fails here: nothing is left beside it
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())  # the value on disk before the name is, whatever comes
         Path(temp).chmod(file.stat().st_mode & 0o777)
         load_manifest(Path(temp))  # what is written must load, extends and patches included
     except BaseException:
