@@ -40,10 +40,6 @@ class Verdict:
     content: bool  # with its files
     rule: str  # which rule spoke, as the plan names it
 
-    @property
-    def goes(self) -> bool:
-        return not self.keep
-
 
 def evaluate(policy: Policy, caches: Sequence[Live], now: datetime) -> dict[str, Verdict]:
     """Each live cache's verdict under `policy` at `now`."""
