@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,13 +21,25 @@ from lifecycle.redact import is_sensitive_key, redact
 SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "HF_TOKEN")
 
 
+# The names of the secrets this process was handed by name (a profile's `secrets`, any a boot
+# on this host was passed): whatever their names look like, their values are masked in every
+# line it prints and every traceback it writes, as the well-known ones are.
+_HANDED: set[str] = set()
+
+
+def handed_secrets(names: Iterable[str]) -> None:
+    """Mask these variables' values from now on, whatever their names (known_secrets)."""
+    _HANDED.update(names)
+
+
 def known_secrets(environ: Mapping[str, str]) -> dict[str, str]:
-    """The credentials this process holds in its environment, by name: the well-known ones and
-    every variable whose name says it is one (`*_TOKEN`, `*_SECRET*`, `*_PASSWORD`, …)."""
+    """The credentials this process holds in its environment, by name: the well-known ones,
+    those it was handed by name, and every variable whose name says it is one (`*_TOKEN`,
+    `*_SECRET*`, `*_PASSWORD`, …)."""
     return {
         name: value
         for name, value in environ.items()
-        if value and (name in SECRET_ENV or is_sensitive_key(name))
+        if value and (name in SECRET_ENV or name in _HANDED or is_sensitive_key(name))
     }
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lifecycle.crash import SECRET_ENV
+from lifecycle.crash import SECRET_ENV, handed_secrets
 from lifecycle.errors import LifecycleError
 from lifecycle.fingerprint import Fingerprint
 from lifecycle.ledger import Ledger
@@ -45,6 +45,7 @@ def secrets_on_host(ledger: Ledger, host_env: Mapping[str, str]) -> dict[str, st
     # Not every variable whose name merely looks like a credential (as a traceback is redacted):
     # a path-shaped value such as SSH_AUTH_SOCK's would mask plain names (`tmp`) in every tree.
     names = secret_names(ledger) | set(SECRET_ENV)
+    handed_secrets(names)  # and in what this process prints, whatever the names look like
     return {name: host_env[name] for name in sorted(names) if host_env.get(name)}
 
 

@@ -487,3 +487,29 @@ def _objects(s3_client: Any, bucket: str) -> list[tuple[str, bytes]]:
             found.append((item["Key"], body))
     assert found
     return found
+
+
+def test_a_secret_passed_by_a_name_no_credential_has_is_masked_in_what_lifecycle_prints(
+    tmp_path: Path, demo_images: None
+) -> None:
+    """A profile's secret may be named anything (`LICENSE_SERIAL`): its value was masked in the
+    engine's output and the ledger, but not in the one line an error prints, which named a
+    failing hook's stderr echoing it (a CI job keeps that line in its log)."""
+    from tests.services import _demo_root
+
+    serial = f"q{secrets.token_hex(16)}"
+    profile = (
+        "  serial:\n    command: [python3, -m, demollm.serve]\n    secrets: [LICENSE_SERIAL]\n"
+    )
+    project = _demo_root(tmp_path, profile + "    network: none\n")
+    hook = project / "hooks" / "checks-license"
+    hook.parent.mkdir(exist_ok=True)
+    hook.write_text('#!/bin/sh\necho "licence server refused serial $LICENSE_SERIAL" >&2\nexit 1\n')
+    hook.chmod(0o755)
+    env = {"LICENSE_SERIAL": serial}
+    refused = process(project, "boot", "demo/0.2", "--profile", "serial", "--hook",
+                      "checks-license", env=env)  # fmt: skip
+    said = refused.stdout + refused.stderr
+    assert refused.returncode == 1 and "licence server refused serial" in said, said
+    assert serial not in said
+    _nowhere_in_home(serial.encode())

@@ -38,6 +38,7 @@ from lifecycle.boot.spec import (
     pick_profile,
 )
 from lifecycle.boot.untracked import read_untracked
+from lifecycle.crash import handed_secrets
 from lifecycle.errors import DiskFull, LifecycleError
 from lifecycle.evidence import collect_evidence
 from lifecycle.faults import Checkpoint
@@ -155,6 +156,7 @@ def boot(
     # host knows, not only the profile's. A cache is any profile's (its key holds none), and
     # a boot given no secret may move, copy or rewrite a file another boot wrote one into.
     own = {name: host_env[name] for name in manifest.profiles[profile].secrets}
+    handed_secrets(own)  # masked in any line this process prints, whatever their names
     secrets_by_name = {**secrets_on_host(ledger, host_env), **own}
     refuse_secrets_in_manifest(request.loaded, secrets_by_name)
     now = datetime.now(UTC)
