@@ -29,7 +29,7 @@ from lifecycle.commands.build import publish
 from lifecycle.commands.context import Context
 from lifecycle.commands.teardown import connect_services
 from lifecycle.dockerd import DockerUnavailable
-from lifecycle.errors import EXIT_NO, EXIT_OK
+from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK
 from lifecycle.faults import Checkpoint
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.builds import (
@@ -63,6 +63,7 @@ class BakeReport(Report):
     not_recorded: str | None = None
     provenance: dict[str, Any] | None = None  # the in-toto Statement (lifecycle.bake.provenance)
     mcv: tuple[tuple[str, str, str], ...] = ()  # --format mcv: (cache name, tag, image id)
+    unreachable: tuple[str, ...] = ()  # an archive's S3 server did not answer: why
 
     @property
     def refused(self) -> tuple[Refused, ...]:
@@ -70,6 +71,9 @@ class BakeReport(Report):
 
     @property
     def exit_code(self) -> int:
+        # A cache whose archive could not be asked is not proven, nor found unproven.
+        if self.refused and self.unreachable:
+            return EXIT_ENVIRONMENT
         return EXIT_NO if self.refused or self.not_recorded else EXIT_OK
 
     @property
@@ -145,7 +149,10 @@ def run(ctx: Context, request: verbs.Bake) -> BakeReport:
             verify, secrets_on_host(ledger, ctx.environ),
         )  # fmt: skip
         try:
-            report = BakeReport(request.version, profile, engine.id, tuple(choices), tag)
+            unreachable = tuple(sorted(set(verify.unreachable.values())))
+            report = BakeReport(
+                request.version, profile, engine.id, tuple(choices), tag, unreachable=unreachable
+            )
             if report.refused or request.dry_run:
                 return report
             return _bake(ctx, request, client, ledger, report, engine.labels, digest, where)
