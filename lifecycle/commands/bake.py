@@ -139,7 +139,8 @@ def run(ctx: Context, request: verbs.Bake) -> BakeReport:
     if services.docker is None:  # asked once: a second connect would wait its limit again
         raise DockerUnavailable(services.docker_problem or "no Docker engine")
     client = services.docker
-    with ctx.ledger() as ledger:
+    # A home where nothing is recorded has no cache to bake: refused, making no ledger there.
+    with ctx.reading() as ledger:
         if not request.dry_run:
             settle_killed_bakes(client, ledger, ctx.home, ctx.note)  # what a killed bake left
         engine = engine_image(client, ledger, digest, request.version, pull_from=None)

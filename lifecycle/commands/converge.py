@@ -159,7 +159,7 @@ def plan(ctx: Context, options: verbs.Plan) -> PlanReport:
     policy = read_policy(ctx.project / CONFIG_FILE)
     location = optional_location(None, ctx.environ, ctx.project)
     services = connect_services(ctx.environ, ctx.say)
-    with ctx.ledger() as ledger:
+    with ctx.reading() as ledger:
         made = converge(ctx, ledger, services, policy, location)
     if options.out is not None:
         _save(options.out, made.to_json())
