@@ -700,3 +700,5 @@ def test_an_s3_server_out_of_reach_is_exit_3_not_a_refusal(archive_project: Path
         assert done.exit_code == 3, done.output
         assert report["image_id"] is None
         assert all("127.0.0.1:1 is not answering" in c["refused"] for c in report["caches"])
+        (said,) = done.stderr.strip().splitlines()  # the JSON on stdout, the failure here
+        assert said.startswith("lifecycle: s3://") and "is not answering" in said, said

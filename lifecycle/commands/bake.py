@@ -63,7 +63,7 @@ class BakeReport(Report):
     not_recorded: str | None = None
     provenance: dict[str, Any] | None = None  # the in-toto Statement (lifecycle.bake.provenance)
     mcv: tuple[tuple[str, str, str], ...] = ()  # --format mcv: (cache name, tag, image id)
-    unreachable: tuple[str, ...] = ()  # an archive's S3 server did not answer: why
+    unreachable: tuple[str, ...] = ()  # an archive whose S3 server did not answer, and why
 
     @property
     def refused(self) -> tuple[Refused, ...]:
@@ -78,7 +78,10 @@ class BakeReport(Report):
 
     @property
     def notes(self) -> tuple[str, ...]:
-        return (f"lifecycle: {self.not_recorded}",) if self.not_recorded else ()
+        # Said on stderr with --json too: exit 3 names what was out of reach.
+        lost = self.unreachable if self.refused else ()
+        unasked = tuple(f"lifecycle: {why}; nothing was baked" for why in lost)
+        return unasked + ((f"lifecycle: {self.not_recorded}",) if self.not_recorded else ())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -150,7 +153,7 @@ def run(ctx: Context, request: verbs.Bake) -> BakeReport:
             verify, secrets_on_host(ledger, ctx.environ),
         )  # fmt: skip
         try:
-            unreachable = tuple(sorted(set(verify.unreachable.values())))
+            unreachable = tuple(f"{url}: {why}" for url, why in sorted(verify.unreachable.items()))
             report = BakeReport(
                 request.version, profile, engine.id, tuple(choices), tag, unreachable=unreachable
             )

@@ -79,11 +79,14 @@ class Converge:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        return tuple(
+        # What was not asked is said on stderr, with --json too (as teardown says it): exit 3.
+        unasked = tuple(f"lifecycle: {p}; what it guards was kept" for p in self.caches.unreachable)
+        unknown = tuple(
             f"keep_releases: {release!r} names no manifest of this project"
             f" (no manifests/{release}/manifest.yaml): it keeps nothing"
             for release in self.unknown_releases
-        ) + ((self.unread,) if self.unread else ())
+        )
+        return unasked + unknown + ((self.unread,) if self.unread else ())
 
     @property
     def empty(self) -> bool:
