@@ -686,3 +686,19 @@ def test_a_baked_boot_says_so_when_the_newest_bake_is_gone_and_an_older_one_runs
         assert "booting the bake of 20" in said[0] and f"({old['image_id'][:19]})" in said[0]
     finally:
         assert run_lifecycle(project, "teardown", "--images", "--yes").exit_code == 0
+
+
+def test_an_s3_server_out_of_reach_is_exit_3_not_a_refusal(archive_project: Path) -> None:
+    """No archive could be asked, so no cache was found unproven: the environment failed (3),
+    as for teardown, not "the answer is no" (1) that a cache whose archive lost an object is."""
+    boot_demo(archive_project)
+    assert run_lifecycle(archive_project, "archive", "--all").exit_code == 0
+    nowhere: dict[str, str | None] = {"AWS_ENDPOINT_URL": "http://127.0.0.1:1"}  # nothing listens
+    for args in (["--dry-run"], []):
+        done = run_lifecycle(archive_project, "bake", "demo/0.2", "--json", *args, env=nowhere)
+        report = json.loads(done.stdout)
+        assert done.exit_code == 3, done.output
+        assert report["image_id"] is None
+        assert all("127.0.0.1:1 is not answering" in c["refused"] for c in report["caches"])
+        (said,) = done.stderr.strip().splitlines()  # the JSON on stdout, the failure here
+        assert said.startswith("lifecycle: s3://") and "is not answering" in said, said

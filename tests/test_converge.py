@@ -89,6 +89,11 @@ def test_plan_apply_converges_and_a_second_plan_is_empty(project: Path, tmp_path
     blind = run_lifecycle(project, "apply", "--yes", env=nowhere)
     assert blind.exit_code == 3, blind.output
     assert "nothing to do" not in blind.output
+    # With --json the plan is on stdout; what was not asked is said on stderr all the same.
+    for verb in (["plan"], ["apply", "--yes"]):
+        blind = run_lifecycle(project, *verb, "--json", env=nowhere)
+        assert blind.exit_code == 3 and json.loads(blind.stdout), blind.output
+        assert "cannot reach the Docker engine" in blind.stderr, (verb, blind.stderr)
 
 
 @pytest.mark.docker

@@ -177,3 +177,27 @@ def test_status_in_a_home_where_nothing_is_recorded_makes_no_ledger(
         assert "nothing is recorded on this host" in read.stderr
     assert json.loads(read.stdout)["policy_problem"] == "nothing is recorded on this host yet"
     assert sorted(home.iterdir()) == before
+
+
+def test_a_plan_or_dry_run_in_a_home_where_nothing_is_recorded_makes_no_ledger(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`plan`, `gc --remote --dry-run` and `bake` (refused: nothing to bake) opened the ledger
+    to write, so a new host's home, or one a typo in LIFECYCLE_HOME named, got one."""
+    for home in (tmp_path / "new-host", tmp_path / "not-there"):
+        if home.name == "new-host":
+            home.mkdir()
+        monkeypatch.setenv("LIFECYCLE_HOME", str(home))
+        for args, answer in (
+            (["plan"], 0),
+            (["gc", "--remote", "--dry-run"], 0),
+            (["bake", "demo/0.2", "--dry-run"], 1),
+            (["bake", "demo/0.2"], 1),
+        ):
+            read = _lifecycle(project, *args, "--json")
+            assert read.returncode == answer, (args, read.stderr)
+            assert json.loads(read.stdout), args
+            # gc keeps a copy of each archive record it read (records/): the one file it makes.
+            made = sorted(p.name for p in home.iterdir()) if home.exists() else []
+            assert made in ([], ["records"]), (args, made)
+            assert "nothing is recorded on this host" in read.stderr, args

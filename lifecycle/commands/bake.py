@@ -29,7 +29,7 @@ from lifecycle.commands.build import publish
 from lifecycle.commands.context import Context
 from lifecycle.commands.teardown import connect_services
 from lifecycle.dockerd import DockerUnavailable
-from lifecycle.errors import EXIT_NO, EXIT_OK
+from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK
 from lifecycle.faults import Checkpoint
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.builds import (
@@ -63,6 +63,7 @@ class BakeReport(Report):
     not_recorded: str | None = None
     provenance: dict[str, Any] | None = None  # the in-toto Statement (lifecycle.bake.provenance)
     mcv: tuple[tuple[str, str, str], ...] = ()  # --format mcv: (cache name, tag, image id)
+    unreachable: tuple[str, ...] = ()  # an archive whose S3 server did not answer, and why
 
     @property
     def refused(self) -> tuple[Refused, ...]:
@@ -70,11 +71,17 @@ class BakeReport(Report):
 
     @property
     def exit_code(self) -> int:
+        # A cache whose archive could not be asked is not proven, nor found unproven.
+        if self.refused and self.unreachable:
+            return EXIT_ENVIRONMENT
         return EXIT_NO if self.refused or self.not_recorded else EXIT_OK
 
     @property
     def notes(self) -> tuple[str, ...]:
-        return (f"lifecycle: {self.not_recorded}",) if self.not_recorded else ()
+        # Said on stderr with --json too: exit 3 names what was out of reach.
+        lost = self.unreachable if self.refused else ()
+        unasked = tuple(f"lifecycle: {why}; nothing was baked" for why in lost)
+        return unasked + ((f"lifecycle: {self.not_recorded}",) if self.not_recorded else ())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -135,7 +142,8 @@ def run(ctx: Context, request: verbs.Bake) -> BakeReport:
     if services.docker is None:  # asked once: a second connect would wait its limit again
         raise DockerUnavailable(services.docker_problem or "no Docker engine")
     client = services.docker
-    with ctx.ledger() as ledger:
+    # A home where nothing is recorded has no cache to bake: refused, making no ledger there.
+    with ctx.reading() as ledger:
         if not request.dry_run:
             settle_killed_bakes(client, ledger, ctx.home, ctx.note)  # what a killed bake left
         engine = engine_image(client, ledger, digest, request.version, pull_from=None)
@@ -145,7 +153,10 @@ def run(ctx: Context, request: verbs.Bake) -> BakeReport:
             verify, secrets_on_host(ledger, ctx.environ),
         )  # fmt: skip
         try:
-            report = BakeReport(request.version, profile, engine.id, tuple(choices), tag)
+            unreachable = tuple(f"{url}: {why}" for url, why in sorted(verify.unreachable.items()))
+            report = BakeReport(
+                request.version, profile, engine.id, tuple(choices), tag, unreachable=unreachable
+            )
             if report.refused or request.dry_run:
                 return report
             return _bake(ctx, request, client, ledger, report, engine.labels, digest, where)

@@ -84,6 +84,20 @@ class Context:
         finally:
             ledger.close()
 
+    @contextmanager
+    def reading(self) -> Iterator[Ledger]:
+        """The ledger, for a verb that only reads it (a plan, a dry run): in a home where
+        nothing is recorded yet, an empty one in memory (and a note), so none is made there."""
+        if not self.recorded():
+            ledger = Ledger.empty(self.home)
+            try:
+                yield ledger
+            finally:
+                ledger.close()
+            return
+        with self.ledger(create=False) as ledger:
+            yield ledger
+
     def recorded(self, missing: str | None = None) -> bool:
         """Whether this home holds a ledger, read without writing anything. With `missing`, its
         absence is that error; without, a note says nothing is recorded here yet."""

@@ -79,11 +79,14 @@ class Converge:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        return tuple(
+        # What was not asked is said on stderr, with --json too (as teardown says it): exit 3.
+        unasked = tuple(f"lifecycle: {p}; what it guards was kept" for p in self.caches.unreachable)
+        unknown = tuple(
             f"keep_releases: {release!r} names no manifest of this project"
             f" (no manifests/{release}/manifest.yaml): it keeps nothing"
             for release in self.unknown_releases
-        ) + ((self.unread,) if self.unread else ())
+        )
+        return unasked + unknown + ((self.unread,) if self.unread else ())
 
     @property
     def empty(self) -> bool:
@@ -159,7 +162,7 @@ def plan(ctx: Context, options: verbs.Plan) -> PlanReport:
     policy = read_policy(ctx.project / CONFIG_FILE)
     location = optional_location(None, ctx.environ, ctx.project)
     services = connect_services(ctx.environ, ctx.say)
-    with ctx.ledger() as ledger:
+    with ctx.reading() as ledger:
         made = converge(ctx, ledger, services, policy, location)
     if options.out is not None:
         _save(options.out, made.to_json())

@@ -113,7 +113,8 @@ def run(ctx: Context, options: verbs.Gc) -> GcReport:
     location = resolve_location(options.source, ctx.environ, ctx.project, option="--from")
     store = BlobStore(ctx.s3(), location, RecordCopies(ctx.home, location))
     checkpoint = ctx.checkpoint()
-    with ctx.ledger() as ledger, nullcontext() if options.dry_run else gc_lock(ctx.home):
+    reading = ctx.reading() if options.dry_run else ctx.ledger()  # a new host's makes none
+    with reading as ledger, nullcontext() if options.dry_run else gc_lock(ctx.home):
         resumed: tuple[Swept, ...] = ()
         if not options.dry_run:
             stopped = unfinished_gc(ledger, location.url())

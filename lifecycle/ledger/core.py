@@ -126,6 +126,17 @@ class Ledger:
             raise HomeUnusable(f"the ledger {path} cannot be used: {exc}") from None
         return ledger
 
+    @classmethod
+    def empty(cls, home: Home) -> Ledger:
+        """A ledger of this schema holding nothing, in memory: what a home where nothing is
+        recorded yet reads as, to a verb that only reads (a plan, a dry run), which so makes no
+        ledger there. Never written to: nothing would be kept."""
+        conn = sqlite3.connect(":memory:", isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        _migrate_from(conn, 0)
+        conn.execute("PRAGMA foreign_keys=ON")
+        return cls(home, conn)
+
     def close(self) -> None:
         """Close the connection."""
         self._conn.close()
@@ -180,14 +191,7 @@ class Ledger:
         self._conn.execute("PRAGMA foreign_keys=OFF")
         try:
             with self.transaction() as conn:
-                version = self._schema()
-                for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-                    for statement in filter(str.strip, script.split(";")):
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {number}")
-                broken = conn.execute("PRAGMA foreign_key_check").fetchall()
-                if broken:
-                    raise RuntimeError(f"ledger migration left broken references: {broken[:3]}")
+                _migrate_from(conn, self._schema())
         finally:
             self._conn.execute("PRAGMA foreign_keys=ON")
 
@@ -203,6 +207,17 @@ class Ledger:
         final = self._home.evidence(kind) / name
         write_atomic(final, content)
         return final
+
+
+def _migrate_from(conn: sqlite3.Connection, version: int) -> None:
+    """Run the migrations after schema `version`, each numbered as it ends; foreign keys off."""
+    for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+        for statement in filter(str.strip, script.split(";")):
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {number}")
+    broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        raise RuntimeError(f"ledger migration left broken references: {broken[:3]}")
 
 
 def has_ledger(home: Path) -> bool:

@@ -38,7 +38,7 @@ from packaging.version import InvalidVersion, Version
 
 from lifecycle.dockerd import seconds_from
 from lifecycle.errors import LifecycleError
-from lifecycle.home import Home
+from lifecycle.home import Home, check_home, check_writable
 from lifecycle.leases import exclusive
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.model import Upstream
@@ -94,6 +94,10 @@ def mirror_path(home: Home, source: str) -> Path:
 
 def ensure_mirror(home: Home, source: str) -> Mirror:
     """Create the mirror if needed and fetch every branch and tag of `source` into it."""
+    # The first write of a port, even a dry run: a home that is a file or read-only is said
+    # so (exit 3) before git runs, not met as an OSError making the mirror's dir.
+    check_home(home.root, create=True)
+    check_writable(home.root)
     path = mirror_path(home, source)
     path.parent.mkdir(parents=True, exist_ok=True)
     with exclusive(path.with_suffix(".lock")):
