@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from tests.trust_support import PREFIX, boot, boots, cache_ids, caches, cli, hom
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 KILLS = int(os.environ.get("LIFECYCLE_TEST_ROUNDS", "8"))
 ARCHIVE = ("archive", "--all", "--with-content")
+_SENDING = re.compile(r", [1-9][0-9]* to upload$")
 
 
 def test_archive_killed_anywhere_records_only_what_the_server_holds(
@@ -38,28 +41,29 @@ def test_archive_killed_anywhere_records_only_what_the_server_holds(
     rng = random.Random(int(os.environ.get("LIFECYCLE_TEST_SEED", "20261204")))
     ids = cache_ids(boot(archive_project, "--cold", "--profile", "bulky"))
     store = BlobStore(s3_client(os.environ), ArchiveLocation(s3_bucket, PREFIX))
-    last = 3.0  # how long a whole run lasts, learnt from runs that ended before their kill
     hit = 0
     sent: list[int] = []  # objects each killed run left on the server
     before = 0
     for kill in range(max(KILLS, 2)):
-        began = time.monotonic()
         running = start(archive_project, *ARCHIVE)
-        deadline = began + rng.uniform(0.3, 0.95 * last)
-        while running.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if running.poll() is None:
-            hit += 1
-        else:
-            last = max(0.5, time.monotonic() - began)
+        said: list[str] = []
+        reader = threading.Thread(target=said.extend, args=(running.stderr,), daemon=True)
+        reader.start()
+        # Kill once it has begun sending (its line `…, N to upload` with N > 0 said), so the
+        # kills land among uploads, verifications and records, not while it starts.
+        while running.poll() is None and not any(_SENDING.search(line) for line in said):
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.8))
+        hit += running.poll() is None
         running.send_signal(signal.SIGKILL)
-        out, err = running.communicate(timeout=60)
-        _check_recorded_is_held(store, ids, f"kill {kill}: {out[-2000:]} {err[-2000:]}")
+        running.wait(timeout=60)
+        reader.join(timeout=60)
+        when = f"kill {kill}: {''.join(said)[-3000:]}"
+        _check_recorded_is_held(store, ids, when)
         now = len(keys(store.client, s3_bucket, f"{PREFIX}/"))
         sent.append(now - before)
         before = now
-        if kill % 3 == 2:  # new content of the engine's own, so later kills have work again
-            boot(archive_project, "--profile", "bulky")
+        boot(archive_project, "--profile", "bulky")  # the engine's own new content: more work
     assert hit >= max(KILLS, 2) // 2, f"only {hit} kills hit a live archive"
     print(f"kills inside a live archive: {hit}; objects each left on the server: {sent}")
 

@@ -1,7 +1,9 @@
 """SIGKILL `restore CACHE` at random moments, while it fetches packs and big blobs, rebuilds the
 tree beside its place and renames it in, and check after each kill that the cache's path holds
 nothing or the whole archived tree, never part of it; and that a plain re-run restores it,
-removes what the killed one left beside it, and leaves the ledger's row true.
+removes what the killed one left beside it, and leaves the ledger's row true. Then SIGKILL it
+right after each of its ledger commits in turn, where a random kill seldom lands: the ledger
+never says the cache is live without the version it came from.
 
 The content is the engine's own (the `bulky` profile writes it during a boot). Only the
 lifecycle process is killed, never its process group.
@@ -12,13 +14,17 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from lifecycle.fingerprint import scan
-from tests.trust_support import boot, cache_ids, caches, cli, process, start
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.archives import archive_of
+from tests.trust_support import boot, cache_ids, caches, cli, home, process, start
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 KILLS = int(os.environ.get("LIFECYCLE_TEST_ROUNDS", "8"))
@@ -72,3 +78,74 @@ def test_restore_killed_anywhere_leaves_no_partial_tree_and_reruns_clean(
         assert not target.exists(), when
     assert hit >= max(KILLS, 2) // 2, f"only {hit} kills hit a live restore"
     print(f"kills inside a live restore: {hit}; what each left: {landed}")
+
+
+# `lifecycle ARGS…`, SIGKILLed right after its ledger's N-th commit (N from KILL_AFTER_COMMIT).
+_KILLED_AFTER_COMMIT = """
+import os, signal, sys
+from contextlib import contextmanager
+from lifecycle.cli import cli
+from lifecycle.ledger import Ledger
+
+wanted, commits, opened = int(os.environ["KILL_AFTER_COMMIT"]), [0], Ledger.transaction
+
+@contextmanager
+def transaction(self):
+    with opened(self) as conn:
+        yield conn
+    commits[0] += 1
+    if commits[0] == wanted:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+Ledger.transaction = transaction
+cli(sys.argv[1:], prog_name="lifecycle")
+"""
+
+
+def test_restore_killed_after_each_ledger_commit_leaves_the_ledger_true(
+    archive_project: Path,
+) -> None:
+    # An older version of a cache this host archived since: its ledger names the newer one,
+    # until the restore says the cache came from the older one.
+    cache_id = cache_ids(boot(archive_project, "--cold"))[0]
+    archived = cli(archive_project, "archive", "--all", "--with-content")
+    assert archived.exit_code == 0, archived.output
+    older = caches()[cache_id].tree_digest
+    boot(archive_project, "--profile", "grows")
+    gone = cli(archive_project, "teardown", "--archive", "--with-content", "--yes")
+    assert gone.exit_code == 0, gone.output
+    assert _newest_archived_tree(cache_id) != older
+    target = Path(caches()[cache_id].host_path)
+    argv = ["--manifests", str(archive_project / "manifests"), "restore", f"{cache_id}@{older}"]
+    for commit in range(1, 20):
+        killed = subprocess.run(
+            [sys.executable, "-c", _KILLED_AFTER_COMMIT, *argv],
+            env={**os.environ, "KILL_AFTER_COMMIT": str(commit)},
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        when = f"killed after commit {commit}: {killed.stdout} {killed.stderr}"
+        row = caches()[cache_id]
+        if row.state == "live":  # what teardown and the next archive's parent rely on
+            assert _newest_archived_tree(cache_id) == row.tree_digest == older, (when, row)
+        if target.exists():
+            assert scan(target).tree_digest == older, when
+        if killed.returncode == 0:
+            break  # the restore made fewer commits: each boundary was tried
+        assert killed.returncode == -signal.SIGKILL, when
+        again = process(archive_project, "restore", f"{cache_id}@{older}")
+        assert again.returncode == 0, f"{when}\nre-run: {again.stdout} {again.stderr}"
+        assert _newest_archived_tree(cache_id) == caches()[cache_id].tree_digest == older, when
+        torn = cli(archive_project, "teardown", cache_id, "--yes")  # removed at once
+        assert torn.exit_code == 0 and not target.exists(), (when, torn.output)
+    else:
+        raise AssertionError("restore still killed after 19 commits")
+    print(f"restore killed after each of its {commit - 1} ledger commits")
+
+
+def _newest_archived_tree(cache_id: str) -> str | None:
+    ledger = Ledger.open(home())
+    try:
+        newest = archive_of(ledger, cache_id)
+    finally:
+        ledger.close()
+    return newest.tree_digest if newest else None
