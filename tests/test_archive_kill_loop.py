@@ -27,7 +27,18 @@ from lifecycle.archive.store import BlobStore
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of, boot_archives, versions_of
 from tests.archive_support import keys, verify_key
-from tests.trust_support import PREFIX, boot, boots, cache_ids, caches, cli, home, process, start
+from tests.trust_support import (
+    PREFIX,
+    boot,
+    boots,
+    cache_ids,
+    caches,
+    cli,
+    home,
+    killed_after_commit,
+    process,
+    start,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 KILLS = int(os.environ.get("LIFECYCLE_TEST_ROUNDS", "8"))
@@ -63,7 +74,8 @@ def test_archive_killed_anywhere_records_only_what_the_server_holds(
         now = len(keys(store.client, s3_bucket, f"{PREFIX}/"))
         sent.append(now - before)
         before = now
-        boot(archive_project, "--profile", "bulky")  # the engine's own new content: more work
+        if kill % 2:  # the engine's own new content: more to send (else the tail of the last)
+            boot(archive_project, "--profile", "bulky")
     assert hit >= max(KILLS, 2) // 2, f"only {hit} kills hit a live archive"
     print(f"kills inside a live archive: {hit}; objects each left on the server: {sent}")
 
@@ -74,6 +86,28 @@ def test_archive_killed_anywhere_records_only_what_the_server_holds(
         assert caches()[cache_id].state == "archived", caches()[cache_id]
         verified = cli(archive_project, "verify", cache_id)
         assert verified.exit_code == 0, verified.output
+
+
+def test_archive_killed_after_each_ledger_commit_records_only_what_the_server_holds(
+    archive_project: Path, s3_bucket: str
+) -> None:
+    ids = cache_ids(boot(archive_project, "--cold", "--profile", "bulky"))
+    store = BlobStore(s3_client(os.environ), ArchiveLocation(s3_bucket, PREFIX))
+    for commit in range(1, 40):
+        boot(archive_project, "--profile", "grows")  # new content: a version, a pack to write
+        killed = killed_after_commit(archive_project, commit, "archive", ids[0], "--with-content")
+        when = f"killed after commit {commit}: {killed.stdout} {killed.stderr}"
+        _check_recorded_is_held(store, ids, when)
+        if killed.returncode == 0:
+            break  # it made fewer commits: each boundary was tried
+        assert killed.returncode == -signal.SIGKILL, when
+    else:
+        raise AssertionError("archive still killed after 39 commits")
+    print(f"archive killed after each of its {commit - 1} ledger commits")
+    done = process(archive_project, "archive", "--all", "--with-content")
+    assert done.returncode == 0, done.stdout + done.stderr
+    verified = cli(archive_project, "verify", ids[0])
+    assert verified.exit_code == 0, verified.output
 
 
 def _check_recorded_is_held(store: BlobStore, ids: list[str], when: str) -> None:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,7 +22,16 @@ import pytest
 from lifecycle.fingerprint import scan
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.archives import archive_of
-from tests.trust_support import boot, cache_ids, caches, cli, home, process, start
+from tests.trust_support import (
+    boot,
+    cache_ids,
+    caches,
+    cli,
+    home,
+    killed_after_commit,
+    process,
+    start,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.s3]
 KILLS = int(os.environ.get("LIFECYCLE_TEST_ROUNDS", "8"))
@@ -80,28 +87,6 @@ def test_restore_killed_anywhere_leaves_no_partial_tree_and_reruns_clean(
     print(f"kills inside a live restore: {hit}; what each left: {landed}")
 
 
-# `lifecycle ARGS…`, SIGKILLed right after its ledger's N-th commit (N from KILL_AFTER_COMMIT).
-_KILLED_AFTER_COMMIT = """
-import os, signal, sys
-from contextlib import contextmanager
-from lifecycle.cli import cli
-from lifecycle.ledger import Ledger
-
-wanted, commits, opened = int(os.environ["KILL_AFTER_COMMIT"]), [0], Ledger.transaction
-
-@contextmanager
-def transaction(self):
-    with opened(self) as conn:
-        yield conn
-    commits[0] += 1
-    if commits[0] == wanted:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-Ledger.transaction = transaction
-cli(sys.argv[1:], prog_name="lifecycle")
-"""
-
-
 def test_restore_killed_after_each_ledger_commit_leaves_the_ledger_true(
     archive_project: Path,
 ) -> None:
@@ -116,13 +101,8 @@ def test_restore_killed_after_each_ledger_commit_leaves_the_ledger_true(
     assert gone.exit_code == 0, gone.output
     assert _newest_archived_tree(cache_id) != older
     target = Path(caches()[cache_id].host_path)
-    argv = ["--manifests", str(archive_project / "manifests"), "restore", f"{cache_id}@{older}"]
     for commit in range(1, 20):
-        killed = subprocess.run(
-            [sys.executable, "-c", _KILLED_AFTER_COMMIT, *argv],
-            env={**os.environ, "KILL_AFTER_COMMIT": str(commit)},
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
+        killed = killed_after_commit(archive_project, commit, "restore", f"{cache_id}@{older}")
         when = f"killed after commit {commit}: {killed.stdout} {killed.stderr}"
         row = caches()[cache_id]
         if row.state == "live":  # what teardown and the next archive's parent rely on
