@@ -415,6 +415,23 @@ _GROWS = (
     " sh]\n    network: none\n"
 )
 
+# Writes much into every cache it mounts, as a big JIT build would: per cache 600 small files
+# (packed) and one of 8 MiB (sent alone), so a kill lands while an archive or a restore moves them.
+_BULKY = (
+    "  bulky:\n    command:\n      - sh\n      - -c\n      - |\n"
+    "        python3 - <<'EOF'\n"
+    "        import glob, os, time\n"
+    "        for cache in glob.glob('/var/cache/lifecycle/*'):\n"
+    "            bulk = f'{cache}/bulk-{time.time_ns()}'\n"
+    "            os.mkdir(bulk)\n"
+    "            for n in range(600):\n"
+    "                open(f'{bulk}/k{n}.o', 'wb').write(os.urandom(256))\n"
+    "            open(f'{bulk}/big.so', 'wb').write(os.urandom(8 << 20))\n"
+    "        EOF\n"
+    '        exec python3 -m demollm.serve "$@"\n'
+    "      - sh\n    network: none\n"
+)
+
 # Compiles outside its caches (where Inductor puts its precompiled header whatever its cache dir
 # is): a warm boot of it is partial.
 _SPILLS = (
@@ -483,10 +500,10 @@ def archive_project(
     secret into a cache file and prints it), `shuffle` and `extends` (move, copy and grow that
     file, given no secret), `leaky-name` (names cache files after it),
     `leaky-link` (points a symlink at a path holding it),
-    `grows` (adds a file to every cache), `spills` (compiles outside its caches) and `quiet`
-    (reads its vLLM cache, logs nothing)."""
-    profiles = _WITH_TOKEN + _FAILS + _LEAKY + _LEAKY_NAME + _LEAKY_LINK + _GROWS + _SPILLS
-    profiles += _QUIET + _SHUFFLE
+    `grows` (adds a file to every cache), `bulky` (adds much to every cache), `spills`
+    (compiles outside its caches) and `quiet` (reads its vLLM cache, logs nothing)."""
+    profiles = _WITH_TOKEN + _FAILS + _LEAKY + _LEAKY_NAME + _LEAKY_LINK + _GROWS + _BULKY
+    profiles += _SPILLS + _QUIET + _SHUFFLE
     root = _demo_root(tmp_path, profiles)
     monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
     monkeypatch.chdir(root)

@@ -60,6 +60,39 @@ def start(project: Path, *args: str, env: dict[str, str] | None = None) -> subpr
     )
 
 
+# Runs `lifecycle ARGV…`, SIGKILLed right after its ledger's N-th commit (KILL_AFTER_COMMIT).
+_KILLED_AFTER_COMMIT = """
+import os, signal, sys
+from contextlib import contextmanager
+from lifecycle.cli import cli
+from lifecycle.ledger import Ledger
+
+wanted, commits, opened = int(os.environ["KILL_AFTER_COMMIT"]), [0], Ledger.transaction
+
+@contextmanager
+def transaction(self):
+    with opened(self) as conn:
+        yield conn
+    commits[0] += 1
+    if commits[0] == wanted:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+Ledger.transaction = transaction
+cli(sys.argv[1:], prog_name="lifecycle")
+"""
+
+
+def killed_after_commit(project: Path, commit: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """`lifecycle ARGS…` as its own process, SIGKILLed right after its ledger's `commit`-th
+    transaction commits (returncode -9), or run to its end when it commits fewer: a kill at
+    each boundary between its ledger writes in turn, where a random kill seldom lands."""
+    return subprocess.run(
+        [sys.executable, "-c", _KILLED_AFTER_COMMIT, *lifecycle_argv(project, *args)[3:]],
+        env={**os.environ, "KILL_AFTER_COMMIT": str(commit)},
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
 def lifecycle_argv(project: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), *args]
 

@@ -42,8 +42,8 @@ from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.home import Home
 from lifecycle.leases import try_lease
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_version, remember_archive
-from lifecycle.ledger.boots import CacheRecord, Scanned, cache_by_id, record_scan
+from lifecycle.ledger.archives import ArchiveRecord, VersionRow, record_restored
+from lifecycle.ledger.boots import CacheRecord, Scanned, cache_by_id
 from lifecycle.records import CacheRecordV1, CacheVersion
 from lifecycle.redact import is_masked
 from lifecycle.report import Report, unread_lines
@@ -202,16 +202,18 @@ def _record_restored(
     relative: str,
     document: CacheVersion | CacheRecordV1,
 ) -> None:
-    """The restored tree's scan, the cache live again, and the version it came from."""
+    """The restored tree's scan, the cache live again, and the version it came from: one
+    transaction, whenever the process dies."""
     now = datetime.now(UTC).isoformat(timespec="seconds")
     name = f"restore-{now.replace(':', '')}.json"
     kept = ledger.keep_evidence(f"scans/{cache_id}", name, restored.to_json().encode())
     facts = Scanned(restored.tree_digest, restored.files, restored.bytes, str(kept), now)
-    record_scan(ledger, cache_id, facts, live=True, new_row=new_row)
-    if isinstance(document, CacheVersion):
-        _remember_version(ledger, store, relative, document)
-    else:
-        _remember_legacy(ledger, store, cache_id)
+    version, archive = (
+        _version_rows(store, relative, document)
+        if isinstance(document, CacheVersion)
+        else (None, _legacy_archive(store, cache_id))
+    )
+    record_restored(ledger, cache_id, facts, new_row=new_row, version=version, archive=archive)
 
 
 def restore_beside(
@@ -386,9 +388,9 @@ def _readable_versions(
     return records, unread
 
 
-def _remember_version(
-    ledger: Ledger, store: BlobStore, relative: str, document: CacheVersion
-) -> None:
+def _version_rows(
+    store: BlobStore, relative: str, document: CacheVersion
+) -> tuple[VersionRow, ArchiveRecord]:
     """The version a restore came from, as this host's newest archive of the cache."""
     url = store.location.url()
     key = parse_key(relative)
@@ -403,22 +405,22 @@ def _remember_version(
         len(document.blobs), 0, document.archived_at, verified_at=None,
         tree_digest=document.tree_digest,
     )  # fmt: skip
-    record_version(ledger, row, archive, mark_archived=False)
+    return row, archive
 
 
-def _remember_legacy(ledger: Ledger, store: BlobStore, cache_id: str) -> None:
+def _legacy_archive(store: BlobStore, cache_id: str) -> ArchiveRecord | None:
     """The previous release's record a restore came from, as this host's newest archive of the
     cache (no tree digest: the ledger's mark of that format), so the next archive of it names
-    that record's tree as its parent and a teardown checks that record."""
+    that record's tree as its parent and a teardown checks that record; None when it was
+    removed since it was read (nothing to point at)."""
     found = read_legacy_cache(store, cache_id)
-    if found is None:  # removed since it was read: nothing to point at
-        return
+    if found is None:
+        return None
     relative, sha, document = found
-    archive = ArchiveRecord(
+    return ArchiveRecord(
         cache_id, store.location.url(), store.key(relative), sha, document.with_content,
         len(document.blobs), 0, document.archived_at, verified_at=None,
     )  # fmt: skip
-    remember_archive(ledger, archive)
 
 
 def _left_out(document: CacheVersion | CacheRecordV1, archived: Fingerprint) -> set[str]:

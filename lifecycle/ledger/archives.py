@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from lifecycle.ledger.boots import CacheRecord, Scanned, write_scan
 from lifecycle.ledger.core import Ledger, insert
 
 _ASKED_AT_ONCE = 500  # packs looked up in one statement: below SQLite's limit on its values
@@ -61,23 +62,37 @@ class BootArchiveRow:
     archived_at: str
 
 
-def record_version(
-    ledger: Ledger,
-    version: VersionRow,
-    archive: ArchiveRecord,
-    *,
-    mark_archived: bool = True,
-) -> None:
+def record_version(ledger: Ledger, version: VersionRow, archive: ArchiveRecord) -> None:
     """One transaction: the version (once), the cache's newest archive, and a live cache
-    marked archived (not when it is restored: a restore marks it live itself)."""
+    marked archived."""
     with ledger.transaction() as conn:
         insert(conn, "cache_versions", version, on_conflict="IGNORE")
         insert(conn, "archives", archive, on_conflict="REPLACE")
-        if mark_archived:
-            conn.execute(
-                "UPDATE caches SET state = 'archived' WHERE id = ? AND state = 'live'",
-                (archive.cache_id,),
-            )
+        conn.execute(
+            "UPDATE caches SET state = 'archived' WHERE id = ? AND state = 'live'",
+            (archive.cache_id,),
+        )
+
+
+def record_restored(
+    ledger: Ledger,
+    cache_id: str,
+    scanned: Scanned,
+    *,
+    new_row: CacheRecord | None,
+    version: VersionRow | None,
+    archive: ArchiveRecord | None,
+) -> None:
+    """One transaction: the restored tree's scan, the cache live, and the version it came
+    from (once) as its newest archive. Apart, a restore killed between them would leave the
+    cache live beside a newest archive of another tree: teardown would keep it as changed
+    since archived, and its next version would name the wrong parent."""
+    with ledger.transaction() as conn:
+        write_scan(conn, cache_id, scanned, live=True, new_row=new_row)
+        if version is not None:
+            insert(conn, "cache_versions", version, on_conflict="IGNORE")
+        if archive is not None:
+            insert(conn, "archives", archive, on_conflict="REPLACE")
 
 
 def forget_versions(ledger: Ledger, rows: Sequence[VersionRow]) -> None:
@@ -88,12 +103,6 @@ def forget_versions(ledger: Ledger, rows: Sequence[VersionRow]) -> None:
             "DELETE FROM cache_versions WHERE location = ? AND record_key = ?",
             [(row.location, row.record_key) for row in rows],
         )
-
-
-def remember_archive(ledger: Ledger, archive: ArchiveRecord) -> None:
-    """The cache's newest archive is `archive` (a restore from the previous release's record)."""
-    with ledger.transaction() as conn:
-        insert(conn, "archives", archive, on_conflict="REPLACE")
 
 
 def versions_of(ledger: Ledger, cache_id: str) -> list[VersionRow]:

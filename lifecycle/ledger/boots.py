@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Collection, Sequence
 from dataclasses import astuple, dataclass, fields
 
@@ -482,14 +483,27 @@ def record_scan(
     it live when it was restored, which also lifts a mark of damage: its tree was put back
     and verified) and the files it found holding a secret's value: one transaction."""
     with ledger.transaction() as conn:
-        if new_row is not None:
-            insert(conn, "caches", new_row)
-        for found in tainted:
-            insert(conn, "tainted_files", found, on_conflict="IGNORE")
-        if live:
-            conn.execute("DELETE FROM cache_damage WHERE cache_id = ?", (cache_id,))
-        conn.execute(
-            "UPDATE caches SET tree_digest = ?, files = ?, bytes = ?, scan_path = ?,"
-            " scanned_at = ?, state = CASE WHEN ? THEN 'live' ELSE state END WHERE id = ?",
-            (*astuple(scanned), live, cache_id),
-        )
+        write_scan(conn, cache_id, scanned, live=live, new_row=new_row, tainted=tainted)
+
+
+def write_scan(
+    conn: sqlite3.Connection,
+    cache_id: str,
+    scanned: Scanned,
+    *,
+    live: bool = False,
+    new_row: CacheRecord | None = None,
+    tainted: Sequence[TaintedFile] = (),
+) -> None:
+    """`record_scan`'s writes, within a transaction the caller holds."""
+    if new_row is not None:
+        insert(conn, "caches", new_row)
+    for found in tainted:
+        insert(conn, "tainted_files", found, on_conflict="IGNORE")
+    if live:
+        conn.execute("DELETE FROM cache_damage WHERE cache_id = ?", (cache_id,))
+    conn.execute(
+        "UPDATE caches SET tree_digest = ?, files = ?, bytes = ?, scan_path = ?,"
+        " scanned_at = ?, state = CASE WHEN ? THEN 'live' ELSE state END WHERE id = ?",
+        (*astuple(scanned), live, cache_id),
+    )
