@@ -242,3 +242,31 @@ def test_into_a_new_dir_a_second_tree_stands_beside_the_live_one(
     assert {**now, "age_s": 0} == {**row, "age_s": 0}  # and its row
     again = run_lifecycle(demo_project, *args, "--into", str(beside))
     assert again.exit_code == 2 and f"{beside}: File exists" in again.stderr
+
+
+def test_a_cache_changed_after_a_restore_of_an_older_version_grew_from_that_version(
+    archive_project: Path,
+) -> None:
+    """The parent of a version is the tree it grew from: after `restore CACHE@OLDER` on the
+    host that archived a newer tree since, the next version named the newer tree (the newest
+    version row this host knew), not the restored one."""
+    from lifecycle.ledger.archives import versions_of
+    from tests.trust_support import boot, cache_ids, caches, cli
+
+    cache_id = cache_ids(boot(archive_project, "--cold"))[0]
+    assert cli(archive_project, "archive", "--all", "--with-content").exit_code == 0
+    older = caches()[cache_id].tree_digest
+    boot(archive_project, "--profile", "grows")
+    gone = cli(archive_project, "teardown", "--archive", "--with-content", "--yes")
+    assert gone.exit_code == 0, gone.output
+    restored = cli(archive_project, "restore", f"{cache_id}@{older}")
+    assert restored.exit_code == 0, restored.output
+    boot(archive_project, "--profile", "grows")  # grows the restored tree into a third one
+    assert cli(archive_project, "archive", cache_id).exit_code == 0
+    grown = caches()[cache_id].tree_digest
+    ledger = Ledger.open(_home())
+    try:
+        parents = {row.tree_digest: row.parent for row in versions_of(ledger, cache_id)}
+    finally:
+        ledger.close()
+    assert grown not in (older, None) and parents[grown] == older, parents

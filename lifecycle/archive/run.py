@@ -247,7 +247,7 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
     for boot, planned in boots:
         _refuse_secrets(f"the record of boot {boot.id}", planned, run.secrets)
     rows = versions_of(ledger, cache.id)
-    parent = _parent(rows, tree) or _legacy_parent(store, previous, tree)
+    parent = _parent(rows, previous, tree) or _legacy_parent(store, previous, tree)
 
     @functools.cache
     def plan() -> RecordPlan:  # the version's record: to write, or to repair the one there
@@ -340,12 +340,16 @@ def refuse_secrets_carried(
         )
 
 
-def _parent(rows: Sequence[VersionRow], tree: str) -> str | None:
+def _parent(rows: Sequence[VersionRow], previous: ArchiveRecord | None, tree: str) -> str | None:
     """The tree a version of `tree` grew from: the parent of an earlier record of the same
-    tree, else the newest other tree this host archived or restored."""
+    tree, else the tree the cache was last archived as or restored from (a restore of an older
+    version makes it that one: not the newest this host archived), else the newest other tree
+    this host archived."""
     same = [row for row in rows if row.tree_digest == tree]
     if same:
         return same[0].parent
+    if previous is not None and previous.tree_digest not in (None, tree):
+        return previous.tree_digest
     others = [row for row in rows if row.tree_digest != tree]
     return others[-1].tree_digest if others else None
 
