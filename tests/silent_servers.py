@@ -12,8 +12,8 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -198,9 +198,9 @@ class _SlowDown(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def failing_server() -> Iterator[str]:
-    """The endpoint (http://127.0.0.1:PORT) of an S3 server answering every request 503."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowDown)
+def serving(handler: Callable[..., BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` answering HTTP on a loopback port while in the block: its http://HOST:PORT."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -209,6 +209,11 @@ def failing_server() -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def failing_server() -> AbstractContextManager[str]:
+    """The endpoint (http://127.0.0.1:PORT) of an S3 server answering every request 503."""
+    return serving(_SlowDown)
 
 
 def side_by_side(

@@ -6,11 +6,9 @@ from __future__ import annotations
 import base64
 import functools
 import subprocess
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import AbstractContextManager
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ from lifecycle.cli import cli
 from lifecycle.home import Home
 from lifecycle.port.upstream import ensure_mirror
 from tests.port_support import PatchSpec, PortRun, Project, Upstream, change_mix, git
-from tests.silent_servers import silent_listener
+from tests.silent_servers import serving, silent_listener
 
 # Quoted as YAML: `--upload-pack` runs its value through the shell on the fetching side.
 OPTION = "--upload-pack=touch PWNED; echo x:y"
@@ -88,19 +86,9 @@ class _PrivateUpstream(SimpleHTTPRequestHandler):
         pass  # the test's output stays the port's
 
 
-@contextmanager
-def _dumb_http(root: Path, basic: str | None) -> Iterator[str]:
+def _dumb_http(root: Path, basic: str | None) -> AbstractContextManager[str]:
     """`root` served over dumb HTTP on loopback while in the block: its URL."""
-    handler = functools.partial(_PrivateUpstream, basic=basic, directory=str(root))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    return serving(functools.partial(_PrivateUpstream, basic=basic, directory=str(root)))
 
 
 def _lifecycle(project: Project, *args: str) -> PortRun:
