@@ -103,20 +103,17 @@ def ensure_mirror(home: Home, source: str) -> Mirror:
     with exclusive(path.with_suffix(".lock")):
         if not (path / "HEAD").is_file():
             _init_bare(path)
-        fetched = (
-            Git.user(path)
-            .with_env(**_silence_limit(os.environ))
-            .run(
-                "fetch",
-                "--quiet",
-                "--force",
-                "--prune",
-                "--tags",
-                "--",  # the source is never an option, whatever a manifest says (model refuses too)
-                source,
-                "+refs/heads/*:refs/heads/*",
-                check=False,
-            )
+        git = Git.user(path).with_env(**_silence_limit(os.environ))
+        fetched = git.run(
+            "fetch",
+            "--quiet",
+            "--force",
+            "--prune",
+            "--tags",
+            "--",  # the source is never an option, whatever a manifest says (model refuses too)
+            source,
+            "+refs/heads/*:refs/heads/*",
+            check=False,
         )
     if fetched.rc != 0:
         reason = (fetched.err or fetched.out).strip().splitlines()
