@@ -83,6 +83,7 @@ class HookExit:
     rc: int | None
     out: str
     err: str
+    left_running: int = 0  # processes of its group still running after it exited, stopped
 
 
 # (argv, stdin text, cwd, timeout in seconds) -> HookExit; tests may inject a fake one.
@@ -208,15 +209,18 @@ def run_hook_process(
     cwd: Path,
     timeout_s: float,
     env: Mapping[str, str] | None = None,
+    *,
+    reap: bool = False,
 ) -> HookExit:
     """Run a hook (or an acceptance: `env` its whole environment) in its own process group: a
     timeout kills everything it started.
 
     The outcome is the hook's own exit within `timeout_s`, not the end of its output: a hook
     that starts a service in the background and exits 0 has succeeded, and the service (which
-    still holds the hook's stdout and stderr) lives on. Its own session also keeps the
-    terminal's Ctrl-C away from it: the interrupt is ours to handle, and an on-exit hook
-    restoring production must not be cut short by it.
+    still holds the hook's stdout and stderr) lives on; with `reap` (an acceptance, which only
+    measures), what it left running in its group is stopped once it exits. Its own session
+    also keeps the terminal's Ctrl-C away from it: the interrupt is ours to handle, and an
+    on-exit hook restoring production must not be cut short by it.
     """
     try:
         proc = subprocess.Popen(
@@ -235,6 +239,7 @@ def run_hook_process(
         if pipes.pump_until_exit(time.monotonic() + timeout_s) is None:
             _stop(proc, pipes)
             return HookExit(None, pipes.text("out"), pipes.text("err"))
+        left = _stop_what_it_left(proc, pipes) if reap else 0
         pipes.pump_until_eof(time.monotonic() + OUTPUT_AFTER_EXIT_S)
     except BaseException:  # interrupted: leave nothing of a running hook behind us
         if proc.returncode is None:
@@ -243,7 +248,7 @@ def run_hook_process(
         raise
     finally:
         pipes.close()
-    return HookExit(proc.returncode, pipes.text("out"), pipes.text("err"))
+    return HookExit(proc.returncode, pipes.text("out"), pipes.text("err"), left)
 
 
 class _HookPipes:
@@ -351,6 +356,42 @@ def _stop(proc: subprocess.Popen[bytes], pipes: _HookPipes) -> None:
         proc.wait()
     # a grandchild that daemonized into a session of its own may hold the pipes: not waited for
     pipes.pump_until_eof(time.monotonic() + OUTPUT_AFTER_EXIT_S)
+
+
+def _stop_what_it_left(proc: subprocess.Popen[bytes], pipes: _HookPipes) -> int:
+    """SIGTERM what is still running in the exited process's group, SIGKILL it after the
+    grace; how many processes were left. (A child that made a session of its own is out of
+    reach, as it is of a timeout.)"""
+    left = len(_running_in_group(proc.pid))
+    for signum in (signal.SIGTERM, signal.SIGKILL) if left else ():
+        _signal_group(proc, signum)
+        deadline = time.monotonic() + KILL_GRACE_S
+        while (still := _running_in_group(proc.pid)) and time.monotonic() < deadline:
+            if pipes.reading():  # keep reading what they say as they go
+                pipes.pump_until_eof(time.monotonic() + EXIT_POLL_S)
+            else:
+                time.sleep(EXIT_POLL_S)
+        if not still:
+            break
+    return left
+
+
+def _running_in_group(pgid: int) -> list[int]:
+    """The processes of group `pgid` that have not ended. Not `killpg(pgid, 0)`: it finds
+    the zombies too, which stay until whoever adopted them reaps them (if ever, in a
+    container whose first process does not)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:  # ended while we looked
+            continue
+        state, _ppid, group = stat.rsplit(")", 1)[1].split()[:3]
+        if int(group) == pgid and state != "Z":
+            found.append(int(entry.name))
+    return found
 
 
 def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:

@@ -216,6 +216,53 @@ def test_an_acceptance_is_judged_by_its_exit_not_by_the_end_of_its_output(
     assert time.monotonic() - started < 5
 
 
+@pytest.mark.parametrize("holds_output", [False, True])
+def test_an_acceptance_that_exits_leaves_nothing_it_started_running(
+    tmp_path: Path, holds_output: bool
+) -> None:
+    """A load generator the acceptance started in the background ran on after it exited 0,
+    into the next cell of a night: what it left running is stopped, and said."""
+    pid_file = tmp_path / "child.pid"
+    quiet = "" if holds_output else " > /dev/null 2>&1"
+    script = f'sleep 300{quiet} & echo $! > {pid_file}; echo \'{{"note": "ok"}}\''
+    started = time.monotonic()
+    done = run_command(["sh", "-c", script], tmp_path, "", dict(os.environ), 30.0)
+    assert done.rc == 0 and '"ok"' in done.out, done
+    assert not _alive(int(pid_file.read_text())), "the child outlived its acceptance"
+    assert time.monotonic() - started < 5
+    assert done.left_running == 1
+
+
+def test_what_an_acceptance_left_that_ignores_sigterm_is_killed(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    script = f"(trap '' TERM; sleep 300) > /dev/null 2>&1 & echo $! > {pid_file}; exit 1"
+    done = run_command(["sh", "-c", script], tmp_path, "", dict(os.environ), 30.0)
+    assert done.rc == 1, done
+    assert not _alive(int(pid_file.read_text())), "the child outlived its acceptance"
+    assert done.left_running >= 1
+
+
+def test_the_result_says_what_the_acceptance_left_running(tmp_path: Path) -> None:
+    result, _ = _accept(tmp_path, CommandRun(0, '{"note": "kv ok"}', "", left_running=2))
+    assert result.status == "pass"
+    assert result.note == "kv ok; 2 process(es) it left running were stopped"
+
+
+def test_a_hook_may_leave_a_service_running(tmp_path: Path) -> None:
+    """A hook is not an acceptance: one that starts a service and exits 0 succeeded, and the
+    service it started is its purpose."""
+    from lifecycle.hooks import run_hook_process
+
+    pid_file = tmp_path / "service.pid"
+    script = f"sleep 300 > /dev/null 2>&1 & echo $! > {pid_file}"
+    done = run_hook_process(["sh", "-c", script], "", tmp_path, 30.0)
+    child = int(pid_file.read_text())
+    try:
+        assert done.rc == 0 and done.left_running == 0 and _alive(child)
+    finally:
+        os.kill(child, 9)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

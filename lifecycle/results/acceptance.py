@@ -30,6 +30,7 @@ class CommandRun:
     rc: int | None
     out: str
     err: str
+    left_running: int = 0  # processes it left running when it exited, stopped then
 
 
 Runner = Callable[[Sequence[str], Path, str, Mapping[str, str], float], CommandRun]
@@ -39,10 +40,11 @@ def run_command(
     command: Sequence[str], cwd: Path, stdin: str, env: Mapping[str, str], timeout_s: float
 ) -> CommandRun:
     """The real runner, as a hook runs: in a process group of its own, judged by its own exit
-    within `timeout_s` (a child it leaves holding its output is not waited for), and a timeout
-    kills everything it started (a load generator left running would load the next cell)."""
-    done = run_hook_process(command, stdin, cwd, timeout_s, env)
-    return CommandRun(done.rc, done.out, done.err)
+    within `timeout_s` (a child it leaves holding its output is not waited for). Unlike a
+    hook's, everything it started is stopped when it ends, by its exit or its timeout: a load
+    generator left running would load the next cell of a night."""
+    done = run_hook_process(command, stdin, cwd, timeout_s, env, reap=True)
+    return CommandRun(done.rc, done.out, done.err, done.left_running)
 
 
 def project_root(manifest_file: Path) -> Path:
@@ -94,6 +96,8 @@ def accept(
             notes.append(str(exc))
         if said:
             notes.insert(0, said)
+    if done.left_running:
+        notes.append(f"{done.left_running} process(es) it left running were stopped")
     if status != "pass" and done.err.strip():
         notes.append("stderr: " + redact(done.err.strip(), secrets)[-STDERR_TAIL:])
     request = _request(boot, name, status, "; ".join(notes) or None, document)
