@@ -67,6 +67,33 @@ def test_nothing_opened_is_nothing_seen(tmp_path: Path) -> None:
     assert (seen.opened, seen.written, seen.complete) == (set(), set(), True)
 
 
+def test_a_night_of_boots_keeps_no_watch_open(tmp_path: Path) -> None:
+    """The watch is closed beside the boot's finish, not before it; it is closed all the same:
+    a night boots hundreds of times in one process."""
+    import time
+
+    def watches() -> int:
+        fds = Path("/proc/self/fd")
+        return sum(1 for fd in fds.iterdir() if "inotify" in _link(fd))
+
+    before = watches()
+    for _ in range(20):
+        watch = AccessWatch({"vllm": _cache(tmp_path / str(time.monotonic_ns()))})
+        watch.start()
+        watch.stop()
+    deadline = time.monotonic() + 10
+    while watches() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert watches() == before, f"{watches() - before} inotify fds still open"
+
+
+def _link(fd: Path) -> str:
+    try:
+        return str(fd.readlink())
+    except OSError:  # the listing's own fd, closed by now
+        return ""
+
+
 def test_a_queue_that_overflowed_makes_the_access_incomplete(tmp_path: Path) -> None:
     import struct
 
