@@ -18,6 +18,7 @@ evidence/images/<id>.json       what a boot ran, kept for the archive and audits
 nights/<night id>/              a night's report (report.html, report.json)
 night.lock                      one night at a time on this host
 mirrors/, port/                 upstream mirrors and stopped ports (lifecycle.port)
+port-aborted/<old>-to-<new>-<when>.patch   what an aborted port's worktree held beyond its stop
 crashes/                        tracebacks of unexpected errors
 """
 
@@ -62,6 +63,7 @@ class Home:
         self.crashes = root / "crashes"  # unexpected errors' tracebacks
         self.mirrors = root / "mirrors"  # upstream repositories mirrored for `port`
         self.ports = root / "port"  # the state of stopped ports
+        self.aborted_ports = root / "port-aborted"  # the edits each `port --abort` kept
 
     def __str__(self) -> str:
         """The home's path: what a message that names the home shows."""

@@ -32,6 +32,7 @@ class PortCommandReport(Report):
     FORMAT: ClassVar[str] = "lifecycle-port/1"
     report: PortReport | None
     aborted: str | None = None
+    kept: Path | None = None  # where an abort kept the worktree's edits
 
     @property
     def exit_code(self) -> int:
@@ -39,7 +40,8 @@ class PortCommandReport(Report):
 
     def to_json(self) -> dict[str, Any]:
         if self.report is None:
-            return {"format": self.FORMAT, "aborted": True, "message": self.aborted}
+            kept = str(self.kept) if self.kept else None
+            return {"format": self.FORMAT, "aborted": True, "message": self.aborted, "kept": kept}
         return {"format": self.FORMAT, **self.report.to_json()}
 
     def text(self) -> str:
@@ -65,7 +67,7 @@ def run(ctx: Context, options: verbs.Port) -> PortCommandReport:
         with _git_failures():
             stopped = session.locate(ctx.manifests_dir, home, cwd)
             if options.abort:
-                return PortCommandReport(None, session.abort(stopped, home))
+                return PortCommandReport(None, *session.abort(stopped, home))
             return PortCommandReport(session.resume(stopped, home, ctx.checkpoint()))
     if not (options.old and options.new):
         raise LifecycleError("give OLD and NEW (e.g. `lifecycle port 0.30 0.31`)")

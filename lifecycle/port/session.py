@@ -3,22 +3,25 @@
 `start` runs a port; `resume` (`--continue`) takes the worktree as the resolution and goes on;
 `abort` forgets a stopped port. Nothing is written into the user's repository before the port
 finishes, and then only the port branch (see branch.py), so abort has only its own state dir
-to remove. Each holds the port's lock while it runs (state.running), so none of them touches
-the state dir of a port that is running; the lock goes with a killed process.
+to remove, once a resolution a person began in its worktree is kept as a patch in the home.
+Each holds the port's lock while it runs (state.running), so none of them touches the state
+dir of a port that is running; the lock goes with a killed process.
 """
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import asdict, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from lifecycle.errors import LifecycleError
 from lifecycle.faults import Checkpoint
-from lifecycle.home import Home
+from lifecycle.home import Home, write_atomic
 from lifecycle.port import branch as port_branch
 from lifecycle.port import export, history, replay, state
 from lifecycle.port.classify import Replayed
@@ -68,7 +71,7 @@ def start(request: PortRequest, checkpoint: Checkpoint = lambda point: None) -> 
         if request.flags.keep_going:
             replay.restart_at(git, stops[0], picks, by_commit)
         git.run("sparse-checkout", "disable")  # an ordinary worktree, for a person to work in
-        _save(directory, plan, base, replayed, picks)
+        _save(directory, git, plan, base, replayed, picks)
         return replace(report, worktree=str(git.cwd))
     raise AssertionError("unreachable")
 
@@ -152,7 +155,7 @@ def _resume(directory: Path, home: Home, checkpoint: Checkpoint) -> PortReport:
         # resolved unseen: a binary or modify/delete conflict leaves no marker to refuse.
         resolved[stop.index] = stop.conflict
         replayed = Replayed(old, _new_commits(git, plan), pre_dropped, resolved, [at])
-        _save(directory, plan, saved.base_commit, replayed, saved.picks)
+        _save(directory, git, plan, saved.base_commit, replayed, saved.picks)
         return replace(stopped(plan, git, replayed), worktree=str(git.cwd))
     stops = replay.resume(git, by_commit)
     checkpoint("port-continued")
@@ -162,7 +165,7 @@ def _resume(directory: Path, home: Home, checkpoint: Checkpoint) -> PortReport:
         report = finish(plan, git, replayed, saved.base_commit)
         state.remove(directory)
         return report
-    _save(directory, plan, saved.base_commit, replayed, saved.picks)
+    _save(directory, git, plan, saved.base_commit, replayed, saved.picks)
     return replace(stopped(plan, git, replayed), worktree=str(git.cwd))
 
 
@@ -186,19 +189,60 @@ def _stop_in_worktree(git: Git, plan: PortPlan, saved: Stop, by_commit: dict[str
     )
 
 
-def abort(directory: Path, home: Home) -> str:
+def abort(directory: Path, home: Home) -> tuple[str, Path | None]:
     """`--abort`: forget the stopped port (nothing outside its state dir was written); refused
-    while the port runs."""
+    while the port runs. What it says, and where the worktree's changes beyond the stop (a
+    resolution begun by hand) were kept, if it had any."""
     advice = "--abort removes only a stopped or killed port"
     with state.running(home, directory, "the `port --abort`", advice):
         if not directory.is_dir():  # the port it waited on ended meanwhile
             raise LifecycleError(f"no port in progress (nothing in {directory})")
         if not (directory / "state.json").is_file():
             state.remove(directory)  # a port killed before it could save or clean up
-            return f"removed the leftovers of an interrupted port: {directory}"
+            return f"removed the leftovers of an interrupted port: {directory}", None
         saved = state.load(directory)
+        said = f"aborted the port {saved.old_ref} -> {saved.new_ref}; removed {directory}"
+        kept = _keep_edits(Git.scratch(state.worktree(directory)), home, saved)
         state.remove(directory)
-        return f"aborted the port {saved.old_ref} -> {saved.new_ref}; removed {directory}"
+        if kept is None:
+            return said, None
+        path, files = kept
+        return (
+            f"{said}; the worktree's edits since the stop ({_files(files)}) are kept in {path}"
+            " (to take them up in the worktree of a port stopped at the same patch: "
+            f"`git checkout HEAD -- . && git apply {path}`)"
+        ), path
+
+
+def _keep_edits(git: Git, home: Home, saved: state.PortState) -> tuple[Path, list[str]] | None:
+    """Write the worktree's changes to a patch in the home when a person made some since the
+    port stopped (they differ from what it left); (the patch, the files it changes)."""
+    changes = _changes(git)
+    if not changes or hashlib.sha256(changes).hexdigest() == saved.worktree_left:
+        return None
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    name = f"{saved.old_ref}-to-{saved.new_ref}-{stamp}.patch".replace("/", "_")
+    path = home.aborted_ports / name
+    write_atomic(path, changes)  # whole before the worktree goes
+    staged = git.out("apply", "--numstat", "-", input=changes.decode("utf-8", "surrogateescape"))
+    return path, [line.split("\t", 2)[2] for line in staged.splitlines()]
+
+
+def _changes(git: Git) -> bytes:
+    """The worktree against its HEAD as one binary patch, new files included: what `--abort`
+    would lose. Staged through an index of its own, so git's (a cherry-pick's conflict, for
+    `--continue`) stays as it is."""
+    with tempfile.TemporaryDirectory() as scratch:
+        staged = git.with_env(GIT_INDEX_FILE=str(Path(scratch) / "index"))
+        staged.run("read-tree", "HEAD")
+        staged.run("add", "--all")
+        diff = staged.out("diff", "--cached", "--binary", "HEAD")
+    return diff.encode("utf-8", "surrogateescape")
+
+
+def _files(files: list[str]) -> str:
+    shown = ", ".join(files[:3]) + (", …" if len(files) > 3 else "")
+    return f"{len(files)} file{'s' if len(files) != 1 else ''}: {shown}"
 
 
 def _old_series(plan: PortPlan, git: Git) -> list[str]:
@@ -246,10 +290,17 @@ def _new_commits(git: Git, plan: PortPlan) -> dict[int, str]:
 
 
 def _save(
-    directory: Path, plan: PortPlan, base: str | None, replayed: Replayed, picks: list[str]
+    directory: Path,
+    git: Git,
+    plan: PortPlan,
+    base: str | None,
+    replayed: Replayed,
+    picks: list[str],
 ) -> None:
-    """Save where the port stopped (its first stop), for `--continue`."""
+    """Save where the port stopped (its first stop), for `--continue`, and what its worktree
+    holds then, for `--abort`."""
     stop = replayed.stops[0]
+    left = hashlib.sha256(_changes(git)).hexdigest()
     state.save(
         directory,
         state.PortState(
@@ -271,6 +322,7 @@ def _save(
             uncommitted=list(plan.uncommitted),
             old_release=asdict(plan.old),
             new_release=asdict(plan.new),
+            worktree_left=left,
         ),
     )
 

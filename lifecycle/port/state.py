@@ -55,6 +55,9 @@ class PortState:
     # onto. None in a state saved before they were kept: the tags are read again.
     old_release: dict[str, str] | None = None
     new_release: dict[str, str] | None = None
+    # sha256 of the worktree's changes (`changes`) as the port left it at its stop: what differs
+    # at `--abort` is a person's work. None in a state saved before it was kept.
+    worktree_left: str | None = None
     version: int = STATE_VERSION
 
     @property

@@ -134,17 +134,47 @@ def test_abort_restores_everything_byte_for_byte(
     home = isolated_home / "lifecycle"
     project_before, home_before = snapshot(project.path), _home_state(home)
 
-    stopped = project.port("1.0", "2.0", "--json")
-    worktree = Path(stopped.report["worktree"])
-    (worktree / "pkg/serve.py").write_text("half way through a resolution\n")
-    aborted = project.port("--abort")
+    project.port("1.0", "2.0", "--json")
+    aborted = project.port("--abort", "--json")
 
     assert aborted.exit_code == 0, aborted.stderr
-    assert "aborted the port" in aborted.stdout
+    assert "aborted the port" in aborted.report["message"]
+    assert aborted.report["kept"] is None  # nothing but what the port itself left
     assert snapshot(project.path) == project_before
     assert _home_state(home) == home_before
     assert not (home / "port").exists()
     assert project.port("--abort").exit_code == 2
+
+
+def test_abort_keeps_a_resolution_begun_by_hand(
+    up: Upstream, project: Project, isolated_home: Path
+) -> None:
+    """An hour of conflict resolution was gone with one `--abort` (as with git's): the edits
+    made in the worktree since the stop, new files too, are kept as a patch in the home first,
+    and take up again on the same stop with `git apply`."""
+    _conflicting_release(up, project)
+    home = isolated_home / "lifecycle"
+    project_before = snapshot(project.path)
+    stopped = project.port("1.0", "2.0", "--json")
+    worktree = Path(stopped.report["worktree"])
+    (worktree / "pkg/serve.py").write_text("half way through a resolution\n")
+    (worktree / "pkg/notes.txt").write_bytes(b"which side wins \xff\n")  # new, not UTF-8
+
+    aborted = project.port("--abort", "--json")
+
+    assert aborted.exit_code == 0, aborted.stderr
+    kept = Path(aborted.report["kept"])
+    assert kept.parent == home / "port-aborted" and kept.name.startswith("1.0-to-2.0-")
+    assert "2 files: pkg/notes.txt, pkg/serve.py" in aborted.report["message"]
+    assert snapshot(project.path) == project_before
+    assert not (home / "port").exists()
+
+    again = Path(project.port("1.0", "2.0", "--json").report["worktree"])
+    git(again, "checkout", "HEAD", "--", ".")  # as the message says: the stop's HEAD, then
+    git(again, "apply", str(kept))
+    assert (again / "pkg/serve.py").read_text() == "half way through a resolution\n"
+    assert (again / "pkg/notes.txt").read_bytes() == b"which side wins \xff\n"
+    assert f"`git checkout HEAD -- . && git apply {kept}`" in aborted.report["message"]
 
 
 def test_keep_going_reports_every_conflict_and_what_they_block(
