@@ -38,6 +38,7 @@ from lifecycle.archive.store import (
 )
 from lifecycle.archive.transfer import download_files, fetch_region, regions
 from lifecycle.errors import DiskFull, LifecycleError, no_room
+from lifecycle.faults import Checkpoint
 from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.home import Home
 from lifecycle.leases import try_lease
@@ -225,6 +226,7 @@ def restore_beside(
     tree: str | None = None,
     progress: Callable[[str], None] | None = None,
     workers: int = 8,
+    checkpoint: Checkpoint = lambda point: None,
 ) -> RestoreReport:
     """Rebuild an archived version's tree (as `pick_version` chooses it) in `into`, a new dir,
     verified as a restore is; the cache, its dir and the ledger stay as they are. So a second
@@ -239,7 +241,7 @@ def restore_beside(
         withheld = _left_out(document, archived)
         wanted = restorable(archived, withheld)
         say = progress or (lambda line: None)
-        restored = _rebuild(store, wanted, placements(document), into, workers, say)
+        restored = _rebuild(store, wanted, placements(document), into, workers, say, checkpoint)
     except (LifecycleError, OSError) as exc:
         raise _failed(exc, cache_id, location) from exc
     return RestoreReport(
@@ -303,6 +305,7 @@ def restore_file(
     sink: BinaryIO,
     *,
     tree: str | None = None,
+    checkpoint: Checkpoint = lambda point: None,
 ) -> FileRestored:
     """Write one file of an archived version (as `pick_version` chooses it) into `sink`,
     checked against its sha256: the record, the fingerprint, and that file's bytes alone (one
@@ -325,6 +328,7 @@ def restore_file(
             sink.writelines(blob for _, blob in fetch_region(store, region))
         else:
             store.download_blob(entry.sha256, sink)
+        checkpoint("restore-fetched")
     except ArchiveError as exc:
         raise exc.within(f"restore of {cache_id}:{path} from {location.url()} failed") from exc
     return FileRestored(cache_id, path, entry.sha256, entry.size, store.where(relative), unread)
@@ -497,6 +501,7 @@ def _rebuild(
     target: Path,
     workers: int,
     say: Callable[[str], None],
+    checkpoint: Checkpoint = lambda point: None,
 ) -> Fingerprint:
     """Download the tree into a temp dir beside `target`, verify it, rename it into place."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -515,7 +520,7 @@ def _rebuild(
                 os.mkfifo(path)
                 path.chmod(e.mode)
         files = [e for e in wanted.entries if e.kind == "file"]
-        download_files(store, temp, files, placed, workers, say)
+        download_files(store, temp, files, placed, workers, say, checkpoint)
         for e in sorted(
             (e for e in wanted.entries if e.kind == "dir"), key=lambda e: -e.path.count("/")
         ):

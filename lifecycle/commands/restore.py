@@ -70,8 +70,9 @@ def run_restore(
     client = ctx.s3()
     if into is not None:
         beside = restore_beside(
-            client, location, cache_id, into, tree=tree or None, progress=ctx.say
-        )
+            client, location, cache_id, into, tree=tree or None, progress=ctx.say,
+            checkpoint=ctx.checkpoint(),
+        )  # fmt: skip
         return beside
     with ctx.ledger() as ledger:
         done = restore_cache(
@@ -116,7 +117,10 @@ def run_restore_file(
     partial = output.with_name(f".{output.name}.restore-{os.getpid()}")
     try:
         with partial.open("xb") as sink:
-            done = restore_file(client, location, cache_id, path, sink, tree=tree or None)
+            done = restore_file(
+                client, location, cache_id, path, sink, tree=tree or None,
+                checkpoint=ctx.checkpoint(),
+            )  # fmt: skip
         # A link, not a rename: it fails rather than replace a file there (FILE must be new).
         os.link(partial, output)
     except OSError as exc:
