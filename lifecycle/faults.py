@@ -59,6 +59,10 @@ NIGHT_CRASH_POINTS = (
 # A port's: it holds its lock and state dir, nothing replayed yet; a `--continue`'s: git's
 # `cherry-pick --continue` returned (git may have stopped at the next patch), nothing saved yet.
 PORT_CRASH_POINTS = ("port-claimed", "port-continued")
+# A restore's: a file (or a pack's region of files) written into the partial tree beside its
+# place (`:N`: the N-th), nothing renamed into place; with --file, the file's bytes written to
+# its partial beside FILE, not yet linked to FILE.
+RESTORE_CRASH_POINTS = ("restore-fetched",)
 DELAY_POINTS = (
     *CRASH_POINTS,
     *GC_CRASH_POINTS,
@@ -69,6 +73,7 @@ DELAY_POINTS = (
     "port-claimed",  # a port holds its lock and state dir; nothing replayed yet
     "push-tagged",  # a push's image is tagged for the registry; dockerd not asked to push yet
     "night-run-recorded",  # a run's results are recorded; its summary is not back with the night
+    *RESTORE_CRASH_POINTS,
 )
 
 Checkpoint = Callable[[str], None]
@@ -106,6 +111,7 @@ def _crash_at(wanted: str) -> tuple[str, int] | None:
     known = (
         *CRASH_POINTS, *GC_CRASH_POINTS, *APPLY_CRASH_POINTS, *BAKE_CRASH_POINTS,
         *MCV_CRASH_POINTS, *BUILD_CRASH_POINTS, *NIGHT_CRASH_POINTS, *PORT_CRASH_POINTS,
+        *RESTORE_CRASH_POINTS,
     )  # fmt: skip
     if point not in known or not (nth or "1").isdigit():
         points = ", ".join(known)

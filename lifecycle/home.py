@@ -20,6 +20,11 @@ night.lock                      one night at a time on this host
 mirrors/, port/                 upstream mirrors and stopped ports (lifecycle.port)
 port-aborted/<old>-to-<new>-<when>.patch   what an aborted port's worktree held beyond its stop
 crashes/                        tracebacks of unexpected errors
+
+The `.lock` files are made by the first run that takes them and stay: a lock is the kernel's
+flock on the file, held only while its run lives (SIGKILL drops it), so a file there says
+nothing about a run in progress (`leases.held` asks). Removing one a process may be opening
+would split the lock in two (lifecycle.leases).
 """
 
 from __future__ import annotations

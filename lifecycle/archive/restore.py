@@ -7,10 +7,10 @@ version it came from, the parent of the cache's next version.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import re
-import shutil
 import tempfile
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -21,6 +21,7 @@ from typing import Any, BinaryIO, ClassVar
 from lifecycle.archive.layout import CACHE_KINDS, Key, cache_prefix, parse_key
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.packs import Placed
+from lifecycle.archive.partials import partial_prefix, remove_dead_partials, remove_partial
 from lifecycle.archive.record import (
     GcRecords,
     Unread,
@@ -38,6 +39,7 @@ from lifecycle.archive.store import (
 )
 from lifecycle.archive.transfer import download_files, fetch_region, regions
 from lifecycle.errors import DiskFull, LifecycleError, no_room
+from lifecycle.faults import Checkpoint
 from lifecycle.fingerprint import Entry, Fingerprint, scan
 from lifecycle.home import Home
 from lifecycle.leases import try_lease
@@ -162,7 +164,7 @@ def _restore_held(
         withheld = _left_out(document, archived)
         wanted = restorable(archived, withheld)
         for partial in target.parent.glob(f".{target.name}.restore-*"):
-            _remove(partial)  # a restore killed half way; the lease says none runs now
+            remove_partial(partial)  # a restore killed half way; the lease says none runs now
         present = _already_there(target, wanted)
         restored = present or _rebuild(store, wanted, placements(document), target, workers, say)
     except (LifecycleError, OSError) as exc:
@@ -225,11 +227,13 @@ def restore_beside(
     tree: str | None = None,
     progress: Callable[[str], None] | None = None,
     workers: int = 8,
+    checkpoint: Checkpoint = lambda point: None,
 ) -> RestoreReport:
     """Rebuild an archived version's tree (as `pick_version` chooses it) in `into`, a new dir,
     verified as a restore is; the cache, its dir and the ledger stay as they are. So a second
     tree of a cache, the one behind a result, can stand beside the live one to compare."""
     check_cache_id(cache_id)
+    remove_dead_partials(into)  # what a killed restore into it left, even when it is there now
     if os.path.lexists(into):
         raise LifecycleError(f"{into}: File exists (--into makes a new dir)")
     store = BlobStore(client, location)
@@ -239,7 +243,7 @@ def restore_beside(
         withheld = _left_out(document, archived)
         wanted = restorable(archived, withheld)
         say = progress or (lambda line: None)
-        restored = _rebuild(store, wanted, placements(document), into, workers, say)
+        restored = _rebuild(store, wanted, placements(document), into, workers, say, checkpoint)
     except (LifecycleError, OSError) as exc:
         raise _failed(exc, cache_id, location) from exc
     return RestoreReport(
@@ -303,6 +307,7 @@ def restore_file(
     sink: BinaryIO,
     *,
     tree: str | None = None,
+    checkpoint: Checkpoint = lambda point: None,
 ) -> FileRestored:
     """Write one file of an archived version (as `pick_version` chooses it) into `sink`,
     checked against its sha256: the record, the fingerprint, and that file's bytes alone (one
@@ -325,6 +330,7 @@ def restore_file(
             sink.writelines(blob for _, blob in fetch_region(store, region))
         else:
             store.download_blob(entry.sha256, sink)
+        checkpoint("restore-fetched")
     except ArchiveError as exc:
         raise exc.within(f"restore of {cache_id}:{path} from {location.url()} failed") from exc
     return FileRestored(cache_id, path, entry.sha256, entry.size, store.where(relative), unread)
@@ -497,10 +503,11 @@ def _rebuild(
     target: Path,
     workers: int,
     say: Callable[[str], None],
+    checkpoint: Checkpoint = lambda point: None,
 ) -> Fingerprint:
     """Download the tree into a temp dir beside `target`, verify it, rename it into place."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    temp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.restore-"))
+    temp = Path(tempfile.mkdtemp(dir=target.parent, prefix=partial_prefix(target)))
     try:
         for e in wanted.entries:  # sorted by path: a parent comes before what it holds
             path = temp / e.path
@@ -515,7 +522,7 @@ def _rebuild(
                 os.mkfifo(path)
                 path.chmod(e.mode)
         files = [e for e in wanted.entries if e.kind == "file"]
-        download_files(store, temp, files, placed, workers, say)
+        download_files(store, temp, files, placed, workers, say, checkpoint)
         for e in sorted(
             (e for e in wanted.entries if e.kind == "dir"), key=lambda e: -e.path.count("/")
         ):
@@ -527,29 +534,27 @@ def _rebuild(
                 f"rebuilt tree digest {restored.tree_digest} is not the archived"
                 f" {wanted.tree_digest}"
             )
-        temp.rename(target)  # atomic; fails rather than replace a dir that appeared meanwhile
+        _rename_into(temp, target)
     except OSError as exc:
-        _remove(temp)  # nothing half restored stays: the space it took is free again
+        remove_partial(temp)  # nothing half restored stays: the space it took is free again
         if no_room(exc):  # a write's error names no file: the dir it was filling is named
             raise DiskFull(target) from exc
         raise
     except BaseException:
-        _remove(temp)
+        remove_partial(temp)
         raise
     return restored
 
 
-def _remove(temp: Path) -> None:
-    """Remove a partial restore, read-only dirs included, and never through a link: a
-    leftover name may be a link anyone who can write caches/ made, and chmod follows links."""
-    if temp.is_symlink() or not temp.is_dir():
-        temp.unlink(missing_ok=True)  # the link itself; what it points at is not ours
-        return
-    # By file descriptor, following no link (not even one swapped in since the check above):
-    # only the dirs under `temp` itself are made writable, to be emptied.
-    for _, _, _, fd in os.fwalk(temp, follow_symlinks=False):
-        os.fchmod(fd, 0o700)
-    shutil.rmtree(temp, ignore_errors=True)  # by descriptor too: it never follows a link
+def _rename_into(temp: Path, target: Path) -> None:
+    """Rename the verified tree into place, atomically; a dir that appeared there meanwhile
+    (another restore `--into` it, finished first) is never replaced, and is named."""
+    try:
+        temp.rename(target)
+    except OSError as exc:
+        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            raise ArchiveError(f"{target}: File exists (made meanwhile; not replaced)") from exc
+        raise
 
 
 def check_tree(tree: str | None) -> None:

@@ -21,6 +21,7 @@ from typing import BinaryIO
 from lifecycle.archive import packs
 from lifecycle.archive.plans import BlobSource
 from lifecycle.archive.store import ArchiveError, BlobStore
+from lifecycle.faults import Checkpoint
 from lifecycle.fingerprint import Entry
 from lifecycle.parallel import bounded_map
 from lifecycle.table import human_bytes
@@ -179,6 +180,7 @@ def download_files(
     placed: Mapping[str, packs.Placed],
     workers: int,
     say: Callable[[str], None],
+    checkpoint: Checkpoint,
 ) -> None:
     """Every file under `root`, created new (never through a link), checked against its sha256:
     packed blobs by region, the others one GET each."""
@@ -208,6 +210,7 @@ def download_files(
 
     done = got = 0
     for count, size in bounded_map(fetch, work, workers, "restore"):
+        checkpoint("restore-fetched")
         before, done, got = done, done + count, got + size
         if done // PROGRESS_EVERY != before // PROGRESS_EVERY or done == len(files):
             say(f"restored {done}/{len(files)} files ({human_bytes(got)})")

@@ -4,6 +4,7 @@ newest complete version, archived by any host, of each cache a boot here would r
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -12,6 +13,7 @@ import click
 
 from lifecycle.archive.catalog import Best, best_versions
 from lifecycle.archive.config import resolve_location
+from lifecycle.archive.partials import partial_prefix, remove_dead_partials
 from lifecycle.archive.record import pushed_images
 from lifecycle.archive.restore import (
     FileRestored,
@@ -70,8 +72,9 @@ def run_restore(
     client = ctx.s3()
     if into is not None:
         beside = restore_beside(
-            client, location, cache_id, into, tree=tree or None, progress=ctx.say
-        )
+            client, location, cache_id, into, tree=tree or None, progress=ctx.say,
+            checkpoint=ctx.checkpoint(),
+        )  # fmt: skip
         return beside
     with ctx.ledger() as ledger:
         done = restore_cache(
@@ -113,10 +116,14 @@ def run_restore_file(
     location = resolve_location(source, ctx.environ, ctx.project, option="--from")
     check_tree(tree if at else None)  # `CACHE@` names no version: an error, not the newest
     client = ctx.s3()
-    partial = output.with_name(f".{output.name}.restore-{os.getpid()}")
+    remove_dead_partials(output)  # what a restore to FILE killed half way left beside it
+    partial = output.with_name(partial_prefix(output) + secrets.token_hex(4))
     try:
         with partial.open("xb") as sink:
-            done = restore_file(client, location, cache_id, path, sink, tree=tree or None)
+            done = restore_file(
+                client, location, cache_id, path, sink, tree=tree or None,
+                checkpoint=ctx.checkpoint(),
+            )  # fmt: skip
         # A link, not a rename: it fails rather than replace a file there (FILE must be new).
         os.link(partial, output)
     except OSError as exc:
