@@ -51,8 +51,10 @@ class SilentRelay:
         upstream: tuple[str, int] | str | None,
         freeze_at: str | None,
         trickle: float | None = None,
+        greeting: bytes = b"",
     ) -> None:
         self.upstream = upstream
+        self.greeting = greeting
         self.trickle = trickle
         self.freeze_at = re.compile(freeze_at.encode()) if freeze_at else None
         self.frozen = threading.Event()
@@ -87,7 +89,8 @@ class SilentRelay:
                 return
             self.held.append(client)
             if self.upstream is None or (self.frozen.is_set() and self.trickle is None):
-                continue  # accepted, never read, never answered
+                client.sendall(self.greeting)
+                continue  # accepted, never read, never answered (but for the greeting)
             upstream = _connect(self.upstream)
             self.held.append(upstream)
             for source, sink, asks in ((client, upstream, True), (upstream, client, False)):
@@ -152,9 +155,10 @@ def _connect(upstream: tuple[str, int] | str) -> socket.socket:
 
 
 @contextmanager
-def silent_listener() -> Iterator[SilentRelay]:
-    """A listener that accepts every connection and never says a word."""
-    relay = SilentRelay(None, None)
+def silent_listener(greeting: bytes = b"") -> Iterator[SilentRelay]:
+    """A listener that accepts every connection and never says a word, or only `greeting`
+    (an ssh server's banner) as it accepts."""
+    relay = SilentRelay(None, None, greeting=greeting)
     try:
         yield relay
     finally:

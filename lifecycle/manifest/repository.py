@@ -48,3 +48,11 @@ def repository_problem(repository: str) -> str | None:
 def is_remote(repository: str) -> bool:
     """Whether git fetches `repository` over a transport (else it is a local path)."""
     return _REMOTE.match(repository) is not None
+
+
+def uses_ssh(repository: str) -> bool:
+    """Whether git reaches `repository` with ssh: an ssh URL, or the scp-like `host:path`."""
+    url = _URL.match(repository)
+    if url:
+        return url["scheme"].lower() in ("ssh", "git+ssh", "ssh+git")
+    return is_remote(repository)

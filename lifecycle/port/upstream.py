@@ -4,8 +4,9 @@ The mirror is one bare repository per upstream,
 `$LIFECYCLE_HOME/mirrors/<name>-<sha256(source)[:16]>.git`, where the source is the URL as
 written or the absolute path of a local repository. Every port fetches into it
 (`git fetch --tags`, all branches, so a recorded upstream commit on a branch is found), under
-a file lock so two ports do not fetch into one mirror at once. If the fetch fails (offline)
-the mirror is used as it is, and the port says so; the tags it needs must already be there.
+a file lock so two ports do not fetch into one mirror at once. If the fetch fails (offline, or
+an upstream silent for LIFECYCLE_GIT_TIMEOUT seconds) the mirror is used as it is, and the
+port says so; the tags it needs must already be there, and with no mirror yet it stops.
 The source is given to git after `--`, and shown (a warning, the report) without the URL's
 userinfo: a token written into it is git's to use, never the port's to print or commit.
 
@@ -42,9 +43,10 @@ from lifecycle.home import Home, check_home, check_writable
 from lifecycle.leases import exclusive
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.model import Upstream
-from lifecycle.manifest.repository import is_remote
+from lifecycle.manifest.repository import is_remote, uses_ssh
 from lifecycle.manifest.source import read_yaml
 from lifecycle.port.git import Git
+from lifecycle.proc import Completed
 from lifecycle.redact import without_userinfo
 
 
@@ -103,8 +105,9 @@ def ensure_mirror(home: Home, source: str) -> Mirror:
     with exclusive(path.with_suffix(".lock")):
         if not (path / "HEAD").is_file():
             _init_bare(path)
-        git = Git.user(path).with_env(**_silence_limit(os.environ))
-        fetched = git.run(
+        git = Git.user(path)
+        own_ssh = _own_ssh_command(git, os.environ)
+        fetched = git.with_env(**_silence_limit(os.environ, own_ssh)).run(
             "fetch",
             "--quiet",
             "--force",
@@ -115,27 +118,65 @@ def ensure_mirror(home: Home, source: str) -> Mirror:
             "+refs/heads/*:refs/heads/*",
             check=False,
         )
-    if fetched.rc != 0:
-        reason = (fetched.err or fetched.out).strip().splitlines()
-        return Mirror(
-            path,
-            source,
-            f"fetch from {without_userinfo(source)} failed ({' '.join(reason[-1:])}); "
-            "using the mirror as last fetched",
+        never_fetched = fetched.rc != 0 and not git.out("for-each-ref", "--count=1").strip()
+    own = None
+    if own_ssh and uses_ssh(source):
+        own = (
+            f"ssh to the upstream runs as your {own_ssh} says: its own settings "
+            "(ConnectTimeout, ServerAliveInterval), not LIFECYCLE_GIT_TIMEOUT, bound the fetch"
         )
-    return Mirror(path, source)
+    if fetched.rc == 0:
+        return Mirror(path, source, own)
+    failed = f"fetch from {without_userinfo(source)} failed ({_reason(fetched)})"
+    if never_fetched:
+        said = f"{failed}, and there is no mirror of it yet to port from"
+        raise LifecycleError("; ".join(filter(None, (said, own))))
+    said = f"{failed}; using the mirror as last fetched"
+    return Mirror(path, source, "; ".join(filter(None, (said, own))))
 
 
 GIT_TIMEOUT_S = 60.0
+# Unanswered keepalives before ssh gives up: OpenSSH's default, and its man page's example
+# (interval 15, count 3: "disconnect after approximately 45 seconds").
+SSH_ALIVE_COUNT = 3
 
 
-def _silence_limit(environ: Mapping[str, str]) -> dict[str, str]:
-    """git's own limit on an HTTP(S) upstream: a fetch that receives no byte for
+def _silence_limit(environ: Mapping[str, str], own_ssh: str | None) -> dict[str, str]:
+    """git's limit on a silent upstream: a fetch that receives no byte for
     LIFECYCLE_GIT_TIMEOUT seconds fails, and the port goes on from the mirror as last fetched.
     git has none by default: a server that accepts and never answers hung the port for ever.
-    (An ssh:// upstream is bounded by the user's ssh settings: ServerAliveInterval.)"""
-    seconds = seconds_from(environ, "LIFECYCLE_GIT_TIMEOUT", GIT_TIMEOUT_S)
-    return {"GIT_HTTP_LOW_SPEED_LIMIT": "1", "GIT_HTTP_LOW_SPEED_TIME": str(math.ceil(seconds))}
+    HTTP(S): curl's low-speed limit. ssh (unless `own_ssh`, the user's ssh command, is set):
+    ConnectTimeout bounds the TCP connect and the server's banner, ServerAliveInterval
+    times its count every later silence (ConnectTimeout does not bound the key exchange, whatever
+    ssh_config(5) says: OpenSSH 9.2 waited on past it); BatchMode, because a passphrase or
+    host-key prompt on the terminal a port was started from would wait for ever."""
+    seconds = math.ceil(seconds_from(environ, "LIFECYCLE_GIT_TIMEOUT", GIT_TIMEOUT_S))
+    limit = {"GIT_HTTP_LOW_SPEED_LIMIT": "1", "GIT_HTTP_LOW_SPEED_TIME": str(seconds)}
+    if own_ssh is None:
+        alive = math.ceil(seconds / SSH_ALIVE_COUNT)
+        limit["GIT_SSH_COMMAND"] = (
+            f"ssh -o ConnectTimeout={seconds} -o ServerAliveInterval={alive} "
+            f"-o ServerAliveCountMax={SSH_ALIVE_COUNT} -o BatchMode=yes"
+        )
+    return limit
+
+
+def _own_ssh_command(git: Git, environ: Mapping[str, str]) -> str | None:
+    """The user's ssh command for git, by the name it is set under (git's order), or None.
+    It is theirs to bound: a port never overrides it."""
+    for name in ("GIT_SSH_COMMAND", "GIT_SSH"):
+        if environ.get(name):
+            return name
+    found = git.run("config", "--get", "core.sshCommand", check=False)
+    return "core.sshCommand" if found.rc == 0 and found.out.strip() else None
+
+
+def _reason(fetched: Completed) -> str:
+    """The line of a failed fetch that says why: ssh's own (`Connection timed out during
+    banner exchange`) comes before git's `Could not read from remote repository.` and hint."""
+    lines = [line.strip() for line in (fetched.err or fetched.out).splitlines()]
+    said = [line for line in lines if line and not line.lower().startswith(("warning:", "hint:"))]
+    return said[0] if said else " ".join(lines[-1:])
 
 
 def _init_bare(path: Path) -> None:

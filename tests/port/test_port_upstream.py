@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import base64
 import functools
+import os
+import re
+import shutil
 import subprocess
 import time
 from contextlib import AbstractContextManager
@@ -16,10 +19,13 @@ import pytest
 from click.testing import CliRunner
 
 from lifecycle.cli import cli
+from lifecycle.errors import LifecycleError
 from lifecycle.home import Home
-from lifecycle.port.upstream import ensure_mirror
+from lifecycle.port.upstream import ensure_mirror, mirror_path
+from lifecycle.redact import without_userinfo
 from tests.port_support import PatchSpec, PortRun, Project, Upstream, change_mix, git
 from tests.silent_servers import serving, silent_listener
+from tests.trust_support import lifecycle_argv
 
 # Quoted as YAML: `--upload-pack` runs its value through the shell on the fetching side.
 OPTION = "--upload-pack=touch PWNED; echo x:y"
@@ -59,9 +65,9 @@ def test_a_repository_git_would_read_as_an_option_is_refused_before_git_runs(
 
 def test_git_never_takes_the_source_for_an_option(tmp_path: Path, isolated_home: Path) -> None:
     # Past the manifest's check (a value that got by it): `--` keeps it a repository.
-    mirror = ensure_mirror(Home(tmp_path / "home"), OPTION)
+    with pytest.raises(LifecycleError, match=r"failed .*, and there is no mirror of it yet"):
+        ensure_mirror(Home(tmp_path / "home"), OPTION)
 
-    assert mirror.warning is not None and "failed" in mirror.warning
     assert _pwned(tmp_path, isolated_home) == []
 
 
@@ -154,13 +160,102 @@ def test_an_upstream_that_accepts_and_never_answers_fails_the_fetch_in_bounded_t
 ) -> None:
     """git has no limit of its own on an HTTP server that sends nothing: a fetch from one hung
     the port for ever. It now fails after LIFECYCLE_GIT_TIMEOUT seconds without a byte, and
-    the port goes on from the mirror as last fetched, saying so."""
+    the port goes on from the mirror as last fetched, saying so; here, with none yet, stops."""
     monkeypatch.setenv("LIFECYCLE_GIT_TIMEOUT", "2")
     with silent_listener() as listener:
         started = time.monotonic()
-        mirror = ensure_mirror(Home(tmp_path / "home"), f"http://{listener.address}/up.git")
+        with pytest.raises(LifecycleError) as failed:  # no mirror yet: nothing to go on from
+            ensure_mirror(Home(tmp_path / "home"), f"http://{listener.address}/up.git")
         took = time.monotonic() - started
 
     assert took < 10, took
-    assert mirror.warning is not None and "failed" in mirror.warning, mirror.warning
-    assert "too slow" in mirror.warning, mirror.warning
+    assert "failed (fatal: unable to access" in str(failed.value), failed.value
+    assert "too slow" in str(failed.value), failed.value
+
+
+needs_ssh = pytest.mark.skipif(
+    shutil.which("ssh") is None, reason="no ssh client on PATH (.ci/setup installs openssh-client)"
+)
+SSH_BANNER = b"SSH-2.0-OpenSSH_9.0\r\n"
+
+
+@needs_ssh
+@pytest.mark.parametrize("greeting", [b"", SSH_BANNER], ids=["silent", "banner-then-silent"])
+@pytest.mark.parametrize("fetched_before", [True, False], ids=["mirror", "no-mirror"])
+def test_an_ssh_upstream_that_falls_silent_fails_the_fetch_in_bounded_time(
+    greeting: bytes,
+    fetched_before: bool,
+    up: Upstream,
+    project: Project,
+    isolated_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ssh has no limit of its own on a server that accepts and never answers, or that sends
+    its banner and then nothing: a port from one hung for ever. Its fetch now fails after
+    about LIFECYCLE_GIT_TIMEOUT seconds, and the port goes on from the mirror as last fetched,
+    saying so; with no mirror yet it stops, one line, exit 2."""
+    patch = up.patch("v1.0.0", change_mix("32"))
+    up.write("requirements.txt", "fakeinfer==2.0.0\n")
+    up.commit("Release 2.0.0")
+    up.tag("2.0.0")
+    for name in ("GIT_SSH_COMMAND", "GIT_SSH"):
+        monkeypatch.delenv(name, raising=False)
+    with silent_listener(greeting) as listener:
+        source = f"ssh://git@{listener.address}/vllm.git"
+        _manifest_from(project, source, [PatchSpec("a.patch", patch)])
+        if fetched_before:  # as an earlier port left it, when the upstream still answered
+            mirror = mirror_path(Home(isolated_home / "lifecycle"), source)
+            mirror.parent.mkdir(parents=True)
+            git(mirror.parent, "clone", "-q", "--bare", str(up.path), mirror.name)
+        started = time.monotonic()
+        ran = subprocess.run(
+            lifecycle_argv(project.path, "port", "1.0", "2.0"),
+            env={**os.environ, "LIFECYCLE_GIT_TIMEOUT": "3"},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=40,  # the old code hung here until this killed it
+            check=False,
+        )
+        took = time.monotonic() - started
+
+    assert took < 20, took
+    # ssh's own words: `Connection timed out during banner exchange` (ConnectTimeout), or
+    # `Connection to 127.0.0.1 port N timed out` (ServerAliveInterval, after the banner).
+    failed = (
+        rf"fetch from {re.escape(without_userinfo(source))} failed \(Connection [^()]*timed out"
+    )
+    if fetched_before:
+        assert ran.returncode == 0, ran.stderr
+        assert re.search(rf"^warning: {failed}[^()]*\); using the mirror as last", ran.stdout, re.M)
+    else:
+        assert ran.returncode == 2, ran.stderr
+        assert re.fullmatch(
+            rf"{failed}[^()]*\), and there is no mirror of it yet to port from\n", ran.stderr
+        )
+
+
+@pytest.mark.parametrize("setting", ["GIT_SSH_COMMAND", "GIT_SSH", "core.sshCommand"])
+def test_the_users_own_ssh_command_is_left_alone_and_named(
+    setting: str, tmp_path: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ssh command a user gave git (environment or git config) is theirs to bound: the
+    port runs it as it is, and says that it, not LIFECYCLE_GIT_TIMEOUT, bounds the fetch."""
+    ran = tmp_path / "ran"
+    own_ssh = tmp_path / "own-ssh"
+    own_ssh.write_text(f'#!/bin/sh\necho "$@" >> {ran}\nexit 255\n')  # connects nowhere
+    own_ssh.chmod(0o755)
+    for name in ("GIT_SSH_COMMAND", "GIT_SSH"):
+        monkeypatch.delenv(name, raising=False)
+    if setting == "core.sshCommand":  # written as a file: `git config --global` under
+        # port_support's GIT_ENV would write GIT_CONFIG_GLOBAL, /dev/null
+        (isolated_home / ".gitconfig").write_text(f"[core]\n\tsshCommand = {own_ssh}\n")
+    else:
+        monkeypatch.setenv(setting, str(own_ssh))
+
+    with pytest.raises(LifecycleError) as failed:
+        ensure_mirror(Home(tmp_path / "home"), "git@127.0.0.1:vllm.git")
+
+    assert ran.is_file(), "the port replaced the user's ssh command"
+    assert str(failed.value).count(f"runs as your {setting} says") == 1, failed.value
+    assert "not LIFECYCLE_GIT_TIMEOUT, bound the fetch" in str(failed.value)
