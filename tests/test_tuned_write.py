@@ -305,3 +305,18 @@ def test_rungs_that_did_not_boot_one_recorded_image_propose_their_value(
     assert f"sha256:measured: 0.91 cold, 0.91 warm, 0.92 cold; {booted}" in decision.detail
     assert "0.91 is proposed, not written" in decision.detail
     assert "\n" not in decision.detail
+
+
+def test_a_manifest_reached_through_a_link_is_written_where_it_lives(manifests: Path) -> None:
+    """A measured value written to a manifest named through a symbolic link replaced the link
+    with a file of its own: the manifest it pointed at never got the value, and the two
+    diverged from then on. The value goes into the file the link names; the link stays."""
+    real = manifests / "0.2/manifest.yaml"
+    (manifests / "current").mkdir()
+    link = manifests / "current/manifest.yaml"
+    link.symlink_to(real)
+    write_tuned(link, "gpu_memory_utilization", MEASURED)
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert load_manifest(real).manifest.tuned["gpu_memory_utilization"] == MEASURED
+    leftovers = [*real.parent.glob(".manifest.yaml.*"), *link.parent.glob(".*")]
+    assert not leftovers

@@ -255,7 +255,10 @@ INDENT = 2
 
 def write_tuned(file: Path, name: str, value: TunedValue) -> None:
     """Set `tuned.<name>` in `file` to `value`; LifecycleError when the file's layout does not
-    allow it (a flow-style mapping) or the result would not be a valid manifest."""
+    allow it (a flow-style mapping) or the result would not be a valid manifest. A file named
+    through a link is written where it lives: replacing the link would leave the manifest it
+    names without the value (and its patches, relative to it, unfound)."""
+    file = file.resolve()
     text = file.read_text()
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
