@@ -445,3 +445,25 @@ def test_images_are_kept_by_release_not_by_build() -> None:
     }
     unruled = Policy.model_validate({"images": [{"match": "demo*"}]})
     assert set(releases_kept(built, unruled).values()) == {"no policy rule names its manifest"}
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_plan_o_replaces_a_saved_plan_never_another_file(project: Path, tmp_path: Path) -> None:
+    """`plan -o lifecycle.yaml`, a slip of the keyboard, wrote the plan over the policy."""
+    _policy(project)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for target in (project / "lifecycle.yaml", fifo):  # (a dir: click refuses it)
+        done = _process(project, "plan", "-o", str(target))
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip() == (
+            f"{target} exists and is not a plan `lifecycle plan -o` saved: not replaced (remove"
+            " it, or name another file)"
+        )
+    assert (project / "lifecycle.yaml").read_text() == POLICY
+    saved = tmp_path / "plan.json"
+    _plan(project, "-o", str(saved))
+    _plan(project, "-o", str(saved))  # planning again replaces the plan saved before
+    assert json.loads(saved.read_text())["format"] == "lifecycle-plan/1"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ from lifecycle.gc import (
 from lifecycle.gc import (
     Policy as GcPolicy,
 )
+from lifecycle.home import write_atomic
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord
 from lifecycle.ledger.removal import unfinished_gc
@@ -160,6 +162,8 @@ class PlanReport(Report):
 def plan(ctx: Context, options: verbs.Plan) -> PlanReport:
     """The plan; with -o FILE, saved with the state it saw."""
     policy = read_policy(ctx.project / CONFIG_FILE)
+    if options.out is not None:
+        _check_replaceable(options.out)
     location = optional_location(None, ctx.environ, ctx.project)
     services = connect_services(ctx.environ, ctx.say)
     with ctx.reading() as ledger:
@@ -328,9 +332,29 @@ def _gc_policy(policy: Policy) -> GcPolicy:
     return GcPolicy(remote.keep_last, seconds(remote.keep_within), parse_duration(remote.grace))
 
 
+def _check_replaceable(file: Path) -> None:
+    """Before any work: `-o FILE` replaces a plan saved before (planning again is the routine),
+    never another file a slip named (`-o lifecycle.yaml`)."""
+    if not os.path.lexists(file):
+        return
+    head = b""
+    if file.is_file():  # not a dir, nor a FIFO a read would wait on for ever
+        try:
+            with file.open("rb") as saved:
+                head = saved.read(256)
+        except OSError as exc:
+            raise LifecycleError(f"cannot save the plan to {file}: {exc.strerror}") from None
+    if f'"format": "{FORMAT}"'.encode() not in head:
+        raise LifecycleError(
+            f"{file} exists and is not a plan `lifecycle plan -o` saved: not replaced (remove"
+            " it, or name another file)"
+        )
+
+
 def _save(file: Path, plan: dict[str, Any]) -> None:
+    """Whole or not at all: a plan cut short by a crash or a full disk is no plan."""
     try:
-        file.write_text(json.dumps(plan, indent=2) + "\n")
+        write_atomic(file, (json.dumps(plan, indent=2) + "\n").encode())
     except OSError as exc:
         raise LifecycleError(f"cannot save the plan to {file}: {exc.strerror}") from None
 
