@@ -284,6 +284,28 @@ def test_a_pulled_image_whose_labels_are_not_the_manifests_is_refused_and_remove
     assert {i["Id"] for i in docker_client.api.images()} <= before  # nothing new left behind
 
 
+def test_an_image_refused_after_a_pull_stays_when_it_was_here_before(
+    docker_client: Any, registry: str, demo_images: None
+) -> None:
+    """A person here had pulled that very image by digest for their own use; the refusal
+    removed it with the reference (its only name): lifecycle removes only what its pull
+    brought."""
+    theirs = f"{registry}/lifecycle-test/theirs:{secrets.token_hex(3)}"
+    image_id = _base_image(docker_client, theirs, secrets.token_hex(4))
+    try:
+        for line in docker_client.api.push(theirs, stream=True, decode=True):
+            assert "error" not in line, line
+        digest = docker_client.images.get_registry_data(theirs).id
+        reference = f"{theirs.rpartition(':')[0]}@{digest}"
+        docker_client.images.remove(theirs)
+        docker_client.images.pull(reference)  # theirs, by digest: that reference its one name
+        with pytest.raises(RegistryFailed, match="was here before the pull: left as it was"):
+            pull_image(docker_client, reference, "f" * 64)
+        assert docker_client.images.get(reference).id == image_id
+    finally:
+        docker_client.images.remove(image_id, force=True)
+
+
 def _moving(client: Any, image_id: str, names: Any, to: str) -> Checkpoint:
     """A checkpoint that, once the push has tagged the image, moves `names(tags of the image)`
     onto image `to`: another bake or CI job on the same dockerd tagging the same name."""

@@ -385,6 +385,7 @@ def pull_image(
     otherwise it is removed again and refused."""
     if "@sha256:" not in reference:
         raise RegistryFailed(f"{reference}: not a reference by digest (REPOSITORY@sha256:…)")
+    here_before = _present(client, reference)
     image = _calling(lambda: client.images.pull(reference))
     found = dict(image.labels or {})
     differs = [key for key, value in (labels or {}).items() if found.get(key) != value]
@@ -397,9 +398,24 @@ def pull_image(
         why = f"not the image recorded: its label {differs[0]} is {found.get(differs[0])!r}"
     else:
         return image
+    if here_before:  # someone's own, pulled by that digest before us: not ours to remove
+        raise RegistryFailed(f"{reference} is {why}; it was here before the pull: left as it was")
     # By the reference pulled: the same image may be here under other names, which stay.
     _calling(lambda: client.images.remove(reference))
     raise RegistryFailed(f"{reference} is {why}; removed again")
+
+
+def _present(client: Any, reference: str) -> bool:
+    from docker.errors import ImageNotFound
+
+    def get() -> bool:
+        try:
+            client.images.get(reference)
+        except ImageNotFound:  # an APIError: asked before _calling makes it a refusal
+            return False
+        return True
+
+    return bool(_calling(get))
 
 
 def _calling(call: Any) -> Any:
