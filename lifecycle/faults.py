@@ -29,6 +29,9 @@ CRASH_POINTS = (
     "after-deleted",  # `deleted` journalled, trash not removed yet
     "after-rmtree",  # trash removed, `done` not journalled yet
 )
+# `teardown --images`' (and apply's): an image removed by dockerd, not recorded yet (`:N`: the
+# N-th image).
+IMAGE_CRASH_POINTS = ("teardown-image-removed",)
 # `gc --remote`'s step boundaries (lifecycle.gc); `:N` picks the N-th batch deleted.
 GC_CRASH_POINTS = (
     "gc-planned",  # the plan journalled, nothing deleted yet
@@ -109,9 +112,9 @@ def _crash_at(wanted: str) -> tuple[str, int] | None:
         return None
     point, _, nth = wanted.partition(":")
     known = (
-        *CRASH_POINTS, *GC_CRASH_POINTS, *APPLY_CRASH_POINTS, *BAKE_CRASH_POINTS,
-        *MCV_CRASH_POINTS, *BUILD_CRASH_POINTS, *NIGHT_CRASH_POINTS, *PORT_CRASH_POINTS,
-        *RESTORE_CRASH_POINTS,
+        *CRASH_POINTS, *IMAGE_CRASH_POINTS, *GC_CRASH_POINTS, *APPLY_CRASH_POINTS,
+        *BAKE_CRASH_POINTS, *MCV_CRASH_POINTS, *BUILD_CRASH_POINTS, *NIGHT_CRASH_POINTS,
+        *PORT_CRASH_POINTS, *RESTORE_CRASH_POINTS,
     )  # fmt: skip
     if point not in known or not (nth or "1").isdigit():
         points = ", ".join(known)

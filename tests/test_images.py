@@ -9,10 +9,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 import secrets
 import socket
 import sqlite3
+import subprocess
+import sys
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -434,3 +437,64 @@ def test_a_boot_that_mounted_no_cache_leaves_a_container_that_goes_with_its_imag
 
 
 _DEMO_CACHES = ("vllm", "flashinfer", "triton", "inductor")
+
+
+def test_an_engine_image_a_teardown_removed_is_recorded_and_said_so_by_verify_and_boot(
+    own: Own, docker_client: Any, tmp_path: Path
+) -> None:
+    # A build's image went with `teardown --images` and the ledger kept no trace of it: verify
+    # and boot could not tell a teardown's removal from an image gone behind lifecycle's back.
+    from docker.errors import ImageNotFound
+
+    project, home = own.project, tmp_path / "home"
+    env: dict[str, str | None] = {"LIFECYCLE_HOME": str(home)}
+    built = _lifecycle(project, home, "build", "demo/0.2", "--json")
+    here = _lifecycle(project, home, "verify", built["tag"], "--json")
+    assert here["ok"] and here["kind"] == "engine image" and here["removed_at"] is None, here
+
+    done = _lifecycle(project, home, "teardown", "--images", "--yes")
+    assert f"removed image {built['tag']}" in done.stdout, done.output
+    with pytest.raises(ImageNotFound):
+        docker_client.images.get(built["image_id"])
+    [(removed_at,)] = _ledger_rows(home, "SELECT removed_at FROM builds")
+    assert removed_at, "the removal is recorded, with when"
+
+    said = f"removed {removed_at} by teardown --images or apply"
+    gone = run_lifecycle(project, "verify", built["tag"], env=env)
+    assert gone.exit_code == 1 and said in gone.output, gone.output
+    shown = json.loads(run_lifecycle(project, "verify", built["tag"], "--json", env=env).stdout)
+    assert shown["removed_at"] == removed_at and said in shown["problems"][0], shown
+    boot = run_lifecycle(project, "boot", "demo/0.2", env=env)
+    assert boot.exit_code == 2, boot.output
+    [line] = boot.stderr.splitlines()
+    assert said in line and "`lifecycle build demo/0.2` again" in line, line
+
+    # Built again: there, as recorded. Then a teardown killed once dockerd removed the image
+    # and before the ledger said so: the image is simply gone, as if removed by hand.
+    again = _lifecycle(project, home, "build", "demo/0.2", "--json")
+    assert _lifecycle(project, home, "verify", again["tag"], "--json")["ok"]
+    killed = _killed_teardown(project, home)
+    assert killed.returncode == -9, killed.stderr
+    with pytest.raises(ImageNotFound):
+        docker_client.images.get(again["image_id"])
+    newest = _ledger_rows(home, "SELECT removed_at FROM builds ORDER BY id DESC LIMIT 1")
+    assert newest == [(None,)]
+    unrecorded = run_lifecycle(project, "boot", "demo/0.2", env=env)
+    assert unrecorded.exit_code == 2 and "removed with no record here" in unrecorded.stderr
+    assert said not in unrecorded.stderr, unrecorded.stderr
+
+
+def _ledger_rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(home / "ledger.sqlite3") as conn:
+        return conn.execute(sql).fetchall()
+
+
+def _killed_teardown(project: Path, home: Path) -> Any:
+    """`teardown --images` as a process of its own, SIGKILLed once dockerd removed an image."""
+    return subprocess.run(
+        [sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"),
+         "teardown", "--images", "--yes"],
+        env={**os.environ, "LIFECYCLE_HOME": str(home),
+             "LIFECYCLE_TEST_CRASH_AT": "teardown-image-removed"},
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip

@@ -290,3 +290,43 @@ def test_schema_19_keeps_the_honest_packs_and_prunes_indexes_to_each_listing(
     assert ledger.query("SELECT * FROM packs_seen") == []
     assert ledger.query("PRAGMA foreign_key_check") == []
     ledger.close()
+
+
+def test_schema_21_records_a_builds_image_removed_and_a_read_verb_migrates_once(
+    tmp_path: Path,
+) -> None:
+    from lifecycle.ledger.builds import all_bakes, image_removed
+
+    home = tmp_path / "home"
+    home.mkdir()
+    conn = _ledger_at_schema(home, 20)
+    image, other = "sha256:" + "cd" * 32, "sha256:" + "ef" * 32
+    at = "2026-10-10T06:00:00+00:00"
+    for build_id, image_id in ((1, image), (2, image), (3, other)):
+        row = (build_id, at, 1.5, "demo", "m.yaml", "d" * 64, "t:1", image_id, "built", None)
+        _insert(conn, "builds", (*row, "/l", "b" * 64))
+    _insert(conn, "bakes", ("sha256:b", "t:b", "demo", "d" * 64, image, "serve", "x", "[]", at, at))
+    conn.close()
+
+    # A verb that only reads opens it as `status` does: migrated once, then only read.
+    Ledger.open(home, create=False).close()
+    (home / "ledger.lock").unlink(missing_ok=True)
+    before = {p.name: p.read_bytes() for p in home.iterdir() if p.is_file()}
+    ledger = Ledger.open(home, create=False)
+    assert ledger.query("PRAGMA user_version")[0][0] == len(MIGRATIONS) >= 21
+    assert [b.removed_at for b in all_bakes(ledger)] == [at]  # 20's, kept
+    assert [b.removed_at for b in all_builds(ledger)] == [None, None, None]
+    ledger.close()
+    after = {p.name: p.read_bytes() for p in home.iterdir() if p.is_file()}
+    assert after == before  # no lock file made, nothing written
+
+    ledger = Ledger.open(home)
+    image_removed(ledger, image, "2026-10-11T00:00:00+00:00")
+    record_build(ledger, replace(BUILT, image_id=image))  # built again, the same image: on dockerd
+    image_removed(ledger, image, "2026-10-12T00:00:00+00:00")  # ... removed again
+    removed = [(b.id, b.removed_at) for b in all_builds(ledger)]
+    assert removed == [
+        (1, "2026-10-11T00:00:00+00:00"), (2, "2026-10-11T00:00:00+00:00"), (3, None),
+        (4, "2026-10-12T00:00:00+00:00"),
+    ]  # fmt: skip
+    ledger.close()

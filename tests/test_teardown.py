@@ -958,6 +958,8 @@ def test_images_this_home_built_go_unless_a_cache_or_container_uses_them(
         with pytest.raises(ImageNotFound):
             docker_client.images.get(tags[0])
         docker_client.images.get(tags[2])  # still there
+        removed = dict(_builds_removed(name))
+        assert removed[tags[0]] and removed[tags[1]] is None, removed
     finally:
         running.remove(force=True)
         for tag in tags:
@@ -1005,10 +1007,82 @@ def test_an_image_dockerd_only_untags_is_said_kept_not_removed(docker_client: An
         assert f"removed image {tag}" not in result.stdout
         assert "dockerd keeps it: an image built on it is still there" in result.stdout
         docker_client.images.get(image.id)  # still there, untagged
+        assert _builds_removed(name) == [(tag, None)]  # not removed: nothing recorded
     finally:
         for reference in (child, image.id):
             with contextlib.suppress(ImageNotFound):
                 docker_client.images.remove(reference, force=True)
+
+
+def test_an_image_dockerd_refuses_to_remove_at_its_moment_is_kept_and_not_recorded(
+    docker_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A container started on the image between the decision and the removal: dockerd refuses
+    # (409, in use), the image is said kept with dockerd's words and the ledger records nothing.
+    import io
+
+    from docker.errors import ImageNotFound
+
+    from lifecycle.build.plan import DIGEST_LABEL
+    from lifecycle.demo.images import engine_image
+    from lifecycle.demo.setup import ensure_demo
+    from lifecycle.ledger import BuildRecord
+    from lifecycle.teardown import run as teardown_run
+    from lifecycle.teardown.containers import NAME_LABEL
+    from tests.services import TEST_LABEL
+
+    ensure_demo(docker_client)
+    name = f"teardown-test-{secrets.token_hex(4)}"
+    tag = f"lifecycle-test/{name}:engine"
+    labels = {DIGEST_LABEL: secrets.token_hex(32), NAME_LABEL: name, TEST_LABEL: "teardown"}
+    dockerfile = f"FROM {engine_image('0.2.0')}\nLABEL tag={tag}\n"
+    image, _ = docker_client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=labels, rm=True
+    )
+    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
+    built = BuildRecord(
+        started_at="2026-10-10T06:00:00+00:00", duration_s=1.0, manifest_name=name,
+        manifest_file="manifest.yaml", manifest_digest=labels[DIGEST_LABEL], tag=tag,
+        image_id=image.id, outcome="built", error=None, log_path=None,
+    )  # fmt: skip
+    record_build(ledger, built)
+    ledger.close()
+    started: list[Any] = []
+
+    def started_meanwhile(client: Any, decided: ImageDecision) -> str | None:
+        started.append(
+            client.containers.run(
+                decided.id, entrypoint=["sleep"], command=["300"], detach=True,
+                network_mode="none",
+            )
+        )  # fmt: skip
+        return real_remove(client, decided)
+
+    real_remove = teardown_run.remove_image
+    monkeypatch.setattr(teardown_run, "remove_image", started_meanwhile)
+    try:
+        result = CliRunner().invoke(
+            cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
+        )
+        assert started, result.output
+        assert f"removed image {tag}" not in result.stdout, result.output
+        assert f"kept image {tag}" in result.stdout, result.output
+        docker_client.images.get(image.id)  # still there
+        assert _builds_removed(name) == [(tag, None)]
+    finally:
+        for container in started:
+            container.remove(force=True)
+        with contextlib.suppress(ImageNotFound):
+            docker_client.images.remove(image.id, force=True)
+
+
+def _builds_removed(manifest: str) -> list[tuple[str, str | None]]:
+    """(tag, removed_at) of each build of `manifest` the test home's ledger holds."""
+    with contextlib.closing(
+        sqlite3.connect(Path(os.environ["LIFECYCLE_HOME"]) / "ledger.sqlite3")
+    ) as conn:
+        sql = "SELECT tag, removed_at FROM builds WHERE manifest_name = ? ORDER BY id"
+        return conn.execute(sql, (manifest,)).fetchall()
 
 
 def test_a_finished_removal_commits_nothing_after_a_restore(tmp_path: Path) -> None:

@@ -59,7 +59,7 @@ class VerifyReport:
     """What was checked for one target, and every difference found."""
 
     target: str
-    kind: str  # cache | result
+    kind: str  # cache | result | baked image | engine image
     source: str  # "ledger" or the archive location it was verified from alone
     findings: tuple[Finding, ...]
 

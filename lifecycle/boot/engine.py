@@ -16,7 +16,13 @@ from lifecycle.errors import AnswerNo, LifecycleError
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import DIED, dead_boots, ended_boots, settle_dead_boot
-from lifecycle.ledger.builds import RegistryImage, record_registry_image
+from lifecycle.ledger.builds import (
+    RegistryImage,
+    how_gone,
+    image_removed_at,
+    images_of,
+    record_registry_image,
+)
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.load import canonical_form, patch_digests
 
@@ -45,10 +51,12 @@ def engine_image(
     built = find_built(client, ledger, digest)
     if built is not None:
         return built
+    gone = _gone(ledger, digest)
     if pull_from is None:
+        again = "again" if gone else "first"
         raise NotBuilt(
-            f"{ref} is not built: no image carries manifest digest {digest[:12]};"
-            f" run `lifecycle build {ref}` first, or `boot --pull` one pushed by another host"
+            f"{ref} is not built: {gone or f'no image carries manifest digest {digest[:12]}'};"
+            f" run `lifecycle build {ref}` {again}, or `boot --pull` one pushed by another host"
         )
     tried = []
     for reference, found_in in pull_from():
@@ -62,7 +70,18 @@ def engine_image(
         say(f"pulled {reference} ({found_in}): image {image.id}")
         return image
     why = "; ".join(tried) or "no image of it was pushed where this host looks"
-    raise NotBuilt(f"{ref} is not built here and could not be pulled: {why}")
+    here = f" ({gone})" if gone else ""
+    raise NotBuilt(f"{ref} is not built here{here} and could not be pulled: {why}")
+
+
+def _gone(ledger: Ledger, digest: str) -> str | None:
+    """How the newest image this host built or pulled for `digest` left dockerd (a teardown's
+    removal, when one was recorded); None when it recorded none."""
+    recorded = images_of(ledger, digest)
+    if not recorded:
+        return None
+    how = how_gone(image_removed_at(ledger, recorded[0]))
+    return f"its image {recorded[0][:19]} is not on this Docker engine ({how})"
 
 
 def existing_tag(image: Any, derived: str) -> str:

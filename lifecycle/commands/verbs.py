@@ -515,12 +515,14 @@ class Tune(Request):
 class Verify(Request):
     """Hash the live cache and the archived objects needed now again; name whatever differs.
     What a gc removed by rule is reported as collected, older versions as history. A baked
-    image (its id or tag): each cache layer hashed again, each version record checked.
+    image (its id or tag): each cache layer hashed again, each version record checked. A
+    built engine image (its id or tag): still on dockerd, or how it went (the teardown that
+    removed it, and when, or behind lifecycle's back).
 
     Exit 1 when anything needed differs, 3 when the archive cannot be reached.
     """
 
-    target: str = arg(metavar="CACHE[@TREE]|RESULT|BAKED_IMAGE")
+    target: str = arg(metavar="CACHE[@TREE]|RESULT|IMAGE")
     source: str | None = opt("--from", metavar="S3_URL", help=FROM)
     every: bool = opt(
         "--all-versions", help="Every version and boot record, not only those needed now."

@@ -1,4 +1,5 @@
-"""`lifecycle verify CACHE[@TREE]|RESULT`: hash again what is needed of it; say what differs.
+"""`lifecycle verify CACHE[@TREE]|RESULT|IMAGE`: hash again what is needed of it; say what
+differs. An IMAGE is a bake's or a build's, by id or tag: is it on dockerd, or how it went.
 
 From the ledger: the live cache dirs (if still here) and the archived objects needed now,
 where the ledger says each was archived. With `--from s3://…`: the archived objects alone.
@@ -29,7 +30,15 @@ from lifecycle.commands.context import Context
 from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import cache_by_id
-from lifecycle.ledger.builds import BakeRecord, all_bakes
+from lifecycle.ledger.builds import (
+    IMAGE_MADE,
+    BakeRecord,
+    BuildRecord,
+    all_bakes,
+    all_builds,
+    how_gone,
+    image_removed_at,
+)
 from lifecycle.ledger.results import result_by_id
 from lifecycle.report import Report
 
@@ -41,6 +50,9 @@ class VerifyRunReport(Report):
     FORMAT: ClassVar[str] = "lifecycle-verify/1"
     report: VerifyReport
     all_versions: bool = False
+    # An image target (a build's, a bake's) not on dockerd: when a teardown (or apply)
+    # removed it, as the ledger records; None when it is there, or went with no record.
+    removed_at: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -54,6 +66,7 @@ class VerifyRunReport(Report):
             "kind": self.report.kind,
             "source": self.report.source,
             "all_versions": self.all_versions,
+            "removed_at": self.removed_at,
             "ok": not self.report.problems,
             "problems": [f"{f.subject}: {f.problem}" for f in self.report.problems],
             "collected": [f"{f.subject}: {f.note}" for f in self.report.marked("collected")],
@@ -91,30 +104,64 @@ class VerifyRunReport(Report):
 
 
 def run(ctx: Context, request: verbs.Verify) -> VerifyRunReport:
-    """Verify a cache, one version of it, a result or a baked image from the ledger, or (with
-    --from) from the archive alone; --all-versions: every version, not only those needed now."""
+    """Verify a cache, one version of it, a result, a baked image or a build's image from the
+    ledger, or (with --from) from the archive alone; --all-versions: every version, not only
+    those needed now."""
     target, source, every = request.target, request.source, request.every
     with reading(ctx, source) as read:
         bake = _bake_named(read.ledger, target) if read.ledger is not None else None
         if bake is not None:
-            return VerifyRunReport(_verify_bake(ctx.docker(), read.client, bake, target))
+            return _verify_bake(ctx.docker(), read.client, bake, target)
+        build = _build_named(read.ledger, target) if read.ledger is not None else None
+        if read.ledger is not None and build is not None:
+            return _verify_build(ctx.docker(), read.ledger, build, target)
         found = verify(
             target, ledger=read.ledger, client=read.client, source=read.archive, every=every
         )
     return VerifyRunReport(found, every)
 
 
-def _bake_named(ledger: Ledger, target: str) -> BakeRecord | None:
-    """The bake `target` names: its image id (with or without `sha256:`, or 12+ digits of
-    it) or its tag (every bake again moves it: the newest under it); None when it names none."""
+def _names(target: str, tag: str, image_id: str) -> bool:
+    """Whether `target` names an image: its tag, or its id (with or without `sha256:`, or 12+
+    digits of it)."""
     digits = target.removeprefix("sha256:")
-    for bake in reversed(all_bakes(ledger)):
-        if target == bake.tag or (len(digits) >= 12 and bake.image_id[7:].startswith(digits)):
-            return bake
-    return None
+    return target == tag or (len(digits) >= 12 and image_id[7:].startswith(digits))
 
 
-def _verify_bake(docker: Any, s3: Any, bake: BakeRecord, target: str) -> VerifyReport:
+def _bake_named(ledger: Ledger, target: str) -> BakeRecord | None:
+    """The bake `target` names (every bake again moves its tag: the newest under it); None
+    when it names none."""
+    return next((b for b in reversed(all_bakes(ledger)) if _names(target, b.tag, b.image_id)), None)
+
+
+def _build_named(ledger: Ledger, target: str) -> BuildRecord | None:
+    """The newest build whose image `target` names; None when it names none."""
+    builds = (b for b in reversed(all_builds(ledger)) if b.image_id and b.outcome in IMAGE_MADE)
+    return next((b for b in builds if _names(target, b.tag, b.image_id or "")), None)
+
+
+def _not_on_dockerd(
+    target: str, kind: str, image_id: str, removed_at: str | None
+) -> VerifyRunReport:
+    """One line for an image no longer on dockerd, saying how it went as the ledger knows."""
+    missing = Finding(image_id, f"is not on this Docker engine ({how_gone(removed_at)})")
+    return VerifyRunReport(VerifyReport(target, kind, "dockerd", (missing,)), removed_at=removed_at)
+
+
+def _verify_build(docker: Any, ledger: Ledger, build: BuildRecord, target: str) -> VerifyRunReport:
+    """Whether a build's image is still on dockerd, and if not, how it went."""
+    from docker.errors import ImageNotFound  # the SDK is loaded: docker is its client
+
+    image_id = build.image_id or ""
+    try:
+        docker.images.get(image_id)  # by id: its content, labels and all, is what was built
+    except ImageNotFound:
+        return _not_on_dockerd(target, "engine image", image_id, image_removed_at(ledger, image_id))
+    here = Finding(image_id, None, f"on this Docker engine, built {build.started_at}")
+    return VerifyRunReport(VerifyReport(target, "engine image", "dockerd", (here,)))
+
+
+def _verify_bake(docker: Any, s3: Any, bake: BakeRecord, target: str) -> VerifyRunReport:
     """Each cache layer of a baked image hashed again against the tree its label names, and
     each cache's version record and every object it names checked in the archive."""
     from docker.errors import ImageNotFound  # the SDK is loaded: docker is its client
@@ -124,10 +171,10 @@ def _verify_bake(docker: Any, s3: Any, bake: BakeRecord, target: str) -> VerifyR
         attrs = docker.images.get(bake.image_id).attrs
         caches, layers = baked_caches(attrs["Config"]["Labels"] or {}), layer_dirs(attrs)
     except ImageNotFound:
-        missing = Finding(bake.image_id, f"is not on this Docker engine ({bake.gone})")
-        return VerifyReport(target, "baked image", "dockerd", (missing,))
+        return _not_on_dockerd(target, "baked image", bake.image_id, bake.removed_at)
     except BakedUnreadable as exc:
-        return VerifyReport(target, "baked image", "dockerd", (Finding(bake.image_id, str(exc)),))
+        unreadable = Finding(bake.image_id, str(exc))
+        return VerifyRunReport(VerifyReport(target, "baked image", "dockerd", (unreadable,)))
     for cache in caches:
         subject = f"layer of baked cache {cache.name} at {cache.path}"
         try:
@@ -139,7 +186,8 @@ def _verify_bake(docker: Any, s3: Any, bake: BakeRecord, target: str) -> VerifyR
         found = inspect_record(store, store.relative(cache.record["key"]), cache.record["sha256"])
         problems = "; ".join(found.lines()) or None
         findings.append(Finding(store.url(cache.record["key"]), problems, "its version record"))
-    return VerifyReport(target, "baked image", "dockerd and the archive", tuple(findings))
+    report = VerifyReport(target, "baked image", "dockerd and the archive", tuple(findings))
+    return VerifyRunReport(report)
 
 
 def verify(

@@ -33,6 +33,15 @@ class BuildRecord:
     # it) the image was built on; None for builds recorded before it was kept.
     base_digest: str | None = None
     id: int | None = None
+    removed_at: str | None = None  # when a teardown (or apply) removed its image
+
+
+def how_gone(removed_at: str | None) -> str:
+    """How an image this ledger records (a build's, a bake's) left dockerd: by the teardown
+    (or apply) that recorded removing it at `removed_at`, else behind lifecycle's back."""
+    if removed_at:
+        return f"removed {removed_at} by teardown --images or apply"
+    return "removed with no record here: by hand, or before lifecycle recorded it"
 
 
 @dataclass(frozen=True)
@@ -64,9 +73,7 @@ class BakeRecord:
     @property
     def gone(self) -> str:
         """How its image left dockerd, as far as this ledger knows (asked once it is gone)."""
-        if self.removed_at:
-            return f"removed {self.removed_at} by teardown --images or apply"
-        return "removed with no record here: by hand, or before lifecycle recorded it"
+        return how_gone(self.removed_at)
 
 
 # What a bake's attempt does not know yet (`bake_attempts` has no column for it): dockerd has
@@ -153,12 +160,29 @@ def mcv_images(ledger: Ledger, bake_image_id: str | None = None) -> list[McvReco
 
 
 def image_removed(ledger: Ledger, image_id: str, at: str) -> None:
-    """An image a teardown (or apply) removed from dockerd: recorded when it is a bake or a
-    bake's MCV image (no other image's id matches: nothing else changes)."""
+    """An image a teardown (or apply) removed from dockerd: recorded on each row that names it
+    as a build's image, a bake or a bake's MCV image (called once dockerd confirmed it gone)."""
     with ledger.transaction() as conn:
-        for table in ("bakes", "mcv_images"):
+        for table in ("builds", "bakes", "mcv_images"):
             sql = f"UPDATE {table} SET removed_at = ? WHERE image_id = ? AND removed_at IS NULL"
             conn.execute(sql, (at, image_id))
+
+
+# A build's outcomes that leave an image complete (an interrupted build's is one dockerd
+# finished and tagged).
+IMAGE_MADE = ("built", "up-to-date", "interrupted")
+
+
+def image_removed_at(ledger: Ledger, image_id: str) -> str | None:
+    """When a teardown (or apply) removed a build's image, as its newest build records; None
+    when none did, or the image was pulled here again since (then it left by other means)."""
+    rows = ledger.query(
+        "SELECT removed_at FROM builds b WHERE image_id = ?1 AND NOT EXISTS"
+        " (SELECT 1 FROM registry_images WHERE image_id = ?1 AND how = 'pulled'"
+        " AND at > b.removed_at) ORDER BY id DESC LIMIT 1",
+        (image_id,),
+    )
+    return str(rows[0]["removed_at"]) if rows and rows[0]["removed_at"] else None
 
 
 def record_build(ledger: Ledger, record: BuildRecord) -> int:
@@ -246,10 +270,10 @@ def images_of(ledger: Ledger, manifest_digest: str) -> list[str]:
     image is one dockerd finished (and tagged): complete, as a build's."""
     rows = ledger.query(
         "SELECT image_id, started_at AS at, id AS seq FROM builds WHERE manifest_digest = ?"
-        " AND image_id IS NOT NULL AND outcome IN ('built', 'up-to-date', 'interrupted')"
+        f" AND image_id IS NOT NULL AND outcome IN ({', '.join('?' * len(IMAGE_MADE))})"
         " UNION ALL SELECT image_id, at, rowid AS seq FROM registry_images"
         " WHERE manifest_digest = ? AND how = 'pulled'"
         " ORDER BY at DESC, seq DESC",
-        (manifest_digest, manifest_digest),
+        (manifest_digest, *IMAGE_MADE, manifest_digest),
     )
     return list(dict.fromkeys(str(row["image_id"]) for row in rows))

@@ -456,4 +456,9 @@ MIGRATIONS: tuple[str, ...] = (
     # the row stays and says the image went. NULL: no teardown recorded removing it (one
     # before this migration may have).
     "ALTER TABLE bakes ADD COLUMN removed_at TEXT;",
+    # 21: when a teardown (or apply) removed the image a build made (or found up to date), as 20
+    # records a bake's: every build row of that image says it went (a build of the same image
+    # again is a row of its own, there until removed). NULL: no removal recorded; a pulled
+    # image only a `registry_images` row names is another home's build, never removed here.
+    "ALTER TABLE builds ADD COLUMN removed_at TEXT;",
 )

@@ -135,7 +135,7 @@ def run_teardown(
                 outcomes.append(outcome)
         containers: list[BootContainer] = []
         images: list[ImageDecision] = []
-        notes = _clean_docker(ledger, services, request, containers, images)
+        notes = _clean_docker(ledger, services, request, containers, images, checkpoint)
         removed = {o.cache_id for o in outcomes if o.removed}
         evidence = {a.location for i in removed if (a := archive_of(ledger, i)) is not None}
         result = TeardownResult(
@@ -287,11 +287,13 @@ def _clean_docker(
     request: TeardownRequest,
     containers: list[BootContainer],
     images: list[ImageDecision],
+    checkpoint: Checkpoint,
 ) -> tuple[str, ...]:
     """Remove stopped boot containers whose caches are all gone, then (--images) the images no
     remaining cache refers to, each after the stopped containers of its boots that mounted no
-    cache; appending what went. dockerd's errors come back as notes, since the caches are gone
-    and journalled whatever happens here."""
+    cache; appending what went, each image recorded removed once dockerd confirmed it gone.
+    dockerd's errors come back as notes, since the caches are gone and journalled whatever
+    happens here."""
     client = services.docker
     if client is None:
         return ()
@@ -316,7 +318,10 @@ def _clean_docker(
                 remove(with_their_images(with_image, [image]))  # before the image they hold
                 problem = remove_image(client, image) if image.removes else None
                 images.append(replace(image, removes=False, why=problem) if problem else image)
-                if image.removes and not problem:  # recorded, if it is a bake or its MCV's
+                if image.removes and not problem:
+                    # Killed here, the image is gone with no record: said so as one removed
+                    # by hand (how_gone), never as there.
+                    checkpoint("teardown-image-removed")
                     image_removed(ledger, image.id, _stamp(services.now()))
     except sdk_errors() as exc:
         return (f"dockerd: {exc}",)
