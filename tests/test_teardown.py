@@ -526,6 +526,49 @@ def test_archive_then_teardown_removes_what_verifies(
     assert again.exit_code == 0 and "nothing to remove" in again.stdout
 
 
+def _not_this_users(root: Path, uid: int) -> None:
+    """What the engine wrote under `root` (dirs 755, files 644), made another user's."""
+    for path in root.rglob("*"):
+        os.lchown(path, uid, uid)
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_cache_the_engine_wrote_as_another_user_is_removed_through_dockerd(
+    project: Path, tmp_path: Path
+) -> None:
+    """lifecycle run by a user in the docker group could not remove what an engine wrote as
+    root, nor could any later run: every cache was kept, half in the trash. dockerd, which
+    ran the engine, empties the trash now, as root, following no link.
+
+    The user is played by root in a user namespace of its own, where files of an unmapped
+    uid are another user's: it may read them, not remove them."""
+    if subprocess.run(["unshare", "--user", "--map-root-user", "true"]).returncode != 0:
+        pytest.skip("no user namespaces here: cannot run lifecycle as another user")
+    _, ids = _boot(project)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the cache's")
+    vllm = _caches()[next(i for i in ids if i.startswith("vllm-"))]
+    (Path(vllm.host_path) / "link").symlink_to(outside)
+    assert _cli(project, "archive", "--all", "--with-content").exit_code == 0
+    other = 12345
+    for cache_id in ids:
+        _not_this_users(Path(_caches()[cache_id].host_path), other)
+    os.lchown(outside, other, other)
+
+    argv = [sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests")]
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", *argv, "teardown", "--yes"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    assert "removed 4 caches" in done.stdout, done.stdout
+    caches = _caches()
+    assert all(caches[i].state == "torn-down" and _gone(caches[i]) for i in ids), done.stdout
+    assert outside.read_text() == "not the cache's"
+
+
 @pytest.mark.docker
 @pytest.mark.s3
 def test_a_cache_booted_again_after_archiving_is_kept_until_re_archived(

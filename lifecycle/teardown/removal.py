@@ -244,12 +244,15 @@ def remove_cache(
     lease: Callable[[], CacheLease | None],
     check: Callable[[Path | None], Verdict],
     checkpoint: Checkpoint,
+    empty_as_root: Callable[[Path], str | None] | None = None,
 ) -> CacheOutcome:
     """Under the cache's lease, check the removal invariant now, then move the dir out of the
     way; then remove it.
 
     `check(where)` gets the dir's current place (its path, or its trash when a crashed run had
     moved it), or None when the trash may be half removed and cannot be scanned.
+    `empty_as_root(trash)` empties what this process may not remove (None when it did, else
+    why not), where dockerd can.
     """
     host, trash = Path(cache.host_path), trash_path(cache)
     journal.step(cache.id, "intent", resumes.describe() if resumes else str(host))
@@ -284,26 +287,40 @@ def remove_cache(
     freed = _measured(trash, resumes)
     journal.step(cache.id, "deleted", str(trash), freed)
     checkpoint("after-deleted")
-    try:
-        shutil.rmtree(trash)
-    except FileNotFoundError:
-        pass  # removed by the run that crashed before `done`, or by hand
-    except PermissionError as exc:
-        # An engine runs as its image's user, often root: a user in the docker group cannot
-        # remove what it wrote, and no later run can either. Removed by hand, the trash is
-        # gone, and the next teardown of the cache records it so.
-        problem = (
-            f"cannot remove {trash}: {exc.strerror}: {exc.filename} (a container may have"
-            f" written it as another user); remove {trash} as its owner (sudo rm -rf), then"
-            f" `lifecycle teardown {cache.id}` records it gone"
-        )
-        return CacheOutcome(cache.id, removed=False, problem=problem)
-    except OSError as exc:
-        problem = f"cannot remove {trash}: {exc}; the next teardown tries again"
-        return CacheOutcome(cache.id, removed=False, problem=problem)
+    stays = _remove_trash(trash, cache.id, empty_as_root)
+    if stays is not None:
+        return CacheOutcome(cache.id, removed=False, problem=stays)
     checkpoint("after-rmtree")
     journal.step(cache.id, "done", None, freed, cache_state="torn-down")
     return CacheOutcome(cache.id, removed=True, bytes_freed=freed)
+
+
+def _remove_trash(
+    trash: Path, cache_id: str, empty_as_root: Callable[[Path], str | None] | None
+) -> str | None:
+    """Remove the trash; why it stays, if it does."""
+    try:
+        shutil.rmtree(trash)
+    except FileNotFoundError:
+        return None  # removed by the run that crashed before `done`, or by hand
+    except PermissionError as exc:
+        # An engine runs as its image's user, often root: a user in the docker group cannot
+        # remove what it wrote, and no later run can either; dockerd, which ran it, can.
+        why: str | None = empty_as_root(trash) if empty_as_root else "no Docker engine to ask"
+        if why is None:
+            try:
+                shutil.rmtree(trash)  # what is left is this process's own: the dir itself
+                return None
+            except OSError as again:
+                why = f"emptied through dockerd, yet {again}"
+        return (
+            f"cannot remove {trash}: {exc.strerror}: {exc.filename} (a container may have"
+            f" written it as another user; {why}); remove {trash} as its owner (sudo rm -rf),"
+            f" then `lifecycle teardown {cache_id}` records it gone"
+        )
+    except OSError as exc:
+        return f"cannot remove {trash}: {exc}; the next teardown tries again"
+    return None
 
 
 def _linked(host: Path, trash: Path) -> str | None:

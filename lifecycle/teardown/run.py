@@ -40,6 +40,7 @@ from lifecycle.table import count_of, human_bytes
 from lifecycle.teardown.containers import (
     BootContainer,
     ImageDecision,
+    empty_as_root,
     mounted_by,
     remove_image,
 )
@@ -218,6 +219,7 @@ def _carry_out(
         scanned = tree.fingerprint.tree_digest if tree and tree.fingerprint else None
         return Verdict([], f"{proof} sha256:{archive.record_sha256} tree:{digest}", scanned)
 
+    docker = services.docker
     return remove_cache(
         journal,
         cache,
@@ -225,6 +227,9 @@ def _carry_out(
         lease=lambda: try_lease(home, cache.id),
         check=check,
         checkpoint=checkpoint,
+        empty_as_root=(lambda trash: empty_as_root(docker, trash, cache.image_id))
+        if docker is not None
+        else None,
     )
 
 
