@@ -172,6 +172,25 @@ def read_given(path: Path, where: str, cap: int) -> bytes:
     return data
 
 
+def check_replaceable(path: Path, what: str, marker: str) -> None:
+    """Before any work: an output file the user named replaces only one written as `what`
+    before (`marker` in its first bytes: planning or auditing again is the routine), never
+    another file a slip named (`-o lifecycle.yaml`); one line otherwise."""
+    if not os.path.lexists(path):
+        return
+    head = b""
+    if path.is_file():  # not a FIFO: a read would wait on it for ever
+        try:
+            with path.open("rb") as existing:
+                head = existing.read(256)
+        except OSError as exc:
+            raise LifecycleError(f"cannot write {what} to {path}: {exc.strerror}") from None
+    if marker.encode() not in head:
+        raise LifecycleError(
+            f"{path} exists and is not {what}: not replaced (remove it, or name another file)"
+        )
+
+
 class ManifestError(LifecycleError):
     """A manifest (or lifecycle.yaml) that cannot be loaded; every problem found, located."""
 

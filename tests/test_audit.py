@@ -262,6 +262,18 @@ def test_provenance_is_an_in_toto_statement_whose_digests_are_the_ledgers(night:
     written = _from_s3(night, "audit", "result", result["id"], "--provenance", str(again))
     assert written.exit_code == 0, written.output
     assert json.loads(again.read_text()) == statement
+    # Written again over the statement it wrote: the routine. Over any other file: refused.
+    written = _from_s3(night, "audit", "result", result["id"], "--provenance", str(again))
+    assert written.exit_code == 0 and json.loads(again.read_text()) == statement
+    manifest = night.project / "manifests/demo/0.2/manifest.yaml"
+    before = manifest.read_bytes()
+    slip = _from_s3(night, "audit", "result", result["id"], "--provenance", str(manifest))
+    assert slip.exit_code == 2, slip.output
+    assert slip.stderr.strip() == (
+        f"{manifest} exists and is not an in-toto Statement `audit --provenance` wrote: not"
+        " replaced (remove it, or name another file)"
+    )
+    assert manifest.read_bytes() == before
 
 
 def test_without_a_ledger_audit_says_where_else_to_look(night: Night) -> None:

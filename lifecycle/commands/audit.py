@@ -28,11 +28,11 @@ from lifecycle.audit.chain import (
     build_cache_audit,
     build_chain,
 )
-from lifecycle.audit.render import cache_text, chain_text, statement
+from lifecycle.audit.render import STATEMENT_TYPE, cache_text, chain_text, statement
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.errors import LifecycleError
-from lifecycle.home import NoLedger
+from lifecycle.errors import LifecycleError, check_replaceable
+from lifecycle.home import NoLedger, write_atomic
 from lifecycle.ledger import Ledger
 from lifecycle.report import Report, unread_lines
 
@@ -191,15 +191,14 @@ def check_output_file(path: Path, option: str) -> None:
         raise LifecycleError(f"{option} {path}: no such directory {path.parent}")
     if not os.access(path.parent, os.W_OK | os.X_OK):
         raise LifecycleError(f"{option} {path}: {path.parent} is not writable")
+    check_replaceable(path, "an in-toto Statement `audit --provenance` wrote", STATEMENT_TYPE)
 
 
 def write_provenance(chain: Chain, path: Path) -> None:
-    """Write the chain's in-toto Statement v1 to `path` (replacing it whole)."""
-    document = statement(chain)
-    temp = path.with_name(f".{path.name}.tmp")
+    """Write the chain's in-toto Statement v1 to `path`, whole or not at all (replacing one
+    written before: check_output_file refused any other file)."""
+    document = json.dumps(statement(chain), indent=2) + "\n"
     try:
-        temp.write_text(json.dumps(document, indent=2) + "\n")
-        temp.replace(path)
+        write_atomic(path, document.encode())
     except OSError as exc:
-        temp.unlink(missing_ok=True)
         raise LifecycleError(f"--provenance {path}: {exc.strerror or exc}") from None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,14 @@ from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.gc import completed_line
 from lifecycle.commands.teardown import connect_services, settle_dead
-from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError, read_given
+from lifecycle.errors import (
+    EXIT_ENVIRONMENT,
+    EXIT_NO,
+    EXIT_OK,
+    LifecycleError,
+    check_replaceable,
+    read_given,
+)
 from lifecycle.gc import (
     GcPlan,
     Swept,
@@ -163,7 +169,7 @@ def plan(ctx: Context, options: verbs.Plan) -> PlanReport:
     """The plan; with -o FILE, saved with the state it saw."""
     policy = read_policy(ctx.project / CONFIG_FILE)
     if options.out is not None:
-        _check_replaceable(options.out)
+        check_replaceable(options.out, "a plan `lifecycle plan -o` saved", f'"format": "{FORMAT}"')
     location = optional_location(None, ctx.environ, ctx.project)
     services = connect_services(ctx.environ, ctx.say)
     with ctx.reading() as ledger:
@@ -330,25 +336,6 @@ def converge(
 def _gc_policy(policy: Policy) -> GcPolicy:
     remote = policy.remote
     return GcPolicy(remote.keep_last, seconds(remote.keep_within), parse_duration(remote.grace))
-
-
-def _check_replaceable(file: Path) -> None:
-    """Before any work: `-o FILE` replaces a plan saved before (planning again is the routine),
-    never another file a slip named (`-o lifecycle.yaml`)."""
-    if not os.path.lexists(file):
-        return
-    head = b""
-    if file.is_file():  # not a dir, nor a FIFO a read would wait on for ever
-        try:
-            with file.open("rb") as saved:
-                head = saved.read(256)
-        except OSError as exc:
-            raise LifecycleError(f"cannot save the plan to {file}: {exc.strerror}") from None
-    if f'"format": "{FORMAT}"'.encode() not in head:
-        raise LifecycleError(
-            f"{file} exists and is not a plan `lifecycle plan -o` saved: not replaced (remove"
-            " it, or name another file)"
-        )
 
 
 def _save(file: Path, plan: dict[str, Any]) -> None:
