@@ -33,6 +33,7 @@ from lifecycle.archive.store import BlobStore
 from lifecycle.boot.engine import NotBuilt
 from lifecycle.build.engine import RegistryFailed, pull_image, push_image
 from lifecycle.build.plan import BASE_DIGEST_LABEL, DIGEST_LABEL
+from lifecycle.errors import LifecycleError
 from lifecycle.faults import Checkpoint
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
@@ -468,6 +469,19 @@ def test_an_engine_image_a_teardown_removed_is_recorded_and_said_so_by_verify_an
     assert boot.exit_code == 2, boot.output
     [line] = boot.stderr.splitlines()
     assert said in line and "`lifecycle build demo/0.2` again" in line, line
+    # A night on this host says it as the boot does, before it runs anything.
+    from lifecycle.manifest import load_manifest
+    from lifecycle.manifest.load import manifest_digest
+    from lifecycle.night.local import LocalEngine
+
+    loaded = load_manifest(project / "manifests/demo/0.2/manifest.yaml")
+    ledger = Ledger.open(Home(home))
+    try:
+        night = LocalEngine(docker_client, ledger, Home(home), {}, "unknown")
+        with pytest.raises(LifecycleError, match=re.escape(said)):
+            night.resolve("demo/0.2", loaded, manifest_digest(loaded))
+    finally:
+        ledger.close()
 
     # Built again: there, as recorded. Then a teardown killed once dockerd removed the image
     # and before the ledger said so: the image is simply gone, as if removed by hand.

@@ -53,10 +53,8 @@ def engine_image(
         return built
     gone = _gone(ledger, digest)
     if pull_from is None:
-        again = "again" if gone else "first"
         raise NotBuilt(
-            f"{ref} is not built: {gone or f'no image carries manifest digest {digest[:12]}'};"
-            f" run `lifecycle build {ref}` {again}, or `boot --pull` one pushed by another host"
+            not_built(ledger, ref, digest, "or `boot --pull` one pushed by another host")
         )
     tried = []
     for reference, found_in in pull_from():
@@ -72,6 +70,15 @@ def engine_image(
     why = "; ".join(tried) or "no image of it was pushed where this host looks"
     here = f" ({gone})" if gone else ""
     raise NotBuilt(f"{ref} is not built here{here} and could not be pulled: {why}")
+
+
+def not_built(ledger: Ledger, ref: str, digest: str, then: str) -> str:
+    """Why `ref` cannot run here (no image of it, or the one it had went: how), and what to
+    do: build it (again), `then`."""
+    gone = _gone(ledger, digest)
+    why = gone or f"no image carries manifest digest {digest[:12]}"
+    again = "again" if gone else "first"
+    return f"{ref} is not built: {why}; run `lifecycle build {ref}` {again}, {then}"
 
 
 def _gone(ledger: Ledger, digest: str) -> str | None:

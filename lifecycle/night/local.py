@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import archive_caches
+from lifecycle.boot.engine import not_built
 from lifecycle.boot.run import BootRequest, Watch
 from lifecycle.build.engine import find_built
 from lifecycle.build.plan import cache_key, image_tag, key_factors
@@ -81,10 +82,8 @@ class LocalEngine:
         tag = image_tag(loaded.manifest.name, loaded.manifest.engine.vllm, digest)
         built = find_built(self.docker, self.ledger, digest)
         if built is None:
-            raise LifecycleError(
-                f"{ref} is not built: no image carries manifest digest {digest[:12]};"
-                f" run `lifecycle build {ref}` first (nothing was run, production untouched)"
-            )
+            then = "then the night again (nothing was run, production untouched)"
+            raise LifecycleError(not_built(self.ledger, ref, digest, then))
         return Pin(
             ref, loaded, digest, {"id": built.id, "tags": built.tags, "labels": built.labels}, tag
         )
