@@ -71,7 +71,7 @@ def run(ctx: Context, options: verbs.Port) -> PortCommandReport:
             return PortCommandReport(session.resume(stopped, home, ctx.checkpoint()))
     if not (options.old and options.new):
         raise LifecycleError("give OLD and NEW (e.g. `lifecycle port 0.30 0.31`)")
-    request = PortRequest(ctx.manifests_dir, options.old, options.new, home, flags)
+    request = PortRequest(ctx.manifests_dir, options.old, options.new, home, flags, ctx.environ)
     with _git_failures():
         return PortCommandReport(session.start(request, ctx.checkpoint()))
 

@@ -15,6 +15,7 @@ in place of OLD's carried one.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -68,6 +69,9 @@ class PortRequest:
     new_ref: str
     home: Home
     flags: PortFlags = field(default_factory=PortFlags)
+    # The command's environment: the fetch's time limit (LIFECYCLE_GIT_TIMEOUT) and the
+    # user's own ssh command are read from it.
+    environ: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -172,7 +176,7 @@ def make_plan(
         )
     source = upstream_source(loaded)
     mirror = (
-        ensure_mirror(request.home, source)
+        ensure_mirror(request.home, source, request.environ)
         if fetch
         else Mirror(mirror_path(request.home, source), source)
     )

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import re
 import shutil
 import tempfile
@@ -94,7 +93,7 @@ def mirror_path(home: Home, source: str) -> Path:
     return home.mirrors / f"{stem}-{digest}.git"
 
 
-def ensure_mirror(home: Home, source: str) -> Mirror:
+def ensure_mirror(home: Home, source: str, environ: Mapping[str, str]) -> Mirror:
     """Create the mirror if needed and fetch every branch and tag of `source` into it."""
     # The first write of a port, even a dry run: a home that is a file or read-only is said
     # so (exit 3) before git runs, not met as an OSError making the mirror's dir.
@@ -106,8 +105,8 @@ def ensure_mirror(home: Home, source: str) -> Mirror:
         if not (path / "HEAD").is_file():
             _init_bare(path)
         git = Git.user(path)
-        own_ssh = _own_ssh_command(git, os.environ)
-        fetched = git.with_env(**_silence_limit(os.environ, own_ssh)).run(
+        own_ssh = _own_ssh_command(git, environ)
+        fetched = git.with_env(**_silence_limit(environ, own_ssh)).run(
             "fetch",
             "--quiet",
             "--force",

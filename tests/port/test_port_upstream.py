@@ -66,7 +66,7 @@ def test_a_repository_git_would_read_as_an_option_is_refused_before_git_runs(
 def test_git_never_takes_the_source_for_an_option(tmp_path: Path, isolated_home: Path) -> None:
     # Past the manifest's check (a value that got by it): `--` keeps it a repository.
     with pytest.raises(LifecycleError, match=r"failed .*, and there is no mirror of it yet"):
-        ensure_mirror(Home(tmp_path / "home"), OPTION)
+        ensure_mirror(Home(tmp_path / "home"), OPTION, os.environ)
 
     assert _pwned(tmp_path, isolated_home) == []
 
@@ -165,7 +165,7 @@ def test_an_upstream_that_accepts_and_never_answers_fails_the_fetch_in_bounded_t
     with silent_listener() as listener:
         started = time.monotonic()
         with pytest.raises(LifecycleError) as failed:  # no mirror yet: nothing to go on from
-            ensure_mirror(Home(tmp_path / "home"), f"http://{listener.address}/up.git")
+            ensure_mirror(Home(tmp_path / "home"), f"http://{listener.address}/up.git", os.environ)
         took = time.monotonic() - started
 
     assert took < 10, took
@@ -254,7 +254,7 @@ def test_the_users_own_ssh_command_is_left_alone_and_named(
         monkeypatch.setenv(setting, str(own_ssh))
 
     with pytest.raises(LifecycleError) as failed:
-        ensure_mirror(Home(tmp_path / "home"), "git@127.0.0.1:vllm.git")
+        ensure_mirror(Home(tmp_path / "home"), "git@127.0.0.1:vllm.git", os.environ)
 
     assert ran.is_file(), "the port replaced the user's ssh command"
     assert str(failed.value).count(f"runs as your {setting} says") == 1, failed.value
