@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -61,13 +61,18 @@ def run(ctx: Context, options: verbs.Port) -> PortCommandReport:
         options.allow_dirty, options.force,
     )  # fmt: skip
     if options.resume or options.abort:
-        others = options.old or options.new or flags != PortFlags()
+        # --abort may be tried first (--dry-run); --continue writes what the port would.
+        asked = replace(flags, dry_run=False) if options.abort else flags
+        others = options.old or options.new or asked != PortFlags()
         if (options.resume and options.abort) or others:
-            raise LifecycleError("--continue and --abort take no other arguments or options")
+            raise LifecycleError(
+                "--continue and --abort take no other arguments or options (--abort: --dry-run)"
+            )
         with _git_failures():
             stopped = session.locate(ctx.manifests_dir, home, cwd)
             if options.abort:
-                return PortCommandReport(None, *session.abort(stopped, home))
+                aborted = session.abort(stopped, home, dry_run=options.dry_run)
+                return PortCommandReport(None, *aborted)
             return PortCommandReport(session.resume(stopped, home, ctx.checkpoint()))
     if not (options.old and options.new):
         raise LifecycleError("give OLD and NEW (e.g. `lifecycle port 0.30 0.31`)")

@@ -418,7 +418,10 @@ class Port(Request):
     dry_run: bool = opt(help="Compute the report; write nothing.")
     keep_going: bool = opt(help="Try every patch; report every conflict.")
     resume: bool = opt("--continue", help="Go on after resolving a conflict.")
-    abort: bool = opt(help="Forget the stopped port, restoring everything.")
+    abort: bool = opt(
+        help="Forget the stopped port; edits made in its worktree are kept as a patch"
+        " (with --dry-run: say what it would do)."
+    )
     branch: str | None = opt(metavar="NAME", help="Branch to commit on (default: port/NEW).")
     release: str | None = opt(metavar="VERSION", help="Upstream release (default: from NEW).")
     allow_dirty: bool = opt(help="Port OLD as in the working tree though HEAD differs.")

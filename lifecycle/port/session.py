@@ -189,43 +189,48 @@ def _stop_in_worktree(git: Git, plan: PortPlan, saved: Stop, by_commit: dict[str
     )
 
 
-def abort(directory: Path, home: Home) -> tuple[str, Path | None]:
+def abort(directory: Path, home: Home, *, dry_run: bool = False) -> tuple[str, Path | None]:
     """`--abort`: forget the stopped port (nothing outside its state dir was written); refused
     while the port runs. What it says, and where the worktree's changes beyond the stop (a
-    resolution begun by hand) were kept, if it had any."""
+    resolution begun by hand) were kept, if it had any; with `dry_run`, what it would do."""
     advice = "--abort removes only a stopped or killed port"
+    removed, aborted, are = (
+        ("would remove", "would abort", "would be") if dry_run else ("removed", "aborted", "are")
+    )
     with state.running(home, directory, "the `port --abort`", advice):
         if not directory.is_dir():  # the port it waited on ended meanwhile
             raise LifecycleError(f"no port in progress (nothing in {directory})")
         if not (directory / "state.json").is_file():
-            state.remove(directory)  # a port killed before it could save or clean up
-            return f"removed the leftovers of an interrupted port: {directory}", None
+            if not dry_run:
+                state.remove(directory)  # a port killed before it could save or clean up
+            return f"{removed} the leftovers of an interrupted port: {directory}", None
         saved = state.load(directory)
-        said = f"aborted the port {saved.old_ref} -> {saved.new_ref}; removed {directory}"
-        kept = _keep_edits(Git.scratch(state.worktree(directory)), home, saved)
-        state.remove(directory)
-        if kept is None:
-            return said, None
-        path, files = kept
-        return (
-            f"{said}; the worktree's edits since the stop ({_files(files)}) are kept in {path}"
-            " (to take them up in the worktree of a port stopped at the same patch: "
-            f"`git checkout HEAD -- . && git apply {path}`)"
-        ), path
+        edits = _edits(Git.scratch(state.worktree(directory)), saved)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        name = f"{saved.old_ref}-to-{saved.new_ref}-{stamp}.patch".replace("/", "_")
+        kept = home.aborted_ports / name if edits else None
+        if not dry_run:
+            if edits and kept:
+                write_atomic(kept, edits[0])  # whole before the worktree goes
+            state.remove(directory)
+    said = f"{aborted} the port {saved.old_ref} -> {saved.new_ref}; {removed} {directory}"
+    if not edits:
+        return said, None
+    return (
+        f"{said}; the worktree's edits since the stop ({_files(edits[1])}) {are} kept in {kept}"
+        " (to take them up in the worktree of a port stopped at the same patch: "
+        f"`git checkout HEAD -- . && git apply {kept}`)"
+    ), kept
 
 
-def _keep_edits(git: Git, home: Home, saved: state.PortState) -> tuple[Path, list[str]] | None:
-    """Write the worktree's changes to a patch in the home when a person made some since the
-    port stopped (they differ from what it left); (the patch, the files it changes)."""
+def _edits(git: Git, saved: state.PortState) -> tuple[bytes, list[str]] | None:
+    """The worktree's changes, as one patch, and the files they touch, when a person made
+    some since the port stopped (they differ from what it left); None when not."""
     changes = _changes(git)
     if not changes or hashlib.sha256(changes).hexdigest() == saved.worktree_left:
         return None
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    name = f"{saved.old_ref}-to-{saved.new_ref}-{stamp}.patch".replace("/", "_")
-    path = home.aborted_ports / name
-    write_atomic(path, changes)  # whole before the worktree goes
     staged = git.out("apply", "--numstat", "-", input=changes.decode("utf-8", "surrogateescape"))
-    return path, [line.split("\t", 2)[2] for line in staged.splitlines()]
+    return changes, [line.split("\t", 2)[2] for line in staged.splitlines()]
 
 
 def _changes(git: Git) -> bytes:

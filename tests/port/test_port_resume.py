@@ -160,6 +160,13 @@ def test_abort_keeps_a_resolution_begun_by_hand(
     (worktree / "pkg/serve.py").write_text("half way through a resolution\n")
     (worktree / "pkg/notes.txt").write_bytes(b"which side wins \xff\n")  # new, not UTF-8
 
+    tried = project.port("--abort", "--dry-run", "--json")
+    assert tried.exit_code == 0, tried.stderr
+    assert tried.report["message"].startswith("would abort the port 1.0 -> 2.0; would remove ")
+    assert "2 files: pkg/notes.txt, pkg/serve.py) would be kept in " in tried.report["message"]
+    assert worktree.is_dir() and not (home / "port-aborted").exists()  # nothing done
+    assert project.port("--continue", "--dry-run").exit_code == 2  # --continue: no dry run
+
     aborted = project.port("--abort", "--json")
 
     assert aborted.exit_code == 0, aborted.stderr
