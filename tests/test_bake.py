@@ -684,6 +684,13 @@ def test_a_baked_boot_says_so_when_the_newest_bake_is_gone_and_an_older_one_runs
         assert len(said) == 1, done.stderr
         assert "is not on this Docker engine (removed with no record here: by hand" in said[0]
         assert "booting the bake of 20" in said[0] and f"({old['image_id'][:19]})" in said[0]
+        # The morning screen says the same: the newest is gone, the older one runs instead.
+        shown = json.loads(run_lifecycle(project, "status", "--json").stdout)
+        (bake,) = shown["bakes"]
+        assert (bake["image_id"], bake["on_dockerd"]) == (new["image_id"], False), bake
+        assert bake["runs_instead"]["image_id"] == old["image_id"], bake
+        text = run_lifecycle(project, "status").stdout
+        assert f"; boot --baked runs the older {old['image_id'][:19]} (baked " in text, text
     finally:
         assert run_lifecycle(project, "teardown", "--images", "--yes").exit_code == 0
 

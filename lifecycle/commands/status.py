@@ -20,7 +20,7 @@ from lifecycle.errors import LifecycleError
 from lifecycle.home import read_record
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_caches, not_reusable
-from lifecycle.ledger.builds import all_bakes, mcv_images
+from lifecycle.ledger.builds import BakeRecord, all_bakes, mcv_images
 from lifecycle.ledger.nights import events, newest_night, production_left_down
 from lifecycle.night.settle import PROPOSED
 from lifecycle.policy.model import read_policy
@@ -48,6 +48,9 @@ class NewestBake:
     on_dockerd: bool | None  # None: dockerd was not asked (it did not answer)
     # Its MCV images (bake --format mcv): cache, tag, image_id, removed_at, on_dockerd each.
     mcv: list[dict[str, Any]] = field(default_factory=list)
+    # When it is gone from dockerd: the newest older bake still there (tag, image_id,
+    # baked_at), the one `boot --baked` runs instead; None when there is none, or no need.
+    runs_instead: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,9 @@ class StatusReport(Report):
         for bake in self.bakes:
             where = f"; removed {bake.removed_at}" if bake.removed_at else ""
             where = where or ("; no longer on dockerd" if bake.on_dockerd is False else "")
+            if older := bake.runs_instead:
+                where += f"; boot --baked runs the older {older['image_id'][:19]}"
+                where += f" (baked {older['baked_at']})"
             lines.append(
                 f"bake {bake.manifest} {bake.profile}: {bake.tag} ({bake.image_id[:19]}),"
                 f" baked {bake.baked_at}{where}"
@@ -147,10 +153,24 @@ def run(ctx: Context, options: verbs.Status) -> StatusReport:
                 images = {image.id for image in made.caches.images}
         except LifecycleError as exc:
             problem = str(exc)
-        newest = {(b.manifest_name, b.profile): b for b in all_bakes(ledger)}  # oldest first
+        baked: dict[tuple[str, str], list[BakeRecord]] = {}
+        for bake in all_bakes(ledger):  # oldest first
+            baked.setdefault((bake.manifest_name, bake.profile), []).append(bake)
+        newest = {key: each[-1] for key, each in baked.items()}
 
         def on_dockerd(image_id: str) -> bool | None:
             return None if images is None else image_id in images
+
+        def instead(each: list[BakeRecord]) -> dict[str, str] | None:
+            if on_dockerd(each[-1].image_id) is not False:
+                return None  # there, or dockerd was not asked
+            there = (b for b in reversed(each[:-1]) if on_dockerd(b.image_id))
+            older = next(there, None)
+            return (
+                None
+                if older is None
+                else {"tag": older.tag, "image_id": older.image_id, "baked_at": older.baked_at}
+            )
 
         bakes = [
             NewestBake(
@@ -161,8 +181,9 @@ def run(ctx: Context, options: verbs.Status) -> StatusReport:
                      "removed_at": m.removed_at, "on_dockerd": on_dockerd(m.image_id)}
                     for m in mcv_images(ledger, b.image_id)
                 ],
+                instead(baked[key]),
             )
-            for _, b in sorted(newest.items())
+            for key, b in sorted(newest.items())
         ]  # fmt: skip
         down = production_left_down(ledger)
         production = f"down since {down[-1].at} (night {down[-1].night_id})" if down else "up"
