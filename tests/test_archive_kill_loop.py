@@ -10,6 +10,7 @@ made behind lifecycle's back. Only the lifecycle process is killed, never its pr
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -129,3 +130,60 @@ def _check_recorded_is_held(store: BlobStore, ids: list[str], when: str) -> None
         name = parse_key(store.relative(key))
         if name is not None and name.kind in ("version", "boot"):
             assert verify_key(store, key) == [], (when, "on the server", key)
+
+
+def test_an_archive_killed_after_writing_its_version_leaves_the_tree_one_version(
+    archive_project: Path, s3_bucket: str, tmp_path: Path
+) -> None:
+    """Killed after the version's record is on the server and before the ledger says so, the
+    re-run takes that record as its own (it is this host's, of the same tree, whole): one
+    record of the tree, the one the ledger names, and every reader of the archive sees one
+    version of it."""
+    cache_id = cache_ids(boot(archive_project, "--cold"))[0]
+    store = BlobStore(s3_client(os.environ), ArchiveLocation(s3_bucket, PREFIX))
+    for commit in range(1, 40):
+        killed = killed_after_commit(archive_project, commit, "archive", cache_id, "--with-content")
+        assert killed.returncode == -signal.SIGKILL, (commit, killed.stdout, killed.stderr)
+        if _versions_on_server(store, cache_id) and not _versions_recorded(cache_id):
+            break  # its record written, the ledger not told
+    else:
+        raise AssertionError("no kill fell between the version's record and its ledger row")
+    [unrecorded] = _versions_on_server(store, cache_id)
+
+    done = process(archive_project, "archive", cache_id, "--with-content", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [report] = json.loads(done.stdout)["caches"]
+    assert (report["record_key"], report["record_written"]) == (unrecorded, False), report
+    assert report["blobs_uploaded"] == 0, report  # what it names is there: nothing sent again
+    assert _versions_on_server(store, cache_id) == [unrecorded]
+    assert _versions_recorded(cache_id) == [unrecorded, unrecorded]  # its version, its newest
+
+    url = f"s3://{s3_bucket}/{PREFIX}"
+    listed = json.loads(cli(archive_project, "caches", "--from", url, "--json").stdout)
+    [cache] = [c for c in listed["caches"] if c["id"] == cache_id]
+    assert [v["record"] for v in cache["versions"]] == [store.url(unrecorded)], cache
+    audited = cli(archive_project, "audit", "cache", cache_id, "--from", url, "--json")
+    assert len(json.loads(audited.stdout)["versions"]) == 1, audited.output
+    tree = report["tree_digest"]
+    into = str(tmp_path / "beside")
+    beside = cli(archive_project, "restore", f"{cache_id}@{tree}", "--into", into, "--json")
+    assert beside.exit_code == 0, beside.output
+    assert json.loads(beside.stdout)["record"] == store.url(unrecorded), beside.output
+    for args in (("verify", cache_id), ("verify", cache_id, "--from", url)):
+        verified = cli(archive_project, *args)
+        assert verified.exit_code == 0, verified.output
+
+
+def _versions_on_server(store: BlobStore, cache_id: str) -> list[str]:
+    return keys(store.client, store.location.bucket, f"{PREFIX}/caches/{cache_id}/versions/")
+
+
+def _versions_recorded(cache_id: str) -> list[str]:
+    """The ledger's version rows of the cache, then its newest archive's record."""
+    ledger = Ledger.open(home())
+    try:
+        newest = archive_of(ledger, cache_id)
+        rows = [v.record_key for v in versions_of(ledger, cache_id)]
+        return rows + ([newest.record_key] if newest else [])
+    finally:
+        ledger.close()

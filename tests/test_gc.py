@@ -495,3 +495,35 @@ def test_a_sweep_whose_look_outlasts_its_intent_stops_having_removed_nothing(
     after = set(keys(s3_client, s3_bucket, f"{PREFIX}/"))
     assert {k for k in after - before if "/gc-intents/" not in k and "/gc/" not in k} == set()
     assert before <= after  # nothing removed
+
+
+def test_keep_last_counts_a_caches_trees_not_the_records_of_one_tree(
+    archive_project: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    """Two records of one tree (archived without its files, then with them; or by two hosts)
+    are one version: `--keep-last 2` keeps that tree and the next, every record of each, and
+    `--keep-last 1` takes both records of the older tree, nothing of the newer."""
+    cache_id = sorted(u["cache_id"] for u in _json(archive_project, "boot", "demo/0.2")["caches"])[
+        0
+    ]
+    _json(archive_project, "archive", cache_id)
+    older = _json(archive_project, "archive", cache_id, "--with-content")["caches"][0]
+    _json(archive_project, "boot", "demo/0.2", "--profile", "grows")
+    newer = _json(archive_project, "archive", cache_id, "--with-content")["caches"][0]
+    prefix = f"{PREFIX}/caches/{cache_id}/versions/"
+    records = keys(s3_client, s3_bucket, prefix)
+    trees = [read_json(s3_client, s3_bucket, key)["tree_digest"] for key in records]
+    assert sorted(trees) == sorted([older["tree_digest"]] * 2 + [newer["tree_digest"]]), records
+
+    url = f"s3://{s3_bucket}/{PREFIX}"
+    kept = _json(archive_project, "gc", "--remote", "--from", url, "--keep-last", "2",
+                 "--grace", "0s", "--yes")  # fmt: skip
+    assert not [k for k in kept["plan"]["objects"] if k.startswith(f"caches/{cache_id}/")], kept
+    assert keys(s3_client, s3_bucket, prefix) == records
+    one = _json(archive_project, "gc", "--remote", "--from", url, "--keep-last", "1",
+                "--grace", "0s", "--dry-run")  # fmt: skip
+    going = sorted(k for k in one["plan"]["objects"] if k.startswith(prefix[len(PREFIX) + 1 :]))
+    older_records = [
+        k for k, tree in zip(records, trees, strict=True) if tree != newer["tree_digest"]
+    ]
+    assert going == sorted(k[len(PREFIX) + 1 :] for k in older_records), one

@@ -257,6 +257,9 @@ def _plan(ledger: Ledger, run: _Run, cache: CacheRecord, with_content: bool) -> 
         )  # fmt: skip
 
     there = verify.standing_version(store, rows, tree, with_content, plan, relied, workers)
+    there = there or verify.unrecorded_version(
+        ledger, store, cache, tree, rows, plan, relied, workers
+    )
     standing, version = (there[0], None) if there else (None, plan())
     if version is not None:
         _refuse_secrets(f"the version record of {cache.id}", version, run.secrets)

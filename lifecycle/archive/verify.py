@@ -7,11 +7,12 @@ safe: docs/bucket.md, "Damage is put right by the next archive").
 from __future__ import annotations
 
 import hashlib
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from lifecycle.archive import packs, transfer
-from lifecycle.archive.layout import blob_key, pack_key, parse_key
+from lifecycle.archive.layout import blob_key, cache_prefix, pack_key, parse_key
 from lifecycle.archive.plans import BlobSource, RecordPlan, plan_boot_record
 from lifecycle.archive.record import (
     CacheOrBoot,
@@ -32,7 +33,7 @@ from lifecycle.ledger.archives import (
     honest_packs,
     pack_indexes,
 )
-from lifecycle.ledger.boots import BootRecord, boot_by_id, cache_uses
+from lifecycle.ledger.boots import BootRecord, CacheRecord, boot_by_id, cache_uses
 from lifecycle.parallel import pool_map
 from lifecycle.records import BootRecordV1, CacheRecordV1, CacheVersion
 
@@ -163,6 +164,68 @@ def standing_version(
         relied.named |= {blob.sha256: blob.size for blob in document.blobs}
         return row, document
     return None
+
+
+def unrecorded_version(
+    ledger: Ledger,
+    store: BlobStore,
+    cache: CacheRecord,
+    tree: str,
+    rows: Sequence[VersionRow],
+    plan: Callable[[], RecordPlan],
+    relied: Relied,
+    workers: int,
+) -> tuple[VersionRow, CacheVersion] | None:
+    """(row, record) of a version of `tree` this host wrote at the store's location and never
+    recorded (an archive killed between its record and its ledger row), taken as the version
+    rather than a second record of one tree written beside it. Taken only whole, naming
+    exactly the blobs `plan()` would, each packed one where the index of
+    a pack this host knows honest places it: what this host would have written, so relied on
+    as if the ledger had said so. None when there is none such, and a new one is written."""
+    host = socket.gethostname()
+    known = {store.relative(row.record_key) for row in rows}
+    prefix = f"{cache_prefix(cache.id, 'versions/')}{tree}."
+    for item in store.list(prefix):
+        key = parse_key(item.key)
+        if key is None or key.kind != "version" or key.key in known:
+            continue
+        found = inspect_record(store, key.key, key.sha256, workers)
+        document = found.document
+        if found.lines() or not isinstance(document, CacheVersion):
+            continue  # not whole: a new record, as ever
+        if (document.host, document.cache.host_path) != (host, cache.host_path):
+            continue  # another host's (or another home's on this one)
+        if {b.sha256 for b in document.blobs} != plan().sources.keys():
+            continue  # not what this run would write: with or without the files, withheld
+        if not _placed_honestly(ledger, store, document):
+            continue
+        relied.named |= {blob.sha256: blob.size for blob in document.blobs}
+        row = VersionRow(
+            cache.id, tree, store.location.url(), store.key(key.key), str(key.sha256),
+            document.with_content, document.parent, document.archived_at,
+        )  # fmt: skip
+        return row, document
+    return None
+
+
+def _placed_honestly(ledger: Ledger, store: BlobStore, document: CacheVersion) -> bool:
+    """Every packed blob of the record lies where the index of its pack, one this host wrote
+    or hashed, says (an index the ledger kept, else the pack's own)."""
+    sizes = record_packs(document)
+    if honest_packs(ledger, sizes.keys()) != sizes.keys():
+        return False
+    kept = pack_indexes(ledger, sizes.keys())
+    indexes = {
+        sha: packs.parse_index(kept[sha][1], sha, size)
+        if sha in kept and kept[sha][0] == size
+        else packs.read_index(store, sha, size)
+        for sha, size in sizes.items()
+    }
+    return all(
+        indexes[b.pack].get(b.sha256) == packs.Placed(b.pack, b.offset, b.size)
+        for b in document.blobs
+        if b.pack is not None and b.offset is not None
+    )
 
 
 def rebuild(
