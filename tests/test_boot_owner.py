@@ -113,3 +113,34 @@ def test_what_the_engine_wrote_as_another_user_is_given_back_and_every_verb_read
     done = _as_another(private_project, "teardown", "--yes")
     assert done.returncode == 0, done.stderr
     assert "removed 4 caches" in done.stdout, done.stdout
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_cache_file_lifecycle_may_not_read_is_named_with_the_way_out_never_as_a_difference(
+    private_project: Path,
+) -> None:
+    """A cache an engine left another user's before (an older lifecycle, a give-back dockerd
+    refused): `verify` said DIFFERS of a file it never read, and each verb said only
+    "Permission denied". Now: not read, whose and which mode, and what to do."""
+    booted = run_lifecycle(private_project, "boot", "demo/0.2", "--cold")
+    assert booted.exit_code == 0, booted.output
+    vllm = _caches()["vllm"]
+    for path in Path(vllm.host_path).rglob("*"):
+        os.lchown(path, OTHER, OTHER)
+    shut = next(p for p in Path(vllm.host_path).rglob("*") if p.is_dir())
+    shut.chmod(0o700)
+
+    checked = _as_another(private_project, "verify", vllm.id, "--json")
+    assert checked.returncode == 1, checked.stderr
+    [live] = [c for c in json.loads(checked.stdout)["checked"] if "live cache" in c["subject"]]
+    assert live["status"] == "unread", live
+    way_out = f"{shut}: cannot read: Permission denied (uid 65534's, mode 0700; lifecycle runs as"
+    assert way_out in live["problem"] and "chown -R 0:0" in live["problem"], live
+    said = _as_another(private_project, "verify", vllm.id).stdout
+    assert "UNREAD" in said and "1 not read" in said and "DIFFERS" not in said, said
+
+    refused = _as_another(private_project, "archive", vllm.id)
+    assert refused.returncode == 1, refused.stderr
+    [line] = refused.stderr.strip().splitlines()
+    assert way_out in line and "chown -R 0:0" in line, line
