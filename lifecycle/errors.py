@@ -144,6 +144,24 @@ def path_fault(path: Path) -> str | None:
     return None
 
 
+def not_yours(path: str | Path) -> str:
+    """Why lifecycle's user may not read `path`, with the way out, for an error to end with
+    (empty when it cannot be looked at): an engine that ran as root wrote it, as another user
+    (lifecycle.boot.owner gives a boot's caches back), or its own mode shuts it."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return ""
+    mode, uid, gid = stat.S_IMODE(st.st_mode), os.getuid(), os.getgid()
+    if st.st_uid == uid:
+        return f" (mode {mode:04o}); let its owner read it (chmod -R u+rX) and run it again"
+    return (
+        f" (uid {st.st_uid}'s, mode {mode:04o}; lifecycle runs as uid {uid}): written as"
+        f" another user, as by an engine running as root; give the cache dir back to uid"
+        f" {uid} (as root: chown -R {uid}:{gid} on it) and run it again"
+    )
+
+
 def read_regular(path: Path, cap: int) -> bytes | None:
     """The bytes of the regular file at `path`; None when what is there is no regular file (a
     FIFO is not waited on, /dev/zero not read: neither would ever end). ValueError when it

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from operator import attrgetter, is_
 from pathlib import Path
 
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import LifecycleError, not_yours
 from lifecycle.parallel import pool_map
 from lifecycle.redact import is_masked, mask_link, mask_paths
 
@@ -280,7 +280,8 @@ def _scan_error(path: str, exc: OSError) -> ScanError:
         return ScanError(f"{path}: vanished during the scan; {_RACE_HINT}")
     if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # replaced by a symlink or a file since
         return ScanError(f"{path}: changed during the scan; {_RACE_HINT}")
-    return ScanError(f"{path}: cannot read: {exc.strerror}")
+    hint = not_yours(path) if exc.errno in (errno.EACCES, errno.EPERM) else ""
+    return ScanError(f"{path}: cannot read: {exc.strerror}{hint}")
 
 
 def _hash_all(top: str, files: Sequence[tuple[str, Entry]], workers: int) -> list[str]:

@@ -8,6 +8,7 @@ docs/time-limits.md.
 from __future__ import annotations
 
 import base64
+import errno
 import functools
 import hashlib
 import io
@@ -33,7 +34,7 @@ from botocore.exceptions import (
 
 from lifecycle.archive.copies import RecordCopies
 from lifecycle.archive.location import ArchiveLocation, endpoint_problem
-from lifecycle.errors import EXIT_ENVIRONMENT, AnswerNo, LifecycleError
+from lifecycle.errors import EXIT_ENVIRONMENT, AnswerNo, LifecycleError, not_yours
 
 READ_CHUNK = 1 << 20
 # The slowest a request's body may go out (bytes/s) before its attempt counts as waited out:
@@ -84,7 +85,10 @@ class Listing:
 
 def os_problem(exc: OSError) -> str:
     """An OSError in one line: `path: reason` when it names a file, else its own words."""
-    return f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+    if not exc.filename:
+        return str(exc)
+    hint = not_yours(exc.filename) if exc.errno in (errno.EACCES, errno.EPERM) else ""
+    return f"{exc.filename}: {exc.strerror}{hint}"
 
 
 def b64_sha256(sha256: str) -> str:

@@ -26,7 +26,7 @@ from lifecycle.archive.record import (
 )
 from lifecycle.archive.store import RECORD_MAX, ArchiveError, BlobStore, S3Unavailable
 from lifecycle.errors import LifecycleError
-from lifecycle.fingerprint import Entry, Fingerprint, scan
+from lifecycle.fingerprint import Entry, Fingerprint, ScanError, scan
 from lifecycle.parallel import pool_map
 from lifecycle.records import (
     BootRecordV1,
@@ -47,7 +47,11 @@ class Finding:
     note: str | None = None
     # When nothing differs: "ok" (checked), "collected" (a gc removed it by rule, its record
     # says so) or "history" (a record no longer needed, not checked without --all-versions).
+    # With a problem: UNREAD when it could not be read to be compared, else it differs.
     status: str = "ok"
+
+
+UNREAD = "unread"
 
 
 def live_cache(
@@ -59,10 +63,13 @@ def live_cache(
         return [Finding(subject, "no recorded fingerprint to compare with")]
     try:
         recorded = Fingerprint.from_json(Path(scan_path).read_text())
-        # No earlier scan given: every file is read and hashed; its masked names kept masked.
-        now = scan(Path(host_path), masked_like=recorded)
     except LifecycleError as exc:
         return [Finding(subject, str(exc))]
+    try:
+        # No earlier scan given: every file is read and hashed; its masked names kept masked.
+        now = scan(Path(host_path), masked_like=recorded)
+    except ScanError as exc:  # not re-hashed: nothing is known to differ, nor to be as recorded
+        return [Finding(subject, str(exc), status=UNREAD)]
     findings = []
     if tree is not None and recorded.tree_digest != tree:
         problem = f"fingerprint of tree {recorded.tree_digest}, the ledger says {tree}"

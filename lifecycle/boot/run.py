@@ -9,6 +9,7 @@ after the container has exited, never while the engine may be writing a `.so`.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import socket
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +30,7 @@ from lifecycle.boot.engine import (
 )
 from lifecycle.boot.judge import judge
 from lifecycle.boot.observe import AccessWatch, CacheAccess, NotObserved
+from lifecycle.boot.owner import give_back
 from lifecycle.boot.spec import (
     BAKED,
     CacheMount,
@@ -101,6 +103,7 @@ class _Progress:
     # baked cache name -> files written under its path; None: the container's layer unread
     baked_written: dict[str, frozenset[str]] | None = field(default_factory=dict)
     not_observed: str | None = None  # why `access` is None
+    not_given_back: str | None = None  # why the caches the engine wrote stay its user's
 
     def outcome(self) -> str:
         if self.interrupted:
@@ -325,6 +328,13 @@ def _run(
             progress.untracked, problem = read_untracked(client, container, record.id, plan.mounts)
             progress.error = _join(progress.error, problem)
             progress.baked_written = baked_writes(container.attrs, plan.mounts)
+            # Before the scans: what the engine wrote as another user, lifecycle's user may
+            # not read (lifecycle.boot.owner).
+            roots = [Path(m.host_path) for m in plan.mounts if m.mode != BAKED]
+            owner = (os.getuid(), os.getgid())
+            progress.not_given_back = give_back(
+                client, request.image["id"], roots, owner, record.id
+            )
         if container is not None and spec.secret_names:
             # The container's config (docker inspect) and its log keep the values in clear.
             progress.error = _join(progress.error, remove_container(container))
@@ -415,6 +425,11 @@ def _finish(
             ]
         except (LifecycleError, OSError) as exc:
             problems.append(f"scan of cache {mount.cache_id} failed: {exc}")
+            if progress.not_given_back:  # said once, with the first scan it explains
+                problems.append(
+                    f"the caches the engine wrote stay its user's: {progress.not_given_back}"
+                )
+                progress.not_given_back = None
             continue
         uses.append(use)
         scanned.append(cache)

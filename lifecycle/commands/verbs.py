@@ -522,7 +522,8 @@ class Verify(Request):
     built engine image (its id or tag): still on dockerd, or how it went (the teardown that
     removed it, and when, or behind lifecycle's back).
 
-    Exit 1 when anything needed differs, 3 when the archive cannot be reached.
+    Exit 1 when anything needed differs or cannot be read to be compared, 3 when the
+    archive cannot be reached.
     """
 
     target: str = arg(metavar="CACHE[@TREE]|RESULT|IMAGE")

@@ -22,7 +22,7 @@ from lifecycle.audit.check import (
     verify_cache,
     verify_result,
 )
-from lifecycle.audit.verify import BlobChecker, Finding
+from lifecycle.audit.verify import UNREAD, BlobChecker, Finding
 from lifecycle.boot.baked import BakedUnreadable, baked_caches, check_layer, layer_dirs
 from lifecycle.commands import verbs
 from lifecycle.commands.audit import reading
@@ -74,7 +74,7 @@ class VerifyRunReport(Report):
             "checked": [
                 {
                     "subject": f.subject,
-                    "status": "differs" if f.problem else f.status,
+                    "status": "differs" if f.problem and f.status != UNREAD else f.status,
                     "problem": f.problem,
                     "note": f.note,
                 }
@@ -86,15 +86,19 @@ class VerifyRunReport(Report):
         """What differs first, each naming the file or object; then what was found as recorded,
         what a gc collected, and what is history."""
         report = self.report
-        count = len(report.problems)
-        verdict = "as recorded" if not count else f"{count} difference{'s' * (count != 1)}"
+        unread = [f for f in report.problems if f.status == UNREAD]
+        differ = [f for f in report.problems if f.status != UNREAD]
+        verdicts = [f"{len(differ)} difference{'s' * (len(differ) != 1)}"] if differ else []
+        verdicts += [f"{len(unread)} not read"] if unread else []
+        verdict = "; ".join(verdicts) or "as recorded"
         collected, history = report.marked("collected"), report.marked("history")
         if collected:
             verdict += f"; {len(collected)} collected by gc"
         if history:
             verdict += f"; {len(history)} in history, not checked"
         lines = [f"verify {report.kind} {report.target} (from {report.source}): {verdict}"]
-        lines += [f"  DIFFERS {f.subject}: {f.problem}" for f in report.problems]
+        lines += [f"  DIFFERS {f.subject}: {f.problem}" for f in differ]
+        lines += [f"  UNREAD  {f.subject}: {f.problem}" for f in unread]
         lines += [
             f"  ok      {f.subject}" + (f": {f.note}" if f.note else "")
             for f in report.marked("ok")

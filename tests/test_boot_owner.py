@@ -1,0 +1,146 @@
+"""Caches an engine wrote as another user: given back at the end of the boot, or, written
+before, named as unreadable with the way out, never called different.
+
+lifecycle runs as a user in the docker group, the engine as root. The user is played by root
+in a user namespace of its own (`unshare --user --map-root-user`), where files of an unmapped
+uid are another user's: readable as their modes say, no more. The `private` profile's engine
+leaves its caches so: JIT files 0600 and dirs 0700 (a mkstemp then rename does), all of an
+unmapped uid's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lifecycle.boot.owner import held_by_another
+from lifecycle.fingerprint import Fingerprint
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import CacheRecord, all_caches
+from tests.services import demo_copy, run_lifecycle
+
+OTHER = 12345  # no uid of the namespace: another user's
+PRIVATE = (
+    "  private:\n    command:\n      - sh\n      - -c\n      - |\n"
+    '        python3 -m demollm.serve "$@"; rc=$?\n'
+    "        for d in /var/cache/lifecycle/*; do\n"
+    "          find \"$d\" -mindepth 1 -type f -name '*.json' -exec chmod 600 {} +\n"
+    '          find "$d" -mindepth 1 -type d -name generated -exec chmod 700 {} +\n'
+    f'          find "$d" -mindepth 1 -exec chown -h {OTHER}:{OTHER} {{}} +\n'
+    "        done\n"
+    "        exit $rc\n"
+    "      - sh\n    network: none\n"
+)
+
+
+@pytest.fixture
+def private_project(
+    tmp_path: Path, demo_images: None, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """The demo project with the `private` profile, demo/0.2 built, archiving to the bucket."""
+    if subprocess.run(["unshare", "--user", "--map-root-user", "true"]).returncode != 0:
+        pytest.skip("no user namespaces here: cannot run lifecycle as another user")
+    root = demo_copy(tmp_path / "project")
+    child = root / "manifests/demo/0.2/manifest.yaml"
+    child.write_text(child.read_text() + "profiles:\n" + PRIVATE)
+    assert run_lifecycle(root, "build", "demo/0.2").exit_code == 0
+    monkeypatch.setenv("LIFECYCLE_ARCHIVE", f"s3://{s3_bucket}/test")
+    monkeypatch.chdir(root)
+    return root
+
+
+def _as_another(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`lifecycle ARGS…` as a user who is not the engine's."""
+    argv = [sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), *args]
+    return subprocess.run(
+        ["unshare", "--user", "--map-root-user", *argv],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def _caches() -> dict[str, CacheRecord]:
+    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
+    try:
+        return {c.cache_name: c for c in all_caches(ledger)}
+    finally:
+        ledger.close()
+
+
+def test_held_by_another_stops_at_the_first_entry_not_ours(tmp_path: Path) -> None:
+    (tmp_path / "a/b").mkdir(parents=True)
+    (tmp_path / "a/b/kernel.so").write_bytes(b"\x7fELF")
+    (tmp_path / "link").symlink_to("/nowhere")
+    assert not held_by_another(tmp_path, os.getuid())
+    os.lchown(tmp_path / "a/b/kernel.so", OTHER, OTHER)
+    assert held_by_another(tmp_path, os.getuid())
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_what_the_engine_wrote_as_another_user_is_given_back_and_every_verb_reads_it(
+    private_project: Path,
+) -> None:
+    """A boot as a user in the docker group of an engine running as root failed at its own
+    end (`failed (exit 0)`: the scan could not read a 0600 file), its caches not reusable,
+    not archivable. dockerd, which ran the engine, now gives what it wrote to lifecycle's
+    user once the engine has exited, modes untouched."""
+    cold = _as_another(private_project, "boot", "demo/0.2", "--profile", "private", "--cold")
+    assert cold.returncode == 0, cold.stdout + cold.stderr
+    assert ": ok (exit 0)" in cold.stdout, cold.stdout
+    caches = _caches()
+    assert len(caches) == 4
+    vllm = caches["vllm"]
+    scanned = Fingerprint.from_json(Path(vllm.scan_path or "").read_text())
+    private = [e for e in scanned.entries if e.path.endswith(".json")]
+    assert private and all(e.mode == 0o600 for e in private)  # as the engine wrote them
+    shut = Path(caches["flashinfer"].host_path).rglob("generated")
+    assert [stat.S_IMODE(p.stat().st_mode) for p in shut] == [0o700]
+
+    warm = _as_another(private_project, "boot", "demo/0.2", "--profile", "private", "--json")
+    assert warm.returncode == 0, warm.stdout + warm.stderr
+    assert {c["mode"] for c in json.loads(warm.stdout)["caches"]} == {"warm"}
+    archived = _as_another(private_project, "archive", "--all", "--with-content")
+    assert archived.returncode == 0, archived.stderr
+    for cache in caches.values():
+        verified = _as_another(private_project, "verify", cache.id)
+        assert verified.returncode == 0, verified.stdout
+    done = _as_another(private_project, "teardown", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "removed 4 caches" in done.stdout, done.stdout
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_cache_file_lifecycle_may_not_read_is_named_with_the_way_out_never_as_a_difference(
+    private_project: Path,
+) -> None:
+    """A cache an engine left another user's before (an older lifecycle, a give-back dockerd
+    refused): `verify` said DIFFERS of a file it never read, and each verb said only
+    "Permission denied". Now: not read, whose and which mode, and what to do."""
+    booted = run_lifecycle(private_project, "boot", "demo/0.2", "--cold")
+    assert booted.exit_code == 0, booted.output
+    vllm = _caches()["vllm"]
+    for path in Path(vllm.host_path).rglob("*"):
+        os.lchown(path, OTHER, OTHER)
+    shut = next(p for p in Path(vllm.host_path).rglob("*") if p.is_dir())
+    shut.chmod(0o700)
+
+    checked = _as_another(private_project, "verify", vllm.id, "--json")
+    assert checked.returncode == 1, checked.stderr
+    [live] = [c for c in json.loads(checked.stdout)["checked"] if "live cache" in c["subject"]]
+    assert live["status"] == "unread", live
+    way_out = f"{shut}: cannot read: Permission denied (uid 65534's, mode 0700; lifecycle runs as"
+    assert way_out in live["problem"] and "chown -R 0:0" in live["problem"], live
+    said = _as_another(private_project, "verify", vllm.id).stdout
+    assert "UNREAD" in said and "1 not read" in said and "DIFFERS" not in said, said
+
+    refused = _as_another(private_project, "archive", vllm.id)
+    assert refused.returncode == 1, refused.stderr
+    [line] = refused.stderr.strip().splitlines()
+    assert way_out in line and "chown -R 0:0" in line, line
