@@ -4,8 +4,11 @@ engine that accepts connections and never answers costs seconds, not the SDK's m
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from lifecycle.errors import EnvironmentFailure, LifecycleError
@@ -83,6 +86,46 @@ def connect(environ: Mapping[str, str]) -> Any:
         raise DockerUnavailable(f"cannot reach the Docker engine at {where}: {why}") from None
     client.api.timeout = later
     return client
+
+
+AS_ROOT_TIMEOUT_S = 3600  # a chown or removal of tens of thousands of files: seconds to minutes
+
+
+def as_root(
+    client: Any, image_id: str, argv: Sequence[str], dirs: Mapping[str, Path], task: str
+) -> str | None:
+    """Run `argv` to its end as root in a container of `image_id` (the engine image that wrote
+    the files), with only `dirs` (container path -> host dir) mounted and no network; None
+    when it exited 0, else why not. What lifecycle's own user may not do to an engine's files
+    (one running as root wrote them), dockerd, which ran the engine, can."""
+    from docker.errors import ImageNotFound
+    from docker.types import Mount
+
+    mounts = [Mount(to, os.path.realpath(host), type="bind") for to, host in dirs.items()]
+    try:
+        container = client.containers.create(
+            image_id,
+            list(argv),
+            entrypoint=[],  # the engine's own would start the engine
+            user="0:0",
+            network_mode="none",
+            mounts=mounts,
+            labels={"lifecycle.task": task},
+        )
+    except ImageNotFound:
+        return f"its engine image {image_id[:19]} is no longer on this Docker engine"
+    except sdk_errors() as exc:
+        return f"dockerd could not run a container to {task}: {exc}"
+    try:
+        container.start()
+        code = int(container.wait(timeout=AS_ROOT_TIMEOUT_S)["StatusCode"])
+        said = container.logs(tail=3).decode(errors="replace").strip() if code else ""
+    except sdk_errors() as exc:
+        return f"dockerd could not {task}: {exc}"
+    finally:
+        with contextlib.suppress(*sdk_errors()):  # stopped and labelled: harmless if it stays
+            container.remove(force=True)
+    return f"`{argv[0]}` to {task} exited {code} in a container: {said}" if code else None
 
 
 def seconds_from(environ: Mapping[str, str], name: str, default: float) -> float:

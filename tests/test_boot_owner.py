@@ -81,6 +81,19 @@ def test_held_by_another_stops_at_the_first_entry_not_ours(tmp_path: Path) -> No
     assert held_by_another(tmp_path, os.getuid())
 
 
+def test_only_root_outside_a_user_namespace_skips_the_walk() -> None:
+    """Real root reads and removes whatever an engine wrote: no cache is walked each boot to
+    find another user's entries. Root in a user namespace of its own is another user."""
+    code = "from lifecycle.boot.owner import _reads_everything as r; print(r())"
+    ask = [sys.executable, "-c", code]
+    real_root = Path("/proc/self/uid_map").read_text().split() == ["0", "0", "4294967295"]
+    plain = subprocess.run(ask, capture_output=True, text=True, check=True).stdout.strip()
+    assert plain == str(os.getuid() == 0 and real_root)
+    if subprocess.run(["unshare", "--user", "--map-root-user", "true"]).returncode == 0:
+        inside = ["unshare", "--user", "--map-root-user", *ask]
+        assert subprocess.run(inside, capture_output=True, text=True).stdout.strip() == "False"
+
+
 @pytest.mark.docker
 @pytest.mark.s3
 def test_what_the_engine_wrote_as_another_user_is_given_back_and_every_verb_reads_it(

@@ -11,17 +11,14 @@ The owner is in no fingerprint; the modes are, and stay as the engine wrote them
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lifecycle.dockerd import sdk_errors
+from lifecycle.dockerd import as_root
 
-HANDBACK_LABEL = "lifecycle.boot.handback"
 HANDBACK_MOUNT = "/lifecycle-handback"
-HANDBACK_TIMEOUT_S = 3600  # a chown of tens of thousands of files takes seconds; past this, stuck
 
 
 def held_by_another(root: Path, uid: int) -> bool:
@@ -40,48 +37,34 @@ def held_by_another(root: Path, uid: int) -> bool:
 
 
 def give_back(
-    client: Any,
-    image_id: str,
-    roots: Sequence[Path],
-    owner: tuple[int, int],
-    label: str,
+    client: Any, image_id: str, roots: Sequence[Path], owner: tuple[int, int]
 ) -> str | None:
     """`chown -R` to `owner` (uid, gid) the cache dirs among `roots` holding another user's
-    entries, as root in one container of the engine image that wrote them, nothing but those
-    dirs mounted, no network; None when done (or nothing to do), else why not. No link is
-    followed: what a link in a cache points at keeps its owner."""
-    from docker.types import Mount
-
+    entries, as root through dockerd (as_root), one container for all; None when done (or
+    nothing to do), else why not. No link is followed: what a link in a cache points at keeps
+    its owner."""
+    if _reads_everything():
+        return None
     try:
         foreign = [root for root in roots if held_by_another(root, owner[0])]
     except OSError as exc:
         return f"cannot look at the cache {exc.filename}: {exc.strerror}"
     if not foreign:
         return None
-    mounts = [
-        Mount(f"{HANDBACK_MOUNT}/{n}", os.path.realpath(root), type="bind")
-        for n, root in enumerate(foreign)
-    ]
-    argv = ["chown", "-R", "-h", f"{owner[0]}:{owner[1]}", *(m["Target"] for m in mounts)]
+    dirs = {f"{HANDBACK_MOUNT}/{n}": root for n, root in enumerate(foreign)}
+    argv = ["chown", "-R", "-h", f"{owner[0]}:{owner[1]}", *dirs]
+    return as_root(client, image_id, argv, dirs, "give the caches back")
+
+
+def _reads_everything() -> bool:
+    """Whether this process is root outside any user namespace: it reads and removes whatever
+    an engine wrote, so no cache needs giving back, and none is walked to find out (a walk of
+    every entry of every cache, each boot). Root in a user namespace of its own is not: files
+    of users unmapped there are another's."""
+    if os.getuid() != 0:
+        return False
     try:
-        container = client.containers.create(
-            image_id,
-            argv,
-            entrypoint=[],  # the engine's own would start the engine
-            user="0:0",
-            network_mode="none",
-            mounts=mounts,
-            labels={HANDBACK_LABEL: label},
-        )
-    except sdk_errors() as exc:
-        return f"dockerd could not run a container to give them back: {exc}"
-    try:
-        container.start()
-        code = int(container.wait(timeout=HANDBACK_TIMEOUT_S)["StatusCode"])
-        said = container.logs(tail=3).decode(errors="replace").strip() if code else ""
-    except sdk_errors() as exc:
-        return f"dockerd could not give them back: {exc}"
-    finally:
-        with contextlib.suppress(*sdk_errors()):  # stopped and labelled: harmless if it stays
-            container.remove(force=True)
-    return f"giving them back in a container exited {code}: {said}" if code else None
+        mapped = Path("/proc/self/uid_map").read_text().split()
+    except OSError:
+        return False
+    return mapped == ["0", "0", "4294967295"]

@@ -332,9 +332,7 @@ def _run(
             # not read (lifecycle.boot.owner).
             roots = [Path(m.host_path) for m in plan.mounts if m.mode != BAKED]
             owner = (os.getuid(), os.getgid())
-            progress.not_given_back = give_back(
-                client, request.image["id"], roots, owner, record.id
-            )
+            progress.not_given_back = give_back(client, request.image["id"], roots, owner)
         if container is not None and spec.secret_names:
             # The container's config (docker inspect) and its log keep the values in clear.
             progress.error = _join(progress.error, remove_container(container))

@@ -16,6 +16,7 @@ from typing import Any
 
 from lifecycle.boot.engine import BOOT_LABEL, container_name
 from lifecycle.build.plan import DIGEST_LABEL
+from lifecycle.dockerd import as_root
 from lifecycle.table import count_of, some_of
 
 NAME_LABEL = "lifecycle.manifest.name"
@@ -175,39 +176,13 @@ def remove_image(client: Any, image: ImageDecision) -> str | None:
 
 
 TRASH_MOUNT = "/lifecycle-trash"
-EMPTY_TIMEOUT_S = 3600  # minutes for tens of GB of small files; past that, dockerd is stuck
 
 
 def empty_as_root(client: Any, trash: Path, image_id: str) -> str | None:
-    """Empty `trash` (a cache dir teardown moved aside) through dockerd, as root in a container
-    of the engine image that wrote it, with nothing but `trash` mounted and no network; None
-    when it is empty, else why not. `find -delete` follows no link: what a link in the cache
-    points at stays."""
-    from docker.errors import DockerException, ImageNotFound
-    from docker.types import Mount
-
+    """Empty `trash` (a cache dir teardown moved aside) as root, through dockerd (as_root);
+    None when it is empty, else why not. `find -delete` follows no link: what a link in the
+    cache points at stays."""
     if trash.is_symlink() or not trash.is_dir():
         return f"{trash} is not a dir"
-    try:
-        container = client.containers.create(
-            image_id,
-            ["find", TRASH_MOUNT, "-mindepth", "1", "-delete"],
-            entrypoint=[],  # the engine's own would start the engine
-            user="0:0",
-            network_mode="none",
-            mounts=[Mount(TRASH_MOUNT, str(trash), type="bind")],
-            labels={"lifecycle.teardown.trash": trash.name},
-        )
-    except ImageNotFound:
-        return f"its engine image {image_id[:19]} is no longer on this Docker engine"
-    except DockerException as exc:
-        return f"dockerd could not run a container to empty it: {exc}"
-    try:
-        container.start()
-        code = int(container.wait(timeout=EMPTY_TIMEOUT_S)["StatusCode"])
-        said = container.logs(tail=3).decode(errors="replace").strip() if code else ""
-    except DockerException as exc:
-        return f"dockerd could not empty it: {exc}"
-    finally:
-        container.remove(force=True)
-    return f"emptying it in a container exited {code}: {said}" if code else None
+    argv = ["find", TRASH_MOUNT, "-mindepth", "1", "-delete"]
+    return as_root(client, image_id, argv, {TRASH_MOUNT: trash}, f"empty {trash.name}")
