@@ -157,3 +157,30 @@ def test_a_cache_file_lifecycle_may_not_read_is_named_with_the_way_out_never_as_
     assert refused.returncode == 1, refused.stderr
     [line] = refused.stderr.strip().splitlines()
     assert way_out in line and "chown -R 0:0" in line, line
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_one_cache_archive_cannot_read_keeps_none_of_the_others(private_project: Path) -> None:
+    """`archive --all` stopped at the first cache it could not archive: one old unreadable
+    cache kept every other from S3 (and so from teardown). It now archives the others, then
+    names the one not archived, exit 1."""
+    booted = run_lifecycle(private_project, "boot", "demo/0.2", "--cold")
+    assert booted.exit_code == 0, booted.output
+    caches = _caches()
+    # The first `--all` takes (oldest first, then by name): the run must go on past it.
+    unread = caches["vllm"]
+    for path in Path(unread.host_path).rglob("*"):
+        os.lchown(path, OTHER, OTHER)
+    next(p for p in Path(unread.host_path).rglob("*") if p.is_dir()).chmod(0o700)
+
+    done = _as_another(private_project, "archive", "--all", "--json")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert list(report["failed"]) == [unread.id], report
+    assert "Permission denied" in report["failed"][unread.id]
+    others = {c.id for c in caches.values()} - {unread.id}
+    assert {c["cache_id"] for c in report["caches"]} == others and len(others) == 3
+    assert all(c["verified"] for c in report["caches"]), report
+    text = _as_another(private_project, "archive", "--all")
+    assert text.returncode == 1 and f"NOT archived {unread.id}: " in text.stdout, text.stdout

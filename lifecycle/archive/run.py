@@ -33,7 +33,7 @@ from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, os_problem
 from lifecycle.archive.transfer import Progress, Sent, upload_all
 from lifecycle.archive.verify import Relied
 from lifecycle.boot.caches import damage
-from lifecycle.errors import DiskFull, LifecycleError, did_you_mean
+from lifecycle.errors import EXIT_ENVIRONMENT, DiskFull, LifecycleError, did_you_mean
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.home import Home
 from lifecycle.leases import lease_held
@@ -108,15 +108,43 @@ def archive_caches(
     progress: Progress | None,
     workers: int = 8,
 ) -> list[ArchiveReport]:
-    """Archive each cache (all checked archivable first); stops at the first that fails.
-    `host_env` holds the secrets the scans mask and look for (lifecycle.withheld)."""
+    """Archive each cache (all checked archivable first). One that cannot be archived (a file
+    unread, a secret in its records) does not keep the others: NotAllArchived, at the end,
+    names it with what was archived; the environment failing (S3 not answering, a full disk)
+    stops the run. `host_env` holds the secrets the scans mask and look for
+    (lifecycle.withheld)."""
     say = progress or (lambda line: None)
     secrets = secrets_on_host(ledger, host_env)
     run = _Run(home, BlobStore(client, location), say, workers, dry_run, secrets)
     if not dry_run:
         settle_dead_boots(ledger, home, _stamp())  # a boot that died holds nothing
     caches = [archivable(ledger, home, cache_id) for cache_id in cache_ids]
-    return [_archive(ledger, run, cache, with_content) for cache in caches]
+    if len(caches) == 1:
+        return [_archive(ledger, run, caches[0], with_content)]  # its error is the answer
+    archived, failed = [], {}
+    for cache in caches:
+        try:
+            archived.append(_archive(ledger, run, cache, with_content))
+        except ArchiveError as exc:
+            if exc.exit_code == EXIT_ENVIRONMENT:
+                raise
+            failed[cache.id] = str(exc)
+            say(f"{cache.id}: not archived: {exc}")
+    if failed:
+        raise NotAllArchived(archived, failed)
+    return archived
+
+
+class NotAllArchived(ArchiveError):
+    """Some caches of a run could not be archived; the others were (exit 1)."""
+
+    def __init__(self, archived: list[ArchiveReport], failed: Mapping[str, str]) -> None:
+        self.archived, self.failed = archived, dict(failed)
+        count = f"{len(failed)} of {len(failed) + len(archived)} caches not archived"
+        super().__init__(f"{count}: {'; '.join(failed.values())}")
+
+    def within(self, context: str) -> ArchiveError:
+        return ArchiveError(f"{context}: {self}")
 
 
 @dataclass

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from lifecycle.archive.config import resolve_location
-from lifecycle.archive.run import ArchiveReport, archive_caches
+from lifecycle.archive.run import ArchiveReport, NotAllArchived, archive_caches
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.teardown import docker_if_it_answers, settle_dead
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_caches, dead_boots
 from lifecycle.report import Report
@@ -29,6 +29,11 @@ class ArchiveRunReport(Report):
     dry_run: bool
     caches: tuple[ArchiveReport, ...]
     skipped: tuple[str, ...]  # caches --all left out, each with why
+    failed: Mapping[str, str] = field(default_factory=dict)  # cache id -> why not archived
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_NO if self.failed else EXIT_OK
 
     @property
     def totals(self) -> dict[str, int]:
@@ -40,7 +45,7 @@ class ArchiveRunReport(Report):
         return {"caches": len(self.caches), **sums}
 
     def to_json(self) -> dict[str, Any]:
-        return {**super().to_json(), "totals": self.totals}
+        return {**super().to_json(), "failed": dict(self.failed), "totals": self.totals}
 
     def text(self) -> str:
         """A line per cache, then the summary line."""
@@ -66,6 +71,7 @@ class ArchiveRunReport(Report):
                 f"archived {caches}: {total['blobs']} blobs, {total['blobs_uploaded']} new"
                 f" ({sent} sent); verified; {self.location}"
             )
+        lines += [f"NOT archived {cache_id}: {why}" for cache_id, why in self.failed.items()]
         return "\n".join(lines) + "\n"
 
 
@@ -110,9 +116,13 @@ def run(ctx: Context, request: verbs.Archive) -> ArchiveRunReport | None:
             for line in settle_dead(docker, ledger, ctx.home, at):
                 ctx.say(line)
         cache_ids, skipped = select_caches(ledger, names, every)
-        archived = archive_caches(
-            ledger, ctx.home, client, location, cache_ids, host_env=ctx.environ,
-            with_content=request.with_content, dry_run=dry_run, progress=ctx.say,
-        )  # fmt: skip
+        failed: Mapping[str, str] = {}
+        try:
+            archived = archive_caches(
+                ledger, ctx.home, client, location, cache_ids, host_env=ctx.environ,
+                with_content=request.with_content, dry_run=dry_run, progress=ctx.say,
+            )  # fmt: skip
+        except NotAllArchived as exc:  # the others are archived: their results go too
+            archived, failed = exc.archived, exc.failed
         reports = with_results(ledger, client, location, archived, ctx.say, ctx.environ)
-    return ArchiveRunReport(location.url(), dry_run, tuple(reports), tuple(skipped))
+    return ArchiveRunReport(location.url(), dry_run, tuple(reports), tuple(skipped), failed)
