@@ -37,7 +37,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from lifecycle.dockerd import seconds_from
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import EnvironmentFailure, LifecycleError
 from lifecycle.home import Home, check_home, check_writable
 from lifecycle.leases import exclusive
 from lifecycle.manifest import LoadedManifest
@@ -126,15 +126,27 @@ def ensure_mirror(home: Home, source: str, environ: Mapping[str, str]) -> Mirror
         )
     if fetched.rc == 0:
         return Mirror(path, source, own)
-    failed = f"fetch from {without_userinfo(source)} failed ({_reason(fetched)})"
+    reason = _reason(fetched)
+    failed = f"fetch from {without_userinfo(source)} failed ({reason})"
     if never_fetched:
-        said = f"{failed}, and there is no mirror of it yet to port from"
-        raise LifecycleError("; ".join(filter(None, (said, own))))
+        said = "; ".join(
+            filter(None, (f"{failed}, and there is no mirror of it yet to port from", own))
+        )
+        # An upstream that does not answer is the environment (exit 3); one that answers
+        # "not found" was named wrong (exit 2).
+        if any(words in reason.lower() for words in _UNREACHABLE):
+            raise EnvironmentFailure(said)
+        raise LifecycleError(said)
     said = f"{failed}; using the mirror as last fetched"
     return Mirror(path, source, "; ".join(filter(None, (said, own))))
 
 
 GIT_TIMEOUT_S = 60.0
+# git's and ssh's words (LC_ALL=C) for an upstream that did not answer, rather than refused.
+_UNREACHABLE = (
+    "timed out", "too slow", "connection refused", "could not resolve host",
+    "failed to connect", "network is unreachable", "no route to host", "connection reset",
+)  # fmt: skip
 # Unanswered keepalives before ssh gives up: OpenSSH's default, and its man page's example
 # (interval 15, count 3: "disconnect after approximately 45 seconds").
 SSH_ALIVE_COUNT = 3
