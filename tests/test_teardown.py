@@ -1017,32 +1017,11 @@ def test_an_image_dockerd_only_untags_is_said_kept_not_removed(docker_client: An
 
     from docker.errors import ImageNotFound
 
-    from lifecycle.build.plan import DIGEST_LABEL
-    from lifecycle.demo.images import engine_image
-    from lifecycle.demo.setup import ensure_demo
-    from lifecycle.ledger import BuildRecord
-    from lifecycle.teardown.containers import NAME_LABEL
-    from tests.services import TEST_LABEL
-
-    ensure_demo(docker_client)
-    name = f"teardown-test-{secrets.token_hex(4)}"
-    tag, child = f"lifecycle-test/{name}:engine", f"lifecycle-test/{name}:built-on-it"
-    labels = {DIGEST_LABEL: secrets.token_hex(32), NAME_LABEL: name, TEST_LABEL: "teardown"}
-    dockerfile = f"FROM {engine_image('0.2.0')}\nLABEL tag={tag}\n"
-    image, _ = docker_client.images.build(
-        fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=labels, rm=True
-    )
+    name, tag, image = _built_here(docker_client)
+    child = f"lifecycle-test/{name}:built-on-it"
     docker_client.images.build(
         fileobj=io.BytesIO(f"FROM {image.id}\nLABEL child=1\n".encode()), tag=child, rm=True
     )
-    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
-    built = BuildRecord(
-        started_at="2026-10-10T06:00:00+00:00", duration_s=1.0, manifest_name=name,
-        manifest_file="manifest.yaml", manifest_digest=labels[DIGEST_LABEL], tag=tag,
-        image_id=image.id, outcome="built", error=None, log_path=None,
-    )  # fmt: skip
-    record_build(ledger, built)
-    ledger.close()
     try:
         result = CliRunner().invoke(
             cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
@@ -1062,34 +1041,12 @@ def test_an_image_dockerd_refuses_to_remove_at_its_moment_is_kept_and_not_record
 ) -> None:
     # A container started on the image between the decision and the removal: dockerd refuses
     # (409, in use), the image is said kept with dockerd's words and the ledger records nothing.
-    import io
 
     from docker.errors import ImageNotFound
 
-    from lifecycle.build.plan import DIGEST_LABEL
-    from lifecycle.demo.images import engine_image
-    from lifecycle.demo.setup import ensure_demo
-    from lifecycle.ledger import BuildRecord
     from lifecycle.teardown import run as teardown_run
-    from lifecycle.teardown.containers import NAME_LABEL
-    from tests.services import TEST_LABEL
 
-    ensure_demo(docker_client)
-    name = f"teardown-test-{secrets.token_hex(4)}"
-    tag = f"lifecycle-test/{name}:engine"
-    labels = {DIGEST_LABEL: secrets.token_hex(32), NAME_LABEL: name, TEST_LABEL: "teardown"}
-    dockerfile = f"FROM {engine_image('0.2.0')}\nLABEL tag={tag}\n"
-    image, _ = docker_client.images.build(
-        fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=labels, rm=True
-    )
-    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
-    built = BuildRecord(
-        started_at="2026-10-10T06:00:00+00:00", duration_s=1.0, manifest_name=name,
-        manifest_file="manifest.yaml", manifest_digest=labels[DIGEST_LABEL], tag=tag,
-        image_id=image.id, outcome="built", error=None, log_path=None,
-    )  # fmt: skip
-    record_build(ledger, built)
-    ledger.close()
+    name, tag, image = _built_here(docker_client)
     started: list[Any] = []
 
     def started_meanwhile(client: Any, decided: ImageDecision) -> str | None:
@@ -1165,3 +1122,34 @@ def test_the_images_other_homes_built_are_one_line_not_one_each() -> None:
         "removed image lifecycle/demo:0.1",
         "kept 1 image built by another home (not in this ledger): lifecycle/demo:0.2-0",
     ]
+
+
+def _built_here(docker_client: Any) -> tuple[str, str, Any]:
+    """An engine image of a manifest of its own (the demo engine, relabelled), recorded as
+    built by this home: (manifest name, tag, image)."""
+    import io
+
+    from lifecycle.build.plan import DIGEST_LABEL
+    from lifecycle.demo.images import engine_image
+    from lifecycle.demo.setup import ensure_demo
+    from lifecycle.ledger import BuildRecord
+    from lifecycle.teardown.containers import NAME_LABEL
+    from tests.services import TEST_LABEL
+
+    ensure_demo(docker_client)
+    name = f"teardown-test-{secrets.token_hex(4)}"
+    tag = f"lifecycle-test/{name}:engine"
+    labels = {DIGEST_LABEL: secrets.token_hex(32), NAME_LABEL: name, TEST_LABEL: "teardown"}
+    dockerfile = f"FROM {engine_image('0.2.0')}\nLABEL tag={tag}\n"
+    image, _ = docker_client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=labels, rm=True
+    )
+    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
+    built = BuildRecord(
+        started_at="2026-10-10T06:00:00+00:00", duration_s=1.0, manifest_name=name,
+        manifest_file="manifest.yaml", manifest_digest=labels[DIGEST_LABEL], tag=tag,
+        image_id=image.id, outcome="built", error=None, log_path=None,
+    )  # fmt: skip
+    record_build(ledger, built)
+    ledger.close()
+    return name, tag, image
