@@ -184,3 +184,28 @@ def test_one_cache_archive_cannot_read_keeps_none_of_the_others(private_project:
     assert all(c["verified"] for c in report["caches"]), report
     text = _as_another(private_project, "archive", "--all")
     assert text.returncode == 1 and f"NOT archived {unread.id}: " in text.stdout, text.stdout
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_post_boot_hook_reads_the_caches_as_the_user_it_runs_as(
+    private_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caches were given back after the post-boot hooks ran: a hook reading what the
+    engine just wrote (a check, a copy) met files it may not read."""
+    mark = tmp_path / "read"
+    monkeypatch.setenv("READ_MARK", str(mark))
+    hooks = private_project / "hooks"
+    hooks.mkdir(exist_ok=True)
+    hook = hooks / "read-caches"
+    hook.write_text(
+        '#!/bin/sh\n[ "$1" = post-boot ] || exit 0\n'
+        'find "$LIFECYCLE_HOME/caches" -type f -exec cat {} + >/dev/null 2>"$READ_MARK.err"\n'
+        'echo $? > "$READ_MARK"\n'
+    )
+    hook.chmod(0o755)
+    args = ("boot", "demo/0.2", "--profile", "private", "--cold", "--hook", "read-caches")
+    booted = _as_another(private_project, *args)
+    assert booted.returncode == 0, booted.stdout + booted.stderr
+    said = Path(f"{mark}.err").read_text()
+    assert mark.read_text().strip() == "0", said

@@ -309,6 +309,13 @@ def _run(
             finally:
                 if watch is not None:
                     progress.access = watch.stop()
+                if progress.exit_code is not None:
+                    # Before the post-boot hooks and the scans: what the engine wrote as
+                    # another user, lifecycle's user may not read (lifecycle.boot.owner).
+                    roots = [Path(m.host_path) for m in plan.mounts if m.mode != BAKED]
+                    owner = (os.getuid(), os.getgid())
+                    image = request.image["id"]
+                    progress.not_given_back = give_back(client, image, roots, owner)
             if progress.timed_out:
                 progress.error = (
                     f"timed out: stopped after the --timeout of {request.timeout_s:g} s"
@@ -328,11 +335,6 @@ def _run(
             progress.untracked, problem = read_untracked(client, container, record.id, plan.mounts)
             progress.error = _join(progress.error, problem)
             progress.baked_written = baked_writes(container.attrs, plan.mounts)
-            # Before the scans: what the engine wrote as another user, lifecycle's user may
-            # not read (lifecycle.boot.owner).
-            roots = [Path(m.host_path) for m in plan.mounts if m.mode != BAKED]
-            owner = (os.getuid(), os.getgid())
-            progress.not_given_back = give_back(client, request.image["id"], roots, owner)
         if container is not None and spec.secret_names:
             # The container's config (docker inspect) and its log keep the values in clear.
             progress.error = _join(progress.error, remove_container(container))
