@@ -73,6 +73,7 @@ DELAY_POINTS = (
     "apply-planned",  # apply's plan is made, shown and agreed; nothing archived yet
     "boot-caches-picked",  # a boot holds its caches' leases; its intent is not recorded yet
     "boot-recorded",  # a boot's intent is recorded; its container is not created yet
+    "boot-engine-ended",  # a boot's engine exited, its caches given back; none scanned yet
     "port-claimed",  # a port holds its lock and state dir; nothing replayed yet
     "push-tagged",  # a push's image is tagged for the registry; dockerd not asked to push yet
     "night-run-recorded",  # a run's results are recorded; its summary is not back with the night

@@ -15,15 +15,25 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from lifecycle.boot.engine import BOOT_LABEL
 from lifecycle.boot.owner import held_by_another
 from lifecycle.fingerprint import Fingerprint
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import CacheRecord, all_caches
-from tests.services import demo_copy, run_lifecycle
+from lifecycle.ledger.boots import (
+    BootRecord,
+    CacheRecord,
+    CacheUse,
+    all_boots,
+    all_caches,
+    cache_uses,
+)
+from tests.services import boot_demo, demo_copy, run_lifecycle
 
 OTHER = 12345  # no uid of the namespace: another user's
 PRIVATE = (
@@ -209,3 +219,116 @@ def test_a_post_boot_hook_reads_the_caches_as_the_user_it_runs_as(
     assert booted.returncode == 0, booted.stdout + booted.stderr
     said = Path(f"{mark}.err").read_text()
     assert mark.read_text().strip() == "0", said
+
+
+def _boot_as_another_held(project: Path, *args: str) -> subprocess.Popen[str]:
+    """`lifecycle boot ARGS…` as a user who is not the engine's, held once its engine ended
+    and its caches are given back, before its end-of-boot scan."""
+    argv = [sys.executable, "-m", "lifecycle", "--manifests", str(project / "manifests"), "boot"]
+    env = {**os.environ, "LIFECYCLE_TEST_DELAY": "boot-engine-ended=20"}
+    return subprocess.Popen(
+        ["unshare", "--user", "--map-root-user", *argv, *args],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+    )  # fmt: skip
+
+
+def _given_back(docker_client: Any, roots: list[Path]) -> None:
+    """Wait until the running boot's engine exited and dockerd gave every cache back."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        running = [b for b in _boots() if b.outcome == "running"]
+        found = running and docker_client.containers.list(
+            all=True, filters={"label": f"{BOOT_LABEL}={running[0].id}"}
+        )
+        if found and found[0].status == "exited":
+            entries = [p for root in roots for p in root.rglob("*")]
+            if entries and all(p.lstat().st_uid == os.getuid() for p in entries):
+                return
+        time.sleep(0.1)
+    raise AssertionError("the boot's engine did not end, or its caches were not given back")
+
+
+def _boots() -> list[BootRecord]:
+    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
+    try:
+        return all_boots(ledger)
+    finally:
+        ledger.close()
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+@pytest.mark.parametrize("touched", [True, False], ids=["read-by-the-scan", "read-for-secrets"])
+def test_a_cache_its_boot_could_not_scan_is_not_reusable_for_that_but_the_boot_is_ok(
+    private_project: Path, docker_client: Any, touched: bool
+) -> None:
+    """A file lifecycle could not read at the end-of-boot scan made the boot `failed (exit
+    0)` though its engine ended well, and its caches "may hold a half-built file", which
+    nobody saw. Now: the boot ends ok, that cache is named not scanned (the file and why) and
+    never mounted warm, its tree unknown; the other caches are judged as ever."""
+    assert run_lifecycle(private_project, "boot", "demo/0.2", "--cold").exit_code == 0
+    caches = _caches()
+    roots = [Path(c.host_path) for c in caches.values()]
+    vllm = caches["vllm"]
+    held = _boot_as_another_held(private_project, "demo/0.2", "--profile", "private")
+    try:
+        _given_back(docker_client, roots)
+        shut = sorted(Path(vllm.host_path).rglob("*.json"))[0]
+        os.lchown(shut, OTHER, OTHER)  # as though it were never given back
+        if touched:  # changed since its last scan: the scan itself reads it
+            os.utime(shut, ns=(time.time_ns(), time.time_ns()))
+        out, err = held.communicate(timeout=120)
+    finally:
+        held.kill()
+    assert held.returncode == 0, out + err
+    [boot] = [b for b in _boots() if b.profile == "private"]
+    assert (boot.outcome, boot.exit_code) == ("ok", 0), boot
+    assert f"boot {boot.id}: ok (exit 0)" in out, out
+    cannot = f"{shut}: cannot read: Permission denied (uid 65534's, mode 0600"
+    assert f"not scanned {vllm.id}: {cannot}" in out, out
+    uses = {u.cache_id: u for u in cache_uses_of(boot.id)}
+    assert uses[vllm.id].tree_digest_after is None and uses[vllm.id].verdict is None
+    others = [c.id for c in caches.values() if c.id != vllm.id]
+    assert all(uses[c].verdict and uses[c].tree_digest_after for c in others), uses
+
+    listed = run_lifecycle(private_project, "caches")
+    assert f"{vllm.id}: not reusable: its last boot {boot.id} could not scan it ({cannot}" in (
+        listed.output
+    ), listed.output
+    assert "half-built" not in listed.output, listed.output
+    assert listed.output.count(": not reusable: ") == 1, listed.output
+    os.lchown(shut, 0, 0)  # readable again: still not warm, what the boot left is unknown
+    again = boot_demo(private_project)
+    modes = {c["cache_id"].rsplit("-", 1)[0]: c["mode"] for c in again["caches"]}
+    assert modes == {"vllm": "cold", "flashinfer": "warm", "triton": "warm", "inductor": "warm"}
+    assert again["passed_over"] == []  # not called changed behind lifecycle's back
+
+
+def cache_uses_of(boot_id: str) -> list[CacheUse]:
+    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
+    try:
+        return cache_uses(ledger, boot_id=boot_id)
+    finally:
+        ledger.close()
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_warm_cache_its_check_cannot_read_is_the_environment_named_with_the_way_out(
+    private_project: Path,
+) -> None:
+    """The re-scan before a cache is mounted warm could not read one of its files: exit 2,
+    "bad input", which it was not. Now exit 3, naming the cache, the file and the way out."""
+    assert run_lifecycle(private_project, "boot", "demo/0.2", "--cold").exit_code == 0
+    vllm = _caches()["vllm"]
+    for path in Path(vllm.host_path).rglob("*"):
+        os.lchown(path, OTHER, OTHER)
+    shut = next(p for p in Path(vllm.host_path).rglob("*") if p.is_dir())
+    shut.chmod(0o700)
+
+    refused = _as_another(private_project, "boot", "demo/0.2")
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    [line] = refused.stderr.strip().splitlines()
+    assert f"cache {vllm.id} cannot be checked before it is mounted warm: {shut}: cannot" in line
+    assert "chown -R 0:0" in line and "`lifecycle boot --cold`" in line, line

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from lifecycle.boot.spec import CacheMount
 from lifecycle.build.plan import cache_key, key_factors
-from lifecycle.errors import LifecycleError
-from lifecycle.fingerprint import Fingerprint, scan
+from lifecycle.errors import EnvironmentFailure, LifecycleError
+from lifecycle.fingerprint import Fingerprint, ScanError, scan
 from lifecycle.home import Home
 from lifecycle.leases import CacheLease, try_lease
 from lifecycle.ledger import Ledger
@@ -36,6 +36,11 @@ from lifecycle.ledger.boots import (
     warm_candidates,
 )
 from lifecycle.manifest.model import Manifest
+
+
+class CacheUnreadable(EnvironmentFailure):
+    """A warm candidate its re-scan could not read (another user's file, one changing under
+    the scan): neither the user's input nor a bug, so exit 3, with the way out."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +163,14 @@ def _take_warm(
             previous = last_scan(current)
             # With the boot's secrets, as its end-of-boot scan: a path planted behind lifecycle's
             # back that names one is recorded masked in the mark of damage, as everywhere.
-            found = scan(Path(current.host_path), previous, secrets=secret_values)
+            try:
+                found = scan(Path(current.host_path), previous, secrets=secret_values)
+            except ScanError as exc:
+                lease.release()
+                raise CacheUnreadable(
+                    f"cache {current.id} cannot be checked before it is mounted warm: {exc};"
+                    " or `lifecycle boot --cold` boots with new caches, this one left unused"
+                ) from None
             changed = damage(current, previous, found, boot_id, now)
             if changed is None:
                 return current, lease, found

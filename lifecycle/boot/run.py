@@ -8,6 +8,7 @@ after the container has exited, never while the engine may be writing a `.so`.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -41,7 +42,7 @@ from lifecycle.boot.spec import (
 )
 from lifecycle.boot.untracked import read_untracked
 from lifecycle.crash import handed_secrets
-from lifecycle.errors import DiskFull, LifecycleError
+from lifecycle.errors import DiskFull, LifecycleError, not_yours
 from lifecycle.evidence import collect_evidence
 from lifecycle.faults import Checkpoint
 from lifecycle.fingerprint import Fingerprint, scan
@@ -50,6 +51,7 @@ from lifecycle.hooks import Hook, HookFailed, HookSession, engine_env, hook_sess
 from lifecycle.leases import while_alive
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
+    SCAN_FAILED,
     BakedUse,
     BootRecord,
     CacheRecord,
@@ -197,9 +199,7 @@ def boot(
             raise
         try:
             checkpoint("boot-recorded")
-            record = _run(
-                client, ledger, home, request, record, plan, spec, secrets_by_name, on_line
-            )
+            record = _run(client, ledger, home, request, record, plan, spec, secrets_by_name, watch)
         finally:
             plan.release()  # only once the end-of-boot scan is recorded (or failed to be)
     return record
@@ -272,7 +272,7 @@ def _run(
     plan: CachePlan,
     spec: ContainerSpec,
     secrets_by_name: Mapping[str, str],
-    on_line: Callable[[str], None],
+    watch: Watch,
 ) -> BootRecord:
     """Hooks and the container; whatever happens, `_finish` records how it ended (its scans
     mask and look for `secrets_by_name`, and what it keeps is redacted of them)."""
@@ -297,18 +297,18 @@ def _run(
             session.fire("pre-boot", {})
             container = _create(client, spec)
             progress.container_id = container.id
-            watch = _watch(plan, progress)
+            files_watch = _watch(plan, progress)
             try:
                 progress.exit_code, progress.timed_out = run_container(
                     container,
                     request.timeout_s,
                     progress.log.append,
                     # What is shown is redacted like what is kept: the engine may print a secret.
-                    lambda line: on_line(redact(line, secrets_by_name)),
+                    lambda line: watch.on_line(redact(line, secrets_by_name)),
                 )
             finally:
-                if watch is not None:
-                    progress.access = watch.stop()
+                if files_watch is not None:
+                    progress.access = files_watch.stop()
                 if progress.exit_code is not None:
                     # Before the post-boot hooks and the scans: what the engine wrote as
                     # another user, lifecycle's user may not read (lifecycle.boot.owner).
@@ -338,6 +338,7 @@ def _run(
         if container is not None and spec.secret_names:
             # The container's config (docker inspect) and its log keep the values in clear.
             progress.error = _join(progress.error, remove_container(container))
+        watch.checkpoint("boot-engine-ended")
         record = _finish(ledger, record, plan, progress, evidence_dir, secrets_by_name)
     return record
 
@@ -382,6 +383,15 @@ def _create(client: Any, spec: ContainerSpec) -> Any:
         ) from None
 
 
+def _unread(exc: LifecycleError | OSError) -> str:
+    """Why a cache could not be scanned, a file lifecycle may not read named with the way out
+    (the check for secrets reads files with open(), not the scan's own reader)."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        hint = not_yours(exc.filename) if exc.errno in (errno.EACCES, errno.EPERM) else ""
+        return f"{exc.filename}: cannot read: {exc.strerror}{hint}"
+    return str(exc)
+
+
 def _join(first: str | None, second: str | None) -> str | None:
     return "; ".join(filter(None, (first, second))) or None
 
@@ -401,6 +411,9 @@ def _finish(
     """
     log_text = redact("\n".join(progress.log) + "\n", secrets_by_name)
     problems = [progress.error] if progress.error else []
+    # Lifecycle's own scan failing is no fault of the engine's: the boot ends as its engine
+    # did, the cache is not judged, and no boot mounts it warm (ledger.boots.warm_candidates).
+    unscanned: list[str] = []
     log_path: Path | None = None
     try:
         log_path = ledger.keep_evidence("boots", f"{record.id}.log", log_text.encode())
@@ -424,9 +437,9 @@ def _finish(
                 TaintedFile(cache.id, path, sha, name, record.id) for path, sha, name in found
             ]
         except (LifecycleError, OSError) as exc:
-            problems.append(f"scan of cache {mount.cache_id} failed: {exc}")
+            unscanned.append(SCAN_FAILED.format(mount.cache_id) + _unread(exc))
             if progress.not_given_back:  # said once, with the first scan it explains
-                problems.append(
+                unscanned.append(
                     f"the caches the engine wrote stay its user's: {progress.not_given_back}"
                 )
                 progress.not_given_back = None
@@ -461,13 +474,15 @@ def _finish(
         )
     except (OSError, ValueError) as exc:
         problems.append(f"evidence bundle not written: {exc}")
+    # A boot whose log, evidence or writes outside the caches were not kept has no trustworthy
+    # record: not "ok". Its scan failures come last: `scan_failure` reads each to the next.
+    said = problems + unscanned
     final = replace(
         record,
         ended_at=_stamp(datetime.now(UTC)),
         exit_code=progress.exit_code,
-        # A boot whose caches could not be scanned has no trustworthy record: not "ok".
         outcome="failed" if problems and progress.outcome() == "ok" else progress.outcome(),
-        error=redact("; ".join(problems), secrets_by_name) if problems else None,
+        error=redact("; ".join(said), secrets_by_name) if said else None,
         container_id=progress.container_id,
         log_path=str(log_path) if log_path else None,
         evidence_path=str(evidence_dir),

@@ -34,6 +34,7 @@ from lifecycle.ledger.boots import (
     baked_uses,
     cache_uses,
     damage_found_by,
+    scan_failure,
     untracked_writes,
 )
 from lifecycle.ledger.builds import (
@@ -74,6 +75,18 @@ class BootReport(Report):
         writes = [(w.path, w.bytes) for w in self.untracked]
         uses = [*self.caches, *(use.as_use() for use in self.baked)]
         return recorded_warmth(recorded_uses(uses), writes)
+
+    @property
+    def unscanned(self) -> list[str]:
+        """A line for each cache its end-of-boot scan could not read: not judged, not reusable
+        (the engine may have ended well; what failed was lifecycle's scan)."""
+        said = {u.cache_id: scan_failure(self.boot.error, u.cache_id) for u in self.caches}
+        return [
+            f"not scanned {cache_id}: {why}; not judged, and no boot mounts it warm (what it"
+            " holds is unknown)"
+            for cache_id, why in said.items()
+            if why is not None
+        ]
 
     @property
     def exit_code(self) -> int:
@@ -126,6 +139,7 @@ class BootReport(Report):
         return (
             f"boot {boot.id}: {boot.outcome} (exit {boot.exit_code}){why}{flag}\n"
             + "".join(passed)
+            + "".join(f"  {line}\n" for line in self.unscanned)
             + f"  caches: {caches}\n  jit: {self.warmth[1]}\n  evidence: {boot.evidence_path}\n"
         )
 

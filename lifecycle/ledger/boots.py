@@ -180,15 +180,35 @@ _LAST_OUTCOME = _last_use("b.outcome", "'ok'")
 # tree is still the one the boot before it left.
 _LAST_DIED = _last_use("b.outcome = 'interrupted' AND u.tree_digest_after IS NULL", "0")
 _LAST_BOOT = _last_use("u.boot_id", "NULL")
+# Whether its last boot ended without scanning it (SCAN_FAILED): its tree is unknown, though
+# the engine may have ended well, so it is no boot's warm cache.
+_LAST_UNSCANNED = _last_use(
+    "b.outcome NOT IN ('running', 'interrupted') AND u.tree_digest_after IS NULL", "0"
+)
+_LAST_ERROR = _last_use("b.error", "NULL")
+# How a boot's error names a cache its end-of-boot scan could not read; these come last in the
+# error, so each runs to the next one or to its end.
+SCAN_FAILED = "scan of cache {} failed: "
+
+
+def scan_failure(error: str | None, cache_id: str) -> str | None:
+    """Why a boot whose `error` this is could not scan cache `cache_id` (the file and why);
+    None when it says nothing of it."""
+    start = SCAN_FAILED.format(cache_id)
+    if error is None or start not in error:
+        return None
+    said = error.split(start, 1)[1]
+    return said.split("; " + SCAN_FAILED.format(""), 1)[0]
 
 
 def warm_candidates(ledger: Ledger, cache_key: str) -> list[CacheRecord]:
     """Caches a warm boot may reuse, newest first: this key, on disk as far as the ledger knows
     (live or archived), held by no boot, scanned, not found changed behind lifecycle's back,
-    and whose last boot here ended `ok`, or died before its end-of-boot scan.
+    and whose last boot here ended `ok` and scanned it, or died before its end-of-boot scan.
 
     A boot that failed or timed out may have left a half-built cache (a truncated `.so` crashes
-    the engine that loads it); a cache restored from another host has no boot here yet. One
+    the engine that loads it); one whose scan failed holds a tree nobody saw; a cache restored
+    from another host has no boot here yet. One
     whose boot died is taken only if a scan finds the tree its last recorded scan saw (the
     boot's caller scans each candidate before it mounts it): then the dead boot wrote nothing.
     """
@@ -196,7 +216,7 @@ def warm_candidates(ledger: Ledger, cache_key: str) -> list[CacheRecord]:
         CacheRecord,
         "SELECT c.* FROM caches c WHERE c.cache_key = ? AND c.state IN ('live', 'archived')"
         " AND c.in_use_by IS NULL AND c.tree_digest IS NOT NULL"
-        f" AND ({_LAST_OUTCOME} = 'ok' OR {_LAST_DIED})"
+        f" AND (({_LAST_OUTCOME} = 'ok' AND NOT {_LAST_UNSCANNED}) OR {_LAST_DIED})"
         " AND NOT EXISTS (SELECT 1 FROM cache_damage d WHERE d.cache_id = c.id)"
         " ORDER BY c.created_at DESC, c.rowid DESC",
         (cache_key,),
@@ -208,7 +228,8 @@ def not_reusable(ledger: Ledger) -> dict[str, str]:
     why: dict[str, str] = {}
     rows = ledger.query(
         f"SELECT c.id, c.in_use_by, c.tree_digest, {_LAST_OUTCOME} AS outcome,"
-        f" {_LAST_DIED} AS died, {_LAST_BOOT} AS last"
+        f" {_LAST_DIED} AS died, {_LAST_BOOT} AS last, {_LAST_UNSCANNED} AS unscanned,"
+        f" {_LAST_ERROR} AS error"
         " FROM caches c WHERE c.state IN ('live', 'archived')"
     )
     for row in rows:
@@ -217,6 +238,12 @@ def not_reusable(ledger: Ledger) -> dict[str, str]:
         elif row["outcome"] != "ok" and not row["died"]:
             why[row["id"]] = (
                 f"its last boot {row['last']} ended {row['outcome']}: it may hold a half-built file"
+            )
+        elif row["unscanned"]:
+            said = scan_failure(row["error"], row["id"]) or "see `lifecycle boots`"
+            why[row["id"]] = (
+                f"its last boot {row['last']} could not scan it ({said}): what it holds is"
+                " unknown, so no boot mounts it warm"
             )
         elif row["tree_digest"] is None:
             why[row["id"]] = "never scanned"
