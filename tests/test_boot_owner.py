@@ -298,6 +298,11 @@ def test_a_cache_its_boot_could_not_scan_is_not_reusable_for_that_but_the_boot_i
     ), listed.output
     assert "half-built" not in listed.output, listed.output
     assert listed.output.count(": not reusable: ") == 1, listed.output
+    # `why` says why that cache has no verdict, not a bare "-".
+    [cold] = [b for b in _boots() if b.profile != "private"]
+    told = run_lifecycle(private_project, "why", boot.id, "--against", cold.id)
+    said = f"  vllm: warm, not judged: its scan failed ({cannot}"
+    assert told.exit_code == 0 and said in told.stdout, told.output
     os.lchown(shut, 0, 0)  # readable again: still not warm, what the boot left is unknown
     again = boot_demo(private_project)
     modes = {c["cache_id"].rsplit("-", 1)[0]: c["mode"] for c in again["caches"]}

@@ -8,12 +8,20 @@ names every factor that changed (`compare`).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from lifecycle.errors import LifecycleError
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import BootRecord, all_boots, boot_by_id, cache_by_id
+from lifecycle.ledger.boots import (
+    SCAN_FAILED,
+    BootRecord,
+    all_boots,
+    boot_by_id,
+    cache_by_id,
+    scan_failure,
+)
 from lifecycle.ledger.results import result_by_id
 from lifecycle.report import Report, plain
 from lifecycle.table import human_bytes
@@ -61,7 +69,10 @@ class Explanation(Report):
                 f" scan ({d.described}); not mounted"
                 for d in now.passed_over.values()
             ),
-            *(f"  {r.name}: {r.mode}, {r.verdict or '-'}" for r in now.recorded),
+            *(
+                f"  {r.name}: {r.mode}, {r.verdict or _unjudged(now.boot, r.name)}"
+                for r in now.recorded
+            ),
             f"compared with {then.boot.id}: {then.warmth} ({found.chosen})",
         ]
         if found.changes:
@@ -77,6 +88,15 @@ class Explanation(Report):
             )
             lines += [f"  {d}: {human_bytes(b)} in {n} files" for d, n, b in now.untracked.roots]
         return "\n".join(lines) + "\n"
+
+
+def _unjudged(boot: BootRecord, name: str) -> str:
+    """Why a cache of the boot has no verdict: its end-of-boot scan failed (the file and why),
+    else `-` (a boot recorded before verdicts were)."""
+    for cache_id in re.findall(SCAN_FAILED.format(r"(\S+)"), boot.error or ""):
+        if cache_id.rsplit("-", 1)[0] == name:
+            return f"not judged: its scan failed ({scan_failure(boot.error, cache_id)})"
+    return "-"
 
 
 def explain(ledger: Ledger, boot_id: str, against: str | None = None) -> Explanation:
