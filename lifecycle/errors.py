@@ -144,10 +144,13 @@ def path_fault(path: Path) -> str | None:
     return None
 
 
-def not_yours(path: str | Path) -> str:
-    """Why lifecycle's user may not read `path`, with the way out, for an error to end with
-    (empty when it cannot be looked at): an engine that ran as root wrote it, as another user
-    (lifecycle.boot.owner gives a boot's caches back), or its own mode shuts it."""
+def not_yours(path: str | Path, exc: OSError) -> str:
+    """Why lifecycle's user may not read `path`, with the way out, for the line of `exc` to end
+    with; empty unless `exc` is a refusal (EACCES, EPERM) and `path` can be looked at: an
+    engine that ran as root wrote it, as another user (lifecycle.boot.owner gives a boot's
+    caches back), or its own mode shuts it."""
+    if exc.errno not in (errno.EACCES, errno.EPERM):
+        return ""
     try:
         st = os.lstat(path)
     except OSError:

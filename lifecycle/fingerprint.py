@@ -280,8 +280,7 @@ def _scan_error(path: str, exc: OSError) -> ScanError:
         return ScanError(f"{path}: vanished during the scan; {_RACE_HINT}")
     if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # replaced by a symlink or a file since
         return ScanError(f"{path}: changed during the scan; {_RACE_HINT}")
-    hint = not_yours(path) if exc.errno in (errno.EACCES, errno.EPERM) else ""
-    return ScanError(f"{path}: cannot read: {exc.strerror}{hint}")
+    return ScanError(f"{path}: cannot read: {exc.strerror}{not_yours(path, exc)}")
 
 
 def _hash_all(top: str, files: Sequence[tuple[str, Entry]], workers: int) -> list[str]:

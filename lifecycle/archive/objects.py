@@ -8,7 +8,6 @@ docs/time-limits.md.
 from __future__ import annotations
 
 import base64
-import errno
 import functools
 import hashlib
 import io
@@ -87,8 +86,7 @@ def os_problem(exc: OSError) -> str:
     """An OSError in one line: `path: reason` when it names a file, else its own words."""
     if not exc.filename:
         return str(exc)
-    hint = not_yours(exc.filename) if exc.errno in (errno.EACCES, errno.EPERM) else ""
-    return f"{exc.filename}: {exc.strerror}{hint}"
+    return f"{exc.filename}: {exc.strerror}{not_yours(exc.filename, exc)}"
 
 
 def b64_sha256(sha256: str) -> str:

@@ -8,7 +8,6 @@ after the container has exited, never while the engine may be writing a `.so`.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import secrets
@@ -387,8 +386,7 @@ def _unread(exc: LifecycleError | OSError) -> str:
     """Why a cache could not be scanned, a file lifecycle may not read named with the way out
     (the check for secrets reads files with open(), not the scan's own reader)."""
     if isinstance(exc, OSError) and exc.filename is not None:
-        hint = not_yours(exc.filename) if exc.errno in (errno.EACCES, errno.EPERM) else ""
-        return f"{exc.filename}: cannot read: {exc.strerror}{hint}"
+        return f"{exc.filename}: cannot read: {exc.strerror}{not_yours(exc.filename, exc)}"
     return str(exc)
 
 
