@@ -212,6 +212,19 @@ def test_start_up_imports_neither_docker_nor_boto3(repo_root: Path) -> None:
         assert not imported & {"docker", "boto3", "botocore", "pydantic"}, imported
 
 
+def test_the_collector_is_off_only_while_a_command_starts(repo_root: Path) -> None:
+    # In a child: this test process keeps its own collector as it is.
+    code = (
+        "import gc, time; from lifecycle import cli\n"
+        "cli._no_collection_at_start(0.2)\n"
+        "at_start = gc.isenabled(); time.sleep(1.5)\n"
+        "print(at_start, gc.isenabled())"
+    )
+    result = _run(sys.executable, "-c", code, cwd=repo_root)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True"]
+
+
 def test_help_lists_the_exit_codes() -> None:
     result = CliRunner().invoke(cli, ["--help"])
     assert result.exit_code == 0
