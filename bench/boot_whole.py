@@ -293,9 +293,12 @@ def child(out: Path, args: list[str]) -> None:
     start = time.perf_counter()
     import importlib
 
+    import lifecycle.cli  # what `python3 -m lifecycle` imports
+
+    # What the CLI's main() does first (a checkout of another time may not have it).
+    getattr(lifecycle.cli, "_no_collection_at_start", lambda: None)()
     import docker  # noqa: F401  (what connecting to dockerd imports)
 
-    import lifecycle.cli  # what `python3 -m lifecycle` imports
     import lifecycle.commands.boot  # what the boot verb imports
 
     imported = time.perf_counter()
