@@ -182,6 +182,13 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def write_named(path: Path, data: bytes) -> None:
+    """write_atomic for a file the user named (`plan -o`, `audit --provenance`): where a
+    symlink points, the link kept. A rename over the link would put a file in its place, and
+    whatever the link was for (a shared dir, a CI artifact path) would keep the old one."""
+    write_atomic(Path(os.path.realpath(path)), data)
+
+
 def read_record(path: Path) -> Any:
     """The JSON of a record kept in the home, or None when there is none (nothing there, or no
     regular file). ValueError when it is larger than MAX_RECORD_BYTES or not JSON."""

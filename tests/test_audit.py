@@ -265,6 +265,13 @@ def test_provenance_is_an_in_toto_statement_whose_digests_are_the_ledgers(night:
     # Written again over the statement it wrote: the routine. Over any other file: refused.
     written = _from_s3(night, "audit", "result", result["id"], "--provenance", str(again))
     assert written.exit_code == 0 and json.loads(again.read_text()) == statement
+    # Named through a link: written where it points, the link kept.
+    link = night.home.parent / "provenance-link.json"
+    link.symlink_to(again)
+    again.write_text(again.read_text().replace('"_type"', '"old": 1, "_type"', 1))
+    written = _from_s3(night, "audit", "result", result["id"], "--provenance", str(link))
+    assert written.exit_code == 0, written.output
+    assert link.is_symlink() and json.loads(again.read_text()) == statement
     manifest = night.project / "manifests/demo/0.2/manifest.yaml"
     before = manifest.read_bytes()
     slip = _from_s3(night, "audit", "result", result["id"], "--provenance", str(manifest))

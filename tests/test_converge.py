@@ -467,3 +467,10 @@ def test_plan_o_replaces_a_saved_plan_never_another_file(project: Path, tmp_path
     _plan(project, "-o", str(saved))  # planning again replaces the plan saved before
     assert json.loads(saved.read_text())["format"] == "lifecycle-plan/1"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    # Through a link: the file it names is the plan, and the link stays one.
+    link = project / "plan.json"
+    link.symlink_to(saved)
+    saved.write_text(saved.read_text().replace('"format"', '"old": 1, "format"', 1))
+    _plan(project, "-o", str(link))
+    assert link.is_symlink() and link.resolve() == saved
+    assert "old" not in json.loads(saved.read_text())

@@ -32,7 +32,7 @@ from lifecycle.audit.render import STATEMENT_TYPE, cache_text, chain_text, state
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.errors import LifecycleError, check_replaceable
-from lifecycle.home import NoLedger, write_atomic
+from lifecycle.home import NoLedger, write_named
 from lifecycle.ledger import Ledger
 from lifecycle.report import Report, unread_lines
 
@@ -199,6 +199,6 @@ def write_provenance(chain: Chain, path: Path) -> None:
     written before: check_output_file refused any other file)."""
     document = json.dumps(statement(chain), indent=2) + "\n"
     try:
-        write_atomic(path, document.encode())
+        write_named(path, document.encode())
     except OSError as exc:
         raise LifecycleError(f"--provenance {path}: {exc.strerror or exc}") from None

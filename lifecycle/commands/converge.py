@@ -50,7 +50,7 @@ from lifecycle.gc import (
 from lifecycle.gc import (
     Policy as GcPolicy,
 )
-from lifecycle.home import write_atomic
+from lifecycle.home import write_named
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord
 from lifecycle.ledger.removal import unfinished_gc
@@ -341,7 +341,7 @@ def _gc_policy(policy: Policy) -> GcPolicy:
 def _save(file: Path, plan: dict[str, Any]) -> None:
     """Whole or not at all: a plan cut short by a crash or a full disk is no plan."""
     try:
-        write_atomic(file, (json.dumps(plan, indent=2) + "\n").encode())
+        write_named(file, (json.dumps(plan, indent=2) + "\n").encode())
     except OSError as exc:
         raise LifecycleError(f"cannot save the plan to {file}: {exc.strerror}") from None
 
