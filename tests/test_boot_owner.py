@@ -298,6 +298,9 @@ def test_a_cache_its_boot_could_not_scan_is_not_reusable_for_that_but_the_boot_i
     ), listed.output
     assert "half-built" not in listed.output, listed.output
     assert listed.output.count(": not reusable: ") == 1, listed.output
+    rows = {r.split()[0]: r for r in run_lifecycle(private_project, "boots").output.splitlines()}
+    assert " ok (1 cache not scanned) " in rows[boot.id], rows
+    assert sum("not scanned" in r for r in rows.values()) == 1, rows
     # `why` says why that cache has no verdict, not a bare "-".
     [cold] = [b for b in _boots() if b.profile != "private"]
     told = run_lifecycle(private_project, "why", boot.id, "--against", cold.id)

@@ -24,11 +24,12 @@ from lifecycle.ledger.boots import (
     boot_arches,
     cache_uses,
     not_reusable,
+    scan_failure,
     untracked_writes,
 )
 from lifecycle.ledger.removal import pins
 from lifecycle.report import Listing, Row, fields_of, plain
-from lifecycle.table import human_age, human_bytes
+from lifecycle.table import count_of, human_age, human_bytes
 
 CACHE_STATES = ("live", "archived", "torn-down", "missing")
 ARCHIVED_CACHE_STATES = ("restorable", "evidence")  # with the cache's files, or not
@@ -130,6 +131,11 @@ def _boot_cells(row: ListedBoot) -> list[object]:
         " INSTRUMENTED" if boot.instrumented else ""
     )
     outcome = boot.outcome + (" (process gone)" if row.process_gone else "")
+    # An engine that ended well with a cache its end-of-boot scan could not read: `ok`, and
+    # that cache no boot's warm cache; the row says so, `why` and `caches` say which and why.
+    unscanned = [u for u in row.boot.caches if scan_failure(boot.error, u.cache_id)]
+    if unscanned:
+        outcome += f" ({count_of(len(unscanned), 'cache')} not scanned)"
     return [
         boot.id, boot.started_at, boot.manifest_name, boot.profile, outcome, boot.exit_code,
         _caches_cell(row.boot), row.boot.warmth[1], hooks,
