@@ -25,6 +25,7 @@ import click
 from lifecycle import __version__
 from lifecycle.commands.verbs import GROUPS, REQUIRED, VERBS, Param, Request
 from lifecycle.errors import EXIT_CODES, EXIT_INTERNAL, LifecycleError
+from lifecycle.table import visible_lines
 
 if TYPE_CHECKING:
     from lifecycle.commands.context import Context
@@ -102,7 +103,7 @@ def _stderr(line: str) -> None:
     from lifecycle.crash import known_secrets
     from lifecycle.redact import redact
 
-    click.echo(redact(line, known_secrets(os.environ)), err=True)
+    click.echo(visible_lines(redact(line, known_secrets(os.environ))), err=True)
 
 
 def _unexpected(exc: Exception, home: Home | None) -> None:
@@ -229,11 +230,11 @@ def _say(line: str) -> None:
 
 
 def _note(line: str) -> None:
-    click.echo(f"lifecycle: {line}", err=True)
+    click.echo(f"lifecycle: {visible_lines(line)}", err=True)
 
 
 def _out(text: str) -> None:
-    click.echo(text, nl=False)
+    click.echo(visible_lines(text), nl=False)  # a plan's text, before its confirmation
 
 
 def _confirm(question: str) -> None:
@@ -249,11 +250,14 @@ def _answer(ctx: click.Context, report: Report | None, as_json: bool) -> NoRetur
     if as_json:
         import json  # here: `lifecycle --help` need not load it
 
-        click.echo(json.dumps(report.to_json(), indent=2))
+        click.echo(json.dumps(report.to_json(), indent=2))  # JSON escapes what it holds
     else:
-        click.echo(report.text(), nl=False)
+        # Records from a shared bucket, an engine's errors, a user's notes are in the text: none
+        # may drive the terminal. A field's newline is escaped where the report makes its lines
+        # (lifecycle.table.lines_text, a table's cells); here they are lifecycle's own.
+        click.echo(visible_lines(report.text()), nl=False)
     for line in report.notes:
-        click.echo(line, err=True)
+        click.echo(visible_lines(line), err=True)
     ctx.exit(report.exit_code)
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel
 
 from lifecycle.errors import EXIT_OK
-from lifecycle.table import render
+from lifecycle.table import render, visible
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -53,7 +53,7 @@ class Report:
 def unread_lines(unread: Mapping[str, str], done: str = "left out") -> tuple[str, ...]:
     """A line for each archive record that could not be read (s3:// URL -> why), and what was
     done with it (`left out`, `passed over`), for stderr or an audit's warnings."""
-    return tuple(f"{done}: cannot read {url}: {why}" for url, why in unread.items())
+    return tuple(f"{done}: cannot read {visible(url)}: {why}" for url, why in unread.items())
 
 
 @dataclass(frozen=True)

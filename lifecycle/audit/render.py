@@ -8,6 +8,7 @@ from typing import Any
 
 from lifecycle.audit.chain import CacheAudit, Chain, Json
 from lifecycle.results.model import metrics_text
+from lifecycle.table import lines_text
 
 INSTRUMENTED = (
     "INSTRUMENTED: the boot ran with an observing hook, which can change the batch it observes;"
@@ -67,7 +68,7 @@ def chain_text(chain: Chain, source: str) -> str:
     for patch in chain["patches"] or []:
         lines.append(f"<- patch {patch['file']} sha256:{patch['sha256']}")
     lines += [f"WARNING {warning}" for warning in chain["warnings"]]
-    return "\n".join(lines) + "\n"
+    return lines_text(lines)
 
 
 def cache_text(audit: CacheAudit, source: str) -> str:
@@ -101,7 +102,7 @@ def cache_text(audit: CacheAudit, source: str) -> str:
         f"  {r['id']} {r['name']!r}: {r['status']} (boot {r['boot_id']}){_flag(r['instrumented'])}"
         for r in audit["results"]
     ]
-    return "\n".join(lines) + "\n"
+    return lines_text(lines)
 
 
 def _flag(instrumented: bool) -> str:

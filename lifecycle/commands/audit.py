@@ -35,6 +35,7 @@ from lifecycle.errors import LifecycleError, check_replaceable
 from lifecycle.home import NoLedger, write_named
 from lifecycle.ledger import Ledger
 from lifecycle.report import Report, unread_lines
+from lifecycle.table import lines_text
 
 Facts = TypeVar("Facts")
 
@@ -149,7 +150,7 @@ class CollectedReport(Report):
             f"{gone.kind} {gone.target}: {url}: {note}: the chain ends there"
             for url, note in gone.records.items()
         ]
-        return "\n".join(lines) + "\n"
+        return lines_text(lines)
 
 
 def result(ctx: Context, request: verbs.AuditResult) -> ChainReport | CollectedReport:

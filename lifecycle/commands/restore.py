@@ -34,7 +34,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.manifest import find_manifest, load_manifest
 from lifecycle.manifest.load import manifest_digest
 from lifecycle.report import Report, unread_lines
-from lifecycle.table import human_bytes
+from lifecycle.table import human_bytes, lines_text
 
 
 def run(ctx: Context, request: verbs.Restore) -> RestoreReport | FileReport | RestoreBestReport:
@@ -196,7 +196,7 @@ class RestoreBestReport(Report):
             " that ended ok (archive --with-content); boots cold"
             for name in self.none_found
         ]
-        return "\n".join(lines) + "\n"
+        return lines_text(lines)
 
 
 def run_best(

@@ -46,6 +46,7 @@ from lifecycle.results.model import (
     read_document,
     refuse_secrets,
 )
+from lifecycle.table import lines_text
 from lifecycle.withheld import secrets_on_host
 
 METRICS_WIDTH = 40  # characters of `k=v, …` in the table; --json has them all
@@ -124,7 +125,7 @@ class ResultAddReport(Report):
         for archive in r.archives:
             bucket = ArchiveLocation.parse(archive.location).bucket
             lines.append(f"  archived: s3://{bucket}/{archive.record_key}")
-        return "\n".join(lines) + "\n"
+        return lines_text(lines)
 
 
 def add(ctx: Context, asked: verbs.ResultAdd) -> ResultAddReport:

@@ -41,6 +41,7 @@ from lifecycle.ledger.builds import (
 )
 from lifecycle.ledger.results import result_by_id
 from lifecycle.report import Report
+from lifecycle.table import lines_text
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ class VerifyRunReport(Report):
             for f in report.marked("ok")
         ]
         lines += [f"  {f.status} {f.subject}: {f.note}" for f in collected + history]
-        return "\n".join(lines) + "\n"
+        return lines_text(lines)
 
 
 def run(ctx: Context, request: verbs.Verify) -> VerifyRunReport:

@@ -24,7 +24,7 @@ from lifecycle.ledger.boots import (
 )
 from lifecycle.ledger.results import result_by_id
 from lifecycle.report import Report, plain
-from lifecycle.table import human_bytes
+from lifecycle.table import human_bytes, lines_text
 from lifecycle.why.compare import BootFacts, Change, boot_facts, boot_verdict, compare, missed
 
 __all__ = ["BootFacts", "Change", "Explanation", "explain"]
@@ -87,7 +87,7 @@ class Explanation(Report):
                 f"{now.untracked.files} files, lost with the container and rebuilt by every boot:"
             )
             lines += [f"  {d}: {human_bytes(b)} in {n} files" for d, n, b in now.untracked.roots]
-        return "\n".join(lines) + "\n"
+        return lines_text(lines)
 
 
 def _unjudged(boot: BootRecord, name: str) -> str:

@@ -1,0 +1,150 @@
+"""What lifecycle prints of outside text: a record's field from a shared bucket, a boot row's
+profile, a user's note. Whatever it holds, it neither drives the terminal (escape sequences,
+C1 controls, bidi overrides) nor forges a row or a line of its own (a newline): it is shown
+escaped. `--json` keeps it exact."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from lifecycle.ledger import Ledger
+from lifecycle.ledger.boots import BootRecord, CacheRecord, CacheUse, finish_boot, start_boot
+from lifecycle.table import lines_text, render, visible, visible_lines
+from tests.services import boot_demo, run_lifecycle
+
+CORPUS = {
+    "\x1b[2J": "\\x1b[2J",  # CSI: clear the screen
+    "\x1b]52;c;cHduZWQ=\x07": "\\x1b]52;c;cHduZWQ=\\x07",  # OSC 52 (BEL): set the clipboard
+    "\x1b]0;title\x1b\\": "\\x1b]0;title\\x1b\\",  # OSC 0 ended by ST: the window's title
+    "\x9b31m\x9d0;t\x9c": "\\x9b31m\\x9d0;t\\x9c",  # C1 CSI, OSC and ST
+    "\x85": "\\x85",  # NEL, a C1 newline
+    "a\u202ecba\u202c": "a\\u202ecba\\u202c",  # RLO … PDF: reads backwards
+    "\u2066x\u2069\u200f\u061c": "\\u2066x\\u2069\\u200f\\u061c",  # isolates, RLM, ALM
+    "\u2028\u2029": "\\u2028\\u2029",  # line and paragraph separators
+    "nul\x00del\x7f": "nul\\x00del\\x7f",
+    "bel\x07bs\x08": "bel\\x07bs\\x08",
+    "over\rwritten": "over\\rwritten",
+    "two\nlines": "two\\nlines",
+    "tab\there": "tab\\there",
+    "café 東京 ß ✓ 🙂": "café 東京 ß ✓ 🙂",  # printable UTF-8 passes unchanged
+    "a\\x1b b": "a\\x1b b",  # a backslash is left as it is
+    "": "",
+}
+# What no terminal may be sent from a field: C0 but newline, DEL, C1, bidi, separators.
+ACTED_ON = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+@pytest.mark.parametrize("field", list(CORPUS))
+def test_a_field_is_one_line_showing_every_control_escaped(field: str) -> None:
+    assert visible(field) == CORPUS[field]
+    assert "\n" not in visible(field) and not ACTED_ON.search(visible(field))
+
+
+def test_text_keeps_its_own_newlines_and_tabs_and_escapes_the_rest() -> None:
+    text = "a\x1b[2J\n\tb\r\u202e\n"
+    assert visible_lines(text) == "a\\x1b[2J\n\tb\\r\\u202e\n"
+    assert lines_text(["one", "two\nforged"]) == "one\ntwo\\nforged\n"
+
+
+def test_a_cell_holding_a_newline_forges_no_row() -> None:
+    table = render(["HOST", "STATE"], [["vm\nc-123  warm", "cold"]])
+    assert table.splitlines() == ["HOST             STATE", "vm\\nc-123  warm  cold"]
+
+
+# ---- through the CLI ----------------------------------------------------------------------------
+
+HOSTILE = "x\nc-forged  warm  forged-row\x1b]52;c;cHduZWQ=\x07\x1b[2J\x9b2J\u202edlrow"
+
+
+def _crafted_boot(home: Path) -> BootRecord:
+    """A finished boot row whose profile and manifest name a hostile hand wrote."""
+    boot = BootRecord(
+        id="b-1", started_at="2026-10-10T08:00:00+00:00", ended_at="2026-10-10T08:01:00+00:00",
+        exit_code=0, outcome="ok", error=None, host="gpu-7", profile=HOSTILE,
+        manifest_name=f"demo{HOSTILE}", manifest_digest="d" * 64, image_id="sha256:" + "e" * 64,
+        image_tag="lifecycle/demo:0.2.0-dddddddddddd", container_id="c" * 64, hooks="[]",
+        instrumented=False, secret_names="[]", log_path=None, evidence_path=None,
+    )  # fmt: skip
+    cache = CacheRecord(
+        "flashinfer-b-1", "k" * 64, "flashinfer", f"demo{HOSTILE}", "d" * 64,
+        "sha256:" + "e" * 64, "unknown", "/nonexistent/caches/b-1", "/var/cache/flashinfer",
+        created_at=boot.started_at,
+    )  # fmt: skip
+    use = CacheUse(boot.id, cache.id, "cold")
+    with closing(Ledger.open(home)) as ledger:
+        start_boot(ledger, boot, [cache], [use])
+        finish_boot(ledger, boot, [use], [], [])
+    return boot
+
+
+def _assert_shown_not_obeyed(text: str) -> None:
+    assert not ACTED_ON.search(text), repr(text)
+    assert "forged-row" not in text or "\\nc-forged" in text, text
+    assert not any(line.startswith("c-forged") for line in text.splitlines()), text
+
+
+@pytest.mark.parametrize("verb", ["boots", "caches"])
+def test_a_listing_shows_a_crafted_ledger_field_escaped_on_its_own_row(
+    verb: str, tmp_path: Path
+) -> None:
+    (tmp_path / "manifests").mkdir()
+    _crafted_boot(Path(os.environ["LIFECYCLE_HOME"]))
+    listed = run_lifecycle(tmp_path, verb)
+    assert listed.exit_code == 0, listed.output
+    assert len(listed.stdout.splitlines()) == 2, listed.stdout  # the header and the one row
+    _assert_shown_not_obeyed(listed.stdout)
+    assert "demox\\nc-forged  warm  forged-row\\x1b]52;c;cHduZWQ=\\x07" in listed.stdout
+    rows = json.loads(run_lifecycle(tmp_path, verb, "--json").stdout)[verb]
+    assert rows[0]["manifest_name"] == f"demo{HOSTILE}"  # JSON keeps the field exact
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_records_read_from_the_archive_are_shown_escaped_in_audit_and_listings(
+    archive_project: Path, tmp_path: Path
+) -> None:
+    """A boot's host and a result's note, as another host (or anyone who can write to the
+    bucket) left them in the shared archive, read back with no ledger of this host's."""
+    booted = boot_demo(archive_project, "--cold")
+    home = Path(os.environ["LIFECYCLE_HOME"])
+    with closing(sqlite3.connect(home / "ledger.sqlite3")) as conn, conn:
+        conn.execute("UPDATE boots SET host = ? WHERE id = ?", (HOSTILE, booted["id"]))
+    note = f"fine\n<- cache vllm-forged (vllm): warm{HOSTILE}"
+    added = run_lifecycle(
+        archive_project, "result", "add", booted["id"], "--name", "smoke", "--status", "pass",
+        "--note", note, "--json",
+    )  # fmt: skip
+    assert added.exit_code == 0, added.output
+    result_id = json.loads(added.stdout)["id"]
+    archived = run_lifecycle(archive_project, "archive", "--all")
+    assert archived.exit_code == 0, archived.output
+
+    url = os.environ["LIFECYCLE_ARCHIVE"]
+    elsewhere = {"LIFECYCLE_HOME": str(tmp_path / "elsewhere"), "LIFECYCLE_ARCHIVE": None}
+    audit = run_lifecycle(
+        archive_project, "audit", "result", result_id, "--from", url, env=elsewhere
+    )
+    assert audit.exit_code == 0, audit.output
+    _assert_shown_not_obeyed(audit.stdout)
+    assert not any(line.startswith("<- cache vllm-forged") for line in audit.stdout.splitlines())
+    assert "  note: fine\\n<- cache vllm-forged (vllm): warmx\\nc-forged" in audit.stdout
+    [boot_line] = [line for line in audit.stdout.splitlines() if line.startswith("<- boot")]
+    assert "on x\\nc-forged  warm  forged-row\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\\x9b2J" in boot_line
+    chain = json.loads(
+        run_lifecycle(
+            archive_project, "audit", "result", result_id, "--from", url, "--json", env=elsewhere
+        ).stdout
+    )
+    assert (chain["result"]["note"], chain["boot"]["host"]) == (note, HOSTILE)
+
+    boots = run_lifecycle(archive_project, "boots", "--from", url, env=elsewhere)
+    assert boots.exit_code == 0, boots.output
+    _assert_shown_not_obeyed(boots.stdout)
+    assert len(boots.stdout.splitlines()) == 3, boots.stdout  # the location, header, one row
