@@ -2,8 +2,8 @@
 images, and the remote archive, to the policy in lifecycle.yaml (lifecycle.policy); and doing
 it, through the same removal invariant teardown keeps and the same sweep gc makes.
 
-A plan saved with `-o FILE` is bound to the state it saw (a digest of the ledger's caches,
-archives, pins, boots and builds, of the archive's listing, and of the policy); `apply FILE`
+A plan saved with `-o FILE` is bound to the state it saw (a digest of every ledger row it
+reads, lifecycle.ledger.retention, of the archive's listing, and of the policy); `apply FILE`
 refuses it when any of them moved, or when the plan of now (the clock, dockerd, the manifests
 move too) would do anything the saved one does not show. Each step is one a re-run completes:
 archiving is idempotent, teardown and gc journal what they are about to remove (a gc run a
