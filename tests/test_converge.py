@@ -621,3 +621,74 @@ def test_each_ledger_row_a_plan_reads_moves_the_state_a_saved_plan_is_bound_to(
         assert unmoved == []
     finally:
         ledger.close()
+
+
+def _edited(saved: Path, change: Any) -> str:
+    """The text of the plan saved at `saved`, `change` made to it as data."""
+    plan = json.loads(saved.read_text())
+    change(plan)
+    return json.dumps(plan, indent=2)
+
+
+def _action(cache_id: str, action: str) -> Any:
+    def change(plan: dict[str, Any]) -> None:
+        for cache in plan["caches"]["caches"]:
+            if cache["id"] == cache_id:
+                cache["action"] = action
+
+    return change
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_saved_plan_edited_since_is_refused_and_nothing_of_it_done(
+    project: Path, tmp_path: Path
+) -> None:
+    # apply FILE carries out the plan of now, never the file's; but a file edited to show a
+    # cache the policy keeps going (or an unarchived one removed outright, a cache of another
+    # host) was carried out as the reviewed plan, doing what it did not show.
+    _policy(project)
+    _, old = _boot(project)
+    _, new = _boot(project)
+    saved = tmp_path / "plan.json"
+    _plan(project, "-o", str(saved))
+    text = saved.read_text()
+    other = {"id": "c-elsewhere", "action": "remove", "resumes": None}
+    edited = (
+        "not as `lifecycle plan` saved it (edited since: its digest does not match what it"
+        " holds); plan again"
+    )
+    not_a_plan = "not a plan `lifecycle plan -o FILE` saved"
+    edits = {
+        "a cache the policy keeps, going": (_edited(saved, _action(new[0], "remove")), edited),
+        "an unarchived one removed outright": (_edited(saved, _action(old[0], "remove")), edited),
+        "a cache added": (
+            _edited(saved, lambda plan: plan["caches"]["caches"].append(other)),
+            edited,
+        ),
+        "an id changed": (text.replace(old[0], "c-0000"), edited),
+        "its digest changed": (_edited(saved, lambda plan: plan.update(digest="0" * 64)), edited),
+        "its digest dropped": (
+            _edited(saved, lambda plan: plan.pop("digest", None)),
+            "a plan with no digest (an older lifecycle's, or edited); plan again",
+        ),
+        "its format changed": (text.replace("lifecycle-plan/1", "lifecycle-plan/2"), not_a_plan),
+        "cut short": (text[: len(text) // 2], not_a_plan),
+        "not JSON": ("archive everything\n", not_a_plan),
+        "a JSON list": ("[" + text + "]", not_a_plan),
+    }
+    for what, (body, said) in edits.items():
+        changed = tmp_path / "changed.json"
+        changed.write_text(body)
+        done = _process(project, "apply", str(changed), "--yes")
+        assert done.returncode == 2, (what, done.stdout, done.stderr)
+        assert done.stderr.strip().splitlines() == [f"{changed}: {said}"], (what, done.stderr)
+        assert {c.state for c in _caches().values()} == {"live"}, what
+    # Bound to what it holds, not to its bytes: indented and ordered otherwise, it applies.
+    plan = json.loads(text)
+    saved.write_text(json.dumps(dict(reversed(plan.items())), indent=None))
+    done = _process(project, "apply", str(saved), "--yes")
+    assert done.returncode == 0, done.stderr
+    caches = _caches()
+    assert all(caches[i].state == "torn-down" and _gone(caches[i]) for i in old)
+    assert all(caches[i].state == "archived" for i in new)
