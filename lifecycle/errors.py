@@ -171,10 +171,13 @@ def read_regular(path: Path, cap: int) -> bytes | None:
     holds more than `cap` bytes (or the path a NUL byte); OSError as the system says."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: no wait
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
             return None
-        data = handle.read(cap + 1)
-    if len(data) > cap:
+        # Said from its size when it can be: reading `cap` bytes to refuse them took as much
+        # memory (a 300 MiB plan: 300 MB). Read too, bounded: a file may grow meanwhile.
+        data = b"" if found.st_size > cap else handle.read(cap + 1)
+    if found.st_size > cap or len(data) > cap:
         raise ValueError(f"larger than {cap // 2**20} MiB")
     return data
 

@@ -205,6 +205,18 @@ def _deep_json(cwd: Path, home: Path) -> None:
     (cwd / "result.json").write_text("[" * 100_000 + "]" * 100_000)
 
 
+@setup("deep-plan")
+def _deep_plan(cwd: Path, home: Path) -> None:
+    (cwd / "plan.json").write_text("[" * 100_000 + "]" * 100_000)
+
+
+@setup("huge-plan")
+def _huge_plan(cwd: Path, home: Path) -> None:
+    # Sparse: no disk taken, and read as fast as memory is filled.
+    with (cwd / "plan.json").open("wb") as plan:
+        plan.truncate(300 * 2**20)
+
+
 @setup("empty-home")
 def _empty_home(cwd: Path, home: Path) -> None:
     home.mkdir()

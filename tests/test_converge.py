@@ -5,8 +5,10 @@ run again, and after an apply the plan is empty."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -474,3 +476,219 @@ def test_plan_o_replaces_a_saved_plan_never_another_file(project: Path, tmp_path
     _plan(project, "-o", str(link))
     assert link.is_symlink() and link.resolve() == saved
     assert "old" not in json.loads(saved.read_text())
+
+
+def _two_releases(docker_client: Any) -> tuple[str, list[str]]:
+    """A manifest of its own with two releases, 0.1 then 0.2, each an engine image (the demo
+    engine, relabelled) recorded as built here: its name and the two tags, oldest first."""
+    import io
+
+    from lifecycle.build.plan import DIGEST_LABEL
+    from lifecycle.demo.images import engine_image
+    from lifecycle.ledger import BuildRecord
+    from lifecycle.ledger.builds import record_build
+    from lifecycle.teardown.containers import NAME_LABEL
+    from tests.services import TEST_LABEL
+
+    name = f"planstale-{secrets.token_hex(4)}"
+    tags = []
+    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
+    try:
+        for hour, release in enumerate(("0.1", "0.2")):
+            tag = f"lifecycle-test/{name}:{release}"
+            labels = {DIGEST_LABEL: secrets.token_hex(32), NAME_LABEL: name, TEST_LABEL: "plan"}
+            dockerfile = f"FROM {engine_image('0.2.0')}\nLABEL tag={tag}\n"
+            image, _ = docker_client.images.build(
+                fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=labels, rm=True
+            )
+            built = BuildRecord(
+                started_at=f"2026-10-10T0{hour}:00:00+00:00", duration_s=1.0,
+                manifest_name=name, manifest_file=f"/elsewhere/{name}/{release}/manifest.yaml",
+                manifest_digest=labels[DIGEST_LABEL], tag=tag, image_id=image.id,
+                outcome="built", error=None, log_path=None,
+            )  # fmt: skip
+            record_build(ledger, built)
+            tags.append(tag)
+    finally:
+        ledger.close()
+    return name, tags
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_saved_plan_is_refused_once_an_image_it_removes_was_removed(
+    project: Path, tmp_path: Path, docker_client: Any
+) -> None:
+    # The ledger's state left out that a teardown removed an image (builds.removed_at): the
+    # saved plan, removing an image gone since, was carried out as if nothing had moved.
+    from docker.errors import ImageNotFound
+
+    images = "  images:\n    - match: planstale-*\n      keep_last: 1\n"
+    (project / "lifecycle.yaml").write_text(POLICY + images)
+    name, tags = _two_releases(docker_client)
+    try:
+        saved = tmp_path / "plan.json"
+        plan = _plan(project, "-o", str(saved))
+        going = [i["tags"] for i in plan["caches"]["images"] if i["removes"]]  # type: ignore[index]
+        assert going == [[tags[0]]], plan["caches"]
+        torn = _cli(project, "teardown", "--images", "--manifest", name, "--yes")
+        assert torn.exit_code == 0 and f"removed image {tags[0]}" in torn.stdout, torn.output
+        done = _process(project, "apply", str(saved), "--yes")
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        assert done.stderr.strip().splitlines() == [
+            f"plan is stale: this host's ledger changed since {saved} was made; plan again"
+        ], done.stderr
+    finally:
+        for tag in tags:
+            with contextlib.suppress(ImageNotFound):
+                docker_client.images.remove(tag, force=True)
+
+
+def test_each_ledger_row_a_plan_reads_moves_the_state_a_saved_plan_is_bound_to(
+    tmp_path: Path,
+) -> None:
+    # A teardown's removal of an image, a bake, a result recorded or archived, a secret found
+    # in a cache: each moves what the plan of now does, and a plan saved before was not stale.
+    from lifecycle.ledger import BuildRecord
+    from lifecycle.ledger.archives import BootArchiveRow, record_boot_archive
+    from lifecycle.ledger.boots import BootRecord, CacheUse, TaintedFile, start_boot
+    from lifecycle.ledger.builds import (
+        BakeRecord,
+        McvRecord,
+        image_removed,
+        record_bake,
+        record_build,
+        record_mcv_image,
+    )
+    from lifecycle.ledger.core import insert
+    from lifecycle.ledger.removal import TeardownStep, pin, record_step, unpin
+    from lifecycle.ledger.results import (
+        ResultArchiveRecord,
+        ResultRecord,
+        insert_result,
+        record_result_archive,
+    )
+    from lifecycle.ledger.retention import state_digest
+    from tests.test_teardown import _tracked
+
+    at, engine, baked = "2026-10-10T09:00:00+00:00", "sha256:" + "e" * 64, "sha256:" + "b" * 64
+    ledger = Ledger.open(tmp_path)
+    cache, archive = _tracked(ledger, tmp_path)
+    boot = BootRecord(
+        "b-1", at, at, 0, "ok", None, "host", "serve", "demo", "d" * 64, engine, "demo:0.2",
+        None, "[]", False, "[]", None, None,
+    )  # fmt: skip
+    start_boot(ledger, boot, [], [CacheUse("b-1", cache.id, "cold")])
+    build = ("demo", "manifest.yaml", "d" * 64, "demo:0.2", engine, "built", None, None)
+    record_build(ledger, BuildRecord(at, 1.0, *build))
+    result = ResultRecord(
+        "r-1", "b-1", "smoke", "pass", "{}", None, "manual", False, None, None, None, at, "0" * 64
+    )
+    bake = BakeRecord(baked, "demo:baked", "demo", "d" * 64, engine, "serve", "x", "[]", at)
+    secret = TaintedFile(cache.id, "flashinfer_jit.log", "1" * 64, "HF_TOKEN", None)
+
+    def tainted() -> None:
+        with ledger.transaction() as conn:
+            insert(conn, "tainted_files", secret)
+
+    location, step = archive.location, TeardownStep("t-1", cache.id, "refused", "held", None, at)
+    moves = {
+        "a build's image removed": lambda: image_removed(ledger, engine, at),
+        "a bake recorded": lambda: record_bake(ledger, bake),
+        "an MCV image recorded": lambda: record_mcv_image(
+            ledger, McvRecord("sha256:" + "c" * 64, baked, "vllm", "demo:mcv")
+        ),
+        "a bake's images removed": lambda: image_removed(ledger, baked, at),
+        "a result recorded": lambda: insert_result(ledger, result),
+        "the result archived": lambda: record_result_archive(
+            ledger, ResultArchiveRecord("r-1", location, "test/results/r-1.json", "2" * 64, at)
+        ),
+        "the boot archived": lambda: record_boot_archive(
+            ledger, BootArchiveRow("b-1", location, "test/boots/b-1/x.json", "3" * 64, at)
+        ),
+        "a file holding a secret found": tainted,
+        "a teardown refused": lambda: record_step(ledger, step),
+        "a pin": lambda: pin(ledger, cache.id, "production", at),
+        "an unpin": lambda: unpin(ledger, cache.id),
+    }
+    try:
+        unmoved = []
+        for what, move in moves.items():
+            before = state_digest(ledger)
+            move()
+            if state_digest(ledger) == before:
+                unmoved.append(what)
+        assert unmoved == []
+    finally:
+        ledger.close()
+
+
+def _edited(saved: Path, change: Any) -> str:
+    """The text of the plan saved at `saved`, `change` made to it as data."""
+    plan = json.loads(saved.read_text())
+    change(plan)
+    return json.dumps(plan, indent=2)
+
+
+def _action(cache_id: str, action: str) -> Any:
+    def change(plan: dict[str, Any]) -> None:
+        for cache in plan["caches"]["caches"]:
+            if cache["id"] == cache_id:
+                cache["action"] = action
+
+    return change
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_saved_plan_edited_since_is_refused_and_nothing_of_it_done(
+    project: Path, tmp_path: Path
+) -> None:
+    # apply FILE carries out the plan of now, never the file's; but a file edited to show a
+    # cache the policy keeps going (or an unarchived one removed outright, a cache of another
+    # host) was carried out as the reviewed plan, doing what it did not show.
+    _policy(project)
+    _, old = _boot(project)
+    _, new = _boot(project)
+    saved = tmp_path / "plan.json"
+    _plan(project, "-o", str(saved))
+    text = saved.read_text()
+    other = {"id": "c-elsewhere", "action": "remove", "resumes": None}
+    edited = (
+        "not as `lifecycle plan` saved it (edited since: its digest does not match what it"
+        " holds); plan again"
+    )
+    not_a_plan = "not a plan `lifecycle plan -o FILE` saved"
+    edits = {
+        "a cache the policy keeps, going": (_edited(saved, _action(new[0], "remove")), edited),
+        "an unarchived one removed outright": (_edited(saved, _action(old[0], "remove")), edited),
+        "a cache added": (
+            _edited(saved, lambda plan: plan["caches"]["caches"].append(other)),
+            edited,
+        ),
+        "an id changed": (text.replace(old[0], "c-0000"), edited),
+        "its digest changed": (_edited(saved, lambda plan: plan.update(digest="0" * 64)), edited),
+        "its digest dropped": (
+            _edited(saved, lambda plan: plan.pop("digest", None)),
+            "a plan with no digest (an older lifecycle's, or edited); plan again",
+        ),
+        "its format changed": (text.replace("lifecycle-plan/1", "lifecycle-plan/2"), not_a_plan),
+        "cut short": (text[: len(text) // 2], not_a_plan),
+        "not JSON": ("archive everything\n", not_a_plan),
+        "a JSON list": ("[" + text + "]", not_a_plan),
+    }
+    for what, (body, said) in edits.items():
+        changed = tmp_path / "changed.json"
+        changed.write_text(body)
+        done = _process(project, "apply", str(changed), "--yes")
+        assert done.returncode == 2, (what, done.stdout, done.stderr)
+        assert done.stderr.strip().splitlines() == [f"{changed}: {said}"], (what, done.stderr)
+        assert {c.state for c in _caches().values()} == {"live"}, what
+    # Bound to what it holds, not to its bytes: indented and ordered otherwise, it applies.
+    plan = json.loads(text)
+    saved.write_text(json.dumps(dict(reversed(plan.items())), indent=None))
+    done = _process(project, "apply", str(saved), "--yes")
+    assert done.returncode == 0, done.stderr
+    caches = _caches()
+    assert all(caches[i].state == "torn-down" and _gone(caches[i]) for i in old)
+    assert all(caches[i].state == "archived" for i in new)

@@ -2,8 +2,8 @@
 images, and the remote archive, to the policy in lifecycle.yaml (lifecycle.policy); and doing
 it, through the same removal invariant teardown keeps and the same sweep gc makes.
 
-A plan saved with `-o FILE` is bound to the state it saw (a digest of the ledger's caches,
-archives, pins, boots and builds, of the archive's listing, and of the policy); `apply FILE`
+A plan saved with `-o FILE` is bound to the state it saw (a digest of every ledger row it
+reads, lifecycle.ledger.retention, of the archive's listing, and of the policy); `apply FILE`
 refuses it when any of them moved, or when the plan of now (the clock, dockerd, the manifests
 move too) would do anything the saved one does not show. Each step is one a re-run completes:
 archiving is idempotent, teardown and gc journal what they are about to remove (a gc run a
@@ -101,6 +101,11 @@ class Converge:
         return not (self.caches.has_work or self.archive or (self.remote and self.remote.remove))
 
     def to_json(self) -> dict[str, Any]:
+        """The plan as data, with its digest: what `apply FILE` finds it saved as."""
+        body = self._body()
+        return body | {"digest": _digest(body)}
+
+    def _body(self) -> dict[str, Any]:
         remote = self.remote
         collect = None
         if remote is not None:
@@ -357,12 +362,28 @@ _STATE_NAMES = {
 MAX_PLAN_BYTES = 256 * 2**20  # a plan naming a million archive objects is ~150 MiB
 
 
+def _digest(body: Mapping[str, Any]) -> str:
+    """Of a plan as data, its keys sorted: the same of the file it was saved to, read back
+    (however indented), and not the same of one edited since."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# Not under a plan's digest: the digest itself, and where `plan --json` says it was saved.
+_UNDIGESTED = ("digest", "saved")
+
+
 def _saved(file: Path) -> tuple[Path, dict[str, Any]]:
-    """A plan `plan -o` saved; read before anything is asked of dockerd or S3."""
+    """A plan `plan -o` saved, as it saved it; read before anything is asked of dockerd or S3.
+    What apply carries out is the plan of now, never the file's; a file edited since (a cache
+    added to what goes, an id changed) is refused all the same: it is not what was reviewed."""
     text = read_given(file, f"the plan {file}", MAX_PLAN_BYTES)
+    digest = ""
     try:
         saved: Any = json.loads(text)
-    except ValueError:
+        if isinstance(saved, dict):  # as deep as it parses, written again to be digested
+            digest = _digest({k: v for k, v in saved.items() if k not in _UNDIGESTED})
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than any plan is
         saved = None
     if not (
         isinstance(saved, dict)
@@ -370,6 +391,15 @@ def _saved(file: Path) -> tuple[Path, dict[str, Any]]:
         and isinstance(saved.get("state"), dict)
     ):
         raise LifecycleError(f"{file}: not a plan `lifecycle plan -o FILE` saved")
+    if "digest" not in saved:  # saved by a lifecycle before plans had one
+        raise LifecycleError(
+            f"{file}: a plan with no digest (an older lifecycle's, or edited); plan again"
+        )
+    if saved["digest"] != digest:
+        raise LifecycleError(
+            f"{file}: not as `lifecycle plan` saved it (edited since: its digest does not"
+            " match what it holds); plan again"
+        )
     return file, dict(saved)
 
 

@@ -64,13 +64,25 @@ def releases_built(ledger: Ledger) -> list[tuple[str, str, str, str]]:
     ]
 
 
-# What a saved plan is bound to: a change to any of these may change the plan.
+# What a saved plan is bound to: every row the plan reads (the policy's facts, teardown's
+# decision, which images go), so that a change to any of them moves the digest. Caches,
+# boots, pins, archives (of caches, boots and results), results, files holding a secret;
+# each build's, bake's and MCV image's image and whether a teardown (or apply) removed it.
 _STATE = (
     "SELECT id, state, in_use_by, tree_digest FROM caches ORDER BY id",
-    "SELECT cache_id, record_key, with_content FROM archives ORDER BY cache_id",
+    "SELECT cache_id, location, record_key, with_content, tree_digest FROM archives"
+    " ORDER BY cache_id",
     "SELECT cache_id, reason FROM pins ORDER BY cache_id, reason",
     "SELECT id, outcome FROM boots ORDER BY id",
-    "SELECT manifest_digest, image_id, outcome FROM builds ORDER BY rowid",
+    "SELECT boot_id, location, record_key FROM boot_archives ORDER BY boot_id, location",
+    "SELECT id, boot_id FROM results ORDER BY id",
+    "SELECT result_id, location, record_key FROM result_archives ORDER BY result_id, location",
+    "SELECT cache_id, path, sha256, secret FROM tainted_files ORDER BY 1, 2, 3, 4",
+    # Only ever appended to: its length says whether a teardown wrote since.
+    "SELECT COUNT(*), MAX(id) FROM teardown_steps",
+    "SELECT manifest_digest, image_id, outcome, removed_at FROM builds ORDER BY rowid",
+    "SELECT image_id, engine_image_id, removed_at FROM bakes ORDER BY image_id",
+    "SELECT image_id, bake_image_id, removed_at FROM mcv_images ORDER BY image_id",
 )
 
 
