@@ -158,6 +158,7 @@ GIT_TIMEOUT_S = 60.0
 _UNREACHABLE = (
     "timed out", "too slow", "connection refused", "could not resolve host",
     "failed to connect", "network is unreachable", "no route to host", "connection reset",
+    "unable to connect", "unable to look up",  # git://'s own connect and name look-up
 )  # fmt: skip
 # What a fetch without --quiet says as it goes, no reason for a failure: git's progress or the
 # server's (`Receiving objects:  45% (9/20), 1.20 MiB | 1.2 MiB/s`, `remote: Counting
@@ -209,6 +210,8 @@ def _reason(fetched: Completed, seconds: int) -> str:
     text = fetched.err or fetched.out
     lines = [line.strip() for line in re.split(r"[\r\n]", text) if not _PROGRESS.match(line)]
     said = [line for line in lines if line and not line.lower().startswith(("warning:", "hint:"))]
+    if len(said) > 1 and said[0].endswith(":"):  # git:// puts the errno on a line of its own
+        return f"{said[0]} {said[1]}"
     return said[0] if said else " ".join(lines[-1:])
 
 

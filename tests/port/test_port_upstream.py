@@ -8,6 +8,7 @@ import functools
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from contextlib import AbstractContextManager
@@ -19,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from lifecycle.cli import cli
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import EnvironmentFailure, LifecycleError
 from lifecycle.home import Home
 from lifecycle.port.upstream import ensure_mirror, mirror_path
 from lifecycle.redact import without_userinfo
@@ -315,3 +316,18 @@ def test_a_git_daemon_upstream_that_falls_silent_fails_the_fetch_in_bounded_time
     assert answered.returncode == 0, answered.stderr
     assert "warning" not in answered.stdout
     assert list(mirror_path(Home(isolated_home / "lifecycle"), source).rglob("tmp_*")) == []
+
+
+def test_a_git_daemon_upstream_that_refuses_the_connection_is_the_environment(
+    tmp_path: Path, isolated_home: Path
+) -> None:
+    """git:// says `unable to connect to HOST:` and the errno on the next line: that is an
+    upstream that does not answer (exit 3), not a repository named wrong (exit 2)."""
+    with socket.socket() as unused:  # bound, never listening: a connection is refused
+        unused.bind(("127.0.0.1", 0))
+        source = f"git://127.0.0.1:{unused.getsockname()[1]}/vllm.git"
+        with pytest.raises(EnvironmentFailure) as failed:
+            ensure_mirror(Home(tmp_path / "home"), source, os.environ)
+
+    assert "unable to connect to 127.0.0.1: " in str(failed.value), failed.value
+    assert "Connection refused" in str(failed.value), failed.value
