@@ -1,8 +1,8 @@
 """Servers that stop answering, and commands run side by side against them, for the tests of
 lifecycle's time limits: a listener that accepts every connection and never says a word, a
 relay to the real S3 server (or dockerd) that falls silent at a request of the test's choosing,
-the way a server does when it is stopped (SIGSTOP) in the middle of a command, and an S3
-server that answers every request 503 SlowDown."""
+the way a server does when it is stopped (SIGSTOP) in the middle of a command, an S3
+server that answers every request 503 SlowDown, and a git daemon that falls silent mid-answer."""
 
 from __future__ import annotations
 
@@ -144,6 +144,105 @@ class SilentRelay:
         self.thread.join()
         for held in self.held:
             held.close()
+
+
+class StallingGitDaemon:
+    """`git://127.0.0.1:PORT/NAME` serving the bare repositories under `root` (`git daemon
+    --inetd` per connection), whose answers stop for good once they have held `stall_after`
+    (b"": before the first byte; b"PACK": a valid advertisement, and 96 KiB of the pack),
+    while `stalling` is set: the connection is held open, nothing more is sent or read."""
+
+    def __init__(self, root: Path, stall_after: bytes) -> None:
+        self.root = root
+        self.stall_after = stall_after
+        self.stalling = threading.Event()
+        self.stalling.set()
+        self.stop = threading.Event()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.2)
+        self.port = self.server.getsockname()[1]
+        self.held: list[socket.socket] = []
+        self.daemons: list[subprocess.Popen[bytes]] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def url(self, name: str) -> str:
+        """The git:// URL of the repository `root/name`."""
+        return f"git://127.0.0.1:{self.port}/{name}"
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                client = self.server.accept()[0]
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.held.append(client)
+            daemon = subprocess.Popen(
+                ["git", "daemon", "--inetd", "--export-all", f"--base-path={self.root}"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+            self.daemons.append(daemon)
+            stalls = self.stalling.is_set()
+            threading.Thread(target=self._ask, args=(client, daemon), daemon=True).start()
+            threading.Thread(
+                target=self._answer, args=(daemon, client, stalls), daemon=True
+            ).start()
+
+    def _ask(self, client: socket.socket, daemon: subprocess.Popen[bytes]) -> None:
+        assert daemon.stdin is not None
+        try:
+            while data := client.recv(1 << 16):
+                daemon.stdin.write(data)
+                daemon.stdin.flush()
+            daemon.stdin.close()
+        except (OSError, ValueError):
+            return
+
+    def _answer(self, daemon: subprocess.Popen[bytes], client: socket.socket, stalls: bool) -> None:
+        assert daemon.stdout is not None
+        seen = b""
+        stop_at: int | None = None  # where in the answer it stops
+        try:
+            while data := daemon.stdout.read1(1 << 16):
+                sent = len(seen)
+                seen += data
+                if stalls and stop_at is None and (at := seen.find(self.stall_after)) >= 0:
+                    # A pack: its first sideband packet (64 KiB) and more, which git has
+                    # handed on to index-pack or unpack-objects when the answer stops.
+                    stop_at = at + len(self.stall_after) + (96 << 10 if self.stall_after else 0)
+                if stop_at is not None and len(seen) >= stop_at:
+                    client.sendall(data[: stop_at - sent])
+                    self.stop.wait()  # held: nothing more is sent
+                    return
+                client.sendall(data)
+            client.shutdown(socket.SHUT_WR)
+        except OSError:
+            return
+
+    def close(self) -> None:
+        """Let go of every connection and daemon."""
+        self.stop.set()
+        self.server.close()
+        self.thread.join()
+        for held in self.held:
+            held.close()
+        for daemon in self.daemons:
+            daemon.kill()
+            daemon.wait()
+
+
+@contextmanager
+def stalling_git_daemon(root: Path, stall_after: bytes) -> Iterator[StallingGitDaemon]:
+    """A StallingGitDaemon on `root`, closed afterwards."""
+    daemon = StallingGitDaemon(root, stall_after)
+    try:
+        yield daemon
+    finally:
+        daemon.close()
 
 
 def _connect(upstream: tuple[str, int] | str) -> socket.socket:

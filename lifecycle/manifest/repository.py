@@ -56,3 +56,9 @@ def uses_ssh(repository: str) -> bool:
     if url:
         return url["scheme"].lower() in ("ssh", "git+ssh", "ssh+git")
     return is_remote(repository)
+
+
+def uses_git_daemon(repository: str) -> bool:
+    """Whether git reaches `repository` over its own protocol (`git://`, the git daemon's)."""
+    url = _URL.match(repository)
+    return url is not None and url["scheme"].lower() == "git"

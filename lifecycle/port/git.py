@@ -80,10 +80,18 @@ class Git:
         """The same runner with more environment (GIT_INDEX_FILE, GIT_EDITOR, ...)."""
         return replace(self, env={**self.env, **env})
 
-    def run(self, *args: str, check: bool = True, input: str | None = None) -> Completed:
-        """`git ARGS`; with `check`, a failure raises CommandFailed with git's output."""
+    def run(
+        self,
+        *args: str,
+        check: bool = True,
+        input: str | None = None,
+        silence: float | None = None,
+    ) -> Completed:
+        """`git ARGS`; with `check`, a failure raises CommandFailed with git's output; with
+        `silence`, killed after that many seconds without output (`proc.run`)."""
         config = [part for item in self.config for part in ("-c", item)]
-        return proc.run(["git", *config, *args], self.cwd, check=check, env=self.env, input=input)
+        argv = ["git", *config, *args]
+        return proc.run(argv, self.cwd, check=check, env=self.env, input=input, silence=silence)
 
     def out(self, *args: str, input: str | None = None) -> str:
         """The stdout of `git ARGS`, which must succeed."""

@@ -42,7 +42,7 @@ from lifecycle.home import Home, check_home, check_writable
 from lifecycle.leases import exclusive
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.model import Upstream
-from lifecycle.manifest.repository import is_remote, uses_ssh
+from lifecycle.manifest.repository import is_remote, uses_git_daemon, uses_ssh
 from lifecycle.manifest.source import read_yaml
 from lifecycle.port.git import Git
 from lifecycle.proc import Completed
@@ -106,9 +106,18 @@ def ensure_mirror(home: Home, source: str, environ: Mapping[str, str]) -> Mirror
             _init_bare(path)
         git = Git.user(path)
         own_ssh = _own_ssh_command(git, environ)
-        fetched = git.with_env(**_silence_limit(environ, own_ssh)).run(
+        seconds = math.ceil(seconds_from(environ, "LIFECYCLE_GIT_TIMEOUT", GIT_TIMEOUT_S))
+        # git:// has no setting that limits it at all: git's progress (its own and the
+        # server's, a line a second while bytes come) is watched instead, and a fetch silent
+        # for the limit is killed. Not a limit on the whole fetch: a first one of vLLM (about
+        # 1 GB) over a slow link takes as long as it takes, and a stall is a stall at any time.
+        # Measured on git.git (420k objects): its longest silence is 3.7 s, after the last
+        # delta (the connectivity check, the refs), far inside the 60 s default.
+        watched = uses_git_daemon(source)
+        fetched = git.with_env(**_silence_limit(seconds, own_ssh)).run(
             "fetch",
-            "--quiet",
+            # Not --quiet when watched: it keeps git's own progress (receiving, resolving) off.
+            *(("--progress",) if watched else ("--quiet",)),
             "--force",
             "--prune",
             "--tags",
@@ -116,7 +125,10 @@ def ensure_mirror(home: Home, source: str, environ: Mapping[str, str]) -> Mirror
             source,
             "+refs/heads/*:refs/heads/*",
             check=False,
+            silence=seconds if watched else None,
         )
+        if fetched.rc != 0:
+            _drop_partial_pack(path)
         never_fetched = fetched.rc != 0 and not git.out("for-each-ref", "--count=1").strip()
     own = None
     if own_ssh and uses_ssh(source):
@@ -126,7 +138,7 @@ def ensure_mirror(home: Home, source: str, environ: Mapping[str, str]) -> Mirror
         )
     if fetched.rc == 0:
         return Mirror(path, source, own)
-    reason = _reason(fetched)
+    reason = _reason(fetched, seconds)
     failed = f"fetch from {without_userinfo(source)} failed ({reason})"
     if never_fetched:
         said = "; ".join(
@@ -146,22 +158,29 @@ GIT_TIMEOUT_S = 60.0
 _UNREACHABLE = (
     "timed out", "too slow", "connection refused", "could not resolve host",
     "failed to connect", "network is unreachable", "no route to host", "connection reset",
+    "unable to connect", "unable to look up",  # git://'s own connect and name look-up
 )  # fmt: skip
+# What a fetch without --quiet says as it goes, no reason for a failure: git's progress or the
+# server's (`Receiving objects:  45% (9/20), 1.20 MiB | 1.2 MiB/s`, `remote: Counting
+# objects: 12`, `remote: Total 3 (delta 0) …`), and the refs it updated (`From git://…`,
+# ` * [new tag]  v1 -> v1`).
+_PROGRESS = re.compile(
+    r"^((remote: )?([\w ]+: +\d+(%.*|, done\.)?|Total \d+ .*)\s*|From .*| [*+=t-] .*)$"
+)
 # Unanswered keepalives before ssh gives up: OpenSSH's default, and its man page's example
 # (interval 15, count 3: "disconnect after approximately 45 seconds").
 SSH_ALIVE_COUNT = 3
 
 
-def _silence_limit(environ: Mapping[str, str], own_ssh: str | None) -> dict[str, str]:
-    """git's limit on a silent upstream: a fetch that receives no byte for
-    LIFECYCLE_GIT_TIMEOUT seconds fails, and the port goes on from the mirror as last fetched.
+def _silence_limit(seconds: int, own_ssh: str | None) -> dict[str, str]:
+    """git's limit on a silent upstream: a fetch that receives no byte for `seconds`
+    (LIFECYCLE_GIT_TIMEOUT) fails, and the port goes on from the mirror as last fetched.
     git has none by default: a server that accepts and never answers hung the port for ever.
     HTTP(S): curl's low-speed limit. ssh (unless `own_ssh`, the user's ssh command, is set):
     ConnectTimeout bounds the TCP connect and the server's banner, ServerAliveInterval
     times its count every later silence (ConnectTimeout does not bound the key exchange, whatever
     ssh_config(5) says: OpenSSH 9.2 waited on past it); BatchMode, because a passphrase or
     host-key prompt on the terminal a port was started from would wait for ever."""
-    seconds = math.ceil(seconds_from(environ, "LIFECYCLE_GIT_TIMEOUT", GIT_TIMEOUT_S))
     limit = {"GIT_HTTP_LOW_SPEED_LIMIT": "1", "GIT_HTTP_LOW_SPEED_TIME": str(seconds)}
     if own_ssh is None:
         alive = math.ceil(seconds / SSH_ALIVE_COUNT)
@@ -182,12 +201,26 @@ def _own_ssh_command(git: Git, environ: Mapping[str, str]) -> str | None:
     return "core.sshCommand" if found.rc == 0 and found.out.strip() else None
 
 
-def _reason(fetched: Completed) -> str:
+def _reason(fetched: Completed, seconds: int) -> str:
     """The line of a failed fetch that says why: ssh's own (`Connection timed out during
-    banner exchange`) comes before git's `Could not read from remote repository.` and hint."""
-    lines = [line.strip() for line in (fetched.err or fetched.out).splitlines()]
+    banner exchange`) comes before git's `Could not read from remote repository.` and hint;
+    git's progress (a watched fetch's) is not a reason."""
+    if fetched.silent:
+        return f"timed out: no progress for {seconds} s (LIFECYCLE_GIT_TIMEOUT)"
+    text = fetched.err or fetched.out
+    lines = [line.strip() for line in re.split(r"[\r\n]", text) if not _PROGRESS.match(line)]
     said = [line for line in lines if line and not line.lower().startswith(("warning:", "hint:"))]
+    if len(said) > 1 and said[0].endswith(":"):  # git:// puts the errno on a line of its own
+        return f"{said[0]} {said[1]}"
     return said[0] if said else " ".join(lines[-1:])
+
+
+def _drop_partial_pack(mirror: Path) -> None:
+    """Remove what a fetch cut short left in the mirror: index-pack's `tmp_pack_*` (as much
+    of the pack as came, hundreds of MB of vLLM's) and unpack-objects' `tmp_obj_*`, which git
+    never reads and nothing else removes. Safe under the mirror's lock: no fetch is writing."""
+    for partial in (mirror / "objects").glob("*/tmp_*"):
+        partial.unlink(missing_ok=True)
 
 
 def _init_bare(path: Path) -> None:

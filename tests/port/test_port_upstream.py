@@ -8,6 +8,7 @@ import functools
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from contextlib import AbstractContextManager
@@ -19,12 +20,12 @@ import pytest
 from click.testing import CliRunner
 
 from lifecycle.cli import cli
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import EnvironmentFailure, LifecycleError
 from lifecycle.home import Home
 from lifecycle.port.upstream import ensure_mirror, mirror_path
 from lifecycle.redact import without_userinfo
 from tests.port_support import PatchSpec, PortRun, Project, Upstream, change_mix, git
-from tests.silent_servers import serving, silent_listener
+from tests.silent_servers import serving, silent_listener, stalling_git_daemon
 from tests.trust_support import lifecycle_argv
 
 # Quoted as YAML: `--upload-pack` runs its value through the shell on the fetching side.
@@ -259,3 +260,74 @@ def test_the_users_own_ssh_command_is_left_alone_and_named(
     assert ran.is_file(), "the port replaced the user's ssh command"
     assert str(failed.value).count(f"runs as your {setting} says") == 1, failed.value
     assert "not LIFECYCLE_GIT_TIMEOUT, bound the fetch" in str(failed.value)
+
+
+@pytest.mark.parametrize("stall_after", [b"", b"PACK"], ids=["silent", "mid-pack"])
+def test_a_git_daemon_upstream_that_falls_silent_fails_the_fetch_in_bounded_time(
+    stall_after: bytes, up: Upstream, project: Project, tmp_path: Path, isolated_home: Path
+) -> None:
+    """git has no limit at all on a git:// server (the daemon's protocol, no curl, no ssh)
+    that accepts and never answers, or stops in the middle of the pack: a port from one hung
+    for ever. The fetch now ends after about LIFECYCLE_GIT_TIMEOUT seconds without progress;
+    with no mirror yet the port stops, one line, exit 3, and leaves nothing half-fetched
+    behind: the same port completes once the upstream answers again."""
+    patch = up.patch("v1.0.0", change_mix("32"))
+    up.write("requirements.txt", "fakeinfer==2.0.0\n")
+    # A pack that stops well before its end, of enough objects (100: transfer.unpackLimit)
+    # that git writes it as it comes, to a tmp_pack_* file in the mirror.
+    up.write("weights.bin", os.urandom(1 << 20))
+    for number in range(100):
+        up.write(f"data/{number}.txt", f"{number}\n")
+    up.commit("Release 2.0.0")
+    up.tag("2.0.0")
+    served = tmp_path / "served"
+    served.mkdir()
+    git(served, "clone", "-q", "--bare", str(up.path), "vllm.git")
+
+    def port() -> tuple[subprocess.CompletedProcess[str], float]:
+        started = time.monotonic()
+        ran = subprocess.run(
+            lifecycle_argv(project.path, "port", "1.0", "2.0"),
+            env={**os.environ, "LIFECYCLE_GIT_TIMEOUT": "3"},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=40,  # the old code hung here until this killed it
+            check=False,
+        )
+        return ran, time.monotonic() - started
+
+    with stalling_git_daemon(served, stall_after) as daemon:
+        source = daemon.url("vllm.git")
+        _manifest_from(project, source, [PatchSpec("a.patch", patch)])
+        stalled, took = port()
+        partial = list(mirror_path(Home(isolated_home / "lifecycle"), source).rglob("tmp_*"))
+        daemon.stalling.clear()  # the upstream answers again
+        answered, _ = port()
+
+    assert took < 20, took
+    assert partial == [], "a cut-short pack stays in the mirror"
+    assert stalled.returncode == 3, stalled.stderr
+    assert re.fullmatch(
+        rf"fetch from {re.escape(source)} failed \(timed out: no progress for 3 s "
+        r"\(LIFECYCLE_GIT_TIMEOUT\)\), and there is no mirror of it yet to port from\n",
+        stalled.stderr,
+    )
+    assert answered.returncode == 0, answered.stderr
+    assert "warning" not in answered.stdout
+    assert list(mirror_path(Home(isolated_home / "lifecycle"), source).rglob("tmp_*")) == []
+
+
+def test_a_git_daemon_upstream_that_refuses_the_connection_is_the_environment(
+    tmp_path: Path, isolated_home: Path
+) -> None:
+    """git:// says `unable to connect to HOST:` and the errno on the next line: that is an
+    upstream that does not answer (exit 3), not a repository named wrong (exit 2)."""
+    with socket.socket() as unused:  # bound, never listening: a connection is refused
+        unused.bind(("127.0.0.1", 0))
+        source = f"git://127.0.0.1:{unused.getsockname()[1]}/vllm.git"
+        with pytest.raises(EnvironmentFailure) as failed:
+            ensure_mirror(Home(tmp_path / "home"), source, os.environ)
+
+    assert "unable to connect to 127.0.0.1: " in str(failed.value), failed.value
+    assert "Connection refused" in str(failed.value), failed.value
