@@ -7,6 +7,7 @@ checking its objects again).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -58,11 +59,28 @@ def record_step(ledger: Ledger, step: TeardownStep, *, cache_state: str | None =
             conn.execute("UPDATE caches SET state = ? WHERE id = ?", (cache_state, step.cache_id))
 
 
+_STEP_COLUMNS = "run_id, cache_id, step, detail, bytes_freed, at"  # all but the rowid alias `id`
+
+
 def steps_of(ledger: Ledger, cache_id: str) -> list[TeardownStep]:
     """Every teardown step journalled for a cache, oldest first."""
-    columns = "run_id, cache_id, step, detail, bytes_freed, at"  # all but the rowid alias `id`
-    sql = f"SELECT {columns} FROM teardown_steps WHERE cache_id = ? ORDER BY id"
+    sql = f"SELECT {_STEP_COLUMNS} FROM teardown_steps WHERE cache_id = ? ORDER BY id"
     return ledger.records(TeardownStep, sql, (cache_id,))
+
+
+def steps_of_caches(ledger: Ledger, cache_ids: Iterable[str]) -> dict[str, list[TeardownStep]]:
+    """cache id -> every teardown step journalled for it, oldest first; one statement for all.
+
+    The journal has no index by cache (a year of nights: ~290,000 steps), so each cache asked
+    apart is a scan of it: 113 caches took 3 s; asked together, one scan."""
+    found: dict[str, list[TeardownStep]] = {cache_id: [] for cache_id in cache_ids}
+    sql = (
+        f"SELECT {_STEP_COLUMNS} FROM teardown_steps"
+        " WHERE cache_id IN (SELECT value FROM json_each(?)) ORDER BY id"
+    )
+    for step in ledger.records(TeardownStep, sql, (json.dumps(sorted(found)),)):
+        found[step.cache_id].append(step)
+    return found
 
 
 @dataclass(frozen=True)

@@ -94,8 +94,15 @@ def result_archives(ledger: Ledger, result_id: str | None = None) -> list[Result
     )
 
 
-# A result with no record at the location (the one `?`) yet.
-_NOT_ARCHIVED_AT = "id NOT IN (SELECT result_id FROM result_archives WHERE location = ?)"
+def _not_archived_at(result: str) -> str:
+    """SQL: the result (`result`: its table or alias) has no record at the location (the one
+    `?`) yet. Asked of each result by the archives' primary key; `id NOT IN (SELECT …)` read
+    every result's archive for each statement instead (a year of results: 9 ms each, and
+    teardown asks once per cache on the host)."""
+    return (
+        "NOT EXISTS (SELECT 1 FROM result_archives a"
+        f" WHERE a.result_id = {result}.id AND a.location = ?)"
+    )
 
 
 def results_not_archived_on(ledger: Ledger, cache_id: str, location: str) -> list[str]:
@@ -103,7 +110,7 @@ def results_not_archived_on(ledger: Ledger, cache_id: str, location: str) -> lis
     `location` yet, oldest first."""
     rows = ledger.query(
         "SELECT r.id FROM results r JOIN boot_caches u ON u.boot_id = r.boot_id"
-        f" WHERE u.cache_id = ? AND r.{_NOT_ARCHIVED_AT}"
+        f" WHERE u.cache_id = ? AND {_not_archived_at('r')}"
         " ORDER BY r.created_at, r.rowid",
         (cache_id, location),
     )
@@ -126,6 +133,6 @@ def unarchived_results(ledger: Ledger, location: str) -> list[ResultRecord]:
     """Results with no record at `location` yet, oldest first."""
     return ledger.records(
         ResultRecord,
-        f"SELECT * FROM results WHERE {_NOT_ARCHIVED_AT} ORDER BY created_at, rowid",
+        f"SELECT * FROM results WHERE {_not_archived_at('results')} ORDER BY created_at, rowid",
         (location,),
     )

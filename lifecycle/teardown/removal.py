@@ -24,7 +24,7 @@ from lifecycle.home import Home
 from lifecycle.leases import CacheLease, exclusive_or
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import CacheRecord, TaintedFile
-from lifecycle.ledger.removal import TeardownStep, record_step, steps_of
+from lifecycle.ledger.removal import TeardownStep, record_step, steps_of_caches
 from lifecycle.table import count_of, some_of
 from lifecycle.withheld import masked_links, withheld_files
 
@@ -83,8 +83,10 @@ def trash_path(cache: CacheRecord) -> Path:
 def unfinished_runs(ledger: Ledger, caches: Iterable[CacheRecord]) -> dict[str, Unfinished]:
     """cache id -> the unfinished run, for every cache a killed teardown left behind."""
     found = {}
+    caches = list(caches)
+    journal = steps_of_caches(ledger, (cache.id for cache in caches))
     for cache in caches:
-        steps = steps_of(ledger, cache.id)
+        steps = journal[cache.id]
         trash = trash_path(cache).exists()
         last = steps[-1] if steps else None
         if not trash and (last is None or last.step in FINAL_STEPS):
