@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from lifecycle.boot.log import HEAD_BYTES, TAIL_BYTES, BootLog
 from lifecycle.manifest.model import Evidence
 from lifecycle.night.checks import Finding, judge, metrics_in
 from lifecycle.night.plan import Check, Created
@@ -116,3 +117,34 @@ def test_metrics_are_read_as_prometheus_prints_them(line: str, value: float) -> 
 
 def test_a_log_line_mentioning_a_metric_is_not_a_metric() -> None:
     assert metrics_in("INFO [x.py:1] vllm:kv_offload_load_bytes 5 were read\n") == {}
+
+
+def _cut(head: str, tail: str) -> str:
+    """A log as lifecycle keeps it when the engine flooded it (lifecycle.boot.log)."""
+    log = BootLog({})
+    for line in head.splitlines():
+        log.add(line)
+    for _ in range((HEAD_BYTES + TAIL_BYTES) // 200 + 1):
+        log.add("WARNING flood line " + "x" * 200)
+    for line in tail.splitlines():
+        log.add(line)
+    return log.text()
+
+
+def test_a_cut_log_never_fails_nor_passes_on_a_line_it_may_have_left_out() -> None:
+    """Evidence not found in a log cut for its size may be in the part left out: the verdict
+    is inconclusive, naming the cut; evidence found in what was kept still counts."""
+    ended = metrics(vllm__kv_offload_lookups=3, vllm__kv_offload_load_bytes=7)
+    unsure = judge(TIER, Seen(_cut(ASKED, ended)))  # the hit rate line: not in what was kept
+    assert unsure.status == "inconclusive", unsure.why
+    assert "the log was cut" in unsure.why and "External prefix cache hit rate" in unsure.why
+    whole = judge(TIER, Seen(_cut(ASKED + READ_BACK, ended)))  # the fail line: may be cut
+    assert whole.status == "inconclusive" and "CUDA out of memory" in whole.why
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried\n"
+    assert judge(TIER, Seen(_cut(ASKED + READ_BACK, oom + ended))).status == "fail"
+
+
+def test_a_cut_log_reads_metrics_from_its_tail_only() -> None:
+    """A value printed in the head of a cut log may have been printed again, changed, in the
+    part left out: only the tail's are the engine's last."""
+    assert metrics_in(_cut(metrics(a=1), metrics(b=2))) == {"b": 2}

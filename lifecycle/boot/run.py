@@ -29,6 +29,7 @@ from lifecycle.boot.engine import (
     stop_orphans,
 )
 from lifecycle.boot.judge import judge
+from lifecycle.boot.log import BootLog
 from lifecycle.boot.observe import AccessWatch, CacheAccess, NotObserved
 from lifecycle.boot.owner import give_back
 from lifecycle.boot.spec import (
@@ -91,7 +92,7 @@ class BootRequest:
 class _Progress:
     """What is known so far; whatever happens, `_finish` records it."""
 
-    log: list[str] = field(default_factory=list)
+    log: BootLog  # redacted as it comes, bounded whatever the engine prints
     session: HookSession | None = None  # its runs, on-exit included, are recorded
     container_id: str | None = None
     exit_code: int | None = None
@@ -286,7 +287,7 @@ def _run(
         "evidence_dir": str(evidence_dir / "hooks"),
         "caches": {m.name: {"id": m.cache_id, "mode": m.mode} for m in plan.mounts},
     }
-    progress = _Progress()
+    progress = _Progress(BootLog(secrets_by_name, [m.container_path for m in plan.mounts]))
     container = None
     try:
         # In the try: a full disk here is the boot's failure, its outcome recorded as any.
@@ -301,9 +302,9 @@ def _run(
                 progress.exit_code, progress.timed_out = run_container(
                     container,
                     request.timeout_s,
-                    progress.log.append,
-                    # What is shown is redacted like what is kept: the engine may print a secret.
-                    lambda line: watch.on_line(redact(line, secrets_by_name)),
+                    # What is shown is what is kept, redacted: the engine may print a secret.
+                    progress.log.add,
+                    lambda line: watch.on_line(progress.log.last),
                 )
             finally:
                 if files_watch is not None:
@@ -407,7 +408,7 @@ def _finish(
     Runs in a `finally`: what fails here is added to the boot's error, never raised over the
     error that brought us here, so the boot row always reaches a final state.
     """
-    log_text = redact("\n".join(progress.log) + "\n", secrets_by_name)
+    log_text = progress.log.text()  # redacted line by line as it came
     problems = [progress.error] if progress.error else []
     # Lifecycle's own scan failing is no fault of the engine's: the boot ends as its engine
     # did, the cache is not judged, and no boot mounts it warm (ledger.boots.warm_candidates).
@@ -460,6 +461,8 @@ def _finish(
     )
     if progress.not_observed:
         judged["not_observed"] = progress.not_observed
+    if (cut := progress.log.cut()) is not None:
+        judged["log_cut"] = cut.as_json()
     caches = {m.name: Path(m.host_path) for m in plan.mounts}
     try:
         collect_evidence(

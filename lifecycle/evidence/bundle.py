@@ -133,7 +133,9 @@ def collect_evidence(
         cache["evidence"].sort(key=lambda entry: entry["path"])
     summary: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
-        "verdict": facts.verdict(),  # from the log alone; `boot` judges files and log
+        # From the log alone (`boot` judges files and log); unsure when lines it reads were
+        # left out of a flooded log (lifecycle.boot.log).
+        "verdict": "inconclusive" if _facts_left_out(boot) else facts.verdict(),
         "boot": dict(boot or {}),
         "log": facts.to_dict(),
         "caches": per_cache,
@@ -212,6 +214,10 @@ def _read(cache: str, relative: str, entry: str, dirfd: int, limit: int) -> _Fou
             if size <= limit:
                 kept += chunk
     return _Found(cache, relative, size, digest.hexdigest(), bytes(kept) if size <= limit else None)
+
+
+def _facts_left_out(boot: Mapping[str, Any] | None) -> bool:
+    return bool(((boot or {}).get("log_cut") or {}).get("fact_lines_left_out"))
 
 
 def _text(content: bytes | None) -> str | None:
@@ -355,6 +361,12 @@ class NinjaRow:
     start_ms: int
     end_ms: int
     duration_ms: int
+
+
+def is_fact_line(line: str) -> bool:
+    """Whether `parse_boot_log` takes a fact from this line."""
+    plain = _ANSI.sub("", line)
+    return any(pattern.search(plain) for pattern in _PATTERNS.values())
 
 
 def parse_boot_log(text: str) -> LogFacts:

@@ -3,7 +3,8 @@
 First `path`, what makes the check's path run: any of it absent makes the verdict
 `inconclusive`, whatever else the log says (a CPU-tier test whose tier was never asked measured
 only the GPU). Then `fail_when` (anything observed fails), then `pass_when` (all observed on a
-boot that ended ok passes).
+boot that ended ok passes). A log line or metric not found in a log that lifecycle cut (an
+engine flooding its output: lifecycle.boot.log) neither passes nor fails: it is inconclusive.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from lifecycle.boot.log import is_cut, latest_part
 from lifecycle.manifest.model import CACHE_FILE, CONDITION, Evidence
 from lifecycle.night.plan import Check, Frozen
 
@@ -71,8 +73,9 @@ class CheckVerdict(Frozen):
 
 
 def metrics_in(log: str) -> dict[str, float]:
-    """The engine's metrics printed in its log; the last value of each name."""
-    return {m["name"]: float(m["value"]) for m in _METRIC_LINE.finditer(log)}
+    """The engine's metrics printed in its log; the last value of each name (of a log cut by
+    lifecycle.boot.log, from its tail only: a value in its head may be out of date)."""
+    return {m["name"]: float(m["value"]) for m in _METRIC_LINE.finditer(latest_part(log))}
 
 
 def judge(check: Check, seen: Observed, preconditions: Sequence[Finding] = ()) -> CheckVerdict:
@@ -92,6 +95,11 @@ def judge(check: Check, seen: Observed, preconditions: Sequence[Finding] = ()) -
         status, why = "fail", "observed: " + "; ".join(_seen(f) for f in hits)
     elif not seen.boot_ok:
         status, why = "fail", "the boot did not end ok"
+    elif unsure := _unseen_in_cut_log(seen.log, [*failed, *passed]):
+        status, why = (
+            "inconclusive",
+            "the log was cut: not seen in what was kept: " + "; ".join(_missing(unsure)),
+        )
     elif absent := [f for f in passed if not f.observed]:
         status, why = "fail", "not observed: " + "; ".join(_missing(absent))
     else:
@@ -134,6 +142,14 @@ def _metric(condition: str, metrics: dict[str, float]) -> Finding:
         return Finding(kind="metric", what=condition, observed=False)
     holds = _OPERATORS[parts["op"]](value, float(parts["value"]))
     return Finding(kind="metric", what=condition, observed=holds, seen=f"{parts['name']}={value:g}")
+
+
+def _unseen_in_cut_log(log: str, findings: list[Finding]) -> list[Finding]:
+    """The log lines and metrics not found at all in a log that lifecycle cut: they may be in
+    what was left out (a metric found with a value that fails its condition was seen)."""
+    if not is_cut(log):
+        return []
+    return [f for f in findings if f.kind in ("log", "metric") and f.seen is None]
 
 
 def _line_of(text: str, at: int) -> str:
