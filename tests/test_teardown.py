@@ -1076,6 +1076,40 @@ def test_an_image_dockerd_refuses_to_remove_at_its_moment_is_kept_and_not_record
             docker_client.images.remove(image.id, force=True)
 
 
+def test_an_image_gone_before_its_removal_is_said_gone_not_removed_and_not_recorded(
+    docker_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Someone (another home's teardown, `docker rmi`) removed the image between teardown's
+    # listing and its removal: dockerd's "not found" was taken for this run's removal, said
+    # "removed image" and stamped removed_at, which verify and boot then tell as a teardown's.
+    from docker.errors import ImageNotFound
+
+    from lifecycle.teardown import run as teardown_run
+
+    name, tag, image = _built_here(docker_client)
+
+    def removed_meanwhile(client: Any, decided: ImageDecision) -> str | None:
+        client.images.remove(decided.id, force=True)  # this test's own image
+        return real_remove(client, decided)
+
+    real_remove = teardown_run.remove_image
+    monkeypatch.setattr(teardown_run, "remove_image", removed_meanwhile)
+    try:
+        result = CliRunner().invoke(
+            cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        assert f"removed image {tag}" not in result.stdout, result.output
+        assert f"kept image {tag}" not in result.stdout, result.output
+        assert f"image {tag}: already gone from dockerd: removed by someone else" in result.stdout
+        with pytest.raises(ImageNotFound):
+            docker_client.images.get(image.id)
+        assert _builds_removed(name) == [(tag, None)]  # gone, as by hand: not stamped ours
+    finally:
+        with contextlib.suppress(ImageNotFound):
+            docker_client.images.remove(image.id, force=True)
+
+
 def _builds_removed(manifest: str) -> list[tuple[str, str | None]]:
     """(tag, removed_at) of each build of `manifest` the test home's ledger holds."""
     with contextlib.closing(

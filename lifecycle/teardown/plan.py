@@ -19,7 +19,7 @@ from lifecycle.archive.verify import VerifiedRecord
 from lifecycle.ledger.archives import ArchiveRecord
 from lifecycle.ledger.boots import CacheRecord, TaintedFile
 from lifecycle.table import count_of, human_age, human_bytes, render, some_of
-from lifecycle.teardown.containers import NOT_OURS, BootContainer, ImageDecision
+from lifecycle.teardown.containers import ALREADY_GONE, NOT_OURS, BootContainer, ImageDecision
 from lifecycle.teardown.removal import (
     Tree,
     Unfinished,
@@ -353,7 +353,9 @@ def image_lines(images: Sequence[ImageDecision], *, done: bool) -> list[str]:
     lines = []
     for image in (i for i in images if i.why != NOT_OURS):
         name = image_name(image.tags, image.id)
-        if done:
+        if done and image.why == ALREADY_GONE:  # not this run's removal, nor kept
+            lines.append(f"image {name}: {ALREADY_GONE}")
+        elif done:
             lines.append(
                 f"removed image {name}" if image.removes else f"kept image {name}: {image.why}"
             )

@@ -323,6 +323,9 @@ def _clean_docker(
                 remove(with_their_images(with_image, [image]))  # before the image they hold
                 problem = remove_image(client, image) if image.removes else None
                 images.append(replace(image, removes=False, why=problem) if problem else image)
+                # One someone else removed since the listing (ALREADY_GONE) is not stamped:
+                # removed_at says a teardown or apply removed it (how_gone); unstamped, it is
+                # said to be gone by hand, as it was.
                 if image.removes and not problem:
                     # Killed here, the image is gone with no record: said so as one removed
                     # by hand (how_gone), never as there.
