@@ -36,7 +36,7 @@ from lifecycle.ledger.boots import (
 from lifecycle.ledger.builds import image_removed
 from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import results_not_archived_on
-from lifecycle.table import count_of, human_bytes
+from lifecycle.table import count_of, human_bytes, lines_text
 from lifecycle.teardown.containers import (
     BootContainer,
     ImageDecision,
@@ -375,4 +375,4 @@ def summary_text(result: TeardownResult) -> str:
     lines += image_lines(result.images, done=True)
     lines += [f"note: {note}" for note in result.notes]
     lines.append(f"journal: run {result.run_id}")
-    return "\n".join(lines) + "\n"
+    return lines_text(lines)  # a cache's problem, a note: dockerd's, S3's words
