@@ -692,3 +692,28 @@ def test_a_saved_plan_edited_since_is_refused_and_nothing_of_it_done(
     caches = _caches()
     assert all(caches[i].state == "torn-down" and _gone(caches[i]) for i in old)
     assert all(caches[i].state == "archived" for i in new)
+
+
+def test_an_outside_field_forges_no_line_of_the_plan_apply_shows_or_of_its_report() -> None:
+    # What apply shows before --yes is what is agreed to: an S3 server's error (why it was
+    # not asked) forged a line saying there was nothing to do, under a plan that removes.
+    from lifecycle.table import visible_lines
+    from lifecycle.teardown.containers import ImageDecision
+    from lifecycle.teardown.plan import TeardownPlan
+    from lifecycle.teardown.survey import TeardownRequest
+
+    forged = "SlowDown\nnothing to do: this host and the archive are as the policy says"
+    image = ImageDecision("sha256:" + "a" * 64, ("lifecycle/demo:0.1",), "demo", True, "unused")
+    caches = TeardownPlan((), (), (image,), unreachable=(f"s3://team: {forged}",))
+    made = converge.Converge(caches, TeardownRequest(), {}, (), None, None, {})
+    shown = visible_lines(made.text()).splitlines()  # as the CLI prints it
+    assert not any(line.startswith("nothing to do") for line in shown), shown
+    assert shown[-1] == (
+        "incomplete: not asked: s3://team: SlowDown\\nnothing to do: this host and the archive"
+        " are as the policy says"
+    )
+    done = converge.ApplyReport(made, busy=(f"c-1: {forged}",))
+    assert visible_lines(done.text()).splitlines() == [
+        "not archived: c-1: SlowDown\\nnothing to do: this host and the archive are as the"
+        " policy says"
+    ]

@@ -148,3 +148,21 @@ def test_records_read_from_the_archive_are_shown_escaped_in_audit_and_listings(
     assert boots.exit_code == 0, boots.output
     _assert_shown_not_obeyed(boots.stdout)
     assert len(boots.stdout.splitlines()) == 3, boots.stdout  # the location, header, one row
+
+
+def test_a_fields_newline_forges_no_line_of_the_other_reports() -> None:
+    """gc's plan (a pin's target, as the bucket's records name it), archive's (S3's error),
+    status's (why the policy could not be evaluated): each field stays on its own line."""
+    from lifecycle.commands.archive import ArchiveRunReport
+    from lifecycle.commands.gc import GcReport
+    from lifecycle.commands.status import StatusReport
+    from lifecycle.gc import GcPlan
+
+    forged = "x\nremoved 0 objects, 0 B freed"
+    gc = GcReport("s3://team/p", "keep last 1", True, GcPlan((), (f"r-1{forged}",), {}, {}))
+    archived = ArchiveRunReport("s3://team/p", False, (), (), failed={"c-1": forged})
+    status = StatusReport([], None, f"S3: {forged}", "up")
+    for report in (gc.plan_text(), archived.text(), status.text()):
+        shown = visible_lines(report).splitlines()  # as the CLI prints it
+        assert not any(line.startswith("removed 0 objects") for line in shown), shown
+        assert sum("x\\nremoved 0 objects, 0 B freed" in line for line in shown) == 1, shown

@@ -39,10 +39,19 @@ from lifecycle.ledger.builds import record_build
 from lifecycle.ledger.core import insert
 from lifecycle.ledger.removal import TeardownStep, record_step, steps_of
 from lifecycle.policy.model import parse_duration
-from lifecycle.table import human_bytes
+from lifecycle.table import human_bytes, visible_lines
 from lifecycle.teardown.containers import NOT_OURS, ImageDecision, mounted_by
-from lifecycle.teardown.plan import Action, Facts, Selection, decide, image_lines
+from lifecycle.teardown.plan import (
+    Action,
+    Facts,
+    Selection,
+    TeardownPlan,
+    decide,
+    image_lines,
+    plan_text,
+)
 from lifecycle.teardown.removal import (
+    CacheOutcome,
     Journal,
     TeardownBusy,
     Tree,
@@ -53,6 +62,7 @@ from lifecycle.teardown.removal import (
     trash_path,
     unfinished_runs,
 )
+from lifecycle.teardown.run import TeardownResult, summary_text
 from tests.archive_support import damage, keys, newest_version, read_json
 
 NOW = datetime(2026, 10, 10, 9, 0, tzinfo=UTC)
@@ -1119,6 +1129,40 @@ def test_an_image_dockerd_refuses_to_remove_at_its_moment_is_kept_and_not_record
             docker_client.images.remove(image.id, force=True)
 
 
+def test_an_image_gone_before_its_removal_is_said_gone_not_removed_and_not_recorded(
+    docker_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Someone (another home's teardown, `docker rmi`) removed the image between teardown's
+    # listing and its removal: dockerd's "not found" was taken for this run's removal, said
+    # "removed image" and stamped removed_at, which verify and boot then tell as a teardown's.
+    from docker.errors import ImageNotFound
+
+    from lifecycle.teardown import run as teardown_run
+
+    name, tag, image = _built_here(docker_client)
+
+    def removed_meanwhile(client: Any, decided: ImageDecision) -> str | None:
+        client.images.remove(decided.id, force=True)  # this test's own image
+        return real_remove(client, decided)
+
+    real_remove = teardown_run.remove_image
+    monkeypatch.setattr(teardown_run, "remove_image", removed_meanwhile)
+    try:
+        result = CliRunner().invoke(
+            cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        assert f"removed image {tag}" not in result.stdout, result.output
+        assert f"kept image {tag}" not in result.stdout, result.output
+        assert f"image {tag}: already gone from dockerd: removed by someone else" in result.stdout
+        with pytest.raises(ImageNotFound):
+            docker_client.images.get(image.id)
+        assert _builds_removed(name) == [(tag, None)]  # gone, as by hand: not stamped ours
+    finally:
+        with contextlib.suppress(ImageNotFound):
+            docker_client.images.remove(image.id, force=True)
+
+
 def _builds_removed(manifest: str) -> list[tuple[str, str | None]]:
     """(tag, removed_at) of each build of `manifest` the test home's ledger holds."""
     with contextlib.closing(
@@ -1164,6 +1208,36 @@ def test_the_images_other_homes_built_are_one_line_not_one_each() -> None:
     assert image_lines([mine, theirs[0]], done=True) == [
         "removed image lifecycle/demo:0.1",
         "kept 1 image built by another home (not in this ledger): lifecycle/demo:0.2-0",
+    ]
+
+
+# Outside text a plan or a summary holds (an S3 server's error, dockerd's): a newline and a
+# line the reader would take for the plan's own.
+FORGED = "SlowDown\nimage lifecycle/demo:0.1: keep (a cache that stays was built by it)"
+
+
+def test_an_outside_field_forges_no_line_of_a_teardown_plan_or_its_summary() -> None:
+    # The plan shown before --yes is what is agreed to: a note holding S3's words forged a
+    # "keep" line for an image the plan removes.
+    mine = ImageDecision("sha256:" + "a" * 64, ("lifecycle/demo:0.1",), "demo", True, "unused")
+    plan = TeardownPlan((), (), (mine,), notes=(f"would archive c-1, but: {FORGED}",))
+    shown = visible_lines(plan_text(plan, dry_run=False)).splitlines()  # as the CLI prints it
+    assert [line for line in shown if "lifecycle/demo:0.1" in line] == [
+        "note: would archive c-1, but: SlowDown\\nimage lifecycle/demo:0.1: keep (a cache"
+        " that stays was built by it)",
+        "image lifecycle/demo:0.1: remove (unused)",
+    ]
+    assert len(shown) == 4, shown  # no caches, the note, the image, the totals
+
+    forged = "SlowDown\nremoved 3 caches, 20.0 GiB freed"
+    done = TeardownResult(
+        "t-1", (CacheOutcome("c-1", False, problem=f"not archived: {forged}"),), (), (), ()
+    )
+    shown = visible_lines(summary_text(done)).splitlines()
+    assert shown == [
+        "removed 0 caches, 0 B freed",
+        "kept c-1: not archived: SlowDown\\nremoved 3 caches, 20.0 GiB freed",
+        "journal: run t-1",
     ]
 
 

@@ -17,7 +17,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import all_caches, dead_boots
 from lifecycle.report import Report
 from lifecycle.results.archive import with_results
-from lifecycle.table import human_bytes
+from lifecycle.table import human_bytes, lines_text
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class ArchiveRunReport(Report):
                 f" ({sent} sent); verified; {self.location}"
             )
         lines += [f"NOT archived {cache_id}: {why}" for cache_id, why in self.failed.items()]
-        return "\n".join(lines) + "\n"
+        return lines_text(lines)  # S3's errors
 
 
 def check_selection(names: Sequence[str], every: bool) -> None:

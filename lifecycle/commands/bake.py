@@ -42,6 +42,7 @@ from lifecycle.ledger.builds import (
 from lifecycle.manifest import find_manifest, load_manifest
 from lifecycle.manifest.load import manifest_digest
 from lifecycle.report import Report, plain
+from lifecycle.table import lines_text
 from lifecycle.teardown.containers import NAME_LABEL
 from lifecycle.teardown.survey import ArchiveVerifier, archived_boots
 from lifecycle.withheld import secrets_on_host
@@ -126,7 +127,7 @@ class BakeReport(Report):
             lines.append(f"pushed {self.pushed.reference}")
         if self.image_record:
             lines.append(f"  recorded at {self.image_record}")
-        return "\n".join(lines) + "\n"
+        return lines_text(lines)  # why a cache was refused: a record's host, a file's name
 
 
 def run(ctx: Context, request: verbs.Bake) -> BakeReport:

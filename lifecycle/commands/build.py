@@ -32,6 +32,7 @@ from lifecycle.ledger.builds import RegistryImage, record_registry_image
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.records import IMAGE_FORMAT, ImageRecordV1
 from lifecycle.report import Report, plain
+from lifecycle.table import lines_text
 from lifecycle.withheld import refuse_secrets_in_manifest, secrets_on_host
 
 
@@ -98,7 +99,7 @@ class BuildPlanReport(Report):
             "# label lifecycle.base.digest: the base image's id, read from dockerd at build"
         )
         lines += [f"# context {name} ({size} bytes)" for name, size in self.context.items()]
-        return "\n".join(lines) + "\n" + self.dockerfile
+        return lines_text(lines) + self.dockerfile  # a label's value, a file's name: a line each
 
 
 def plan(ctx: Context, loaded: LoadedManifest, base_digest: str | None = None) -> BuildPlan:

@@ -59,7 +59,7 @@ from lifecycle.policy.facts import image_keeps, live_caches, unknown_releases
 from lifecycle.policy.keep import PolicyRules, Verdict, evaluate
 from lifecycle.policy.model import Policy, parse_duration, read_policy, seconds
 from lifecycle.report import Report, plain
-from lifecycle.table import human_bytes, some_of
+from lifecycle.table import human_bytes, lines_text, some_of
 from lifecycle.teardown.plan import Action, TeardownPlan, image_name, plan_json, plan_text
 from lifecycle.teardown.removal import teardown_lock
 from lifecycle.teardown.run import TeardownResult, result_json, run_teardown, summary_text
@@ -125,8 +125,8 @@ class Converge:
         }
 
     def text(self) -> str:
-        lines = [plan_text(self.caches, dry_run=False).rstrip("\n")]
-        lines += [f"archive (and keep): {cache_id}" for cache_id in self.archive]
+        # After teardown's plan, lines holding outside text (S3's and dockerd's errors).
+        lines = [f"archive (and keep): {cache_id}" for cache_id in self.archive]
         lines += [
             f"archive later: {cache_id}: in use by boot {boot}"
             for cache_id, boot in self.archive_later.items()
@@ -141,7 +141,7 @@ class Converge:
             lines.append(f"incomplete: not asked: {'; '.join(self.caches.unreachable)}")
         elif self.empty:
             lines.append("nothing to do: this host and the archive are as the policy says")
-        return "\n".join(line for line in lines if line) + "\n"
+        return plan_text(self.caches, dry_run=False) + lines_text(lines)
 
 
 @dataclass(frozen=True)
@@ -220,14 +220,13 @@ class ApplyReport(Report):
     def text(self) -> str:
         lines = [f"archived: {cache_id}" for cache_id in self.archived]
         lines += [f"not archived: {why}" for why in self.busy]
+        text = lines_text(lines)
         if self.teardown is not None:
-            lines.append(summary_text(self.teardown).rstrip("\n"))
+            text += summary_text(self.teardown)
         if self.swept is not None:
-            lines.append(
-                f"remote: removed {self.swept.removed} objects,"
-                f" {human_bytes(self.swept.bytes_freed)} freed (run {self.swept.run_id})"
-            )
-        return "\n".join(lines) + "\n" if lines else ""
+            removed = f"{self.swept.removed} objects, {human_bytes(self.swept.bytes_freed)}"
+            text += f"remote: removed {removed} freed (run {self.swept.run_id})\n"
+        return text
 
 
 def apply(ctx: Context, options: verbs.Apply) -> ApplyReport:

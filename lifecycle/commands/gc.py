@@ -35,7 +35,7 @@ from lifecycle.gc import (
 from lifecycle.ledger.removal import unfinished_gc
 from lifecycle.policy.model import parse_duration
 from lifecycle.report import Report, plain
-from lifecycle.table import count_of, human_bytes
+from lifecycle.table import count_of, human_bytes, lines_text
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class GcReport(Report):
             lines.append(f"pinned (kept with all behind them): {', '.join(plan.pinned)}")
         if self.dry_run:
             lines.append("dry run: nothing removed")
-        return "\n".join(lines) + "\n"
+        return lines_text(lines)  # a pin's target, as the bucket's records name it
 
     def text(self) -> str:
         """The outcome line (the plan was shown before)."""
@@ -91,10 +91,8 @@ class GcReport(Report):
         if done is None:
             return "" if self.dry_run or self.plan.remove else "nothing to remove\n"
         spared = f"; spared {len(done.spared)}{_why(done)}" if done.spared else ""
-        return (
-            f"removed {done.removed} objects, {human_bytes(done.bytes_freed)} freed"
-            f" (run {done.run_id}){spared}\n"
-        )
+        freed = f"{done.removed} objects, {human_bytes(done.bytes_freed)} freed"
+        return lines_text([f"removed {freed} (run {done.run_id}){spared}"])
 
 
 def run(ctx: Context, options: verbs.Gc) -> GcReport:

@@ -16,6 +16,7 @@ from lifecycle.port.outcome import PatchOutcome, PortReport, PortStatus
 from lifecycle.port.plan import PortFlags, PortRequest
 from lifecycle.proc import CommandFailed
 from lifecycle.report import Report
+from lifecycle.table import lines_text
 from lifecycle.table import render as table
 
 _STOPPED = (PatchOutcome.CONFLICT, PatchOutcome.BLOCKED_BY)
@@ -91,27 +92,26 @@ def _git_failures() -> Iterator[None]:
 
 def render_text(report: PortReport) -> str:
     """The human report: one row per patch, then pins, tuned values and where things are."""
-    lines = [
+    # The tables escape their cells; every other line holds file names, git's hints and
+    # warnings, so it is made one line each by lines_text.
+    head = [
         f"port {report.old_ref} -> {report.new_ref} "
         f"({report.old.tag} {report.old.commit[:12]} -> {report.new.tag} {report.new.commit[:12]})",
         "",
     ]
     rows = [(r.file, r.outcome.value, r.detail()) for r in report.results]
-    lines.append(table(["PATCH", "OUTCOME", "EVIDENCE"], rows).rstrip("\n"))
-    for result in report.results:
-        if result.outcome is PatchOutcome.CONFLICT and result.conflict and result.conflict.hint:
-            lines.append(f"  {result.file}: hint: {result.conflict.hint}")
+    text = lines_text(head) + table(["PATCH", "OUTCOME", "EVIDENCE"], rows)
+    text += lines_text(
+        f"  {result.file}: hint: {result.conflict.hint}"
+        for result in report.results
+        if result.outcome is PatchOutcome.CONFLICT and result.conflict and result.conflict.hint
+    )
     if report.pins:
-        lines += [
-            "",
-            table(
-                ["PIN", "OLD", "NEW", "FROM"],
-                [
-                    (p.name + (" (!)" if p.flagged else ""), p.old, p.new, p.source)
-                    for p in report.pins
-                ],
-            ).rstrip("\n"),
+        pins = [
+            (p.name + (" (!)" if p.flagged else ""), p.old, p.new, p.source) for p in report.pins
         ]
+        text += "\n" + table(["PIN", "OLD", "NEW", "FROM"], pins)
+    lines: list[str] = []
     carried = {n: f.origin for n, f in report.tuned.items() if f.status == "carried"}
     kept = [n for n, f in report.tuned.items() if f.status == "validated"]
     if carried:
@@ -122,7 +122,7 @@ def render_text(report: PortReport) -> str:
     lines += [f"warning: {w}" for w in report.warnings]
     lines.append("")
     lines += _where(report)
-    return "\n".join(lines) + "\n"
+    return text + lines_text(lines)
 
 
 def _where(report: PortReport) -> list[str]:

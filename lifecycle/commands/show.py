@@ -20,6 +20,7 @@ from lifecycle.manifest.load import (
 )
 from lifecycle.manifest.model import TunedValue
 from lifecycle.report import Report
+from lifecycle.table import lines_text
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,9 @@ class ShowReport(Report):
         if self.registry is not None:
             lines.append("# registry: where its images are kept, not part of the digest")
         body = yaml.safe_dump(_without_nulls(_with_registry(self)), sort_keys=False, width=100)
-        return "\n".join(lines) + "\n" + body
+        # The header's fields (a patch's file name, a pin's reason) one line each; the YAML
+        # quotes what it holds.
+        return lines_text(lines) + body
 
 
 def run(ctx: Context, request: verbs.Show) -> ShowReport:

@@ -25,7 +25,7 @@ from lifecycle.ledger.nights import events, newest_night, production_left_down
 from lifecycle.night.settle import PROPOSED
 from lifecycle.policy.model import read_policy
 from lifecycle.report import Report
-from lifecycle.table import human_bytes, render
+from lifecycle.table import human_bytes, lines_text, render
 from lifecycle.teardown.plan import NO_CACHES
 
 
@@ -80,7 +80,9 @@ class StatusReport(Report):
             for m in self.caches
         ]
         header = ["MANIFEST", "CACHES", "SIZE", "WARM-READY"]
-        lines = [render(header, rows, empty=NO_CACHES).rstrip("\n")]
+        # After the table, lines of outside text: a manifest's names, S3's or dockerd's
+        # errors, a night report's verdicts.
+        lines = []
         for bake in self.bakes:
             where = f"; removed {bake.removed_at}" if bake.removed_at else ""
             where = where or ("; no longer on dockerd" if bake.on_dockerd is False else "")
@@ -120,7 +122,7 @@ class StatusReport(Report):
             lines += [
                 f"  {p['pin']} {p['argument']}: proposed: {p['detail']}" for p in night["proposed"]
             ]
-        return "\n".join(lines) + "\n"
+        return render(header, rows, empty=NO_CACHES) + lines_text(lines)
 
 
 NOTHING_RECORDED = "nothing is recorded on this host yet"

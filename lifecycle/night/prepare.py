@@ -26,6 +26,7 @@ from lifecycle.night.journal import NightJournal
 from lifecycle.night.plan import LoadedPlan, Plan
 from lifecycle.night.production import ProductionHooks, production_hooks, status
 from lifecycle.report import Report, fields_of
+from lifecycle.table import lines_text
 
 Resolve = Callable[[str, LoadedManifest, str], Pin]  # an engine's: the pin with its image
 
@@ -166,7 +167,7 @@ class DryRun(Report):
                     f"  production.{hook.role}: hooks/{hook.hook} acts: not run in a dry run"
                 )
         lines.append(f"  predictions: {self.predictions}; end: {self.end}")
-        return "\n".join(lines) + "\n"
+        return lines_text(lines)  # what a production hook said, a plan's arguments
 
 
 def dry_run(

@@ -42,6 +42,7 @@ from lifecycle.night.publish import publish, report_json
 from lifecycle.night.settle import Decision, settle
 from lifecycle.night.view import NightView, night_view
 from lifecycle.report import Report, plain
+from lifecycle.table import lines_text
 
 
 def journal_stamp(now: Callable[[], datetime]) -> Callable[[], str]:
@@ -185,7 +186,7 @@ class NightOutcome(Report):
             lines.append(f"  report: {view.report.html_file}")
             if view.report.archived_html:
                 lines.append(f"  archived: {view.report.archived_html}")
-        return "\n".join(lines) + "\n"
+        return lines_text(lines)  # an engine's error, a node's, a hook's words
 
 
 def run_night(night: Night, request: NightRequest) -> NightOutcome:

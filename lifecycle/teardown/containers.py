@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -34,6 +35,8 @@ class BootContainer:
 
 
 NOT_OURS = "built by another home (not in this ledger)"
+# Gone from dockerd between the listing and the removal: not this run's removal.
+ALREADY_GONE = "already gone from dockerd: removed by someone else since it was listed"
 
 
 @dataclass(frozen=True)
@@ -159,17 +162,20 @@ def _with_its_bake(bake: ImageDecision | None) -> tuple[bool, str]:
 def remove_image(client: Any, image: ImageDecision) -> str | None:
     """Untag and delete an image without force; dockerd's refusal (a container started on it
     meanwhile), or its keeping the image untagged, comes back as the problem instead of being
-    forced through."""
+    forced through; one gone before any of its names was removed here, as ALREADY_GONE."""
     from docker.errors import APIError, ImageNotFound
 
+    removed = False  # a name of it, by this call
     try:
         for reference in image.tags or (image.id,):
-            client.images.remove(reference)
+            with suppress(ImageNotFound):  # that name, or the whole image, went meanwhile
+                client.images.remove(reference)
+                removed = True
         # Untagged is not removed: dockerd keeps an image another is built on (a bake), and
         # says nothing of it.
         client.images.get(image.id)
     except ImageNotFound:
-        return None
+        return None if removed else ALREADY_GONE
     except APIError as exc:
         return str(exc.explanation or exc)
     return "untagged, but dockerd keeps it: an image built on it is still there"

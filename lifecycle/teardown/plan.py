@@ -18,8 +18,8 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.verify import VerifiedRecord
 from lifecycle.ledger.archives import ArchiveRecord
 from lifecycle.ledger.boots import CacheRecord, TaintedFile
-from lifecycle.table import count_of, human_age, human_bytes, render, some_of
-from lifecycle.teardown.containers import NOT_OURS, BootContainer, ImageDecision
+from lifecycle.table import count_of, human_age, human_bytes, lines_text, render, some_of
+from lifecycle.teardown.containers import ALREADY_GONE, NOT_OURS, BootContainer, ImageDecision
 from lifecycle.teardown.removal import (
     Tree,
     Unfinished,
@@ -311,8 +311,9 @@ def plan_text(plan: TeardownPlan, *, dry_run: bool) -> str:
         for d in plan.decisions
     ]
     header = ["CACHE", "MANIFEST", "NAME", "SIZE", "ARCHIVE", "ACTION", "WHY"]
-    lines = [render(header, rows, empty=NO_CACHES).rstrip("\n")]
-    lines += [f"note: {note}" for note in plan.notes]
+    # The table escapes its cells; each line after it holds outside text (an S3 or dockerd
+    # error, a container's or image's name) that must not forge a line of the plan.
+    lines = [f"note: {note}" for note in plan.notes]
     lines += [
         f"stopped boot container {c.name} (boot {c.boot_id}): remove" for c in plan.containers
     ]
@@ -326,7 +327,7 @@ def plan_text(plan: TeardownPlan, *, dry_run: bool) -> str:
         f"{verb}: {removing}, {human_bytes(plan.bytes_to_free)}{first};"
         f" kept: {kept}" + ("  (dry run: nothing changed)" if dry_run else "")
     )
-    return "\n".join(lines) + "\n"
+    return render(header, rows, empty=NO_CACHES) + lines_text(lines)
 
 
 def _decision_json(decision: CacheDecision) -> dict[str, Any]:
@@ -353,7 +354,9 @@ def image_lines(images: Sequence[ImageDecision], *, done: bool) -> list[str]:
     lines = []
     for image in (i for i in images if i.why != NOT_OURS):
         name = image_name(image.tags, image.id)
-        if done:
+        if done and image.why == ALREADY_GONE:  # not this run's removal, nor kept
+            lines.append(f"image {name}: {ALREADY_GONE}")
+        elif done:
             lines.append(
                 f"removed image {name}" if image.removes else f"kept image {name}: {image.why}"
             )

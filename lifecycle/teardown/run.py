@@ -36,7 +36,7 @@ from lifecycle.ledger.boots import (
 from lifecycle.ledger.builds import image_removed
 from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import results_not_archived_on
-from lifecycle.table import count_of, human_bytes
+from lifecycle.table import count_of, human_bytes, lines_text
 from lifecycle.teardown.containers import (
     BootContainer,
     ImageDecision,
@@ -323,6 +323,9 @@ def _clean_docker(
                 remove(with_their_images(with_image, [image]))  # before the image they hold
                 problem = remove_image(client, image) if image.removes else None
                 images.append(replace(image, removes=False, why=problem) if problem else image)
+                # One someone else removed since the listing (ALREADY_GONE) is not stamped:
+                # removed_at says a teardown or apply removed it (how_gone); unstamped, it is
+                # said to be gone by hand, as it was.
                 if image.removes and not problem:
                     # Killed here, the image is gone with no record: said so as one removed
                     # by hand (how_gone), never as there.
@@ -372,4 +375,4 @@ def summary_text(result: TeardownResult) -> str:
     lines += image_lines(result.images, done=True)
     lines += [f"note: {note}" for note in result.notes]
     lines.append(f"journal: run {result.run_id}")
-    return "\n".join(lines) + "\n"
+    return lines_text(lines)  # a cache's problem, a note: dockerd's, S3's words
