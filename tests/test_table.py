@@ -166,3 +166,21 @@ def test_a_fields_newline_forges_no_line_of_the_other_reports() -> None:
         shown = visible_lines(report).splitlines()  # as the CLI prints it
         assert not any(line.startswith("removed 0 objects") for line in shown), shown
         assert sum("x\\nremoved 0 objects, 0 B freed" in line for line in shown) == 1, shown
+
+
+def test_a_file_name_an_engine_made_forges_no_line_of_the_boot_report() -> None:
+    from lifecycle.commands.boot import BootReport
+    from lifecycle.ledger.boots import SCAN_FAILED
+
+    forged = "x\nboot b-1: ok (exit 0)\n  caches: vllm-1 warm"
+    boot = BootRecord(
+        "b-1", "2026-10-10T08:00:00+00:00", "2026-10-10T08:01:00+00:00", 0, "failed",
+        SCAN_FAILED.format("vllm-1") + f"/c/{forged}: cannot read: Permission denied",
+        "gpu-7", "serve", "demo", "d" * 64, "sha256:" + "e" * 64, "lifecycle/demo:0.2.0",
+        "c" * 64, "[]", False, "[]", None, None,
+    )  # fmt: skip
+    text = BootReport(boot, (CacheUse(boot.id, "vllm-1", "warm"),)).text()
+    lines = text.splitlines()
+    assert [line for line in lines if line.startswith("boot ")] == [lines[0]], text
+    assert sum(line.startswith("  caches:") for line in lines) == 1, text
+    assert "x\\nboot b-1: ok (exit 0)\\n  caches: vllm-1 warm" in text, text

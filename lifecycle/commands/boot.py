@@ -47,6 +47,7 @@ from lifecycle.ledger.builds import (
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.manifest.load import manifest_digest
 from lifecycle.report import Report, plain, unread_lines
+from lifecycle.table import visible
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,8 @@ class BootReport(Report):
         (the engine may have ended well; what failed was lifecycle's scan)."""
         said = {u.cache_id: scan_failure(self.boot.error, u.cache_id) for u in self.caches}
         return [
-            f"not scanned {cache_id}: {why}; not judged, and no boot mounts it warm (what it"
-            " holds is unknown)"
+            f"not scanned {cache_id}: {visible(why)}; not judged, and no boot mounts it warm"
+            " (what it holds is unknown)"
             for cache_id, why in said.items()
             if why is not None
         ]
@@ -130,10 +131,11 @@ class BootReport(Report):
         # A timeout, or a boot failed though its engine exited 0 (its log or a scan not kept
         # on a full disk): the exit code does not say why.
         told = boot.outcome == "timeout" or (boot.outcome == "failed" and boot.exit_code == 0)
-        why = f" ({boot.error})" if told and boot.error else ""
+        # The error and the damage name files the engine made: a field each (table.visible).
+        why = f" ({visible(boot.error)})" if told and boot.error else ""
         passed = [
             f"  passed over {d.cache_id}: changed behind lifecycle's back since its last scan"
-            f" ({d.described}); marked, not mounted\n"
+            f" ({visible(d.described)}); marked, not mounted\n"
             for d in self.passed_over
         ]
         return (
