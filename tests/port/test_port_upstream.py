@@ -174,6 +174,21 @@ def test_an_upstream_that_accepts_and_never_answers_fails_the_fetch_in_bounded_t
     assert "too slow" in str(failed.value), failed.value
 
 
+def _port_bounded(project: Project) -> tuple[subprocess.CompletedProcess[str], float]:
+    """`lifecycle port 1.0 2.0` as a user runs it, with a 3 s silence limit; and its seconds."""
+    started = time.monotonic()
+    ran = subprocess.run(
+        lifecycle_argv(project.path, "port", "1.0", "2.0"),
+        env={**os.environ, "LIFECYCLE_GIT_TIMEOUT": "3"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=40,  # the old code hung here until this killed it
+        check=False,
+    )
+    return ran, time.monotonic() - started
+
+
 needs_ssh = pytest.mark.skipif(
     shutil.which("ssh") is None, reason="no ssh client on PATH (.ci/setup installs openssh-client)"
 )
@@ -208,17 +223,7 @@ def test_an_ssh_upstream_that_falls_silent_fails_the_fetch_in_bounded_time(
             mirror = mirror_path(Home(isolated_home / "lifecycle"), source)
             mirror.parent.mkdir(parents=True)
             git(mirror.parent, "clone", "-q", "--bare", str(up.path), mirror.name)
-        started = time.monotonic()
-        ran = subprocess.run(
-            lifecycle_argv(project.path, "port", "1.0", "2.0"),
-            env={**os.environ, "LIFECYCLE_GIT_TIMEOUT": "3"},
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=40,  # the old code hung here until this killed it
-            check=False,
-        )
-        took = time.monotonic() - started
+        ran, took = _port_bounded(project)
 
     assert took < 20, took
     # ssh's own words: `Connection timed out during banner exchange` (ConnectTimeout), or
@@ -284,26 +289,13 @@ def test_a_git_daemon_upstream_that_falls_silent_fails_the_fetch_in_bounded_time
     served.mkdir()
     git(served, "clone", "-q", "--bare", str(up.path), "vllm.git")
 
-    def port() -> tuple[subprocess.CompletedProcess[str], float]:
-        started = time.monotonic()
-        ran = subprocess.run(
-            lifecycle_argv(project.path, "port", "1.0", "2.0"),
-            env={**os.environ, "LIFECYCLE_GIT_TIMEOUT": "3"},
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=40,  # the old code hung here until this killed it
-            check=False,
-        )
-        return ran, time.monotonic() - started
-
     with stalling_git_daemon(served, stall_after) as daemon:
         source = daemon.url("vllm.git")
         _manifest_from(project, source, [PatchSpec("a.patch", patch)])
-        stalled, took = port()
+        stalled, took = _port_bounded(project)
         partial = list(mirror_path(Home(isolated_home / "lifecycle"), source).rglob("tmp_*"))
         daemon.stalling.clear()  # the upstream answers again
-        answered, _ = port()
+        answered, _ = _port_bounded(project)
 
     assert took < 20, took
     assert partial == [], "a cut-short pack stays in the mirror"
