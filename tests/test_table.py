@@ -184,3 +184,16 @@ def test_a_file_name_an_engine_made_forges_no_line_of_the_boot_report() -> None:
     assert [line for line in lines if line.startswith("boot ")] == [lines[0]], text
     assert sum(line.startswith("  caches:") for line in lines) == 1, text
     assert "x\\nboot b-1: ok (exit 0)\\n  caches: vllm-1 warm" in text, text
+
+
+def test_a_pin_reason_or_a_production_hooks_words_forge_no_line() -> None:
+    from lifecycle.commands.night import RecoverReport
+    from lifecycle.commands.pin import PinReport
+    from lifecycle.night.run import Recovery
+
+    forged = "keep\nunpinned vllm-2"
+    pinned = PinReport("pin", "r-1", ("vllm-1",), (), {"vllm-1": [f"result r-1: {forged}"]})
+    assert pinned.text() == "pinned vllm-1: result r-1: keep\\nunpinned vllm-2\n"
+    hook = "restarted\nnight n-2: production is up: ok"
+    recovered = RecoverReport((Recovery("n-1", False, hook),)).text()
+    assert recovered.splitlines() == [f"night n-1: STILL DOWN: {visible(hook)}"]

@@ -34,6 +34,7 @@ from lifecycle.night.run import (
     run_night,
 )
 from lifecycle.report import Report
+from lifecycle.table import lines_text
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,9 @@ class RecoverReport(Report):
     def text(self) -> str:
         if not self.recovered:
             return "production: no night left it down\n"
-        return "".join(
-            f"night {r.night_id}: {'production is up' if r.up else 'STILL DOWN'}: {r.detail}\n"
+        # A detail holds what a production hook said: a field (lifecycle.table.visible).
+        return lines_text(
+            f"night {r.night_id}: {'production is up' if r.up else 'STILL DOWN'}: {r.detail}"
             for r in self.recovered
         )
 

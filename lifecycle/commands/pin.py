@@ -42,6 +42,7 @@ from lifecycle.records import PIN_FORMAT, PinV1
 from lifecycle.report import Report
 from lifecycle.results.archive import archived_result, unreadable_result
 from lifecycle.results.model import RESULT_PIN, is_pin_of, pin_reason, pinned_result
+from lifecycle.table import lines_text
 
 DEFAULT_REASON = "pinned by hand"
 
@@ -94,7 +95,7 @@ class PinReport(Report):
             " with no --reason removes it"
             for url, why in self.unreadable.items()
         ]
-        return "".join(f"{line}\n" for line in lines)
+        return lines_text(lines)  # a reason is a field: a teammate's, read from the bucket
 
 
 def resolve_target(ledger: Ledger, target: str) -> list[CacheRecord]:
