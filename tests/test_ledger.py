@@ -330,3 +330,20 @@ def test_schema_21_records_a_builds_image_removed_and_a_read_verb_migrates_once(
         (4, "2026-10-12T00:00:00+00:00"),
     ]  # fmt: skip
     ledger.close()
+
+
+def test_schema_22_asks_a_year_old_home_by_index_not_by_scan(tmp_path: Path) -> None:
+    """The end of every boot frees what it held by `in_use_by`, and teardown reads the
+    journal by cache: both scanned every row a home ever had, each boot and each plan."""
+    ledger = Ledger.open(tmp_path)
+    asked = {
+        "UPDATE caches SET in_use_by = NULL WHERE in_use_by = ?": ("b-1",),
+        "SELECT * FROM teardown_steps WHERE cache_id = ? ORDER BY id": ("c-1",),
+        "SELECT * FROM teardown_steps WHERE cache_id IN (SELECT value FROM json_each(?))"
+        " ORDER BY id": ('["c-1"]',),
+    }
+    for sql, args in asked.items():
+        plan = " ".join(row[-1] for row in ledger.query(f"EXPLAIN QUERY PLAN {sql}", args))
+        assert "USING INDEX" in plan and "SCAN caches" not in plan, (sql, plan)
+        assert "SCAN teardown_steps" not in plan, (sql, plan)
+    ledger.close()

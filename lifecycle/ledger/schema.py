@@ -461,4 +461,13 @@ MIGRATIONS: tuple[str, ...] = (
     # again is a row of its own, there until removed). NULL: no removal recorded; a pulled
     # image only a `registry_images` row names is another home's build, never removed here.
     "ALTER TABLE builds ADD COLUMN removed_at TEXT;",
+    # 22: what a home a year of nights old asks by a column it had no index on
+    # (bench/ledger_scale.py): the end of every boot frees the caches it held (`WHERE
+    # in_use_by = ?`, a scan of every cache the home ever had: 4 ms at 18,000, growing with
+    # each night), and teardown's plan reads the journal of the caches still here (12 ms at
+    # 72,000 steps). Only the few caches held at a time are in the first index.
+    """
+    CREATE INDEX caches_in_use ON caches (in_use_by) WHERE in_use_by IS NOT NULL;
+    CREATE INDEX teardown_steps_by_cache ON teardown_steps (cache_id, id);
+    """,
 )
