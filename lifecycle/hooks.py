@@ -35,6 +35,12 @@ OUTPUT_AFTER_EXIT_S = 0.2
 EXIT_POLL_S = 0.05  # how often a hook whose output is still open is checked for its exit
 TAIL_LINES = 20
 TAIL_CHARS = 4000
+# What is kept of a hook's stdout and stderr while it runs: its readers take at most the last
+# TAIL_CHARS characters (a HookRun's tails, production's 600), so the last bytes are enough,
+# with room for TAIL_CHARS of 4-byte characters and for redaction, which reads whole secrets.
+# A hook stuck in a loop printing would otherwise take lifecycle's memory with it, and a night
+# runs many in one process.
+OUTPUT_TAIL_BYTES = 64 * 1024
 
 # A comment in sh, Python, Perl, Ruby (#), or JavaScript, Go, Rust (//), or Lua, SQL (--),
 # holding `lifecycle: WORD` and what follows it.
@@ -84,6 +90,8 @@ class HookExit:
     out: str
     err: str
     left_running: int = 0  # processes of its group still running after it exited, stopped
+    out_left_out: int = 0  # bytes of stdout not kept (see OUTPUT_TAIL_BYTES, `document_bytes`)
+    err_left_out: int = 0  # bytes of stderr not kept: its beginning
 
 
 # (argv, stdin text, cwd, timeout in seconds) -> HookExit; tests may inject a fake one.
@@ -211,6 +219,7 @@ def run_hook_process(
     env: Mapping[str, str] | None = None,
     *,
     reap: bool = False,
+    document_bytes: int = 0,
 ) -> HookExit:
     """Run a hook (or an acceptance: `env` its whole environment) in its own process group: a
     timeout kills everything it started.
@@ -221,6 +230,10 @@ def run_hook_process(
     measures), what it left running in its group is stopped once it exits. Its own session
     also keeps the terminal's Ctrl-C away from it: the interrupt is ours to handle, and an
     on-exit hook restoring production must not be cut short by it.
+
+    Of stdout and stderr only the last OUTPUT_TAIL_BYTES are kept, however much it prints;
+    with `document_bytes` (an acceptance, whose stdout is its result document) stdout's first
+    `document_bytes` instead. `out_left_out` and `err_left_out` count what was not kept.
     """
     try:
         proc = subprocess.Popen(
@@ -234,11 +247,11 @@ def run_hook_process(
         )
     except OSError as exc:
         return HookExit(126 if isinstance(exc, PermissionError) else 127, "", str(exc))
-    pipes = _HookPipes(proc, stdin.encode())
+    pipes = _HookPipes(proc, stdin.encode(), document_bytes)
     try:
         if pipes.pump_until_exit(time.monotonic() + timeout_s) is None:
             _stop(proc, pipes)
-            return HookExit(None, pipes.text("out"), pipes.text("err"))
+            return pipes.exit(None)
         left = _stop_what_it_left(proc, pipes) if reap else 0
         pipes.pump_until_eof(time.monotonic() + OUTPUT_AFTER_EXIT_S)
     except BaseException:  # interrupted: leave nothing of a running hook behind us
@@ -248,7 +261,33 @@ def run_hook_process(
         raise
     finally:
         pipes.close()
-    return HookExit(proc.returncode, pipes.text("out"), pipes.text("err"), left)
+    return pipes.exit(proc.returncode, left)
+
+
+class _Kept:
+    """One stream of a hook's output as kept: its first `head` bytes and its last `tail`
+    bytes; `left_out` counts the bytes between, read and dropped."""
+
+    def __init__(self, head: int, tail: int) -> None:
+        self.caps = (head, tail)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.left_out = 0
+
+    def add(self, data: bytes) -> None:
+        head_cap, tail_cap = self.caps
+        room = head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        self.tail += data
+        over = len(self.tail) - tail_cap
+        if over > 0:
+            del self.tail[:over]  # cheap: a bytearray drops its front in place
+            self.left_out += over
+
+    def text(self) -> str:
+        return _text(bytes(self.head + self.tail))
 
 
 class _HookPipes:
@@ -258,11 +297,14 @@ class _HookPipes:
     that inherited them; a background child of the hook may hold them for hours.
     """
 
-    def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], stdin: bytes, document_bytes: int = 0
+    ) -> None:
         assert proc.stdin and proc.stdout and proc.stderr  # all three are pipes
         self.proc = proc
         self.pending = memoryview(stdin)
-        self.chunks: dict[str, list[bytes]] = {"out": [], "err": []}
+        out = _Kept(document_bytes, 0) if document_bytes else _Kept(0, OUTPUT_TAIL_BYTES)
+        self.kept = {"out": out, "err": _Kept(0, OUTPUT_TAIL_BYTES)}
         self.selector = selectors.DefaultSelector()
         os.set_blocking(proc.stdin.fileno(), False)
         self.selector.register(proc.stdin, selectors.EVENT_WRITE)
@@ -290,8 +332,10 @@ class _HookPipes:
         while self.reading() and (remaining := deadline - time.monotonic()) > 0:
             self._pump(remaining)
 
-    def text(self, stream: str) -> str:
-        return _text(b"".join(self.chunks[stream]))
+    def exit(self, rc: int | None, left_running: int = 0) -> HookExit:
+        """What was seen of the hook, as kept."""
+        out, err = self.kept["out"], self.kept["err"]
+        return HookExit(rc, out.text(), err.text(), left_running, out.left_out, err.left_out)
 
     def close(self) -> None:
         """Stop pumping; a child still writing to the hook's output gets EPIPE from now on."""
@@ -314,7 +358,7 @@ class _HookPipes:
                 continue
             data = os.read(key.fd, 64 * 1024)
             if data:
-                self.chunks[key.data].append(data)
+                self.kept[key.data].add(data)
             else:  # EOF: nothing holds this pipe any more
                 self.selector.unregister(key.fileobj)
 

@@ -303,6 +303,24 @@ def test_a_hook_that_never_reads_its_stdin_is_not_waited_on(tmp_path: Path) -> N
     assert (done.rc, done.out) == (0, "ignored stdin\n")
 
 
+def test_a_flooding_hook_is_kept_as_a_tail_and_what_was_left_out_counted(
+    tmp_path: Path,
+) -> None:
+    """A hook stuck printing was held whole in memory (200 MiB of output, 650 MiB of peak RSS
+    in `lifecycle boot`: bench/README.md): only the end of each stream is kept, which is all
+    a run's tails ever showed."""
+    flood = 'yes "warning: still waiting" | head -c 8050000; echo last words'
+    write_hook(tmp_path / "hooks", "floods", f"{flood}\n({flood}) >&2\n")
+    done = run_hook_process([str(tmp_path / "hooks" / "floods")], "{}", tmp_path, 30)
+    assert done.rc == 0 and done.out.endswith("still waiting\nlast words\n"), done.out[-200:]
+    assert len(done.out) == len(done.err) < 100_000  # unfixed: all 8 MB of each
+    from lifecycle.hooks import OUTPUT_TAIL_BYTES  # here: unfixed, the assert above fails
+
+    assert len(done.out) == OUTPUT_TAIL_BYTES
+    kept_and_cut = (len(done.out) + done.out_left_out, len(done.err) + done.err_left_out)
+    assert kept_and_cut == (8_050_011, 8_050_011)
+
+
 # --- on-exit ----------------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import sqlite3
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -240,6 +241,21 @@ def test_what_an_acceptance_left_that_ignores_sigterm_is_killed(tmp_path: Path) 
     assert done.rc == 1, done
     assert not _alive(int(pid_file.read_text())), "the child outlived its acceptance"
     assert done.left_running >= 1
+
+
+def test_a_document_over_the_cap_is_refused_in_one_line_never_passed(tmp_path: Path) -> None:
+    """An acceptance printing a result document of 17 MiB was read whole, held in memory and
+    passed: past MAX_DOCUMENT_BYTES its stdout is no longer kept, and a cut document is never
+    read, whatever the exit."""
+    script = "import json, sys; json.dump({'note': 'ok', 'pad': 'x' * (17 * 2**20)}, sys.stdout)"
+    (tmp_path / "project").mkdir()
+    ledger = Ledger.open(tmp_path / "home")
+    acceptance = Acceptance(command=[sys.executable, "-c", script], name="big", timeout_s=60)
+    manifest = tmp_path / "project/manifests/demo/0.2/manifest.yaml"
+    result = accept(ledger, _boot(ledger), acceptance, manifest, dict(os.environ), now=lambda: NOW)
+    assert (result.status, result.document_sha256) == ("inconclusive", None)
+    cap = "over the 16777216 bytes (16 MiB) a result document may hold; not read"
+    assert result.note == f"stdout: {17 * 2**20 + 25} bytes, {cap}"
 
 
 def test_the_result_says_what_the_acceptance_left_running(tmp_path: Path) -> None:

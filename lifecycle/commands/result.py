@@ -34,6 +34,7 @@ from lifecycle.ledger.results import (
 from lifecycle.report import Listing, Report, Row, plain
 from lifecycle.results.archive import ArchivedResult, archived_results, publish_result
 from lifecycle.results.model import (
+    MAX_DOCUMENT_BYTES,
     STATUSES,
     ResultRequest,
     Scalar,
@@ -50,7 +51,6 @@ from lifecycle.table import lines_text
 from lifecycle.withheld import secrets_on_host
 
 METRICS_WIDTH = 40  # characters of `k=v, …` in the table; --json has them all
-MAX_DOCUMENT_BYTES = 16 * 2**20  # a result document is metrics and notes, not data
 
 
 def read_result_file(path: Path) -> bytes:

@@ -18,7 +18,13 @@ from lifecycle.ledger.boots import BootRecord, cache_by_id, cache_uses
 from lifecycle.ledger.results import ResultRecord
 from lifecycle.manifest.model import Acceptance
 from lifecycle.redact import MIN_SECRET_LEN, redact
-from lifecycle.results.model import ResultError, ResultRequest, add_result, read_document
+from lifecycle.results.model import (
+    MAX_DOCUMENT_BYTES,
+    ResultError,
+    ResultRequest,
+    add_result,
+    read_document,
+)
 
 STDERR_TAIL = 600  # characters of the command's stderr kept in the note when it did not pass
 
@@ -31,6 +37,7 @@ class CommandRun:
     out: str
     err: str
     left_running: int = 0  # processes it left running when it exited, stopped then
+    out_left_out: int = 0  # bytes of stdout past MAX_DOCUMENT_BYTES, read and not kept
 
 
 Runner = Callable[[Sequence[str], Path, str, Mapping[str, str], float], CommandRun]
@@ -42,9 +49,12 @@ def run_command(
     """The real runner, as a hook runs: in a process group of its own, judged by its own exit
     within `timeout_s` (a child it leaves holding its output is not waited for). Unlike a
     hook's, everything it started is stopped when it ends, by its exit or its timeout: a load
-    generator left running would load the next cell of a night."""
-    done = run_hook_process(command, stdin, cwd, timeout_s, env, reap=True)
-    return CommandRun(done.rc, done.out, done.err, done.left_running)
+    generator left running would load the next cell of a night. Of its stdout the first
+    MAX_DOCUMENT_BYTES are kept, of its stderr a tail: it may print without end."""
+    done = run_hook_process(
+        command, stdin, cwd, timeout_s, env, reap=True, document_bytes=MAX_DOCUMENT_BYTES
+    )
+    return CommandRun(done.rc, done.out, done.err, done.left_running, done.out_left_out)
 
 
 def project_root(manifest_file: Path) -> Path:
@@ -88,6 +98,9 @@ def accept(
     else:
         status, notes = "inconclusive", [f"exit {done.rc}: the acceptance could not decide"]
     document = out.encode() if out.strip() else None
+    if done.out_left_out:  # a document cut short is never read, nor kept
+        status, document = "inconclusive", None
+        notes.append(_over_cap(MAX_DOCUMENT_BYTES + done.out_left_out))
     if document is not None:
         try:
             _, said = read_document(document, "stdout")
@@ -102,6 +115,13 @@ def accept(
         notes.append("stderr: " + redact(done.err.strip(), secrets)[-STDERR_TAIL:])
     request = _request(boot, name, status, "; ".join(notes) or None, document)
     return add_result(ledger, request, now())
+
+
+def _over_cap(size: int) -> str:
+    return (
+        f"stdout: {size} bytes, over the {MAX_DOCUMENT_BYTES} bytes"
+        f" ({MAX_DOCUMENT_BYTES // 2**20} MiB) a result document may hold; not read"
+    )
 
 
 def _request(

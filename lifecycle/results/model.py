@@ -24,6 +24,9 @@ from lifecycle.ledger.results import ResultRecord, insert_result, result_named
 from lifecycle.redact import redact_values
 
 STATUSES = ("pass", "fail", "inconclusive")
+# A result document (`--file`, an acceptance's stdout) is metrics and notes, not data; and an
+# acceptance printing without end must not take lifecycle's memory (a night runs many).
+MAX_DOCUMENT_BYTES = 16 * 2**20
 SOURCES = ("manual", "acceptance")
 Scalar = int | float | str | bool | None
 
