@@ -56,7 +56,7 @@ def measure(mib: int, what: str) -> dict[str, Any]:
         assert built.returncode == 0, built.stdout
         args = ["--profile", "hooked", "--hook", "floods"] if what == "hook" else []
         started = time.monotonic()
-        booted, usage = lifecycle(
+        booted, peak_kib = lifecycle(
             root, home, "boot", "demo/0.2", "--json", *(args or ["--profile", "floods"])
         )
         wall = time.monotonic() - started
@@ -71,7 +71,7 @@ def measure(mib: int, what: str) -> dict[str, Any]:
                 {key: row.get(key) for key in ("status", "note", "document")}
                 for row in json.loads(results.stdout).get("results", [])
             ],
-            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+            "peak_rss_mib": round(peak_kib / 1024, 1),
             "wall_s": round(wall, 1),
             "secret_in_home": any(
                 SECRET.encode() in path.read_bytes() for path in home.rglob("*") if path.is_file()

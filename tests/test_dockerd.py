@@ -10,7 +10,7 @@ import docker
 import pytest
 
 from lifecycle.dockerd import DockerUnavailable, connect, sdk_errors
-from lifecycle.teardown.containers import ImageDecision, remove_image
+from lifecycle.teardown.containers import ALREADY_GONE, ImageDecision, remove_image
 from lifecycle.teardown.survey import Services, current_mounts
 
 
@@ -30,11 +30,11 @@ def test_teardown_asks_a_gone_dockerd_and_says_why(tmp_path: Path) -> None:
 
 
 @pytest.mark.docker
-def test_an_image_that_does_not_exist_is_already_removed() -> None:
+def test_an_image_that_does_not_exist_is_already_gone_not_removed_here() -> None:
     client = connect(os.environ)
     try:
         missing = ImageDecision("sha256:" + "0" * 64, ("lifecycle-test/none:gone",), "x", True, "")
-        assert remove_image(client, missing) is None  # ImageNotFound: nothing to remove
+        assert remove_image(client, missing) == ALREADY_GONE  # not this run's removal
         with pytest.raises(sdk_errors()) as caught:
             client.images.get("lifecycle-test/none:gone")
         assert isinstance(caught.value, docker.errors.NotFound)
