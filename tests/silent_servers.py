@@ -80,14 +80,7 @@ class SilentRelay:
         return f"http://{self.address}"
 
     def _accept(self) -> None:
-        while not self.stop.is_set():
-            try:
-                client = self.server.accept()[0]
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.held.append(client)
+        for client in _accepted(self.server, self.stop, self.held):
             if self.upstream is None or (self.frozen.is_set() and self.trickle is None):
                 client.sendall(self.greeting)
                 continue  # accepted, never read, never answered (but for the greeting)
@@ -171,14 +164,7 @@ class StallingGitDaemon:
         return f"git://127.0.0.1:{self.port}/{name}"
 
     def _accept(self) -> None:
-        while not self.stop.is_set():
-            try:
-                client = self.server.accept()[0]
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.held.append(client)
+        for client in _accepted(self.server, self.stop, self.held):
             daemon = subprocess.Popen(
                 ["git", "daemon", "--inetd", "--export-all", f"--base-path={self.root}"],
                 stdin=subprocess.PIPE,
@@ -243,6 +229,21 @@ def stalling_git_daemon(root: Path, stall_after: bytes) -> Iterator[StallingGitD
         yield daemon
     finally:
         daemon.close()
+
+
+def _accepted(
+    server: socket.socket, stop: threading.Event, held: list[socket.socket]
+) -> Iterator[socket.socket]:
+    """Each connection `server` accepts (held open in `held`) until `stop` or its close."""
+    while not stop.is_set():
+        try:
+            client = server.accept()[0]
+        except TimeoutError:
+            continue
+        except OSError:
+            return
+        held.append(client)
+        yield client
 
 
 def _connect(upstream: tuple[str, int] | str) -> socket.socket:
