@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docker.errors import NotFound
 
 from lifecycle.boot.engine import BOOT_LABEL
 from lifecycle.boot.owner import held_by_another
@@ -238,9 +239,12 @@ def _given_back(docker_client: Any, roots: list[Path]) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         running = [b for b in _boots() if b.outcome == "running"]
-        found = running and docker_client.containers.list(
-            all=True, filters={"label": f"{BOOT_LABEL}={running[0].id}"}
-        )
+        try:
+            found = running and docker_client.containers.list(
+                all=True, filters={"label": f"{BOOT_LABEL}={running[0].id}"}
+            )
+        except NotFound:  # listed, then removed before the SDK's inspect of it: ask again
+            found = []
         if found and found[0].status == "exited":
             entries = [p for root in roots for p in root.rglob("*")]
             if entries and all(p.lstat().st_uid == os.getuid() for p in entries):
