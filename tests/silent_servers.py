@@ -132,11 +132,7 @@ class SilentRelay:
 
     def close(self) -> None:
         """Let go of every connection."""
-        self.stop.set()
-        self.server.close()
-        self.thread.join()
-        for held in self.held:
-            held.close()
+        _let_go(self.stop, self.server, self.thread, self.held)
 
 
 class StallingGitDaemon:
@@ -211,11 +207,7 @@ class StallingGitDaemon:
 
     def close(self) -> None:
         """Let go of every connection and daemon."""
-        self.stop.set()
-        self.server.close()
-        self.thread.join()
-        for held in self.held:
-            held.close()
+        _let_go(self.stop, self.server, self.thread, self.held)
         for daemon in self.daemons:
             daemon.kill()
             daemon.wait()
@@ -244,6 +236,20 @@ def _accepted(
             return
         held.append(client)
         yield client
+
+
+def _let_go(
+    stop: threading.Event,
+    server: socket.socket,
+    thread: threading.Thread,
+    held: list[socket.socket],
+) -> None:
+    """Stop accepting (`thread` runs `_accepted`) and close every connection held."""
+    stop.set()
+    server.close()
+    thread.join()
+    for connection in held:
+        connection.close()
 
 
 def _connect(upstream: tuple[str, int] | str) -> socket.socket:
