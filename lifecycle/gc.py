@@ -53,6 +53,7 @@ from lifecycle.records import (
 )
 from lifecycle.results.archive import load_result_record
 from lifecycle.results.model import pinned_result
+from lifecycle.table import visible
 
 _RESULTS = ("result", "legacy-result")  # read with their digest checked (lifecycle.results)
 _READ = STORED_UNDER - {"gc"}  # gc's own records are not among what it plans
@@ -266,8 +267,8 @@ class GcPlan:
         parsed = parse_key(key)
         kinds = sorted(_MAY_NAME.get(parsed.kind, PHASES) if parsed else PHASES)
         return (
-            f"cannot read {where(key)}{more}: {why}; kept, with every object of the kinds it"
-            f" may name ({', '.join(kinds) or 'none'})"
+            f"cannot read {where(key)}{more}: {visible(why)}; kept, with every object of the kinds"
+            f" it may name ({', '.join(kinds) or 'none'})"
         )
 
     @property

@@ -41,6 +41,9 @@ TAIL_CHARS = 4000
 # A hook stuck in a loop printing would otherwise take lifecycle's memory with it, and a night
 # runs many in one process.
 OUTPUT_TAIL_BYTES = 64 * 1024
+# Starts the line shown before a tail of a hook's output when its beginning is missing, as
+# `[lifecycle: log cut: …]` does in a boot's log: what a reader sees is not all it said.
+CUT = "[lifecycle: output cut:"
 
 # A comment in sh, Python, Perl, Ruby (#), or JavaScript, Go, Rust (//), or Lua, SQL (--),
 # holding `lifecycle: WORD` and what follows it.
@@ -111,7 +114,7 @@ class HookFailed(LifecycleError):
             else f"exited {run.exit_code}"
         )
         lines = [f"hook {run.name!r} {how} on {run.event}; the step was not taken"]
-        lines += [f"  {line}" for line in run.stderr_tail.splitlines()[-10:]]
+        lines += [f"  {line}" for line in run.stderr_tail.splitlines()]
         super().__init__("\n".join(lines))
 
     def lines(self) -> list[str]:
@@ -458,8 +461,14 @@ def _payload(context: Mapping[str, Any]) -> str:
     return json.dumps(context, default=path_text)
 
 
-def _tail(text: str) -> str:
-    return "\n".join(text.splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
+def tail(text: str, left_out: int, chars: int = TAIL_CHARS, lines: int = TAIL_LINES) -> str:
+    """The last `lines` lines of a hook's output as kept, at most `chars` characters of them;
+    first a CUT line when anything before them is missing: the `left_out` bytes the runner
+    did not keep (HookExit), and what this leaves out of `text`."""
+    end = "".join(text.splitlines(keepends=True)[-lines:])[-chars:]  # a suffix of `text`
+    missing = left_out + len(text.encode()) - len(end.encode())
+    shown = "\n".join(end.splitlines())
+    return f"{CUT} {missing} bytes left out before these lines]\n{shown}" if missing else shown
 
 
 @dataclass
@@ -500,8 +509,8 @@ class HookSession:
             event=event,
             exit_code=done.rc,
             duration_s=round(time.monotonic() - started, 3),
-            stdout_tail=_tail(done.out),
-            stderr_tail=_tail(done.err),
+            stdout_tail=tail(done.out, done.out_left_out),
+            stderr_tail=tail(done.err, done.err_left_out),
         )
         self.runs.append(run)
         return run

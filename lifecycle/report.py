@@ -52,8 +52,11 @@ class Report:
 
 def unread_lines(unread: Mapping[str, str], done: str = "left out") -> tuple[str, ...]:
     """A line for each archive record that could not be read (s3:// URL -> why), and what was
-    done with it (`left out`, `passed over`), for stderr or an audit's warnings."""
-    return tuple(f"{done}: cannot read {visible(url)}: {why}" for url, why in unread.items())
+    done with it (`left out`, `passed over`), for stderr or an audit's warnings. The why may
+    hold the record's own fields (the id it says it is), which its writer chose."""
+    return tuple(
+        f"{done}: cannot read {visible(url)}: {visible(why)}" for url, why in unread.items()
+    )
 
 
 @dataclass(frozen=True)

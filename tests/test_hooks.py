@@ -603,3 +603,22 @@ def test_production_hooks_run_their_command_on_their_event_only(
     assert not (tmp_path / "ran").exists()
     done = run_hook_process([hook, event], "{}", tmp_path, 10)
     assert done.rc == 7 and (tmp_path / "ran").read_text() == "ran\n"
+
+
+def test_a_failing_hooks_flood_is_shown_as_its_last_lines_saying_how_much_came_before(
+    tmp_path: Path,
+) -> None:
+    """Of a hook's output only the last OUTPUT_TAIL_BYTES are kept, and of those a run keeps
+    its last lines: the error of a failing pre-boot hook showed them as if they were all it
+    said. A marker as the boot log's (`[lifecycle: log cut: …]`) says how much is missing."""
+    flood = "yes 'GPU 0 is busy' | head -c 100000"  # 7142 lines and "GPU 0 is bus"
+    write_hook(tmp_path / "hooks", "busy", f"({flood}; echo; echo giving up) >&2\nexit 3\n")
+    hooks = select(tmp_path / "hooks", ["busy"])
+    with pytest.raises(HookFailed) as caught, hook_session(hooks, "boot", {}) as session:
+        session.fire("pre-boot")
+    shown = caught.value.lines()[1:]
+    # 100011 bytes in all; the run keeps the last 20 lines: 18 whole, the part, "giving up"
+    before = 100_011 - len("GPU 0 is busy\n") * 18 - len("GPU 0 is bus\n") - len("giving up\n")
+    assert shown[0] == f"  [lifecycle: output cut: {before} bytes left out before these lines]"
+    assert shown[-1] == "  giving up" and len(shown) == 21, shown  # unfixed: no marker
+    assert session.runs[0].stderr_tail.splitlines()[0] == shown[0].strip()

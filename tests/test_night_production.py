@@ -136,6 +136,30 @@ def test_a_failed_down_stops_the_night_and_still_brings_production_up(
     ]
 
 
+def test_a_down_hooks_flood_is_shown_as_its_end_saying_how_much_came_before(
+    journal: NightJournal, tmp_path: Path
+) -> None:
+    """A real down hook that prints past OUTPUT_TAIL_BYTES (64 KiB) and fails: the night's
+    error and its journal show the last of it under a marker saying how much is missing."""
+    (tmp_path / "hooks").mkdir()
+    for name, body in (("down", "yes 'still draining' | head -c 70000 >&2\nexit 3\n"),
+                       ("up", "exit 0\n")):  # fmt: skip
+        (tmp_path / "hooks" / name).write_text(f"#!/bin/sh\n{body}")
+        (tmp_path / "hooks" / name).chmod(0o755)
+    found = discover(tmp_path / "hooks")
+    with (
+        pytest.raises(ProductionFailed) as caught,
+        production_down(journal, ProductionHooks(found["down"], found["up"], None), print),
+    ):
+        pytest.fail("the night went on with production in an unknown state")
+    # 70000 bytes of "still draining\n", the last line cut short; shown: the last 20 lines
+    missing = 70000 - len("still draining\n") * 19 - len("still drai")
+    marker = f"[lifecycle: output cut: {missing} bytes left out before these lines]"
+    assert f"'down' exited 3: {marker}\n" in str(caught.value), str(caught.value)[:300]
+    [failed] = [e for e in journal.events() if e.event == "production.down:failed"]
+    assert failed.detail is not None and failed.detail.startswith(f"exited 3: {marker}\n")
+
+
 def test_left_down_every_verb_says_so_until_a_recovery_brings_it_up(
     journal: NightJournal, hooks: ProductionHooks, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

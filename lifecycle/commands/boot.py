@@ -232,8 +232,8 @@ def _older_than(ctx: Context, gone: Sequence[BakeRecord], booted: BakeRecord) ->
         newest = gone[0]
         ctx.note(
             f"the newest bake {newest.tag} ({newest.image_id[:19]}, baked {newest.baked_at}) is"
-            f" not on this Docker engine ({newest.gone}): booting the bake of {booted.baked_at}"
-            f" ({booted.image_id[:19]})"
+            f" not on this Docker engine ({visible(newest.gone)}): booting the bake of"
+            f" {booted.baked_at} ({booted.image_id[:19]})"
         )
 
 

@@ -59,7 +59,7 @@ from lifecycle.policy.facts import image_keeps, live_caches, unknown_releases
 from lifecycle.policy.keep import PolicyRules, Verdict, evaluate
 from lifecycle.policy.model import Policy, parse_duration, read_policy, seconds
 from lifecycle.report import Report, plain
-from lifecycle.table import human_bytes, lines_text, some_of
+from lifecycle.table import human_bytes, lines_text, some_of, visible
 from lifecycle.teardown.plan import Action, TeardownPlan, image_name, plan_json, plan_text
 from lifecycle.teardown.removal import teardown_lock
 from lifecycle.teardown.run import TeardownResult, result_json, run_teardown, summary_text
@@ -88,7 +88,9 @@ class Converge:
     @property
     def notes(self) -> tuple[str, ...]:
         # What was not asked is said on stderr, with --json too (as teardown says it): exit 3.
-        unasked = tuple(f"lifecycle: {p}; what it guards was kept" for p in self.caches.unreachable)
+        unasked = tuple(
+            f"lifecycle: {visible(p)}; what it guards was kept" for p in self.caches.unreachable
+        )
         unknown = tuple(
             f"keep_releases: {release!r} names no manifest of this project"
             f" (no manifests/{release}/manifest.yaml): it keeps nothing"

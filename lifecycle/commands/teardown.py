@@ -24,7 +24,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import DIED, settle_dead_boots
 from lifecycle.policy.model import parse_duration
 from lifecycle.report import Report
-from lifecycle.table import human_bytes
+from lifecycle.table import human_bytes, visible
 from lifecycle.teardown.plan import Selection, TeardownPlan, plan_json, plan_text
 from lifecycle.teardown.removal import teardown_lock
 from lifecycle.teardown.run import TeardownResult, result_json, run_teardown, summary_text
@@ -55,7 +55,8 @@ class TeardownReport(Report):
 
     @property
     def notes(self) -> tuple[str, ...]:
-        return tuple(f"lifecycle: {p}; what it guards was kept" for p in self.unreachable)
+        # dockerd's or S3's words: a newline in them forges no line of lifecycle's own
+        return tuple(f"lifecycle: {visible(p)}; what it guards was kept" for p in self.unreachable)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle.errors import AnswerNo, LifecycleError
-from lifecycle.hooks import Hook, HookExit, HookRunner, always, run_hook_process, select
+from lifecycle.hooks import (
+    Hook,
+    HookExit,
+    HookRunner,
+    always,
+    run_hook_process,
+    select,
+    tail,
+)
 from lifecycle.ledger.nights import NightEvent
 from lifecycle.night.journal import NightJournal
 from lifecycle.night.plan import Production
@@ -108,7 +116,7 @@ def bring_up(
 def status(hook: Hook, context: dict[str, str], runner: HookRunner, cwd: Path) -> str:
     """What the status hook says (it only asks)."""
     done = run_hook(hook, "production.status", context, runner, cwd)
-    text = (done.out.strip() or done.err.strip())[-TAIL:]
+    text = _said(done, bool(done.out.strip()) or not done.err.strip())
     return f"exit {done.rc}: {text}" if done.rc else text or "exit 0"
 
 
@@ -136,5 +144,12 @@ def is_down(event: NightEvent, running: bool = False) -> str:
 
 def _failure(done: HookExit) -> str:
     how = "timed out" if done.rc is None else f"exited {done.rc}"
-    tail = (done.err.strip() or done.out.strip())[-TAIL:]
-    return f"{how}: {tail}" if tail else how
+    said = _said(done, not done.err.strip())
+    return f"{how}: {said}" if said else how
+
+
+def _said(done: HookExit, stdout: bool) -> str:
+    """The end of what the hook printed on stdout (or stderr), saying when its beginning is
+    missing."""
+    text, left_out = (done.out, done.out_left_out) if stdout else (done.err, done.err_left_out)
+    return tail(text.strip(), left_out, TAIL)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lifecycle.hooks import run_hook_process
+from lifecycle.hooks import run_hook_process, tail
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import BootRecord, cache_by_id, cache_uses
 from lifecycle.ledger.results import ResultRecord
@@ -38,6 +38,7 @@ class CommandRun:
     err: str
     left_running: int = 0  # processes it left running when it exited, stopped then
     out_left_out: int = 0  # bytes of stdout past MAX_DOCUMENT_BYTES, read and not kept
+    err_left_out: int = 0  # bytes of stderr before the tail kept, read and not kept
 
 
 Runner = Callable[[Sequence[str], Path, str, Mapping[str, str], float], CommandRun]
@@ -54,7 +55,9 @@ def run_command(
     done = run_hook_process(
         command, stdin, cwd, timeout_s, env, reap=True, document_bytes=MAX_DOCUMENT_BYTES
     )
-    return CommandRun(done.rc, done.out, done.err, done.left_running, done.out_left_out)
+    return CommandRun(
+        done.rc, done.out, done.err, done.left_running, done.out_left_out, done.err_left_out
+    )
 
 
 def project_root(manifest_file: Path) -> Path:
@@ -112,7 +115,9 @@ def accept(
     if done.left_running:
         notes.append(f"{done.left_running} process(es) it left running were stopped")
     if status != "pass" and done.err.strip():
-        notes.append("stderr: " + redact(done.err.strip(), secrets)[-STDERR_TAIL:])
+        # Its last characters, however many lines: a line is at least one.
+        said = tail(redact(done.err.strip(), secrets), done.err_left_out, STDERR_TAIL, STDERR_TAIL)
+        notes.append("stderr: " + said)
     request = _request(boot, name, status, "; ".join(notes) or None, document)
     return add_result(ledger, request, now())
 
