@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle.errors import EnvironmentFailure, LifecycleError
+from lifecycle.table import visible
 
 CONNECT_TIMEOUT_S = 15.0
 API_TIMEOUT_S = 60.0
@@ -40,6 +41,13 @@ def sdk_errors() -> tuple[type[Exception], ...]:
     from urllib3.exceptions import HTTPError
 
     return (DockerException, RequestException, HTTPError)
+
+
+def dockerd_said(exc: BaseException) -> str:
+    """What dockerd said of a call it refused (its explanation, else the SDK's error), as one
+    line: its words are outside text, and often echo what it was sent (a reference, a path), so
+    a newline in them would start a line of stderr that passes for lifecycle's own."""
+    return visible(str(getattr(exc, "explanation", None) or exc))
 
 
 def transport_errors() -> tuple[type[Exception], ...]:
@@ -130,13 +138,14 @@ def as_root(
     except ImageNotFound:
         return f"its engine image {image_id[:19]} is no longer on this Docker engine"
     except sdk_errors() as exc:
-        return f"dockerd could not run a container to {task}: {exc}"
+        return f"dockerd could not run a container to {task}: {dockerd_said(exc)}"
     try:
         container.start()
         code = int(container.wait(timeout=AS_ROOT_TIMEOUT_S)["StatusCode"])
-        said = container.logs(tail=3).decode(errors="replace").strip() if code else ""
+        # The program's own words: a newline in them starts no line of lifecycle's.
+        said = visible(container.logs(tail=3).decode(errors="replace").strip()) if code else ""
     except sdk_errors() as exc:
-        return f"dockerd could not {task}: {exc}"
+        return f"dockerd could not {task}: {dockerd_said(exc)}"
     finally:
         with contextlib.suppress(*sdk_errors()):  # stopped and labelled: harmless if it stays
             container.remove(force=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from lifecycle.errors import LifecycleError
+from lifecycle.table import visible
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,10 @@ def run(
     )
     done = Completed(proc.returncode, proc.stdout, proc.stderr)
     if check and proc.returncode != 0:
-        output = (proc.stderr or proc.stdout).strip()
-        raise CommandFailed(f"{' '.join(cmd)} exited {proc.returncode}: {output}")
+        # The command's words (git's, quoting a ref, a path, a remote's message) and its
+        # arguments are outside text: a newline in them starts no line of lifecycle's own.
+        output = visible((proc.stderr or proc.stdout).strip())
+        raise CommandFailed(f"{visible(' '.join(cmd))} exited {proc.returncode}: {output}")
     return done
 
 

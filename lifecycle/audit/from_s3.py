@@ -49,6 +49,7 @@ from lifecycle.records import (
 )
 from lifecycle.report import unread_lines
 from lifecycle.results.archive import archived_result, no_result, results_on_cache
+from lifecycle.table import visible
 
 
 def result_facts(store: BlobStore, result_id: str) -> ChainFacts | Collected:
@@ -114,7 +115,8 @@ def cache_facts(store: BlobStore, cache_id: str) -> CacheAuditFacts | Collected:
     check_cache_id(cache_id)  # it becomes part of a key: checked before any request, as restore
     versions, unread = _versions(store, cache_id)
     if not versions and unread:
-        named = "; ".join(f"{url}: {why}" for url, why in unread.items())
+        # A why may hold the record's own fields, which the bucket's writer chose.
+        named = "; ".join(f"{visible(url)}: {visible(why)}" for url, why in unread.items())
         raise ArchiveError(f"cache {cache_id}: no version of it can be read: {named}")
     if not versions:
         legacy = read_legacy_cache(store, cache_id)

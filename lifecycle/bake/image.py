@@ -30,7 +30,7 @@ from lifecycle.boot.baked import (
 )
 from lifecycle.build.engine import send_build
 from lifecycle.build.plan import BAKED_LABEL, CREATED_LABEL
-from lifecycle.dockerd import sdk_errors
+from lifecycle.dockerd import dockerd_said, sdk_errors
 from lifecycle.errors import AnswerNo
 from lifecycle.fingerprint import is_transient
 from lifecycle.home import Home
@@ -148,7 +148,7 @@ def _removed(client: Any, image_id: str, what: str, why: str, note: Callable[[st
     except ImageNotFound:
         return True  # removed meanwhile
     except sdk_errors() as exc:
-        said = getattr(exc, "explanation", None) or exc
+        said = dockerd_said(exc)
         note(f"{what} {image_id[:19]} ({why}) not removed: dockerd: {said}; the next bake tries")
         return False
     note(f"{what} {image_id[:19]} removed: {why}")

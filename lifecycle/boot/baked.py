@@ -20,6 +20,7 @@ from lifecycle.build.plan import BAKED_LABEL  # JSON: the caches baked in, as Ba
 from lifecycle.errors import AnswerNo
 from lifecycle.fingerprint import Fingerprint, is_transient, scan
 from lifecycle.manifest.model import Manifest
+from lifecycle.table import visible
 
 PROFILE_LABEL = "lifecycle.bake.profile"
 ENGINE_LABEL = "lifecycle.bake.engine"  # the engine image's id, which it was built FROM
@@ -67,7 +68,8 @@ def parse_baked(text: str | None) -> list[BakedCache]:
     try:
         return [BakedCache(**cache) for cache in json.loads(text)]
     except (ValueError, TypeError) as exc:
-        raise BakedUnreadable(f"label {BAKED_LABEL} does not parse: {exc}") from None
+        # The image's label, which whoever pushed the image wrote: its keys may be anything.
+        raise BakedUnreadable(f"label {BAKED_LABEL} does not parse: {visible(str(exc))}") from None
 
 
 def layer_dirs(attrs: Mapping[str, Any]) -> list[Path]:

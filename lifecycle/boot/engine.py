@@ -13,6 +13,7 @@ from typing import Any
 
 from lifecycle.boot.log import LINE_BYTES, long_line
 from lifecycle.build.engine import RegistryFailed, find_built, pull_image
+from lifecycle.dockerd import dockerd_said
 from lifecycle.errors import AnswerNo, LifecycleError
 from lifecycle.home import Home
 from lifecycle.ledger import Ledger
@@ -26,6 +27,7 @@ from lifecycle.ledger.builds import (
 )
 from lifecycle.manifest import LoadedManifest
 from lifecycle.manifest.load import canonical_form, patch_digests
+from lifecycle.table import visible
 
 BOOT_LABEL = "lifecycle.boot.id"  # on each boot's container: what dockerd runs for which boot
 
@@ -62,7 +64,7 @@ def engine_image(
         try:
             image = pull_image(client, reference, digest)
         except RegistryFailed as exc:
-            tried.append(f"{reference} ({found_in}): {exc}")
+            tried.append(f"{visible(reference)} ({found_in}): {exc}")  # a record's: outside
             continue
         at = datetime.now(UTC).isoformat(timespec="seconds")
         record_registry_image(ledger, RegistryImage(image.id, digest, reference, "pulled", at))
@@ -197,7 +199,7 @@ def remove_container(container: Any) -> str | None:
     except NotFound:
         return None
     except APIError as exc:
-        return f"container {container.id[:12]} not removed: {exc.explanation or exc}"
+        return f"container {container.id[:12]} not removed: {dockerd_said(exc)}"
     return None
 
 
@@ -221,7 +223,7 @@ def stop_orphans(client: Any, ledger: Ledger, home: Home, at: str) -> list[str]:
     try:
         running = client.containers.list(filters={"label": BOOT_LABEL}, sparse=True)
     except sdk_errors() as exc:  # the boot meets dockerd's problem at once; nothing settled
-        return [f"cannot ask dockerd for engines of dead boots: {exc}"]
+        return [f"cannot ask dockerd for engines of dead boots: {dockerd_said(exc)}"]
     dead = set(dead_boots(ledger, home))
     by_boot = {(c.attrs.get("Labels") or {}).get(BOOT_LABEL, ""): c for c in running}
     orphans = (by_boot.keys() & dead) | ended_boots(ledger, by_boot.keys())
@@ -233,7 +235,7 @@ def stop_orphans(client: Any, ledger: Ledger, home: Home, at: str) -> list[str]:
             client.api.stop(container.id, timeout=10)
         except sdk_errors() as exc:
             dead.discard(boot_id)  # its engine may write its caches: they stay held
-            said.append(f"boot {boot_id}: its engine {name} not stopped: {exc}")
+            said.append(f"boot {boot_id}: its engine {name} not stopped: {dockerd_said(exc)}")
             continue
         said.append(f"boot {boot_id}: its engine {name} ran on without it: stopped")
     for boot_id in sorted(dead):

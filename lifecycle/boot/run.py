@@ -42,6 +42,7 @@ from lifecycle.boot.spec import (
 )
 from lifecycle.boot.untracked import read_untracked
 from lifecycle.crash import handed_secrets
+from lifecycle.dockerd import dockerd_said
 from lifecycle.errors import DiskFull, LifecycleError, not_yours
 from lifecycle.evidence import collect_evidence
 from lifecycle.faults import Checkpoint
@@ -378,9 +379,7 @@ def _create(client: Any, spec: ContainerSpec) -> Any:
     try:
         return client.containers.create(**spec.docker_kwargs())
     except APIError as exc:
-        raise BootFailed(
-            f"dockerd refused to create the container: {exc.explanation or exc}"
-        ) from None
+        raise BootFailed(f"dockerd refused to create the container: {dockerd_said(exc)}") from None
 
 
 def _unread(exc: LifecycleError | OSError) -> str:

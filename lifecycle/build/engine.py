@@ -20,6 +20,7 @@ from lifecycle.build.plan import (
     DIGEST_LABEL,
     BuildPlan,
 )
+from lifecycle.dockerd import dockerd_said
 from lifecycle.errors import AnswerNo, EnvironmentFailure
 from lifecycle.faults import Checkpoint
 from lifecycle.home import Home
@@ -34,6 +35,7 @@ from lifecycle.ledger.builds import (
     record_build,
     settle_build,
 )
+from lifecycle.table import visible
 
 FAIL_MARKERS = (
     "lifecycle: PATCH FAILED:",
@@ -349,7 +351,7 @@ def _push(client: Any, image_id: str, target: str, tag: str) -> str:
     try:
         for chunk in _calling(lambda: client.api.push(target, tag, stream=True, decode=True)):
             if "error" in chunk:
-                raise _refusal(f"push of {target}:{tag} failed: {chunk['error']}")
+                raise _refusal(f"push of {target}:{tag} failed: {visible(str(chunk['error']))}")
             digest = (chunk.get("aux") or {}).get("Digest") or digest
     except transport_errors() as exc:  # dockerd waits on the registry, and said nothing
         raise EnvironmentFailure(
@@ -425,9 +427,9 @@ def _calling(call: Any) -> Any:
     try:
         return call()
     except APIError as exc:
-        raise _refusal(str(exc.explanation or exc)) from None
+        raise _refusal(dockerd_said(exc)) from None
     except DockerException as exc:
-        raise RegistryFailed(str(exc)) from None
+        raise RegistryFailed(dockerd_said(exc)) from None
 
 
 def _refusal(text: str) -> AnswerNo | EnvironmentFailure:

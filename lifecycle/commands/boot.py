@@ -279,7 +279,7 @@ def _pull_bake(
                 client, reference, made.digest, image_id=record.image_id, labels=baked
             )
         except RegistryFailed as exc:
-            tried.append(f"{reference}: {exc}")
+            tried.append(f"{visible(reference)}: {exc}")  # the record's: outside
             continue
         at = ctx.now().isoformat(timespec="seconds")
         record_registry_image(ledger, RegistryImage(image.id, made.digest, reference, "pulled", at))

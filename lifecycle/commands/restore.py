@@ -34,7 +34,7 @@ from lifecycle.ledger import Ledger
 from lifecycle.manifest import find_manifest, load_manifest
 from lifecycle.manifest.load import manifest_digest
 from lifecycle.report import Report, unread_lines
-from lifecycle.table import human_bytes, lines_text
+from lifecycle.table import human_bytes, lines_text, visible
 
 
 def run(ctx: Context, request: verbs.Restore) -> RestoreReport | FileReport | RestoreBestReport:
@@ -259,7 +259,10 @@ def _image_labels(
     pushed, unread = pushed_images(store, digest)
     if pushed:
         return dict(pushed[0].labels), f"{pushed[0].reference} (as pushed)", unread
-    unreadable = "".join(f"; cannot read {url}: {why}" for url, why in unread.items())
+    # A why may hold the record's own fields, which the bucket's writer chose.
+    unreadable = "".join(
+        f"; cannot read {visible(url)}: {visible(why)}" for url, why in unread.items()
+    )
     raise LifecycleError(
         f"no image of {ref} on this host, and none recorded as pushed at"
         f" {store.location.url()}{unreadable}: build it here, or `build --push` it on another host"

@@ -37,7 +37,7 @@ from lifecycle.archive.restore import restore_cache
 from lifecycle.archive.store import BlobStore
 from lifecycle.boot.engine import engine_image, existing_tag, stop_orphans
 from lifecycle.build.plan import cache_key, image_tag, key_factors
-from lifecycle.dockerd import connect, sdk_errors
+from lifecycle.dockerd import connect, dockerd_said, sdk_errors
 from lifecycle.errors import LifecycleError
 from lifecycle.faults import crash_checkpoint
 from lifecycle.home import Home, default_home
@@ -215,7 +215,7 @@ def _pin_here(host: _Host, pin: Pin) -> Pin:
             engine.docker, engine.ledger, pin.digest, pin.ref, pull_from=references
         )
     except sdk_errors() as exc:
-        raise NodeUnfit(f"the Docker engine failed: {exc}") from None
+        raise NodeUnfit(f"the Docker engine failed: {dockerd_said(exc)}") from None
     tag = existing_tag(
         image, image_tag(loaded.manifest.name, loaded.manifest.engine.vllm, pin.digest)
     )

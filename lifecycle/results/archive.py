@@ -70,6 +70,7 @@ from lifecycle.parallel import pool_map
 from lifecycle.records import RESULT_FORMAT_2, ResultRecordV1, ResultRecordV2
 from lifecycle.report import unread_lines
 from lifecycle.results.model import canonical_result, find_boot, result_digest
+from lifecycle.table import visible
 from lifecycle.withheld import secrets_on_host
 
 Say = Callable[[str], None]
@@ -307,7 +308,8 @@ def no_result(store: BlobStore, result_id: str, unread: Unread) -> ArchiveError:
 
 def unreadable_result(result_id: str, unread: Unread) -> ArchiveError:
     """A result none of whose records can be read: that is the answer, in one line."""
-    named = "; ".join(f"{url}: {why}" for url, why in unread.items())
+    # A why may hold the record's own fields, which the bucket's writer chose.
+    named = "; ".join(f"{visible(url)}: {visible(why)}" for url, why in unread.items())
     return ArchiveError(f"result {result_id}: its record cannot be read: {named}")
 
 

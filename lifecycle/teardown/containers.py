@@ -17,7 +17,7 @@ from typing import Any
 
 from lifecycle.boot.engine import BOOT_LABEL, container_name
 from lifecycle.build.plan import DIGEST_LABEL
-from lifecycle.dockerd import as_root
+from lifecycle.dockerd import as_root, dockerd_said
 from lifecycle.table import count_of, some_of
 
 NAME_LABEL = "lifecycle.manifest.name"
@@ -177,7 +177,7 @@ def remove_image(client: Any, image: ImageDecision) -> str | None:
     except ImageNotFound:
         return None if removed else ALREADY_GONE
     except APIError as exc:
-        return str(exc.explanation or exc)
+        return dockerd_said(exc)
     return "untagged, but dockerd keeps it: an image built on it is still there"
 
 
