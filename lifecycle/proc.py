@@ -67,9 +67,11 @@ def run(
     done = Completed(proc.returncode, proc.stdout, proc.stderr)
     if check and proc.returncode != 0:
         # The command's words (git's, quoting a ref, a path, a remote's message) and its
-        # arguments are outside text: a newline in them starts no line of lifecycle's own.
-        output = visible((proc.stderr or proc.stdout).strip())
-        raise CommandFailed(f"{visible(' '.join(cmd))} exited {proc.returncode}: {output}")
+        # arguments are outside text: its lines are shown indented under lifecycle's, as a
+        # hook's are, so none passes for a line of lifecycle's own.
+        said = (proc.stderr or proc.stdout).strip().splitlines()
+        lines = "".join(f"\n  {visible(line)}" for line in said)
+        raise CommandFailed(f"{visible(' '.join(cmd))} exited {proc.returncode}:{lines}")
     return done
 
 

@@ -333,6 +333,10 @@ def test_dockerds_gits_or_s3s_words_forge_no_line_of_an_error(
         run(["git", "rev-parse", forged], tmp_path / "repo")  # "ambiguous argument '/x…"
     said = {"Error": {"Code": "Bad\nCode", "Message": f"no key {forged}"}}
     s3 = BlobStore(None, ArchiveLocation("b", "p")).error(ClientError(said, "GetObject"), "k")
-    for error in (dockerd.value, git.value, s3):
+    for error in (dockerd.value, s3):
         [line] = [visible_lines(line) for line in error.lines()]  # as the CLI prints them
         assert "\n" not in line and visible(forged) in line, line  # unfixed: two lines
+    # git's own lines are shown as its, indented under lifecycle's (as a hook's output is)
+    first, *said = "\n".join(visible_lines(line) for line in git.value.lines()).splitlines()
+    assert first.startswith("git rev-parse ") and visible(forged) in first, first
+    assert said and all(line.startswith("  ") for line in said), said  # unfixed: not indented
