@@ -443,7 +443,7 @@ def test_images_are_kept_by_release_not_by_build() -> None:
     assert releases_kept(built, policy) == {
         "i3": "keep_last 2: its newest build of 0.31",
         "i1b": "keep_last 2: its newest build of 0.30",
-        "i1": "keep_last 2: its newest build of 0.30",
+        "i1": "keep_last 2: an older image of its newest build of 0.30 (built again since as i1b)",
     }
     unruled = Policy.model_validate({"images": [{"match": "demo*"}]})
     assert set(releases_kept(built, unruled).values()) == {"no policy rule names its manifest"}
@@ -542,6 +542,70 @@ def test_a_saved_plan_is_refused_once_an_image_it_removes_was_removed(
         for tag in tags:
             with contextlib.suppress(ImageNotFound):
                 docker_client.images.remove(tag, force=True)
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_an_image_whose_tag_moved_to_a_rebuild_is_not_said_its_releases_newest_build(
+    project: Path, docker_client: Any
+) -> None:
+    # Built again (the same manifest, the base moved): the tag, named by the manifest's
+    # digest, moves to the new image and the old one stays, untagged. The policy keeps both
+    # (every image of the release's newest build), but said the old one was "its newest
+    # build", the reason of the image that took its tag.
+    import io
+
+    from docker.errors import ImageNotFound
+
+    from lifecycle.build.plan import DIGEST_LABEL
+    from lifecycle.demo.images import engine_image
+    from lifecycle.ledger import BuildRecord
+    from lifecycle.ledger.builds import record_build
+    from lifecycle.teardown.containers import NAME_LABEL
+    from tests.services import TEST_LABEL
+
+    name = f"rebuilt-{secrets.token_hex(4)}"
+    tag = f"lifecycle-test/{name}:0.2"
+    labels = {DIGEST_LABEL: secrets.token_hex(32), NAME_LABEL: name, TEST_LABEL: "plan"}
+    images = []
+    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
+    try:
+        for hour in (1, 2):  # the second build takes the first one's tag
+            dockerfile = f"FROM {engine_image('0.2.0')}\nLABEL build={hour}\n"
+            image, _ = docker_client.images.build(
+                fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=labels, rm=True
+            )
+            built = BuildRecord(
+                started_at=f"2026-10-10T0{hour}:00:00+00:00", duration_s=1.0,
+                manifest_name=name, manifest_file=f"/elsewhere/{name}/0.2/manifest.yaml",
+                manifest_digest=labels[DIGEST_LABEL], tag=tag, image_id=image.id,
+                outcome="built", error=None, log_path=None,
+            )  # fmt: skip
+            record_build(ledger, built)
+            images.append(image.id)
+    finally:
+        ledger.close()
+    old, new = images
+    images_rule = f"  images:\n    - match: {name}\n      keep_last: 1\n"
+    (project / "lifecycle.yaml").write_text(POLICY + images_rule)
+    try:
+        assert docker_client.images.get(old).tags == []  # untagged: its tag moved
+        planned = _plan(project)["caches"]["images"]  # type: ignore[index]
+        why = {i["id"]: (i["tags"], i["removes"], i["why"]) for i in planned if i["id"] in images}
+        assert why == {
+            new: ([tag], False, "keep_last 1: its newest build of 0.2"),
+            old: (
+                [], False,
+                f"keep_last 1: an older image of its newest build of 0.2 (built again since"
+                f" as {new[:19]})",
+            ),
+        }, why  # fmt: skip
+        shown = _cli(project, "plan").stdout
+        assert f"image {old[:19]}: keep (keep_last 1: an older image of its newest" in shown
+    finally:
+        for reference in images:
+            with contextlib.suppress(ImageNotFound):
+                docker_client.images.remove(reference, force=True)
 
 
 def test_each_ledger_row_a_plan_reads_moves_the_state_a_saved_plan_is_bound_to(

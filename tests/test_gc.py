@@ -205,7 +205,7 @@ def test_verify_from_the_archive_says_what_another_hosts_gc_collected_and_an_unk
     assert text.stdout.startswith(f"verify result {result['id']} (from {url}): as recorded; 1 ")
 
     never = cli(archive_project, "verify", "nope-000000000000", "--from", url)
-    assert (never.exit_code, never.stdout) == (2, ""), never.output
+    assert (never.exit_code, never.stdout) == (1, ""), never.output  # not archived there
     assert never.stderr == (
         f"no cache or result 'nope-000000000000' at {url}: none archived there,"
         " none collected by a gc\n"

@@ -154,6 +154,37 @@ def test_an_unknown_target_is_a_usage_error(project: Path) -> None:
     assert result.exit_code == 2 and "add --from s3://" in result.stderr
 
 
+def test_an_id_in_no_record_at_the_location_is_the_answer_no_of_each_verb_that_reads_it(
+    tmp_path: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    # verify --from said exit 2 (bad input), restore --from and audit --from exit 1 (the
+    # answer is no), for the same question: is this well-formed id archived there? It is not
+    # archived there (docs/exit-codes.md: 1), as each now says, in one line naming both.
+    import subprocess
+    import sys
+
+    url = f"s3://{s3_bucket}/test"
+    s3_client.put_object(Bucket=s3_bucket, Key="test/caches/other-0123456789ab/x", Body=b"")
+    cache_id, result_id = "vllm-000000000000", "r-20261010T060000-abcdef"
+    asked = [
+        ("verify", "--from", url, cache_id),
+        ("verify", "--from", url, result_id),
+        ("restore", "--from", url, cache_id),
+        ("audit", "cache", "--from", url, cache_id),
+        ("audit", "result", "--from", url, result_id),
+    ]
+    for args in asked:
+        done = subprocess.run(
+            [sys.executable, "-m", "lifecycle", *args],
+            env={**os.environ, "LIFECYCLE_HOME": str(tmp_path / "home")},
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        line, target = done.stderr.strip(), args[-1]
+        assert (done.returncode, done.stdout) == (1, ""), (args, done.returncode, done.stderr)
+        assert "\n" not in line and "Traceback" not in line, (args, done.stderr)
+        assert target in line and url in line, (args, line)
+
+
 def test_a_damaged_superseded_version_is_history_and_cache_at_tree_checks_that_tree(
     archive_project: Path, s3_bucket: str, s3_client: Any
 ) -> None:

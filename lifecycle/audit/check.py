@@ -221,8 +221,8 @@ def verify_archived(
     if found:
         return VerifyReport(target, "cache", url, tuple(found))
     gone = _collected(store, checker, target, RESULT_KINDS | CACHE_KINDS)
-    if not gone:
-        raise LifecycleError(
+    if not gone:  # a well-formed id the archive never held: not archived there (exit 1)
+        raise ArchiveError(
             f"no cache or result {target!r} at {url}: none archived there, none collected by a gc"
         )
     kind = "result" if any(key.kind in RESULT_KINDS for key in gone) else "cache"

@@ -143,8 +143,9 @@ def _collected_cache(store: BlobStore, cache_id: str) -> Collected:
         key, result_id = min(stood.items())
         raise ArchiveError(f"{store.where(key)}: missing: result {result_id} there stands on it")
     gone = GcRecords().of(store, cache_id, CACHE_KINDS)
-    if not gone:
-        raise _no_cache(store, cache_id)
+    if not gone:  # no record of it in any form: named as verify --from names it
+        where = f"{store.location.url()}: none archived there, none collected by a gc"
+        raise ArchiveError(f"no cache {cache_id!r} at {where}")
     records = {store.where(key.key): removal.describe() for key, removal in gone.items()}
     return Collected(cache_id, "cache", records)
 

@@ -45,20 +45,25 @@ def image_keeps(ledger: Ledger, policy: Policy, manifests: Path) -> dict[str, st
 def releases_kept(built: Iterable[tuple[str, str, str, str]], policy: Policy) -> dict[str, str]:
     """Of (manifest name, release, digest, image id), newest first: the images of the newest
     build of each of its manifest's newest N releases (`0.31` and `0.30`, not two builds of
-    0.31, which would drop production's way back), N its image rule's keep_last."""
+    0.31, which would drop production's way back), N its image rule's keep_last. A build of
+    that digest again (the base moved) took the tag: the image it replaced stays too, said so."""
     releases: dict[str, list[str]] = {}  # manifest -> its releases, newest first
-    current: dict[str, str] = {}  # release -> the digest of its newest build
+    current: dict[str, tuple[str, str]] = {}  # release -> its newest build's digest and image
     keeps = {}
     for manifest, release, digest, image_id in built:
         rule = policy.image_rule(manifest)
         seen = releases.setdefault(manifest, [])
         if release not in seen:
             seen.append(release)
-            current[release] = digest
+            current[release] = (digest, image_id)
+        newest_digest, newest_image = current[release]
         if rule is None:
             keeps[image_id] = "no policy rule names its manifest"
-        elif seen.index(release) < rule.keep_last and current[release] == digest:
-            keeps[image_id] = f"keep_last {rule.keep_last}: its newest build of {release}"
+        elif seen.index(release) < rule.keep_last and newest_digest == digest:
+            of = f"its newest build of {release}"
+            if image_id != newest_image:
+                of = f"an older image of {of} (built again since as {newest_image[:19]})"
+            keeps[image_id] = f"keep_last {rule.keep_last}: {of}"
     return keeps
 
 
