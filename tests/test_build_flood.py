@@ -15,8 +15,9 @@ from bench.build_flood import FAILURE, measure
 pytestmark = pytest.mark.docker
 
 MIB = 1024 * 1024
-# Lifecycle's own peak is ~60 MiB whatever the step prints; with the whole log held in memory
-# it was 2.7 GiB for 512 MiB of lines and one of 256 MiB (bench/README.md): a bound with room.
+# Lifecycle's own peak is ~85 MiB whatever the step prints; with the whole log held in memory
+# it was 1.4 GiB for these 256 MiB of lines and one of 128 MiB, 195 MiB for the failing 40 MiB
+# (bench/README.md): a bound between, with room.
 PEAK_RSS_MIB = 150
 KEPT_BYTES = 12 * MIB  # the kept log's caps (10 MiB in all), with room
 
@@ -24,7 +25,7 @@ KEPT_BYTES = 12 * MIB  # the kept log's caps (10 MiB in all), with room
 def test_a_flooding_step_leaves_lifecycle_bounded_and_keeps_both_ends(
     demo_images: None,
 ) -> None:
-    flood = measure(512, 256)
+    flood = measure(256, 128)
     summary = {k: v for k, v in flood.items() if k != "error"}
     assert (flood["exit_code"], flood["outcome"]) == (0, "built"), summary
     assert flood["peak_rss_mib"] < PEAK_RSS_MIB, summary
@@ -32,8 +33,10 @@ def test_a_flooding_step_leaves_lifecycle_bounded_and_keeps_both_ends(
     assert flood["first_line_kept"].startswith("Step 1/"), summary  # the log's beginning
     assert flood["last_line_kept"] == f"Successfully tagged {flood['tag']}", summary  # its end
     cut = _cut_bytes(flood["cut_markers"])
-    assert 500 * MIB < cut["lines"] <= 512 * MIB, summary
-    assert cut["line"] == 256 * MIB, summary  # the line with no newline, left out whole
+    assert (256 - 9) * MIB < cut["lines"] < 256 * MIB, summary  # all but the head and tail
+    # The line with no newline, left out whole: dockerd's next words ("Removing intermediate
+    # container …") go on it, as they do on a terminal.
+    assert 128 * MIB <= cut["line"] < 128 * MIB + 1024, summary
 
 
 def test_a_failing_flooded_step_still_names_its_failure(demo_images: None) -> None:
