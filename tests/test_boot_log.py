@@ -1,7 +1,7 @@
 """The engine's log as a boot reads it (lifecycle.boot.engine.run_container): cut into lines at
 each newline only, in time linear in its size, a line over LINE_BYTES left out; and as it keeps
-it (lifecycle.boot.log): redacted line by line, bounded whatever the engine prints. No Docker:
-the container is a stand-in that yields the log in the frames dockerd sends."""
+it (lifecycle.boot.log, a lifecycle.kept_log): redacted line by line, bounded whatever the
+engine prints. No Docker: the container is a stand-in that yields the log in dockerd's frames."""
 
 from __future__ import annotations
 
@@ -11,18 +11,19 @@ from collections.abc import Iterator
 import pytest
 
 from lifecycle.boot.engine import run_container
-from lifecycle.boot.log import (
+from lifecycle.boot.log import boot_log
+from lifecycle.evidence.bundle import parse_boot_log
+from lifecycle.kept_log import (
     CUT,
     HEAD_BYTES,
     LINE_BYTES,
     NOTED_BYTES,
     TAIL_BYTES,
-    BootLog,
+    KeptLog,
     is_cut,
     latest_part,
     long_line,
 )
-from lifecycle.evidence.bundle import parse_boot_log
 
 
 class _Container:
@@ -80,8 +81,8 @@ SECRET = "s3cr3t-value-0123"
 FLOOD = f"WARNING request preempted (token {SECRET}) " + "." * 150
 
 
-def _flooded(lines: int, middle: tuple[str, ...] = (), watched: tuple[str, ...] = ()) -> BootLog:
-    log = BootLog({"HF_TOKEN": SECRET}, watched)
+def _flooded(lines: int, middle: tuple[str, ...] = (), watched: tuple[str, ...] = ()) -> KeptLog:
+    log = boot_log({"HF_TOKEN": SECRET}, watched)
     log.add("engine up")
     for n in range(lines):
         log.add(FLOOD)
@@ -97,7 +98,7 @@ def test_a_flood_keeps_its_head_and_tail_and_says_how_much_was_left_out() -> Non
     log = _flooded(lines)
     text = log.text()
     cut = log.cut()
-    assert cut is not None and cut.fact_lines_left_out == 0
+    assert cut is not None and cut.noted_left_out == 0
     kept = len(text.encode())
     assert kept <= HEAD_BYTES + TAIL_BYTES + 1024
     assert text.startswith("engine up\n") and text.endswith("engine done\n")
@@ -123,7 +124,7 @@ def test_lines_a_verdict_reads_are_kept_from_the_part_left_out() -> None:
     ]
     log = _flooded(60_000, tuple(facts), watched=("/var/cache/lifecycle/vllm",))
     cut = log.cut()
-    assert cut is not None and cut.fact_lines_left_out == 0
+    assert cut is not None and cut.noted_left_out == 0
     kept = log.text().splitlines()
     assert all(line in kept for line in facts)
     facts_read = parse_boot_log(log.text())
@@ -133,17 +134,17 @@ def test_lines_a_verdict_reads_are_kept_from_the_part_left_out() -> None:
 def test_fact_lines_over_their_cap_make_the_log_alone_unsure() -> None:
     """A flood of lines a verdict reads: past NOTED_BYTES they are counted, not kept, and what
     the log alone says of the boot is inconclusive, not a guess from what was kept."""
-    log = BootLog({})
+    log = boot_log({})
     for _ in range(100_000):  # ~13 MiB of one compile line
         log.add("Compiling a graph for dynamic shape takes 3.2 s" + " " * 80)
     cut = log.cut()
-    assert cut is not None and cut.fact_lines_left_out > 0
+    assert cut is not None and cut.noted_left_out > 0
     assert len(log.text().encode()) <= HEAD_BYTES + TAIL_BYTES + NOTED_BYTES + 1024
 
 
 def test_a_secret_spanning_lines_is_redacted_line_by_line() -> None:
     pem = "-----BEGIN KEY-----\nMIIEvQIBADANBgkqhkiG9w0B\nAQEFAASCBKcwggSjAgEAAo\n-----END KEY-----"
-    log = BootLog({"TLS_KEY": pem})
+    log = boot_log({"TLS_KEY": pem})
     for line in ("key follows:", *pem.splitlines(), "done"):
         log.add(line)
     text = log.text()

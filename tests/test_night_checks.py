@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from lifecycle.boot.log import HEAD_BYTES, TAIL_BYTES, BootLog
+from lifecycle.boot.log import boot_log
+from lifecycle.kept_log import HEAD_BYTES, TAIL_BYTES
 from lifecycle.manifest.model import Evidence
 from lifecycle.night.checks import Finding, judge, metrics_in
 from lifecycle.night.plan import Check, Created
@@ -121,7 +122,7 @@ def test_a_log_line_mentioning_a_metric_is_not_a_metric() -> None:
 
 def _cut(head: str, tail: str) -> str:
     """A log as lifecycle keeps it when the engine flooded it (lifecycle.boot.log)."""
-    log = BootLog({})
+    log = boot_log({})
     for line in head.splitlines():
         log.add(line)
     for _ in range((HEAD_BYTES + TAIL_BYTES) // 200 + 1):

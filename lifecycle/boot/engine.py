@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from lifecycle.boot.log import LINE_BYTES, long_line
 from lifecycle.build.engine import RegistryFailed, find_built, pull_image
 from lifecycle.dockerd import dockerd_said
 from lifecycle.errors import AnswerNo, LifecycleError
 from lifecycle.home import Home
+from lifecycle.kept_log import Lines
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import DIED, dead_boots, ended_boots, settle_dead_boot
 from lifecycle.ledger.builds import (
@@ -155,23 +155,13 @@ def run_container(
     if timer:
         timer.start()
     try:
-        # The line begun and not ended yet, in pieces: a progress bar redrawn with \r sends
-        # megabytes without a newline, and joining each frame onto all before it was quadratic.
-        # Past LINE_BYTES its pieces are only counted: a line is held whole or not at all.
-        pending: list[bytes] = []
-        size = 0
+        lines = Lines()
         for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
-            *ended, rest = chunk.split(b"\n")
-            for line in ended:
-                text = _line(pending, line, size + len(line))
-                pending, size = [], 0
-                keep(text)
-                show(text)
-            if rest and size + len(rest) <= LINE_BYTES:
-                pending.append(rest)
-            size += len(rest)
-        if size:
-            keep(_line(pending, b"", size))
+            for line in lines.feed(chunk):
+                keep(line)
+                show(line)
+        if (last := lines.end()) is not None:
+            keep(last)
         code = int(container.wait()["StatusCode"])
         return code, fired.is_set()
     except BaseException:
@@ -181,13 +171,6 @@ def run_container(
     finally:
         if timer:
             timer.cancel()
-
-
-def _line(pieces: list[bytes], last: bytes, size: int) -> str:
-    """A line of the log from its pieces; over LINE_BYTES, the marker kept in its place."""
-    if size > LINE_BYTES:
-        return long_line(size)
-    return b"".join([*pieces, last]).decode(errors="replace")
 
 
 def remove_container(container: Any) -> str | None:

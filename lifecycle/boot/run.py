@@ -29,7 +29,7 @@ from lifecycle.boot.engine import (
     stop_orphans,
 )
 from lifecycle.boot.judge import judge
-from lifecycle.boot.log import BootLog
+from lifecycle.boot.log import boot_log
 from lifecycle.boot.observe import AccessWatch, CacheAccess, NotObserved
 from lifecycle.boot.owner import give_back
 from lifecycle.boot.spec import (
@@ -49,6 +49,7 @@ from lifecycle.faults import Checkpoint
 from lifecycle.fingerprint import Fingerprint, scan
 from lifecycle.home import Home
 from lifecycle.hooks import Hook, HookFailed, HookSession, engine_env, hook_session, instrumented
+from lifecycle.kept_log import KeptLog
 from lifecycle.leases import while_alive
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
@@ -93,7 +94,7 @@ class BootRequest:
 class _Progress:
     """What is known so far; whatever happens, `_finish` records it."""
 
-    log: BootLog  # redacted as it comes, bounded whatever the engine prints
+    log: KeptLog  # redacted as it comes, bounded whatever the engine prints
     session: HookSession | None = None  # its runs, on-exit included, are recorded
     container_id: str | None = None
     exit_code: int | None = None
@@ -288,7 +289,7 @@ def _run(
         "evidence_dir": str(evidence_dir / "hooks"),
         "caches": {m.name: {"id": m.cache_id, "mode": m.mode} for m in plan.mounts},
     }
-    progress = _Progress(BootLog(secrets_by_name, [m.container_path for m in plan.mounts]))
+    progress = _Progress(boot_log(secrets_by_name, [m.container_path for m in plan.mounts]))
     container = None
     try:
         # In the try: a full disk here is the boot's failure, its outcome recorded as any.

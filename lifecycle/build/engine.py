@@ -1,4 +1,5 @@
-"""Send a BuildPlan to dockerd, stream its progress, and record the build with its full log;
+"""Send a BuildPlan to dockerd, stream its progress, and record the build with its log (kept
+bounded whatever a step prints: lifecycle.kept_log);
 push and pull engine images by digest (a tag can be moved, a digest cannot): a push recorded
 only once the registry holds this very image at its digest, a pulled image used only once its
 labels (and its id, when one was recorded) say it is the one wanted."""
@@ -24,6 +25,7 @@ from lifecycle.dockerd import dockerd_said
 from lifecycle.errors import AnswerNo, EnvironmentFailure
 from lifecycle.faults import Checkpoint
 from lifecycle.home import Home
+from lifecycle.kept_log import KeptLog, Lines, Note
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import DIED
 from lifecycle.ledger.builds import (
@@ -158,23 +160,24 @@ def _send(
 ) -> BuildRecord:
     """dockerd's build of the plan, its log kept: the record of what it did (built, failed)."""
     clock = time.monotonic()
-    log_lines: list[str] = []
+    # Kept as printed (a build is handed no secret to redact), and bounded: a step may print
+    # gigabytes. Of the part left out, the lines our in-image helpers print are kept.
+    log = KeptLog(_helper_lines, "lines lifecycle's in-image helpers printed")
 
     def logged(line: str) -> None:
-        log_lines.append(line)
+        log.add(line)
         on_line(line)
 
     # The labels are in the Dockerfile, as one LABEL instruction. --force means "build it
     # again", so every step runs and the log is complete evidence.
     image_id, error = send_build(client, _context_tar(plan), plan.tag, logged, nocache=force)
     if error:
-        log_lines.append(f"ERROR: {error}")
-    log = "\n".join(log_lines) + "\n"
+        log.add(f"ERROR: {error}")
     log_name = f"{started:%Y%m%dT%H%M%S}-{plan.digest[:12]}.log"
-    log_path = str(ledger.keep_evidence("builds", log_name, log.encode()))
+    log_path = str(ledger.keep_evidence("builds", log_name, log.text().encode()))
     duration = time.monotonic() - clock
     if error or image_id is None:
-        reason = _explain_failure(log_lines, error or "dockerd returned no image id")
+        reason = _explain_failure(log.lines(), error or "dockerd returned no image id")
         return _record(plan, started, duration, "failed", None, reason, log_path)
     return _record(plan, started, duration, "built", image_id, None, log_path)
 
@@ -219,19 +222,30 @@ def send_build(
     nocache: bool = False,
 ) -> tuple[str | None, str | None]:
     """Send a build context (a tar, as a file or as an iterator of its bytes) to dockerd and
-    each line of its output to `on_line`; (the image id, dockerd's error), either None."""
+    each line of its output that is not blank to `on_line`; (the image id, dockerd's error),
+    either None. A line over LINE_BYTES comes as its marker (lifecycle.kept_log)."""
     image_id, error = None, None
+    # dockerd sends a step's output in the pieces it was written in: a line may span many.
+    lines = Lines()
     for chunk in client.api.build(
         fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True, pull=False,
         nocache=nocache, decode=True,
     ):  # fmt: skip
         text = chunk.get("stream") or chunk.get("status") or ""
-        for line in filter(str.strip, text.splitlines()):
+        for line in filter(str.strip, lines.feed(text.encode())):
             on_line(line)
         image_id = (chunk.get("aux") or {}).get("ID") or image_id
         if "error" in chunk:
             error = str(chunk["error"]).strip()
+    if (last := lines.end()) is not None and last.strip():
+        on_line(last)
     return image_id, error
+
+
+def _helper_lines(line: str) -> Note:
+    """Of the part of a build's log left out, the lines our in-image helpers print (a
+    failure's among them: `_explain_failure` reads them), while they fit."""
+    return Note.IF_ROOM if line.startswith("lifecycle:") else Note.NO
 
 
 def _explain_failure(lines: list[str], docker_error: str) -> str:

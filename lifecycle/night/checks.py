@@ -4,7 +4,7 @@ First `path`, what makes the check's path run: any of it absent makes the verdic
 `inconclusive`, whatever else the log says (a CPU-tier test whose tier was never asked measured
 only the GPU). Then `fail_when` (anything observed fails), then `pass_when` (all observed on a
 boot that ended ok passes). A log line or metric not found in a log that lifecycle cut (an
-engine flooding its output: lifecycle.boot.log) neither passes nor fails: it is inconclusive.
+engine flooding its output: lifecycle.kept_log) neither passes nor fails: it is inconclusive.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from lifecycle.boot.log import is_cut, latest_part
+from lifecycle.kept_log import is_cut, latest_part
 from lifecycle.manifest.model import CACHE_FILE, CONDITION, Evidence
 from lifecycle.night.plan import Check, Frozen
 
