@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from functools import cache
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -143,4 +144,11 @@ def plain(value: Any) -> Any:
 
 def fields_of(value: DataclassInstance) -> dict[str, Any]:
     """A dataclass's fields, each as plain data (a Row's own to_json starts from these)."""
-    return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return {name: plain(getattr(value, name)) for name in _field_names(type(value))}
+
+
+@cache
+def _field_names(cls: type[DataclassInstance]) -> tuple[str, ...]:
+    """A dataclass's field names, asked once per class: `dataclasses.fields` of each of a
+    listing's records was a fifth of writing its JSON."""
+    return tuple(f.name for f in dataclasses.fields(cls))
