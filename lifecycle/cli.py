@@ -248,9 +248,9 @@ def _answer(ctx: click.Context, report: Report | None, as_json: bool) -> NoRetur
     if report is None:
         ctx.exit(0)
     if as_json:
-        import json  # here: `lifecycle --help` need not load it
-
-        click.echo(json.dumps(report.to_json(), indent=2))  # JSON escapes what it holds
+        for piece in report.json_text():  # JSON escapes what it holds
+            click.echo(piece, nl=False)
+        click.echo()
     else:
         # Records from a shared bucket, an engine's errors, a user's notes are in the text: none
         # may drive the terminal. A field's newline is escaped where the report makes its lines
