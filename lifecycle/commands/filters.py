@@ -13,8 +13,8 @@ from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
+from lifecycle.durations import parse_duration
 from lifecycle.errors import LifecycleError
-from lifecycle.policy.model import parse_duration
 
 Item = TypeVar("Item")
 
