@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from functools import cache
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar
-
-from pydantic import BaseModel
 
 from lifecycle.errors import EXIT_OK
 from lifecycle.table import render, visible
@@ -131,8 +130,6 @@ def plain(value: Any) -> Any:
         return value.to_json()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return fields_of(value)
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, PurePath):
@@ -142,7 +139,16 @@ def plain(value: Any) -> Any:
     if isinstance(value, list | tuple | set | frozenset):
         items = [plain(v) for v in value]
         return sorted(items) if isinstance(value, set | frozenset) else items
+    if _is_model(value):
+        return value.model_dump(mode="json")
     return value
+
+
+def _is_model(value: Any) -> bool:
+    """Whether `value` is a pydantic model, without importing pydantic to ask: where it was
+    never imported, nothing is one (a listing of this host's ledger has no model to print)."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(value, pydantic.BaseModel)
 
 
 def fields_of(value: DataclassInstance) -> dict[str, Any]:

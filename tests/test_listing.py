@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +20,7 @@ import lifecycle.cli
 from bench.boot_flood import lifecycle as measured_lifecycle
 from bench.ledger_scale import make_home
 from lifecycle.cli import cli
-from lifecycle.commands import listing, result, verbs
+from lifecycle.commands import listing, verbs
 from lifecycle.commands.context import Context
 from lifecycle.home import Home
 
@@ -31,8 +33,8 @@ LISTINGS = [
     (listing.caches, ["caches", "--manifest", "0.31", "--state", "torn-down"]),
     (listing.boots, ["boots"]),
     (listing.boots, ["boots", "--state", "interrupted"]),
-    (result.results, ["results"]),
-    (result.results, ["results", "--manifest", "no-such-manifest"]),
+    (listing.results, ["results"]),
+    (listing.results, ["results", "--manifest", "no-such-manifest"]),
 ]
 # What printing 7,200 caches' JSON may add to reading them (MiB): 39 when the document was made
 # whole, ~0 a row at a time; room for the allocator's moods.
@@ -93,3 +95,36 @@ def test_json_of_every_cache_takes_no_more_memory_than_reading_them(tmp_path: Pa
     none, read_kib = measured_lifecycle(REPO, home, "caches", "--json", "--manifest", "none")
     assert none.returncode == 0 and json.loads(none.stdout)["caches"] == []
     assert (peak_kib - read_kib) / 1024 < JSON_MIB, (peak_kib, read_kib)
+
+
+# What only a listing of an archive (`--from`) or another verb needs: the archive's records and
+# its S3 client, pydantic (the manifest and record models), the docker SDK and the boot verb.
+ARCHIVE_ONLY = {"boto3", "botocore", "docker", "pydantic", "yaml"}
+ARCHIVE_ONLY_LIFECYCLE = {"lifecycle.archive.catalog", "lifecycle.commands.boot"}
+
+
+@pytest.mark.parametrize("args", [["caches"], ["boots"], ["results"], ["results", "--json"]])
+def test_a_listing_of_this_host_imports_nothing_only_an_archive_needs(
+    year_home: Path, args: list[str]
+) -> None:
+    """The read verbs run from scripts every night: `lifecycle caches` imported the archive's
+    catalog (pydantic, botocore) and the boot verb for `--from` and two small types, ~0.2 s
+    of every listing of this host's ledger. They are imported when `--from` is given."""
+    listed = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "lifecycle", *args],
+        cwd=REPO,
+        env={**os.environ, "LIFECYCLE_HOME": str(year_home)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("\n") > 100  # the rows were listed
+    imported = {
+        line.split("|")[-1].strip()
+        for line in listed.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "lifecycle.ledger.boots" in imported  # the probe works
+    needless = {name.split(".")[0] for name in imported} & ARCHIVE_ONLY
+    assert not needless | (imported & ARCHIVE_ONLY_LIFECYCLE), args

@@ -175,7 +175,7 @@ def test_a_fields_newline_forges_no_line_of_the_other_reports() -> None:
 
 
 def test_a_file_name_an_engine_made_forges_no_line_of_the_boot_report() -> None:
-    from lifecycle.commands.boot import BootReport
+    from lifecycle.commands.boot_report import BootReport
     from lifecycle.ledger.boots import SCAN_FAILED
 
     forged = "x\nboot b-1: ok (exit 0)\n  caches: vllm-1 warm"

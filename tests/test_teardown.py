@@ -28,6 +28,7 @@ from click.testing import CliRunner
 
 from lifecycle.archive.verify import Covered, VerifiedRecord
 from lifecycle.cli import cli
+from lifecycle.durations import parse_duration
 from lifecycle.errors import LifecycleError
 from lifecycle.faults import CRASH_ENV, CRASH_POINTS, crash_checkpoint
 from lifecycle.home import Home
@@ -38,7 +39,6 @@ from lifecycle.ledger.boots import CacheRecord, TaintedFile, cache_by_id
 from lifecycle.ledger.builds import record_build
 from lifecycle.ledger.core import insert
 from lifecycle.ledger.removal import TeardownStep, record_step, steps_of
-from lifecycle.policy.model import parse_duration
 from lifecycle.table import human_bytes, visible_lines
 from lifecycle.teardown.containers import NOT_OURS, ImageDecision, mounted_by
 from lifecycle.teardown.plan import (

@@ -29,6 +29,7 @@ from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.gc import completed_line
 from lifecycle.commands.teardown import connect_services, settle_dead
+from lifecycle.durations import parse_duration
 from lifecycle.errors import (
     EXIT_ENVIRONMENT,
     EXIT_NO,
@@ -57,7 +58,7 @@ from lifecycle.ledger.removal import unfinished_gc
 from lifecycle.ledger.retention import state_digest
 from lifecycle.policy.facts import image_keeps, live_caches, unknown_releases
 from lifecycle.policy.keep import PolicyRules, Verdict, evaluate
-from lifecycle.policy.model import Policy, parse_duration, read_policy, seconds
+from lifecycle.policy.model import Policy, read_policy, seconds
 from lifecycle.report import Report, plain
 from lifecycle.table import human_bytes, lines_text, some_of, visible
 from lifecycle.teardown.plan import Action, TeardownPlan, image_name, plan_json, plan_text

@@ -8,13 +8,9 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from lifecycle.archive.copies import RecordCopies
-from lifecycle.archive.location import ArchiveLocation
-from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
-from lifecycle.commands.context import Context
+from lifecycle.durations import parse_duration
 from lifecycle.errors import LifecycleError
-from lifecycle.policy.model import parse_duration
 
 Item = TypeVar("Item")
 
@@ -75,13 +71,3 @@ class Filters:
     ) -> list[Item]:
         """The items whose facts these filters keep, in their order."""
         return [item for item in items if self.keeps(now, **asdict(facts(item)))]
-
-
-def open_archive(
-    ctx: Context, source: str, filters: Filters, states: Sequence[str], listing: str
-) -> tuple[BlobStore, datetime]:
-    """A listing of the archive at `source` (no ledger): its --state checked against
-    `states` first, then the store, and now."""
-    filters.check_state(states, listing)
-    location = ArchiveLocation.parse(source, "--from")
-    return BlobStore(ctx.s3(), location, RecordCopies(ctx.home, location)), ctx.now()

@@ -20,6 +20,7 @@ from lifecycle.archive.copies import RecordCopies
 from lifecycle.archive.store import BlobStore
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
+from lifecycle.durations import parse_duration
 from lifecycle.errors import LifecycleError
 from lifecycle.gc import (
     GcPlan,
@@ -33,7 +34,6 @@ from lifecycle.gc import (
     take_snapshot,
 )
 from lifecycle.ledger.removal import unfinished_gc
-from lifecycle.policy.model import parse_duration
 from lifecycle.report import Report, plain
 from lifecycle.table import count_of, human_bytes, lines_text
 

@@ -1,21 +1,24 @@
-"""`lifecycle caches` and `lifecycle boots`: what exists, as a table or JSON; on this host (its
-ledger), or with `--from s3://…` what an archive holds, whichever host archived it."""
+"""`lifecycle caches`, `boots` and `results`: what this host's ledger holds, as a table or
+JSON; with `--from s3://…`, what an archive holds, whichever host archived it
+(lifecycle.commands.archived, imported only then: a listing of the ledger needs neither the
+archive's record models nor an S3 client, and scripts run these every night)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lifecycle.archive.catalog import ArchivedBoot, ArchivedCache, archived_boots, archived_caches
 from lifecycle.commands import verbs
-from lifecycle.commands.boot import BootReport
+from lifecycle.commands.boot_report import BootReport, HookEntry
 from lifecycle.commands.context import Context
-from lifecycle.commands.filters import Facts, Filters, open_archive
+from lifecycle.commands.filters import Filters
 from lifecycle.home import Home
 from lifecycle.leases import lease_held
+from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import (
     CacheRecord,
     all_boots,
@@ -26,14 +29,29 @@ from lifecycle.ledger.boots import (
     not_reusable,
     scan_failure,
     untracked_writes,
+    used_pairs,
 )
 from lifecycle.ledger.removal import pins
+from lifecycle.ledger.results import (
+    ResultArchiveRecord,
+    ResultRecord,
+    all_results,
+    result_archives,
+)
 from lifecycle.report import Listing, Row, fields_of, plain
+from lifecycle.results.model import (
+    STATUSES,
+    Scalar,
+    canonical_result,
+    is_pin_of,
+    metrics_text,
+    pin_reason,
+)
 from lifecycle.table import count_of, human_age, human_bytes
 
 CACHE_STATES = ("live", "archived", "torn-down", "missing")
-ARCHIVED_CACHE_STATES = ("restorable", "evidence")  # with the cache's files, or not
 OUTCOMES = ("running", "ok", "failed", "interrupted", "aborted", "timeout")
+METRICS_WIDTH = 40  # characters of `k=v, …` in the table; --json has them all
 
 
 T = TypeVar("T")
@@ -72,39 +90,6 @@ class ListedBoot(Row):
         """The boot's report, less its format tag, and whether its process is gone."""
         boot = {k: v for k, v in self.boot.to_json().items() if k != "format"}
         return {**boot, "process_gone": self.process_gone}
-
-
-@dataclass(frozen=True)
-class ListedArchivedCache(Row):
-    """One cache an archive holds, as `lifecycle caches --from` lists it."""
-
-    cache: ArchivedCache
-    age_s: float  # since its newest version was archived
-
-    def to_json(self) -> dict[str, Any]:
-        """The cache's row (from its newest version), its state there, every version, the
-        boots and results its index lists, its age."""
-        return {
-            **plain(self.cache.row),
-            "state": self.cache.state,
-            "versions": plain(self.cache.versions),
-            "boots": list(self.cache.boots),
-            "results": list(self.cache.results),
-            "age_s": self.age_s,
-        }
-
-
-@dataclass(frozen=True)
-class ListedArchivedBoot(Row):
-    """One boot an archive holds, as `lifecycle boots --from` lists it."""
-
-    boot: ArchivedBoot
-
-    def to_json(self) -> dict[str, Any]:
-        """The boot's row (hooks and secret names as lists), its arch, caches and record."""
-        row = BootReport(self.boot.boot, self.boot.uses).to_json()
-        del row["format"]
-        return {**row, "arch": self.boot.arch, "record": self.boot.record}
 
 
 CACHE_COLUMNS = "CACHE MANIFEST NAME SIZE FILES BOOTS STATE AGE"
@@ -166,42 +151,13 @@ def _cache_note(r: ListedCache) -> str | None:
     return f"{r.cache.id}: not reusable: {r.not_reusable}" if r.not_reusable else None
 
 
-ARCHIVED_CACHE_COLUMNS = "CACHE MANIFEST NAME ARCH VERSIONS NEWEST SIZE STATE BY AGE"
-
-
-def _archived_cache_cells(r: ListedArchivedCache) -> list[object]:
-    """Each cache's newest version, and how many it has."""
-    row, newest = r.cache.row, r.cache.newest
-    return [
-        row.id, row.manifest_name, row.cache_name, row.arch, len(r.cache.versions),
-        newest.tree_digest[:12], human_bytes(newest.bytes), r.cache.state, newest.host,
-        human_age(r.age_s),
-    ]  # fmt: skip
-
-
-ARCHIVED_BOOT_COLUMNS = "BOOT STARTED HOST MANIFEST PROFILE OUTCOME ARCH CACHES"
-
-
-def _archived_boot_cells(r: ListedArchivedBoot) -> list[object]:
-    boot = r.boot.boot
-    uses = ", ".join(f"{u.cache_id} {u.mode}" for u in r.boot.uses)
-    return [
-        boot.id,
-        boot.started_at,
-        boot.host,
-        boot.manifest_name,
-        boot.profile,
-        boot.outcome,
-        r.boot.arch,
-        uses,
-    ]
-
-
 def caches(ctx: Context, request: verbs.Caches) -> Listing:
     """`lifecycle caches`: this host's, or with --from an archive's."""
     filters = Filters.of(request)
     if request.source is not None:
-        return list_archived_caches(ctx, request.source, filters)
+        from lifecycle.commands import archived  # see the module's docstring
+
+        return archived.list_caches(ctx, request.source, filters)
     return list_caches(ctx, filters)
 
 
@@ -209,7 +165,9 @@ def boots(ctx: Context, request: verbs.Boots) -> Listing:
     """`lifecycle boots`: this host's, or with --from an archive's."""
     filters = Filters.of(request)
     if request.source is not None:
-        return list_archived_boots(ctx, request.source, filters)
+        from lifecycle.commands import archived
+
+        return archived.list_boots(ctx, request.source, filters)
     return list_boots(ctx, filters)
 
 
@@ -239,7 +197,7 @@ def list_caches(ctx: Context, filters: Filters) -> Listing:
                     boots_cold=tuple(u.boot_id for u in mine if u.mode == "cold"),
                     boots_warm=tuple(u.boot_id for u in mine if u.mode == "warm"),
                     pins=tuple(pinned.get(cache.id, [])),
-                    age_s=_age(now, cache.created_at),
+                    age_s=age(now, cache.created_at),
                     not_reusable=_not_reusable(ctx.home, cache, state, passed_over),
                 )
             )
@@ -263,28 +221,9 @@ def _not_reusable(
     return passed_over.get(cache.id)
 
 
-def list_archived_caches(ctx: Context, source: str, filters: Filters) -> Listing:
-    """Every cache the archive at `source` holds, whoever archived it."""
-    store, now = open_archive(ctx, source, filters, ARCHIVED_CACHE_STATES, "caches in an archive")
-    found, unread = archived_caches(store)
-    rows = tuple(
-        ListedArchivedCache(c, _age(now, c.newest.archived_at))
-        for c in filters.select(now, found, _cache_facts)
-    )
-    return Listing(
-        "lifecycle-archived-caches/1", "caches", rows, ARCHIVED_CACHE_COLUMNS,
-        _archived_cache_cells, store.location.url(), unreadable=unread,
-    )  # fmt: skip
-
-
-def _age(now: datetime, at: str) -> float:
+def age(now: datetime, at: str) -> float:
+    """Seconds from `at` (ISO 8601) to `now`."""
     return (now - datetime.fromisoformat(at)).total_seconds()
-
-
-def _cache_facts(cache: ArchivedCache) -> Facts:
-    """An archived cache is filtered by its newest version's time."""
-    row = cache.row
-    return Facts(row.manifest_name, row.arch, cache.state, cache.newest.archived_at)
 
 
 def list_boots(ctx: Context, filters: Filters) -> Listing:
@@ -314,18 +253,99 @@ def list_boots(ctx: Context, filters: Filters) -> Listing:
     return Listing("lifecycle-boots/1", "boots", tuple(rows), BOOT_COLUMNS, _boot_cells)
 
 
-def list_archived_boots(ctx: Context, source: str, filters: Filters) -> Listing:
-    """Every boot the archive at `source` holds a record of."""
-    store, now = open_archive(ctx, source, filters, OUTCOMES, "boots")
-    found, unread = archived_boots(store)
-    kept = filters.select(now, found, _boot_facts)
-    return Listing(
-        "lifecycle-archived-boots/1", "boots", tuple(map(ListedArchivedBoot, kept)),
-        ARCHIVED_BOOT_COLUMNS, _archived_boot_cells, store.location.url(), unreadable=unread,
-    )  # fmt: skip
+@dataclass(frozen=True)
+class ResultView:
+    """One result as `result add` and `results` show it."""
+
+    id: str
+    boot_id: str
+    name: str
+    status: str
+    metrics: dict[str, Scalar]
+    note: str | None
+    source: str
+    instrumented: bool
+    document: dict[str, Any] | None  # {sha256, size} of the attached JSON
+    created_at: str
+    digest: str
+    manifest_name: str
+    profile: str
+    hooks: tuple[HookEntry, ...]
+    document_path: str | None
+    caches: tuple[str, ...]
+    pinned: tuple[str, ...]  # the caches behind it that this result pinned
+    archives: tuple[ResultArchiveRecord, ...]  # where its record is in S3, verified
 
 
-def _boot_facts(found: ArchivedBoot) -> Facts:
-    """An archived boot is filtered by when it started."""
-    boot = found.boot
-    return Facts(boot.manifest_name, found.arch, boot.outcome, boot.started_at)
+RESULT_COLUMNS = "RESULT CREATED NAME STATUS BOOT MANIFEST METRICS ARCHIVED FLAGS"
+
+
+def _result_cells(r: ResultView) -> list[object]:
+    """A result's row; instrumented and pinned ones are flagged on it."""
+    return [
+        r.id, r.created_at, r.name, r.status, r.boot_id, r.manifest_name,
+        metrics_text(r.metrics, METRICS_WIDTH), "yes" if r.archives else "no",
+        flags(r.instrumented, bool(r.pinned)),
+    ]  # fmt: skip
+
+
+def results(ctx: Context, request: verbs.Results) -> Listing:
+    """`lifecycle results`: this host's, or with --from an archive's."""
+    filters = Filters.of(request)
+    if request.source is not None:
+        from lifecycle.commands import archived
+
+        return archived.list_results(ctx, request.source, filters)
+    filters.check_state(STATUSES, "results")
+    if not ctx.recorded():
+        return Listing("lifecycle-results/1", "results", (), RESULT_COLUMNS, _result_cells)
+    now = ctx.now()
+    with ctx.ledger(create=False) as ledger:
+        arches = boot_arches(ledger)
+        views = []
+        for view in describe(ledger, all_results(ledger)):
+            facts = {
+                "manifest": view.manifest_name,
+                "arch": ", ".join(arches.get(view.boot_id, [])),
+            }
+            if filters.keeps(now, **facts, state=view.status, at=view.created_at):
+                views.append(view)
+        rows = tuple(views)
+        return Listing("lifecycle-results/1", "results", rows, RESULT_COLUMNS, _result_cells)
+
+
+def describe(ledger: Ledger, results: list[ResultRecord]) -> list[ResultView]:
+    """Results with their boots' manifest, profile and hooks, their caches, pins and archives;
+    the ledger is read once for all of them."""
+    boots = {boot.id: boot for boot in all_boots(ledger)}
+    caches: dict[str, list[str]] = {}
+    for boot_id, cache_id in used_pairs(ledger):  # not every use's whole row: ~80,000 a year
+        caches.setdefault(boot_id, []).append(cache_id)
+    archives: dict[str, list[ResultArchiveRecord]] = {}
+    for archive in result_archives(ledger):
+        archives.setdefault(archive.result_id, []).append(archive)
+    held = pins(ledger)
+    views = []
+    for result in results:
+        boot, mine = boots[result.boot_id], pin_reason(result.id)
+        used = tuple(caches.get(boot.id, ()))
+        pinned = tuple(sorted(c for c in used if any(is_pin_of(r, mine) for r in held.get(c, []))))
+        views.append(
+            ResultView(
+                **canonical_result(result),
+                digest=result.digest,
+                manifest_name=boot.manifest_name,
+                profile=boot.profile,
+                hooks=tuple(HookEntry(**hook) for hook in json.loads(boot.hooks)),
+                document_path=result.document_path,
+                caches=used,
+                pinned=pinned,
+                archives=tuple(archives.get(result.id, ())),
+            )
+        )
+    return views
+
+
+def flags(instrumented: bool, pinned: bool) -> str:
+    """INSTRUMENTED (a result of the engine plus an observing hook), pinned."""
+    return " ".join(["INSTRUMENTED"] * instrumented + ["pinned"] * pinned)

@@ -17,12 +17,12 @@ from lifecycle.archive.objects import s3_client
 from lifecycle.boot.engine import stop_orphans
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
+from lifecycle.durations import parse_duration
 from lifecycle.errors import EXIT_ENVIRONMENT, EXIT_NO, EXIT_OK, LifecycleError
 from lifecycle.home import Home
 from lifecycle.hooks import select
 from lifecycle.ledger import Ledger
 from lifecycle.ledger.boots import DIED, settle_dead_boots
-from lifecycle.policy.model import parse_duration
 from lifecycle.report import Report
 from lifecycle.table import human_bytes, visible
 from lifecycle.teardown.plan import Selection, TeardownPlan, plan_json, plan_text

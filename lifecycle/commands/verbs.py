@@ -242,7 +242,7 @@ class Boots(Filtered, run="listing:boots"):
     STATES = "running, ok, failed, interrupted, aborted"
 
 
-class Results(Filtered, run="result:results"):
+class Results(Filtered, run="listing:results"):
     """List results: name, status, boot, metrics, archived; instrumented ones are flagged; with
     --from, every result an archive holds."""
 

@@ -11,8 +11,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from lifecycle.durations import parse_duration
 from lifecycle.ledger.boots import CacheRecord
-from lifecycle.policy.model import CacheRule, Policy, parse_duration, seconds
+from lifecycle.policy.model import CacheRule, Policy, seconds
 from lifecycle.table import human_age
 
 

@@ -23,48 +23,18 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from lifecycle.errors import LifecycleError, quoted
+from lifecycle.durations import duration_length, parse_duration
 from lifecycle.manifest.load import load_validated
-
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"(?:\d+[smhdw])+")
-
-
-# No retention reaches a century; the bound keeps `now - duration` inside datetime's range.
-_MAX_DURATION = timedelta(days=36500)
-
-
-def _length(text: str) -> timedelta:
-    """The length `text` names; ValueError says what was expected instead."""
-    if not _DURATION.fullmatch(text.strip()):
-        raise ValueError(f"{quoted(text)}: expected a duration such as 30m, 2h, 3d, 1d12h")
-    parts = re.findall(r"(\d+)([smhdw])", text.strip())
-    # A number of more digits than a century has seconds is over the bound, and int() of
-    # thousands of digits would fail (or be slow) on its own.
-    too_long = any(len(n.lstrip("0")) > 10 for n, _ in parts)
-    seconds = 0 if too_long else sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
-    if too_long or seconds > _MAX_DURATION.total_seconds():
-        raise ValueError(f"{quoted(text)}: expected a duration of at most {_MAX_DURATION.days}d")
-    return timedelta(seconds=seconds)
-
-
-def parse_duration(text: str, option: str = "--older-than") -> timedelta:
-    """'90s', '30m', '2h', '3d', '1w', or a sum such as '1d12h' (given as `option`)."""
-    try:
-        return _length(text)
-    except ValueError as error:
-        raise LifecycleError(f"{option} {error}") from None
 
 
 def _duration(text: str) -> str:
-    _length(text)
+    duration_length(text)
     return text
 
 
