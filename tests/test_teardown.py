@@ -1270,3 +1270,108 @@ def _built_here(docker_client: Any) -> tuple[str, str, Any]:
     record_build(ledger, built)
     ledger.close()
     return name, tag, image
+
+
+def _engine_image(
+    docker_client: Any, name: str, tag: str, *, on: str | None = None, record: bool = True
+) -> Any:
+    """An image of manifest `name` tagged `tag`, built FROM the demo engine (or `on`); with
+    `record`, recorded as built by this home. Its labels are passed to dockerd's build, so it
+    leaves intermediate images that carry them, as a bake's steps carry its engine's."""
+    import io
+
+    from lifecycle.build.plan import DIGEST_LABEL
+    from lifecycle.demo.images import engine_image
+    from lifecycle.ledger import BuildRecord
+    from lifecycle.teardown.containers import NAME_LABEL
+    from tests.services import TEST_LABEL
+
+    labels = {DIGEST_LABEL: secrets.token_hex(32), NAME_LABEL: name, TEST_LABEL: "teardown"}
+    dockerfile = f"FROM {on or engine_image('0.2.0')}\nENV LIFECYCLE_TEST={tag}\n"
+    image, _ = docker_client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=labels, rm=True
+    )
+    if not record:
+        return image
+    ledger = Ledger.open(_home())
+    built = BuildRecord(
+        started_at=_stamp(), duration_s=1.0, manifest_name=name, manifest_file="manifest.yaml",
+        manifest_digest=labels[DIGEST_LABEL], tag=tag, image_id=image.id, outcome="built",
+        error=None, log_path=None,
+    )  # fmt: skip
+    record_build(ledger, built)
+    ledger.close()
+    return image
+
+
+def _cache_of(image_id: str, manifest: str, state: str) -> CacheRecord:
+    """A cache of `manifest` booted from `image_id`, in `state`, whose dir is not there."""
+    cache_id = f"vllm-{secrets.token_hex(4)}"
+    cache = CacheRecord(
+        id=cache_id, cache_key=secrets.token_hex(32), cache_name="vllm", manifest_name=manifest,
+        manifest_digest="d" * 64, image_id=image_id, arch="unknown",
+        host_path=str(Home(_home()).cache_dir(cache_id)), container_path="/var/cache/vllm",
+        state=state, in_use_by=None, created_at=_stamp(),
+    )  # fmt: skip
+    ledger = Ledger.open(_home())
+    with ledger.transaction() as conn:
+        insert(conn, "caches", cache)
+    ledger.close()
+    return cache
+
+
+def _images_planned(name: str, *args: str) -> dict[str, tuple[bool, str]]:
+    """image id -> (removes, why) in the plan of `teardown --images --manifest name`."""
+    result = CliRunner().invoke(
+        cli, ["teardown", "--images", "--manifest", name, "--dry-run", "--json", *args],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    images = json.loads(result.stdout)["plan"]["images"]
+    return {i["id"]: (i["removes"], i["why"]) for i in images}
+
+
+def _removed_quietly(docker_client: Any, *references: str) -> None:
+    from docker.errors import ImageNotFound
+
+    for reference in references:
+        with contextlib.suppress(ImageNotFound):
+            docker_client.images.remove(reference, force=True)
+
+
+@pytest.mark.docker
+def test_the_image_of_a_cache_gone_from_this_host_goes_as_the_plan_says(
+    docker_client: Any,
+) -> None:
+    # A cache whose dir vanished is recorded `missing` (no archive to say nothing was lost):
+    # the plan kept its image because "a cache that stays was built by it", and the run kept
+    # the image of every cache recorded `missing` for ever, while the plan of a later run said
+    # it would go. Nothing boots from a missing cache: its image goes as a torn-down one's.
+    from docker.errors import ImageNotFound
+
+    from lifecycle.demo.setup import ensure_demo
+
+    ensure_demo(docker_client)
+    name = f"teardown-test-{secrets.token_hex(4)}"
+    recorded = _engine_image(docker_client, name, f"lifecycle-test/{name}:missing")
+    vanishing = _engine_image(docker_client, name, f"lifecycle-test/{name}:vanishing")
+    _cache_of(recorded.id, name, "missing")
+    vanished = _cache_of(vanishing.id, name, "live")  # its dir is not there: recorded as gone
+    try:
+        planned = _images_planned(name)
+        assert planned == {
+            recorded.id: (True, "no remaining cache refers to it"),
+            vanishing.id: (True, "no remaining cache refers to it"),
+        }
+        result = CliRunner().invoke(
+            cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        assert f"recorded {vanished.id} as missing: its dir was gone" in result.stdout
+        for image in (recorded, vanishing):
+            assert f"removed image {image.tags[0]}" in result.stdout, result.output
+            with pytest.raises(ImageNotFound):
+                docker_client.images.get(image.id)
+        assert _caches()[vanished.id].state == "missing"
+    finally:
+        _removed_quietly(docker_client, recorded.id, vanishing.id)

@@ -311,13 +311,14 @@ def _clean_docker(
             containers.append(container)
 
     try:
-        gone = {c.id for c in all_caches(ledger) if c.state == "torn-down"}
+        gone = {c.id for c in all_caches(ledger) if c.gone}  # torn down, or recorded missing
         listed = client.containers.list(all=True, sparse=True)
         going, with_image = containers_going(ledger, listed, gone, used_pairs(ledger))
         remove(going)
         if request.images:
-            # Decided again now: a cache refused at its moment keeps its image.
-            kept = {c.image_id for c in all_caches(ledger) if c.state != "torn-down"}
+            # Decided again now: a cache refused at its moment keeps its image; one recorded
+            # as gone (its dir vanished) keeps it no more than one removed, as the plan said.
+            kept = {c.image_id for c in all_caches(ledger) if not c.gone}
             users = [*containers, *with_image]
             for image in images_going(ledger, client, listed, kept, request, users):
                 remove(with_their_images(with_image, [image]))  # before the image they hold
