@@ -1063,18 +1063,28 @@ def test_images_this_home_built_go_unless_a_cache_or_container_uses_them(
                 docker_client.images.remove(tag, force=True)
 
 
-def test_an_image_dockerd_only_untags_is_said_kept_not_removed(docker_client: Any) -> None:
+def test_an_image_dockerd_only_untags_is_said_kept_not_removed(
+    docker_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # dockerd keeps an image another is built on (a bake, a user's own): removing its tag
-    # untags it and says nothing; teardown said "removed image" of an image still there.
+    # untags it and says nothing; teardown said "removed image" of an image still there. One
+    # built on it before the plan keeps it in the plan (below); this one came since.
     import io
 
     from docker.errors import ImageNotFound
 
+    from lifecycle.teardown import run as teardown_run
+
     name, tag, image = _built_here(docker_client)
     child = f"lifecycle-test/{name}:built-on-it"
-    docker_client.images.build(
-        fileobj=io.BytesIO(f"FROM {image.id}\nLABEL child=1\n".encode()), tag=child, rm=True
-    )
+
+    def built_on_meanwhile(client: Any, decided: ImageDecision, deleted: set[str]) -> str | None:
+        dockerfile = f"FROM {image.id}\nLABEL child=1\n"
+        client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=child, rm=True)
+        return real_remove(client, decided, deleted)
+
+    real_remove = teardown_run.remove_image
+    monkeypatch.setattr(teardown_run, "remove_image", built_on_meanwhile)
     try:
         result = CliRunner().invoke(
             cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
@@ -1087,6 +1097,31 @@ def test_an_image_dockerd_only_untags_is_said_kept_not_removed(docker_client: An
         for reference in (child, image.id):
             with contextlib.suppress(ImageNotFound):
                 docker_client.images.remove(reference, force=True)
+
+
+def test_an_image_built_on_one_this_home_built_keeps_it_and_the_plan_says_so(
+    docker_client: Any,
+) -> None:
+    # The plan said "remove" of an image a user's own image was built on; the run then said
+    # dockerd only untagged it. Its labels are the image's own: listed, another home's.
+    import io
+
+    name, tag, image = _built_here(docker_client)
+    child = f"lifecycle-test/{name}:built-on-it"
+    built, _ = docker_client.images.build(
+        fileobj=io.BytesIO(f"FROM {image.id}\nLABEL child=1\n".encode()), tag=child, rm=True
+    )
+    try:
+        why = f"image {child} is built on it, and stays"
+        assert _images_planned(name) == {image.id: (False, why), built.id: (False, NOT_OURS)}
+        result = CliRunner().invoke(
+            cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        assert f"image {tag}: keep ({why})" in result.stdout, result.output
+        assert docker_client.images.get(image.id).tags == [tag]  # not even untagged
+    finally:
+        _removed_quietly(docker_client, child, image.id)
 
 
 def test_an_image_dockerd_refuses_to_remove_at_its_moment_is_kept_and_not_recorded(
@@ -1102,14 +1137,14 @@ def test_an_image_dockerd_refuses_to_remove_at_its_moment_is_kept_and_not_record
     name, tag, image = _built_here(docker_client)
     started: list[Any] = []
 
-    def started_meanwhile(client: Any, decided: ImageDecision) -> str | None:
+    def started_meanwhile(client: Any, decided: ImageDecision, deleted: set[str]) -> str | None:
         started.append(
             client.containers.run(
                 decided.id, entrypoint=["sleep"], command=["300"], detach=True,
                 network_mode="none",
             )
         )  # fmt: skip
-        return real_remove(client, decided)
+        return real_remove(client, decided, deleted)
 
     real_remove = teardown_run.remove_image
     monkeypatch.setattr(teardown_run, "remove_image", started_meanwhile)
@@ -1141,9 +1176,9 @@ def test_an_image_gone_before_its_removal_is_said_gone_not_removed_and_not_recor
 
     name, tag, image = _built_here(docker_client)
 
-    def removed_meanwhile(client: Any, decided: ImageDecision) -> str | None:
+    def removed_meanwhile(client: Any, decided: ImageDecision, deleted: set[str]) -> str | None:
         client.images.remove(decided.id, force=True)  # this test's own image
-        return real_remove(client, decided)
+        return real_remove(client, decided, deleted)
 
     real_remove = teardown_run.remove_image
     monkeypatch.setattr(teardown_run, "remove_image", removed_meanwhile)
@@ -1375,3 +1410,93 @@ def test_the_image_of_a_cache_gone_from_this_host_goes_as_the_plan_says(
         assert _caches()[vanished.id].state == "missing"
     finally:
         _removed_quietly(docker_client, recorded.id, vanishing.id)
+
+
+@pytest.mark.docker
+def test_an_image_pulled_by_digest_is_kept_as_pulled_not_as_another_homes_unknown_build(
+    docker_client: Any, registry: str
+) -> None:
+    # This ledger recorded the pull (registry_images): "built by another home (not in this
+    # ledger)" was untrue. A pulled image is another home's build, never removed here
+    # (the schema's word on builds.removed_at): kept, and said why.
+    from lifecycle.build.engine import pull_image, push_image
+    from lifecycle.build.plan import DIGEST_LABEL
+    from lifecycle.demo.setup import ensure_demo
+    from lifecycle.ledger.builds import RegistryImage, record_registry_image
+
+    ensure_demo(docker_client)
+    name = f"teardown-test-{secrets.token_hex(4)}"
+    built = _engine_image(docker_client, name, f"lifecycle-test/{name}:pushed", record=False)
+    digest = built.labels[DIGEST_LABEL]
+    pushed = push_image(docker_client, built.id, f"lifecycle-test/{name}:pushed", registry)
+    try:
+        docker_client.images.remove(built.id, force=True)  # every name of it: gone here
+        ledger = Ledger.open(_home())  # another home's build, pulled into this one
+        pulled = pull_image(docker_client, pushed.reference, digest)
+        assert pulled.id == built.id and pulled.tags == []  # untagged: by digest
+        at = _stamp()
+        record_registry_image(
+            ledger, RegistryImage(pulled.id, digest, pushed.reference, "pulled", at)
+        )
+        ledger.close()
+        why = f"pulled here as {pushed.reference}: another home's build, never removed here"
+        assert _images_planned(name) == {pulled.id: (False, why)}
+        result = CliRunner().invoke(
+            cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        assert f"image {pulled.id[:19]}: keep ({why})" in result.stdout, result.output
+        assert NOT_OURS not in result.stdout
+        docker_client.images.get(pulled.id)  # still there
+    finally:
+        _removed_quietly(docker_client, built.id)
+
+
+@pytest.mark.docker
+def test_an_older_engine_image_a_bake_is_built_on_is_in_the_plan_and_its_layers_are_not(
+    docker_client: Any,
+) -> None:
+    # A rebuild takes the older engine image's tag; with a bake built on it, dockerd's default
+    # list hides it (an intermediate image, to dockerd): the plan said nothing of it, kept nor
+    # removed. Listing every image brings the build steps' images too, carrying the labels of
+    # the image they were built on: those stay out of the plan.
+    from lifecycle.demo.setup import ensure_demo
+    from lifecycle.ledger.builds import BakeRecord, record_bake
+    from lifecycle.teardown.containers import NAME_LABEL
+
+    ensure_demo(docker_client)
+    name = f"teardown-test-{secrets.token_hex(4)}"
+    tag, baked = f"lifecycle-test/{name}:engine", f"lifecycle-test/{name}:baked"
+    old = _engine_image(docker_client, name, tag)
+    bake = _engine_image(docker_client, name, baked, on=old.id, record=False)  # steps on `old`
+    new = _engine_image(docker_client, name, tag)  # the rebuild takes the tag
+    ledger = Ledger.open(_home())
+    made = BakeRecord(bake.id, baked, name, "d" * 64, old.id, "serve", "x", "[]", _stamp())
+    record_bake(ledger, made)
+    ledger.close()
+    every = docker_client.api.images(all=True, filters={"label": f"{NAME_LABEL}={name}"})
+    try:
+        assert docker_client.images.get(old.id).tags == []
+        assert len(every) > 3  # the build steps' images, labelled as the images they made
+        cache = _cache_of(bake.id, name, "live")  # the bake stays: a cache was booted from it
+        Path(cache.host_path).mkdir(parents=True)
+        planned = _images_planned(name)
+        assert planned == {
+            old.id: (False, f"bake {baked} is built on it, and stays"),
+            bake.id: (False, "a cache that stays was built by it"),
+            new.id: (True, "no remaining cache refers to it"),
+        }
+        # Once the bake goes, the older engine image goes after it, in the same run.
+        ledger = Ledger.open(_home())
+        with ledger.transaction() as conn:
+            conn.execute("UPDATE caches SET state = 'torn-down' WHERE id = ?", (cache.id,))
+        ledger.close()
+        result = CliRunner().invoke(
+            cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        assert f"removed image {baked}" in result.stdout, result.output
+        assert f"removed image {old.id[:19]}" in result.stdout, result.output
+        assert not docker_client.api.images(all=True, filters={"label": f"{NAME_LABEL}={name}"})
+    finally:
+        _removed_quietly(docker_client, bake.id, new.id, old.id)

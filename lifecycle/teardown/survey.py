@@ -36,7 +36,7 @@ from lifecycle.ledger.boots import (
     tainted_files,
     used_pairs,
 )
-from lifecycle.ledger.builds import all_bakes, all_builds, mcv_images
+from lifecycle.ledger.builds import all_bakes, all_builds, mcv_images, pulled_images
 from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import (
     ResultArchiveRecord,
@@ -295,6 +295,7 @@ def images_going(
         keeps=request.image_keeps,
         baked_from=baked_from,
         mcv_of=mcv_of,
+        pulled=pulled_images(ledger),
     )
 
 
