@@ -116,7 +116,7 @@ def test_an_image_that_does_not_exist_is_already_gone_not_removed_here() -> None
     client = connect(os.environ)
     try:
         missing = ImageDecision("sha256:" + "0" * 64, ("lifecycle-test/none:gone",), "x", True, "")
-        assert remove_image(client, missing) == ALREADY_GONE  # not this run's removal
+        assert remove_image(client, missing, set()) == ALREADY_GONE  # not this run's removal
         with pytest.raises(sdk_errors()) as caught:
             client.images.get("lifecycle-test/none:gone")
         assert isinstance(caught.value, docker.errors.NotFound)

@@ -1063,18 +1063,28 @@ def test_images_this_home_built_go_unless_a_cache_or_container_uses_them(
                 docker_client.images.remove(tag, force=True)
 
 
-def test_an_image_dockerd_only_untags_is_said_kept_not_removed(docker_client: Any) -> None:
+def test_an_image_dockerd_only_untags_is_said_kept_not_removed(
+    docker_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # dockerd keeps an image another is built on (a bake, a user's own): removing its tag
-    # untags it and says nothing; teardown said "removed image" of an image still there.
+    # untags it and says nothing; teardown said "removed image" of an image still there. One
+    # built on it before the plan keeps it in the plan (below); this one came since.
     import io
 
     from docker.errors import ImageNotFound
 
+    from lifecycle.teardown import run as teardown_run
+
     name, tag, image = _built_here(docker_client)
     child = f"lifecycle-test/{name}:built-on-it"
-    docker_client.images.build(
-        fileobj=io.BytesIO(f"FROM {image.id}\nLABEL child=1\n".encode()), tag=child, rm=True
-    )
+
+    def built_on_meanwhile(client: Any, decided: ImageDecision, deleted: set[str]) -> str | None:
+        dockerfile = f"FROM {image.id}\nLABEL child=1\n"
+        client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=child, rm=True)
+        return real_remove(client, decided, deleted)
+
+    real_remove = teardown_run.remove_image
+    monkeypatch.setattr(teardown_run, "remove_image", built_on_meanwhile)
     try:
         result = CliRunner().invoke(
             cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
@@ -1087,6 +1097,31 @@ def test_an_image_dockerd_only_untags_is_said_kept_not_removed(docker_client: An
         for reference in (child, image.id):
             with contextlib.suppress(ImageNotFound):
                 docker_client.images.remove(reference, force=True)
+
+
+def test_an_image_built_on_one_this_home_built_keeps_it_and_the_plan_says_so(
+    docker_client: Any,
+) -> None:
+    # The plan said "remove" of an image a user's own image was built on; the run then said
+    # dockerd only untagged it. Its labels are the image's own: listed, another home's.
+    import io
+
+    name, tag, image = _built_here(docker_client)
+    child = f"lifecycle-test/{name}:built-on-it"
+    built, _ = docker_client.images.build(
+        fileobj=io.BytesIO(f"FROM {image.id}\nLABEL child=1\n".encode()), tag=child, rm=True
+    )
+    try:
+        why = f"image {child} is built on it, and stays"
+        assert _images_planned(name) == {image.id: (False, why), built.id: (False, NOT_OURS)}
+        result = CliRunner().invoke(
+            cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        assert f"image {tag}: keep ({why})" in result.stdout, result.output
+        assert docker_client.images.get(image.id).tags == [tag]  # not even untagged
+    finally:
+        _removed_quietly(docker_client, child, image.id)
 
 
 def test_an_image_dockerd_refuses_to_remove_at_its_moment_is_kept_and_not_recorded(
@@ -1102,14 +1137,14 @@ def test_an_image_dockerd_refuses_to_remove_at_its_moment_is_kept_and_not_record
     name, tag, image = _built_here(docker_client)
     started: list[Any] = []
 
-    def started_meanwhile(client: Any, decided: ImageDecision) -> str | None:
+    def started_meanwhile(client: Any, decided: ImageDecision, deleted: set[str]) -> str | None:
         started.append(
             client.containers.run(
                 decided.id, entrypoint=["sleep"], command=["300"], detach=True,
                 network_mode="none",
             )
         )  # fmt: skip
-        return real_remove(client, decided)
+        return real_remove(client, decided, deleted)
 
     real_remove = teardown_run.remove_image
     monkeypatch.setattr(teardown_run, "remove_image", started_meanwhile)
@@ -1141,9 +1176,9 @@ def test_an_image_gone_before_its_removal_is_said_gone_not_removed_and_not_recor
 
     name, tag, image = _built_here(docker_client)
 
-    def removed_meanwhile(client: Any, decided: ImageDecision) -> str | None:
+    def removed_meanwhile(client: Any, decided: ImageDecision, deleted: set[str]) -> str | None:
         client.images.remove(decided.id, force=True)  # this test's own image
-        return real_remove(client, decided)
+        return real_remove(client, decided, deleted)
 
     real_remove = teardown_run.remove_image
     monkeypatch.setattr(teardown_run, "remove_image", removed_meanwhile)
@@ -1270,3 +1305,198 @@ def _built_here(docker_client: Any) -> tuple[str, str, Any]:
     record_build(ledger, built)
     ledger.close()
     return name, tag, image
+
+
+def _engine_image(
+    docker_client: Any, name: str, tag: str, *, on: str | None = None, record: bool = True
+) -> Any:
+    """An image of manifest `name` tagged `tag`, built FROM the demo engine (or `on`); with
+    `record`, recorded as built by this home. Its labels are passed to dockerd's build, so it
+    leaves intermediate images that carry them, as a bake's steps carry its engine's."""
+    import io
+
+    from lifecycle.build.plan import DIGEST_LABEL
+    from lifecycle.demo.images import engine_image
+    from lifecycle.ledger import BuildRecord
+    from lifecycle.teardown.containers import NAME_LABEL
+    from tests.services import TEST_LABEL
+
+    labels = {DIGEST_LABEL: secrets.token_hex(32), NAME_LABEL: name, TEST_LABEL: "teardown"}
+    dockerfile = f"FROM {on or engine_image('0.2.0')}\nENV LIFECYCLE_TEST={tag}\n"
+    image, _ = docker_client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=labels, rm=True
+    )
+    if not record:
+        return image
+    ledger = Ledger.open(_home())
+    built = BuildRecord(
+        started_at=_stamp(), duration_s=1.0, manifest_name=name, manifest_file="manifest.yaml",
+        manifest_digest=labels[DIGEST_LABEL], tag=tag, image_id=image.id, outcome="built",
+        error=None, log_path=None,
+    )  # fmt: skip
+    record_build(ledger, built)
+    ledger.close()
+    return image
+
+
+def _cache_of(image_id: str, manifest: str, state: str) -> CacheRecord:
+    """A cache of `manifest` booted from `image_id`, in `state`, whose dir is not there."""
+    cache_id = f"vllm-{secrets.token_hex(4)}"
+    cache = CacheRecord(
+        id=cache_id, cache_key=secrets.token_hex(32), cache_name="vllm", manifest_name=manifest,
+        manifest_digest="d" * 64, image_id=image_id, arch="unknown",
+        host_path=str(Home(_home()).cache_dir(cache_id)), container_path="/var/cache/vllm",
+        state=state, in_use_by=None, created_at=_stamp(),
+    )  # fmt: skip
+    ledger = Ledger.open(_home())
+    with ledger.transaction() as conn:
+        insert(conn, "caches", cache)
+    ledger.close()
+    return cache
+
+
+def _images_planned(name: str, *args: str) -> dict[str, tuple[bool, str]]:
+    """image id -> (removes, why) in the plan of `teardown --images --manifest name`."""
+    result = CliRunner().invoke(
+        cli, ["teardown", "--images", "--manifest", name, "--dry-run", "--json", *args],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    images = json.loads(result.stdout)["plan"]["images"]
+    return {i["id"]: (i["removes"], i["why"]) for i in images}
+
+
+def _removed_quietly(docker_client: Any, *references: str) -> None:
+    from docker.errors import ImageNotFound
+
+    for reference in references:
+        with contextlib.suppress(ImageNotFound):
+            docker_client.images.remove(reference, force=True)
+
+
+@pytest.mark.docker
+def test_the_image_of_a_cache_gone_from_this_host_goes_as_the_plan_says(
+    docker_client: Any,
+) -> None:
+    # A cache whose dir vanished is recorded `missing` (no archive to say nothing was lost):
+    # the plan kept its image because "a cache that stays was built by it", and the run kept
+    # the image of every cache recorded `missing` for ever, while the plan of a later run said
+    # it would go. Nothing boots from a missing cache: its image goes as a torn-down one's.
+    from docker.errors import ImageNotFound
+
+    from lifecycle.demo.setup import ensure_demo
+
+    ensure_demo(docker_client)
+    name = f"teardown-test-{secrets.token_hex(4)}"
+    recorded = _engine_image(docker_client, name, f"lifecycle-test/{name}:missing")
+    vanishing = _engine_image(docker_client, name, f"lifecycle-test/{name}:vanishing")
+    _cache_of(recorded.id, name, "missing")
+    vanished = _cache_of(vanishing.id, name, "live")  # its dir is not there: recorded as gone
+    try:
+        planned = _images_planned(name)
+        assert planned == {
+            recorded.id: (True, "no remaining cache refers to it"),
+            vanishing.id: (True, "no remaining cache refers to it"),
+        }
+        result = CliRunner().invoke(
+            cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        assert f"recorded {vanished.id} as missing: its dir was gone" in result.stdout
+        for image in (recorded, vanishing):
+            assert f"removed image {image.tags[0]}" in result.stdout, result.output
+            with pytest.raises(ImageNotFound):
+                docker_client.images.get(image.id)
+        assert _caches()[vanished.id].state == "missing"
+    finally:
+        _removed_quietly(docker_client, recorded.id, vanishing.id)
+
+
+@pytest.mark.docker
+def test_an_image_pulled_by_digest_is_kept_as_pulled_not_as_another_homes_unknown_build(
+    docker_client: Any, registry: str
+) -> None:
+    # This ledger recorded the pull (registry_images): "built by another home (not in this
+    # ledger)" was untrue. A pulled image is another home's build, never removed here
+    # (the schema's word on builds.removed_at): kept, and said why.
+    from lifecycle.build.engine import pull_image, push_image
+    from lifecycle.build.plan import DIGEST_LABEL
+    from lifecycle.demo.setup import ensure_demo
+    from lifecycle.ledger.builds import RegistryImage, record_registry_image
+
+    ensure_demo(docker_client)
+    name = f"teardown-test-{secrets.token_hex(4)}"
+    built = _engine_image(docker_client, name, f"lifecycle-test/{name}:pushed", record=False)
+    digest = built.labels[DIGEST_LABEL]
+    pushed = push_image(docker_client, built.id, f"lifecycle-test/{name}:pushed", registry)
+    try:
+        docker_client.images.remove(built.id, force=True)  # every name of it: gone here
+        ledger = Ledger.open(_home())  # another home's build, pulled into this one
+        pulled = pull_image(docker_client, pushed.reference, digest)
+        assert pulled.id == built.id and pulled.tags == []  # untagged: by digest
+        at = _stamp()
+        record_registry_image(
+            ledger, RegistryImage(pulled.id, digest, pushed.reference, "pulled", at)
+        )
+        ledger.close()
+        why = f"pulled here as {pushed.reference}: another home's build, never removed here"
+        assert _images_planned(name) == {pulled.id: (False, why)}
+        result = CliRunner().invoke(
+            cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        assert f"image {pulled.id[:19]}: keep ({why})" in result.stdout, result.output
+        assert NOT_OURS not in result.stdout
+        docker_client.images.get(pulled.id)  # still there
+    finally:
+        _removed_quietly(docker_client, built.id)
+
+
+@pytest.mark.docker
+def test_an_older_engine_image_a_bake_is_built_on_is_in_the_plan_and_its_layers_are_not(
+    docker_client: Any,
+) -> None:
+    # A rebuild takes the older engine image's tag; with a bake built on it, dockerd's default
+    # list hides it (an intermediate image, to dockerd): the plan said nothing of it, kept nor
+    # removed. Listing every image brings the build steps' images too, carrying the labels of
+    # the image they were built on: those stay out of the plan.
+    from lifecycle.demo.setup import ensure_demo
+    from lifecycle.ledger.builds import BakeRecord, record_bake
+    from lifecycle.teardown.containers import NAME_LABEL
+
+    ensure_demo(docker_client)
+    name = f"teardown-test-{secrets.token_hex(4)}"
+    tag, baked = f"lifecycle-test/{name}:engine", f"lifecycle-test/{name}:baked"
+    old = _engine_image(docker_client, name, tag)
+    bake = _engine_image(docker_client, name, baked, on=old.id, record=False)  # steps on `old`
+    new = _engine_image(docker_client, name, tag)  # the rebuild takes the tag
+    ledger = Ledger.open(_home())
+    made = BakeRecord(bake.id, baked, name, "d" * 64, old.id, "serve", "x", "[]", _stamp())
+    record_bake(ledger, made)
+    ledger.close()
+    every = docker_client.api.images(all=True, filters={"label": f"{NAME_LABEL}={name}"})
+    try:
+        assert docker_client.images.get(old.id).tags == []
+        assert len(every) > 3  # the build steps' images, labelled as the images they made
+        cache = _cache_of(bake.id, name, "live")  # the bake stays: a cache was booted from it
+        Path(cache.host_path).mkdir(parents=True)
+        planned = _images_planned(name)
+        assert planned == {
+            old.id: (False, f"bake {baked} is built on it, and stays"),
+            bake.id: (False, "a cache that stays was built by it"),
+            new.id: (True, "no remaining cache refers to it"),
+        }
+        # Once the bake goes, the older engine image goes after it, in the same run.
+        ledger = Ledger.open(_home())
+        with ledger.transaction() as conn:
+            conn.execute("UPDATE caches SET state = 'torn-down' WHERE id = ?", (cache.id,))
+        ledger.close()
+        result = CliRunner().invoke(
+            cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        assert f"removed image {baked}" in result.stdout, result.output
+        assert f"removed image {old.id[:19]}" in result.stdout, result.output
+        assert not docker_client.api.images(all=True, filters={"label": f"{NAME_LABEL}={name}"})
+    finally:
+        _removed_quietly(docker_client, bake.id, new.id, old.id)

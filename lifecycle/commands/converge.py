@@ -61,7 +61,8 @@ from lifecycle.policy.keep import PolicyRules, Verdict, evaluate
 from lifecycle.policy.model import Policy, read_policy, seconds
 from lifecycle.report import Report, plain
 from lifecycle.table import human_bytes, lines_text, some_of, visible
-from lifecycle.teardown.plan import Action, TeardownPlan, image_name, plan_json, plan_text
+from lifecycle.teardown.containers import image_name
+from lifecycle.teardown.plan import Action, TeardownPlan, plan_json, plan_text
 from lifecycle.teardown.removal import teardown_lock
 from lifecycle.teardown.run import TeardownResult, result_json, run_teardown, summary_text
 from lifecycle.teardown.survey import Services, TeardownRequest, make_plan

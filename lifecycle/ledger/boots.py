@@ -40,6 +40,12 @@ class CacheRecord(CacheRow):
     state: str = "live"  # live | archived | torn-down | missing
     in_use_by: str | None = None  # the boot holding it
 
+    @property
+    def gone(self) -> bool:
+        """Whether its dir is no longer on this host: a teardown removed it, or it vanished
+        behind the ledger's back (`missing`). Nothing boots from it, nor removes it, again."""
+        return self.state in ("torn-down", "missing")
+
     def row(self) -> CacheRow:
         """The row without this host's bookkeeping, as records carry it."""
         return CacheRow(**{f.name: getattr(self, f.name) for f in fields(CacheRow)})

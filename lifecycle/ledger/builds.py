@@ -264,6 +264,12 @@ def registry_images(ledger: Ledger, image_id: str) -> list[RegistryImage]:
     return ledger.records(RegistryImage, sql, (image_id,))
 
 
+def pulled_images(ledger: Ledger) -> dict[str, str]:
+    """Image id -> the reference this host last pulled it by."""
+    sql = "SELECT image_id, reference FROM registry_images WHERE how = 'pulled' ORDER BY at, rowid"
+    return {str(row["image_id"]): str(row["reference"]) for row in ledger.query(sql)}
+
+
 def images_of(ledger: Ledger, manifest_digest: str) -> list[str]:
     """The image ids this host built (or found up to date) or pulled for a manifest digest,
     newest first, each once: the order in which `boot` prefers them. An interrupted build's

@@ -534,7 +534,7 @@ def _unread_records(store: BlobStore, unread: Unread, say: Say) -> None:
 
 def _on_disk(ledger: Ledger, cache_id: str) -> bool:
     cache = cache_by_id(ledger, cache_id)
-    return cache is not None and cache.state not in ("torn-down", "missing")
+    return cache is not None and not cache.gone
 
 
 def _stamp() -> str:

@@ -35,6 +35,9 @@ class BootContainer:
 
 
 NOT_OURS = "built by another home (not in this ledger)"
+# An image only a pull names in this ledger: another home built it (the schema's word on
+# builds.removed_at), so it is never removed here.
+PULLED = "pulled here as {}: another home's build, never removed here"
 # Gone from dockerd between the listing and the removal: not this run's removal.
 ALREADY_GONE = "already gone from dockerd: removed by someone else since it was listed"
 
@@ -99,12 +102,15 @@ def plan_images(
     keeps: Mapping[str, str] = MappingProxyType({}),
     baked_from: Mapping[str, str] = MappingProxyType({}),
     mcv_of: Mapping[str, str] = MappingProxyType({}),
+    pulled: Mapping[str, str] = MappingProxyType({}),
 ) -> list[ImageDecision]:
     """Engine images (of `manifest` if given): removed when this home built them (`built_here`,
     the ledger's build image ids) and no remaining cache or container refers to them, nor a
     policy keeps them (`keeps`: image id -> why). A bake (`baked_from`: its image id -> the
     engine image's) stays while its engine image does, and goes before it (a child first); its
-    MCV images (`mcv_of`: image id -> the bake's) stay and go with it.
+    MCV images (`mcv_of`: image id -> the bake's) stay and go with it. An image another that
+    stays is built on stays (dockerd would only untag it). One only pulled here (`pulled`:
+    image id -> the reference) stays.
     `listed`: every container (they hold their images); `removed_containers`, the ids of those
     that go before the images do.
 
@@ -117,17 +123,26 @@ def plan_images(
                 f"{container_name(container)} ({container.attrs.get('State')})"
             )
     decisions: dict[str, ImageDecision] = {}
-    # dockerd's list as it gives it: the SDK's images.list inspects each image it lists, a
-    # request apiece (180 images on a shared CI host: 0.8 s of a 2 s plan). MCV images last:
-    # each is decided as its bake was.
-    listed_images = client.api.images(filters={"label": DIGEST_LABEL})
-    for image in sorted(listed_images, key=lambda image: image["Id"] in mcv_of):
-        image_id, labels = image["Id"], image.get("Labels") or {}
-        tags = tuple(tag for tag in image.get("RepoTags") or () if tag != "<none>:<none>")
+    images = EngineImages.listed(client, {*built_here, *pulled})
+    built_on = images.built_on()
+    # MCV images last: each is decided as its bake was. Before each image, those built on
+    # it: it stays while one of them does (one this plan does not decide on stays).
+    ordered = sorted(
+        images.shown.values(), key=lambda i: (i["Id"] in mcv_of, -images.depth(i["Id"]))
+    )
+    for image in ordered:
+        image_id, labels, tags = image["Id"], image.get("Labels") or {}, tags_of(image)
         name = labels.get(NAME_LABEL, "?")
         if manifest is not None and name != manifest:
             continue
-        if image_id not in built_here:
+        staying = [
+            child
+            for child in built_on.get(image_id, ())
+            if child not in decisions or not decisions[child].removes
+        ]
+        if image_id in pulled and image_id not in built_here:
+            removes, why = False, PULLED.format(pulled[image_id])
+        elif image_id not in built_here:
             removes, why = False, NOT_OURS
         elif image_id in kept_image_ids:
             removes, why = False, "a cache that stays was built by it"
@@ -138,6 +153,11 @@ def plan_images(
             held = users[image_id]
             many = f"{count_of(len(held), 'container')}: " if len(held) > 1 else "container "
             removes, why = False, f"used by {many}{some_of(held)}"
+        elif staying:
+            child = staying[0]
+            kind = "bake" if child in baked_from else "image"
+            named = image_name(tags_of(images.shown[child]), child)
+            removes, why = False, f"{kind} {named} is built on it, and stays"
         elif image_id in mcv_of:
             removes, why = _with_its_bake(decisions.get(mcv_of[image_id]))
         elif (engine := baked_from.get(image_id, "")) in kept_image_ids or engine in keeps:
@@ -147,8 +167,68 @@ def plan_images(
         decisions[image_id] = ImageDecision(image_id, tags, name, removes, why)
     children = baked_from.keys() | mcv_of.keys()
     return sorted(
-        decisions.values(), key=lambda d: (d.manifest_name, d.id not in children, d.tags, d.id)
+        decisions.values(),
+        key=lambda d: (d.manifest_name, d.id not in children, -images.depth(d.id), d.tags, d.id),
     )
+
+
+@dataclass(frozen=True)
+class EngineImages:
+    """dockerd's images labelled with a manifest digest, and which is built on which."""
+
+    shown: dict[str, dict[str, Any]]  # id -> the engine images, bakes and MCV images
+    ancestors: Mapping[str, tuple[str, ...]]  # id of one shown -> every image it is built on
+
+    @classmethod
+    def listed(cls, client: Any, recorded: Collection[str]) -> EngineImages:
+        """Every labelled image, in one request (the SDK's images.list inspects each image,
+        a request apiece: 180 images on a shared CI host, 0.8 s of a 2 s plan). Of those,
+        the images `docker images` shows (named, or nothing built on it) and the ones this
+        ledger records (`recorded`), such as an older engine image, untagged, that a bake
+        is built on. Never a build step's image: it carries the labels of the image it was
+        built on, yet no name nor record names it."""
+        every = client.api.images(all=True, filters={"label": DIGEST_LABEL})
+        parent_of = {i["Id"]: i.get("ParentId") or "" for i in every}
+        parents = set(parent_of.values())
+        shown = {
+            i["Id"]: i for i in every if _named(i) or i["Id"] not in parents or i["Id"] in recorded
+        }
+        ancestors = {}
+        for image_id in shown:
+            chain, parent = [], parent_of[image_id]
+            while parent in parent_of:  # an unlabelled one (the base's) ends it
+                chain.append(parent)
+                parent = parent_of[parent]
+            ancestors[image_id] = tuple(chain)
+        return cls(shown, ancestors)
+
+    def depth(self, image_id: str) -> int:
+        """How many images listed it is built on: one built on another comes first."""
+        return len(self.ancestors.get(image_id, ()))
+
+    def built_on(self) -> dict[str, list[str]]:
+        """Image id -> the images shown built on it, however many steps away."""
+        found: dict[str, list[str]] = {}
+        for image_id, chain in self.ancestors.items():
+            for ancestor in chain:
+                found.setdefault(ancestor, []).append(image_id)
+        return found
+
+
+def tags_of(image: Mapping[str, Any]) -> tuple[str, ...]:
+    """An image's tags as dockerd's list gives them, without its placeholder."""
+    return tuple(tag for tag in image.get("RepoTags") or () if tag != "<none>:<none>")
+
+
+def _named(image: Mapping[str, Any]) -> bool:
+    """Whether dockerd has a name for the image: a tag, or a digest it was pulled by."""
+    digests = [d for d in image.get("RepoDigests") or () if d != "<none>@<none>"]
+    return bool(tags_of(image) or digests)
+
+
+def image_name(tags: tuple[str, ...], image_id: str) -> str:
+    """An image as listings name it: its tags, else its short id."""
+    return ", ".join(tags) if tags else image_id[:19]
 
 
 def _with_its_bake(bake: ImageDecision | None) -> tuple[bool, str]:
@@ -159,17 +239,20 @@ def _with_its_bake(bake: ImageDecision | None) -> tuple[bool, str]:
     return bake.removes, f"an MCV image of bake {named}, which {fate}"
 
 
-def remove_image(client: Any, image: ImageDecision) -> str | None:
+def remove_image(client: Any, image: ImageDecision, deleted: set[str]) -> str | None:
     """Untag and delete an image without force; dockerd's refusal (a container started on it
     meanwhile), or its keeping the image untagged, comes back as the problem instead of being
-    forced through; one gone before any of its names was removed here, as ALREADY_GONE."""
+    forced through; one gone before any of its names was removed here, as ALREADY_GONE.
+    `deleted` gains what dockerd deleted: the image, and the untagged images it was built on
+    that nothing else needs (an older engine image under a bake goes with the bake)."""
     from docker.errors import APIError, ImageNotFound
 
     removed = False  # a name of it, by this call
     try:
         for reference in image.tags or (image.id,):
             with suppress(ImageNotFound):  # that name, or the whole image, went meanwhile
-                client.images.remove(reference)
+                answer = client.api.remove_image(reference)
+                deleted.update(str(item["Deleted"]) for item in answer or () if "Deleted" in item)
                 removed = True
         # Untagged is not removed: dockerd keeps an image another is built on (a bake), and
         # says nothing of it.

@@ -19,7 +19,13 @@ from lifecycle.archive.verify import VerifiedRecord
 from lifecycle.ledger.archives import ArchiveRecord
 from lifecycle.ledger.boots import CacheRecord, TaintedFile
 from lifecycle.table import count_of, human_age, human_bytes, lines_text, render, some_of
-from lifecycle.teardown.containers import ALREADY_GONE, NOT_OURS, BootContainer, ImageDecision
+from lifecycle.teardown.containers import (
+    ALREADY_GONE,
+    NOT_OURS,
+    BootContainer,
+    ImageDecision,
+    image_name,
+)
 from lifecycle.teardown.removal import (
     Tree,
     Unfinished,
@@ -369,8 +375,3 @@ def image_lines(images: Sequence[ImageDecision], *, done: bool) -> list[str]:
     if theirs:
         lines.append(f"kept {count_of(len(theirs), 'image')} {NOT_OURS}: {some_of(theirs)}")
     return lines
-
-
-def image_name(tags: tuple[str, ...], image_id: str) -> str:
-    """An image as listings name it: its tags, else its short id."""
-    return ", ".join(tags) if tags else image_id[:19]

@@ -36,7 +36,7 @@ from lifecycle.ledger.boots import (
     tainted_files,
     used_pairs,
 )
-from lifecycle.ledger.builds import all_bakes, all_builds, mcv_images
+from lifecycle.ledger.builds import all_bakes, all_builds, mcv_images, pulled_images
 from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import (
     ResultArchiveRecord,
@@ -106,7 +106,7 @@ def make_plan(
     """
     every = all_caches(ledger) if every is None else every
     notes = _named(request.selection.cache_ids, every)
-    caches = [c for c in every if c.state not in ("torn-down", "missing")]
+    caches = [c for c in every if not c.gone]
     listed, docker_problem = listed_containers(services, every=True)  # one request serves all
     mounts = running_mounts(listed)
     archives = {c.id: a for c in caches if (a := archive_of(ledger, c.id)) is not None}
@@ -153,13 +153,15 @@ def make_plan(
         )
         for c in caches
     )
-    torn_down = {c.id for c in every if c.state in ("torn-down", "missing")}
-    gone = torn_down | {d.cache.id for d in decisions if d.removes or d.action is Action.SETTLE}
+    # A cache recorded as gone (its dir vanished) is gone as a removed one is: nothing boots
+    # from it, so it holds neither its boots' containers nor its image.
+    gone = {c.id for c in every if c.gone}
+    gone |= {d.cache.id for d in decisions if d.action is not Action.KEEP}
     docker = None if docker_problem else services.docker
     containers, with_image = containers_going(ledger, listed, gone, pairs)
     images: tuple[ImageDecision, ...] = ()
     if request.images and docker is not None:
-        kept = {d.cache.image_id for d in decisions if not d.removes}
+        kept = {d.cache.image_id for d in decisions if d.action is Action.KEEP}
         users = containers + with_image
         images = tuple(images_going(ledger, docker, listed, kept, request, users))
         containers += with_their_images(with_image, images)
@@ -293,6 +295,7 @@ def images_going(
         keeps=request.image_keeps,
         baked_from=baked_from,
         mcv_of=mcv_of,
+        pulled=pulled_images(ledger),
     )
 
 
