@@ -54,9 +54,9 @@ from lifecycle.withheld import masked_links
 
 # Permission bits a restore keeps: never setuid, setgid or sticky, never writable by others.
 SAFE_MODES = 0o775
-_CACHE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*-[0-9a-f]{12}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_TREE_PREFIX = re.compile(r"^[0-9a-f]{8,64}$")
+_CACHE_ID = re.compile(r"[a-z0-9][a-z0-9._-]*-[0-9a-f]{12}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_TREE_PREFIX = re.compile(r"[0-9a-f]{8,64}")
 
 
 @dataclass(frozen=True)
@@ -480,7 +480,7 @@ def _check_paths(entries: tuple[Entry, ...]) -> None:
             raise ArchiveError(f"archived fingerprint has a NUL byte in {e.path!r}")
         if not 0 <= e.mode <= 0o7777:
             raise ArchiveError(f"archived fingerprint has mode {e.mode:o} for {e.path!r}")
-        if e.kind == "file" and not (e.sha256 and _SHA256.match(e.sha256) and e.size >= 0):
+        if e.kind == "file" and not (e.sha256 and _SHA256.fullmatch(e.sha256) and e.size >= 0):
             raise ArchiveError(f"archived fingerprint has no sha256 and size for {e.path!r}")
 
 
@@ -559,13 +559,13 @@ def _rename_into(temp: Path, target: Path) -> None:
 
 def check_tree(tree: str | None) -> None:
     """A tree digest, or a prefix of one a person can type (at least 8 hex digits)."""
-    if tree is not None and not _TREE_PREFIX.match(tree):
+    if tree is not None and not _TREE_PREFIX.fullmatch(tree):
         raise LifecycleError(f"{tree!r} is not a tree digest (8 to 64 hex digits)")
 
 
 def check_cache_id(cache_id: str) -> None:
     """A cache id as boots make them (`<cache name>-<12 hex digits>`): it becomes a dir name."""
-    if not _CACHE_ID.match(cache_id):
+    if not _CACHE_ID.fullmatch(cache_id):
         raise LifecycleError(
             f"{cache_id!r} is not a cache id (NAME-0123456789ab, as `lifecycle caches` lists)"
         )
