@@ -278,11 +278,15 @@ def _version_with_files(
 
 def _failed(
     exc: LifecycleError | OSError, cache_id: str, location: ArchiveLocation
-) -> ArchiveError | DiskFull:
-    """A restore's failure in one line, of the error's family (so its exit code)."""
+) -> LifecycleError:
+    """A restore's failure in one line, of the error's family (so its exit code): the
+    archive's answer, a full disk, or a tree prefix that said too little; any other error met
+    in what the archive holds is the archive's answer (a fingerprint that does not parse)."""
     failed = f"restore of {cache_id} from {location.url()} failed"
     if isinstance(exc, ArchiveError | DiskFull):
         return exc.within(failed)
+    if isinstance(exc, TreeAmbiguous):
+        return TreeAmbiguous(f"{failed}: {exc}")
     why = os_problem(exc) if isinstance(exc, OSError) else exc
     return ArchiveError(f"{failed}: {why}")
 
@@ -364,9 +368,7 @@ def pick_version(
         raise ArchiveError(f"no {what} archived at {store.location.url()}")
     trees = {k.tree for k in found}
     if tree is not None and len(trees) > 1:
-        raise LifecycleError(
-            f"{tree!r} names {len(trees)} versions of {cache_id}: give more digits"
-        )
+        raise TreeAmbiguous(f"{tree!r} names {len(trees)} versions of {cache_id}: give more digits")
     records, unread = _readable_versions(store, [k.key for k in found])
     records.sort(key=lambda pair: (pair[1].with_content, pair[1].archived_at, pair[0]))
     return *records[-1], unread
@@ -555,6 +557,11 @@ def _rename_into(temp: Path, target: Path) -> None:
         if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
             raise ArchiveError(f"{target}: File exists (made meanwhile; not replaced)") from exc
         raise
+
+
+class TreeAmbiguous(LifecycleError):
+    """A tree prefix that more than one version of the cache starts with: bad input (exit 2),
+    whichever verb was asked; more digits name one."""
 
 
 def check_tree(tree: str | None) -> None:
