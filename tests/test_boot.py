@@ -314,3 +314,31 @@ def test_where_opens_cannot_be_observed_the_log_stands_in_and_says_so(
     assert bundle["caches"]["vllm"]["observed"] is False
     assert bundle["boot"]["not_observed"].startswith("too few inotify watches")
     assert warm["outcome"] == "ok"
+
+
+def test_a_container_dockerd_refuses_to_start_is_the_boots_failure_and_is_removed(
+    project: Path, docker_client: Any
+) -> None:
+    # dockerd creates a container on a network it does not have, and refuses only its start.
+    child = project / "manifests/demo/0.2/manifest.yaml"
+    child.write_text(
+        child.read_text() + "  nowhere:\n    command: [python3, -m, demollm.serve]\n"
+        "    network: nosuch\n"
+    )
+    _built(project)
+    result = _lifecycle(project, "boot", "demo/0.2", "--profile", "nowhere")
+    assert result.exit_code == 1, result.output
+    [line] = result.stderr.strip().splitlines()
+    assert "dockerd refused to start the container" in line and "nosuch" in line, line
+    assert "a bug" not in line
+    [failed] = json.loads(_lifecycle(project, "boots", "--json").stdout)["boots"]
+    assert failed["outcome"] == "failed" and "nosuch" in failed["error"], failed
+    assert failed["exit_code"] is None
+    home = Path(os.environ["LIFECYCLE_HOME"])
+    assert not list(home.glob("crashes/*")), "the refusal wrote a traceback"
+    left = docker_client.containers.list(
+        all=True, filters={"label": f"lifecycle.boot.id={failed['id']}"}
+    )
+    assert left == [], [c.status for c in left]
+    # Its caches are let go: the next boot mounts them, none held by the failed one.
+    assert all(c["in_use_by"] is None for c in _caches(project).values())

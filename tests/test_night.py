@@ -193,6 +193,37 @@ def test_a_night_killed_once_a_run_is_recorded_counts_that_run_once_when_resumed
     assert state(project) == "up"
 
 
+def test_a_cell_whose_container_dockerd_refuses_to_start_is_a_failed_run_not_a_crashed_night(
+    project: Path, docker_client: Any
+) -> None:
+    manifest = project / "manifests/demo/0.2/manifest.yaml"
+    # dockerd creates a container on a network it does not have, and refuses only its start.
+    manifest.write_text(
+        manifest.read_text() + "profiles:\n  nowhere:\n    command: [python3, -m, demollm.serve]\n"
+        "    network: nosuch\n"
+    )
+    code, _, err = finish(lifecycle(project, "build", "demo/0.2"))  # its own digest
+    assert code == 0, err
+    nowhere = {"boot_profile": "nowhere", "checks": SLOW["checks"]}
+    plan = write_plan(project, "nowhere", pins=["demo/0.2"], cache_states=["cold"],
+                      profiles={"nowhere": nowhere})  # fmt: skip
+    code, out, err = finish(lifecycle(project, "night", str(plan), "--json"))
+    assert code == 1, err  # finished, and the answer is no: its one run failed
+    assert "a bug" not in err and "Traceback" not in err, err
+    report = json.loads(out or "null")
+    assert report, err
+    assert report["state"] == "finished" and state(project) == "up"
+    [cell] = report["cells"]
+    [run] = cell["runs"]
+    assert run["outcome"] == "failed" and run["boot_id"] is not None, run
+    assert "dockerd refused to start the container" in run["error"] and "nosuch" in run["error"]
+    assert run["verdict"] != "pass"
+    assert runs("demo/0.2:nowhere:cold", "done") == [(1, 1, run["boot_id"])]
+    assert docker_client.containers.list(
+        all=True, filters={"label": f"lifecycle.boot.id={run['boot_id']}"}
+    ) == []  # fmt: skip
+
+
 def _running_boots() -> list[str]:
     started = journal(home(), "SELECT boot_id FROM night_runs WHERE step = 'done'")
     boots = journal(home(), "SELECT id FROM boots WHERE outcome = 'running'")

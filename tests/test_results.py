@@ -124,12 +124,16 @@ def test_what_cannot_be_recorded_is_refused_and_named(tmp_path: Path) -> None:
     _boot(ledger, "b-running", outcome="running", ended_at=None)
     add_result(ledger, ResultRequest(boot.id, "smoke", "pass"), NOW)
     doc = b'{"metrics": {"a": [1]}}'
+    newline = b'{"metrics": {"margin\\n": 1}}'
     cases = [
         (ResultRequest("b-20261010T080000-abcdeg", "x", "pass"), f"did you mean {boot.id!r}"),
         (ResultRequest("b-running", "x", "pass"), "has not ended"),
         (ResultRequest(boot.id, "smoke", "fail"), "already has a result named 'smoke'"),
         (ResultRequest(boot.id, "x", "passed"), "expected one of pass, fail, inconclusive"),
         (ResultRequest(boot.id, "a name", "pass"), "result name 'a name'"),
+        # Whole names: `re.match` with a `$` would take the trailing newline.
+        (ResultRequest(boot.id, "smoke\n", "pass"), r"result name 'smoke\\n'"),
+        (ResultRequest(boot.id, "x", "pass", document=newline), r"metric name 'margin\\n'"),
         (ResultRequest(boot.id, "x", "pass", document=b"[1]", document_where="r.json"), "r.json:"),
         (ResultRequest(boot.id, "x", "pass", document=doc), "metric 'a'"),
     ]

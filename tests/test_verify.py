@@ -185,6 +185,41 @@ def test_an_id_in_no_record_at_the_location_is_the_answer_no_of_each_verb_that_r
         assert target in line and url in line, (args, line)
 
 
+def test_a_tree_in_no_version_at_the_location_is_the_answer_no_of_each_verb_that_reads_it(
+    tmp_path: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    # `CACHE@TREE`, asked of a location: is that version archived there? For a cache it never
+    # held, or one it holds in other versions only, it is not (exit 1), as `restore` said and
+    # `verify --from` did not (exit 2). A prefix two versions share says too little: exit 2.
+    import subprocess
+    import sys
+
+    url = f"s3://{s3_bucket}/test"
+    held = "vllm-0123456789ab"
+    for tree in ("0123abcd" + "1" * 56, "0123abcd" + "2" * 56):  # never read: no tree asked
+        key = f"test/caches/{held}/versions/{tree}.{'e' * 64}.json"
+        s3_client.put_object(Bucket=s3_bucket, Key=key, Body=b"")
+
+    def asked(*args: str) -> tuple[int, str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "lifecycle", *args],
+            env={**os.environ, "LIFECYCLE_HOME": str(tmp_path / "home")},
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.stdout == "" and "Traceback" not in done.stderr, (args, done.stderr)
+        [line] = done.stderr.strip().splitlines()
+        return done.returncode, line
+
+    for cache_id in ("vllm-000000000000", held):
+        for verb in ("verify", "restore"):
+            code, line = asked(verb, "--from", url, f"{cache_id}@fedcba98")
+            assert code == 1, (verb, cache_id, line)
+            assert f"no version fedcba98 of cache {cache_id}" in line and url in line, line
+    for verb in ("verify", "restore"):
+        code, line = asked(verb, "--from", url, f"{held}@0123abcd")
+        assert code == 2 and "names 2 versions" in line and "give more digits" in line, line
+
+
 def test_a_damaged_superseded_version_is_history_and_cache_at_tree_checks_that_tree(
     archive_project: Path, s3_bucket: str, s3_client: Any
 ) -> None:
@@ -222,10 +257,13 @@ def test_a_damaged_superseded_version_is_history_and_cache_at_tree_checks_that_t
         assert code == 0 and report["history"] == [], report
         checked = [c["subject"] for c in report["checked"] if "/versions/" in c["subject"]]
         assert checked and all(f"/versions/{new_tree}." in c for c in checked), checked
+        # A tree no version has: not archived there (exit 1); unknown to the ledger (exit 2).
         unknown = run_lifecycle(archive_project, "verify", f"{cache_id}@0000000000", *source)
-        assert unknown.exit_code == 2, unknown.output
+        assert unknown.exit_code == (1 if source else 2), unknown.output
         assert unknown.stderr == f"no version 0000000000 of cache {cache_id} " + (
-            f"at {url}\n" if source else f"in the ledger at {os.environ['LIFECYCLE_HOME']}\n"
+            f"at {url}: none archived there, none collected by a gc\n"
+            if source
+            else f"in the ledger at {os.environ['LIFECYCLE_HOME']}\n"
         )
     text = run_lifecycle(archive_project, "verify", cache_id)
     assert text.exit_code == 0 and "in history, not checked" in text.stdout.splitlines()[0]

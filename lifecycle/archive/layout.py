@@ -15,30 +15,31 @@ from lifecycle.errors import LifecycleError
 
 _SHA = "[0-9a-f]{64}"
 _ID = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+# Each read whole (fullmatch): a key with a trailing newline is not ours.
 _PATTERNS = {
-    "blob": re.compile(rf"^blobs/sha256/[0-9a-f]{{2}}/(?P<sha>{_SHA})$"),
-    "pack": re.compile(rf"^packs/sha256/[0-9a-f]{{2}}/(?P<sha>{_SHA})$"),
+    "blob": re.compile(rf"blobs/sha256/[0-9a-f]{{2}}/(?P<sha>{_SHA})"),
+    "pack": re.compile(rf"packs/sha256/[0-9a-f]{{2}}/(?P<sha>{_SHA})"),
     "version": re.compile(
-        rf"^caches/(?P<id>{_ID})/versions/(?P<tree>{_SHA})\.(?P<sha>{_SHA})\.json$"
+        rf"caches/(?P<id>{_ID})/versions/(?P<tree>{_SHA})\.(?P<sha>{_SHA})\.json"
     ),
-    "boot-marker": re.compile(rf"^caches/(?P<id>{_ID})/boots/(?P<other>{_ID})$"),
-    "result-marker": re.compile(rf"^caches/(?P<id>{_ID})/results/(?P<other>{_ID})$"),
-    "boot": re.compile(rf"^boots/(?P<id>{_ID})/(?P<sha>{_SHA})\.json$"),
-    "result": re.compile(rf"^results/(?P<id>{_ID})/(?P<sha>{_SHA})\.json$"),
-    "image": re.compile(rf"^images/(?P<id>{_SHA})/(?P<sha>{_SHA})\.json$"),
-    "pin": re.compile(rf"^pins/(?P<id>{_ID})/(?P<sha>{_SHA})\.json$"),
-    "gc": re.compile(rf"^gc/(?P<id>{_ID})/(?P<sha>{_SHA})\.json$"),
-    "gc-intent": re.compile(rf"^gc-intents/(?P<id>{_ID})/(?P<sha>{_SHA})\.json$"),
-    "legacy-cache": re.compile(rf"^caches/(?P<id>{_ID})\.json$"),
-    "legacy-result": re.compile(rf"^results/(?P<id>{_ID})\.json$"),
-    "legacy-marker": re.compile(rf"^results-by-cache/(?P<id>{_ID})/(?P<other>{_ID})$"),
+    "boot-marker": re.compile(rf"caches/(?P<id>{_ID})/boots/(?P<other>{_ID})"),
+    "result-marker": re.compile(rf"caches/(?P<id>{_ID})/results/(?P<other>{_ID})"),
+    "boot": re.compile(rf"boots/(?P<id>{_ID})/(?P<sha>{_SHA})\.json"),
+    "result": re.compile(rf"results/(?P<id>{_ID})/(?P<sha>{_SHA})\.json"),
+    "image": re.compile(rf"images/(?P<id>{_SHA})/(?P<sha>{_SHA})\.json"),
+    "pin": re.compile(rf"pins/(?P<id>{_ID})/(?P<sha>{_SHA})\.json"),
+    "gc": re.compile(rf"gc/(?P<id>{_ID})/(?P<sha>{_SHA})\.json"),
+    "gc-intent": re.compile(rf"gc-intents/(?P<id>{_ID})/(?P<sha>{_SHA})\.json"),
+    "legacy-cache": re.compile(rf"caches/(?P<id>{_ID})\.json"),
+    "legacy-result": re.compile(rf"results/(?P<id>{_ID})\.json"),
+    "legacy-marker": re.compile(rf"results-by-cache/(?P<id>{_ID})/(?P<other>{_ID})"),
 }
 KINDS = tuple(_PATTERNS)
 # A result's records and a cache's versions, as the layout names them (the previous release's
 # too): what a result or a cache given by its id can be, there or in what a gc collected.
 RESULT_KINDS = frozenset({"result", "legacy-result"})
 CACHE_KINDS = frozenset({"version", "legacy-cache"})
-_OWNER = re.compile(rf"^{_ID}$")
+_OWNER = re.compile(_ID)
 Records = Literal[
     "boots", "results", "images", "pins", "gc", "gc-intents"
 ]  # records listed by their owner
@@ -59,7 +60,7 @@ class Key:
 def parse_key(key: str) -> Key | None:
     """The layout's reading of a relative key; None for a key that is not ours."""
     for kind, pattern in _PATTERNS.items():
-        match = pattern.match(key)
+        match = pattern.fullmatch(key)
         if match:
             found = match.groupdict()
             ident = found.get("id") or found["sha"]
@@ -91,7 +92,7 @@ def short_key(key: str) -> str:
 def check_id(ident: str, what: str) -> None:
     """Refuse, before any request, an id no key of the layout holds (a `/`, a leading `.`,
     `..`): it names nothing archived, and put into a key it points outside its place."""
-    if not _OWNER.match(ident):
+    if not _OWNER.fullmatch(ident):
         raise LifecycleError(
             f"{ident!r} is not a {what} id (letters, digits, '.', '_' and '-', as archived)"
         )

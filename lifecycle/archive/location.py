@@ -10,7 +10,7 @@ from lifecycle.errors import LifecycleError
 
 MAX_PREFIX_BYTES = 512  # S3 keys are at most 1024 bytes; the rest is the archive's layout
 _BUCKET_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-")
-_IP_ADDRESS = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$")
+_IP_ADDRESS = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
 _RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 _RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 
@@ -70,7 +70,7 @@ def bucket_problem(name: str) -> str | None:
         return "must begin and end with a letter or a digit"
     if ".." in name:
         return "has two periods in a row"
-    if _IP_ADDRESS.match(name):
+    if _IP_ADDRESS.fullmatch(name):
         return "is formatted as an IP address"
     if name.startswith(_RESERVED_PREFIXES) or name.endswith(_RESERVED_SUFFIXES):
         return "starts or ends with a word S3 reserves (xn--, sthree-, -s3alias, ...)"

@@ -54,9 +54,9 @@ from lifecycle.withheld import masked_links
 
 # Permission bits a restore keeps: never setuid, setgid or sticky, never writable by others.
 SAFE_MODES = 0o775
-_CACHE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*-[0-9a-f]{12}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_TREE_PREFIX = re.compile(r"^[0-9a-f]{8,64}$")
+_CACHE_ID = re.compile(r"[a-z0-9][a-z0-9._-]*-[0-9a-f]{12}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_TREE_PREFIX = re.compile(r"[0-9a-f]{8,64}")
 
 
 @dataclass(frozen=True)
@@ -278,11 +278,15 @@ def _version_with_files(
 
 def _failed(
     exc: LifecycleError | OSError, cache_id: str, location: ArchiveLocation
-) -> ArchiveError | DiskFull:
-    """A restore's failure in one line, of the error's family (so its exit code)."""
+) -> LifecycleError:
+    """A restore's failure in one line, of the error's family (so its exit code): the
+    archive's answer, a full disk, or a tree prefix that said too little; any other error met
+    in what the archive holds is the archive's answer (a fingerprint that does not parse)."""
     failed = f"restore of {cache_id} from {location.url()} failed"
     if isinstance(exc, ArchiveError | DiskFull):
         return exc.within(failed)
+    if isinstance(exc, TreeAmbiguous):
+        return TreeAmbiguous(f"{failed}: {exc}")
     why = os_problem(exc) if isinstance(exc, OSError) else exc
     return ArchiveError(f"{failed}: {why}")
 
@@ -364,9 +368,7 @@ def pick_version(
         raise ArchiveError(f"no {what} archived at {store.location.url()}")
     trees = {k.tree for k in found}
     if tree is not None and len(trees) > 1:
-        raise LifecycleError(
-            f"{tree!r} names {len(trees)} versions of {cache_id}: give more digits"
-        )
+        raise TreeAmbiguous(f"{tree!r} names {len(trees)} versions of {cache_id}: give more digits")
     records, unread = _readable_versions(store, [k.key for k in found])
     records.sort(key=lambda pair: (pair[1].with_content, pair[1].archived_at, pair[0]))
     return *records[-1], unread
@@ -480,7 +482,7 @@ def _check_paths(entries: tuple[Entry, ...]) -> None:
             raise ArchiveError(f"archived fingerprint has a NUL byte in {e.path!r}")
         if not 0 <= e.mode <= 0o7777:
             raise ArchiveError(f"archived fingerprint has mode {e.mode:o} for {e.path!r}")
-        if e.kind == "file" and not (e.sha256 and _SHA256.match(e.sha256) and e.size >= 0):
+        if e.kind == "file" and not (e.sha256 and _SHA256.fullmatch(e.sha256) and e.size >= 0):
             raise ArchiveError(f"archived fingerprint has no sha256 and size for {e.path!r}")
 
 
@@ -557,15 +559,20 @@ def _rename_into(temp: Path, target: Path) -> None:
         raise
 
 
+class TreeAmbiguous(LifecycleError):
+    """A tree prefix that more than one version of the cache starts with: bad input (exit 2),
+    whichever verb was asked; more digits name one."""
+
+
 def check_tree(tree: str | None) -> None:
     """A tree digest, or a prefix of one a person can type (at least 8 hex digits)."""
-    if tree is not None and not _TREE_PREFIX.match(tree):
+    if tree is not None and not _TREE_PREFIX.fullmatch(tree):
         raise LifecycleError(f"{tree!r} is not a tree digest (8 to 64 hex digits)")
 
 
 def check_cache_id(cache_id: str) -> None:
     """A cache id as boots make them (`<cache name>-<12 hex digits>`): it becomes a dir name."""
-    if not _CACHE_ID.match(cache_id):
+    if not _CACHE_ID.fullmatch(cache_id):
         raise LifecycleError(
             f"{cache_id!r} is not a cache id (NAME-0123456789ab, as `lifecycle caches` lists)"
         )

@@ -20,7 +20,7 @@ from lifecycle.archive.layout import (
 )
 from lifecycle.archive.objects import Listing
 from lifecycle.archive.record import read_as, stood_on
-from lifecycle.archive.restore import check_cache_id, check_tree
+from lifecycle.archive.restore import TreeAmbiguous, check_cache_id, check_tree
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.audit.verify import (
     BlobChecker,
@@ -190,7 +190,7 @@ def one_tree(prefix: str, trees: Iterable[str | None], cache_id: str, where: str
     found = {tree for tree in trees if tree is not None and tree.startswith(prefix)}
     if len(found) > 1:
         what = f"{len(found)} versions of {cache_id}"
-        raise LifecycleError(f"{prefix!r} names {what}: give more digits")
+        raise TreeAmbiguous(f"{prefix!r} names {what}: give more digits")
     if not found:
         raise LifecycleError(f"no version {prefix} of cache {cache_id} {where}")
     return found.pop()
@@ -249,6 +249,12 @@ def _archived_cache(
         check_tree(tree)
         if not any((v.tree or "").startswith(tree) for v in versions.values()):
             gone = _collected(store, checker, cache_id, {"version"})
+            if not any((key.tree or "").startswith(tree) for key in gone):
+                # Well formed, and not archived there: the answer no (exit 1), as restore says.
+                raise ArchiveError(
+                    f"no version {tree} of cache {cache_id} at {url}: none archived there,"
+                    " none collected by a gc"
+                )
             full = one_tree(tree, (key.tree for key in gone), cache_id, f"at {url}")
             return [finding for key, finding in gone.items() if key.tree == full]
         needed = {one_tree(tree, (v.tree for v in versions.values()), cache_id, f"at {url}")}

@@ -132,7 +132,10 @@ def _dumps(data: Any) -> bytes:
 
 
 class BootFailed(AnswerNo):
-    """The engine's container could not be created or run."""
+    """The engine's container could not be created or started: dockerd refused it. Raised
+    out of a boot once its row is recorded failed; `boot_id` names that boot."""
+
+    boot_id: str | None = None
 
 
 def run_container(
@@ -143,8 +146,15 @@ def run_container(
 ) -> tuple[int, bool]:
     """Start, pass each log line to `keep` and `show` until the container exits; its exit code,
     and whether we stopped it at the boot's time limit (then the code is only the signal's:
-    137 or 143)."""
-    container.start()
+    137 or 143). dockerd's refusal to start it (a network it does not have) is BootFailed, the
+    container removed: it never ran, so it holds nothing to read, and would only pile up."""
+    from docker.errors import APIError
+
+    try:
+        container.start()
+    except APIError as exc:
+        said = f"dockerd refused to start the container: {dockerd_said(exc)}"
+        raise BootFailed("; ".join(filter(None, (said, remove_container(container))))) from None
     fired = threading.Event()
 
     def stop_at_limit() -> None:

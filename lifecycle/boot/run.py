@@ -330,6 +330,8 @@ def _run(
     except BaseException as exc:
         progress.error = str(exc) or type(exc).__name__
         progress.aborted = isinstance(exc, HookFailed) and progress.container_id is None
+        if isinstance(exc, BootFailed):
+            exc.boot_id = record.id  # recorded failed below: a night judges that boot
         raise
     finally:
         if container is not None and progress.exit_code is not None:

@@ -69,7 +69,7 @@ KNOWN_TUNED: dict[str, Callable[[object], str | None]] = {
     "kv_cache_memory_bytes": _positive_int,
 }
 
-_ARG_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_ARG_NAME = re.compile(r"[a-z][a-z0-9_]*")
 # A literal value under one of these names is a secret written into the manifest.
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL", re.I)
 
@@ -115,7 +115,7 @@ def _credential_args(args: list[str]) -> Iterator[tuple[int, str]]:
 def check_tuned(manifest: Manifest) -> Iterator[Finding]:
     """Range-check the tuned values whose meaning we know."""
     for name, tuned in manifest.tuned.items():
-        if not _ARG_NAME.match(name):
+        if not _ARG_NAME.fullmatch(name):
             yield ("tuned", name), "must be a vLLM engine argument in snake_case"
             continue
         check = KNOWN_TUNED.get(name)

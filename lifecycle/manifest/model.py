@@ -22,7 +22,7 @@ from pydantic import (
 
 from lifecycle.manifest.repository import repository_problem
 
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_SLUG = re.compile(r"[a-z0-9][a-z0-9._-]*")
 
 
 def version_text(value: object) -> object:
@@ -36,10 +36,11 @@ def version_text(value: object) -> object:
 
 
 def matching(pattern: re.Pattern[str], expected: str) -> AfterValidator:
-    """A string that must match `pattern`; else `'<value>' <expected>`."""
+    """A string `pattern` matches whole; else `'<value>' <expected>`. (Whole: `re.match` with a
+    `$` takes a trailing newline, and `HF_TOKEN\\n` names no variable.)"""
 
     def check(value: str) -> str:
-        if not pattern.match(value):
+        if not pattern.fullmatch(value):
             raise ValueError(f"{value!r} {expected}")
         return value
 
@@ -61,8 +62,8 @@ CONDITION = re.compile(
     r"^\s*(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\s*(?P<op>>=|<=|==|!=|>|<)\s*"
     r"(?P<value>-?\d+(?:\.\d+)?)\s*$"
 )
-CACHE_FILE = re.compile(r"^(?P<cache>[a-z0-9][a-z0-9._-]*):(?P<glob>.+)$")
-_METRIC = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*$")
+CACHE_FILE = re.compile(r"(?P<cache>[a-z0-9][a-z0-9._-]*):(?P<glob>.+)")  # fullmatch
+_METRIC = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
 
 
 def _pattern(value: str) -> str:
@@ -80,7 +81,7 @@ def _condition(value: str) -> str:
 
 
 def _cache_file(value: str) -> str:
-    match = CACHE_FILE.match(value)
+    match = CACHE_FILE.fullmatch(value)
     glob = PurePosixPath(match["glob"]) if match else None
     if glob is None or glob.is_absolute() or ".." in glob.parts:
         raise ValueError(f"{value!r}: expected CACHE:GLOB, the glob inside the cache's dir")
@@ -151,13 +152,13 @@ class Validity(Strict):
 
 SCHEMA_VERSION = 1
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
-_PORT_KEY = re.compile(r"^([0-9]{1,5})(/(tcp|udp|sctp))?$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_COMMIT = re.compile(r"[0-9a-f]{7,64}")
+_PORT_KEY = re.compile(r"([0-9]{1,5})(/(tcp|udp|sctp))?")
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 _DOTTED = rf"{_IDENTIFIER}(\.{_IDENTIFIER})*"
-_ENTRY_POINT_GROUP = re.compile(rf"^{_DOTTED}$")
-_OBJECT_REFERENCE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
+_ENTRY_POINT_GROUP = re.compile(_DOTTED)
+_OBJECT_REFERENCE = re.compile(rf"{_DOTTED}:{_DOTTED}")
 
 
 def _pep440(value: str) -> str:
@@ -188,7 +189,7 @@ def _port_number_as_text(value: object) -> object:
 
 
 def _port_key(value: str) -> str:
-    match = _PORT_KEY.match(value)
+    match = _PORT_KEY.fullmatch(value)
     if match is None or not 1 <= int(match[1]) <= 65535:
         raise ValueError(f"{value!r} is not a container port: PORT or PORT/tcp|udp|sctp, 1-65535")
     return value

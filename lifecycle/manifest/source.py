@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 import yaml
 
 from lifecycle.errors import ManifestError, Problem
+from lifecycle.table import visible
 
 KeyPath = tuple[str | int, ...]
 
@@ -46,10 +47,12 @@ class Located:
 
 
 def render_key_path(path: KeyPath) -> str:
-    """`patches[1].file` for ("patches", 1, "file"); `(document)` for the root."""
+    """`patches[1].file` for ("patches", 1, "file"); `(document)` for the root. A key's own
+    newline is escaped: a problem is one line, whatever key the YAML holds."""
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        key = visible(str(part))
+        out += f"[{part}]" if isinstance(part, int) else (f".{key}" if out else key)
     return out or "(document)"
 
 

@@ -126,7 +126,7 @@ def look(evidence: Evidence, seen: Observed, metrics: dict[str, float]) -> list[
         elif kind == "metric":
             found.append(_metric(what, metrics))
         else:
-            spec = CACHE_FILE.match(what)
+            spec = CACHE_FILE.fullmatch(what)
             assert spec is not None, "the plan checked the form"
             files = seen.files(spec["cache"], spec["glob"])
             shown = ", ".join(files[:3]) + (" …" if len(files) > 3 else "") if files else None

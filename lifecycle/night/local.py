@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.run import archive_caches
-from lifecycle.boot.engine import not_built
+from lifecycle.boot.engine import BootFailed, not_built
 from lifecycle.boot.run import BootRequest, Watch
 from lifecycle.build.engine import find_built
 from lifecycle.build.plan import cache_key, image_tag, key_factors
@@ -123,6 +123,11 @@ class LocalEngine:
         except HookFailed as exc:  # recorded as aborted by the boot; no engine ran to judge
             why = f"a pre-boot hook said no: {exc.run.name} exited {exc.run.exit_code}"
             return pending.model_copy(update={"error": why})
+        except BootFailed as exc:  # dockerd refused the cell's container: a failed run
+            failed = boot_by_id(self.ledger, exc.boot_id) if exc.boot_id else None
+            if failed is None:
+                return pending.model_copy(update={"outcome": "failed", "error": str(exc)})
+            record = failed  # judged as any failed boot: no check passes on it
         summary = self._judge(order, record, pending)
         self.checkpoint("night-run-recorded")
         return summary

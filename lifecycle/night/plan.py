@@ -25,11 +25,11 @@ from lifecycle.manifest.load import Finding, load_validated
 from lifecycle.manifest.model import CacheState, Evidence, LadderMethod, Slug, Text, version_text
 from lifecycle.manifest.source import KeyPath
 
-_ARGUMENT = re.compile(r"^[a-z][a-z0-9_]*$")
+_ARGUMENT = re.compile(r"[a-z][a-z0-9_]*")
 
 
 def _argument(value: str) -> str:
-    if not _ARGUMENT.match(value):
+    if not _ARGUMENT.fullmatch(value):
         raise ValueError(f"{value!r} must be an engine argument in snake_case")
     return value
 

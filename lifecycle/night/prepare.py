@@ -81,7 +81,7 @@ def _check_cell(cell: Cell, loaded: LoadedManifest) -> None:
     for check in cell.checks:
         for evidence in (check.path, check.pass_when, check.fail_when):
             for wanted in evidence.files:
-                spec = CACHE_FILE.match(wanted)
+                spec = CACHE_FILE.fullmatch(wanted)
                 if spec is not None and spec["cache"] not in caches:
                     raise LifecycleError(
                         f"cell {cell.id}: check {check.name} looks in cache {spec['cache']!r},"

@@ -30,8 +30,8 @@ MAX_DOCUMENT_BYTES = 16 * 2**20
 SOURCES = ("manual", "acceptance")
 Scalar = int | float | str | bool | None
 
-_METRIC_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")
+_METRIC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/-]*")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*")
 
 
 class ResultError(LifecycleError):
@@ -60,7 +60,7 @@ def parse_metric(text: str) -> tuple[str, Scalar]:
 
 def check_metric_name(name: str) -> None:
     """Metric names are plain words (letters, digits, _ . : / -): tables and queries stay sane."""
-    if not _METRIC_NAME.match(name):
+    if not _METRIC_NAME.fullmatch(name):
         raise ResultError(f"metric name {name!r}: use letters, digits and _ . : / -")
 
 
@@ -199,7 +199,7 @@ def add_result(ledger: Ledger, request: ResultRequest, now: datetime) -> ResultR
         raise ResultError(f"status {request.status!r}: expected one of {', '.join(STATUSES)}")
     if request.source not in SOURCES:
         raise ResultError(f"source {request.source!r}: expected one of {', '.join(SOURCES)}")
-    if not _NAME.match(request.name):
+    if not _NAME.fullmatch(request.name):
         raise ResultError(f"result name {request.name!r}: use letters, digits and _ . : / -")
     boot = find_boot(ledger, request.boot_id)
     if boot.outcome == "running":
