@@ -52,8 +52,8 @@ def test_the_check_finds_sql_where_it_is() -> None:
 # cells, each a flow, its production guard, its ladders, its end actions) above that.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("lifecycle", "errors", "formats"),
-    ("home", "parallel", "proc", "redact", "table", "ticker", "faults"),
-    ("leases", "crash", "dockerd", "report"),
+    ("home", "parallel", "redact", "table", "ticker", "faults", "durations"),
+    ("leases", "crash", "dockerd", "proc", "report", "kept_log"),
     ("ledger", "manifest"),
     ("fingerprint", "evidence", "hooks", "records", "policy"),
     ("withheld",),
