@@ -16,8 +16,7 @@ from lifecycle.archive.record import UNREAD_PIN
 from lifecycle.archive.store import BlobStore
 from lifecycle.commands.boot_report import BootReport
 from lifecycle.commands.context import Context
-from lifecycle.commands.filters import Facts, Filters
-from lifecycle.commands.listing import METRICS_WIDTH, OUTCOMES, age, flags
+from lifecycle.commands.filters import METRICS_WIDTH, OUTCOMES, Facts, Filters, age, flags
 from lifecycle.report import Listing, Row, plain
 from lifecycle.results.archive import ArchivedResult, archived_results
 from lifecycle.results.model import STATUSES, metrics_text

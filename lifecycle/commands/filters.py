@@ -1,5 +1,5 @@
-"""The filters `caches`, `boots` and `results` share, on this host's ledger or on an archive:
-a manifest name, a GPU arch, a state, an age."""
+"""What `caches`, `boots` and `results` share, on this host's ledger or on an archive: their
+filters (a manifest name, a GPU arch, a state, an age), a boot's outcomes, a row's flags."""
 
 from __future__ import annotations
 
@@ -71,3 +71,17 @@ class Filters:
     ) -> list[Item]:
         """The items whose facts these filters keep, in their order."""
         return [item for item in items if self.keeps(now, **asdict(facts(item)))]
+
+
+OUTCOMES = ("running", "ok", "failed", "interrupted", "aborted", "timeout")
+METRICS_WIDTH = 40  # characters of `k=v, …` in the table; --json has them all
+
+
+def age(now: datetime, at: str) -> float:
+    """Seconds from `at` (ISO 8601) to `now`."""
+    return (now - datetime.fromisoformat(at)).total_seconds()
+
+
+def flags(instrumented: bool, pinned: bool) -> str:
+    """INSTRUMENTED (a result of the engine plus an observing hook), pinned."""
+    return " ".join(["INSTRUMENTED"] * instrumented + ["pinned"] * pinned)

@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from lifecycle.commands import verbs
 from lifecycle.commands.boot_report import BootReport, HookEntry
 from lifecycle.commands.context import Context
-from lifecycle.commands.filters import Filters
+from lifecycle.commands.filters import METRICS_WIDTH, OUTCOMES, Filters, age, flags
 from lifecycle.home import Home
 from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
@@ -50,8 +49,6 @@ from lifecycle.results.model import (
 from lifecycle.table import count_of, human_age, human_bytes
 
 CACHE_STATES = ("live", "archived", "torn-down", "missing")
-OUTCOMES = ("running", "ok", "failed", "interrupted", "aborted", "timeout")
-METRICS_WIDTH = 40  # characters of `k=v, …` in the table; --json has them all
 
 
 T = TypeVar("T")
@@ -221,11 +218,6 @@ def _not_reusable(
     return passed_over.get(cache.id)
 
 
-def age(now: datetime, at: str) -> float:
-    """Seconds from `at` (ISO 8601) to `now`."""
-    return (now - datetime.fromisoformat(at)).total_seconds()
-
-
 def list_boots(ctx: Context, filters: Filters) -> Listing:
     """Every boot with the caches it used; none in a home where nothing is recorded yet."""
     filters.check_state(OUTCOMES, "boots")
@@ -344,8 +336,3 @@ def describe(ledger: Ledger, results: list[ResultRecord]) -> list[ResultView]:
             )
         )
     return views
-
-
-def flags(instrumented: bool, pinned: bool) -> str:
-    """INSTRUMENTED (a result of the engine plus an observing hook), pinned."""
-    return " ".join(["INSTRUMENTED"] * instrumented + ["pinned"] * pinned)
