@@ -51,12 +51,12 @@ def flood(mib: int, line_mib: int, *, fail: bool) -> str:
 
 def flooding_base(client: Any, tag: str, command: str) -> None:
     """The demo engine with `command` as an ONBUILD RUN: it runs in any build FROM `tag`."""
+    from lifecycle.demo.images import add_file
+
     dockerfile = f"FROM {ENGINE}\nONBUILD RUN {json.dumps(['sh', '-c', command])}\n"
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(dockerfile)
-        tar.addfile(info, io.BytesIO(dockerfile.encode()))
+        add_file(tar, "Dockerfile", dockerfile.encode(), int(time.time()))
     buffer.seek(0)
     client.images.build(fileobj=buffer, custom_context=True, tag=tag, rm=True, pull=False)
 

@@ -481,6 +481,27 @@ def test_plan_o_replaces_a_saved_plan_never_another_file(project: Path, tmp_path
 def _two_releases(docker_client: Any) -> tuple[str, list[str]]:
     """A manifest of its own with two releases, 0.1 then 0.2, each an engine image (the demo
     engine, relabelled) recorded as built here: its name and the two tags, oldest first."""
+    name = f"planstale-{secrets.token_hex(4)}"
+    tags = []
+    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
+    try:
+        for hour, release in enumerate(("0.1", "0.2")):
+            tag = f"lifecycle-test/{name}:{release}"
+            digest = secrets.token_hex(32)
+            _built_here(docker_client, ledger, name, release, digest, tag, hour, f"tag={tag}")
+            tags.append(tag)
+    finally:
+        ledger.close()
+    return name, tags
+
+
+def _built_here(
+    client: Any, ledger: Ledger, name: str, release: str, digest: str, tag: str, hour: int,
+    label: str,
+) -> str:  # fmt: skip
+    """The demo engine with one more label (`label`, so each build is its own image), tagged
+    `tag`, labelled as `name`'s build of `digest`, recorded in `ledger` as built at `hour`
+    o'clock: its image id."""
     import io
 
     from lifecycle.build.plan import DIGEST_LABEL
@@ -490,28 +511,19 @@ def _two_releases(docker_client: Any) -> tuple[str, list[str]]:
     from lifecycle.teardown.containers import NAME_LABEL
     from tests.services import TEST_LABEL
 
-    name = f"planstale-{secrets.token_hex(4)}"
-    tags = []
-    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
-    try:
-        for hour, release in enumerate(("0.1", "0.2")):
-            tag = f"lifecycle-test/{name}:{release}"
-            labels = {DIGEST_LABEL: secrets.token_hex(32), NAME_LABEL: name, TEST_LABEL: "plan"}
-            dockerfile = f"FROM {engine_image('0.2.0')}\nLABEL tag={tag}\n"
-            image, _ = docker_client.images.build(
-                fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=labels, rm=True
-            )
-            built = BuildRecord(
-                started_at=f"2026-10-10T0{hour}:00:00+00:00", duration_s=1.0,
-                manifest_name=name, manifest_file=f"/elsewhere/{name}/{release}/manifest.yaml",
-                manifest_digest=labels[DIGEST_LABEL], tag=tag, image_id=image.id,
-                outcome="built", error=None, log_path=None,
-            )  # fmt: skip
-            record_build(ledger, built)
-            tags.append(tag)
-    finally:
-        ledger.close()
-    return name, tags
+    labels = {DIGEST_LABEL: digest, NAME_LABEL: name, TEST_LABEL: "plan"}
+    dockerfile = f"FROM {engine_image('0.2.0')}\nLABEL {label}\n"
+    image, _ = client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=labels, rm=True
+    )
+    built = BuildRecord(
+        started_at=f"2026-10-10T0{hour}:00:00+00:00", duration_s=1.0,
+        manifest_name=name, manifest_file=f"/elsewhere/{name}/{release}/manifest.yaml",
+        manifest_digest=digest, tag=tag, image_id=image.id,
+        outcome="built", error=None, log_path=None,
+    )  # fmt: skip
+    record_build(ledger, built)
+    return str(image.id)
 
 
 @pytest.mark.docker
@@ -553,36 +565,18 @@ def test_an_image_whose_tag_moved_to_a_rebuild_is_not_said_its_releases_newest_b
     # digest, moves to the new image and the old one stays, untagged. The policy keeps both
     # (every image of the release's newest build), but said the old one was "its newest
     # build", the reason of the image that took its tag.
-    import io
-
     from docker.errors import ImageNotFound
-
-    from lifecycle.build.plan import DIGEST_LABEL
-    from lifecycle.demo.images import engine_image
-    from lifecycle.ledger import BuildRecord
-    from lifecycle.ledger.builds import record_build
-    from lifecycle.teardown.containers import NAME_LABEL
-    from tests.services import TEST_LABEL
 
     name = f"rebuilt-{secrets.token_hex(4)}"
     tag = f"lifecycle-test/{name}:0.2"
-    labels = {DIGEST_LABEL: secrets.token_hex(32), NAME_LABEL: name, TEST_LABEL: "plan"}
+    digest = secrets.token_hex(32)
     images = []
     ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
     try:
         for hour in (1, 2):  # the second build takes the first one's tag
-            dockerfile = f"FROM {engine_image('0.2.0')}\nLABEL build={hour}\n"
-            image, _ = docker_client.images.build(
-                fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=labels, rm=True
+            images.append(
+                _built_here(docker_client, ledger, name, "0.2", digest, tag, hour, f"build={hour}")
             )
-            built = BuildRecord(
-                started_at=f"2026-10-10T0{hour}:00:00+00:00", duration_s=1.0,
-                manifest_name=name, manifest_file=f"/elsewhere/{name}/0.2/manifest.yaml",
-                manifest_digest=labels[DIGEST_LABEL], tag=tag, image_id=image.id,
-                outcome="built", error=None, log_path=None,
-            )  # fmt: skip
-            record_build(ledger, built)
-            images.append(image.id)
     finally:
         ledger.close()
     old, new = images

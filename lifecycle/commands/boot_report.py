@@ -30,6 +30,11 @@ class HookEntry:
     observing: bool  # it declared that it changes what it watches
 
 
+def hooks_of(boot: BootRecord) -> tuple[HookEntry, ...]:
+    """The hooks a boot ran with (the ledger keeps them as JSON text)."""
+    return tuple(HookEntry(**hook) for hook in json.loads(boot.hooks))
+
+
 @dataclass(frozen=True)
 class BootReport(Report):
     """One finished boot: its record and how it used each cache."""
@@ -67,8 +72,8 @@ class BootReport(Report):
 
     @property
     def hooks(self) -> tuple[HookEntry, ...]:
-        """The hooks it ran with (the ledger keeps them as JSON text)."""
-        return tuple(HookEntry(**hook) for hook in json.loads(self.boot.hooks))
+        """The hooks it ran with."""
+        return hooks_of(self.boot)
 
     def to_json(self) -> dict[str, Any]:
         """The boot's row, with its hooks and secret names as lists, then its caches."""

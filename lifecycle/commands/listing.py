@@ -5,14 +5,13 @@ archive's record models nor an S3 client, and scripts run these every night)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from lifecycle.commands import verbs
-from lifecycle.commands.boot_report import BootReport, HookEntry
+from lifecycle.commands.boot_report import BootReport, HookEntry, hooks_of
 from lifecycle.commands.context import Context
 from lifecycle.commands.filters import METRICS_WIDTH, OUTCOMES, Filters, age, flags
 from lifecycle.home import Home
@@ -328,7 +327,7 @@ def describe(ledger: Ledger, results: list[ResultRecord]) -> list[ResultView]:
                 digest=result.digest,
                 manifest_name=boot.manifest_name,
                 profile=boot.profile,
-                hooks=tuple(HookEntry(**hook) for hook in json.loads(boot.hooks)),
+                hooks=hooks_of(boot),
                 document_path=result.document_path,
                 caches=used,
                 pinned=pinned,

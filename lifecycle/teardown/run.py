@@ -311,21 +311,21 @@ def _clean_docker(
             containers.append(container)
 
     try:
-        gone = {c.id for c in all_caches(ledger) if c.gone}  # torn down, or recorded missing
+        caches = all_caches(ledger)  # nothing here changes a cache's state
+        gone = {c.id for c in caches if c.gone}  # torn down, or recorded missing
         listed = client.containers.list(all=True, sparse=True)
         going, with_image = containers_going(ledger, listed, gone, used_pairs(ledger))
         remove(going)
         if request.images:
             # Decided again now: a cache refused at its moment keeps its image; one recorded
             # as gone (its dir vanished) keeps it no more than one removed, as the plan said.
-            kept = {c.image_id for c in all_caches(ledger) if not c.gone}
+            kept = {c.image_id for c in caches if not c.gone}
             users = [*containers, *with_image]
             deleted: set[str] = set()  # by dockerd, this run
             for image in images_going(ledger, client, listed, kept, request, users):
                 remove(with_their_images(with_image, [image]))  # before the image they hold
-                problem = None
-                if image.removes and image.id not in deleted:  # else it went with one on it
-                    problem = remove_image(client, image, deleted)
+                going_now = image.removes and image.id not in deleted  # else it went with one
+                problem = remove_image(client, image, deleted) if going_now else None
                 images.append(replace(image, removes=False, why=problem) if problem else image)
                 # One someone else removed since the listing (ALREADY_GONE) is not stamped:
                 # removed_at says a teardown or apply removed it (how_gone); unstamped, it is
