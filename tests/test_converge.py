@@ -775,3 +775,25 @@ def test_an_outside_field_forges_no_line_of_the_plan_apply_shows_or_of_its_repor
         "not archived: c-1: SlowDown\\nnothing to do: this host and the archive are as the"
         " policy says"
     ]
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_cache_whose_dir_vanished_is_counted_as_recorded_gone_not_as_kept(
+    project: Path,
+) -> None:
+    # The plan's summary said "kept: 5" of a plan that records one of them as gone, and
+    # status said "policy: nothing to do" of a plan whose only work was that record.
+    import shutil
+
+    _policy(project)
+    _, old = _boot(project)
+    _boot(project)  # the policy lets the first boot's caches go
+    shutil.rmtree(_caches()[old[0]].host_path)
+    plan = _plan(project)
+    actions = {c["id"]: c["action"] for c in plan["caches"]["caches"]}  # type: ignore[index]
+    assert actions[old[0]] == "record as gone", actions
+    assert plan["caches"]["caches_to_record_gone"] == 1, plan["caches"]  # type: ignore[index]
+    shown = _cli(project, "plan").stdout
+    assert "to remove: 3 caches" in shown and "to record as gone: 1; kept: 4" in shown, shown
+    assert _status(project)["policy"]["caches to record as gone"] == 1
