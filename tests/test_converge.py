@@ -449,6 +449,39 @@ def test_images_are_kept_by_release_not_by_build() -> None:
     assert set(releases_kept(built, unruled).values()) == {"no policy rule names its manifest"}
 
 
+def test_two_manifests_sharing_a_release_name_keep_their_own_images() -> None:
+    # A release's newest build was keyed by the release's name alone: vllm-b's build of 0.31
+    # took the place of vllm-a's, and vllm-a's older image of its newest build (built again
+    # since, the base moved) was found of another build, and went.
+    from lifecycle.policy.facts import releases_kept
+    from lifecycle.policy.model import Policy
+
+    built = [  # newest first
+        ("vllm-a", "0.31", "da", "ia2"),
+        ("vllm-b", "0.31", "db", "ib"),
+        ("vllm-a", "0.31", "da", "ia1"),  # the same build, before the base moved
+    ]
+    policy = Policy.model_validate({"images": [{"keep_last": 1}]})
+    assert releases_kept(built, policy) == {
+        "ia2": "keep_last 1: its newest build of 0.31",
+        "ib": "keep_last 1: its newest build of 0.31",
+        "ia1": "keep_last 1: an older image of its newest build of 0.31 (built again since as ia2)",
+    }
+    # So were keep_releases' caches: the newest good one of a name, of either manifest.
+    from lifecycle.policy.keep import Live, evaluate
+
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    caches = [
+        Live(f"vllm-{m}", f"vllm-{m}", "0.31", "vllm", "serve", at + timedelta(hours=h), True, True)
+        for h, m in enumerate("ab")
+    ]
+    rules = {"caches": [{"keep_last": 0, "keep_within": None, "keep_releases": ["0.31"]}]}
+    verdicts = evaluate(Policy.model_validate(rules), caches, at + timedelta(days=9))
+    assert {c: v.keep for c, v in verdicts.items()} == {
+        c.id: ("keep_releases: the newest good vllm cache of 0.31",) for c in caches
+    }
+
+
 @pytest.mark.docker
 @pytest.mark.s3
 def test_plan_o_replaces_a_saved_plan_never_another_file(project: Path, tmp_path: Path) -> None:
