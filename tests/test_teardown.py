@@ -1500,3 +1500,38 @@ def test_an_older_engine_image_a_bake_is_built_on_is_in_the_plan_and_its_layers_
         assert not docker_client.api.images(all=True, filters={"label": f"{NAME_LABEL}={name}"})
     finally:
         _removed_quietly(docker_client, bake.id, new.id, old.id)
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_cache_whose_dir_is_gone_is_not_pinned(project: Path) -> None:
+    # `pin` said "pinned" of a cache whose dir had vanished: a pin keeps nothing there, and
+    # held the cache from being recorded gone, so the ledger went on calling it live.
+    from lifecycle.ledger.removal import pins
+
+    boot, ids = _boot(project)
+    added = _cli(project, "result", "add", boot["id"], "--name", "smoke", "--status", "pass",
+                 "--json")  # fmt: skip
+    assert added.exit_code == 0, added.output
+    gone = _caches()[ids[0]]
+    shutil.rmtree(gone.host_path)
+
+    def pinned() -> dict[str, list[str]]:
+        ledger = Ledger.open(_home())
+        try:
+            return pins(ledger)
+        finally:
+            ledger.close()
+
+    refused = _cli(project, "pin", gone.id)
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr.strip() == (
+        f"{gone.id}: its dir {gone.host_path} is gone; nothing on this host to keep"
+        " (the next `lifecycle teardown` records it gone)"
+    )
+    assert pinned() == {}
+    # A result's pin takes the caches behind it that are there, and says which it skipped.
+    done = _cli(project, "pin", json.loads(added.stdout)["id"])
+    assert done.exit_code == 0, done.output
+    assert f"skipped {gone.id}: its dir {gone.host_path} is gone" in done.stdout, done.stdout
+    assert sorted(pinned()) == ids[1:]
