@@ -830,3 +830,56 @@ def test_a_cache_whose_dir_vanished_is_counted_as_recorded_gone_not_as_kept(
     shown = _cli(project, "plan").stdout
     assert "to remove: 3 caches" in shown and "to record as gone: 1; kept: 4" in shown, shown
     assert _status(project)["policy"]["caches to record as gone"] == 1
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_bake_pulled_from_a_registry_is_another_homes_and_stays(
+    project: Path, docker_client: Any
+) -> None:
+    # `boot --baked --pull` records the bake it pulled as this host's bake: apply removed it
+    # ("no remaining cache refers to it"), though another home baked and pushed it, as a
+    # pulled engine image is never removed here.
+    import io
+
+    from docker.errors import ImageNotFound
+
+    from lifecycle.build.plan import DIGEST_LABEL
+    from lifecycle.demo.images import engine_image
+    from lifecycle.ledger.builds import (
+        BakeRecord,
+        RegistryImage,
+        record_bake,
+        record_registry_image,
+    )
+    from lifecycle.teardown.containers import NAME_LABEL, PULLED
+    from tests.services import TEST_LABEL
+
+    name, digest = f"pulledbake-{secrets.token_hex(4)}", secrets.token_hex(32)
+    labels = {DIGEST_LABEL: digest, NAME_LABEL: name, TEST_LABEL: "plan"}
+    dockerfile = f"FROM {engine_image('0.2.0')}\nLABEL baked={name}\n"
+    image, _ = docker_client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), labels=labels, rm=True
+    )
+    reference = f"registry.test/{name}@sha256:{secrets.token_hex(32)}"
+    at = "2026-10-10T01:00:00+00:00"
+    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
+    try:
+        record_registry_image(ledger, RegistryImage(image.id, digest, reference, "pulled", at))
+        record_bake(
+            ledger,
+            BakeRecord(image.id, reference, name, digest, "sha256:" + "0" * 64, "serve",
+                       "none", "[]", at),
+        )  # fmt: skip
+    finally:
+        ledger.close()
+    _policy(project)
+    try:
+        planned = _plan(project)["caches"]["images"]  # type: ignore[index]
+        mine = [(i["removes"], i["why"]) for i in planned if i["id"] == image.id]
+        assert mine == [(False, PULLED.format(reference))], planned
+        assert _cli(project, "apply", "--yes").exit_code == 0
+        docker_client.images.get(image.id)
+    finally:
+        with contextlib.suppress(ImageNotFound):
+            docker_client.images.remove(image.id, force=True)
