@@ -449,6 +449,39 @@ def test_images_are_kept_by_release_not_by_build() -> None:
     assert set(releases_kept(built, unruled).values()) == {"no policy rule names its manifest"}
 
 
+def test_two_manifests_sharing_a_release_name_keep_their_own_images() -> None:
+    # A release's newest build was keyed by the release's name alone: vllm-b's build of 0.31
+    # took the place of vllm-a's, and vllm-a's older image of its newest build (built again
+    # since, the base moved) was found of another build, and went.
+    from lifecycle.policy.facts import releases_kept
+    from lifecycle.policy.model import Policy
+
+    built = [  # newest first
+        ("vllm-a", "0.31", "da", "ia2"),
+        ("vllm-b", "0.31", "db", "ib"),
+        ("vllm-a", "0.31", "da", "ia1"),  # the same build, before the base moved
+    ]
+    policy = Policy.model_validate({"images": [{"keep_last": 1}]})
+    assert releases_kept(built, policy) == {
+        "ia2": "keep_last 1: its newest build of 0.31",
+        "ib": "keep_last 1: its newest build of 0.31",
+        "ia1": "keep_last 1: an older image of its newest build of 0.31 (built again since as ia2)",
+    }
+    # So were keep_releases' caches: the newest good one of a name, of either manifest.
+    from lifecycle.policy.keep import Live, evaluate
+
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    caches = [
+        Live(f"vllm-{m}", f"vllm-{m}", "0.31", "vllm", "serve", at + timedelta(hours=h), True, True)
+        for h, m in enumerate("ab")
+    ]
+    rules = {"caches": [{"keep_last": 0, "keep_within": None, "keep_releases": ["0.31"]}]}
+    verdicts = evaluate(Policy.model_validate(rules), caches, at + timedelta(days=9))
+    assert {c: v.keep for c, v in verdicts.items()} == {
+        c.id: ("keep_releases: the newest good vllm cache of 0.31",) for c in caches
+    }
+
+
 @pytest.mark.docker
 @pytest.mark.s3
 def test_plan_o_replaces_a_saved_plan_never_another_file(project: Path, tmp_path: Path) -> None:
@@ -775,3 +808,78 @@ def test_an_outside_field_forges_no_line_of_the_plan_apply_shows_or_of_its_repor
         "not archived: c-1: SlowDown\\nnothing to do: this host and the archive are as the"
         " policy says"
     ]
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_cache_whose_dir_vanished_is_counted_as_recorded_gone_not_as_kept(
+    project: Path,
+) -> None:
+    # The plan's summary said "kept: 5" of a plan that records one of them as gone, and
+    # status said "policy: nothing to do" of a plan whose only work was that record.
+    import shutil
+
+    _policy(project)
+    _, old = _boot(project)
+    _boot(project)  # the policy lets the first boot's caches go
+    shutil.rmtree(_caches()[old[0]].host_path)
+    plan = _plan(project)
+    actions = {c["id"]: c["action"] for c in plan["caches"]["caches"]}  # type: ignore[index]
+    assert actions[old[0]] == "record as gone", actions
+    assert plan["caches"]["caches_to_record_gone"] == 1, plan["caches"]  # type: ignore[index]
+    shown = _cli(project, "plan").stdout
+    assert "to remove: 3 caches" in shown and "to record as gone: 1; kept: 4" in shown, shown
+    assert _status(project)["policy"]["caches to record as gone"] == 1
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_bake_pulled_from_a_registry_is_another_homes_and_stays(
+    project: Path, docker_client: Any
+) -> None:
+    # `boot --baked --pull` records the bake it pulled as this host's bake: apply removed it
+    # ("no remaining cache refers to it"), though another home baked and pushed it, as a
+    # pulled engine image is never removed here.
+    import io
+
+    from docker.errors import ImageNotFound
+
+    from lifecycle.build.plan import DIGEST_LABEL
+    from lifecycle.demo.images import engine_image
+    from lifecycle.ledger.builds import (
+        BakeRecord,
+        RegistryImage,
+        record_bake,
+        record_registry_image,
+    )
+    from lifecycle.teardown.containers import NAME_LABEL, PULLED
+    from tests.services import TEST_LABEL
+
+    name, digest = f"pulledbake-{secrets.token_hex(4)}", secrets.token_hex(32)
+    labels = {DIGEST_LABEL: digest, NAME_LABEL: name, TEST_LABEL: "plan"}
+    dockerfile = f"FROM {engine_image('0.2.0')}\nLABEL baked={name}\n"
+    image, _ = docker_client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), labels=labels, rm=True
+    )
+    reference = f"registry.test/{name}@sha256:{secrets.token_hex(32)}"
+    at = "2026-10-10T01:00:00+00:00"
+    ledger = Ledger.open(Path(os.environ["LIFECYCLE_HOME"]))
+    try:
+        record_registry_image(ledger, RegistryImage(image.id, digest, reference, "pulled", at))
+        record_bake(
+            ledger,
+            BakeRecord(image.id, reference, name, digest, "sha256:" + "0" * 64, "serve",
+                       "none", "[]", at),
+        )  # fmt: skip
+    finally:
+        ledger.close()
+    _policy(project)
+    try:
+        planned = _plan(project)["caches"]["images"]  # type: ignore[index]
+        mine = [(i["removes"], i["why"]) for i in planned if i["id"] == image.id]
+        assert mine == [(False, PULLED.format(reference))], planned
+        assert _cli(project, "apply", "--yes").exit_code == 0
+        docker_client.images.get(image.id)
+    finally:
+        with contextlib.suppress(ImageNotFound):
+            docker_client.images.remove(image.id, force=True)

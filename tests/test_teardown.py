@@ -1078,10 +1078,12 @@ def test_an_image_dockerd_only_untags_is_said_kept_not_removed(
     name, tag, image = _built_here(docker_client)
     child = f"lifecycle-test/{name}:built-on-it"
 
-    def built_on_meanwhile(client: Any, decided: ImageDecision, deleted: set[str]) -> str | None:
+    def built_on_meanwhile(
+        client: Any, decided: ImageDecision, deleted: set[str], stays: Any
+    ) -> str | None:
         dockerfile = f"FROM {image.id}\nLABEL child=1\n"
         client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=child, rm=True)
-        return real_remove(client, decided, deleted)
+        return real_remove(client, decided, deleted, stays)
 
     real_remove = teardown_run.remove_image
     monkeypatch.setattr(teardown_run, "remove_image", built_on_meanwhile)
@@ -1137,14 +1139,16 @@ def test_an_image_dockerd_refuses_to_remove_at_its_moment_is_kept_and_not_record
     name, tag, image = _built_here(docker_client)
     started: list[Any] = []
 
-    def started_meanwhile(client: Any, decided: ImageDecision, deleted: set[str]) -> str | None:
+    def started_meanwhile(
+        client: Any, decided: ImageDecision, deleted: set[str], stays: Any
+    ) -> str | None:
         started.append(
             client.containers.run(
                 decided.id, entrypoint=["sleep"], command=["300"], detach=True,
                 network_mode="none",
             )
         )  # fmt: skip
-        return real_remove(client, decided, deleted)
+        return real_remove(client, decided, deleted, stays)
 
     real_remove = teardown_run.remove_image
     monkeypatch.setattr(teardown_run, "remove_image", started_meanwhile)
@@ -1176,9 +1180,11 @@ def test_an_image_gone_before_its_removal_is_said_gone_not_removed_and_not_recor
 
     name, tag, image = _built_here(docker_client)
 
-    def removed_meanwhile(client: Any, decided: ImageDecision, deleted: set[str]) -> str | None:
+    def removed_meanwhile(
+        client: Any, decided: ImageDecision, deleted: set[str], stays: Any
+    ) -> str | None:
         client.images.remove(decided.id, force=True)  # this test's own image
-        return real_remove(client, decided, deleted)
+        return real_remove(client, decided, deleted, stays)
 
     real_remove = teardown_run.remove_image
     monkeypatch.setattr(teardown_run, "remove_image", removed_meanwhile)
@@ -1500,3 +1506,76 @@ def test_an_older_engine_image_a_bake_is_built_on_is_in_the_plan_and_its_layers_
         assert not docker_client.api.images(all=True, filters={"label": f"{NAME_LABEL}={name}"})
     finally:
         _removed_quietly(docker_client, bake.id, new.id, old.id)
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_a_cache_whose_dir_is_gone_is_not_pinned(project: Path) -> None:
+    # `pin` said "pinned" of a cache whose dir had vanished: a pin keeps nothing there, and
+    # held the cache from being recorded gone, so the ledger went on calling it live.
+    from lifecycle.ledger.removal import pins
+
+    boot, ids = _boot(project)
+    added = _cli(project, "result", "add", boot["id"], "--name", "smoke", "--status", "pass",
+                 "--json")  # fmt: skip
+    assert added.exit_code == 0, added.output
+    gone = _caches()[ids[0]]
+    shutil.rmtree(gone.host_path)
+
+    def pinned() -> dict[str, list[str]]:
+        ledger = Ledger.open(_home())
+        try:
+            return pins(ledger)
+        finally:
+            ledger.close()
+
+    refused = _cli(project, "pin", gone.id)
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr.strip() == (
+        f"{gone.id}: its dir {gone.host_path} is gone; nothing on this host to keep"
+        " (the next `lifecycle teardown` records it gone)"
+    )
+    assert pinned() == {}
+    # A result's pin takes the caches behind it that are there, and says which it skipped.
+    done = _cli(project, "pin", json.loads(added.stdout)["id"])
+    assert done.exit_code == 0, done.output
+    assert f"skipped {gone.id}: its dir {gone.host_path} is gone" in done.stdout, done.stdout
+    assert sorted(pinned()) == ids[1:]
+
+
+@pytest.mark.docker
+def test_removing_a_bake_leaves_the_untagged_engine_image_of_another_home_under_it(
+    docker_client: Any,
+) -> None:
+    # Two homes on one dockerd: this home baked on an engine image another home built (and
+    # rebuilt since: untagged). Removing the bake, dockerd pruned the untagged images under
+    # it, the other home's engine image too: gone with no word in the plan, and the other
+    # home's ledger went on saying it is there. Only the bake's own steps go with it.
+    from lifecycle.demo.setup import ensure_demo
+    from lifecycle.ledger.builds import BakeRecord, record_bake
+    from lifecycle.teardown.containers import NAME_LABEL
+
+    ensure_demo(docker_client)
+    name = f"teardown-test-{secrets.token_hex(4)}"
+    tag, baked = f"lifecycle-test/{name}:engine", f"lifecycle-test/{name}:baked"
+    theirs = _engine_image(docker_client, name, tag, record=False)  # the other home's build
+    mine = {"label": f"{NAME_LABEL}={name}"}
+    before = {i["Id"] for i in docker_client.api.images(all=True, filters=mine)}
+    bake = _engine_image(docker_client, name, baked, on=theirs.id, record=False)
+    docker_client.api.remove_image(tag)  # rebuilt there: only untagged, the bake on it
+    ledger = Ledger.open(_home())
+    made = BakeRecord(bake.id, baked, name, "d" * 64, theirs.id, "serve", "x", "[]", _stamp())
+    record_bake(ledger, made)
+    ledger.close()
+    try:
+        assert _images_planned(name) == {bake.id: (True, "no remaining cache refers to it")}
+        result = CliRunner().invoke(
+            cli, ["teardown", "--images", "--manifest", name, "--yes"], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        assert f"removed image {baked}" in result.stdout, result.output
+        docker_client.images.get(theirs.id)  # still there, as its home's ledger says
+        after = {i["Id"] for i in docker_client.api.images(all=True, filters=mine)}
+        assert after == before  # and the bake's own steps went with it
+    finally:
+        _removed_quietly(docker_client, bake.id, theirs.id)

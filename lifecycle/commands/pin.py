@@ -43,6 +43,7 @@ from lifecycle.report import Report
 from lifecycle.results.archive import archived_result, unreadable_result
 from lifecycle.results.model import RESULT_PIN, is_pin_of, pin_reason, pinned_result
 from lifecycle.table import lines_text
+from lifecycle.teardown.survey import is_gone
 
 DEFAULT_REASON = "pinned by hand"
 
@@ -222,11 +223,24 @@ def pin_target(ledger: Ledger, target: str, reason: str, now: datetime) -> PinRe
     live = [c for c in caches if c.state != "torn-down"]
     if not live:
         raise NothingHere(f"{target}: already torn down; nothing on this host to keep")
+    # A dir gone behind the ledger's back: a pin would keep nothing, and would hold the cache
+    # from being recorded gone (teardown keeps what is pinned), the ledger calling it live.
+    there = [c for c in live if not is_gone(c)]
+    if not there:
+        dirs = f"its dir {live[0].host_path} is" if len(live) == 1 else "the dirs of its caches are"
+        raise NothingHere(
+            f"{target}: {dirs} gone; nothing on this host to keep (the next `lifecycle"
+            " teardown` records it gone)"
+        )
     at = now.isoformat(timespec="seconds")
-    for cache in live:
+    for cache in there:
         ledger_pins.pin(ledger, cache.id, reason, at)
-    skipped = tuple(f"{c.id}: already torn down" for c in caches if c not in live)
-    return _report(ledger, "pin", target, tuple(c.id for c in live), skipped)
+    skipped = tuple(
+        f"{c.id}: already torn down" if c not in live else f"{c.id}: its dir {c.host_path} is gone"
+        for c in caches
+        if c not in there
+    )
+    return _report(ledger, "pin", target, tuple(c.id for c in there), skipped)
 
 
 def unpin_target(ledger: Ledger, target: str, reason: str | None) -> PinReport:

@@ -201,6 +201,7 @@ def _counted(made: Converge) -> dict[str, int]:
     return {
         "caches to archive": len(made.archive),
         "caches to remove": len(made.caches.removing),
+        "caches to record as gone": len(made.caches.settling),
         "images to remove": sum(1 for i in made.caches.images if i.removes),
         "archive objects to collect": len(made.remote.remove) if made.remote else 0,
     }

@@ -265,8 +265,13 @@ def registry_images(ledger: Ledger, image_id: str) -> list[RegistryImage]:
 
 
 def pulled_images(ledger: Ledger) -> dict[str, str]:
-    """Image id -> the reference this host last pulled it by."""
-    sql = "SELECT image_id, reference FROM registry_images WHERE how = 'pulled' ORDER BY at, rowid"
+    """Image id -> the reference this host last pulled it by, of the images it did not push
+    itself: another home's build or bake."""
+    sql = (
+        "SELECT image_id, reference FROM registry_images r WHERE how = 'pulled' AND NOT EXISTS"
+        " (SELECT 1 FROM registry_images p WHERE p.image_id = r.image_id AND p.how = 'pushed')"
+        " ORDER BY at, rowid"
+    )
     return {str(row["image_id"]): str(row["reference"]) for row in ledger.query(sql)}
 
 

@@ -48,15 +48,17 @@ def releases_kept(built: Iterable[tuple[str, str, str, str]], policy: Policy) ->
     0.31, which would drop production's way back), N its image rule's keep_last. A build of
     that digest again (the base moved) took the tag: the image it replaced stays too, said so."""
     releases: dict[str, list[str]] = {}  # manifest -> its releases, newest first
-    current: dict[str, tuple[str, str]] = {}  # release -> its newest build's digest and image
+    # (manifest, release) -> its newest build's digest and image: two manifests may name a
+    # release alike (0.31 of vllm-h100 and of vllm-h200), each its own.
+    current: dict[tuple[str, str], tuple[str, str]] = {}
     keeps = {}
     for manifest, release, digest, image_id in built:
         rule = policy.image_rule(manifest)
         seen = releases.setdefault(manifest, [])
         if release not in seen:
             seen.append(release)
-            current[release] = (digest, image_id)
-        newest_digest, newest_image = current[release]
+            current[manifest, release] = (digest, image_id)
+        newest_digest, newest_image = current[manifest, release]
         if rule is None:
             keeps[image_id] = "no policy rule names its manifest"
         elif seen.index(release) < rule.keep_last and newest_digest == digest:

@@ -93,13 +93,14 @@ def _newest(caches: Sequence[Live], ruled: Mapping[str, CacheRule | None]) -> se
 
 
 def _release_keepers(caches: Iterable[Live], ruled: Mapping[str, CacheRule | None]) -> set[str]:
-    """The newest good cache of each name of each release a rule keeps."""
-    best: dict[tuple[str, str], Live] = {}
+    """The newest good cache of each name of each release a rule keeps (of each manifest: a
+    manifest built from elsewhere may name its release as one of the project's does)."""
+    best: dict[tuple[str, str, str], Live] = {}
     for cache in caches:
         rule = ruled[cache.id]
         if rule is None or not cache.good or cache.release not in rule.keep_releases:
             continue
-        key = (cache.release, cache.name)
+        key = (cache.manifest, cache.release, cache.name)
         held = best.get(key)
         if held is None or (cache.last_used, cache.seq, cache.id) > (
             held.last_used,

@@ -239,29 +239,63 @@ def _with_its_bake(bake: ImageDecision | None) -> tuple[bool, str]:
     return bake.removes, f"an MCV image of bake {named}, which {fate}"
 
 
-def remove_image(client: Any, image: ImageDecision, deleted: set[str]) -> str | None:
+def remove_image(
+    client: Any, image: ImageDecision, deleted: set[str], stays: Collection[str] = ()
+) -> str | None:
     """Untag and delete an image without force; dockerd's refusal (a container started on it
     meanwhile), or its keeping the image untagged, comes back as the problem instead of being
     forced through; one gone before any of its names was removed here, as ALREADY_GONE.
     `deleted` gains what dockerd deleted: the image, and the untagged images it was built on
-    that nothing else needs (an older engine image under a bake goes with the bake)."""
+    that nothing else needs (an older engine image under a bake goes with the bake). Not an
+    image of `stays` (what this run keeps, and the images bakes are built on): dockerd would
+    prune one untagged (another home's older engine image under this home's bake), so only
+    the steps between the two go, one by one."""
     from docker.errors import APIError, ImageNotFound
 
     removed = False  # a name of it, by this call
+    steps: list[str] | None = None
     try:
+        steps = _own_steps(client, image.id, stays)  # None: nothing that stays is under it
         for reference in image.tags or (image.id,):
             with suppress(ImageNotFound):  # that name, or the whole image, went meanwhile
-                answer = client.api.remove_image(reference)
+                answer = client.api.remove_image(reference, noprune=steps is not None)
                 deleted.update(str(item["Deleted"]) for item in answer or () if "Deleted" in item)
                 removed = True
         # Untagged is not removed: dockerd keeps an image another is built on (a bake), and
         # says nothing of it.
         client.images.get(image.id)
     except ImageNotFound:
+        _remove_steps(client, steps or (), deleted)
         return None if removed else ALREADY_GONE
     except APIError as exc:
         return dockerd_said(exc)
     return "untagged, but dockerd keeps it: an image built on it is still there"
+
+
+def _own_steps(client: Any, image_id: str, stays: Collection[str]) -> list[str] | None:
+    """The images between `image_id` and the first image under it that stays (its build's
+    steps), nearest first; None when none stays under it (dockerd prunes as ever)."""
+    steps: list[str] = []
+    parent = client.api.inspect_image(image_id).get("Parent") or ""
+    while parent:
+        if parent in stays:
+            return steps
+        steps.append(parent)
+        parent = client.api.inspect_image(parent).get("Parent") or ""
+    return None
+
+
+def _remove_steps(client: Any, steps: Iterable[str], deleted: set[str]) -> None:
+    """Remove a removed image's build steps, nearest first, each without pruning; the first
+    dockerd keeps (another image is built on it, a name or a container holds it) ends it."""
+    from docker.errors import APIError
+
+    for step in steps:
+        try:
+            answer = client.api.remove_image(step, noprune=True)
+        except APIError:  # ImageNotFound among them: taken by someone else, what is under stays
+            return
+        deleted.update(str(item["Deleted"]) for item in answer or () if "Deleted" in item)
 
 
 TRASH_MOUNT = "/lifecycle-trash"

@@ -158,6 +158,11 @@ class TeardownPlan:
         return tuple(d for d in self.decisions if d.removes)
 
     @property
+    def settling(self) -> tuple[CacheDecision, ...]:
+        """The decisions that record a cache as gone (its dir vanished): work, not a keep."""
+        return tuple(d for d in self.decisions if d.action is Action.SETTLE)
+
+    @property
     def bytes_to_free(self) -> int:
         """The scanned size of every cache to remove."""
         return sum(d.cache.bytes or 0 for d in self.removing)
@@ -172,7 +177,8 @@ class TeardownPlan:
         """Whether anything would change: caches, unfinished runs, containers, images."""
         return bool(
             self.removing
-            or any(d.resumes or d.action is Action.SETTLE for d in self.decisions)
+            or self.settling
+            or any(d.resumes for d in self.decisions)
             or self.containers
             or any(i.removes for i in self.images)
         )
@@ -298,6 +304,7 @@ def plan_json(plan: TeardownPlan) -> dict[str, Any]:
         "notes": list(plan.notes),
         "archive_to": plan.archive_to,
         "caches_to_remove": len(plan.removing),
+        "caches_to_record_gone": len(plan.settling),
         "bytes_to_free": plan.bytes_to_free,
     }
 
@@ -327,10 +334,12 @@ def plan_text(plan: TeardownPlan, *, dry_run: bool) -> str:
     verb = "would remove" if dry_run else "to remove"
     archiving = sum(1 for d in plan.removing if d.archive is None)
     first = f", {archiving} archived first to {plan.archive_to}" if archiving else ""
-    kept = len(plan.decisions) - len(plan.removing)
+    settling = len(plan.settling)
+    kept = len(plan.decisions) - len(plan.removing) - settling
     removing = count_of(len(plan.removing), "cache")
+    gone = f"; to record as gone: {settling}" if settling else ""
     lines.append(
-        f"{verb}: {removing}, {human_bytes(plan.bytes_to_free)}{first};"
+        f"{verb}: {removing}, {human_bytes(plan.bytes_to_free)}{first}{gone};"
         f" kept: {kept}" + ("  (dry run: nothing changed)" if dry_run else "")
     )
     return render(header, rows, empty=NO_CACHES) + lines_text(lines)

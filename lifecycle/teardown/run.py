@@ -33,7 +33,7 @@ from lifecycle.ledger.boots import (
     tainted_files,
     used_pairs,
 )
-from lifecycle.ledger.builds import image_removed
+from lifecycle.ledger.builds import all_bakes, image_removed, mcv_images
 from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import results_not_archived_on
 from lifecycle.table import count_of, human_bytes, lines_text
@@ -322,10 +322,12 @@ def _clean_docker(
             kept = {c.image_id for c in caches if not c.gone}
             users = [*containers, *with_image]
             deleted: set[str] = set()  # by dockerd, this run
-            for image in images_going(ledger, client, listed, kept, request, users):
+            decided = images_going(ledger, client, listed, kept, request, users)
+            stays = _staying(ledger, decided)
+            for image in decided:
                 remove(with_their_images(with_image, [image]))  # before the image they hold
                 going_now = image.removes and image.id not in deleted  # else it went with one
-                problem = remove_image(client, image, deleted) if going_now else None
+                problem = remove_image(client, image, deleted, stays) if going_now else None
                 images.append(replace(image, removes=False, why=problem) if problem else image)
                 # One someone else removed since the listing (ALREADY_GONE) is not stamped:
                 # removed_at says a teardown or apply removed it (how_gone); unstamped, it is
@@ -338,6 +340,15 @@ def _clean_docker(
     except sdk_errors() as exc:
         return (f"dockerd: {exc}",)
     return ()
+
+
+def _staying(ledger: Ledger, decided: Sequence[ImageDecision]) -> set[str]:
+    """The images no removal may take with it: those this run keeps, and what each bake and
+    MCV image is built on (an engine image another home built is in no plan here) unless it
+    goes too."""
+    under = {bake.engine_image_id for bake in all_bakes(ledger)}
+    under |= {mcv.bake_image_id for mcv in mcv_images(ledger)}
+    return ({image.id for image in decided} | under) - {i.id for i in decided if i.removes}
 
 
 def _stamp(moment: datetime) -> str:

@@ -285,17 +285,20 @@ def images_going(
     baked_from = {bake.image_id: bake.engine_image_id for bake in all_bakes(ledger)}
     mcv_of = {mcv.image_id: mcv.bake_image_id for mcv in mcv_images(ledger)}
     built = {b.image_id for b in all_builds(ledger) if b.image_id}
+    pulled = pulled_images(ledger)
+    # A bake `boot --baked --pull` pulled is recorded as a bake, yet another home baked it.
+    baked = baked_from.keys() - pulled.keys()
     return plan_images(
         docker,
         listed,
-        built_here=built | baked_from.keys() | mcv_of.keys(),
+        built_here=built | baked | mcv_of.keys(),
         kept_image_ids=kept,
         manifest=request.selection.manifest,
         removed_containers={c.id for c in containers},
         keeps=request.image_keeps,
         baked_from=baked_from,
         mcv_of=mcv_of,
-        pulled=pulled_images(ledger),
+        pulled=pulled,
     )
 
 
