@@ -5,7 +5,7 @@ import pydantic and the manifest loader for a regular expression."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from lifecycle.errors import LifecycleError, quoted
 
@@ -37,3 +37,14 @@ def parse_duration(text: str, option: str = "--older-than") -> timedelta:
         return duration_length(text)
     except ValueError as error:
         raise LifecycleError(f"{option} {error}") from None
+
+
+def instant(at: str) -> datetime | None:
+    """The moment an ISO 8601 time with its zone names (as lifecycle writes them); None for
+    anything else, as a record from outside may hold: no time, or one of no zone, which cannot
+    be compared with one that has."""
+    try:
+        found = datetime.fromisoformat(at)
+    except (ValueError, TypeError):
+        return None
+    return found if found.tzinfo is not None else None

@@ -22,6 +22,7 @@ from lifecycle.archive.objects import Listing
 from lifecycle.archive.record import GC_DELETES_FOR, drop_intents, names_of, read_as, record_removal
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.boot.baked import baked_caches
+from lifecycle.durations import instant
 from lifecycle.errors import LifecycleError
 from lifecycle.faults import Checkpoint
 from lifecycle.formats import STORED_UNDER
@@ -332,8 +333,10 @@ class _Marking:
         self.cutoff = now - policy.older_than if policy.older_than is not None else None
 
     def recent(self, at: str) -> bool:
-        """Newer than --older-than (False without it)."""
-        return self.cutoff is not None and datetime.fromisoformat(at) > self.cutoff
+        """Newer than --older-than (False without it); a time a record holds that is none
+        (a boot's, written by anyone) cannot show it is older, so counts as newer: kept."""
+        moment = instant(at)
+        return self.cutoff is not None and (moment is None or moment > self.cutoff)
 
     def keeps_result(
         self, key: str, record: ResultRecordV1 | ResultRecordV2, pinned: Set[str]

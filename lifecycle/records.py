@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -17,12 +18,26 @@ from pydantic import (
     model_validator,
 )
 
+from lifecycle.durations import instant
+from lifecycle.errors import MAX_QUOTED_CHARS, clip
 from lifecycle.formats import FORMATS, IMAGE_FORMAT, PIN_FORMAT, RESULT_FORMAT_2, VERSION_FORMAT_1
 from lifecycle.ledger.boots import BakedUse, BootRecord, CacheRow, CacheUse
+from lifecycle.table import visible
 
 __all__ = ["IMAGE_FORMAT", "PIN_FORMAT", "RESULT_FORMAT_2"]  # what callers still import from here
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+
+def _zoned(at: str) -> str:
+    if instant(at) is None:
+        raise ValueError("not a time with its zone (ISO 8601), as lifecycle writes them")
+    return at
+
+
+# When a record was written, as lifecycle writes it (UTC, with its zone): gc, the listings and
+# verify order and age records by it, and one that is no time, or of no zone, cannot be.
+Stamp = Annotated[str, AfterValidator(_zoned)]
 Count = Annotated[int, Field(ge=0, strict=True)]
 Flag = Annotated[bool, Field(strict=True)]
 Scalar = int | float | str | bool | None
@@ -152,7 +167,7 @@ class CacheRecordV1(_Part):
     cache_id: str
     host: str
     tool_version: str
-    archived_at: str
+    archived_at: Stamp
     with_content: Flag
     cache: CacheRow  # the ledger's row of the cache, less this host's bookkeeping
     fingerprint: FingerprintBlob
@@ -181,7 +196,7 @@ class CanonicalResult(_Part):
     source: str
     instrumented: Flag
     document: FileBlob | None
-    created_at: str
+    created_at: Stamp
 
 
 class ResultBoot(_Part):
@@ -201,7 +216,7 @@ class _ResultRecord(_Part):
     digest: Sha256
     host: str
     tool_version: str
-    archived_at: str
+    archived_at: Stamp
     blobs: list[BlobEntry]
 
     def canonical(self) -> CanonicalResult:
@@ -259,7 +274,7 @@ class CacheVersion(_Part):
     made_by: MadeBy | None
     host: str
     tool_version: str
-    archived_at: str
+    archived_at: Stamp
     with_content: Flag
     cache: CacheRow  # the row of the cache where it was archived, less that host's bookkeeping
     key: KeyFactors | None
@@ -307,7 +322,7 @@ class BootRecordV1(_Part):
     patches: list[PatchBlob]
     host: str
     tool_version: str
-    archived_at: str
+    archived_at: Stamp
     blobs: list[BlobEntry]
 
 
@@ -349,7 +364,7 @@ class ImageRecordV1(_Part):
     labels: dict[str, str]
     host: str
     tool_version: str
-    pushed_at: str
+    pushed_at: Stamp
     # A baked image's provenance: an in-toto Statement v1 (lifecycle.bake.provenance), its
     # subject the pushed digest too; None for an engine image.
     provenance: dict[str, Any] | None = None
@@ -362,7 +377,7 @@ class PinV1(_Part):
     target: str  # a result id
     reason: str
     host: str
-    pinned_at: str
+    pinned_at: Stamp
 
 
 class GcRecordV1(_Part):
@@ -373,7 +388,7 @@ class GcRecordV1(_Part):
     host: str
     tool_version: str
     policy: str  # the options it ran with, as the user gave them
-    removed_at: str  # stamped just before its first deletion
+    removed_at: Stamp  # stamped just before its first deletion
     removed: dict[str, list[str]]  # kind (lifecycle.archive.layout) -> keys under the prefix
     rules: dict[str, str]  # kind -> why the policy let objects of that kind go
 
@@ -435,9 +450,14 @@ def _parse(model: type[Model], document: object, prefix: str = "") -> Model:
     try:
         return model.model_validate(document)
     except ValidationError as exc:
-        problems = [
-            f"{prefix}{'.'.join(str(p) for p in error['loc']) or '(record)'}: {error['msg']}"
-            for error in exc.errors()[:3]
-        ]
+        problems = [_problem(prefix, error["loc"], error["msg"]) for error in exc.errors()[:3]]
         more = exc.error_count() - len(problems)
         raise RecordInvalid(problems + ([f"and {more} more"] if more > 0 else [])) from None
+
+
+def _problem(prefix: str, loc: tuple[int | str, ...], msg: str) -> str:
+    # The path holds the record's own keys and the message may quote its values (a validator's
+    # words): whoever wrote the record chose both. Each is shown on the one line, escaped and
+    # clipped, so that a key's newline forges no line beneath the error.
+    path = ".".join(visible(clip(str(part), MAX_QUOTED_CHARS)) for part in loc) or "(record)"
+    return f"{prefix}{path}: {visible(clip(msg))}"

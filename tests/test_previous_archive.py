@@ -82,3 +82,17 @@ def test_the_previous_releases_archive_reads_restores_and_grows(
     # gc with no policy keeps every record of either format and every blob they name.
     planned = _json(previous, home, "gc", "--remote", "--from", url, "--grace", "0s", "--dry-run")
     assert planned["plan"]["objects"] == []
+
+
+def test_verify_from_the_archive_finds_a_tree_in_a_previous_format_record(
+    previous_archive: ArchiveTarget, tmp_path: Path
+) -> None:
+    """`verify CACHE@TREE --from` looked for the tree among the cache's versions alone, so the
+    tree of a cache the previous release archived (its one record, the tree in its
+    fingerprint) was "none archived there", which `restore CACHE@TREE` restores."""
+    url, home = previous_archive.url, tmp_path / "home"
+    for path in sorted((OBJECTS / "caches").glob("*.json")):
+        tree = json.loads(path.read_bytes())["fingerprint"]["tree_digest"]
+        checked = _json(previous_archive, home, "verify", f"{path.stem}@{tree[:12]}", "--from", url)
+        assert checked["ok"] and checked["kind"] == "cache", checked
+        assert next(c["subject"] for c in checked["checked"]) == f"{url}/caches/{path.name}"

@@ -9,7 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from lifecycle.archive.record import load_as
+from lifecycle.archive.record import load_as, load_named
 from lifecycle.archive.store import ArchiveError
 from lifecycle.cli import cli
 from lifecycle.formats import (
@@ -95,6 +95,34 @@ def test_other_formats_and_broken_json_are_refused_by_name() -> None:
     ]:
         with pytest.raises(ArchiveError, match=f"^{where}: {words}"):
             load_result_record(body, "results/r-1.json", where)
+
+
+FORGED = "x\nlifecycle: warning: production is down\x1b[2J"
+
+
+def test_a_crafted_key_or_value_is_shown_on_the_errors_one_line() -> None:
+    """The path of a field names the record's own keys, and a validator's words its values:
+    a key holding a newline forged a line of lifecycle's own beneath the error."""
+    crafted = {**CACHE, "boots": [{**CACHE["boots"][0], "evidence": {FORGED: [1]}}]}
+    with pytest.raises(ArchiveError) as refused:
+        load_as(CacheRecordV1, json.dumps(crafted).encode(), "s3://b/p/caches/c.json")
+    message = str(refused.value)
+    assert "\n" not in message and "\x1b" not in message, message
+    assert "evidence.x\\nlifecycle: warning: production is down\\x1b[2J" in message, message
+    result = {**CACHE, "cache_id": FORGED + "y" * 1000}
+    with pytest.raises(ArchiveError) as refused:
+        load_named(CacheRecordV1, json.dumps(result).encode(), "caches/c-1.json", "s3://b/c")
+    message = str(refused.value)
+    assert "\n" not in message and len(message) < 300, message
+    assert message.startswith("s3://b/c: holds cache x\\nlifecycle: warning: "), message
+
+
+@pytest.mark.parametrize("at", ["yesterday", "2026-10-10T00:00:00", "", "2026-13-40T00:00:00Z"])
+def test_a_record_whose_time_is_none_with_its_zone_does_not_parse(at: str) -> None:
+    """gc, the listings and verify compare and age records by their times: one of no zone
+    cannot be compared with one that has (TypeError: exit 4), one that is no time not read."""
+    with pytest.raises(RecordInvalid, match=r"^archived_at: Value error, not a time with its zone"):
+        parse_as(CacheRecordV1, {**CACHE, "archived_at": at})
 
 
 def test_too_many_problems_are_counted_not_listed() -> None:

@@ -244,7 +244,8 @@ def test_a_crafted_record_in_the_bucket_forges_no_line_of_the_notes(
     unread = json.loads(
         run_lifecycle(tmp_path, "boots", "--from", f"s3://{s3_bucket}/team", "--json").stdout
     )["unreadable"]
-    assert unread == {url: f"holds boot {forged}, not the b-1 its key names"}  # JSON: exact
+    # The why is lifecycle's one-line sentence about the record, in JSON too: the id escaped.
+    assert unread == {url: f"holds boot {visible(forged)}, not the b-1 its key names"}
 
 
 def test_dockerds_or_s3s_words_or_an_unread_records_forge_no_line_of_the_notes() -> None:

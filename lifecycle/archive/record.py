@@ -37,6 +37,7 @@ from lifecycle.archive.layout import (
 from lifecycle.archive.objects import Listing, ObjectStore
 from lifecycle.archive.packs import Placed
 from lifecycle.archive.store import ArchiveError, BlobRef, BlobStore, S3Unavailable
+from lifecycle.errors import MAX_QUOTED_CHARS, clip
 from lifecycle.formats import GC_FORMAT, STORED_UNDER
 from lifecycle.parallel import pool_map
 from lifecycle.records import (
@@ -57,6 +58,7 @@ from lifecycle.records import (
     parse_as,
     stored_as,
 )
+from lifecycle.table import visible
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -134,8 +136,9 @@ def named_by_key(record: BaseModel, relative: str, where: str) -> None:
     key = parse_key(relative)
     for field, what, part in _NAMED.get(key.kind, ()) if key else ():
         found, named = getattr(record, field), getattr(key, part)
-        if found != named:
-            raise ArchiveError(f"{where}: holds {what} {found}, not the {named} its key names")
+        if found != named:  # the record's field, chosen by whoever wrote it: one line, short
+            shown = visible(clip(str(found), MAX_QUOTED_CHARS))
+            raise ArchiveError(f"{where}: holds {what} {shown}, not the {named} its key names")
 
 
 def load_named(model: type[Model], body: bytes, relative: str, where: str) -> Model:

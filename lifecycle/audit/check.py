@@ -19,7 +19,7 @@ from lifecycle.archive.layout import (
     records_of,
 )
 from lifecycle.archive.objects import Listing
-from lifecycle.archive.record import read_as, stood_on
+from lifecycle.archive.record import read_as, read_legacy_cache, stood_on
 from lifecycle.archive.restore import TreeAmbiguous, check_cache_id, check_tree
 from lifecycle.archive.store import ArchiveError, BlobStore, S3Unavailable
 from lifecycle.audit.verify import (
@@ -248,6 +248,9 @@ def _archived_cache(
     if tree is not None:
         check_tree(tree)
         if not any((v.tree or "").startswith(tree) for v in versions.values()):
+            legacy = read_legacy_cache(store, cache_id)  # its tree is in its fingerprint
+            if legacy is not None and legacy[2].fingerprint.tree_digest.startswith(tree):
+                return archived_record(store, legacy[0], None, checker)
             gone = _collected(store, checker, cache_id, {"version"})
             if not any((key.tree or "").startswith(tree) for key in gone):
                 # Well formed, and not archived there: the answer no (exit 1), as restore says.

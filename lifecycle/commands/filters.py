@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from lifecycle.commands import verbs
-from lifecycle.durations import parse_duration
+from lifecycle.durations import instant, parse_duration
 from lifecycle.errors import LifecycleError
 
 Item = TypeVar("Item")
@@ -61,7 +61,10 @@ class Filters:
             return False
         if self.state is not None and state != self.state:
             return False
-        age = now - datetime.fromisoformat(at)
+        moment = instant(at)
+        if moment is None:  # a record's time that is none (written by anyone): of no age
+            return self.older_than is None and self.newer_than is None
+        age = now - moment
         if self.older_than is not None and age < self.older_than:
             return False
         return self.newer_than is None or age <= self.newer_than

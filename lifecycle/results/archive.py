@@ -505,7 +505,9 @@ def _same_record_there(
     very damage it is to repair."""
     found, unread = readable(store, ResultRecordV2, records_of("results", result_id), "result")
     _unread_records(store, unread, say)
-    wanted = ResultRecordV2.model_validate({**document, "archived_at": "", "blobs": []}).model_dump(
+    # Its time and blobs are what differ between two runs: any will do, compared without them.
+    stand_in = {"archived_at": document["result"]["created_at"], "blobs": []}
+    wanted = ResultRecordV2.model_validate({**document, **stand_in}).model_dump(
         mode="json", exclude={"archived_at", "blobs"}
     )
     for key, existing in found.items():
