@@ -512,3 +512,33 @@ def _killed_teardown(project: Path, home: Path) -> Any:
              "LIFECYCLE_TEST_CRASH_AT": "teardown-image-removed"},
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
+
+
+def test_a_layer_left_on_the_engine_is_never_taken_for_it(
+    own: Own, docker_client: Any, tmp_path: Path
+) -> None:
+    # A bake killed, or failed, after its first COPY leaves that step's image on dockerd,
+    # untagged and with nothing built on it: the engine's labels whole (a step inherits them)
+    # and cache files under the engine's cache paths. A home that does not know the engine
+    # (another host's, a new one) found the newest image by its labels, the tie broken by id,
+    # and took such a layer for the engine: its boot ran the layer, its bake refused it.
+    engine = _lifecycle(own.project, tmp_path / "a", "build", "demo/0.2", "--json")["image_id"]
+    layer = engine
+    while layer <= engine:  # one that the old tie-break would have taken: its id sorts after
+        dockerfile = f"FROM {engine}\nRUN mkdir -p /var/cache/lifecycle/vllm" + (
+            f" && echo {secrets.token_hex(8)} > /var/cache/lifecycle/vllm/k.so\n"
+        )
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            info = tarfile.TarInfo("Dockerfile")
+            info.size = len(dockerfile)
+            tar.addfile(info, io.BytesIO(dockerfile.encode()))
+        buffer.seek(0)
+        layer = str(docker_client.images.build(fileobj=buffer, custom_context=True, rm=True)[0].id)
+    assert docker_client.images.get(layer).labels[DIGEST_LABEL] == (
+        docker_client.images.get(engine).labels[DIGEST_LABEL]
+    )
+    found = _lifecycle(own.project, tmp_path / "b", "build", "demo/0.2", "--json")
+    assert found["outcome"] == "up-to-date" and found["image_id"] == engine, found
+    booted = _lifecycle(own.project, tmp_path / "c", "boot", "demo/0.2", "--json")
+    assert booted["image_id"] == engine, booted

@@ -84,12 +84,17 @@ def find_built(
             return image
     # dockerd's list carries each image's labels: only the one chosen is inspected. On a
     # dockerd other homes share, an image listed may be gone by then (their teardown): the
-    # next newest is taken.
-    listed = client.api.images(filters={"label": [f"{k}={v}" for k, v in wanted.items()]})
-    labelled = [(i.get("Labels") or {}, i["Id"]) for i in listed]
+    # next newest is taken. Every image built on the engine inherits its labels: a bake
+    # (named by its own label), and any step of a build FROM it, such as the layer a bake
+    # killed after its first COPY leaves, untagged, cache files in it. The engine is the one
+    # of them not built on another (its LABEL is its build's last step), so the list holds
+    # the steps too (all=True) to tell.
+    listed = client.api.images(all=True, filters={"label": [f"{k}={v}" for k, v in wanted.items()]})
+    labelled = {i["Id"] for i in listed}
     candidates = sorted(
-        ((labels.get(CREATED_LABEL, ""), image_id) for labels, image_id in labelled
-         if BAKED_LABEL not in labels),
+        ((labels.get(CREATED_LABEL, ""), i["Id"]) for i in listed
+         if BAKED_LABEL not in (labels := i.get("Labels") or {})
+         and (i.get("ParentId") or "") not in labelled),
         reverse=True,
     )  # fmt: skip
     for _, image_id in candidates:
