@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from lifecycle import __version__
-from lifecycle.commands.verbs import GROUPS, REQUIRED, VERBS, Param, Request
+from lifecycle.commands.verbs import GROUPS, REQUIRED, TEXT, VERBS, GivenPath, Param, Request
 from lifecycle.errors import EXIT_CODES, EXIT_INTERNAL, LifecycleError
 from lifecycle.table import visible_lines
 
@@ -103,7 +103,15 @@ def _stderr(line: str) -> None:
     from lifecycle.crash import known_secrets
     from lifecycle.redact import redact
 
-    click.echo(visible_lines(redact(line, known_secrets(os.environ))), err=True)
+    click.echo(_bounded(redact(line, known_secrets(os.environ))), err=True)
+
+
+def _bounded(text: str) -> str:
+    """`text` for stderr: made visible, each line clipped (after redaction: a clip may not cut
+    a secret in two, leaving a piece redaction cannot recognise)."""
+    from lifecycle.errors import clip_line
+
+    return "\n".join(clip_line(line) for line in visible_lines(text).split("\n"))
 
 
 def _unexpected(exc: Exception, home: Home | None) -> None:
@@ -134,7 +142,7 @@ def _exit_code_table() -> str:
 @click.option(
     "--manifests",
     "manifests_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=GivenPath(file_okay=False, path_type=Path),
     envvar="LIFECYCLE_MANIFESTS",
     help="Directory of manifests/<version>/manifest.yaml (default: ./manifests, searched upward).",
 )
@@ -230,7 +238,7 @@ def _say(line: str) -> None:
 
 
 def _note(line: str) -> None:
-    click.echo(f"lifecycle: {visible_lines(line)}", err=True)
+    click.echo(_bounded(f"lifecycle: {line}"), err=True)
 
 
 def _out(text: str) -> None:
@@ -257,7 +265,7 @@ def _answer(ctx: click.Context, report: Report | None, as_json: bool) -> NoRetur
         # (lifecycle.table.lines_text, a table's cells); here they are lifecycle's own.
         click.echo(visible_lines(report.text()), nl=False)
     for line in report.notes:
-        click.echo(visible_lines(line), err=True)
+        click.echo(_bounded(line), err=True)
     ctx.exit(report.exit_code)
 
 
@@ -279,6 +287,8 @@ def _command(request: type[Request]) -> click.Command:
 def _parameter(param: Param, states: str) -> click.Parameter:
     settings = {k: v for k, v in param.settings.items() if k != "argument"}
     many = param.kind.startswith("tuple[")
+    if param.kind.startswith(("str", "tuple[str")):
+        settings.setdefault("type", TEXT)
     if param.is_argument:
         required = param.default is REQUIRED
         nargs = -1 if many else 1
@@ -311,7 +321,7 @@ def main() -> None:
         code = cli.main(prog_name="lifecycle", auto_envvar_prefix=None, standalone_mode=False)
     except click.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx else "lifecycle"
-        click.echo(f"{where}: {exc.format_message()} (see '{where} -h')", err=True)
+        click.echo(_bounded(f"{where}: {exc.format_message()} (see '{where} -h')"), err=True)
         code = exc.exit_code
     except click.ClickException as exc:
         exc.show()

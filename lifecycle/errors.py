@@ -21,6 +21,7 @@ EXIT_INTERNAL = 4
 MAX_PROBLEM_LINES = 20
 MAX_MESSAGE_CHARS = 300  # a key or value quoted in a message can be a megabyte long
 MAX_QUOTED_CHARS = 100  # a name quoted inside a message, so that what follows it survives
+MAX_LINE_CHARS = 600  # a line on stderr: whatever it quotes, the message stays readable
 
 EXIT_CODES = (
     (EXIT_OK, "ok"),
@@ -121,6 +122,17 @@ def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     if len(text) <= limit:
         return text
     return f"{text[: limit - 20]}… ({len(text)} characters)"
+
+
+def clip_line(line: str, limit: int = MAX_LINE_CHARS) -> str:
+    """A line for stderr of at most about `limit` characters: its start and its end, where a
+    message says its point (`… in this host's ledger`), and how much
+    was left out between. A value given on the command line can be any length, and the
+    messages that echo it (click's own among them) are more than any one place can clip."""
+    if len(line) <= limit:
+        return line
+    head, tail = line[: limit * 2 // 3], line[-(limit // 4) :]
+    return f"{head}… ({len(line) - len(head) - len(tail)} characters left out) …{tail}"
 
 
 def quoted(text: str) -> str:

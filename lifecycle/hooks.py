@@ -22,7 +22,7 @@ from pathlib import Path, PurePath
 from types import FrameType
 from typing import Any
 
-from lifecycle.errors import LifecycleError, did_you_mean
+from lifecycle.errors import LifecycleError, did_you_mean, path_fault, quoted
 
 EVENTS = ("pre-boot", "post-boot", "pre-teardown", "post-teardown", "on-exit")
 STEPS = ("boot", "teardown")
@@ -204,14 +204,15 @@ def _declared(path: Path) -> Hook:
 
 def _why_not(hooks_dir: Path, name: str, available: Mapping[str, Hook]) -> str:
     path = hooks_dir / name
-    if _looks_like_hook(path) and path.parent == hooks_dir:
-        return f"hook {name!r}: {path} is not executable (chmod +x {path})"
+    fault = path_fault(path)  # a name longer than a file's may be: no file to look at
+    if not fault and _looks_like_hook(path) and path.parent == hooks_dir:
+        return f"hook {quoted(name)}: {path} is not executable (chmod +x {path})"
     if not hooks_dir.is_dir():
-        return f"unknown hook {name!r}: there is no hooks directory at {hooks_dir}"
+        return f"unknown hook {quoted(name)}: there is no hooks directory at {hooks_dir}"
     if not available:
-        return f"unknown hook {name!r}: {hooks_dir} holds no executable hooks"
+        return f"unknown hook {quoted(name)}: {hooks_dir} holds no executable hooks"
     hint = did_you_mean(name, available)
-    return f"unknown hook {name!r}{hint} (in {hooks_dir}: {', '.join(available)})"
+    return f"unknown hook {quoted(name)}{hint} (in {hooks_dir}: {', '.join(available)})"
 
 
 def run_hook_process(

@@ -390,6 +390,24 @@ def _files() -> dict[str, int]:
     }
 
 
+def test_archive_in_a_home_where_nothing_is_recorded_answers_its_json(
+    tmp_path: Path, archive_target: ArchiveTarget
+) -> None:
+    """`archive --all --json` on a new host printed nothing at all (exit 0): a script's JSON
+    parser met an empty stdout. Its report is that of no cache, and no ledger is made."""
+    for dry_run in ((), ("--dry-run",)):
+        result = run_lifecycle(
+            tmp_path, "archive", "--all", *dry_run, "--json", "--to", archive_target.url
+        )
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        assert report["format"] == "lifecycle-archive/1" and report["caches"] == []
+        assert report["totals"]["caches"] == 0
+        assert "nothing is recorded on this host" in result.stderr
+    assert not _home().exists()
+    assert archive_target.objects() == {}
+
+
 def test_dry_run_writes_nothing(demo_project: Path, archive_target: ArchiveTarget) -> None:
     boot = boot_demo(demo_project)
     done = _flashinfer(boot)

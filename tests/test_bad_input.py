@@ -17,8 +17,9 @@ copied into a fresh working directory the command runs in. Keys of case.toml:
 `{home}` and `{cwd}` in args, env, stdout and stderr stand for LIFECYCLE_HOME and the working
 directory; `{too-long}` for a 5000-character file name in args and env, and in stdout and
 stderr for that name as a line starts with it (clipped), `{too-long!r}` as a message quotes
-it. Every command runs with Docker and S3 pointing at nothing that answers, so a case that
-reached either would fail differently: the checks must need neither.
+it; `{not-utf8}` in args for an argument of bytes that are not UTF-8 (`caf\\xe9`). Every
+command runs with Docker and S3 pointing at nothing that answers, so a case that reached either
+would fail differently: the checks must need neither.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ MAX_LINE_CHARS = 1000
 KILL_AFTER_S = 30.0
 REPO = Path(__file__).resolve().parent.parent
 TOO_LONG = "a" * 5000  # longer than any file name a system takes (ENAMETOOLONG)
+NOT_UTF8 = os.fsdecode(b"caf\xe9")  # Latin-1's é, as Python hands such an argument over
 
 Setup = Callable[[Path, Path], None]  # (working directory, LIFECYCLE_HOME)
 SETUPS: dict[str, Setup] = {}
@@ -89,6 +91,12 @@ def _patch_symlink_loop(cwd: Path, home: Path) -> None:
 @setup("extends-too-long")
 def _extends_too_long(cwd: Path, home: Path) -> None:
     (cwd / "manifest.yaml").write_text(f"# bad: extends a name too long\nextends: {TOO_LONG}\n")
+
+
+@setup("demo-project")
+def _demo_project(cwd: Path, home: Path) -> None:
+    for part in ("manifests", "hooks"):
+        shutil.copytree(REPO / part, cwd / part)
 
 
 @setup("demo-night-repeats-huge")
@@ -281,7 +289,7 @@ def test_bad_input(case: str, tmp_path: Path) -> None:
         if told:  # as the command's output names it
             text = text.replace("{too-long!r}", quoted(TOO_LONG))
             return text.replace("{too-long}", clip(TOO_LONG))
-        return text.replace("{too-long}", TOO_LONG)
+        return text.replace("{too-long}", TOO_LONG).replace("{not-utf8}", NOT_UTF8)
 
     env = _environment(tmp_path, home)
     env.update({name: fill(value) for name, value in spec.get("env", {}).items()})

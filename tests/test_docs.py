@@ -88,6 +88,48 @@ def test_every_verb_has_a_worked_example() -> None:
     assert [verb for verb in verbs if f"lifecycle {verb}" not in examples] == []
 
 
+def test_every_verb_has_its_section_and_the_readme_links_its_page() -> None:
+    """Each verb (a group's are its commands') has a heading on a page (`pin` and `unpin` under
+    one, `## lifecycle plan`), and the README's link to that page names it: `unpin` was in no
+    link's words."""
+    readme = (REPO / "README.md").read_text()
+    named = {
+        (page, word)
+        for text, page in re.findall(r"\[([^\]]+)\]\(docs/([^)#]+)", readme)
+        for word in re.findall(r"[a-z]+", text)
+    }
+    missing, verbs = [], _verbs()
+    for verb in verbs:
+        if any(other.startswith(f"{verb} ") for other in verbs):  # a group: see its commands
+            continue
+        pages = [
+            page
+            for page, text in _pages().items()
+            if re.search(rf"^##? .*(`{verb}`|lifecycle {verb}\b)", text, re.M)
+        ]
+        top = verb.split()[0]
+        if not any((page, top) in named for page in pages):
+            missing.append((verb, pages))
+    assert missing == []
+
+
+def test_every_verb_offers_json_or_its_page_says_why_not() -> None:
+    ctx = click.Context(cli, info_name="lifecycle")
+    pages = "\n".join(_pages().values())
+    without = []
+    for verb in _verbs():
+        command: click.Command | None = cli
+        for word in verb.split():
+            assert isinstance(command, click.Group)
+            command = command.get_command(ctx, word)
+        assert command is not None, verb
+        flags = {flag for param in command.params for flag in param.opts}
+        if not isinstance(command, click.Group) and "--json" not in flags:
+            without.append(verb)
+    assert without == ["schema"]  # a new one needs its reason on its page, as this one has
+    assert [verb for verb in without if f"`{verb}` has no `--json`" not in pages] == []
+
+
 def test_every_command_is_in_the_generated_reference() -> None:
     reference = (DOCS / "reference.md").read_text()
     assert "::: mkdocs-click" in reference and ":module: lifecycle.cli" in reference

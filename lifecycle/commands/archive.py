@@ -99,15 +99,15 @@ def select_caches(ledger: Ledger, names: Sequence[str], every: bool) -> tuple[li
     return chosen, skipped
 
 
-def run(ctx: Context, request: verbs.Archive) -> ArchiveRunReport | None:
-    """Archive the selected caches (and the results they complete); None when this home has
-    recorded nothing yet."""
+def run(ctx: Context, request: verbs.Archive) -> ArchiveRunReport:
+    """Archive the selected caches (and the results they complete); in a home that has
+    recorded nothing yet, none (and a note), its report `--json` too."""
     names, every, dry_run = request.cache_ids, request.every, request.dry_run
     location = resolve_location(request.to, ctx.environ, ctx.project)
     check_selection(names, every)
     client = ctx.s3()
     if not ctx.recorded(f"unknown cache {names[0]!r}" if names else None):
-        return None
+        return ArchiveRunReport(location.url(), dry_run, (), ())
     with ctx.ledger(create=False) as ledger:
         if not dry_run and dead_boots(ledger, ctx.home):
             # Their engines may run on, writing the caches this would archive: stopped first.

@@ -31,7 +31,7 @@ from lifecycle.audit.chain import (
 from lifecycle.audit.render import STATEMENT_TYPE, cache_text, chain_text, statement
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
-from lifecycle.errors import LifecycleError, check_replaceable
+from lifecycle.errors import LifecycleError, check_replaceable, path_fault, quoted
 from lifecycle.home import NoLedger, write_named
 from lifecycle.ledger import Ledger
 from lifecycle.report import Report, unread_lines
@@ -186,6 +186,9 @@ def cache(ctx: Context, request: verbs.AuditCache) -> CacheAuditReport | Collect
 
 def check_output_file(path: Path, option: str) -> None:
     """Refuse, before any work, a file `option` could not write: its directory must exist."""
+    fault = path_fault(path)
+    if fault:
+        raise LifecycleError(f"{option} {quoted(str(path))}: {fault}")
     if path.is_dir():
         raise LifecycleError(f"{option} {path}: is a directory")
     if not path.parent.is_dir():

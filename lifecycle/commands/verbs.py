@@ -11,18 +11,40 @@ Only click is imported here: `lifecycle --help` reads these classes.
 from __future__ import annotations
 
 import inspect
+import math
+import os
 import re
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn, dataclass_transform
 
 import click
 
+from lifecycle.errors import MAX_QUOTED_CHARS, clip
 from lifecycle.formats import RECORD_KINDS
 
 REQUIRED: Any = object()  # an argument with no default must be given
 
 
-class Given(click.types.StringParamType):
+class Text(click.types.StringParamType):
+    """Text given on the command line, which must be UTF-8: an argument of other bytes (a
+    Latin-1 name from an old script) reaches Python as surrogates, which no id, name or URL
+    holds and which SQLite, S3 and JSON cannot take (a bug's exit 4 where it met them first).
+    A path is not text: a file's name may be any bytes (GivenPath, click.Path)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text: str = super().convert(value, param, ctx)
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            shown = repr(os.fsencode(text))[2:-1]  # the bytes given, as Python writes them
+            self.fail(f"'{clip(shown, MAX_QUOTED_CHARS)}' is not UTF-8 text", param, ctx)
+        return text
+
+
+TEXT = Text()  # every text argument and option not typed otherwise
+
+
+class Given(Text):
     """Text that says something: an empty or blank value is a usage error naming the flag.
     An option left out means "no filter" (every cache, the configured archive), so one given
     with nothing in it must not mean the same: `--older-than ''` from an unset shell variable
@@ -38,7 +60,7 @@ class Given(click.types.StringParamType):
 GIVEN = Given()  # every destructive verb's text options
 
 
-class Registry(click.types.StringParamType):
+class Registry(Text):
     """A registry to push to, as docker names one: HOST[:PORT][/NAMESPACE…] (`127.0.0.1:5000`,
     `ghcr.io/team`). Refused before anything is built: dockerd refuses the tag only once the
     image is built, and no scheme (`http://`) or upper-case path is a name it takes."""
@@ -57,6 +79,23 @@ class Registry(click.types.StringParamType):
 
 
 REGISTRY = Registry()
+
+
+class Seconds(click.FloatRange):
+    """A time limit in seconds: above 0 and finite. `nan` compares false with every bound, so
+    a FloatRange alone takes it (and `inf`), and a limit of either never ends anything."""
+
+    def __init__(self) -> None:
+        super().__init__(min=0, min_open=True)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a number of seconds above 0", param, ctx)
+        return seconds
+
+
+SECONDS = Seconds()
 
 
 class GivenPath(click.Path):
@@ -154,7 +193,7 @@ ADDRESS = "The Ray cluster's head (default: RAY_ADDRESS, else the cluster this h
 class Validate(Request):
     """Validate manifests: files, dirs or refs (default: every manifest under the manifests dir)."""
 
-    paths: tuple[Path, ...] = arg(type=click.Path(path_type=Path))
+    paths: tuple[Path, ...] = arg(type=GivenPath(path_type=Path))
 
 
 class Show(Request):
@@ -182,7 +221,7 @@ class Boot(Request):
     cold: bool = opt(help="Start from empty caches instead of reusing live ones.")
     hook_names: tuple[str, ...] = opt("--hook", metavar="NAME", help=HOOK)
     timeout: float | None = opt(
-        type=click.FloatRange(min=0, min_open=True),
+        type=SECONDS,
         help="Stop the engine after this many seconds.",
     )
     dry_run: bool = opt(help="Print the exact container spec; run nothing.")
@@ -218,14 +257,15 @@ class Filtered(Request):
     STATES: ClassVar[str]  # what --state may say
     source: str | None = opt(
         "--from",
+        type=GIVEN,
         metavar="S3_URL",
         help="List what this archive holds, whichever host archived it (no ledger).",
     )
-    manifest: str | None = opt(metavar="NAME", help="Only of this manifest.")
-    arch: str | None = opt(metavar="ARCH", help="Only of this GPU arch (e.g. 90a).")
-    state: str | None = opt(metavar="STATE", help="Only in this state: {states}.")
-    older_than: str | None = opt(metavar="DURATION", help="Only older (2h, 3d).")
-    newer_than: str | None = opt(metavar="DURATION", help="Only newer (2h, 3d).")
+    manifest: str | None = opt(type=GIVEN, metavar="NAME", help="Only of this manifest.")
+    arch: str | None = opt(type=GIVEN, metavar="ARCH", help="Only of this GPU arch (e.g. 90a).")
+    state: str | None = opt(type=GIVEN, metavar="STATE", help="Only in this state: {states}.")
+    older_than: str | None = opt(type=GIVEN, metavar="DURATION", help="Only older (2h, 3d).")
+    newer_than: str | None = opt(type=GIVEN, metavar="DURATION", help="Only newer (2h, 3d).")
 
 
 class Caches(Filtered, run="listing:caches"):

@@ -44,6 +44,7 @@ from lifecycle.manifest.source import (
     render_key_path,
 )
 from lifecycle.redact import without_userinfo
+from lifecycle.table import visible
 
 MANIFEST_NAME = "manifest.yaml"
 Document = TypeVar("Document", bound=BaseModel)
@@ -132,14 +133,21 @@ def find_manifest(manifests_dir: Path, ref: str) -> Path:
     if candidate.is_file():
         return candidate
     if os.path.lexists(candidate):  # a dir, a FIFO, a device, a dangling link: there, not a file
-        raise LifecycleError(f"no manifest for {quoted(ref)}: {clip(str(candidate))} is not a file")
+        raise LifecycleError(f"no manifest for {quoted(ref)}: {_shown(candidate)} is not a file")
     # Refs are a release (`0.31`) or a name and its release (`demo/0.2`): one or two dirs deep.
     found = [*manifests_dir.glob(f"*/{MANIFEST_NAME}"), *manifests_dir.glob(f"*/*/{MANIFEST_NAME}")]
     known = sorted(p.parent.relative_to(manifests_dir).as_posix() for p in found)
     raise LifecycleError(
-        f"no manifest for {quoted(ref)}: {clip(str(candidate))} does not exist "
-        f"(known: {', '.join(known) or 'none'} in {manifests_dir}){did_you_mean(ref, known)}"
+        f"no manifest for {quoted(ref)}: {_shown(candidate)} does not exist "
+        f"(known: {', '.join(known) or 'none'} in {_shown(manifests_dir)})"
+        f"{did_you_mean(ref, known)}"
     )
+
+
+def _shown(path: Path) -> str:
+    """A path as an error line names it: clipped, and a newline or control in a ref the user
+    typed escaped, so that it cannot start a line of its own."""
+    return visible(clip(str(path)))
 
 
 def _resolve(

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import LifecycleError, path_fault, quoted
 from lifecycle.home import Home
 from lifecycle.manifest import LoadedManifest, find_manifest, load_manifest
 from lifecycle.manifest.load import MANIFEST_NAME, manifest_digest, manifest_ref
@@ -134,6 +134,9 @@ def make_plan(
     old_label = manifest_ref(old_dir, manifests_dir)
     new_label = _new_label(request.new_ref)
     new_dir = manifests_dir / new_label
+    fault = path_fault(new_dir)
+    if fault:
+        raise LifecycleError(f"NEW {quoted(request.new_ref)}: {fault}")
     chain_dirs = {f.parent.resolve() for f in loaded.chain}
     if new_dir in chain_dirs:
         raise LifecycleError(
@@ -229,7 +232,7 @@ def _new_label(ref: str) -> str:
     path = PurePosixPath(ref.replace(os.sep, "/"))
     if path.is_absolute() or ".." in path.parts or str(path) in ("", "."):
         raise LifecycleError(
-            f"NEW must be a directory under manifests/ (like 0.31 or demo/0.2), not {ref!r}"
+            f"NEW must be a directory under manifests/ (like 0.31 or demo/0.2), not {quoted(ref)}"
         )
     return path.as_posix()
 
