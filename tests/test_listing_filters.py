@@ -20,7 +20,7 @@ from lifecycle.commands import listing
 from lifecycle.commands.context import Context
 from lifecycle.commands.filters import Filters
 from lifecycle.home import Home
-from lifecycle.ledger import Ledger
+from lifecycle.ledger import Ledger, core
 from lifecycle.ledger.boots import (
     BakedUse,
     BootRecord,
@@ -202,18 +202,23 @@ def test_the_window_edges_keep_what_they_touch(home: Path) -> None:
 
 
 class _Counting:
-    """Rows the ledger hands back, counted across every query."""
+    """Rows the ledger hands back, counted across every query: as rows, or made records."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.rows = 0
-        query = Ledger.query
+        query, from_row = Ledger.query, core.from_row
 
         def counted(ledger: Ledger, sql: str, params: tuple[object, ...] = ()) -> list[Any]:
             found = query(ledger, sql, params)
             self.rows += len(found)
             return found
 
+        def made(cls: Any, row: Any) -> Any:
+            self.rows += 1
+            return from_row(cls, row)
+
         monkeypatch.setattr(Ledger, "query", counted)
+        monkeypatch.setattr(core, "from_row", made)
 
 
 @pytest.mark.parametrize("verb", LISTINGS)
