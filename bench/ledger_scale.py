@@ -298,12 +298,21 @@ def _counts(home: Path) -> dict[str, Any]:
 
 def verbs(made: dict[str, Any]) -> dict[str, list[str]]:
     """The read verbs timed: label -> arguments."""
+    # What a release engineer asks each morning: last night's (a home's last night began 32 h
+    # before it was made), one manifest's, the week's failures; labelled by their arguments.
+    boots = ("boots --newer-than 2d", "boots --state failed --newer-than 7d",
+             "boots --manifest 0.31 --newer-than 2d --json")  # fmt: skip
+    caches = ("caches --state missing", "caches --manifest 0.31 --newer-than 2d")
+    results = ("results --newer-than 2d", "results --manifest 0.31 --state fail --newer-than 7d")
     return {
         "boots": ["boots"],
         "boots --manifest --state ok": ["boots", "--manifest", "0.31", "--state", "ok"],
+        **{line: line.split() for line in boots},
         "caches": ["caches"],
         "caches --json": ["caches", "--json"],
+        **{line: line.split() for line in caches},
         "results": ["results"],
+        **{line: line.split() for line in results},
         "status": ["status"],
         "why OLD": ["why", made["old_boot"]],
         "show demo/0.2": ["show", "demo/0.2"],
@@ -340,15 +349,18 @@ def time_boot_prework(home: Path, key: str) -> dict[str, float]:
         ledger.close()
 
 
-def measure(home: Path, made: dict[str, Any], repeat: int, archive: str | None) -> dict[str, Any]:
-    """Median wall and peak of each verb, and the boot's pre-work, on one home."""
+def measure(
+    home: Path, made: dict[str, Any], repeat: int, archive: str | None, only: tuple[str, ...]
+) -> dict[str, Any]:
+    """Median wall and peak of each verb (those whose label starts with one of `only`, if
+    given), and the boot's pre-work, on one home."""
     environ = {k: v for k, v in os.environ.items() if k != "LIFECYCLE_ARCHIVE"}
     environ["PYTHONPATH"] = str(REPO)
     if archive:
         environ["LIFECYCLE_ARCHIVE"] = archive
     found: dict[str, Any] = {}
     for label, args in verbs(made).items():
-        if args[0] == "teardown" and not archive:
+        if (args[0] == "teardown" and not archive) or not label.startswith(only or ("",)):
             continue
         runs = [time_verb(home, args, environ) for _ in range(repeat)]
         found[label] = {
@@ -356,6 +368,8 @@ def measure(home: Path, made: dict[str, Any], repeat: int, archive: str | None) 
             "peak_mib": round(max(r[1] for r in runs), 1),
             "exit": runs[0][2],
         }
+    if only and not "boot: ".startswith(only):
+        return found
     pre = [time_boot_prework(home, made["key"]) for _ in range(repeat)]
     for part in ("warm_candidates", "not_reusable"):
         found[f"boot: {part}()"] = {"wall_s": round(statistics.median(p[part] for p in pre), 4)}
@@ -385,6 +399,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--archive", help="LIFECYCLE_ARCHIVE for teardown --dry-run (s3://…)")
     parser.add_argument("--make-only", action="store_true", help="make the homes, time nothing")
+    parser.add_argument(
+        "--only", default="", help="time only the verbs whose label starts so (comma-separated)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     sizes = [int(n) for n in args.sizes.split(",")]
@@ -407,7 +424,8 @@ def main() -> None:
             made_all[n] = made
             print(f"home {home}: {json.dumps(made)}", file=sys.stderr)
             if not args.make_only:
-                results[n] = measure(home, made, args.repeat, args.archive)
+                only = tuple(filter(None, args.only.split(",")))
+                results[n] = measure(home, made, args.repeat, args.archive, only)
     finally:
         if args.dir is None:
             shutil.rmtree(parent)

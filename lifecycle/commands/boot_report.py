@@ -30,9 +30,9 @@ class HookEntry:
     observing: bool  # it declared that it changes what it watches
 
 
-def hooks_of(boot: BootRecord) -> tuple[HookEntry, ...]:
-    """The hooks a boot ran with (the ledger keeps them as JSON text)."""
-    return tuple(HookEntry(**hook) for hook in json.loads(boot.hooks))
+def hooks_of(hooks: str) -> tuple[HookEntry, ...]:
+    """The hooks a boot ran with, from the JSON text the ledger keeps them as."""
+    return tuple(HookEntry(**hook) for hook in json.loads(hooks))
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class BootReport(Report):
     @property
     def hooks(self) -> tuple[HookEntry, ...]:
         """The hooks it ran with."""
-        return hooks_of(self.boot)
+        return hooks_of(self.boot.hooks)
 
     def to_json(self) -> dict[str, Any]:
         """The boot's row, with its hooks and secret names as lists, then its caches."""

@@ -3,7 +3,7 @@ filters (a manifest name, a GPU arch, a state, an age), a boot's outcomes, a row
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -11,6 +11,7 @@ from typing import TypeVar
 from lifecycle.commands import verbs
 from lifecycle.durations import instant, parse_duration
 from lifecycle.errors import LifecycleError
+from lifecycle.ledger.listings import Narrowing
 
 Item = TypeVar("Item")
 
@@ -52,6 +53,22 @@ class Filters:
         """A --state this listing cannot have is a usage error, not an empty table."""
         if self.state is not None and self.state not in states:
             raise LifecycleError(f"--state {self.state!r}: {listing} are {', '.join(states)}")
+
+    @property
+    def narrows(self) -> bool:
+        """Whether any filter is set: a listing of every row reads the other tables whole."""
+        return self != Filters()
+
+    def narrowing(
+        self, now: datetime, recorded: Mapping[str, tuple[str, ...]] | None = None
+    ) -> Narrowing:
+        """These filters as the ledger asks them of its rows, before `keeps` judges each row it
+        reads. `recorded`: the states a row shown in a state may be recorded in, where they
+        are not that state alone (a cache whose dir is gone is shown missing)."""
+        states = None if self.state is None else (recorded or {}).get(self.state, (self.state,))
+        since = None if self.newer_than is None else now - self.newer_than
+        until = None if self.older_than is None else now - self.older_than
+        return Narrowing(self.manifest, self.arch, states, since, until)
 
     def keeps(self, now: datetime, *, manifest: str, arch: str, state: str, at: str) -> bool:
         """Whether a row of this manifest, arch(es, comma-separated), state and time stays."""

@@ -17,25 +17,22 @@ from lifecycle.commands.filters import METRICS_WIDTH, OUTCOMES, Filters, age, fl
 from lifecycle.home import Home
 from lifecycle.leases import lease_held
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import (
-    CacheRecord,
-    all_boots,
-    all_caches,
-    baked_uses,
-    boot_arches,
-    cache_uses,
-    not_reusable,
-    scan_failure,
-    untracked_writes,
-    used_pairs,
+from lifecycle.ledger.boots import CacheRecord, not_reusable, scan_failure
+from lifecycle.ledger.listings import (
+    boot_heads,
+    boots_arches,
+    boots_baked,
+    boots_caches,
+    boots_untracked,
+    boots_uses,
+    cache_boots,
+    listed_boots,
+    listed_caches,
+    listed_results,
+    results_archives,
 )
 from lifecycle.ledger.removal import pins
-from lifecycle.ledger.results import (
-    ResultArchiveRecord,
-    ResultRecord,
-    all_results,
-    result_archives,
-)
+from lifecycle.ledger.results import ResultArchiveRecord, ResultRecord
 from lifecycle.report import Listing, Row, fields_of, plain
 from lifecycle.results.model import (
     STATUSES,
@@ -48,6 +45,8 @@ from lifecycle.results.model import (
 from lifecycle.table import count_of, human_age, human_bytes
 
 CACHE_STATES = ("live", "archived", "torn-down", "missing")
+# A cache shown missing may be recorded so, or live or archived with its dir gone.
+RECORDED_AS = {"missing": ("live", "archived", "missing")}
 
 
 T = TypeVar("T")
@@ -168,30 +167,34 @@ def boots(ctx: Context, request: verbs.Boots) -> Listing:
 
 
 def list_caches(ctx: Context, filters: Filters) -> Listing:
-    """Every cache with the boots that used it, cold and warm; in a home where nothing is
-    recorded yet, none (and a note)."""
+    """The caches the filters keep with the boots that used them, cold and warm; in a home
+    where nothing is recorded yet, none (and a note)."""
     filters.check_state(CACHE_STATES, "caches here")
     if not ctx.recorded():
         return Listing("lifecycle-caches/1", "caches", (), CACHE_COLUMNS, _cache_cells)
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
-        pinned, passed_over = pins(ledger), not_reusable(ledger)
-        uses = _grouped(cache_uses(ledger), lambda use: use.cache_id)
-        rows = []
-        for cache in all_caches(ledger):
-            mine = uses.get(cache.id, [])
+        kept = []
+        for cache in listed_caches(ledger, filters.narrowing(now, RECORDED_AS)):
             state = cache.state
             if state in ("live", "archived") and not Path(cache.host_path).is_dir():
                 state = "missing"
             facts = {"manifest": cache.manifest_name, "arch": cache.arch, "state": state}
-            if not filters.keeps(now, **facts, at=cache.created_at):
-                continue
+            if filters.keeps(now, **facts, at=cache.created_at):
+                kept.append((cache, state))
+        # Of the other tables, what the kept caches show: a year of boots used ~80,000.
+        ids = [cache.id for cache, _ in kept] if filters.narrows else None
+        uses = _grouped(cache_boots(ledger, ids), lambda use: use[0])
+        pinned, passed_over = pins(ledger), not_reusable(ledger, ids)
+        rows = []
+        for cache, state in kept:
+            mine = uses.get(cache.id, [])
             rows.append(
                 ListedCache(
                     cache,
                     state,
-                    boots_cold=tuple(u.boot_id for u in mine if u.mode == "cold"),
-                    boots_warm=tuple(u.boot_id for u in mine if u.mode == "warm"),
+                    boots_cold=tuple(boot for _, boot, mode in mine if mode == "cold"),
+                    boots_warm=tuple(boot for _, boot, mode in mine if mode == "warm"),
                     pins=tuple(pinned.get(cache.id, [])),
                     age_s=age(now, cache.created_at),
                     not_reusable=_not_reusable(ctx.home, cache, state, passed_over),
@@ -218,23 +221,28 @@ def _not_reusable(
 
 
 def list_boots(ctx: Context, filters: Filters) -> Listing:
-    """Every boot with the caches it used; none in a home where nothing is recorded yet."""
+    """The boots the filters keep with the caches they used; none in a home where nothing is
+    recorded yet."""
     filters.check_state(OUTCOMES, "boots")
     if not ctx.recorded():
         return Listing("lifecycle-boots/1", "boots", (), BOOT_COLUMNS, _boot_cells)
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
-        # Each table read once and grouped by boot: a GPU host's ledger holds thousands.
-        uses = _grouped(cache_uses(ledger), lambda use: use.boot_id)
-        writes = _grouped(untracked_writes(ledger), lambda write: write.boot_id)
-        baked = _grouped(baked_uses(ledger), lambda use: use.boot_id)
-        arches = boot_arches(ledger)
-        rows = []
-        for boot in all_boots(ledger):
-            mine = uses.get(boot.id, [])
+        listed = listed_boots(ledger, filters.narrowing(now))
+        arches = _arches(ledger, filters, (boot.id for boot in listed))
+        kept = []
+        for boot in listed:
             facts = {"manifest": boot.manifest_name, "arch": ", ".join(arches.get(boot.id, []))}
-            if not filters.keeps(now, **facts, state=boot.outcome, at=boot.started_at):
-                continue
+            if filters.keeps(now, **facts, state=boot.outcome, at=boot.started_at):
+                kept.append(boot)
+        # Each other table read once for the kept boots (all: whole) and grouped by boot.
+        ids = [boot.id for boot in kept] if filters.narrows else None
+        uses = _grouped(boots_uses(ledger, ids), lambda use: use.boot_id)
+        writes = _grouped(boots_untracked(ledger, ids), lambda write: write.boot_id)
+        baked = _grouped(boots_baked(ledger, ids), lambda use: use.boot_id)
+        rows = []
+        for boot in kept:
+            mine = uses.get(boot.id, [])
             gone = boot.outcome == "running" and not any(
                 lease_held(ctx.home, u.cache_id) for u in mine
             )
@@ -242,6 +250,11 @@ def list_boots(ctx: Context, filters: Filters) -> Listing:
             in_layers = tuple(baked.get(boot.id, ()))
             rows.append(ListedBoot(BootReport(boot, tuple(mine), outside, (), in_layers), gone))
     return Listing("lifecycle-boots/1", "boots", tuple(rows), BOOT_COLUMNS, _boot_cells)
+
+
+def _arches(ledger: Ledger, filters: Filters, boot_ids: Iterable[str]) -> dict[str, list[str]]:
+    """The arches of these boots' caches, when --arch asks (no row shows them)."""
+    return {} if filters.arch is None else boots_arches(ledger, boot_ids)
 
 
 @dataclass(frozen=True)
@@ -287,14 +300,21 @@ def results(ctx: Context, request: verbs.Results) -> Listing:
         from lifecycle.commands import archived
 
         return archived.list_results(ctx, request.source, filters)
+    return list_results(ctx, filters)
+
+
+def list_results(ctx: Context, filters: Filters) -> Listing:
+    """The results the filters keep (by their boot's manifest and arch, their status and
+    time); none in a home where nothing is recorded yet."""
     filters.check_state(STATUSES, "results")
     if not ctx.recorded():
         return Listing("lifecycle-results/1", "results", (), RESULT_COLUMNS, _result_cells)
     now = ctx.now()
     with ctx.ledger(create=False) as ledger:
-        arches = boot_arches(ledger)
+        listed = listed_results(ledger, filters.narrowing(now))
+        arches = _arches(ledger, filters, (result.boot_id for result in listed))
         views = []
-        for view in describe(ledger, all_results(ledger)):
+        for view in describe(ledger, listed, every=not filters.narrows):
             facts = {
                 "manifest": view.manifest_name,
                 "arch": ", ".join(arches.get(view.boot_id, [])),
@@ -305,16 +325,15 @@ def results(ctx: Context, request: verbs.Results) -> Listing:
         return Listing("lifecycle-results/1", "results", rows, RESULT_COLUMNS, _result_cells)
 
 
-def describe(ledger: Ledger, results: list[ResultRecord]) -> list[ResultView]:
+def describe(
+    ledger: Ledger, results: list[ResultRecord], *, every: bool = False
+) -> list[ResultView]:
     """Results with their boots' manifest, profile and hooks, their caches, pins and archives;
-    the ledger is read once for all of them."""
-    boots = {boot.id: boot for boot in all_boots(ledger)}
-    caches: dict[str, list[str]] = {}
-    for boot_id, cache_id in used_pairs(ledger):  # not every use's whole row: ~80,000 a year
-        caches.setdefault(boot_id, []).append(cache_id)
-    archives: dict[str, list[ResultArchiveRecord]] = {}
-    for archive in result_archives(ledger):
-        archives.setdefault(archive.result_id, []).append(archive)
+    the ledger is read once for all of them, and only for them (`every`: they are every
+    result, so each other table is read whole)."""
+    boot_ids = None if every else [result.boot_id for result in results]
+    boots, caches = boot_heads(ledger, boot_ids), boots_caches(ledger, boot_ids)
+    archives = results_archives(ledger, None if every else (result.id for result in results))
     held = pins(ledger)
     views = []
     for result in results:
@@ -327,7 +346,7 @@ def describe(ledger: Ledger, results: list[ResultRecord]) -> list[ResultView]:
                 digest=result.digest,
                 manifest_name=boot.manifest_name,
                 profile=boot.profile,
-                hooks=hooks_of(boot),
+                hooks=hooks_of(boot.hooks),
                 document_path=result.document_path,
                 caches=used,
                 pinned=pinned,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import astuple, dataclass, fields
 
 from lifecycle.home import Home
 from lifecycle.leases import held, lease_held
-from lifecycle.ledger.core import Ledger, insert, update
+from lifecycle.ledger.core import AMONG, Ledger, among, insert, update
 
 
 @dataclass(frozen=True)
@@ -229,14 +229,17 @@ def warm_candidates(ledger: Ledger, cache_key: str) -> list[CacheRecord]:
     )
 
 
-def not_reusable(ledger: Ledger) -> dict[str, str]:
-    """Why each live or archived cache a warm boot would pass over is passed over."""
+def not_reusable(ledger: Ledger, cache_ids: Iterable[str] | None = None) -> dict[str, str]:
+    """Why each live or archived cache (of `cache_ids`, if given: a listing's) a warm boot
+    would pass over is passed over."""
     why: dict[str, str] = {}
+    only, params = ("", ()) if cache_ids is None else (f" AND c.id {AMONG}", among(cache_ids))
     rows = ledger.query(
         f"SELECT c.id, c.in_use_by, c.tree_digest, {_LAST_OUTCOME} AS outcome,"
         f" {_LAST_DIED} AS died, {_LAST_BOOT} AS last, {_LAST_UNSCANNED} AS unscanned,"
         f" {_LAST_ERROR} AS error"
-        " FROM caches c WHERE c.state IN ('live', 'archived')"
+        f" FROM caches c WHERE c.state IN ('live', 'archived'){only}",
+        params,
     )
     for row in rows:
         if row["in_use_by"] is not None:
@@ -253,7 +256,9 @@ def not_reusable(ledger: Ledger) -> dict[str, str]:
             )
         elif row["tree_digest"] is None:
             why[row["id"]] = "never scanned"
-    for damage in ledger.records(CacheDamage, "SELECT * FROM cache_damage ORDER BY found_at"):
+    damaged = "" if cache_ids is None else f" WHERE cache_id {AMONG}"
+    sql = f"SELECT * FROM cache_damage{damaged} ORDER BY found_at"
+    for damage in ledger.records(CacheDamage, sql, params):
         paths = json.loads(damage.paths)
         named = [*paths["changed"], *paths["added"], *paths["removed"]]
         shown = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
@@ -473,18 +478,6 @@ def last_boot(ledger: Ledger, cache_id: str) -> BootRecord | None:
 def boot_by_id(ledger: Ledger, boot_id: str) -> BootRecord | None:
     """One boot, or None."""
     return ledger.record(BootRecord, "SELECT * FROM boots WHERE id = ?", (boot_id,))
-
-
-def boot_arches(ledger: Ledger) -> dict[str, list[str]]:
-    """boot id -> the GPU arches of the caches it used, sorted: every boot in one query."""
-    found: dict[str, list[str]] = {}
-    rows = ledger.query(
-        "SELECT DISTINCT u.boot_id, c.arch FROM boot_caches u JOIN caches c ON c.id = u.cache_id"
-        " ORDER BY u.boot_id, c.arch"
-    )
-    for row in rows:
-        found.setdefault(row["boot_id"], []).append(row["arch"])
-    return found
 
 
 def boot_ids(ledger: Ledger) -> list[str]:

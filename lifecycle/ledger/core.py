@@ -8,8 +8,9 @@ row that points at nothing.
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, fields
 from functools import cache
@@ -84,6 +85,16 @@ def _bool_fields(cls: type[DataclassInstance]) -> tuple[str, ...]:
     """The record's bool fields: asked once per class, not per row (`fields` per row was half
     of reading a year of boots)."""
     return tuple(field.name for field in fields(cls) if field.type == "bool")
+
+
+# A column among a set of ids given as one JSON array (`among`): any number of them in one
+# statement, where SQLite takes a few thousand `?` at most.
+AMONG = "IN (SELECT value FROM json_each(?))"
+
+
+def among(ids: Iterable[str]) -> tuple[str]:
+    """The one value of AMONG's `?`: the ids, each once, as a JSON array."""
+    return (json.dumps(list(dict.fromkeys(ids))),)
 
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -179,8 +190,9 @@ class Ledger:
         return self._conn.execute(sql, params).fetchall()
 
     def records(self, cls: type[Record], sql: str, params: tuple[object, ...] = ()) -> list[Record]:
-        """A read-only query's rows as `cls` records."""
-        return [from_row(cls, row) for row in self.query(sql, params)]
+        """A read-only query's rows as `cls` records, each made as the cursor gives its row:
+        a year's 80,000 uses held as rows and records at once were 8 MiB of a listing's peak."""
+        return [from_row(cls, row) for row in self._conn.execute(sql, params)]
 
     def record(self, cls: type[Record], sql: str, params: tuple[object, ...] = ()) -> Record | None:
         """The first row of a read-only query as a `cls` record, or None when there is none."""
