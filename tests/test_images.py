@@ -76,15 +76,18 @@ def own(tmp_path: Path, demo_images: None, docker_client: Any, s3_bucket: str) -
 def _base_image(client: Any, tag: str, content: str) -> str:
     """The demo engine with one more file: a base image of `tag`, its id."""
     dockerfile = f'FROM {ENGINE}\nRUN echo "{content}" > /etc/lifecycle-test-base\n'
+    return _built(client, dockerfile, tag=tag, labels={TEST_LABEL: "base"})
+
+
+def _built(client: Any, dockerfile: str, **options: Any) -> str:
+    """The id of the image dockerd builds of `dockerfile` alone."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         info = tarfile.TarInfo("Dockerfile")
         info.size = len(dockerfile)
         tar.addfile(info, io.BytesIO(dockerfile.encode()))
     buffer.seek(0)
-    image, _ = client.images.build(
-        fileobj=buffer, custom_context=True, tag=tag, labels={TEST_LABEL: "base"}, rm=True
-    )
+    image, _ = client.images.build(fileobj=buffer, custom_context=True, rm=True, **options)
     return str(image.id)
 
 
@@ -525,19 +528,13 @@ def test_a_layer_left_on_the_engine_is_never_taken_for_it(
     engine = _lifecycle(own.project, tmp_path / "a", "build", "demo/0.2", "--json")["image_id"]
     layer = engine
     while layer <= engine:  # one that the old tie-break would have taken: its id sorts after
-        dockerfile = f"FROM {engine}\nRUN mkdir -p /var/cache/lifecycle/vllm" + (
-            f" && echo {secrets.token_hex(8)} > /var/cache/lifecycle/vllm/k.so\n"
+        layer = _built(
+            docker_client,
+            f"FROM {engine}\nRUN mkdir -p /var/cache/lifecycle/vllm"
+            f" && echo {secrets.token_hex(8)} > /var/cache/lifecycle/vllm/k.so\n",
         )
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            info = tarfile.TarInfo("Dockerfile")
-            info.size = len(dockerfile)
-            tar.addfile(info, io.BytesIO(dockerfile.encode()))
-        buffer.seek(0)
-        layer = str(docker_client.images.build(fileobj=buffer, custom_context=True, rm=True)[0].id)
-    assert docker_client.images.get(layer).labels[DIGEST_LABEL] == (
-        docker_client.images.get(engine).labels[DIGEST_LABEL]
-    )
+    labels = [docker_client.images.get(i).labels for i in (layer, engine)]
+    assert labels[0][DIGEST_LABEL] == labels[1][DIGEST_LABEL]  # inherited whole
     found = _lifecycle(own.project, tmp_path / "b", "build", "demo/0.2", "--json")
     assert found["outcome"] == "up-to-date" and found["image_id"] == engine, found
     booted = _lifecycle(own.project, tmp_path / "c", "boot", "demo/0.2", "--json")
