@@ -46,8 +46,11 @@ NOW = datetime(2026, 10, 10, 9, 0, tzinfo=UTC)
 # ---- recording results, without services -------------------------------------------------------
 
 
-def _boot(ledger: Ledger, boot_id: str = "b-1", **changes: Any) -> BootRecord:
-    """A finished boot row with one cold cache, as `lifecycle boot` leaves them."""
+def _boot(
+    ledger: Ledger, boot_id: str = "b-1", caches: Path = Path("/nonexistent/caches"), **changes: Any
+) -> BootRecord:
+    """A finished boot row with one cold cache, as `lifecycle boot` leaves them, its dir under
+    `caches` (made by the caller when a verb needs it there)."""
     fields: dict[str, Any] = {
         "id": boot_id, "started_at": "2026-10-10T08:00:00+00:00",
         "ended_at": "2026-10-10T08:01:00+00:00", "exit_code": 0, "outcome": "ok", "error": None,
@@ -59,7 +62,7 @@ def _boot(ledger: Ledger, boot_id: str = "b-1", **changes: Any) -> BootRecord:
     boot = BootRecord(**(fields | changes))
     cache = CacheRecord(
         f"flashinfer-{boot_id}", "k" * 64, "flashinfer", "demo", "d" * 64, "sha256:" + "e" * 64,
-        "unknown", f"/nonexistent/caches/{boot_id}", "/var/cache/flashinfer",
+        "unknown", str(caches / boot_id), "/var/cache/flashinfer",
         created_at=boot.started_at,
     )  # fmt: skip
     use = CacheUse(boot.id, cache.id, "cold")
@@ -319,7 +322,8 @@ def test_a_pin_by_hand_cannot_pass_for_a_results_and_unpin_result_takes_only_its
     isolated_home: Path,
 ) -> None:
     ledger = Ledger.open(isolated_home / "lifecycle")
-    boot = _boot(ledger)
+    boot = _boot(ledger, caches=isolated_home / "caches")
+    (isolated_home / "caches" / boot.id).mkdir(parents=True)  # pin keeps only a dir that is there
     result = add_result(ledger, ResultRequest(boot.id, "smoke", "pass"), NOW)
     ledger.close()
     [cache] = [f"flashinfer-{boot.id}"]
