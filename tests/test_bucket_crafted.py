@@ -330,3 +330,26 @@ def test_teardown_keeps_only_the_caches_an_unreadable_gc_intent_may_concern(
     torn = run_lifecycle(archive_project, "teardown", "--yes")
     assert_own_lines(["teardown"], torn, {0})
 
+
+def test_a_result_marker_whose_name_is_no_id_names_nothing(
+    archive_project: Path, s3_bucket: str, s3_client: Any
+) -> None:
+    """A marker under a cache whose name no key of the layout holds (a newline and escapes in
+    it) was taken for a result standing on the cache, and the record at `results/<name>.json`
+    believed for it (no key of the layout, so checked against nothing): a copy of another
+    result's record counted twice in `audit cache`. Such a name is not the layout's: left
+    alone, as every listing leaves such keys."""
+    _, result = _archived(archive_project)
+    [record] = keys(s3_client, s3_bucket, f"{PREFIX}/results/{result}/")
+    body = s3_client.get_object(Bucket=s3_bucket, Key=record)["Body"].read()
+    markers = keys(s3_client, s3_bucket, f"{PREFIX}/caches/")
+    cache = next(k for k in markers if k.endswith(f"/results/{result}")).split("/")[2]
+    odd = f"r-odd{HOSTILE}"
+    for key, planted in ((f"caches/{cache}/results/{odd}", b"x"), (f"results/{odd}.json", body)):
+        s3_client.put_object(Bucket=s3_bucket, Key=f"{PREFIX}/{key}", Body=planted)
+    url = f"s3://{s3_bucket}/{PREFIX}"
+    for args in (["audit", "cache", cache, "--from", url], ["verify", cache, "--from", url]):
+        assert_own_lines(args, run_lifecycle(archive_project, *args), {0})
+    audited = run_lifecycle(archive_project, "audit", "cache", cache, "--from", url, "--json")
+    results = json.loads(audited.stdout)["results"]
+    assert [r["id"] for r in results] == [result], results

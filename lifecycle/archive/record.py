@@ -429,11 +429,19 @@ class GcRecords:
 
 
 def marked_results(store: BlobStore, cache_id: str) -> list[str]:
-    """The ids of the results marked as standing on the cache (either release's markers)."""
+    """The ids of the results marked as standing on the cache (either release's markers). A
+    marker whose name is no id of the layout (a newline, a `/` in it) is not ours: it names
+    no result, and `results/<name>.json` would be read for it unchecked, that key no record's."""
     found: set[str] = set()
     for prefix in (cache_prefix(cache_id, "results/"), legacy_marker_prefix(cache_id)):
-        found |= {item.key[len(prefix) :] for item in store.list(prefix)}
-    return sorted(name for name in found if name and "/" not in name)
+        found |= {
+            key.other
+            for item in store.list(prefix)
+            if (key := parse_key(item.key)) is not None
+            and key.kind in ("result-marker", "legacy-marker")
+            and key.other is not None
+        }
+    return sorted(found)
 
 
 def stood_on(store: BlobStore, cache_id: str) -> dict[str, str]:
