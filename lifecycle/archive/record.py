@@ -429,11 +429,19 @@ class GcRecords:
 
 
 def marked_results(store: BlobStore, cache_id: str) -> list[str]:
-    """The ids of the results marked as standing on the cache (either release's markers)."""
+    """The ids of the results marked as standing on the cache (either release's markers). A
+    marker whose name is no id of the layout (a newline, a `/` in it) is not ours: it names
+    no result, and `results/<name>.json` would be read for it unchecked, that key no record's."""
     found: set[str] = set()
     for prefix in (cache_prefix(cache_id, "results/"), legacy_marker_prefix(cache_id)):
-        found |= {item.key[len(prefix) :] for item in store.list(prefix)}
-    return sorted(name for name in found if name and "/" not in name)
+        found |= {
+            key.other
+            for item in store.list(prefix)
+            if (key := parse_key(item.key)) is not None
+            and key.kind in ("result-marker", "legacy-marker")
+            and key.other is not None
+        }
+    return sorted(found)
 
 
 def stood_on(store: BlobStore, cache_id: str) -> dict[str, str]:
@@ -458,15 +466,55 @@ def stood_on(store: BlobStore, cache_id: str) -> dict[str, str]:
 # sweep that was stopped (its completion writes a new one before it looks again).
 GC_DELETES_FOR = timedelta(minutes=10)
 GC_ACTIVE = timedelta(minutes=15)
-Intents = dict[str, GcRecordV1]  # intents read (key -> record): named by their bytes, read once
+# Intents read (key -> record, or why it cannot be read): named by their bytes, read once
+Intents = dict[str, GcRecordV1 | str]
 
 
-def being_collected(store: BlobStore, read: Intents) -> dict[str, Listing]:
-    """Keys (relative) a gc sweep may be removing now -> its intent's listing: those an intent
-    stored within GC_ACTIVE lists, on the server's clock (this host's may run ahead). Either a
-    sweep wrote its intent before this read, or its last look comes after it and sees every
-    record written before. An intent gone since the listing belongs to a sweep that ended;
-    `read` keeps those read, for the next call."""
+@dataclass(frozen=True)
+class Collecting:
+    """What the gc intents stored within GC_ACTIVE say a sweep may be removing now."""
+
+    listed: dict[str, Listing]  # a key (relative) an intent lists -> that intent's listing
+    # An intent that cannot be read (a sweep's torn write, a newer format's, a crafted one):
+    # its key names only its run, so it may list any key -> its listing, and why
+    unread: dict[str, tuple[Listing, str]]
+
+
+def active_until(intent: Listing) -> str:
+    """When the intent's sweep, if one is deleting, has stopped: `HH:MM UTC`."""
+    return f"{intent.modified + GC_ACTIVE:%H:%M} UTC"
+
+
+@dataclass(frozen=True)
+class Racing:
+    """A key (relative) a sweep may be removing now, and the intent that says so."""
+
+    key: str
+    intent: Listing
+    gone: bool  # removed already
+    unread: str | None  # why the intent cannot be read, when it cannot
+
+    def said(self, store: BlobStore) -> str:
+        """`s3://…: a gc at this location may be removing it (its intent …)`, or, for an
+        intent that cannot be read, `…: a gc intent at this location cannot be read: …`."""
+        where = store.url(store.key(self.key))
+        if self.unread is None:
+            state = "removed it" if self.gone else "may be removing it"
+            return f"{where}: a gc at this location {state} (its intent {self.intent.key})"
+        state = "gone, and a" if self.gone else "a"
+        return (
+            f"{where}: {state} gc intent at this location cannot be read:"
+            f" {store.where(self.intent.key)}: {visible(self.unread)}; if it is a sweep's, it"
+            " may list this"
+        )
+
+
+def being_collected(store: BlobStore, read: Intents) -> Collecting:
+    """What the intents stored within GC_ACTIVE, on the server's clock (this host's may run
+    ahead), say a sweep may be removing now. Either a sweep wrote its intent before this read,
+    or its last look comes after it and sees every record written before. An intent gone
+    since the listing belongs to a sweep that ended; `read` keeps those read, for the next
+    call. One that cannot be read is said as such, never an error: it stops no other."""
     listed = list(store.list("gc-intents/"))
     now = store.server_now()
     recent = {
@@ -477,15 +525,51 @@ def being_collected(store: BlobStore, read: Intents) -> dict[str, Listing]:
         and now - item.modified < GC_ACTIVE
     }
     for key in recent.keys() - read.keys():
-        body = store.read(key)
-        if body is not None:  # None: dropped at its sweep's end
-            read[key] = load_named(GcRecordV1, body, key, store.where(key))
-    return {
-        key: recent[gc_key]
-        for gc_key in recent.keys() & read.keys()
-        for keys in read[gc_key].removed.values()
-        for key in keys
-    }
+        try:
+            body = store.read(key)
+            if body is not None:  # None: dropped at its sweep's end
+                read[key] = load_named(GcRecordV1, body, key, store.where(key))
+        except S3Unavailable:  # the environment, not the intent
+            raise
+        except ArchiveError as exc:  # its message names the intent: said once, by the caller
+            read[key] = str(exc).removeprefix(f"{store.where(key)}: ")
+    return Collecting(
+        listed={
+            key: recent[gc_key]
+            for gc_key in sorted(recent.keys() & read.keys())
+            if not isinstance(intent := read[gc_key], str)
+            for keys in intent.removed.values()
+            for key in keys
+        },
+        unread={
+            gc_key: (recent[gc_key], why)
+            for gc_key in sorted(recent.keys() & read.keys())
+            if isinstance(why := read[gc_key], str)
+        },
+    )
+
+
+def racing(
+    store: BlobStore, keys: Iterable[str], collecting: Collecting, *, unread_only: bool = False
+) -> Racing | None:
+    """The first of `keys` (relative) a sweep may be removing now: one an intent lists, or
+    any while an intent cannot be read (it may list it); and stored before that intent, or
+    gone: one stored since is not the one its sweep planned, which planned before its intent.
+    With `unread_only`, only what the intents that cannot be read may concern."""
+    newest = max(
+        (item for item, _ in collecting.unread.values()), key=lambda i: i.modified, default=None
+    )
+    for key in sorted(keys):
+        intents = [] if unread_only else [collecting.listed.get(key)]
+        candidates = [intent for intent in [*intents, newest] if intent is not None]
+        if not candidates:
+            continue
+        head = store.head(store.key(key), checksum=False)
+        for intent in candidates:
+            if head is None or head["LastModified"] < intent.modified:
+                unread = collecting.unread.get(intent.key)
+                return Racing(key, intent, head is None, unread[1] if unread else None)
+    return None
 
 
 def names_of(record: Record) -> set[str]:

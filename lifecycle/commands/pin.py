@@ -23,10 +23,11 @@ from typing import ClassVar
 from lifecycle.archive.config import optional_location
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.record import (
-    GC_ACTIVE,
     UNREAD_PIN,
+    active_until,
     being_collected,
     names_of,
+    racing,
     remove_pins,
     write_pin,
 )
@@ -73,6 +74,12 @@ class PinReport(Report):
     # The result's pins in the archive that cannot be read (s3:// URL -> why), which an unpin
     # with --reason cannot match: they stay, and still pin it
     unreadable: dict[str, str] = field(default_factory=dict)
+    # What may undo the pin that cannot be told (a gc intent that cannot be read), on stderr
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return tuple(f"warning: {warning}" for warning in self.warnings)
 
     def text(self) -> str:
         """A line per cache: pinned (with every reason), or unpinned (with what pins stay)."""
@@ -120,36 +127,37 @@ def pin(ctx: Context, request: verbs.Pin) -> PinReport:
     target = request.target
     where = optional_location(request.to, ctx.environ, ctx.project)
     why = request.reason or DEFAULT_REASON
-    team = _team_pin(ctx, where, target, why)
+    team, warnings = _team_pin(ctx, where, target, why)
     if not team:
         with ctx.ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
             return pin_target(ledger, target, why, ctx.now())
     local = _here(ctx, lambda ledger: pin_target(ledger, target, why, ctx.now()))
     if isinstance(local, str):
-        return PinReport("pin", target, (), (), {}, team, not_here=local)
-    return replace(local, team=team)
+        return PinReport("pin", target, (), (), {}, team, not_here=local, warnings=warnings)
+    return replace(local, team=team, warnings=warnings)
 
 
 def _team_pin(
     ctx: Context, where: ArchiveLocation | None, target: str, reason: str
-) -> tuple[str, ...]:
-    """Pin a result in the archive (when one is set and holds the result); where it went."""
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Pin a result in the archive (when one is set and holds the result): where it went, and
+    what may undo it that cannot be told."""
     if where is None or not target.startswith("r-"):
-        return ()
+        return (), ()
     store = BlobStore(ctx.s3(), where)
     found, unread = archived_result(store, target)
     if found is None and unread:  # said, not skipped
         raise unreadable_result(target, unread)
     if found is None:
-        return ()  # not archived there (yet): this host's pin is all there is
+        return (), ()  # not archived there (yet): this host's pin is all there is
     pin = PinV1(
         format=PIN_FORMAT, target=target, reason=reason, host=socket.gethostname(),
         pinned_at=ctx.now().isoformat(timespec="seconds"),
     )  # fmt: skip
     written = store.where(write_pin(store, pin))
     relative, record = found
-    _not_being_collected(store, target, {relative} | names_of(record), written)
-    return (written,)
+    warning = _not_being_collected(store, target, {relative} | names_of(record), written)
+    return (written,), (warning,) if warning else ()
 
 
 class PinTooLate(LifecycleError):
@@ -159,20 +167,29 @@ class PinTooLate(LifecycleError):
     exit_code = 1
 
 
-def _not_being_collected(store: BlobStore, target: str, chain: set[str], written: str) -> None:
+def _not_being_collected(
+    store: BlobStore, target: str, chain: set[str], written: str
+) -> str | None:
     """Read after the pin is written: a sweep whose intent is not here yet looks at the
     archive after the pin, and spares all it holds (lifecycle.gc); one whose intent lists
-    part of the result's chain may be deleting it now."""
-    listed = being_collected(store, {})
-    racing = sorted(chain & listed.keys())
-    if racing:
-        key, intent = racing[0], listed[racing[0]]
+    part of the result's chain may be deleting it now. One whose intent cannot be read may
+    list any of it stored before its intent: said, as what the pin cannot tell (the pin
+    stands, on this host too)."""
+    collecting = being_collected(store, {})
+    listed = sorted(chain & collecting.listed.keys())
+    verify = f"`lifecycle verify {target} --from {store.location.url()}` after"
+    if listed:
+        key, intent = listed[0], collecting.listed[listed[0]]
         raise PinTooLate(
             f"result {target}: {store.where(key)}: a gc at this location may be removing it"
             f" (its intent {intent.key}); pinned for the team at {written}, too late to keep"
-            f" it: `lifecycle verify {target} --from {store.location.url()}` after"
-            f" {intent.modified + GC_ACTIVE:%H:%M} UTC says what is left"
+            f" it: {verify} {active_until(intent)} says what is left"
         )
+    unsure = racing(store, chain, collecting, unread_only=True)
+    if unsure is None:
+        return None
+    after = active_until(unsure.intent)
+    return f"result {target}: {unsure.said(store)}: {verify} {after} says what is left"
 
 
 def unpin(ctx: Context, request: verbs.Unpin) -> PinReport:

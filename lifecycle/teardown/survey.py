@@ -17,7 +17,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from lifecycle.archive.location import ArchiveLocation
 from lifecycle.archive.objects import server_failing
-from lifecycle.archive.record import GC_ACTIVE, GcRecords, Intents, Removal, being_collected
+from lifecycle.archive.record import (
+    GcRecords,
+    Intents,
+    Removal,
+    active_until,
+    being_collected,
+    racing,
+)
 from lifecycle.archive.run import ArchiveReport, archive_caches
 from lifecycle.archive.store import BlobStore, S3Unavailable
 from lifecycle.archive.transfer import Progress
@@ -408,22 +415,15 @@ class ArchiveVerifier:
 
 def _being_collected(store: BlobStore, relied: Iterable[str], read: Intents) -> tuple[str, ...]:
     """A problem when a gc sweep may still remove an object the archive relies on: a recent
-    intent lists it and the object is older than that intent (one sent again since is not the
-    one it planned), or it went meanwhile. Read after the archive's own records were written,
-    so a sweep whose intent is not here yet looks at the archive after them, and spares what
-    they name."""
-    listed = being_collected(store, read)
-    for key in sorted(set(relied) & listed.keys()):
-        head = store.head(store.key(key), checksum=False)
-        intent = listed[key]
-        if head is None or head["LastModified"] < intent.modified:
-            state = "removed it" if head is None else "may be removing it"
-            return (
-                f"{store.url(store.key(key))}: a gc at this location {state} (its intent"
-                f" {intent.key}): kept; teardown again after"
-                f" {intent.modified + GC_ACTIVE:%H:%M} UTC",
-            )
-    return ()
+    intent lists it, or one cannot be read (it may list it), and the object is older than that
+    intent (one sent again since is not the one it planned), or it went meanwhile. Read after
+    the archive's own records were written, so a sweep whose intent is not here yet looks at
+    the archive after them, and spares what they name."""
+    collecting = being_collected(store, read)
+    found = racing(store, relied, collecting)
+    if found is None:
+        return ()
+    return (f"{found.said(store)}: kept; teardown again after {active_until(found.intent)}",)
 
 
 def _unverified(problem: str) -> VerifiedRecord:
