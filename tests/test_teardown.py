@@ -194,6 +194,36 @@ def test_every_reason_to_keep_is_given_and_nothing_kept_is_verified(tmp_path: Pa
     assert blind.why == ("cannot ask dockerd which containers mount it: no socket",)
 
 
+def test_a_dir_gone_is_recorded_gone_whatever_a_rule_or_a_pin_keeps(tmp_path: Path) -> None:
+    # The policy's keep and a pin were decided before the dir was looked at: a cache with no
+    # dir stayed live in the ledger for good, and status counted it warm-ready.
+    from lifecycle.policy.keep import PolicyRules, Verdict
+
+    ledger = Ledger.open(tmp_path)
+    cache, _ = _tracked(ledger, tmp_path)
+    rules = PolicyRules({cache.id: Verdict(("remove: false",), False, False, "caches[0]")})
+    gone = _facts(gone=frozenset({cache.id}), pins={cache.id: ["production"]})
+    flags: dict[str, Any] = {"archive_first": True, "want_content": False, "verify": _never}
+    decision = decide(cache, rules, gone, rescan=_no_scan, **flags)
+    assert decision.action is Action.SETTLE, decision
+    assert decision.why == (
+        f"its dir {cache.host_path} is gone: nothing to remove",
+        "kept: remove: false, but its dir is gone",
+        "pinned: production, but its dir is gone",
+    )
+    # What uses the dir now holds it still; a teardown's filters leave the rest as they are.
+    for held in (
+        replace(gone, mounted_by={cache.id: ["sleepy"]}),
+        replace(gone, docker_problem="no socket"),
+    ):
+        assert decide(cache, rules, held, rescan=_no_scan, **flags).action is Action.KEEP
+    busy = decide(replace(cache, in_use_by="b-1"), rules, gone, rescan=_no_scan, **flags)
+    assert busy.action is Action.KEEP and "in use by boot b-1" in busy.why
+    other = Selection(manifest="prod")
+    assert decide(cache, other, gone, rescan=_no_scan, **flags).action is Action.KEEP
+    assert decide(cache, Selection(), gone, rescan=_no_scan, **flags).action is Action.SETTLE
+
+
 def test_archive_state_decides_the_rest(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path)
     cache, archive = _tracked(ledger, tmp_path)
