@@ -1609,3 +1609,37 @@ def test_removing_a_bake_leaves_the_untagged_engine_image_of_another_home_under_
         assert after == before  # and the bake's own steps went with it
     finally:
         _removed_quietly(docker_client, bake.id, theirs.id)
+
+
+@pytest.mark.docker
+@pytest.mark.xfail(
+    strict=True,
+    reason="design question: dockerd knows no homes; a second home's `build` finds the first"
+    " home's image (up-to-date) and records it as its own, and either home's teardown removes"
+    " it from under the other (its only guard: a container of the other home on it)",
+)
+def test_an_image_two_homes_record_is_not_removed_from_under_the_other(
+    demo_images: None, docker_client: Any, tmp_path: Path, repo_root: Path
+) -> None:
+    manifests = tmp_path / "manifests"
+    shutil.copytree(repo_root / "manifests/demo", manifests)
+    first = manifests / "0.1/manifest.yaml"
+    name = f"twohome-{secrets.token_hex(4)}"
+    first.write_text(first.read_text().replace("\nname: demo\n", f"\nname: {name}\n", 1))
+
+    def lifecycle(home: str, *args: str) -> Any:
+        env = {"LIFECYCLE_HOME": str(tmp_path / home)}
+        done = CliRunner().invoke(
+            cli, ["--manifests", str(manifests), *args], env=env, catch_exceptions=False
+        )
+        assert done.exit_code == 0, done.output
+        return done
+
+    built = json.loads(lifecycle("a", "build", "0.2", "--json").stdout)
+    found = json.loads(lifecycle("b", "build", "0.2", "--json").stdout)
+    try:
+        assert found["image_id"] == built["image_id"]  # b found a's image: "up-to-date"
+        lifecycle("a", "teardown", "--images", "--manifest", name, "--yes")
+        docker_client.images.get(built["image_id"])  # b's ledger records it, and uses it
+    finally:
+        _removed_quietly(docker_client, built["image_id"])
