@@ -53,7 +53,7 @@ from lifecycle.gc import (
 )
 from lifecycle.home import write_named
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import CacheRecord
+from lifecycle.ledger.boots import CacheRecord, all_caches
 from lifecycle.ledger.removal import unfinished_gc
 from lifecycle.ledger.retention import state_digest
 from lifecycle.policy.facts import image_keeps, live_caches, unknown_releases
@@ -65,7 +65,7 @@ from lifecycle.teardown.containers import image_name
 from lifecycle.teardown.plan import Action, TeardownPlan, plan_json, plan_text
 from lifecycle.teardown.removal import teardown_lock
 from lifecycle.teardown.run import TeardownResult, result_json, run_teardown, summary_text
-from lifecycle.teardown.survey import Services, TeardownRequest, make_plan
+from lifecycle.teardown.survey import Services, TeardownRequest, is_gone, make_plan
 
 FORMAT = "lifecycle-plan/1"
 
@@ -302,7 +302,10 @@ def converge(
 ) -> Converge:
     """Read everything the policy is evaluated on and decide; changes nothing. `every`: the
     ledger's caches, when the caller read them already."""
-    verdicts = evaluate(policy, live_caches(ledger, ctx.manifests_dir), ctx.now())
+    every = all_caches(ledger) if every is None else every
+    # keep_last and keep_releases keep the newest caches there is a dir of, not one gone.
+    gone = [c.id for c in every if not c.gone and is_gone(c)]
+    verdicts = evaluate(policy, live_caches(ledger, ctx.manifests_dir, gone), ctx.now())
     request = TeardownRequest(
         PolicyRules(verdicts),
         archive_first=location is not None,
@@ -311,7 +314,8 @@ def converge(
         image_keeps=image_keeps(ledger, policy, ctx.manifests_dir),
     )
     caches = make_plan(ledger, ctx.home, services, request, every=every)
-    going = {d.cache.id for d in caches.removing}
+    # Nor one recorded as gone: there is nothing of it to archive (its dir vanished).
+    going = {d.cache.id for d in caches.decisions if d.action is not Action.KEEP}
     boots = {d.cache.id: d.in_use_by for d in caches.decisions if d.in_use_by}
     due = [c for c, v in verdicts.items() if v.archive and c not in going]
     archive = tuple(c for c in due if c not in boots)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -13,8 +13,9 @@ from lifecycle.policy.keep import Live
 from lifecycle.policy.model import Policy
 
 
-def live_caches(ledger: Ledger, manifests: Path) -> list[Live]:
-    """The caches on this host (live or archived, not torn down); `manifests`: the project's."""
+def live_caches(ledger: Ledger, manifests: Path, gone: Collection[str] = ()) -> list[Live]:
+    """The caches on this host (live or archived, not torn down); `manifests`: the project's;
+    `gone`: those whose dir vanished behind the ledger's back."""
     found = []
     for row in caches_on_host(ledger):
         found.append(
@@ -28,6 +29,7 @@ def live_caches(ledger: Ledger, manifests: Path) -> list[Live]:
                 good=row.outcome == "ok",
                 archived=row.archived,
                 seq=row.seq,
+                there=row.id not in gone,
             )
         )
     return found

@@ -30,6 +30,7 @@ class Live:
     good: bool  # its newest boot ended ok and left it whole
     archived: bool  # the ledger has an archive of it (verified again before removal)
     seq: int = 0  # the order the ledger recorded caches in: the newer of two used at once
+    there: bool = True  # its dir is there: one gone behind the ledger's back keeps no place
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ def _ago(idle: timedelta) -> str:
 def _newest(caches: Sequence[Live], ruled: Mapping[str, CacheRule | None]) -> set[str]:
     """The caches each rule's keep_last keeps: the newest N of each manifest, profile and name."""
     groups: dict[tuple[str, str, str], list[Live]] = {}
-    for cache in caches:
+    for cache in (c for c in caches if c.there):  # the newest N that can be booted from
         groups.setdefault((cache.manifest, cache.profile, cache.name), []).append(cache)
     kept: set[str] = set()
     for members in groups.values():
@@ -98,7 +99,11 @@ def _release_keepers(caches: Iterable[Live], ruled: Mapping[str, CacheRule | Non
     best: dict[tuple[str, str, str], Live] = {}
     for cache in caches:
         rule = ruled[cache.id]
-        if rule is None or not cache.good or cache.release not in rule.keep_releases:
+        if (
+            rule is None
+            or not (cache.good and cache.there)
+            or cache.release not in rule.keep_releases
+        ):
             continue
         key = (cache.manifest, cache.release, cache.name)
         held = best.get(key)
@@ -128,3 +133,7 @@ class PolicyRules:
     def content(self, cache: CacheRecord) -> bool:
         verdict = self.verdicts.get(cache.id)
         return verdict is not None and verdict.content
+
+    @property
+    def keep_files(self) -> bool:
+        return True  # the policy speaks for every cache: a dir gone is recorded gone

@@ -60,6 +60,12 @@ class Rules(Protocol):
     def content(self, cache: CacheRecord) -> bool:
         """Whether the archive must hold the cache's files before it goes."""
 
+    @property
+    def keep_files(self) -> bool:
+        """Whether what `excludes` says keeps a cache's files (a policy's rule), so a cache
+        whose dir is gone is recorded gone all the same; else it leaves the cache out of
+        this run (teardown's filters), its record as it is."""
+
 
 @dataclass(frozen=True)
 class Selection:
@@ -87,6 +93,10 @@ class Selection:
 
     def content(self, cache: CacheRecord) -> bool:
         return False  # --with-content says it for every cache
+
+    @property
+    def keep_files(self) -> bool:
+        return False  # a one-off teardown of the caches it selects: the rest are not its
 
 
 @dataclass(frozen=True)
@@ -225,11 +235,25 @@ def decide(
         why = f"{why}: archived first"
         return decision(Action.ARCHIVE_THEN_REMOVE, why, archive_state=archive_state)
 
-    kept = _keep_reasons(cache, selection, facts, resumes, boot)
+    # A run a crash left unfinished is completed whatever this run's filters say.
+    excluded = None if resumes else selection.excludes(cache, facts.now)
+    if excluded and not selection.keep_files:
+        return decision(Action.KEEP, excluded)
+    pinned = facts.pins.get(cache.id, ())
+    using = holders((), facts.mounted_by.get(cache.id, ()), facts.docker_problem, boot)
+    if cache.id in facts.gone and not using:
+        # A rule or a pin keeps files, and there are none: kept, the ledger would go on
+        # calling the cache live, and status count it warm-ready.
+        keeps = [excluded] if excluded else []
+        keeps += holders(pinned, (), None, None)
+        return decision(
+            Action.SETTLE,
+            f"its dir {cache.host_path} is gone: nothing to remove",
+            *(f"{keep}, but its dir is gone" for keep in keeps),
+        )
+    kept = ([excluded] if excluded else []) + holders(pinned, (), None, None) + using
     if kept:
         return decision(Action.KEEP, *kept)
-    if cache.id in facts.gone:
-        return decision(Action.SETTLE, f"its dir {cache.host_path} is gone: nothing to remove")
     # Its files count: the archive holds them, or is to. One no archive can hold stays with it.
     if want_content or (archive is not None and archive.with_content):
         withheld = withheld_paths(tree(), facts.tainted.get(cache.id, ()))
@@ -269,17 +293,6 @@ def decide(
     bucket = ArchiveLocation.parse(archive.location).bucket
     verified = f"archive verified now: s3://{bucket}/{short_key(archive.record_key)}"
     return decision(Action.REMOVE, verified, archive_state="verified")
-
-
-def _keep_reasons(
-    cache: CacheRecord, selection: Rules, facts: Facts, resumes: Unfinished | None, boot: str | None
-) -> tuple[str, ...]:
-    # A run a crash left unfinished is completed whatever this run's filters say.
-    excluded = None if resumes else selection.excludes(cache, facts.now)
-    if excluded:
-        return (excluded,)
-    pinned, mounted = facts.pins.get(cache.id, ()), facts.mounted_by.get(cache.id, ())
-    return tuple(holders(pinned, mounted, facts.docker_problem, boot))
 
 
 def holders(
