@@ -526,16 +526,22 @@ def test_a_layer_left_on_the_engine_is_never_taken_for_it(
     # (another host's, a new one) found the newest image by its labels, the tie broken by id,
     # and took such a layer for the engine: its boot ran the layer, its bake refused it.
     engine = _lifecycle(own.project, tmp_path / "a", "build", "demo/0.2", "--json")["image_id"]
-    layer = engine
-    while layer <= engine:  # one that the old tie-break would have taken: its id sorts after
-        layer = _built(
-            docker_client,
-            f"FROM {engine}\nRUN mkdir -p /var/cache/lifecycle/vllm"
-            f" && echo {secrets.token_hex(8)} > /var/cache/lifecycle/vllm/k.so\n",
-        )
-    labels = [docker_client.images.get(i).labels for i in (layer, engine)]
-    assert labels[0][DIGEST_LABEL] == labels[1][DIGEST_LABEL]  # inherited whole
-    found = _lifecycle(own.project, tmp_path / "b", "build", "demo/0.2", "--json")
-    assert found["outcome"] == "up-to-date" and found["image_id"] == engine, found
-    booted = _lifecycle(own.project, tmp_path / "c", "boot", "demo/0.2", "--json")
-    assert booted["image_id"] == engine, booted
+    layers = [engine]
+    try:
+        while layers[-1] <= engine:  # one the old tie-break would have taken: its id sorts after
+            layers.append(
+                _built(
+                    docker_client,
+                    f"FROM {engine}\nRUN mkdir -p /var/cache/lifecycle/vllm"
+                    f" && echo {secrets.token_hex(8)} > /var/cache/lifecycle/vllm/k.so\n",
+                )
+            )
+        labels = [docker_client.images.get(i).labels for i in (layers[-1], engine)]
+        assert labels[0][DIGEST_LABEL] == labels[1][DIGEST_LABEL]  # inherited whole
+        found = _lifecycle(own.project, tmp_path / "b", "build", "demo/0.2", "--json")
+        assert found["outcome"] == "up-to-date" and found["image_id"] == engine, found
+        booted = _lifecycle(own.project, tmp_path / "c", "boot", "demo/0.2", "--json")
+        assert booted["image_id"] == engine, booted
+    finally:  # before the fixture removes the engine: dockerd keeps an image built on
+        for layer in layers[1:]:
+            docker_client.images.remove(layer, force=True)
