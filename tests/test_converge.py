@@ -64,8 +64,11 @@ def test_plan_apply_converges_and_a_second_plan_is_empty(project: Path, tmp_path
     assert sorted(plan["archive"]) == new  # type: ignore[arg-type]
     status = _status(project)
     assert status["caches"] == [
-        {"manifest": "demo", "caches": 8, "bytes": status["caches"][0]["bytes"], "warm_ready": 8}
-    ]
+        {
+            "manifest": "demo", "caches": 8, "bytes": status["caches"][0]["bytes"],
+            "warm_ready": 8, "image_gone": 0,
+        }
+    ]  # fmt: skip
     assert status["policy"]["caches to archive"] == 4, status
     assert status["policy"]["caches to remove"] == 4, status
     assert status["production"] == "up" and status["night"] is None, status

@@ -7,25 +7,27 @@ tuned values it proposed instead of writing (from its journal)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from lifecycle.archive.config import CONFIG_FILE, optional_location
+from lifecycle.build.engine import find_built
 from lifecycle.commands import verbs
 from lifecycle.commands.context import Context
 from lifecycle.commands.converge import Converge, converge
 from lifecycle.commands.teardown import connect_services
+from lifecycle.dockerd import sdk_errors
 from lifecycle.errors import LifecycleError
 from lifecycle.home import read_record
 from lifecycle.ledger import Ledger
-from lifecycle.ledger.boots import all_caches, not_reusable
+from lifecycle.ledger.boots import CacheRecord, all_caches, not_reusable
 from lifecycle.ledger.builds import BakeRecord, all_bakes, mcv_images
 from lifecycle.ledger.nights import events, newest_night, production_left_down
 from lifecycle.night.settle import PROPOSED
 from lifecycle.policy.model import read_policy
 from lifecycle.report import Report
-from lifecycle.table import human_bytes, lines_text, render
+from lifecycle.table import count_of, human_bytes, lines_text, render
 from lifecycle.teardown.plan import NO_CACHES
 
 
@@ -35,6 +37,9 @@ class ManifestCaches:
     caches: int
     bytes: int
     warm_ready: int  # a warm boot would take them (last boot ok, scanned, unchanged, free)
+    # Would be warm-ready, but no engine image of theirs is on dockerd for a boot to run
+    # (removed: by another home that built it, by hand): `lifecycle build` brings one back.
+    image_gone: int = 0
 
 
 @dataclass(frozen=True)
@@ -122,7 +127,13 @@ class StatusReport(Report):
             lines += [
                 f"  {p['pin']} {p['argument']}: proposed: {p['detail']}" for p in night["proposed"]
             ]
-        return render(header, rows, empty=NO_CACHES) + lines_text(lines)
+        unbootable = [
+            f"{m.manifest}: {count_of(m.image_gone, 'cache')} not warm-ready: image gone"
+            " (no engine image of its manifest on dockerd; `lifecycle build` it again)"
+            for m in self.caches
+            if m.image_gone
+        ]
+        return render(header, rows, empty=NO_CACHES) + lines_text([*unbootable, *lines])
 
 
 NOTHING_RECORDED = "nothing is recorded on this host yet"
@@ -139,15 +150,18 @@ def run(ctx: Context, options: verbs.Status) -> StatusReport:
         every = all_caches(ledger)
         caches = [c for c in every if c.state in ("live", "archived")]
         passed_over = not_reusable(ledger)
+        services = connect_services(ctx.environ)
+        unbootable = _no_image(services.docker, ledger, caches)
         per: dict[str, ManifestCaches] = {}
         for cache in caches:
             was = per.get(cache.manifest_name, ManifestCaches(cache.manifest_name, 0, 0, 0))
+            ready = cache.id not in passed_over
+            gone = ready and cache.manifest_digest in unbootable
             per[cache.manifest_name] = ManifestCaches(
                 was.manifest, was.caches + 1, was.bytes + (cache.bytes or 0),
-                was.warm_ready + (cache.id not in passed_over),
+                was.warm_ready + (ready and not gone), was.image_gone + gone,
             )  # fmt: skip
         counts, problem, images = None, None, None
-        services = connect_services(ctx.environ)
         try:
             made = converge(ctx, ledger, services, policy, location, every)
             counts, problem = _counted(made), "; ".join(made.caches.unreachable) or None
@@ -195,6 +209,19 @@ def run(ctx: Context, options: verbs.Status) -> StatusReport:
         sorted(per.values(), key=lambda m: m.manifest), counts, problem, production,
         _night(ctx, night.id, night.plan_name, proposed) if night else None, bakes,
     )  # fmt: skip
+
+
+def _no_image(docker: Any | None, ledger: Ledger, caches: Iterable[CacheRecord]) -> set[str]:
+    """The manifest digests of `caches` no boot could run now: dockerd has no engine image
+    of theirs (as `boot` looks for one: this home's, else any carrying the digest). Empty
+    when dockerd does not answer: not known, so the ledger's word stands."""
+    if docker is None:
+        return set()
+    try:
+        digests = {cache.manifest_digest for cache in caches}
+        return {digest for digest in digests if find_built(docker, ledger, digest) is None}
+    except sdk_errors():
+        return set()
 
 
 def _counted(made: Converge) -> dict[str, int]:

@@ -171,6 +171,9 @@ def image_removed(ledger: Ledger, image_id: str, at: str) -> None:
 # A build's outcomes that leave an image complete (an interrupted build's is one dockerd
 # finished and tagged).
 IMAGE_MADE = ("built", "up-to-date", "interrupted")
+# The outcome of a build that found its image on dockerd (its manifest's labels) and built
+# nothing: on a dockerd homes share, perhaps another home's build.
+UP_TO_DATE = "up-to-date"
 
 
 def image_removed_at(ledger: Ledger, image_id: str) -> str | None:

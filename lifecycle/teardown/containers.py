@@ -38,6 +38,9 @@ NOT_OURS = "built by another home (not in this ledger)"
 # An image only a pull names in this ledger: another home built it (the schema's word on
 # builds.removed_at), so it is never removed here.
 PULLED = "pulled here as {}: another home's build, never removed here"
+# An image this home's `build` found on dockerd ("up-to-date": the labels of its manifest)
+# and never built: another home on the same dockerd built it, and removes it.
+FOUND = "found here, built by another home: never removed here"
 # Gone from dockerd between the listing and the removal: not this run's removal.
 ALREADY_GONE = "already gone from dockerd: removed by someone else since it was listed"
 
@@ -103,6 +106,7 @@ def plan_images(
     baked_from: Mapping[str, str] = MappingProxyType({}),
     mcv_of: Mapping[str, str] = MappingProxyType({}),
     pulled: Mapping[str, str] = MappingProxyType({}),
+    found: Collection[str] = (),
 ) -> list[ImageDecision]:
     """Engine images (of `manifest` if given): removed when this home built them (`built_here`,
     the ledger's build image ids) and no remaining cache or container refers to them, nor a
@@ -110,7 +114,8 @@ def plan_images(
     engine image's) stays while its engine image does, and goes before it (a child first); its
     MCV images (`mcv_of`: image id -> the bake's) stay and go with it. An image another that
     stays is built on stays (dockerd would only untag it). One only pulled here (`pulled`:
-    image id -> the reference) stays.
+    image id -> the reference) stays, and so does one only found here (`found`: build's
+    "up-to-date" of an image another home built).
     `listed`: every container (they hold their images); `removed_containers`, the ids of those
     that go before the images do.
 
@@ -123,7 +128,7 @@ def plan_images(
                 f"{container_name(container)} ({container.attrs.get('State')})"
             )
     decisions: dict[str, ImageDecision] = {}
-    images = EngineImages.listed(client, {*built_here, *pulled})
+    images = EngineImages.listed(client, {*built_here, *pulled, *found})
     built_on = images.built_on()
     # MCV images last: each is decided as its bake was. Before each image, those built on
     # it: it stays while one of them does (one this plan does not decide on stays).
@@ -142,6 +147,8 @@ def plan_images(
         ]
         if image_id in pulled and image_id not in built_here:
             removes, why = False, PULLED.format(pulled[image_id])
+        elif image_id in found and image_id not in built_here:
+            removes, why = False, FOUND
         elif image_id not in built_here:
             removes, why = False, NOT_OURS
         elif image_id in kept_image_ids:

@@ -43,7 +43,14 @@ from lifecycle.ledger.boots import (
     tainted_files,
     used_pairs,
 )
-from lifecycle.ledger.builds import all_bakes, all_builds, mcv_images, pulled_images
+from lifecycle.ledger.builds import (
+    IMAGE_MADE,
+    UP_TO_DATE,
+    all_bakes,
+    all_builds,
+    mcv_images,
+    pulled_images,
+)
 from lifecycle.ledger.removal import pins
 from lifecycle.ledger.results import (
     ResultArchiveRecord,
@@ -291,7 +298,7 @@ def images_going(
     whether each goes."""
     baked_from = {bake.image_id: bake.engine_image_id for bake in all_bakes(ledger)}
     mcv_of = {mcv.image_id: mcv.bake_image_id for mcv in mcv_images(ledger)}
-    built = {b.image_id for b in all_builds(ledger) if b.image_id}
+    built, found = _built_and_found(ledger)
     pulled = pulled_images(ledger)
     # A bake `boot --baked --pull` pulled is recorded as a bake, yet another home baked it.
     baked = baked_from.keys() - pulled.keys()
@@ -306,7 +313,22 @@ def images_going(
         baked_from=baked_from,
         mcv_of=mcv_of,
         pulled=pulled,
+        found=found,
     )
+
+
+def _built_and_found(ledger: Ledger) -> tuple[set[str], set[str]]:
+    """The engine images this home built (dockerd built them for its `build`: `built`, or
+    `interrupted` with the image its build's tag and labels name), and those it only found on
+    dockerd (`up-to-date` alone: another home on the same dockerd built them)."""
+    built: set[str] = set()
+    recorded: set[str] = set()
+    for build in all_builds(ledger):
+        if build.image_id and build.outcome in IMAGE_MADE:
+            recorded.add(build.image_id)
+            if build.outcome != UP_TO_DATE:
+                built.add(build.image_id)
+    return built, recorded - built
 
 
 def _named(cache_ids: Sequence[str], caches: Sequence[CacheRecord]) -> tuple[str, ...]:
