@@ -21,7 +21,7 @@ EXIT_INTERNAL = 4
 MAX_PROBLEM_LINES = 20
 MAX_MESSAGE_CHARS = 300  # a key or value quoted in a message can be a megabyte long
 MAX_QUOTED_CHARS = 100  # a name quoted inside a message, so that what follows it survives
-MAX_LINE_CHARS = 600  # a line on stderr: whatever it quotes, the message stays readable
+MAX_LINE_CHARS = 900  # a line on stderr: an error quoting two S3 URLs fits whole, a 5 KB value not
 
 EXIT_CODES = (
     (EXIT_OK, "ok"),

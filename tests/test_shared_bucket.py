@@ -104,3 +104,9 @@ def test_a_pin_made_while_another_hosts_gc_deletes_says_so_instead_of_pinned(
     assert pinned.returncode == 1, pinned.stdout + pinned.stderr
     assert "a gc at this location may be removing" in pinned.stderr, pinned.stderr
     assert "Traceback" not in pinned.stderr and "pinned for the team" not in pinned.stdout
+    # This host's caches behind the result may be the last of it: pinned all the same.
+    behind = {u["cache_id"] for u in booted["caches"]}
+    here = pinned.stderr.partition("pinned on this host: ")[2].strip()
+    assert set(here.split(", ")) == behind, pinned.stderr
+    listed = _json(project, "caches")["caches"]
+    assert {c["id"] for c in listed if f"result {result['id']}" in c["pins"]} == behind

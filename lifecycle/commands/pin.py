@@ -127,7 +127,18 @@ def pin(ctx: Context, request: verbs.Pin) -> PinReport:
     target = request.target
     where = optional_location(request.to, ctx.environ, ctx.project)
     why = request.reason or DEFAULT_REASON
-    team, warnings = _team_pin(ctx, where, target, why)
+    try:
+        team, warnings = _team_pin(ctx, where, target, why)
+    except PinTooLate as late:
+        # The archive may lose the result: this host's caches behind it may be the last of
+        # them, so they are pinned all the same, and the error says so.
+        local = _here(ctx, lambda ledger: pin_target(ledger, target, why, ctx.now()))
+        here = (
+            f"nothing pinned on this host: {local}"
+            if isinstance(local, str)
+            else f"pinned on this host: {', '.join(local.pinned)}"
+        )
+        raise PinTooLate(f"{late}; {here}") from None
     if not team:
         with ctx.ledger(create=False, missing=f"unknown cache or result {target!r}") as ledger:
             return pin_target(ledger, target, why, ctx.now())
