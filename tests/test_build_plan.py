@@ -156,19 +156,23 @@ class _Images:
 
 def test_the_image_of_a_digest_is_the_newest_still_there_never_a_bake(tmp_path: Path) -> None:
     # Another home's teardown may remove an image between dockerd's list and its inspect.
-    def listed(image_id: str, created: str, *, baked: bool = False) -> dict[str, object]:
+    def listed(
+        image_id: str, created: str, *, baked: bool = False, parent: str = ""
+    ) -> dict[str, object]:
         labels = {CREATED_LABEL: created, **({BAKED_LABEL: "[]"} if baked else {})}
-        return {"Id": image_id, "Labels": labels}
+        return {"Id": image_id, "Labels": labels, "ParentId": parent}
 
     summaries = [
         listed("sha256:old", "2026-12-01T00:00:00+00:00"),
         listed("sha256:gone", "2026-12-03T00:00:00+00:00"),
         listed("sha256:bake", "2026-12-04T00:00:00+00:00", baked=True),
         listed("sha256:middle", "2026-12-02T00:00:00+00:00"),
+        # A step built on it (a killed bake's COPY): its labels whole, its id sorting after.
+        listed("sha256:step", "2026-12-02T00:00:00+00:00", parent="sha256:middle"),
     ]
-    api = SimpleNamespace(images=lambda filters: summaries)
+    api = SimpleNamespace(images=lambda filters, all=False: summaries)  # a step dangles: listed
     ledger = Ledger.open(tmp_path / "home")  # no build recorded: found by its labels alone
-    present = {"sha256:old", "sha256:middle", "sha256:bake"}
+    present = {"sha256:old", "sha256:middle", "sha256:bake", "sha256:step"}
     client = SimpleNamespace(api=api, images=_Images(present))
     assert find_built(client, ledger, "sha256:d").id == "sha256:middle"
     client = SimpleNamespace(api=api, images=_Images({"sha256:bake"}))

@@ -181,7 +181,8 @@ def test_a_gc_record_that_lies_never_makes_a_loss_behind_a_record_still_there_co
     # did (each is named by a record there, which a gc removes first); they are lost by hand.
     lie = {kind: f"{kind}: said by a record no gc wrote" for kind in ("boot", "version", "blob")}
     run_id = "g-20260101T000000-abcdef"
-    record_removal(store, run_id, "--older-than 0s", [boot, version, blob], lie, "2026-01-01")
+    at = "2026-01-01T00:00:00+00:00"
+    record_removal(store, run_id, "--older-than 0s", [boot, version, blob], lie, at)
     for key in (boot, version, blob):
         s3_client.delete_object(Bucket=s3_bucket, Key=f"{PREFIX}/{key}")
 
