@@ -1611,20 +1611,16 @@ def test_removing_a_bake_leaves_the_untagged_engine_image_of_another_home_under_
         _removed_quietly(docker_client, bake.id, theirs.id)
 
 
-@pytest.mark.docker
-def test_an_image_two_homes_record_is_removed_only_by_the_home_that_built_it(
-    demo_images: None, docker_client: Any, tmp_path: Path, repo_root: Path
-) -> None:
-    # dockerd knows no homes: home b's `build` found home a's image by its labels (up to
-    # date) and recorded it, and b's teardown removed it from under a once no container held
-    # it; a's `verify` then said it went "with no record here". Only a home that built an
-    # image removes it; one that only found it keeps it, and says why.
-    from docker.errors import ImageNotFound
-
+def _homes_of_a_manifest(
+    tmp_path: Path, repo_root: Path, prefix: str
+) -> tuple[str, Callable[..., Any]]:
+    """The demo's manifests under a name of the test's own (its own images), and a way to run
+    lifecycle on them in a home of tmp_path by name (`lifecycle("a", "build", "0.2")`), which
+    must succeed: homes on one dockerd."""
     manifests = tmp_path / "manifests"
     shutil.copytree(repo_root / "manifests/demo", manifests)
     first = manifests / "0.1/manifest.yaml"
-    name = f"twohome-{secrets.token_hex(4)}"
+    name = f"{prefix}-{secrets.token_hex(4)}"
     first.write_text(first.read_text().replace("\nname: demo\n", f"\nname: {name}\n", 1))
 
     def lifecycle(home: str, *args: str) -> Any:
@@ -1635,6 +1631,20 @@ def test_an_image_two_homes_record_is_removed_only_by_the_home_that_built_it(
         assert done.exit_code == 0, done.output
         return done
 
+    return name, lifecycle
+
+
+@pytest.mark.docker
+def test_an_image_two_homes_record_is_removed_only_by_the_home_that_built_it(
+    demo_images: None, docker_client: Any, tmp_path: Path, repo_root: Path
+) -> None:
+    # dockerd knows no homes: home b's `build` found home a's image by its labels (up to
+    # date) and recorded it, and b's teardown removed it from under a once no container held
+    # it; a's `verify` then said it went "with no record here". Only a home that built an
+    # image removes it; one that only found it keeps it, and says why.
+    from docker.errors import ImageNotFound
+
+    name, lifecycle = _homes_of_a_manifest(tmp_path, repo_root, "twohome")
     built = json.loads(lifecycle("a", "build", "0.2", "--json").stdout)
     found = json.loads(lifecycle("b", "build", "0.2", "--json").stdout)
     image, tag = built["image_id"], built["tag"]
@@ -1667,20 +1677,7 @@ def test_status_counts_no_cache_warm_ready_once_its_engine_image_is_gone(
 ) -> None:
     # Home b boots home a's image (found: up to date); a, which built it, removes it. b's
     # status still counted its caches warm-ready: no boot can run them until it builds again.
-    manifests = tmp_path / "manifests"
-    shutil.copytree(repo_root / "manifests/demo", manifests)
-    first = manifests / "0.1/manifest.yaml"
-    name = f"imagegone-{secrets.token_hex(4)}"
-    first.write_text(first.read_text().replace("\nname: demo\n", f"\nname: {name}\n", 1))
-
-    def lifecycle(home: str, *args: str) -> Any:
-        env = {"LIFECYCLE_HOME": str(tmp_path / home)}
-        done = CliRunner().invoke(
-            cli, ["--manifests", str(manifests), *args], env=env, catch_exceptions=False
-        )
-        assert done.exit_code == 0, done.output
-        return done
-
+    name, lifecycle = _homes_of_a_manifest(tmp_path, repo_root, "imagegone")
     image = json.loads(lifecycle("a", "build", "0.2", "--json").stdout)["image_id"]
     try:
         lifecycle("b", "build", "0.2")
